@@ -1,0 +1,12 @@
+//! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
+//! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
+//! ([`flow`]) and the control protocol spoken between them ([`proto`]).
+//!
+//! Nothing here touches a socket or reads the clock, except the optional async helpers in
+//! `proto::io` (feature `io`).
+
+pub mod checksum;
+pub mod flow;
+pub mod proto;
+pub mod seq;
+pub mod wire;

@@ -1,0 +1,1 @@
+//! Copier library: the session engine and its I/O layer.

@@ -1,0 +1,1 @@
+//! Intercept library: the routing decision logic and its I/O layer.
