@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that the lab, the demo and the tests use, when they are missing.
+# Needs root (apt-get). Safe to run again: it installs only what is absent.
+set -euo pipefail
+
+# command -> package
+declare -A PKG=(
+  [ip]=iproute2 [ss]=iproute2 [nginx]=nginx [curl]=curl [wrk]=wrk [iptables]=iptables
+  [ip6tables]=iptables [tcpdump]=tcpdump [ethtool]=ethtool [ping]=iputils-ping [pkill]=procps
+)
+missing=()
+for cmd in "${!PKG[@]}"; do
+  if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$cmd" >/dev/null 2>&1; then
+    missing+=("${PKG[$cmd]}")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+# shellcheck disable=SC2207
+missing=($(printf '%s\n' "${missing[@]}" | sort -u))
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages ${missing[*]}; run as root to install them" >&2
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# the Debian nginx package starts a system nginx on port 80 of the host; the lab runs its own
+# nginx inside namespaces and does not need it
+if command -v systemctl >/dev/null 2>&1; then systemctl stop nginx >/dev/null 2>&1 || true; fi
+pkill -f 'nginx: master process /usr/sbin/nginx' >/dev/null 2>&1 || true

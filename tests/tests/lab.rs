@@ -1,0 +1,106 @@
+//! The lab itself: it carries real traffic, keeps to its own addresses, and leaves nothing behind.
+
+use lab::{addr, lab_or_skip, namespaces_with_prefix, Host, NginxOptions};
+use std::path::Path;
+
+fn curl(lab: &lab::Lab, url: &str) -> String {
+    lab.exec_ok(Host::Client, &["curl", "-sS", "--max-time", "5", url]).expect("curl from client")
+}
+
+#[test]
+fn curl_from_client_reaches_online_nginx() {
+    let Some(mut lab) = lab_or_skip("curl_from_client_reaches_online_nginx") else { return };
+    let online = lab.nginx(Host::Online, NginxOptions::default()).unwrap();
+    let body = curl(&lab, &format!("http://{}/index.html", addr::ONLINE));
+    assert!(body.contains("lab nginx"), "unexpected page: {body:?}");
+    let reqs = online.requests().unwrap();
+    assert_eq!(reqs.len(), 1, "{reqs:?}");
+    assert_eq!(reqs[0].remote_addr, addr::CLIENT.to_string());
+    assert_eq!(reqs[0].method, "GET");
+    assert_eq!(reqs[0].uri, "/index.html");
+    assert_eq!(reqs[0].status, 200);
+
+    // an upload is logged with its body's length and hash
+    let data = lab.dir().join("upload.bin");
+    std::fs::write(&data, lab::pattern_bytes(100_000)).unwrap();
+    let url = format!("http://{}/upload/x", addr::ONLINE);
+    let arg = format!("@{}", data.display());
+    lab.exec_ok(Host::Client, &["curl", "-sS", "--max-time", "5", "--data-binary", &arg, &url]).unwrap();
+    let reqs = online.requests().unwrap();
+    assert_eq!(reqs.len(), 2);
+    let (len, _hash) = reqs[1].body.clone().expect("upload body recorded");
+    assert_eq!(len, 100_000);
+}
+
+#[test]
+fn no_route_leaves_the_lab() {
+    let Some(lab) = lab_or_skip("no_route_leaves_the_lab") else { return };
+    for h in Host::ALL {
+        let routes = lab.exec_ok(h, &["ip", "-4", "route", "show"]).unwrap();
+        for r in routes.lines() {
+            assert!(!r.starts_with("default"), "{}: default route {r}", h.name());
+            let dst = r.split_whitespace().next().unwrap();
+            assert!(
+                dst.starts_with("198.18.") || dst.starts_with("198.19."),
+                "{}: route outside 198.18.0.0/15: {r}",
+                h.name()
+            );
+        }
+    }
+    // the test host reaches the client subnet back through online
+    let r = lab.exec_ok(Host::Test, &["ip", "route", "get", &addr::CLIENT.to_string()]).unwrap();
+    assert!(r.contains(&format!("via {}", addr::ONLINE_TO_TEST)), "{r}");
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn lab_is_removed_when_dropped_and_on_panic() {
+    let Some(mut lab) = lab_or_skip("lab_is_removed_when_dropped_and_on_panic") else { return };
+    let prefix = lab.prefix().to_owned();
+    let nginx_pid = {
+        lab.nginx(Host::Test, NginxOptions::default()).unwrap();
+        let p = lab.spawn(Host::Online, "sleeper", &["sleep", "300"]).unwrap();
+        p.pid()
+    };
+    assert_eq!(namespaces_with_prefix(&prefix).len(), 4);
+    let dir = lab.dir().to_owned();
+    drop(lab);
+    assert!(namespaces_with_prefix(&prefix).is_empty(), "namespaces left: {:?}", namespaces_with_prefix(&prefix));
+    assert!(!pid_alive(nginx_pid), "process {nginx_pid} left running");
+    assert!(!dir.exists(), "work dir left behind on success");
+
+    // a panicking test body: the lab is still torn down by unwinding
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r = std::thread::spawn(move || {
+        let mut lab = lab::Lab::new().unwrap();
+        let p = lab.spawn(Host::Client, "sleeper", &["sleep", "300"]).unwrap();
+        tx.send((lab.prefix().to_owned(), p.pid(), lab.dir().to_owned())).unwrap();
+        panic!("deliberate panic inside a lab");
+    })
+    .join();
+    assert!(r.is_err(), "the thread should have panicked");
+    let (prefix, pid, dir) = rx.recv().unwrap();
+    assert!(namespaces_with_prefix(&prefix).is_empty(), "namespaces left after panic");
+    assert!(!pid_alive(pid), "process left after panic");
+    // the work dir is kept for the post-mortem
+    assert!(dir.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn two_labs_side_by_side() {
+    let Some(mut a) = lab_or_skip("two_labs_side_by_side") else { return };
+    let mut b = lab::Lab::new().unwrap();
+    assert_ne!(a.prefix(), b.prefix());
+    let na = a.nginx(Host::Online, NginxOptions::default()).unwrap();
+    let nb = b.nginx(Host::Online, NginxOptions::default()).unwrap();
+    let url = format!("http://{}/", addr::ONLINE);
+    curl(&a, &url);
+    curl(&b, &url);
+    curl(&b, &url);
+    assert_eq!(na.request_count(), 1);
+    assert_eq!(nb.request_count(), 2);
+}
