@@ -24,6 +24,7 @@
 mod capture;
 mod nginx;
 mod proc;
+pub mod setup;
 mod netns;
 
 pub use capture::Capture;

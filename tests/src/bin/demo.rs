@@ -2,7 +2,8 @@
 //! clients for a few seconds, prints what happened, and removes the lab.
 
 use anyhow::{Context, Result};
-use lab::{addr, ifname, workspace_bin, Host, Lab, NginxOptions};
+use lab::setup::{leak_filter, CopyOptions, Copying};
+use lab::{addr, workspace_bin, Host, Lab, NginxOptions};
 use std::time::Duration;
 
 fn main() {
@@ -30,41 +31,17 @@ fn run() -> Result<()> {
 
     println!("building the lab: client -> online -> test (namespaces, 198.18.0.0/15)");
     let mut lab = Lab::new()?;
-    let online = lab.nginx(Host::Online, NginxOptions::default())?;
-    let test = lab.nginx(Host::Test, NginxOptions::default())?;
-
-    if copying {
-        let secret = lab.dir().join("secret");
-        std::fs::write(&secret, b"demo-shared-secret\n")?;
-        let secret = secret.to_string_lossy().into_owned();
-        let listen = format!("{}:36524", addr::TEST);
-        let allow = addr::ONLINE_TO_TEST.to_string();
-        let icpt = lab.spawn(
-            Host::Test,
-            "intercept",
-            &["env", "RUST_LOG=info", &intercept.to_string_lossy(), "--port", "80", "--listen", &listen,
-              "--secret-file", &secret, "--allow", &allow, "--install-rules"],
-        )?;
-        std::thread::sleep(Duration::from_millis(500));
-        if let Some(st) = icpt.exited() {
-            anyhow::bail!("intercept exited ({st}):\n{}", icpt.log());
-        }
-        let map = format!("80={}:80", addr::TEST);
-        let cop = lab.spawn(
-            Host::Online,
-            "copier",
-            &["env", "RUST_LOG=info", &copier.to_string_lossy(), "--map", &map, "--intercept", &listen,
-              "--secret-file", &secret, "--interface", ifname::ONLINE_TO_CLIENT],
-        )?;
-        std::thread::sleep(Duration::from_millis(800));
-        if let Some(st) = cop.exited() {
-            anyhow::bail!("copier exited ({st}):\n{}", cop.log());
-        }
+    let (online, test, _copying) = if copying {
+        let c = Copying::start(&mut lab, CopyOptions::default())?;
         println!("copier on online, intercept on test: running");
+        (c.online.clone(), c.test().clone(), Some(c))
     } else {
         println!("NOTE: copying is not built yet (the copier and intercept binaries are placeholders);");
         println!("      the demo shows the lab and online traffic only.");
-    }
+        let online = lab.nginx(Host::Online, NginxOptions::default())?;
+        let test = lab.nginx(Host::Test, NginxOptions::default())?;
+        (online, test, None)
+    };
 
     println!("driving traffic from client for {seconds} s (wrk, 8 connections, keep-alive) ...");
     let url = format!("http://{}/index.html", addr::ONLINE);
@@ -77,8 +54,7 @@ fn run() -> Result<()> {
     let served = online.request_count();
     let copied = test.request_count();
     let pcap = lab.stop_link_capture().context("no link capture")?;
-    let leak_filter = format!("tcp src port 80 and (dst net {} or dst net {})", addr::CLIENT_NET, addr::FAKE_CLIENT_NET);
-    let leaked = Lab::count_packets(&pcap, &leak_filter)?;
+    let leaked = Lab::count_packets(&pcap, &leak_filter())?;
 
     println!();
     println!("  {:<44} {:>12}", "requests served online", served);

@@ -1,0 +1,235 @@
+//! A copying setup in a lab: nginx on `online` and `test`, the intercept on `test` (installing
+//! its NFQUEUE rule), the copier on `online` mapping port 80 to the test nginx. Shared by the demo
+//! and the end-to-end tests, so both run the system the same way.
+
+use crate::{addr, ifname, workspace_bin, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Port of the intercept's control listener in the lab.
+pub const CONTROL_PORT: u16 = 36524;
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct CopyOptions {
+    /// The online nginx.
+    pub online: NginxOptions,
+    /// The test nginx; `None` leaves the test server down.
+    pub test: Option<NginxOptions>,
+    /// Extra arguments for the copier.
+    pub copier_args: Vec<String>,
+    /// Extra arguments for the intercept.
+    pub intercept_args: Vec<String>,
+    /// Start the copier right away (otherwise call [`Copying::start_copier`]).
+    pub start_copier: bool,
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            online: NginxOptions::default(),
+            test: Some(NginxOptions::default()),
+            copier_args: Vec::new(),
+            intercept_args: Vec::new(),
+            start_copier: true,
+        }
+    }
+}
+
+/// A running copying setup.
+#[derive(Debug)]
+pub struct Copying {
+    /// The online nginx.
+    pub online: Nginx,
+    /// The test nginx (absent when the test server is down).
+    pub test: Option<Nginx>,
+    /// The intercept process.
+    pub intercept: Proc,
+    /// The copier process, once started.
+    pub copier: Option<Proc>,
+    secret: PathBuf,
+    opts: CopyOptions,
+    intercept_runs: u32,
+}
+
+impl Copying {
+    /// Starts nginx on both hosts, the intercept, and (unless told not to) the copier.
+    pub fn start(lab: &mut Lab, opts: CopyOptions) -> Result<Copying> {
+        let online = lab.nginx(Host::Online, opts.online.clone())?;
+        let test = match &opts.test {
+            Some(o) => Some(lab.nginx(Host::Test, o.clone())?),
+            None => None,
+        };
+        let secret = lab.dir().join("secret");
+        std::fs::write(&secret, b"lab-shared-secret\n")?;
+        let mut c = Copying {
+            online,
+            test,
+            intercept: start_intercept(lab, &secret, &opts.intercept_args, 0)?,
+            copier: None,
+            secret,
+            opts,
+            intercept_runs: 1,
+        };
+        if c.opts.start_copier {
+            c.start_copier(lab)?;
+        }
+        Ok(c)
+    }
+
+    /// Starts the copier (once).
+    pub fn start_copier(&mut self, lab: &mut Lab) -> Result<()> {
+        if self.copier.is_some() {
+            bail!("the copier is already running");
+        }
+        let bin = workspace_bin("copier")?;
+        let map = format!("80={}:80", addr::TEST);
+        let icpt = format!("{}:{CONTROL_PORT}", addr::TEST);
+        let secret = self.secret.to_string_lossy().into_owned();
+        let mut argv: Vec<String> = vec![
+            "env".into(),
+            "RUST_LOG=info".into(),
+            bin.to_string_lossy().into_owned(),
+            "--map".into(),
+            map,
+            "--intercept".into(),
+            icpt,
+            "--secret-file".into(),
+            secret,
+            "--interface".into(),
+            ifname::ONLINE_TO_CLIENT.into(),
+        ];
+        argv.extend(self.opts.copier_args.iter().cloned());
+        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let p = lab.spawn(Host::Online, "copier", &refs)?;
+        wait_log(&p, "intercept", Duration::from_secs(10)).context("copier did not connect to the intercept")?;
+        self.copier = Some(p);
+        Ok(())
+    }
+
+    /// Stops the intercept and starts it again (for restart tests).
+    pub fn restart_intercept(&mut self, lab: &mut Lab) -> Result<()> {
+        self.intercept.stop();
+        self.intercept = start_intercept(lab, &self.secret, &self.opts.intercept_args, self.intercept_runs)?;
+        self.intercept_runs += 1;
+        Ok(())
+    }
+
+    /// The test nginx (panics when the setup has none).
+    pub fn test(&self) -> &Nginx {
+        self.test.as_ref().expect("this setup has no test nginx")
+    }
+
+    /// Waits until the test server's request count stops growing (no new request for `quiet`),
+    /// at most `timeout`.
+    pub fn settle(&self, quiet: Duration, timeout: Duration) -> usize {
+        self.test.as_ref().map(|t| t.wait_settled(quiet, timeout)).unwrap_or(0)
+    }
+
+    /// Checks that the process is still running; fails with its log otherwise.
+    pub fn check_alive(&self) -> Result<()> {
+        for p in [Some(&self.intercept), self.copier.as_ref()].into_iter().flatten() {
+            if let Some(st) = p.exited() {
+                bail!("{} exited ({st}):\n{}", p.name(), tail(&p.log(), 40));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], run: u32) -> Result<Proc> {
+    let bin = workspace_bin("intercept")?;
+    let listen = format!("{}:{CONTROL_PORT}", addr::TEST);
+    let mut argv: Vec<String> = vec![
+        "env".into(),
+        "RUST_LOG=info".into(),
+        bin.to_string_lossy().into_owned(),
+        "--port".into(),
+        "80".into(),
+        "--listen".into(),
+        listen,
+        "--secret-file".into(),
+        secret.to_string_lossy().into_owned(),
+        "--allow".into(),
+        addr::ONLINE_TO_TEST.to_string(),
+        "--install-rules".into(),
+    ];
+    argv.extend(extra.iter().cloned());
+    let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let name = if run == 0 { "intercept".to_owned() } else { format!("intercept-{run}") };
+    let p = lab.spawn(Host::Test, &name, &refs)?;
+    // ready when it listens on the control port
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let want = format!(":{CONTROL_PORT} ");
+    loop {
+        if let Some(st) = p.exited() {
+            bail!("intercept exited ({st}):\n{}", tail(&p.log(), 40));
+        }
+        let ss = lab.exec_ok(Host::Test, &["ss", "-Hltn"]).unwrap_or_default();
+        if ss.lines().any(|l| l.contains(&want)) {
+            return Ok(p);
+        }
+        if Instant::now() > deadline {
+            bail!("intercept did not listen within 10 s:\n{}", tail(&p.log(), 40));
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+/// Waits until a process's log contains `needle`.
+pub fn wait_log(p: &Proc, needle: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let log = p.log();
+        if log.contains(needle) {
+            return Ok(());
+        }
+        if let Some(st) = p.exited() {
+            bail!("{} exited ({st}):\n{}", p.name(), tail(&log, 40));
+        }
+        if Instant::now() > deadline {
+            bail!("{:?} not in the log of {} within {timeout:?}:\n{}", needle, p.name(), tail(&log, 40));
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+/// The last `n` lines of a text.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Requests as a multiset of fingerprints (method, URI, request length, body hash).
+pub fn fingerprints(entries: &[LogEntry]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for e in entries {
+        *m.entry(e.fingerprint()).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Describes how two request multisets differ (empty when equal).
+pub fn diff_fingerprints(online: &BTreeMap<String, usize>, test: &BTreeMap<String, usize>) -> String {
+    let mut out = String::new();
+    for (k, &n) in online {
+        let t = test.get(k).copied().unwrap_or(0);
+        if t != n {
+            out.push_str(&format!("  {k}: online {n}, test {t}\n"));
+        }
+    }
+    for (k, &t) in test {
+        if !online.contains_key(k) {
+            out.push_str(&format!("  {k}: online 0, test {t}\n"));
+        }
+    }
+    out
+}
+
+/// The tcpdump filter that matches a response of the test service on its way to a client: any
+/// such packet on the test host's link is a leak.
+pub fn leak_filter() -> String {
+    format!("tcp src port 80 and (dst net {} or dst net {})", addr::CLIENT_NET, addr::FAKE_CLIENT_NET)
+}
