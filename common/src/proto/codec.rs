@@ -1,0 +1,692 @@
+//! The byte format of the control protocol: [`Message`] and its frames, and the sans-IO
+//! [`FrameDecoder`].
+//!
+//! Frame: `u32 len | u8 type | body`, `len` counts the type byte and the body and is at most
+//! [`MAX_FRAME`]. Integers are big-endian. Address: `u8 family (4|6) | 4 or 16 bytes | u16 port`;
+//! a 4-tuple is the client address then the server address, both of one family. A string is
+//! `u16 len | UTF-8 bytes`; a list is `u32 count | items`.
+//!
+//! | type | message    | body |
+//! |------|------------|------|
+//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software` (+ fields of later versions, ignored) |
+//! | 2    | Auth       | `[32] mac` |
+//! | 3    | AuthOk     | `[32] mac` |
+//! | 4    | Error      | `u16 code | str message` |
+//! | 5    | Register   | `list of 4-tuple` |
+//! | 6    | Unregister | `list of 4-tuple` |
+//! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
+//! | 8    | Ping       | `u64 token` |
+//! | 9    | Pong       | `u64 token` |
+//!
+//! Invariants: the decoder never panics, whatever the input; it allocates only for bytes it has
+//! actually received (a list count is checked against the bytes left in its frame before any
+//! `Vec` is reserved); after the first error it stays failed ([`ProtoError::Poisoned`]) because
+//! the stream can no longer be resynchronised. Encoding never produces a frame larger than
+//! [`MAX_FRAME`]: long lists are split over several frames of the same type, which mean the same.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use crate::flow::FourTuple;
+use crate::wire::{parse_tcp_packet, WireError};
+
+use super::{ProtoError, MAGIC, MAX_FRAME, VERSION};
+
+const T_HELLO: u8 = 1;
+const T_AUTH: u8 = 2;
+const T_AUTH_OK: u8 = 3;
+const T_ERROR: u8 = 4;
+const T_REGISTER: u8 = 5;
+const T_UNREGISTER: u8 = 6;
+const T_RECORDS: u8 = 7;
+const T_PING: u8 = 8;
+const T_PONG: u8 = 9;
+
+/// Smallest encoded 4-tuple (two IPv4 addresses with ports).
+const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
+/// Smallest encoded record (empty headers and payload).
+const MIN_RECORD: usize = 4 + 2 + 4;
+
+/// Which end of the control connection a peer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The copier: registers sessions, receives records.
+    Copier,
+    /// The intercept: sends records.
+    Intercept,
+}
+
+impl Role {
+    fn to_byte(self) -> u8 {
+        match self {
+            Role::Copier => 1,
+            Role::Intercept => 2,
+        }
+    }
+
+    fn from_byte(b: u8) -> Result<Role, ProtoError> {
+        match b {
+            1 => Ok(Role::Copier),
+            2 => Ok(Role::Intercept),
+            other => Err(ProtoError::BadRole(other)),
+        }
+    }
+}
+
+/// The first message of each end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// Protocol version of the sender ([`VERSION`] for this build).
+    pub version: u16,
+    /// Who the sender is.
+    pub role: Role,
+    /// Whether the sender runs with a shared secret.
+    pub auth_required: bool,
+    /// Fresh random challenge of the sender.
+    pub nonce: [u8; 32],
+    /// Free text naming the sender's software and version, for logs (at most 65535 bytes).
+    pub software: String,
+}
+
+impl Hello {
+    /// A Hello of this build's [`VERSION`].
+    pub fn new(role: Role, auth_required: bool, nonce: [u8; 32], software: &str) -> Hello {
+        Hello {
+            version: VERSION,
+            role,
+            auth_required,
+            nonce,
+            software: software.to_string(),
+        }
+    }
+}
+
+/// One response packet of the test server, as the intercept sends it to the copier.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Record {
+    /// Length of the whole original IP packet.
+    pub orig_len: u32,
+    /// The IP header and the full TCP header, options included.
+    pub headers: Vec<u8>,
+    /// The first bytes of the TCP payload (empty unless the intercept was asked for payload).
+    pub payload: Vec<u8>,
+}
+
+/// Longest IP + TCP header: IPv4 with options (60) plus TCP with options (60).
+const MAX_HEADERS: usize = 60 + 60;
+
+/// What the intercept needs from a response packet whose bytes may stop anywhere after its TCP
+/// header: NFQUEUE's copy range cuts packets short, and a [`Record`] keeps only the headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHeaders {
+    /// The session, as the test server sees it ([`FourTuple::of_response`]).
+    pub tuple: FourTuple,
+    /// IP header plus full TCP header.
+    pub headers_len: usize,
+    /// Length of the whole original packet, from the IP length field.
+    pub orig_len: usize,
+}
+
+/// Parse the IP and TCP headers of a server -> client packet that may be truncated after its
+/// TCP header. Everything that [`parse_tcp_packet`] refuses in the header part (bad version,
+/// impossible lengths, fragments, non-TCP, a TCP header cut short) is refused here too; only
+/// "the IP length says more bytes follow than the buffer holds" is accepted.
+pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> {
+    // parse_tcp_packet insists on the whole packet; give it a copy of the header prefix whose
+    // IP length field is cut to what the copy holds (never raised above the original).
+    let n = buf.len().min(MAX_HEADERS);
+    let mut copy = [0u8; MAX_HEADERS];
+    copy[..n].copy_from_slice(&buf[..n]);
+    let mut orig_len = buf.len();
+    match buf.first().map(|b| b >> 4) {
+        Some(4) if n >= 20 => {
+            let tl = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
+            if tl != 0 {
+                // tl == 0 is an offloaded super-segment: the buffer is the packet.
+                orig_len = tl;
+                copy[2..4].copy_from_slice(&(tl.min(n) as u16).to_be_bytes());
+            }
+        }
+        Some(6) if n >= 40 => {
+            let pl = usize::from(u16::from_be_bytes([buf[4], buf[5]]));
+            orig_len = 40 + pl;
+            copy[4..6].copy_from_slice(&(pl.min(n - 40) as u16).to_be_bytes());
+        }
+        _ => {} // too short or bad version: parse_tcp_packet says which
+    }
+    let pkt = parse_tcp_packet(&copy[..n])?;
+    Ok(ResponseHeaders {
+        tuple: FourTuple::of_response(&pkt),
+        headers_len: pkt.ip_header_len + pkt.tcp.header_len(),
+        orig_len,
+    })
+}
+
+impl Record {
+    /// Build a record from a server -> client IP packet (possibly cut short after its headers,
+    /// as NFQUEUE's copy range does), keeping at most `payload_bytes` bytes of TCP payload.
+    /// Returns the session too, so the caller parses once.
+    pub fn from_packet(
+        packet: &[u8],
+        payload_bytes: usize,
+    ) -> Result<(FourTuple, Record), WireError> {
+        let h = parse_response_headers(packet)?;
+        Ok((h.tuple, Record::from_parsed(packet, &h, payload_bytes)))
+    }
+
+    /// Build a record from a packet already parsed by [`parse_response_headers`].
+    pub fn from_parsed(packet: &[u8], h: &ResponseHeaders, payload_bytes: usize) -> Record {
+        let hl = h.headers_len.min(packet.len());
+        // The payload ends at the IP length (Ethernet padding excluded) or where the copy stops.
+        let end = h.orig_len.min(packet.len()).max(hl);
+        let keep = (end - hl).min(payload_bytes);
+        Record {
+            orig_len: u32::try_from(h.orig_len).unwrap_or(u32::MAX),
+            headers: packet[..hl].to_vec(),
+            payload: packet[hl..hl + keep].to_vec(),
+        }
+    }
+
+    /// The session this record belongs to, as the test server sees it (parsed from `headers`).
+    pub fn tuple(&self) -> Result<FourTuple, WireError> {
+        parse_response_headers(&self.headers).map(|h| h.tuple)
+    }
+
+    /// Bytes this record takes in a Records frame (after clipping, see [`Message::encode`]).
+    pub fn encoded_len(&self) -> usize {
+        let (h, p) = self.clipped();
+        MIN_RECORD + h.len() + p.len()
+    }
+
+    /// Headers and payload as they are encoded: headers at most 65535 bytes, payload cut so that
+    /// one record always fits in one frame.
+    fn clipped(&self) -> (&[u8], &[u8]) {
+        let h = &self.headers[..self.headers.len().min(u16::MAX as usize)];
+        let room = MAX_FRAME - 1 - 4 - MIN_RECORD - h.len();
+        let p = &self.payload[..self.payload.len().min(room)];
+        (h, p)
+    }
+}
+
+/// A control-protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// First message of both ends.
+    Hello(Hello),
+    /// Copier -> intercept: `HMAC-SHA256(secret, "tcopy-v1 copier" | intercept_nonce | copier_nonce)`.
+    Auth {
+        /// The MAC (all zero without a secret).
+        mac: [u8; 32],
+    },
+    /// Intercept -> copier: `HMAC-SHA256(secret, "tcopy-v1 intercept" | copier_nonce | intercept_nonce)`.
+    AuthOk {
+        /// The MAC (all zero without a secret).
+        mac: [u8; 32],
+    },
+    /// Either way: the sender refuses and closes.
+    Error {
+        /// See [`super::error_code`].
+        code: u16,
+        /// Human-readable reason (at most 65535 bytes).
+        message: String,
+    },
+    /// Copier -> intercept: route the responses of these sessions to me.
+    Register {
+        /// Sessions as the test server sees them.
+        tuples: Vec<FourTuple>,
+    },
+    /// Copier -> intercept: these sessions are over.
+    Unregister {
+        /// Sessions as the test server sees them.
+        tuples: Vec<FourTuple>,
+    },
+    /// Intercept -> copier: response packets of registered sessions.
+    Records {
+        /// The records, in the order the packets were queued.
+        records: Vec<Record>,
+    },
+    /// Liveness probe; answered with a Pong carrying the same token.
+    Ping {
+        /// Echoed back.
+        token: u64,
+    },
+    /// Answer to a Ping.
+    Pong {
+        /// The Ping's token.
+        token: u64,
+    },
+}
+
+impl Message {
+    /// Short name of the message type, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "Hello",
+            Message::Auth { .. } => "Auth",
+            Message::AuthOk { .. } => "AuthOk",
+            Message::Error { .. } => "Error",
+            Message::Register { .. } => "Register",
+            Message::Unregister { .. } => "Unregister",
+            Message::Records { .. } => "Records",
+            Message::Ping { .. } => "Ping",
+            Message::Pong { .. } => "Pong",
+        }
+    }
+
+    /// Append this message to `out` as one frame, or as several frames of the same type when a
+    /// Register/Unregister/Records list would not fit in [`MAX_FRAME`]; the receiver sees the
+    /// same tuples or records in the same order. Strings longer than 65535 bytes and record
+    /// payloads that could never fit in a frame are cut (at a character boundary for strings).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Message::Hello(h) => {
+                let start = begin_frame(out, T_HELLO);
+                out.extend_from_slice(&MAGIC);
+                out.extend_from_slice(&h.version.to_be_bytes());
+                out.push(h.role.to_byte());
+                out.push(u8::from(h.auth_required));
+                out.extend_from_slice(&h.nonce);
+                put_str(out, &h.software);
+                end_frame(out, start);
+            }
+            Message::Auth { mac } | Message::AuthOk { mac } => {
+                let ty = if matches!(self, Message::Auth { .. }) {
+                    T_AUTH
+                } else {
+                    T_AUTH_OK
+                };
+                let start = begin_frame(out, ty);
+                out.extend_from_slice(mac);
+                end_frame(out, start);
+            }
+            Message::Error { code, message } => {
+                let start = begin_frame(out, T_ERROR);
+                out.extend_from_slice(&code.to_be_bytes());
+                put_str(out, message);
+                end_frame(out, start);
+            }
+            Message::Register { tuples } => {
+                encode_list(out, T_REGISTER, tuples, tuple_len, put_tuple)
+            }
+            Message::Unregister { tuples } => {
+                encode_list(out, T_UNREGISTER, tuples, tuple_len, put_tuple)
+            }
+            Message::Records { records } => encode_records(records, out),
+            Message::Ping { token } | Message::Pong { token } => {
+                let ty = if matches!(self, Message::Ping { .. }) {
+                    T_PING
+                } else {
+                    T_PONG
+                };
+                let start = begin_frame(out, ty);
+                out.extend_from_slice(&token.to_be_bytes());
+                end_frame(out, start);
+            }
+        }
+    }
+
+    /// Decode one frame body (the bytes after the length field: type byte, then body).
+    pub fn decode_body(frame: &[u8]) -> Result<Message, ProtoError> {
+        let mut r = Reader { buf: frame };
+        let ty = r.u8("message type")?;
+        let (msg, name) = match ty {
+            T_HELLO => {
+                let magic: [u8; 4] = r.array("magic")?;
+                if magic != MAGIC {
+                    return Err(ProtoError::BadMagic(magic));
+                }
+                let version = r.u16("version")?;
+                let role = Role::from_byte(r.u8("role")?)?;
+                let auth_required = r.u8("auth_required")? != 0;
+                let nonce = r.array("nonce")?;
+                let software = r.string("software")?;
+                // Later versions may append fields to Hello: ignore them.
+                r.buf = &[];
+                (
+                    Message::Hello(Hello {
+                        version,
+                        role,
+                        auth_required,
+                        nonce,
+                        software,
+                    }),
+                    "Hello",
+                )
+            }
+            T_AUTH => (
+                Message::Auth {
+                    mac: r.array("mac")?,
+                },
+                "Auth",
+            ),
+            T_AUTH_OK => (
+                Message::AuthOk {
+                    mac: r.array("mac")?,
+                },
+                "AuthOk",
+            ),
+            T_ERROR => {
+                let code = r.u16("error code")?;
+                let message = r.string("error message")?;
+                (Message::Error { code, message }, "Error")
+            }
+            T_REGISTER => (
+                Message::Register {
+                    tuples: r.list("tuple", MIN_TUPLE, get_tuple)?,
+                },
+                "Register",
+            ),
+            T_UNREGISTER => (
+                Message::Unregister {
+                    tuples: r.list("tuple", MIN_TUPLE, get_tuple)?,
+                },
+                "Unregister",
+            ),
+            T_RECORDS => (
+                Message::Records {
+                    records: r.list("record", MIN_RECORD, get_record)?,
+                },
+                "Records",
+            ),
+            T_PING => (
+                Message::Ping {
+                    token: r.u64("token")?,
+                },
+                "Ping",
+            ),
+            T_PONG => (
+                Message::Pong {
+                    token: r.u64("token")?,
+                },
+                "Pong",
+            ),
+            other => return Err(ProtoError::UnknownType(other)),
+        };
+        if !r.buf.is_empty() {
+            return Err(ProtoError::TrailingBytes {
+                msg: name,
+                extra: r.buf.len(),
+            });
+        }
+        Ok(msg)
+    }
+}
+
+/// Append `records` as `Message::Records` frames (as many as [`MAX_FRAME`] requires) without
+/// building a `Message`: what a writer draining a queue of records uses.
+pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
+    encode_list(out, T_RECORDS, records, Record::encoded_len, put_record)
+}
+
+/// Reassembles frames from a byte stream delivered in arbitrary pieces.
+///
+/// Call [`push`](Self::push) with whatever the socket returned, then [`next`](Self::next) until
+/// it returns `Ok(None)`. After an `Err` the stream is unusable and every later call returns
+/// [`ProtoError::Poisoned`]: close the connection.
+#[derive(Debug, Default)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    start: usize,
+    poisoned: bool,
+}
+
+impl FrameDecoder {
+    /// An empty decoder.
+    pub fn new() -> FrameDecoder {
+        FrameDecoder::default()
+    }
+
+    /// Append received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.start > 0 && (self.start == self.buf.len() || self.start >= self.buf.len() / 2) {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes received but not yet consumed as complete frames.
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// The next complete message, `Ok(None)` if more bytes are needed.
+    #[allow(clippy::should_implement_trait)] // fallible, and not an iterator over owned input
+    pub fn next(&mut self) -> Result<Option<Message>, ProtoError> {
+        if self.poisoned {
+            return Err(ProtoError::Poisoned);
+        }
+        let avail = &self.buf[self.start..];
+        let Some(len_bytes) = avail.get(..4) else {
+            return Ok(None);
+        };
+        let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
+        if len as usize > MAX_FRAME {
+            self.poisoned = true;
+            return Err(ProtoError::FrameTooLarge {
+                len,
+                max: MAX_FRAME,
+            });
+        }
+        if len == 0 {
+            self.poisoned = true;
+            return Err(ProtoError::EmptyFrame);
+        }
+        let Some(frame) = avail.get(4..4 + len as usize) else {
+            return Ok(None);
+        };
+        let res = Message::decode_body(frame);
+        self.start += 4 + len as usize;
+        match res {
+            Ok(m) => Ok(Some(m)),
+            Err(e) => {
+                self.poisoned = true;
+                Err(e)
+            }
+        }
+    }
+}
+
+// ---- encoding helpers ----
+
+fn begin_frame(out: &mut Vec<u8>, ty: u8) -> usize {
+    let start = out.len();
+    out.extend_from_slice(&[0, 0, 0, 0, ty]);
+    start
+}
+
+fn end_frame(out: &mut [u8], start: usize) {
+    let len = (out.len() - start - 4) as u32;
+    debug_assert!(len as usize <= MAX_FRAME);
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+fn encode_list<T>(
+    out: &mut Vec<u8>,
+    ty: u8,
+    items: &[T],
+    item_len: fn(&T) -> usize,
+    put: fn(&mut Vec<u8>, &T),
+) {
+    let mut i = 0;
+    loop {
+        let start = begin_frame(out, ty);
+        let count_at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        let mut size = 1 + 4;
+        let mut count: u32 = 0;
+        while let Some(item) = items.get(i) {
+            let n = item_len(item);
+            if count > 0 && size + n > MAX_FRAME {
+                break;
+            }
+            put(out, item);
+            size += n;
+            count += 1;
+            i += 1;
+        }
+        out[count_at..count_at + 4].copy_from_slice(&count.to_be_bytes());
+        end_frame(out, start);
+        if i >= items.len() {
+            break;
+        }
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    let mut end = s.len().min(u16::MAX as usize);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_be_bytes());
+    out.extend_from_slice(&s.as_bytes()[..end]);
+}
+
+fn addr_len(a: &SocketAddr) -> usize {
+    match a {
+        SocketAddr::V4(_) => 1 + 4 + 2,
+        SocketAddr::V6(_) => 1 + 16 + 2,
+    }
+}
+
+fn tuple_len(t: &FourTuple) -> usize {
+    addr_len(&t.client) + addr_len(&t.server)
+}
+
+fn put_addr(out: &mut Vec<u8>, a: &SocketAddr) {
+    match a.ip() {
+        IpAddr::V4(ip) => {
+            out.push(4);
+            out.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            out.push(6);
+            out.extend_from_slice(&ip.octets());
+        }
+    }
+    out.extend_from_slice(&a.port().to_be_bytes());
+}
+
+fn put_tuple(out: &mut Vec<u8>, t: &FourTuple) {
+    put_addr(out, &t.client);
+    put_addr(out, &t.server);
+}
+
+fn put_record(out: &mut Vec<u8>, r: &Record) {
+    let (h, p) = r.clipped();
+    out.extend_from_slice(&r.orig_len.to_be_bytes());
+    out.extend_from_slice(&(h.len() as u16).to_be_bytes());
+    out.extend_from_slice(h);
+    out.extend_from_slice(&(p.len() as u32).to_be_bytes());
+    out.extend_from_slice(p);
+}
+
+// ---- decoding helpers ----
+
+/// A cursor over one frame; every read is bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ProtoError> {
+        if self.buf.len() < n {
+            return Err(ProtoError::Truncated {
+                what,
+                need: n,
+                have: self.buf.len(),
+            });
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ProtoError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, ProtoError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, ProtoError> {
+        Ok(u16::from_be_bytes(self.array(what)?))
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, ProtoError> {
+        Ok(u32::from_be_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
+        Ok(u64::from_be_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &'static str) -> Result<String, ProtoError> {
+        let n = self.u16(what)? as usize;
+        let bytes = self.take(n, what)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_string)
+            .map_err(|_| ProtoError::BadUtf8)
+    }
+
+    /// A `u32 count | items` list; the count is checked against the remaining bytes (each item
+    /// at least `min_item` bytes) before anything is allocated.
+    fn list<T>(
+        &mut self,
+        what: &'static str,
+        min_item: usize,
+        get: fn(&mut Reader<'a>) -> Result<T, ProtoError>,
+    ) -> Result<Vec<T>, ProtoError> {
+        let count = self.u32(what)?;
+        let remaining = self.buf.len();
+        if (count as usize).saturating_mul(min_item) > remaining {
+            return Err(ProtoError::CountTooLarge {
+                what,
+                count,
+                remaining,
+            });
+        }
+        let mut v = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            v.push(get(self)?);
+        }
+        Ok(v)
+    }
+}
+
+fn get_addr(r: &mut Reader<'_>) -> Result<SocketAddr, ProtoError> {
+    let ip = match r.u8("address family")? {
+        4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>("IPv4 address")?)),
+        6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>("IPv6 address")?)),
+        other => return Err(ProtoError::BadFamily(other)),
+    };
+    let port = r.u16("port")?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+fn get_tuple(r: &mut Reader<'_>) -> Result<FourTuple, ProtoError> {
+    let client = get_addr(r)?;
+    let server = get_addr(r)?;
+    if client.is_ipv4() != server.is_ipv4() {
+        return Err(ProtoError::MixedFamilies);
+    }
+    Ok(FourTuple { client, server })
+}
+
+fn get_record(r: &mut Reader<'_>) -> Result<Record, ProtoError> {
+    let orig_len = r.u32("record orig_len")?;
+    let hlen = r.u16("record headers length")? as usize;
+    let headers = r.take(hlen, "record headers")?.to_vec();
+    let plen = r.u32("record payload length")? as usize;
+    let payload = r.take(plen, "record payload")?.to_vec();
+    Ok(Record {
+        orig_len,
+        headers,
+        payload,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,493 @@
+//! Codec tests: literal frames, malformed input, and properties (encode then decode is the
+//! identity, split delivery changes nothing, no input makes the decoder panic).
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::seq::SeqNum;
+use crate::wire::{TcpBuilder, TcpFlags, TcpOption};
+
+fn decode_all(bytes: &[u8]) -> Result<Vec<Message>, ProtoError> {
+    let mut d = FrameDecoder::new();
+    d.push(bytes);
+    let mut out = Vec::new();
+    while let Some(m) = d.next()? {
+        out.push(m);
+    }
+    assert_eq!(d.buffered(), 0, "bytes left over");
+    Ok(out)
+}
+
+fn encoded(m: &Message) -> Vec<u8> {
+    let mut v = Vec::new();
+    m.encode(&mut v);
+    v
+}
+
+fn t4(c: &str, s: &str) -> FourTuple {
+    FourTuple {
+        client: c.parse().unwrap(),
+        server: s.parse().unwrap(),
+    }
+}
+
+// ---- literal frames ----
+
+#[test]
+fn ping_literal() {
+    let m = Message::Ping {
+        token: 0x0102_0304_0506_0708,
+    };
+    assert_eq!(encoded(&m), [0, 0, 0, 9, 8, 1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
+}
+
+#[test]
+fn register_literal() {
+    let m = Message::Register {
+        tuples: vec![t4("198.18.0.10:40000", "198.19.0.1:80")],
+    };
+    #[rustfmt::skip]
+    let want = [
+        0, 0, 0, 19,            // length: type + count + 14
+        5,                      // Register
+        0, 0, 0, 1,             // one tuple
+        4, 198, 18, 0, 10, 0x9c, 0x40,   // client 198.18.0.10:40000
+        4, 198, 19, 0, 1, 0, 80,         // server 198.19.0.1:80
+    ];
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+}
+
+#[test]
+fn hello_literal() {
+    let m = Message::Hello(Hello {
+        version: 1,
+        role: Role::Intercept,
+        auth_required: true,
+        nonce: [7; 32],
+        software: "ab".into(),
+    });
+    let mut want = vec![0, 0, 0, 45, 1, b'T', b'C', b'P', b'Y', 0, 1, 2, 1];
+    want.extend_from_slice(&[7; 32]);
+    want.extend_from_slice(&[0, 2, b'a', b'b']);
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+}
+
+#[test]
+fn records_literal() {
+    let m = Message::Records {
+        records: vec![Record {
+            orig_len: 1500,
+            headers: vec![0x45, 0],
+            payload: vec![9],
+        }],
+    };
+    #[rustfmt::skip]
+    let want = [
+        0, 0, 0, 18, 7, 0, 0, 0, 1,
+        0, 0, 0x05, 0xdc,   // orig_len 1500
+        0, 2, 0x45, 0,      // headers
+        0, 0, 0, 1, 9,      // payload
+    ];
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+}
+
+#[test]
+fn error_literal() {
+    let m = Message::Error {
+        code: 1,
+        message: "v".into(),
+    };
+    assert_eq!(encoded(&m), [0, 0, 0, 6, 4, 0, 1, 0, 1, b'v']);
+}
+
+#[test]
+fn hello_of_a_later_version_with_extra_fields_still_decodes() {
+    let mut f = encoded(&Message::Hello(Hello::new(
+        Role::Copier,
+        false,
+        [0; 32],
+        "x",
+    )));
+    f.extend_from_slice(&[1, 2, 3]);
+    let len = (f.len() - 4) as u32;
+    f[..4].copy_from_slice(&len.to_be_bytes());
+    let got = decode_all(&f).unwrap();
+    assert!(matches!(&got[0], Message::Hello(h) if h.software == "x"));
+}
+
+// ---- malformed input ----
+
+fn first_error(bytes: &[u8]) -> ProtoError {
+    decode_all(bytes).expect_err("should not decode")
+}
+
+#[test]
+fn oversized_length_is_refused_before_the_body_arrives() {
+    let mut d = FrameDecoder::new();
+    d.push(&((MAX_FRAME as u32) + 1).to_be_bytes());
+    assert!(matches!(d.next(), Err(ProtoError::FrameTooLarge { .. })));
+    assert!(matches!(d.next(), Err(ProtoError::Poisoned)));
+    // Exactly MAX_FRAME is allowed: the decoder waits for the body.
+    let mut d = FrameDecoder::new();
+    d.push(&(MAX_FRAME as u32).to_be_bytes());
+    assert!(d.next().unwrap().is_none());
+}
+
+#[test]
+fn huge_count_is_refused_without_allocating() {
+    // Register claiming 4 billion tuples in a 9-byte frame.
+    let f = [0, 0, 0, 5, 5, 0xff, 0xff, 0xff, 0xff];
+    assert!(matches!(
+        first_error(&f),
+        ProtoError::CountTooLarge {
+            count: u32::MAX,
+            ..
+        }
+    ));
+    let f = [0, 0, 0, 5, 7, 0xff, 0xff, 0xff, 0xff];
+    assert!(matches!(
+        first_error(&f),
+        ProtoError::CountTooLarge { what: "record", .. }
+    ));
+}
+
+#[test]
+fn malformed_bodies() {
+    assert!(matches!(first_error(&[0, 0, 0, 0]), ProtoError::EmptyFrame));
+    assert!(matches!(
+        first_error(&[0, 0, 0, 1, 99]),
+        ProtoError::UnknownType(99)
+    ));
+    assert!(matches!(
+        first_error(&[0, 0, 0, 2, 8, 0]),
+        ProtoError::Truncated { what: "token", .. }
+    ));
+    let mut ping = encoded(&Message::Ping { token: 1 });
+    ping[3] += 1;
+    ping.push(0);
+    assert!(matches!(
+        first_error(&ping),
+        ProtoError::TrailingBytes {
+            msg: "Ping",
+            extra: 1
+        }
+    ));
+    // Bad family.
+    let f = [
+        0, 0, 0, 19, 5, 0, 0, 0, 1, 5, 1, 1, 1, 1, 0, 1, 4, 1, 1, 1, 1, 0, 1,
+    ];
+    assert!(matches!(first_error(&f), ProtoError::BadFamily(5)));
+    // Mixed families.
+    let m = Message::Register {
+        tuples: vec![t4("1.1.1.1:1", "1.1.1.1:1")],
+    };
+    let mut f = encoded(&m);
+    f[16] = 6; // second address claims IPv6 but has 4 bytes: mixed, then truncated
+    assert!(decode_all(&f).is_err());
+    let good = FourTuple {
+        client: "1.2.3.4:5".parse().unwrap(),
+        server: "[::1]:80".parse().unwrap(),
+    };
+    let f = encoded(&Message::Register { tuples: vec![good] });
+    assert!(matches!(first_error(&f), ProtoError::MixedFamilies));
+    // Bad magic and bad role.
+    let mut h = encoded(&Message::Hello(Hello::new(
+        Role::Copier,
+        false,
+        [0; 32],
+        "",
+    )));
+    h[5] = b'X';
+    assert!(matches!(first_error(&h), ProtoError::BadMagic(_)));
+    let mut h = encoded(&Message::Hello(Hello::new(
+        Role::Copier,
+        false,
+        [0; 32],
+        "",
+    )));
+    h[11] = 3;
+    assert!(matches!(first_error(&h), ProtoError::BadRole(3)));
+    // Bad UTF-8.
+    let f = [0, 0, 0, 6, 4, 0, 1, 0, 1, 0xff];
+    assert!(matches!(first_error(&f), ProtoError::BadUtf8));
+}
+
+#[test]
+fn decoder_stays_failed_after_an_error() {
+    let mut d = FrameDecoder::new();
+    d.push(&[0, 0, 0, 1, 99]);
+    d.push(&encoded(&Message::Ping { token: 3 }));
+    assert!(d.next().is_err());
+    assert!(matches!(d.next(), Err(ProtoError::Poisoned)));
+}
+
+// ---- splitting of large lists ----
+
+#[test]
+fn big_records_list_is_split_into_frames_under_the_limit() {
+    let rec = Record {
+        orig_len: 9000,
+        headers: vec![0x45; 52],
+        payload: vec![1; 8000],
+    };
+    let records = vec![rec; 300]; // ~2.4 MB
+    let m = Message::Records {
+        records: records.clone(),
+    };
+    let bytes = encoded(&m);
+    // Walk the frames: each within the limit.
+    let mut off = 0;
+    let mut frames = 0;
+    while off < bytes.len() {
+        let len = u32::from_be_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+        assert!(len <= MAX_FRAME);
+        off += 4 + len;
+        frames += 1;
+    }
+    assert_eq!(frames, 3);
+    let got: Vec<Record> = decode_all(&bytes)
+        .unwrap()
+        .into_iter()
+        .flat_map(|m| match m {
+            Message::Records { records } => records,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, records);
+}
+
+#[test]
+fn oversized_payload_is_clipped_to_fit_one_frame() {
+    let rec = Record {
+        orig_len: 1,
+        headers: vec![1; 40],
+        payload: vec![2; 2 * MAX_FRAME],
+    };
+    let bytes = encoded(&Message::Records { records: vec![rec] });
+    assert_eq!(bytes.len(), 4 + MAX_FRAME);
+    let got = decode_all(&bytes).unwrap();
+    let Message::Records { records } = &got[0] else {
+        panic!()
+    };
+    assert_eq!(records[0].headers, vec![1; 40]);
+    assert!(records[0].payload.iter().all(|&b| b == 2));
+}
+
+#[test]
+fn empty_lists_encode_as_one_frame() {
+    let m = Message::Unregister { tuples: vec![] };
+    assert_eq!(encoded(&m), [0, 0, 0, 5, 6, 0, 0, 0, 0]);
+    assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
+}
+
+// ---- records from packets ----
+
+fn response(src: &str, dst: &str, payload: &[u8], options: &[TcpOption<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    TcpBuilder {
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        seq: SeqNum(1000),
+        ack: SeqNum(2000),
+        flags: TcpFlags::ACK | TcpFlags::PSH,
+        window: 500,
+        options,
+        payload,
+        ttl: 64,
+        ident: 7,
+    }
+    .emit(&mut out);
+    out
+}
+
+#[test]
+fn record_from_whole_and_truncated_packets() {
+    let opts = [TcpOption::Timestamps { tsval: 1, tsecr: 2 }];
+    let pkt = response("198.19.0.1:80", "198.18.0.10:40000", &[b'x'; 100], &opts);
+    let hl = 20 + 20 + 12;
+    let want_tuple = t4("198.18.0.10:40000", "198.19.0.1:80");
+    // Whole packet, headers only.
+    let (t, r) = Record::from_packet(&pkt, 0).unwrap();
+    assert_eq!(t, want_tuple);
+    assert_eq!(r.orig_len as usize, pkt.len());
+    assert_eq!(r.headers, pkt[..hl]);
+    assert!(r.payload.is_empty());
+    assert_eq!(r.tuple().unwrap(), want_tuple);
+    // Whole packet, 10 payload bytes.
+    let (_, r) = Record::from_packet(&pkt, 10).unwrap();
+    assert_eq!(r.payload, vec![b'x'; 10]);
+    // Cut after 70 bytes (NFQUEUE copy range), payload asked for: what is there.
+    let (t, r) = Record::from_packet(&pkt[..70], 1000).unwrap();
+    assert_eq!(t, want_tuple);
+    assert_eq!(r.orig_len as usize, pkt.len());
+    assert_eq!(r.payload, vec![b'x'; 70 - hl]);
+    // Padding after the IP length is not payload.
+    let mut padded = pkt.clone();
+    padded.extend_from_slice(&[0xee; 6]);
+    let (_, r) = Record::from_packet(&padded, 1000).unwrap();
+    assert_eq!(r.payload, vec![b'x'; 100]);
+    // Cut inside the TCP header: refused.
+    assert!(Record::from_packet(&pkt[..hl - 1], 0).is_err());
+}
+
+#[test]
+fn record_from_ipv6_packet() {
+    let pkt = response("[2001:db8::1]:443", "[2001:db8::a]:5555", b"hello", &[]);
+    let (t, r) = Record::from_packet(&pkt[..60], 0).unwrap();
+    assert_eq!(t, t4("[2001:db8::a]:5555", "[2001:db8::1]:443"));
+    assert_eq!(r.orig_len as usize, pkt.len());
+    assert_eq!(r.headers.len(), 60);
+    assert_eq!(r.tuple().unwrap(), t);
+}
+
+#[test]
+fn response_headers_refuse_what_wire_refuses() {
+    let pkt = response("198.19.0.1:80", "198.18.0.10:40000", b"", &[]);
+    // Not TCP.
+    let mut udp = pkt.clone();
+    udp[9] = 17;
+    assert!(parse_response_headers(&udp).is_err());
+    // Total length smaller than the headers.
+    let mut short = pkt.clone();
+    short[2..4].copy_from_slice(&30u16.to_be_bytes());
+    assert!(parse_response_headers(&short).is_err());
+    // Empty and garbage.
+    assert!(parse_response_headers(&[]).is_err());
+    assert!(parse_response_headers(&[0x45]).is_err());
+    assert!(parse_response_headers(&[0x75; 60]).is_err());
+}
+
+// ---- properties ----
+
+fn arb_v4() -> impl Strategy<Value = SocketAddr> {
+    (any::<u32>(), any::<u16>())
+        .prop_map(|(a, p)| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(a), p)))
+}
+
+fn arb_v6() -> impl Strategy<Value = SocketAddr> {
+    (any::<u128>(), any::<u16>())
+        .prop_map(|(a, p)| SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(a), p, 0, 0)))
+}
+
+fn arb_tuple() -> impl Strategy<Value = FourTuple> {
+    prop_oneof![
+        (arb_v4(), arb_v4()).prop_map(|(client, server)| FourTuple { client, server }),
+        (arb_v6(), arb_v6()).prop_map(|(client, server)| FourTuple { client, server }),
+    ]
+}
+
+fn arb_bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    (any::<u32>(), arb_bytes(130), arb_bytes(300)).prop_map(|(orig_len, headers, payload)| Record {
+        orig_len,
+        headers,
+        payload,
+    })
+}
+
+fn arb_string() -> impl Strategy<Value = String> {
+    proptest::collection::vec(any::<char>(), 0..40).prop_map(String::from_iter)
+}
+
+fn arb_message() -> impl Strategy<Value = Message> {
+    let nonce = proptest::array::uniform32(any::<u8>());
+    let role = prop_oneof![Just(Role::Copier), Just(Role::Intercept)];
+    prop_oneof![
+        (any::<u16>(), role, any::<bool>(), nonce, arb_string()).prop_map(
+            |(version, role, auth_required, nonce, software)| {
+                Message::Hello(Hello {
+                    version,
+                    role,
+                    auth_required,
+                    nonce,
+                    software,
+                })
+            }
+        ),
+        nonce.prop_map(|mac| Message::Auth { mac }),
+        nonce.prop_map(|mac| Message::AuthOk { mac }),
+        (any::<u16>(), arb_string()).prop_map(|(code, message)| Message::Error { code, message }),
+        proptest::collection::vec(arb_tuple(), 0..20)
+            .prop_map(|tuples| Message::Register { tuples }),
+        proptest::collection::vec(arb_tuple(), 0..20)
+            .prop_map(|tuples| Message::Unregister { tuples }),
+        proptest::collection::vec(arb_record(), 0..10)
+            .prop_map(|records| Message::Records { records }),
+        any::<u64>().prop_map(|token| Message::Ping { token }),
+        any::<u64>().prop_map(|token| Message::Pong { token }),
+    ]
+}
+
+/// Drive a decoder to the end of what it has, returning messages and the first error.
+fn drain(d: &mut FrameDecoder, out: &mut Vec<Message>) -> Result<(), ProtoError> {
+    while let Some(m) = d.next()? {
+        out.push(m);
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn encode_then_decode_is_identity(m in arb_message()) {
+        prop_assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
+    }
+
+    #[test]
+    fn split_delivery_gives_the_same_messages(
+        msgs in proptest::collection::vec(arb_message(), 1..8),
+        cuts in proptest::collection::vec(1usize..64, 1..400),
+    ) {
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            m.encode(&mut bytes);
+        }
+        let mut d = FrameDecoder::new();
+        let mut got = Vec::new();
+        let mut off = 0;
+        let mut i = 0;
+        while off < bytes.len() {
+            let n = cuts[i % cuts.len()].min(bytes.len() - off);
+            d.push(&bytes[off..off + n]);
+            off += n;
+            i += 1;
+            drain(&mut d, &mut got).unwrap();
+        }
+        prop_assert_eq!(got, msgs);
+        prop_assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in arb_bytes(2000)) {
+        let mut d = FrameDecoder::new();
+        d.push(&bytes);
+        let mut out = Vec::new();
+        let _ = drain(&mut d, &mut out);
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(m in arb_message(), flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..6)) {
+        let mut bytes = encoded(&m);
+        for (at, v) in flips {
+            let i = at % bytes.len();
+            bytes[i] = v;
+        }
+        let mut d = FrameDecoder::new();
+        d.push(&bytes);
+        let mut out = Vec::new();
+        let _ = drain(&mut d, &mut out);
+    }
+
+    #[test]
+    fn response_headers_never_panic(bytes in arb_bytes(200)) {
+        let _ = parse_response_headers(&bytes);
+    }
+}

@@ -1,0 +1,408 @@
+//! The control protocol over tokio streams: framed reading and writing, and the handshake of
+//! each end.
+//!
+//! This is the only part of [`crate::proto`] that performs I/O or reads the clock. The handshake
+//! runs under a timeout ([`HANDSHAKE_TIMEOUT`] by default) so that a silent peer cannot hold a
+//! connection slot. A refusal (version mismatch, wrong role, authentication) is first told to the
+//! peer in an `Error` message naming the reason, then the write side is shut down and the
+//! function returns the matching [`ProtoError`]; dropping the returned halves closes the socket.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+
+use super::auth;
+use super::codec::{encode_records, FrameDecoder, Hello, Message, Record, Role};
+use super::{error_code, ProtoError, HANDSHAKE_TIMEOUT, VERSION};
+
+/// Reads whole messages from a byte stream.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    decoder: FrameDecoder,
+    buf: Box<[u8]>,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Wrap a stream.
+    pub fn new(inner: R) -> FrameReader<R> {
+        FrameReader {
+            inner,
+            decoder: FrameDecoder::new(),
+            buf: vec![0u8; 64 * 1024].into_boxed_slice(),
+        }
+    }
+
+    /// The next message; `Ok(None)` when the peer closed the connection between two frames.
+    ///
+    /// Cancel-safe: if the future is dropped before it completes, no byte is lost, so it can be
+    /// used in `tokio::select!`.
+    pub async fn read_message(&mut self) -> Result<Option<Message>, ProtoError> {
+        loop {
+            if let Some(m) = self.decoder.next()? {
+                return Ok(Some(m));
+            }
+            let n = self.inner.read(&mut self.buf).await?;
+            if n == 0 {
+                return if self.decoder.buffered() == 0 {
+                    Ok(None)
+                } else {
+                    Err(ProtoError::Closed(" in the middle of a frame"))
+                };
+            }
+            self.decoder.push(&self.buf[..n]);
+        }
+    }
+
+    /// The wrapped stream.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+}
+
+/// Writes messages to a byte stream, several per write where possible.
+#[derive(Debug)]
+pub struct FrameWriter<W> {
+    inner: W,
+    buf: Vec<u8>,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// Wrap a stream.
+    pub fn new(inner: W) -> FrameWriter<W> {
+        FrameWriter {
+            inner,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Write one message and flush it.
+    pub async fn write_message(&mut self, msg: &Message) -> Result<(), ProtoError> {
+        self.write_messages(std::slice::from_ref(msg)).await
+    }
+
+    /// Write several messages with one write (as far as the socket takes it) and flush.
+    pub async fn write_messages(&mut self, msgs: &[Message]) -> Result<(), ProtoError> {
+        self.buf.clear();
+        for m in msgs {
+            m.encode(&mut self.buf);
+        }
+        self.send_buf().await
+    }
+
+    /// Write records as few Records frames as [`super::MAX_FRAME`] allows, and flush.
+    pub async fn write_records(&mut self, records: &[Record]) -> Result<(), ProtoError> {
+        self.buf.clear();
+        encode_records(records, &mut self.buf);
+        self.send_buf().await
+    }
+
+    async fn send_buf(&mut self) -> Result<(), ProtoError> {
+        self.inner.write_all(&self.buf).await?;
+        self.inner.flush().await?;
+        // Don't keep a huge buffer around after one big batch.
+        if self.buf.capacity() > 4 * super::MAX_FRAME {
+            self.buf = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Flush and shut down the write side (the peer reads end-of-stream).
+    pub async fn shutdown(&mut self) -> Result<(), ProtoError> {
+        self.inner.shutdown().await?;
+        Ok(())
+    }
+
+    /// The wrapped stream.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+}
+
+/// A connection whose handshake succeeded.
+#[derive(Debug)]
+pub struct Established<S> {
+    /// Messages from the peer.
+    pub reader: FrameReader<ReadHalf<S>>,
+    /// Messages to the peer.
+    pub writer: FrameWriter<WriteHalf<S>>,
+    /// The peer's Hello (its software string is worth logging).
+    pub peer: Hello,
+}
+
+/// Handshake as the copier, with the default [`HANDSHAKE_TIMEOUT`]. `secret: None` means
+/// `--no-secret`, which works only if the intercept also runs without a secret.
+pub async fn client_handshake<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    client_handshake_timeout(stream, secret, software, HANDSHAKE_TIMEOUT).await
+}
+
+/// Handshake as the intercept, with the default [`HANDSHAKE_TIMEOUT`].
+pub async fn server_handshake<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    server_handshake_timeout(stream, secret, software, HANDSHAKE_TIMEOUT).await
+}
+
+/// [`client_handshake`] with an explicit timeout.
+pub async fn client_handshake_timeout<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+    timeout: Duration,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (r, w) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(r);
+    let mut writer = FrameWriter::new(w);
+    let fut = client_steps(&mut reader, &mut writer, secret, software);
+    let peer = tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| ProtoError::Timeout(timeout))??;
+    Ok(Established {
+        reader,
+        writer,
+        peer,
+    })
+}
+
+/// [`server_handshake`] with an explicit timeout.
+pub async fn server_handshake_timeout<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+    timeout: Duration,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (r, w) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(r);
+    let mut writer = FrameWriter::new(w);
+    let fut = server_steps(&mut reader, &mut writer, secret, software);
+    let peer = tokio::time::timeout(timeout, fut)
+        .await
+        .map_err(|_| ProtoError::Timeout(timeout))??;
+    Ok(Established {
+        reader,
+        writer,
+        peer,
+    })
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Copier => "copier",
+        Role::Intercept => "intercept",
+    }
+}
+
+/// Tell the peer why we refuse, shut down our write side and hand back `err`.
+async fn refuse<W: AsyncWrite + Unpin>(
+    writer: &mut FrameWriter<W>,
+    code: u16,
+    message: String,
+    err: ProtoError,
+) -> ProtoError {
+    // Best effort: the peer may already be gone.
+    let _ = writer
+        .write_message(&Message::Error { code, message })
+        .await;
+    let _ = writer.shutdown().await;
+    err
+}
+
+/// Send our Hello, read the peer's and check version, role and authentication mode.
+async fn exchange_hello<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut FrameWriter<W>,
+    ours: &Hello,
+    expected: Role,
+) -> Result<Hello, ProtoError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    writer.write_message(&Message::Hello(ours.clone())).await?;
+    let me = role_name(ours.role);
+    let them = role_name(expected);
+    let peer = match reader.read_message().await {
+        Ok(Some(Message::Hello(h))) => h,
+        Ok(Some(Message::Error { code, message })) => {
+            return Err(ProtoError::Remote { code, message })
+        }
+        Ok(Some(other)) => {
+            let err = ProtoError::Unexpected {
+                expected: "Hello",
+                got: other.name(),
+            };
+            return Err(refuse(
+                writer,
+                error_code::PROTOCOL,
+                format!("{me}: expected Hello, got {}", other.name()),
+                err,
+            )
+            .await);
+        }
+        Ok(None) => return Err(ProtoError::Closed(" during the handshake")),
+        Err(e @ ProtoError::Io(_)) => return Err(e),
+        Err(e) => {
+            let msg = format!("{me}: cannot decode your Hello: {e}");
+            return Err(refuse(writer, error_code::PROTOCOL, msg, e).await);
+        }
+    };
+    if peer.version != VERSION {
+        let msg = format!(
+            "protocol version mismatch: this {me} speaks version {VERSION}, the {them} speaks version {}",
+            peer.version
+        );
+        let err = ProtoError::VersionMismatch {
+            ours: VERSION,
+            theirs: peer.version,
+        };
+        return Err(refuse(writer, error_code::VERSION_MISMATCH, msg, err).await);
+    }
+    if peer.role != expected {
+        let msg = format!(
+            "this {me} expects a {them}, the peer says it is a {}",
+            role_name(peer.role)
+        );
+        let err = ProtoError::WrongRole {
+            expected,
+            got: peer.role,
+        };
+        return Err(refuse(writer, error_code::ROLE, msg, err).await);
+    }
+    if peer.auth_required != ours.auth_required {
+        let msg = if ours.auth_required {
+            format!(
+                "this {me} requires a shared secret but the {them} runs without one (--no-secret)"
+            )
+        } else {
+            format!("this {me} runs without a secret (--no-secret) but the {them} requires one")
+        };
+        return Err(refuse(
+            writer,
+            error_code::AUTH_MODE_MISMATCH,
+            msg.clone(),
+            ProtoError::AuthMode(msg),
+        )
+        .await);
+    }
+    Ok(peer)
+}
+
+async fn client_steps<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut FrameWriter<W>,
+    secret: Option<&[u8]>,
+    software: &str,
+) -> Result<Hello, ProtoError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ours = Hello::new(Role::Copier, secret.is_some(), auth::nonce()?, software);
+    let peer = exchange_hello(reader, writer, &ours, Role::Intercept).await?;
+    let mac = secret.map_or([0; 32], |s| auth::copier_mac(s, &peer.nonce, &ours.nonce));
+    writer.write_message(&Message::Auth { mac }).await?;
+    match reader.read_message().await? {
+        Some(Message::AuthOk { mac }) => {
+            if let Some(s) = secret {
+                if auth::verify_intercept_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
+                    let msg = "copier: the intercept's MAC does not match: it has another secret"
+                        .to_string();
+                    return Err(refuse(
+                        writer,
+                        error_code::AUTH_FAILED,
+                        msg,
+                        ProtoError::AuthFailed,
+                    )
+                    .await);
+                }
+            }
+            Ok(peer)
+        }
+        Some(Message::Error { code, message }) => Err(ProtoError::Remote { code, message }),
+        Some(other) => {
+            let err = ProtoError::Unexpected {
+                expected: "AuthOk",
+                got: other.name(),
+            };
+            Err(refuse(
+                writer,
+                error_code::PROTOCOL,
+                format!("copier: expected AuthOk, got {}", other.name()),
+                err,
+            )
+            .await)
+        }
+        None => Err(ProtoError::Closed(" during the handshake")),
+    }
+}
+
+async fn server_steps<R, W>(
+    reader: &mut FrameReader<R>,
+    writer: &mut FrameWriter<W>,
+    secret: Option<&[u8]>,
+    software: &str,
+) -> Result<Hello, ProtoError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let ours = Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software);
+    let peer = exchange_hello(reader, writer, &ours, Role::Copier).await?;
+    match reader.read_message().await? {
+        Some(Message::Auth { mac }) => {
+            if let Some(s) = secret {
+                if auth::verify_copier_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
+                    let msg = "intercept: authentication failed: wrong secret".to_string();
+                    return Err(refuse(
+                        writer,
+                        error_code::AUTH_FAILED,
+                        msg,
+                        ProtoError::AuthFailed,
+                    )
+                    .await);
+                }
+            }
+            let mac = secret.map_or([0; 32], |s| {
+                auth::intercept_mac(s, &peer.nonce, &ours.nonce)
+            });
+            writer.write_message(&Message::AuthOk { mac }).await?;
+            Ok(peer)
+        }
+        Some(Message::Error { code, message }) => Err(ProtoError::Remote { code, message }),
+        Some(other) => {
+            let err = ProtoError::Unexpected {
+                expected: "Auth",
+                got: other.name(),
+            };
+            Err(refuse(
+                writer,
+                error_code::PROTOCOL,
+                format!("intercept: expected Auth, got {}", other.name()),
+                err,
+            )
+            .await)
+        }
+        None => Err(ProtoError::Closed(" during the handshake")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,287 @@
+//! Handshake tests over in-memory duplex pipes and a localhost TCP connection.
+
+use std::time::Duration;
+
+use tokio::io::{duplex, AsyncWriteExt, DuplexStream};
+
+use super::*;
+use crate::proto::error_code;
+
+const SECRET: &[u8] = b"correct horse battery staple";
+
+async fn pair(
+    client_secret: Option<&[u8]>,
+    server_secret: Option<&[u8]>,
+) -> (
+    Result<Established<DuplexStream>, ProtoError>,
+    Result<Established<DuplexStream>, ProtoError>,
+) {
+    let (a, b) = duplex(64 * 1024);
+    let cs = client_secret.map(<[u8]>::to_vec);
+    let ss = server_secret.map(<[u8]>::to_vec);
+    let server =
+        tokio::spawn(async move { server_handshake(b, ss.as_deref(), "intercept-test").await });
+    let client = client_handshake(a, cs.as_deref(), "copier-test").await;
+    (client, server.await.unwrap())
+}
+
+#[tokio::test]
+async fn good_secret_connects_and_messages_flow() {
+    let (c, s) = pair(Some(SECRET), Some(SECRET)).await;
+    let mut c = c.unwrap();
+    let mut s = s.unwrap();
+    assert_eq!(c.peer.software, "intercept-test");
+    assert_eq!(c.peer.role, Role::Intercept);
+    assert_eq!(s.peer.software, "copier-test");
+    assert!(s.peer.auth_required);
+
+    let reg = Message::Register { tuples: vec![] };
+    c.writer
+        .write_messages(&[reg.clone(), Message::Ping { token: 9 }])
+        .await
+        .unwrap();
+    assert_eq!(s.reader.read_message().await.unwrap(), Some(reg));
+    assert_eq!(
+        s.reader.read_message().await.unwrap(),
+        Some(Message::Ping { token: 9 })
+    );
+
+    let recs = vec![
+        Record {
+            orig_len: 60,
+            headers: vec![1, 2, 3],
+            payload: vec![]
+        };
+        5
+    ];
+    s.writer.write_records(&recs).await.unwrap();
+    assert_eq!(
+        c.reader.read_message().await.unwrap(),
+        Some(Message::Records { records: recs })
+    );
+
+    // Clean close between frames reads as None.
+    s.writer.shutdown().await.unwrap();
+    assert_eq!(c.reader.read_message().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn wrong_secret_is_refused_by_the_intercept() {
+    let (c, s) = pair(Some(b"wrong"), Some(SECRET)).await;
+    assert!(matches!(s, Err(ProtoError::AuthFailed)), "{s:?}");
+    match c {
+        Err(ProtoError::Remote { code, message }) => {
+            assert_eq!(code, error_code::AUTH_FAILED);
+            assert!(message.contains("authentication failed"), "{message}");
+        }
+        other => panic!("copier should be refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn copier_refuses_an_intercept_that_does_not_know_the_secret() {
+    // A fake intercept that accepts any Auth and answers with a MAC it cannot compute.
+    let (a, b) = duplex(64 * 1024);
+    let fake = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(b);
+        let mut reader = FrameReader::new(r);
+        let mut writer = FrameWriter::new(w);
+        let hello = Hello::new(Role::Intercept, true, [3; 32], "impostor");
+        writer.write_message(&Message::Hello(hello)).await.unwrap();
+        assert!(matches!(
+            reader.read_message().await.unwrap(),
+            Some(Message::Hello(_))
+        ));
+        assert!(matches!(
+            reader.read_message().await.unwrap(),
+            Some(Message::Auth { .. })
+        ));
+        writer
+            .write_message(&Message::AuthOk { mac: [0x42; 32] })
+            .await
+            .unwrap();
+        reader.read_message().await.unwrap()
+    });
+    let c = client_handshake(a, Some(SECRET), "copier-test").await;
+    assert!(matches!(c, Err(ProtoError::AuthFailed)), "{c:?}");
+    // The copier told the impostor why.
+    match fake.await.unwrap() {
+        Some(Message::Error { code, .. }) => assert_eq!(code, error_code::AUTH_FAILED),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn no_secret_mode_works_when_both_ends_agree() {
+    let (c, s) = pair(None, None).await;
+    let mut c = c.unwrap();
+    let s = s.unwrap();
+    assert!(!s.peer.auth_required);
+    drop(s);
+    assert_eq!(c.reader.read_message().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn secret_on_one_end_only_is_refused_with_a_clear_reason() {
+    let (c, s) = pair(None, Some(SECRET)).await;
+    let e = s.unwrap_err();
+    assert!(matches!(e, ProtoError::AuthMode(_)), "{e:?}");
+    assert!(e.to_string().contains("requires a shared secret"), "{e}");
+    assert!(c.is_err());
+
+    let (c, s) = pair(Some(SECRET), None).await;
+    assert!(matches!(s, Err(ProtoError::AuthMode(_))), "{s:?}");
+    let e = c.unwrap_err();
+    assert!(e.to_string().contains("secret"), "{e}");
+}
+
+#[tokio::test]
+async fn version_mismatch_names_both_versions() {
+    let (a, b) = duplex(64 * 1024);
+    let future_copier = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(a);
+        let mut reader = FrameReader::new(r);
+        let mut writer = FrameWriter::new(w);
+        let mut hello = Hello::new(Role::Copier, false, [1; 32], "copier-from-the-future");
+        hello.version = 7;
+        writer.write_message(&Message::Hello(hello)).await.unwrap();
+        let first = reader.read_message().await.unwrap();
+        let second = reader.read_message().await.unwrap();
+        let third = reader.read_message().await.unwrap();
+        (first, second, third)
+    });
+    let e = server_handshake(b, None, "intercept-test")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ProtoError::VersionMismatch {
+                ours: VERSION,
+                theirs: 7
+            }
+        ),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("version 1") && text.contains("version 7"),
+        "{text}"
+    );
+    drop(e);
+    let (first, second, third) = future_copier.await.unwrap();
+    assert!(matches!(first, Some(Message::Hello(_))));
+    match second {
+        Some(Message::Error { code, message }) => {
+            assert_eq!(code, error_code::VERSION_MISMATCH);
+            assert!(
+                message.contains("version 1") && message.contains("version 7"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // And then the connection is closed.
+    assert_eq!(third, None);
+}
+
+#[tokio::test]
+async fn copier_sees_the_intercept_version_refusal() {
+    // A real copier against an intercept of another version: the copier detects it itself.
+    let (a, b) = duplex(64 * 1024);
+    tokio::spawn(async move {
+        let (_r, w) = tokio::io::split(b);
+        let mut writer = FrameWriter::new(w);
+        let mut hello = Hello::new(Role::Intercept, false, [1; 32], "old");
+        hello.version = 0;
+        writer.write_message(&Message::Hello(hello)).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    });
+    let e = client_handshake(a, None, "copier-test").await.unwrap_err();
+    assert!(
+        matches!(e, ProtoError::VersionMismatch { ours: 1, theirs: 0 }),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_role_is_refused() {
+    let (a, b) = duplex(64 * 1024);
+    let t = tokio::spawn(async move { client_handshake(b, None, "copier-2").await });
+    let e = client_handshake(a, None, "copier-1").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ProtoError::WrongRole {
+                expected: Role::Intercept,
+                got: Role::Copier
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(t.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn silent_peer_times_out() {
+    let (a, _b) = duplex(1024);
+    let t0 = std::time::Instant::now();
+    let e = server_handshake_timeout(a, Some(SECRET), "i", Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ProtoError::Timeout(_)), "{e:?}");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+}
+
+#[tokio::test]
+async fn garbage_peer_is_refused() {
+    let (a, mut b) = duplex(1024);
+    b.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let e = server_handshake(a, Some(SECRET), "i").await.unwrap_err();
+    // "GET " as a length is far above the limit.
+    assert!(matches!(e, ProtoError::FrameTooLarge { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn peer_closing_mid_frame_is_an_error() {
+    let (a, mut b) = duplex(1024);
+    b.write_all(&[0, 0, 0, 9, 8, 1]).await.unwrap();
+    drop(b);
+    let mut r = FrameReader::new(a);
+    assert!(matches!(r.read_message().await, Err(ProtoError::Closed(_))));
+}
+
+#[tokio::test]
+async fn handshake_over_localhost_tcp() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (sock, _) = listener.accept().await.unwrap();
+        let mut s = server_handshake(sock, Some(SECRET), "intercept-test")
+            .await
+            .unwrap();
+        match s.reader.read_message().await.unwrap() {
+            Some(Message::Ping { token }) => s
+                .writer
+                .write_message(&Message::Pong { token })
+                .await
+                .unwrap(),
+            other => panic!("{other:?}"),
+        }
+    });
+    let sock = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut c = client_handshake(sock, Some(SECRET), "copier-test")
+        .await
+        .unwrap();
+    c.writer
+        .write_message(&Message::Ping { token: 77 })
+        .await
+        .unwrap();
+    assert_eq!(
+        c.reader.read_message().await.unwrap(),
+        Some(Message::Pong { token: 77 })
+    );
+    server.await.unwrap();
+}
