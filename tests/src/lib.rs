@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 mod capture;
+pub mod fake;
 mod nginx;
 mod proc;
 pub mod setup;

@@ -1,0 +1,123 @@
+//! A hand-driven copier for intercept tests: a control connection (real protocol, real
+//! handshake) plus a raw socket that sends hand-built segments with a spoofed client address.
+//!
+//! Everything runs on a current-thread tokio runtime owned by the caller, inside the namespace
+//! the sockets were made in (see [`crate::Lab::in_ns`]).
+
+use anyhow::{bail, Context, Result};
+use common::flow::FourTuple;
+use common::proto::io::{client_handshake, Established};
+use common::proto::{Message, Record};
+use common::seq::SeqNum;
+use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// One control connection of a fake copier.
+#[derive(Debug)]
+pub struct FakeCopier {
+    conn: Established<TcpStream>,
+    /// Records received and not yet taken.
+    pub inbox: Vec<Record>,
+}
+
+impl FakeCopier {
+    /// Connects and authenticates (`secret: None` for `--no-secret`).
+    pub async fn connect(intercept: SocketAddr, secret: Option<&[u8]>) -> Result<FakeCopier> {
+        let stream = TcpStream::connect(intercept).await.with_context(|| format!("connect {intercept}"))?;
+        let conn = client_handshake(stream, secret, "lab-fake-copier").await.context("handshake")?;
+        Ok(FakeCopier { conn, inbox: Vec::new() })
+    }
+
+    /// Registers 4-tuples.
+    pub async fn register(&mut self, tuples: &[FourTuple]) -> Result<()> {
+        self.conn.writer.write_message(&Message::Register { tuples: tuples.to_vec() }).await?;
+        Ok(())
+    }
+
+    /// Unregisters 4-tuples.
+    pub async fn unregister(&mut self, tuples: &[FourTuple]) -> Result<()> {
+        self.conn.writer.write_message(&Message::Unregister { tuples: tuples.to_vec() }).await?;
+        Ok(())
+    }
+
+    /// Reads messages for `dur`, keeping records in `inbox`. Fails if the connection closes.
+    pub async fn collect(&mut self, dur: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + dur;
+        loop {
+            match tokio::time::timeout_at(deadline, self.conn.reader.read_message()).await {
+                Err(_) => return Ok(()),
+                Ok(Ok(Some(Message::Records { records }))) => self.inbox.extend(records),
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("the intercept closed the control connection"),
+                Ok(Err(e)) => bail!("control connection: {e}"),
+            }
+        }
+    }
+
+    /// Reads until a record matching `pred` arrives (kept in `inbox`), at most `timeout`.
+    pub async fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Result<Record> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.inbox.iter().find(|r| pred(r)) {
+                return Ok(r.clone());
+            }
+            match tokio::time::timeout_at(deadline, self.conn.reader.read_message()).await {
+                Err(_) => bail!("no matching record within {timeout:?}; got {} others", self.inbox.len()),
+                Ok(Ok(Some(Message::Records { records }))) => self.inbox.extend(records),
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("the intercept closed the control connection"),
+                Ok(Err(e)) => bail!("control connection: {e}"),
+            }
+        }
+    }
+}
+
+/// Flags of a record's TCP header.
+pub fn record_flags(r: &Record) -> TcpFlags {
+    parse_tcp_packet(&r.headers).map(|p| p.tcp.flags()).unwrap_or(TcpFlags(0))
+}
+
+/// A raw IPv4 sender (`IPPROTO_RAW`, header included).
+#[derive(Debug)]
+pub struct RawSender {
+    sock: Socket,
+    buf: Vec<u8>,
+}
+
+impl RawSender {
+    /// Opens the socket (in the current thread's namespace).
+    pub fn new() -> Result<RawSender> {
+        let sock = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
+            .context("raw socket")?;
+        sock.set_header_included_v4(true).context("IP_HDRINCL")?;
+        Ok(RawSender { sock, buf: Vec::with_capacity(2048) })
+    }
+
+    /// Sends one segment of the tuple's client toward its server.
+    pub fn send(&mut self, t: FourTuple, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> Result<()> {
+        TcpBuilder {
+            src: t.client,
+            dst: t.server,
+            seq: SeqNum(seq),
+            ack: SeqNum(ack),
+            flags,
+            window: 65535,
+            options: &[],
+            payload,
+            ttl: 64,
+            ident: 1,
+        }
+        .emit(&mut self.buf);
+        let SocketAddr::V4(dst) = t.server else { bail!("IPv4 only") };
+        let to = SocketAddrV4::new(*dst.ip(), 0);
+        self.sock.send_to(&self.buf, &to.into()).context("raw send")?;
+        Ok(())
+    }
+}
+
+const fn libc_ipproto_raw() -> i32 {
+    255
+}
