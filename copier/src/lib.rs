@@ -1,1 +1,11 @@
 //! Copier library: the session engine and its I/O layer.
+//!
+//! - `engine`: the sans-IO session table (no socket, no clock);
+//! - [`capture`] (with [`bpf`] and [`sys`]): the AF_PACKET TPACKET_V3 ring and its kernel filter;
+//! - [`send`]: raw IP_HDRINCL sockets toward the test server;
+//! - [`control`]: the clients of the intercepts;
+//! - [`run`]: the engine thread that ties them together; [`metrics`]: the exported counters.
+
+pub mod bpf;
+pub mod capture;
+pub mod sys;

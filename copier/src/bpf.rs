@@ -1,0 +1,489 @@
+//! The classic BPF program that the kernel runs on every frame before it reaches the capture ring.
+//!
+//! Owns: turning the mapped `(online address?, port)` pairs into a cBPF program for an
+//! `AF_PACKET`/`SOCK_DGRAM` socket, where packet data starts at the network header.
+//!
+//! The program accepts (returns "whole packet") exactly:
+//! - frames that did not go out of this host (`pkttype != PACKET_OUTGOING`), and
+//! - IPv4 TCP that is not a non-first fragment, or IPv6 whose *fixed* header says next header 6
+//!   (TCP behind extension headers is not copied), and
+//! - whose destination port is a mapped port and, if that port was mapped with online addresses,
+//!   whose destination address is one of them.
+//!
+//! Invariants: every conditional jump is short (at most a port group long) and checked against the
+//! 8-bit field; the only long jump is an unconditional `ja` with a 32-bit offset. The program never
+//! exceeds [`MAX_INSNS`]. Out-of-bounds loads make the kernel return 0 (reject), which is what a
+//! truncated frame deserves.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// One classic BPF instruction, laid out like the kernel's `struct sock_filter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    /// Opcode (class | size | mode, or class | op | src).
+    pub code: u16,
+    /// Jump offset when the condition holds.
+    pub jt: u8,
+    /// Jump offset when it does not.
+    pub jf: u8,
+    /// Constant operand.
+    pub k: u32,
+}
+
+/// Opcode pieces of classic BPF (from `linux/filter.h` / `linux/bpf_common.h`).
+pub mod op {
+    pub const LD: u16 = 0x00;
+    pub const LDX: u16 = 0x01;
+    pub const ALU: u16 = 0x04;
+    pub const JMP: u16 = 0x05;
+    pub const RET: u16 = 0x06;
+    pub const W: u16 = 0x00;
+    pub const H: u16 = 0x08;
+    pub const B: u16 = 0x10;
+    pub const IMM: u16 = 0x00;
+    pub const ABS: u16 = 0x20;
+    pub const IND: u16 = 0x40;
+    pub const MSH: u16 = 0xa0;
+    pub const JA: u16 = 0x00;
+    pub const JEQ: u16 = 0x10;
+    pub const JGT: u16 = 0x20;
+    pub const JGE: u16 = 0x30;
+    pub const JSET: u16 = 0x40;
+    pub const AND: u16 = 0x50;
+    pub const K: u16 = 0x00;
+    pub const X: u16 = 0x08;
+    pub const A: u16 = 0x10;
+    /// `SKF_AD_OFF`: base of the ancillary "loads".
+    pub const AD_OFF: u32 = (-0x1000i32) as u32;
+    /// `SKF_AD_PROTOCOL`: skb->protocol (the EtherType), host order.
+    pub const AD_PROTOCOL: u32 = 0;
+    /// `SKF_AD_PKTTYPE`: skb->pkt_type (`PACKET_HOST`, ..., `PACKET_OUTGOING` = 4).
+    pub const AD_PKTTYPE: u32 = 4;
+}
+
+/// The kernel's limit on classic BPF program length (`BPF_MAXINSNS`).
+pub const MAX_INSNS: usize = 4096;
+/// What an accepting program returns: capture the whole packet.
+pub const ACCEPT: u32 = u32::MAX;
+const PACKET_OUTGOING: u32 = 4;
+const ETHERTYPE_IPV4: u32 = 0x0800;
+const ETHERTYPE_IPV6: u32 = 0x86dd;
+const IPPROTO_TCP: u32 = 6;
+
+/// What the filter lets through: TCP to `port`, on `addr` if given (else any address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterTarget {
+    /// The online address clients connect to; `None` for any.
+    pub addr: Option<IpAddr>,
+    /// The online port clients connect to.
+    pub port: u16,
+}
+
+/// Why no program could be built.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BpfError {
+    /// There is nothing to capture.
+    #[error("no port to capture: give at least one --map")]
+    NoTargets,
+    /// One port carries more addresses than a short jump can skip over.
+    #[error("port {port} is mapped with too many online addresses for one filter ({count})")]
+    TooManyAddresses {
+        /// The port.
+        port: u16,
+        /// How many addresses of one family it was given.
+        count: usize,
+    },
+    /// The whole program is longer than the kernel accepts.
+    #[error("capture filter would have {0} instructions, the kernel accepts at most {MAX_INSNS}")]
+    TooLong(usize),
+}
+
+fn stmt(code: u16, k: u32) -> Insn {
+    Insn { code, jt: 0, jf: 0, k }
+}
+
+fn jump(code: u16, k: u32, jt: usize, jf: usize) -> Insn {
+    // Callers compute offsets from group sizes they have already bounded; the assert documents it.
+    assert!(jt <= 255 && jf <= 255, "short jump out of range");
+    Insn { code, jt: jt as u8, jf: jf as u8, k }
+}
+
+/// Per port: `None` = any address, else the set of addresses of one family.
+type Groups<A> = BTreeMap<u16, Option<Vec<A>>>;
+
+fn add_group<A: PartialEq>(groups: &mut Groups<A>, port: u16, addr: Option<A>) {
+    let entry = groups.entry(port).or_insert_with(|| Some(Vec::new()));
+    match (entry.as_mut(), addr) {
+        (None, _) => {}
+        (Some(_), None) => *entry = None,
+        (Some(list), Some(a)) => {
+            if !list.contains(&a) {
+                list.push(a)
+            }
+        }
+    }
+}
+
+/// Build the capture filter for `targets`. See the module doc for what it accepts.
+pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
+    if targets.is_empty() {
+        return Err(BpfError::NoTargets);
+    }
+    let mut v4: Groups<Ipv4Addr> = BTreeMap::new();
+    let mut v6: Groups<Ipv6Addr> = BTreeMap::new();
+    for t in targets {
+        match t.addr {
+            None => {
+                add_group(&mut v4, t.port, None);
+                add_group(&mut v6, t.port, None);
+            }
+            Some(IpAddr::V4(a)) => add_group(&mut v4, t.port, Some(a)),
+            Some(IpAddr::V6(a)) => add_group(&mut v6, t.port, Some(a)),
+        }
+    }
+
+    let mut p = Vec::new();
+    // Frames this host sent are never client requests (PACKET_IGNORE_OUTGOING does this too).
+    p.push(stmt(op::LD | op::W | op::ABS, op::AD_OFF + op::AD_PKTTYPE));
+    p.push(jump(op::JMP | op::JEQ | op::K, PACKET_OUTGOING, 0, 1));
+    p.push(stmt(op::RET | op::K, 0));
+    p.push(stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL));
+    p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 1, 0));
+    let ja_at = p.len();
+    p.push(stmt(op::JMP | op::JA, 0)); // to the IPv6 part, patched below
+
+    // IPv4: protocol, fragment offset, then the port in the TCP header found through X.
+    p.push(stmt(op::LD | op::B | op::ABS, 9));
+    p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 1, 0));
+    p.push(stmt(op::RET | op::K, 0));
+    p.push(stmt(op::LD | op::H | op::ABS, 6));
+    p.push(jump(op::JMP | op::JSET | op::K, 0x1fff, 0, 1));
+    p.push(stmt(op::RET | op::K, 0));
+    p.push(stmt(op::LDX | op::B | op::MSH, 0));
+    p.push(stmt(op::LD | op::H | op::IND, 2));
+    for (&port, addrs) in &v4 {
+        match addrs {
+            None => {
+                p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
+                p.push(stmt(op::RET | op::K, ACCEPT));
+            }
+            Some(list) => {
+                let len = 1 + 2 * list.len() + 1;
+                if len > 255 {
+                    return Err(BpfError::TooManyAddresses { port, count: list.len() });
+                }
+                p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, len));
+                p.push(stmt(op::LD | op::W | op::ABS, 16));
+                for a in list {
+                    p.push(jump(op::JMP | op::JEQ | op::K, u32::from(*a), 0, 1));
+                    p.push(stmt(op::RET | op::K, ACCEPT));
+                }
+                p.push(stmt(op::RET | op::K, 0));
+            }
+        }
+    }
+    p.push(stmt(op::RET | op::K, 0));
+
+    // IPv6: fixed header only; the TCP header starts at 40.
+    let v6_start = p.len();
+    p[ja_at].k = (v6_start - ja_at - 1) as u32;
+    p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 1, 0));
+    p.push(stmt(op::RET | op::K, 0));
+    if !v6.is_empty() {
+        p.push(stmt(op::LD | op::B | op::ABS, 6));
+        p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 1, 0));
+        p.push(stmt(op::RET | op::K, 0));
+        p.push(stmt(op::LD | op::H | op::ABS, 42));
+        for (&port, addrs) in &v6 {
+            match addrs {
+                None => {
+                    p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
+                    p.push(stmt(op::RET | op::K, ACCEPT));
+                }
+                Some(list) => {
+                    let len = 9 * list.len() + 1;
+                    if len > 255 {
+                        return Err(BpfError::TooManyAddresses { port, count: list.len() });
+                    }
+                    p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, len));
+                    for a in list {
+                        let o = a.octets();
+                        for (i, chunk) in o.chunks_exact(4).enumerate() {
+                            let word = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+                            p.push(stmt(op::LD | op::W | op::ABS, 24 + 4 * i as u32));
+                            // On mismatch skip to the next address: the rest of this block.
+                            p.push(jump(op::JMP | op::JEQ | op::K, word, 0, 7 - 2 * i));
+                        }
+                        p.push(stmt(op::RET | op::K, ACCEPT));
+                    }
+                    p.push(stmt(op::RET | op::K, 0));
+                }
+            }
+        }
+    }
+    p.push(stmt(op::RET | op::K, 0));
+
+    if p.len() > MAX_INSNS {
+        return Err(BpfError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::seq::SeqNum;
+    use common::wire::{TcpBuilder, TcpFlags};
+    use std::net::SocketAddr;
+
+    /// Just enough of the kernel's classic BPF interpreter to run what `build_filter` emits, plus
+    /// the common instructions (so a wrong opcode shows up as "unsupported", not as a silent pass).
+    /// Out-of-bounds loads return 0, like the kernel.
+    fn run(prog: &[Insn], pkt: &[u8], ethertype: u16, pkttype: u32) -> u32 {
+        let (mut a, mut x): (u32, u32) = (0, 0);
+        let mut pc = 0usize;
+        let load = |off: u32, size: usize| -> Option<u32> {
+            if off >= op::AD_OFF {
+                return match off - op::AD_OFF {
+                    op::AD_PROTOCOL => Some(ethertype.into()),
+                    op::AD_PKTTYPE => Some(pkttype),
+                    other => panic!("unsupported ancillary load {other}"),
+                };
+            }
+            let off = off as usize;
+            let b = pkt.get(off..off.checked_add(size)?)?;
+            Some(b.iter().fold(0u32, |acc, &v| (acc << 8) | u32::from(v)))
+        };
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            assert!(steps <= prog.len(), "classic BPF only jumps forward; loop detected");
+            let i = *prog.get(pc).expect("ran off the end of the program");
+            pc += 1;
+            let size = match i.code & 0x18 {
+                op::W => 4,
+                op::H => 2,
+                op::B => 1,
+                _ => 0, // not a load: the bits mean something else
+            };
+            match i.code & 0x07 {
+                op::LD => {
+                    a = match i.code & 0xe0 {
+                        op::IMM => i.k,
+                        op::ABS => match load(i.k, size) {
+                            Some(v) => v,
+                            None => return 0,
+                        },
+                        op::IND => match load(x.wrapping_add(i.k), size) {
+                            Some(v) => v,
+                            None => return 0,
+                        },
+                        m => panic!("unsupported LD mode {m:#x}"),
+                    }
+                }
+                op::LDX => {
+                    x = match i.code & 0xe0 {
+                        op::IMM => i.k,
+                        op::MSH => match load(i.k, 1) {
+                            Some(v) => (v & 0xf) * 4,
+                            None => return 0,
+                        },
+                        m => panic!("unsupported LDX mode {m:#x}"),
+                    }
+                }
+                op::ALU => {
+                    let src = if i.code & op::X != 0 { x } else { i.k };
+                    match i.code & 0xf0 {
+                        op::AND => a &= src,
+                        o => panic!("unsupported ALU op {o:#x}"),
+                    }
+                }
+                op::JMP => {
+                    let src = if i.code & op::X != 0 { x } else { i.k };
+                    let cond = match i.code & 0xf0 {
+                        op::JA => {
+                            pc += i.k as usize;
+                            continue;
+                        }
+                        op::JEQ => a == src,
+                        op::JGT => a > src,
+                        op::JGE => a >= src,
+                        op::JSET => a & src != 0,
+                        o => panic!("unsupported JMP op {o:#x}"),
+                    };
+                    pc += usize::from(if cond { i.jt } else { i.jf });
+                }
+                op::RET => {
+                    return if i.code & 0x18 == op::A { a } else { i.k };
+                }
+                c => panic!("unsupported class {c:#x}"),
+            }
+        }
+    }
+
+    fn tcp(src: &str, dst: &str) -> Vec<u8> {
+        let src: SocketAddr = src.parse().unwrap();
+        let dst: SocketAddr = dst.parse().unwrap();
+        let mut out = Vec::new();
+        TcpBuilder {
+            src,
+            dst,
+            seq: SeqNum(1000),
+            ack: SeqNum(0),
+            flags: TcpFlags::SYN,
+            window: 65535,
+            options: &[],
+            payload: b"hello",
+            ttl: 64,
+            ident: 7,
+        }
+        .emit(&mut out);
+        out
+    }
+
+    fn ethertype(pkt: &[u8]) -> u16 {
+        if pkt[0] >> 4 == 6 {
+            0x86dd
+        } else {
+            0x0800
+        }
+    }
+
+    fn accepts(prog: &[Insn], pkt: &[u8]) -> bool {
+        run(prog, pkt, ethertype(pkt), 0) != 0
+    }
+
+    fn t(addr: Option<&str>, port: u16) -> FilterTarget {
+        FilterTarget { addr: addr.map(|a| a.parse().unwrap()), port }
+    }
+
+    #[test]
+    fn any_address_ports() {
+        let prog = build_filter(&[t(None, 80), t(None, 443)]).unwrap();
+        assert!(accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:80")));
+        assert!(accepts(&prog, &tcp("198.18.0.1:40000", "10.1.2.3:443")));
+        assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:81")));
+        // Source port 80 is a response of the online server, not a request.
+        assert!(!accepts(&prog, &tcp("198.18.0.2:80", "198.18.0.1:40000")));
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")));
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:8080")));
+    }
+
+    #[test]
+    fn accepted_packets_are_captured_whole() {
+        let prog = build_filter(&[t(None, 80)]).unwrap();
+        let pkt = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        assert_eq!(run(&prog, &pkt, 0x0800, 0), ACCEPT);
+    }
+
+    #[test]
+    fn address_restricted_ports() {
+        let prog =
+            build_filter(&[t(Some("198.18.0.2"), 80), t(Some("198.18.0.3"), 80), t(Some("2001:db8::2"), 80)])
+                .unwrap();
+        assert!(accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:80")));
+        assert!(accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.3:80")));
+        assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.4:80")));
+        assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:81")));
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")));
+        // Differs from the mapped address in the last word only, then in the first only.
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::3]:80")));
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db9::2]:80")));
+    }
+
+    #[test]
+    fn mixed_groups_keep_their_own_addresses() {
+        let prog = build_filter(&[t(Some("198.18.0.2"), 80), t(None, 8080), t(Some("2001:db8::2"), 443)]).unwrap();
+        assert!(accepts(&prog, &tcp("198.18.0.1:1", "198.18.0.2:80")));
+        assert!(accepts(&prog, &tcp("198.18.0.1:1", "198.18.9.9:8080")));
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::7]:8080")));
+        // Port 443 is only mapped on IPv6, port 80 only on IPv4.
+        assert!(!accepts(&prog, &tcp("198.18.0.1:1", "198.18.0.2:443")));
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")));
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:443")));
+    }
+
+    #[test]
+    fn only_ipv4_maps_reject_all_ipv6() {
+        let prog = build_filter(&[t(Some("198.18.0.2"), 80)]).unwrap();
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")));
+    }
+
+    #[test]
+    fn wildcard_wins_over_addresses_on_the_same_port() {
+        let prog = build_filter(&[t(Some("198.18.0.2"), 80), t(None, 80)]).unwrap();
+        assert!(accepts(&prog, &tcp("198.18.0.1:1", "198.18.7.7:80")));
+    }
+
+    #[test]
+    fn rejects_udp_fragments_outgoing_and_non_ip() {
+        let prog = build_filter(&[t(None, 80)]).unwrap();
+        let good = tcp("198.18.0.1:40000", "198.18.0.2:80");
+
+        let mut udp = good.clone();
+        udp[9] = 17;
+        assert!(!accepts(&prog, &udp));
+
+        let mut frag = good.clone();
+        frag[6] = 0x00;
+        frag[7] = 0x10; // offset 16 * 8 bytes: the "TCP header" here is somebody's payload
+        assert!(!accepts(&prog, &frag));
+        let mut first_frag = good.clone();
+        first_frag[6] = 0x20; // MF with offset 0 still carries the TCP header: let user space count it
+        first_frag[7] = 0x00;
+        assert!(accepts(&prog, &first_frag));
+
+        assert_eq!(run(&prog, &good, 0x0800, PACKET_OUTGOING), 0);
+        assert_eq!(run(&prog, &good, 0x0806, 0), 0, "ARP");
+
+        let mut v6 = tcp("[2001:db8::1]:40000", "[2001:db8::2]:80");
+        v6[6] = 0; // hop-by-hop options before TCP
+        assert!(!accepts(&prog, &v6));
+    }
+
+    #[test]
+    fn ipv4_options_move_the_port() {
+        let prog = build_filter(&[t(None, 80)]).unwrap();
+        let plain = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        // Insert 4 bytes of IP options (NOP NOP NOP EOL): IHL 6.
+        let mut with_opts = plain[..20].to_vec();
+        with_opts.extend_from_slice(&[1, 1, 1, 0]);
+        with_opts.extend_from_slice(&plain[20..]);
+        with_opts[0] = 0x46;
+        assert!(accepts(&prog, &with_opts));
+        // The same bytes read with IHL 5 would put the port elsewhere: a miss.
+        let mut misread = with_opts.clone();
+        misread[0] = 0x45;
+        assert!(!accepts(&prog, &misread));
+    }
+
+    #[test]
+    fn truncated_frames_are_rejected() {
+        let prog = build_filter(&[t(None, 80)]).unwrap();
+        let pkt = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        assert!(!accepts(&prog, &pkt[..21]));
+        let v6 = tcp("[2001:db8::1]:40000", "[2001:db8::2]:80");
+        assert!(!accepts(&prog, &v6[..42]));
+    }
+
+    #[test]
+    fn limits() {
+        assert_eq!(build_filter(&[]), Err(BpfError::NoTargets));
+        let many: Vec<FilterTarget> = (0..30u16)
+            .map(|i| FilterTarget { addr: Some(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i))), port: 80 })
+            .collect();
+        assert!(matches!(build_filter(&many), Err(BpfError::TooManyAddresses { port: 80, count: 30 })));
+        let fine: Vec<FilterTarget> = many[..28].to_vec();
+        let prog = build_filter(&fine).unwrap();
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::1b]:80")));
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::1c]:80")));
+        let ports: Vec<FilterTarget> = (1..=3000u16).map(|p| t(None, p)).collect();
+        assert!(matches!(build_filter(&ports), Err(BpfError::TooLong(_))));
+        let ports: Vec<FilterTarget> = (1..=1000u16).map(|p| t(None, p)).collect();
+        let prog = build_filter(&ports).unwrap();
+        // The IPv6 part sits behind the 32-bit jump, far beyond 255 instructions.
+        assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:999")));
+        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:1001")));
+    }
+}

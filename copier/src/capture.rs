@@ -1,0 +1,413 @@
+//! Capture of client -> online segments from an `AF_PACKET` TPACKET_V3 ring.
+//!
+//! Owns: reading the ring in block order (through [`crate::sys::RxRing`]), checking every block
+//! and frame header against the block's bounds before using it ([`walk_block`], plain safe code
+//! tested without a kernel), trimming link-layer padding so each delivered slice is exactly one IP
+//! packet, and the capture counters, including the kernel's drop counters which `PACKET_STATISTICS`
+//! resets on every read and which are accumulated here.
+//!
+//! Invariants: a frame whose header points outside its block ends the walk of that block (the
+//! block is still given back); a frame that the kernel cut short (`snaplen < len`) is counted
+//! and not delivered, because a copy with missing bytes would corrupt the session.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::Duration;
+
+use crate::bpf::Insn;
+use crate::sys::{self, KernelStats, RingParams, RxRing};
+
+/// Offsets in `struct tpacket_block_desc` (version 1 header); checked against libc in the tests.
+mod block {
+    pub const NUM_PKTS: usize = 12;
+    pub const OFFSET_TO_FIRST_PKT: usize = 16;
+    pub const BLK_LEN: usize = 20;
+    pub const SIZE: usize = 48;
+}
+
+/// Offsets in `struct tpacket3_hdr`; checked against libc in the tests.
+mod frame {
+    pub const NEXT_OFFSET: usize = 0;
+    pub const SNAPLEN: usize = 12;
+    pub const LEN: usize = 16;
+    pub const STATUS: usize = 20;
+    pub const MAC: usize = 24;
+    pub const SIZE: usize = 48;
+}
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    b.get(off..off + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u16_at(b: &[u8], off: usize) -> Option<u16> {
+    b.get(off..off + 2).map(|s| u16::from_ne_bytes([s[0], s[1]]))
+}
+
+/// One frame of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameRef<'a> {
+    /// The captured bytes, starting at the network header.
+    pub data: &'a [u8],
+    /// The packet's length on the wire (network header on); more than `data.len()` if cut.
+    pub wire_len: u32,
+    /// `tp_status` of the frame (`TP_STATUS_CSUMNOTREADY`, ...).
+    pub status: u32,
+}
+
+/// A block or frame header that does not fit its block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RingFormatError {
+    /// The block is shorter than its header or says it holds more than it does.
+    #[error("block header out of bounds (block {block_len} bytes, blk_len {blk_len})")]
+    BadBlock {
+        /// Bytes in the mapped block.
+        block_len: usize,
+        /// `blk_len` of the header.
+        blk_len: u32,
+    },
+    /// Frame `index` lies (partly) outside the block.
+    #[error("frame {index} at offset {offset} is out of bounds")]
+    BadFrame {
+        /// Position of the frame in the block.
+        index: u32,
+        /// Its offset from the block start.
+        offset: usize,
+    },
+}
+
+/// Walk the frames of one TPACKET_V3 block (`block` = the whole mapped block), calling `f` for
+/// each. Returns the number of frames visited, or the first inconsistency found (frames before
+/// it were delivered).
+pub fn walk_block<'a>(block: &'a [u8], mut f: impl FnMut(FrameRef<'a>)) -> Result<u32, RingFormatError> {
+    let bad_block = |blk_len| RingFormatError::BadBlock { block_len: block.len(), blk_len };
+    let num = u32_at(block, block::NUM_PKTS).ok_or(bad_block(0))?;
+    let first = u32_at(block, block::OFFSET_TO_FIRST_PKT).ok_or(bad_block(0))? as usize;
+    let blk_len = u32_at(block, block::BLK_LEN).ok_or(bad_block(0))?;
+    if (blk_len as usize) > block.len() || (blk_len as usize) < block::SIZE {
+        return Err(bad_block(blk_len));
+    }
+    let used = &block[..blk_len as usize];
+    let mut off = first;
+    for index in 0..num {
+        let bad = RingFormatError::BadFrame { index, offset: off };
+        if off < block::SIZE {
+            return Err(bad);
+        }
+        let hdr = used.get(off..off + frame::SIZE).ok_or(bad)?;
+        let snaplen = u32_at(hdr, frame::SNAPLEN).ok_or(bad)? as usize;
+        let wire_len = u32_at(hdr, frame::LEN).ok_or(bad)?;
+        let status = u32_at(hdr, frame::STATUS).ok_or(bad)?;
+        let mac = u16_at(hdr, frame::MAC).ok_or(bad)? as usize;
+        let next = u32_at(hdr, frame::NEXT_OFFSET).ok_or(bad)? as usize;
+        let start = off.checked_add(mac).ok_or(bad)?;
+        let data = used.get(start..start.checked_add(snaplen).ok_or(bad)?).ok_or(bad)?;
+        f(FrameRef { data, wire_len, status });
+        if index + 1 < num {
+            if next == 0 {
+                return Err(RingFormatError::BadFrame { index: index + 1, offset: off });
+            }
+            off = off.checked_add(next).ok_or(bad)?;
+        }
+    }
+    Ok(num)
+}
+
+/// Cut link-layer padding (short Ethernet frames are padded to 60 bytes) so that the slice is
+/// exactly the IP packet its header describes. Slices that are shorter than their IP length, or
+/// not IP, are returned unchanged for the parser to judge.
+pub fn trim_to_ip_len(data: &[u8]) -> &[u8] {
+    let want = match data.first().map(|b| b >> 4) {
+        Some(4) if data.len() >= 4 => usize::from(u16::from_be_bytes([data[2], data[3]])),
+        Some(6) if data.len() >= 6 => 40 + usize::from(u16::from_be_bytes([data[4], data[5]])),
+        _ => return data,
+    };
+    if want >= 20 && want < data.len() {
+        &data[..want]
+    } else {
+        data
+    }
+}
+
+/// How to capture.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureConfig {
+    /// Interface to capture on; `None` for all.
+    pub interface: Option<String>,
+    /// Bytes per ring block (a multiple of the page size; a whole block is the largest packet).
+    pub block_size: u32,
+    /// Number of ring blocks.
+    pub block_count: u32,
+    /// After this long a partly filled block is handed over anyway: the capture latency bound
+    /// at low packet rates.
+    pub retire: Duration,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig { interface: None, block_size: 1 << 20, block_count: 4, retire: Duration::from_millis(10) }
+    }
+}
+
+/// Counters of the capture, cumulative since it opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// IP packets delivered to the caller.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Frames cut short by the kernel (larger than a block) and not delivered.
+    pub truncated: u64,
+    /// Blocks whose headers did not fit (walk stopped early).
+    pub bad_blocks: u64,
+    /// Blocks processed.
+    pub blocks: u64,
+    /// Kernel: packets that passed the filter (`tp_packets`, drops included).
+    pub kernel_packets: u64,
+    /// Kernel: packets lost because the ring was full (`tp_drops`).
+    pub kernel_drops: u64,
+    /// Kernel: times the queue froze on a full ring (`tp_freeze_q_cnt`).
+    pub kernel_freezes: u64,
+}
+
+/// Why the capture could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CaptureError {
+    /// `--interface` names no interface.
+    #[error("interface {name:?} not found: {source}")]
+    NoInterface {
+        /// The name given.
+        name: String,
+        /// From `if_nametoindex`.
+        source: io::Error,
+    },
+    /// Socket, filter, ring or bind failed (often: not root / no CAP_NET_RAW).
+    #[error("cannot open the AF_PACKET capture ring ({blocks} x {block_size} bytes) on {iface}: {source}")]
+    Open {
+        /// The interface, or "all interfaces".
+        iface: String,
+        /// Block size asked for.
+        block_size: u32,
+        /// Block count asked for.
+        blocks: u32,
+        /// The system error.
+        source: io::Error,
+    },
+}
+
+/// An open capture ring.
+#[derive(Debug)]
+pub struct Capture {
+    ring: RxRing,
+    next: usize,
+    stats: CaptureStats,
+}
+
+impl Capture {
+    /// Open the ring with `filter` attached; needs CAP_NET_RAW.
+    pub fn open(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
+        let ifindex = match &cfg.interface {
+            None => 0,
+            Some(name) => sys::interface_index(name)
+                .map_err(|source| CaptureError::NoInterface { name: name.clone(), source })?,
+        };
+        let params = RingParams {
+            ifindex,
+            block_size: cfg.block_size,
+            block_count: cfg.block_count,
+            frame_size: 2048,
+            retire_ms: u32::try_from(cfg.retire.as_millis()).unwrap_or(u32::MAX).max(1),
+        };
+        let ring = RxRing::open(&params, filter).map_err(|source| CaptureError::Open {
+            iface: cfg.interface.clone().unwrap_or_else(|| "all interfaces".into()),
+            block_size: cfg.block_size,
+            blocks: cfg.block_count,
+            source,
+        })?;
+        Ok(Capture { ring, next: 0, stats: CaptureStats::default() })
+    }
+
+    /// The socket, for `poll`.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.ring.fd()
+    }
+
+    /// Is the next block in ring order ready?
+    pub fn has_ready(&self) -> bool {
+        self.ring.block_ready(self.next)
+    }
+
+    /// Hand the IP packets of up to `max_blocks` ready blocks, in ring order, to `f`. Returns the
+    /// number of blocks processed.
+    pub fn drain(&mut self, max_blocks: usize, mut f: impl FnMut(&[u8])) -> usize {
+        let mut done = 0;
+        while done < max_blocks {
+            let stats = &mut self.stats;
+            let walked = self.ring.with_block(self.next, |bytes| {
+                walk_block(bytes, |fr| {
+                    if (fr.data.len() as u64) < u64::from(fr.wire_len) {
+                        stats.truncated += 1;
+                        return;
+                    }
+                    let pkt = trim_to_ip_len(fr.data);
+                    stats.packets += 1;
+                    stats.bytes += pkt.len() as u64;
+                    f(pkt);
+                })
+            });
+            match walked {
+                None => break,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    self.stats.bad_blocks += 1;
+                    tracing::warn!(block = self.next, "capture ring: {e}; rest of the block skipped");
+                }
+            }
+            self.stats.blocks += 1;
+            done += 1;
+            self.next = (self.next + 1) % self.ring.block_count();
+        }
+        done
+    }
+
+    /// Add the kernel's counters since the last call to [`Capture::stats`].
+    pub fn refresh_kernel_stats(&mut self) -> io::Result<()> {
+        let KernelStats { packets, drops, freeze_q_cnt } = self.ring.statistics()?;
+        self.stats.kernel_packets += u64::from(packets);
+        self.stats.kernel_drops += u64::from(drops);
+        self.stats.kernel_freezes += u64::from(freeze_q_cnt);
+        Ok(())
+    }
+
+    /// Counters since the capture opened.
+    pub fn stats(&self) -> CaptureStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn offsets_match_libc() {
+        let bh = offset_of!(libc::tpacket_block_desc, hdr);
+        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, num_pkts), block::NUM_PKTS);
+        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt), block::OFFSET_TO_FIRST_PKT);
+        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, blk_len), block::BLK_LEN);
+        assert_eq!(std::mem::size_of::<libc::tpacket_block_desc>(), block::SIZE);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_next_offset), frame::NEXT_OFFSET);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_snaplen), frame::SNAPLEN);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_len), frame::LEN);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_status), frame::STATUS);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_mac), frame::MAC);
+        assert_eq!(std::mem::size_of::<libc::tpacket3_hdr>(), frame::SIZE);
+    }
+
+    /// Lay out a block the way the kernel does: header, then frames at 16-aligned offsets, each
+    /// a tpacket3_hdr + sockaddr_ll gap + data at tp_mac.
+    fn make_block(size: usize, packets: &[(&[u8], u32)]) -> Vec<u8> {
+        let mut b = vec![0u8; size];
+        let put32 = |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        let first = 48usize;
+        let mac = 48 + 20 + 12; // TPACKET_ALIGN(hdr) + sizeof(sockaddr_ll) rounded as the kernel does
+        let mut off = first;
+        let mut offs = Vec::new();
+        for (data, _) in packets {
+            offs.push(off);
+            off += (mac + data.len()).next_multiple_of(16);
+        }
+        for (i, ((data, wire_len), &o)) in packets.iter().zip(&offs).enumerate() {
+            let next = if i + 1 < packets.len() { offs[i + 1] - o } else { 0 };
+            put32(&mut b, o + frame::NEXT_OFFSET, next as u32);
+            put32(&mut b, o + frame::SNAPLEN, data.len() as u32);
+            put32(&mut b, o + frame::LEN, *wire_len);
+            put32(&mut b, o + frame::STATUS, 1);
+            b[o + frame::MAC..o + frame::MAC + 2].copy_from_slice(&(mac as u16).to_ne_bytes());
+            b[o + mac..o + mac + data.len()].copy_from_slice(data);
+        }
+        put32(&mut b, block::NUM_PKTS, packets.len() as u32);
+        put32(&mut b, block::OFFSET_TO_FIRST_PKT, first as u32);
+        put32(&mut b, block::BLK_LEN, off as u32);
+        b
+    }
+
+    #[test]
+    fn walks_all_frames_in_order() {
+        let p1 = [0x45u8; 60];
+        let p2 = [0x60u8; 100];
+        let p3 = [7u8; 1];
+        let blk = make_block(4096, &[(&p1, 60), (&p2, 100), (&p3, 1)]);
+        let mut seen = Vec::new();
+        assert_eq!(walk_block(&blk, |f| seen.push(f.data.to_vec())).unwrap(), 3);
+        assert_eq!(seen, vec![p1.to_vec(), p2.to_vec(), p3.to_vec()]);
+    }
+
+    #[test]
+    fn empty_block() {
+        let blk = make_block(4096, &[]);
+        assert_eq!(walk_block(&blk, |_| panic!("no frames")).unwrap(), 0);
+    }
+
+    #[test]
+    fn reports_cut_frames_through_wire_len() {
+        let p = [1u8; 64];
+        let blk = make_block(4096, &[(&p, 9000)]);
+        let mut lens = Vec::new();
+        walk_block(&blk, |f| lens.push((f.data.len(), f.wire_len))).unwrap();
+        assert_eq!(lens, vec![(64, 9000)]);
+    }
+
+    #[test]
+    fn rejects_headers_pointing_outside() {
+        let p = [1u8; 64];
+        let good = make_block(1024, &[(&p, 64), (&p, 64)]);
+
+        let mut b = good.clone();
+        b[block::BLK_LEN..block::BLK_LEN + 4].copy_from_slice(&5000u32.to_ne_bytes());
+        assert!(matches!(walk_block(&b, |_| {}), Err(RingFormatError::BadBlock { .. })));
+
+        let mut b = good.clone();
+        b[block::NUM_PKTS..block::NUM_PKTS + 4].copy_from_slice(&3u32.to_ne_bytes());
+        let mut n = 0;
+        // Frame 2 would follow a zero next-offset: the first two are delivered, then the error.
+        assert!(matches!(walk_block(&b, |_| n += 1), Err(RingFormatError::BadFrame { index: 2, .. })));
+        assert_eq!(n, 2);
+
+        let mut b = good.clone();
+        let first = 48;
+        b[first + frame::SNAPLEN..first + frame::SNAPLEN + 4].copy_from_slice(&100_000u32.to_ne_bytes());
+        assert!(matches!(walk_block(&b, |_| {}), Err(RingFormatError::BadFrame { index: 0, .. })));
+
+        let mut b = good.clone();
+        b[block::OFFSET_TO_FIRST_PKT..block::OFFSET_TO_FIRST_PKT + 4].copy_from_slice(&8u32.to_ne_bytes());
+        assert!(walk_block(&b, |_| {}).is_err(), "a frame overlapping the block header");
+
+        let mut b = good.clone();
+        b[first + frame::NEXT_OFFSET..first + frame::NEXT_OFFSET + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert!(walk_block(&b, |_| {}).is_err());
+
+        assert!(walk_block(&good[..20], |_| {}).is_err());
+    }
+
+    #[test]
+    fn trims_ethernet_padding() {
+        // A 40-byte IPv4/TCP ACK padded to 46 bytes.
+        let mut p = vec![0u8; 46];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&40u16.to_be_bytes());
+        assert_eq!(trim_to_ip_len(&p).len(), 40);
+        // IPv6 with 20 bytes of payload, padded.
+        let mut p6 = vec![0u8; 64];
+        p6[0] = 0x60;
+        p6[4..6].copy_from_slice(&20u16.to_be_bytes());
+        assert_eq!(trim_to_ip_len(&p6).len(), 60);
+        // Shorter than claimed, impossible length, garbage: unchanged.
+        p[2..4].copy_from_slice(&400u16.to_be_bytes());
+        assert_eq!(trim_to_ip_len(&p).len(), 46);
+        p[2..4].copy_from_slice(&3u16.to_be_bytes());
+        assert_eq!(trim_to_ip_len(&p).len(), 46);
+        assert_eq!(trim_to_ip_len(&[0x45]).len(), 1);
+        assert_eq!(trim_to_ip_len(&[]).len(), 0);
+    }
+}

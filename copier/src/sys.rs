@@ -1,0 +1,399 @@
+//! Every system call of the copier that needs `unsafe`, behind a safe API.
+//!
+//! Owns: the `AF_PACKET` socket with its TPACKET_V3 receive ring (setup, the shared mapping,
+//! handing blocks between kernel and user space, `PACKET_STATISTICS`), `sendmmsg`, an `eventfd`
+//! for waking the engine thread, `ppoll`, `if_nametoindex` and `SO_SNDBUFFORCE`.
+//!
+//! Invariants:
+//! - The ring mapping lives exactly as long as [`RxRing`]; block bytes are only handed out (to a
+//!   closure) while the block's status says it belongs to user space, and the block is given back
+//!   (status `TP_STATUS_KERNEL`, release ordering) when the closure returns or unwinds.
+//! - The socket receives nothing before the filter and the ring are in place: it is created with
+//!   protocol 0 and bound to `ETH_P_ALL` last.
+//! - Parsing of block and frame headers is not done here: it is plain safe code over `&[u8]` in
+//!   [`crate::capture`], so it can be tested without a kernel.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::bpf::Insn;
+
+/// Offset of `block_status` in `struct tpacket_block_desc` (checked in the tests).
+const BLOCK_STATUS_OFFSET: usize = 8;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn setsockopt<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` is a valid, initialised T for the duration of the call and we pass its size.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// How to lay out the receive ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingParams {
+    /// Interface to bind to; 0 for all interfaces.
+    pub ifindex: u32,
+    /// Bytes per block: a multiple of the page size (a power of two is safest).
+    pub block_size: u32,
+    /// Number of blocks.
+    pub block_count: u32,
+    /// Nominal frame size the kernel wants for TPACKET_V3 (frames are variable length).
+    pub frame_size: u32,
+    /// After this many milliseconds a partly filled block is handed to user space anyway.
+    pub retire_ms: u32,
+}
+
+/// Counters of `PACKET_STATISTICS` since the previous read (the kernel resets them on read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelStats {
+    /// Packets that passed the filter (drops included).
+    pub packets: u32,
+    /// Packets that passed the filter but found no room in the ring.
+    pub drops: u32,
+    /// Times the queue was frozen because the ring was full.
+    pub freeze_q_cnt: u32,
+}
+
+/// An `AF_PACKET`/`SOCK_DGRAM` socket with a TPACKET_V3 receive ring mapped into this process.
+#[derive(Debug)]
+pub struct RxRing {
+    fd: OwnedFd,
+    map: NonNull<u8>,
+    map_len: usize,
+    block_size: usize,
+    block_count: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone; moving it to another thread moves the only
+// user-space accessor with it.
+unsafe impl Send for RxRing {}
+
+impl RxRing {
+    /// Create the socket, set TPACKET_V3, ignore outgoing frames, attach `filter`, set up and map
+    /// the ring, then bind to `ETH_P_ALL` on `params.ifindex`.
+    pub fn open(params: &RingParams, filter: &[Insn]) -> io::Result<RxRing> {
+        let page = page_size();
+        if params.block_size == 0 || params.block_size as usize % page != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("ring block size {} is not a multiple of the page size {page}", params.block_size),
+            ));
+        }
+        if params.block_count == 0 || params.frame_size == 0 || params.block_size % params.frame_size != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring needs blocks and a frame size dividing the block"));
+        }
+        // SAFETY: plain syscall; the result is checked and owned right away.
+        let raw = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+
+        let version: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
+        setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
+        // Older kernels lack this; the filter rejects outgoing frames as well.
+        let _ = setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &(1 as libc::c_int));
+        attach_filter(fd.as_fd(), filter)?;
+
+        let req = libc::tpacket_req3 {
+            tp_block_size: params.block_size,
+            tp_block_nr: params.block_count,
+            tp_frame_size: params.frame_size,
+            tp_frame_nr: (params.block_size / params.frame_size) * params.block_count,
+            tp_retire_blk_tov: params.retire_ms,
+            tp_sizeof_priv: 0,
+            tp_feature_req_word: 0,
+        };
+        setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+
+        let map_len = params.block_size as usize * params.block_count as usize;
+        // SAFETY: a fresh shared mapping of the ring that the kernel just allocated for `fd`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let ring = RxRing {
+            fd,
+            map,
+            map_len,
+            block_size: params.block_size as usize,
+            block_count: params.block_count as usize,
+        };
+
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+        sll.sll_ifindex = params.ifindex as libc::c_int;
+        // SAFETY: `sll` is a valid sockaddr_ll and we pass its exact size.
+        cvt(unsafe {
+            libc::bind(
+                ring.fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(ring)
+    }
+
+    /// The socket, for `poll`.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Number of blocks in the ring.
+    pub fn block_count(&self) -> usize {
+        self.block_count
+    }
+
+    fn status(&self, idx: usize) -> &AtomicU32 {
+        assert!(idx < self.block_count);
+        // SAFETY: the offset lies inside the mapping (idx < block_count, block_size >= page size);
+        // the field is 4-byte aligned (blocks are page aligned) and the kernel accesses it as a u32.
+        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(idx * self.block_size + BLOCK_STATUS_OFFSET).cast()) }
+    }
+
+    /// Is block `idx` filled and handed to user space?
+    pub fn block_ready(&self, idx: usize) -> bool {
+        self.status(idx).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    }
+
+    /// If block `idx` belongs to user space, call `f` with its bytes and give the block back to
+    /// the kernel afterwards (also if `f` panics). Returns `None` if the block is not ready.
+    pub fn with_block<R>(&mut self, idx: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if !self.block_ready(idx) {
+            return None;
+        }
+        struct GiveBack<'a>(&'a AtomicU32);
+        impl Drop for GiveBack<'_> {
+            fn drop(&mut self) {
+                self.0.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            }
+        }
+        let _give_back = GiveBack(self.status(idx));
+        // SAFETY: the block lies inside the mapping; while its status says TP_STATUS_USER the kernel
+        // does not write to it, and it stays ours until `_give_back` runs after `f` returns. `&mut
+        // self` keeps any other borrow of the block out.
+        let bytes = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(idx * self.block_size), self.block_size) };
+        Some(f(bytes))
+    }
+
+    /// Read and reset the kernel's counters for this socket.
+    pub fn statistics(&self) -> io::Result<KernelStats> {
+        let mut st = MaybeUninit::<libc::tpacket_stats_v3>::zeroed();
+        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `st` has room for `len` bytes; the kernel writes at most `len`.
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                st.as_mut_ptr().cast(),
+                &mut len,
+            )
+        })?;
+        // SAFETY: zero-initialised POD, possibly partly overwritten by the kernel.
+        let st = unsafe { st.assume_init() };
+        Ok(KernelStats { packets: st.tp_packets, drops: st.tp_drops, freeze_q_cnt: st.tp_freeze_q_cnt })
+    }
+}
+
+impl Drop for RxRing {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping created in `open`; no borrow of it outlives `&mut self`.
+        unsafe {
+            libc::munmap(self.map.as_ptr().cast(), self.map_len);
+        }
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Attach a classic BPF program with `SO_ATTACH_FILTER`.
+pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
+    let mut insns: Vec<libc::sock_filter> =
+        filter.iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+    let len = u16::try_from(insns.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
+    let prog = libc::sock_fprog { len, filter: insns.as_mut_ptr() };
+    // The kernel copies the program during the call; `insns` outlives it.
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+}
+
+/// Wait until one of `fds` is readable (or has an error) or `timeout` passes; returns which were
+/// ready as a bit set (bit i for `fds[i]`). `EINTR` counts as a timeout.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<u32> {
+    assert!(fds.len() <= 32);
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `pfds` and `ts` are valid for the call; no signal mask is changed.
+    let ret = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
+    }
+    let mut ready = 0u32;
+    for (i, p) in pfds.iter().enumerate() {
+        if p.revents != 0 {
+            ready |= 1 << i;
+        }
+    }
+    Ok(ready)
+}
+
+/// A non-blocking `eventfd` used to wake the engine thread from other threads.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new counter at zero.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: plain syscall; the result is checked and owned right away.
+        let raw = cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        // SAFETY: fresh descriptor.
+        Ok(EventFd(unsafe { OwnedFd::from_raw_fd(raw) }))
+    }
+
+    /// Make the descriptor readable. Never blocks; a saturated counter is already readable.
+    pub fn notify(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Reset to not readable.
+    pub fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64; EAGAIN when already zero is fine.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// The descriptor, for `poll`.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// The index of interface `name`.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name contains NUL"))?;
+    // SAFETY: `c` is a valid NUL-terminated string.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if idx == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(idx)
+    }
+}
+
+/// Raise the send buffer past `net.core.wmem_max` (needs CAP_NET_ADMIN; the caller falls back).
+pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v)
+}
+
+/// Most messages one [`send_batch`] call passes to the kernel.
+pub const MAX_BATCH: usize = 64;
+
+/// Send up to [`MAX_BATCH`] datagrams with one `sendmmsg(MSG_DONTWAIT)`. Returns how many were
+/// sent (the first ones); an error belongs to the first message (none was sent).
+pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[(&[u8], &socket2::SockAddr)]) -> io::Result<usize> {
+    let n = msgs.len().min(MAX_BATCH);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iovs: [MaybeUninit<libc::iovec>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
+    let mut hdrs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
+    for (i, (buf, _)) in msgs[..n].iter().enumerate() {
+        iovs[i].write(libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() });
+    }
+    for (i, (_, addr)) in msgs[..n].iter().enumerate() {
+        // SAFETY: msghdr is plain old data; all-zero is valid (no control data, no flags).
+        let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+        mh.msg_name = addr.as_ptr() as *mut libc::c_void;
+        mh.msg_namelen = addr.len();
+        mh.msg_iov = iovs[i].as_mut_ptr();
+        mh.msg_iovlen = 1;
+        hdrs[i].write(libc::mmsghdr { msg_hdr: mh, msg_len: 0 });
+    }
+    // SAFETY: the first n headers and iovecs are initialised and point at buffers and addresses
+    // borrowed for the duration of the call; the kernel only reads them (and writes msg_len).
+    let ret = unsafe {
+        libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr().cast::<libc::mmsghdr>(), n as libc::c_uint, libc::MSG_DONTWAIT)
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_status_offset_matches_libc() {
+        assert_eq!(
+            std::mem::offset_of!(libc::tpacket_block_desc, hdr) + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status),
+            BLOCK_STATUS_OFFSET
+        );
+    }
+
+    #[test]
+    fn eventfd_wakes_poll_and_drains() {
+        let ev = EventFd::new().unwrap();
+        assert_eq!(poll_readable(&[ev.fd()], Duration::from_millis(1)).unwrap(), 0);
+        ev.notify();
+        ev.notify();
+        assert_eq!(poll_readable(&[ev.fd()], Duration::from_secs(1)).unwrap(), 1);
+        ev.drain();
+        assert_eq!(poll_readable(&[ev.fd()], Duration::ZERO).unwrap(), 0);
+    }
+
+    #[test]
+    fn unknown_interface_is_an_error() {
+        assert!(interface_index("no-such-if0").is_err());
+        assert!(interface_index("lo").unwrap() > 0);
+    }
+}
