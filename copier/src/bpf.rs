@@ -143,13 +143,14 @@ pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
         }
     }
 
-    let mut p = Vec::new();
-    // Frames this host sent are never client requests (PACKET_IGNORE_OUTGOING does this too).
-    p.push(stmt(op::LD | op::W | op::ABS, op::AD_OFF + op::AD_PKTTYPE));
-    p.push(jump(op::JMP | op::JEQ | op::K, PACKET_OUTGOING, 0, 1));
-    p.push(stmt(op::RET | op::K, 0));
-    p.push(stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL));
-    p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 1, 0));
+    let mut p = vec![
+        // Frames this host sent are never client requests (PACKET_IGNORE_OUTGOING does this too).
+        stmt(op::LD | op::W | op::ABS, op::AD_OFF + op::AD_PKTTYPE),
+        jump(op::JMP | op::JEQ | op::K, PACKET_OUTGOING, 0, 1),
+        stmt(op::RET | op::K, 0),
+        stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL),
+        jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 1, 0),
+    ];
     let ja_at = p.len();
     p.push(stmt(op::JMP | op::JA, 0)); // to the IPv6 part, patched below
 

@@ -1,1 +1,140 @@
-fn main() {}
+//! `copier`: copies live production TCP traffic to a test server (see `copier --help`).
+//!
+//! Threads: `main` runs a single-threaded tokio runtime with the intercept clients, the metrics
+//! exporter and the signal handler; the `engine` thread owns the session engine, the capture ring
+//! and the raw sockets (see `copier::run`). They meet in a bounded record channel, the
+//! registration registry and an eventfd. SIGINT/SIGTERM stop both and print a one-line summary.
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context, Result};
+use clap::Parser;
+use copier::bpf::{build_filter, FilterTarget};
+use copier::capture::Capture;
+use copier::cli::{show_map, Args};
+use copier::control::{run_client, ClientConfig, Links, Registry};
+use copier::run::{run_engine_loop, LoopIo, Summary};
+use copier::send::RawSender;
+use copier::sys::EventFd;
+use tokio::sync::{mpsc, watch};
+
+/// Record batches waiting for the engine thread before the control clients stop reading.
+const RECORD_CHANNEL: usize = 256;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_tracing(args.verbose);
+    match run(args) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("copier: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn random_seed() -> u64 {
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+    SmallRng::from_os_rng().random()
+}
+
+fn run(args: Args) -> Result<Summary> {
+    let v = args.validate(random_seed()).map_err(|e| anyhow!(e))?;
+
+    let targets: Vec<FilterTarget> =
+        v.engine.maps.iter().map(|m| FilterTarget { addr: m.online_ip, port: m.online_port }).collect();
+    let filter = build_filter(&targets).context("building the capture filter")?;
+    let capture = Capture::open(&v.capture, &filter).context("starting the capture (run as root or with CAP_NET_RAW)")?;
+    let sender = RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?;
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    if let Some(addr) = v.metrics {
+        let _guard = rt.enter();
+        copier::metrics::install(addr).with_context(|| format!("serving metrics on --metrics {addr}"))?;
+    }
+
+    let wake = Arc::new(EventFd::new().context("eventfd")?);
+    let registry = Arc::new(Registry::new());
+    let connected = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
+
+    let maps: Vec<String> = v.engine.maps.iter().map(show_map).collect();
+    let iface = v.capture.interface.clone().unwrap_or_else(|| "all interfaces".into());
+    tracing::info!(
+        "copying {} (capture on {iface}, mtu {}, pacing {}, seed {})",
+        maps.join(", "),
+        v.engine.mtu,
+        if v.engine.pace_requests { "on" } else { "off" },
+        v.seed
+    );
+
+    let io = LoopIo {
+        capture,
+        sender,
+        records: records_rx,
+        registry: registry.clone(),
+        connected: connected.clone(),
+        wake: wake.clone(),
+        stop: stop.clone(),
+    };
+    let (engine_cfg, seed) = (v.engine.clone(), v.seed);
+    let (done_tx, mut done_rx) = watch::channel(false);
+    let engine = std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || {
+            let r = run_engine_loop(engine_cfg, seed, io);
+            let _ = done_tx.send(true);
+            r
+        })
+        .context("starting the engine thread")?;
+
+    let links = Links { registry, records: records_tx, wake: wake.clone(), connected };
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let why = rt.block_on(async {
+        for (i, addr) in v.intercepts.iter().enumerate() {
+            let cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
+            tokio::spawn(run_client(cfg, links.clone(), shutdown_rx.clone()));
+        }
+        drop(links);
+        wait_for_stop(&mut done_rx).await
+    })?;
+    tracing::info!("stopping ({why})");
+    let _ = shutdown_tx.send(true);
+    stop.store(true, Ordering::SeqCst);
+    wake.notify();
+    let (summary, fatal) = engine.join().map_err(|_| anyhow!("the engine thread panicked"))?;
+    drop(rt);
+    if let Some(e) = fatal {
+        eprintln!("{summary}");
+        return Err(e).context("the engine loop stopped");
+    }
+    Ok(summary)
+}
+
+async fn wait_for_stop(done: &mut watch::Receiver<bool>) -> Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    Ok(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = done.changed() => "the engine loop ended",
+    })
+}

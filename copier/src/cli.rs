@@ -1,0 +1,498 @@
+//! The command line of the `copier` binary: flags, parsing of their values, and the checks that
+//! run before anything starts.
+//!
+//! Owns: the [`Args`] type (clap), the value parsers (`--map`, sizes, durations), and
+//! [`Args::validate`], which turns the flags into the configurations of the engine, capture,
+//! sender and control clients or says precisely which flag is wrong. Nothing here opens a socket.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+use crate::capture::CaptureConfig;
+use crate::control::InterceptAddr;
+use crate::engine::{ClientIpPool, EngineConfig, PortMap};
+use crate::send::SendConfig;
+
+const ABOUT: &str = "Copies live TCP traffic from this production host to a test server, session by session.";
+
+const LONG_ABOUT: &str = "\
+Copies live TCP traffic from this production host to a test server, session by session.
+
+The copier captures what clients send to the online service (AF_PACKET ring with a kernel
+filter; the online service is not touched), and replays it to the test server from raw sockets
+with the clients' addresses (or addresses from --client-ip), keeping every TCP session
+consistent: it learns the test server's sequence numbers and acknowledgements from the
+`intercept` daemon on the test host, which also keeps the test server's responses off the
+network. Run `intercept` on the test host first, with the same secret.
+
+Needs root (CAP_NET_RAW). The test host needs a route back to the client addresses via this
+host, and the intercept's NFQUEUE rule.";
+
+const EXAMPLES: &str = "\
+Examples:
+  # copy port 80 to the test server 198.18.1.2:8080, intercept on that host (default port 36524)
+  copier --map 80=198.18.1.2:8080 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret
+
+  # only traffic to one online address, on one interface, metrics on :9100, fake client range
+  copier --map 10.0.0.5:443=198.18.1.2:443 --interface eth0 --intercept 198.18.1.2 \\
+         --secret-file /etc/tcopy/secret --metrics 127.0.0.1:9100 --client-ip 198.19.0.0/16
+
+Sizes accept 512M, 2G, 64K or plain bytes; durations accept 500ms, 30s, 5m, 2h or plain seconds.
+RUST_LOG (e.g. RUST_LOG=debug) overrides -v.";
+
+/// The copier's command line.
+#[derive(Debug, Parser)]
+#[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+pub struct Args {
+    /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
+    /// Without ONLINE_IP any destination address on that port is copied.
+    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", required = true, value_parser = parse_map)]
+    pub maps: Vec<PortMap>,
+
+    /// An intercept daemon to connect to, default port 36524 (repeatable; registrations go to
+    /// every one of them).
+    #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = parse_intercept)]
+    pub intercepts: Vec<InterceptAddr>,
+
+    /// File holding the secret shared with the intercepts (trailing newline ignored).
+    #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
+    pub secret_file: Option<PathBuf>,
+
+    /// Run without a shared secret (the intercepts must run with --no-secret too).
+    #[arg(long, conflicts_with = "secret_file")]
+    pub no_secret: bool,
+
+    /// Capture on this interface only (default: all interfaces).
+    #[arg(long, value_name = "IF")]
+    pub interface: Option<String>,
+
+    /// Path MTU toward the test server: larger segments (GRO/TSO) are split to fit.
+    #[arg(long, value_name = "N", default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..))]
+    pub mtu: u16,
+
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9100).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
+
+    /// Most memory for buffered session data; above it the oldest idle sessions are shed.
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
+    pub max_memory: u64,
+
+    /// A session with no packet and no response for this long is abandoned.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    pub session_timeout: Duration,
+
+    /// Rewrite client addresses into this range (sticky per real client), e.g. 198.19.0.0/16.
+    /// The test host must route it back to this host.
+    #[arg(long, value_name = "CIDR")]
+    pub client_ip: Option<ClientIpPool>,
+
+    /// Send each request as soon as possible instead of after the test server answered the
+    /// previous one.
+    #[arg(long)]
+    pub no_pacing: bool,
+
+    /// Seed of every random choice (default: random, printed at start).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, action = ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Capture ring: bytes per block (also the largest packet that can be captured whole).
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size, hide_short_help = true)]
+    pub ring_block_size: u64,
+
+    /// Capture ring: number of blocks.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    pub ring_blocks: u32,
+}
+
+/// Everything the binary needs, checked.
+#[derive(Debug)]
+pub struct Validated {
+    /// The engine's configuration.
+    pub engine: EngineConfig,
+    /// The capture's.
+    pub capture: CaptureConfig,
+    /// The sender's.
+    pub send: SendConfig,
+    /// The intercepts.
+    pub intercepts: Vec<InterceptAddr>,
+    /// The shared secret, `None` with `--no-secret`.
+    pub secret: Option<Arc<[u8]>>,
+    /// The seed.
+    pub seed: u64,
+    /// Metrics listener.
+    pub metrics: Option<SocketAddr>,
+}
+
+impl Args {
+    /// Check every flag and build the configurations; `seed` is used when `--seed` is absent.
+    /// Reads the secret file; opens nothing else.
+    pub fn validate(&self, seed: u64) -> Result<Validated, String> {
+        check_maps(&self.maps, self.client_ip.as_ref())?;
+        let engine = EngineConfig {
+            maps: self.maps.clone(),
+            mtu: self.mtu,
+            client_ip: self.client_ip,
+            session_timeout: self.session_timeout,
+            max_memory: usize::try_from(self.max_memory).map_err(|_| "--max-memory is larger than this machine's address space".to_string())?,
+            pace_requests: !self.no_pacing,
+            ..EngineConfig::default()
+        };
+        if self.session_timeout < Duration::from_secs(1) {
+            return Err(format!("--session-timeout {:?} is too short (at least 1s)", self.session_timeout));
+        }
+        if engine.max_memory < 1 << 20 {
+            return Err(format!("--max-memory {} is too small (at least 1M)", engine.max_memory));
+        }
+        let engine = EngineConfig {
+            per_session_cap: engine.per_session_cap.min(engine.max_memory),
+            ..engine
+        };
+        engine.validate().map_err(|e| format!("invalid configuration: {e}"))?;
+
+        let page = 4096u64;
+        if self.ring_block_size < 64 * 1024 || self.ring_block_size % page != 0 || self.ring_block_size > 1 << 30 {
+            return Err(format!(
+                "--ring-block-size {} must be a multiple of 4K between 64K and 1G",
+                self.ring_block_size
+            ));
+        }
+        if let Some(name) = &self.interface {
+            if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', '\0']) {
+                return Err(format!("--interface {name:?} is not a valid interface name"));
+            }
+        }
+        let capture = CaptureConfig {
+            interface: self.interface.clone(),
+            block_size: self.ring_block_size as u32,
+            block_count: self.ring_blocks,
+            ..CaptureConfig::default()
+        };
+        let secret = match (&self.secret_file, self.no_secret) {
+            (_, true) => None,
+            (Some(path), false) => {
+                let s = common::proto::auth::load_secret(path).map_err(|e| format!("--secret-file: {e}"))?;
+                warn_if_readable_by_others(path);
+                Some(Arc::from(s))
+            }
+            (None, false) => return Err("give --secret-file FILE, or --no-secret to run without one".into()),
+        };
+        let mut intercepts = Vec::new();
+        for i in &self.intercepts {
+            if intercepts.contains(i) {
+                return Err(format!("--intercept {i} is given twice"));
+            }
+            intercepts.push(i.clone());
+        }
+        Ok(Validated {
+            engine,
+            capture,
+            send: SendConfig { mtu: self.mtu, ..SendConfig::default() },
+            intercepts,
+            secret,
+            seed: self.seed.unwrap_or(seed),
+            metrics: self.metrics,
+        })
+    }
+}
+
+fn warn_if_readable_by_others(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            tracing::warn!("secret file {} is readable by group or others; chmod 600 it", path.display());
+        }
+    }
+}
+
+/// Cross-checks of the maps: no port mapped twice for the same online address, no port mapped
+/// both for any address and for a given one (which would win is not obvious), families that
+/// can work.
+pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), String> {
+    let mut seen: BTreeMap<(u16, Option<IpAddr>), &PortMap> = BTreeMap::new();
+    for m in maps {
+        if let Some(prev) = seen.get(&(m.online_port, m.online_ip)) {
+            return Err(format!(
+                "--map {} and --map {} copy the same online port {}",
+                show_map(prev),
+                show_map(m),
+                m.online_port
+            ));
+        }
+        seen.insert((m.online_port, m.online_ip), m);
+    }
+    for m in maps {
+        if m.online_ip.is_some() {
+            if let Some(any) = seen.get(&(m.online_port, None)) {
+                return Err(format!(
+                    "--map {} (any address) overlaps --map {}: give addresses to both or to neither",
+                    show_map(any),
+                    show_map(m)
+                ));
+            }
+        }
+        match (m.online_ip, pool) {
+            (_, Some(p)) if p.is_ipv6() != m.target.is_ipv6() => {
+                return Err(format!("--client-ip {p} and the target of --map {} are of different IP families", show_map(m)));
+            }
+            (Some(ip), None) if ip.is_ipv6() != m.target.is_ipv6() => {
+                return Err(format!(
+                    "--map {}: the online address and the target are of different IP families; \
+                     add --client-ip with a range of the target's family",
+                    show_map(m)
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `--map` as the user would write it.
+pub fn show_map(m: &PortMap) -> String {
+    match m.online_ip {
+        None => format!("{}={}", m.online_port, m.target),
+        Some(ip) => format!("{}={}", SocketAddr::new(ip, m.online_port), m.target),
+    }
+}
+
+/// Parse `[ONLINE_IP:]PORT=TARGET_IP:PORT` (IPv6 in brackets: `[2001:db8::1]:80=[2001:db8::2]:80`).
+pub fn parse_map(s: &str) -> Result<PortMap, String> {
+    let form = "expected [ONLINE_IP:]PORT=TARGET_IP:PORT, e.g. 80=198.18.1.2:8080";
+    let (online, target) = s.split_once('=').ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
+    let (online_ip, online_port) = match online.trim().parse::<u16>() {
+        Ok(p) => (None, p),
+        Err(_) => match online.trim().parse::<SocketAddr>() {
+            Ok(sa) => (Some(sa.ip()), sa.port()),
+            Err(_) => {
+                return Err(format!(
+                    "{s:?}: online part {online:?} is neither PORT nor IP:PORT (IPv6 as [ADDR]:PORT): {form}"
+                ))
+            }
+        },
+    };
+    if online_port == 0 {
+        return Err(format!("{s:?}: online port 0 cannot be copied"));
+    }
+    if let Some(ip) = online_ip {
+        if ip.is_unspecified() || ip.is_multicast() {
+            return Err(format!("{s:?}: online address {ip} cannot be a service address; leave it out to copy any address"));
+        }
+    }
+    let target: SocketAddr = target.trim().parse().map_err(|_| {
+        format!("{s:?}: target {target:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved): {form}")
+    })?;
+    if target.port() == 0 || target.ip().is_unspecified() || target.ip().is_multicast() {
+        return Err(format!("{s:?}: target {target} needs a unicast address and a port from 1 to 65535"));
+    }
+    Ok(PortMap { online_ip, online_port, target })
+}
+
+fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
+    s.parse()
+}
+
+/// Parse a size: plain bytes, or a number with K, M, G or T (powers of 1024; `KB`, `KiB` and
+/// lower case accepted, decimals too: `1.5G`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("size {s:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512M)")),
+    };
+    if num.is_empty() {
+        return Err(format!("size {s:?}: no number (e.g. 512M, 2G, 1048576)"));
+    }
+    if num.contains('.') {
+        let v: f64 = num.parse().map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
+        let bytes = v * mult as f64;
+        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+            return Err(format!("size {s:?} is too large"));
+        }
+        Ok(bytes as u64)
+    } else {
+        let v: u64 = num.parse().map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
+        v.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    }
+}
+
+/// Parse a duration: plain seconds, or a number with ms, s, m or h (`1.5s` accepted).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let secs_per: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "s" | "sec" | "secs" => 1.0,
+        "ms" => 0.001,
+        "m" | "min" | "mins" => 60.0,
+        "h" | "hr" | "hrs" => 3600.0,
+        _ => return Err(format!("duration {s:?}: unknown unit {unit:?} (use ms, s, m or h, e.g. 30s)")),
+    };
+    let v: f64 = num.parse().map_err(|_| format!("duration {s:?}: {num:?} is not a number (e.g. 30s, 5m, 120)"))?;
+    let secs = v * secs_per;
+    if !secs.is_finite() || secs > 365.0 * 86400.0 {
+        return Err(format!("duration {s:?} is too long"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(s: &str) -> PortMap {
+        parse_map(s).unwrap()
+    }
+
+    #[test]
+    fn maps() {
+        assert_eq!(
+            map("80=198.18.1.2:8080"),
+            PortMap { online_ip: None, online_port: 80, target: "198.18.1.2:8080".parse().unwrap() }
+        );
+        assert_eq!(map("10.0.0.5:443=198.18.1.2:443").online_ip, Some("10.0.0.5".parse().unwrap()));
+        let v6 = map("[2001:db8::1]:80=[2001:db8::2]:8080");
+        assert_eq!(v6.online_ip, Some("2001:db8::1".parse().unwrap()));
+        assert_eq!(v6.target, "[2001:db8::2]:8080".parse().unwrap());
+        assert_eq!(map(" 80 = 198.18.1.2:80 ").online_port, 80);
+    }
+
+    #[test]
+    fn bad_maps_name_the_value() {
+        for (bad, needle) in [
+            ("80", "no '='"),
+            ("x=198.18.1.2:80", "neither PORT nor IP:PORT"),
+            ("0=198.18.1.2:80", "port 0"),
+            ("70000=198.18.1.2:80", "neither PORT"),
+            ("80=198.18.1.2", "not IP:PORT"),
+            ("80=testhost:80", "host names are not resolved"),
+            ("80=198.18.1.2:0", "unicast address and a port"),
+            ("80=0.0.0.0:80", "unicast"),
+            ("0.0.0.0:80=198.18.1.2:80", "cannot be a service address"),
+        ] {
+            let e = parse_map(bad).unwrap_err();
+            assert!(e.contains(bad.trim()) && e.contains(needle), "{bad:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn map_cross_checks() {
+        let ok = [map("80=198.18.1.2:80"), map("443=198.18.1.2:443")];
+        check_maps(&ok, None).unwrap();
+        let dup = [map("80=198.18.1.2:80"), map("80=198.18.1.3:80")];
+        assert!(check_maps(&dup, None).unwrap_err().contains("same online port 80"));
+        let overlap = [map("80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
+        assert!(check_maps(&overlap, None).unwrap_err().contains("overlaps"));
+        let two_addrs = [map("10.0.0.5:80=198.18.1.2:80"), map("10.0.0.6:80=198.18.1.3:80")];
+        check_maps(&two_addrs, None).unwrap();
+        let fam = [map("[2001:db8::1]:80=198.18.1.2:80")];
+        assert!(check_maps(&fam, None).unwrap_err().contains("different IP families"));
+        let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
+        check_maps(&fam, Some(&pool)).unwrap();
+        let pool6: ClientIpPool = "2001:db8:ff::/48".parse().unwrap();
+        assert!(check_maps(&ok, Some(&pool6)).unwrap_err().contains("--client-ip"));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("100 MB").unwrap(), 100 << 20);
+        for bad in ["", "M", "12Q", "1.2.3M", "-5M", "99999999999T"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("120").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        for bad in ["", "s", "5d", "abc", "1e400"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        }
+    }
+
+    fn args(extra: &[&str]) -> Result<Args, clap::Error> {
+        let mut v = vec!["copier", "--map", "80=198.18.1.2:80", "--intercept", "198.18.1.2"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v)
+    }
+
+    #[test]
+    fn command_line() {
+        let a = args(&["--no-secret", "--max-memory", "2G", "--session-timeout", "5m", "--client-ip", "198.19.0.0/16"])
+            .unwrap();
+        assert_eq!(a.max_memory, 2 << 30);
+        assert_eq!(a.session_timeout, Duration::from_secs(300));
+        assert_eq!(a.mtu, 1500);
+        let v = a.validate(7).unwrap();
+        assert!(v.secret.is_none());
+        assert_eq!(v.seed, 7);
+        assert!(v.engine.pace_requests);
+        assert_eq!(v.engine.max_memory, 2 << 30);
+        assert_eq!(v.intercepts[0].port, 36524);
+
+        // A secret is required unless --no-secret; both at once is refused.
+        assert!(args(&[]).is_err());
+        assert!(args(&["--no-secret", "--secret-file", "/x"]).is_err());
+        // --mtu below 576 is refused by clap.
+        assert!(args(&["--no-secret", "--mtu", "500"]).is_err());
+        let e = args(&["--no-secret", "--max-memory", "lots"]).unwrap_err().to_string();
+        assert!(e.contains("lots"), "{e}");
+
+        let missing = args(&["--secret-file", "/nonexistent/secret"]).unwrap().validate(1).unwrap_err();
+        assert!(missing.contains("/nonexistent/secret"), "{missing}");
+        let twice = args(&["--no-secret", "--intercept", "198.18.1.2:36524"]).unwrap().validate(1).unwrap_err();
+        assert!(twice.contains("twice"), "{twice}");
+        let ring = args(&["--no-secret", "--ring-block-size", "1000"]).unwrap().validate(1).unwrap_err();
+        assert!(ring.contains("--ring-block-size"), "{ring}");
+    }
+
+    #[test]
+    fn secret_file_is_read() {
+        let dir = std::env::temp_dir().join(format!("copier-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("secret");
+        std::fs::write(&f, "hunter2\n").unwrap();
+        let v = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap();
+        assert_eq!(v.secret.as_deref(), Some(&b"hunter2"[..]));
+        std::fs::write(&f, "\n").unwrap();
+        let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn help_explains_and_shows_an_example() {
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("Copies live TCP traffic"));
+        assert!(help.contains("copier --map 80=198.18.1.2:8080 --intercept 198.18.1.2"));
+        assert!(help.contains("--no-pacing"));
+    }
+}

@@ -1,0 +1,548 @@
+//! The copier's side of the control protocol: one client per `--intercept`, kept connected.
+//!
+//! Owns:
+//! - [`Registry`]: the set of sessions currently registered, shared by the engine thread (which
+//!   changes it) and the clients (which tell their intercepts). A change and its broadcast happen
+//!   under one lock, and a client takes its snapshot and subscribes under the same lock, so every
+//!   client sees each change exactly once after its snapshot.
+//! - [`run_client`]: connect (TCP_NODELAY, 5 s timeout), handshake with the shared secret, send
+//!   the whole registry (so a restarted intercept learns every live session again), then forward
+//!   registry changes and pings while reading records. Records go to the engine thread through a
+//!   bounded channel; when it is full the client stops reading, which pushes back over TCP to the
+//!   intercept (whose queue then sheds the oldest records and counts them). A lost link is
+//!   retried with exponential back-off (100 ms doubling to 5 s, with jitter) for as long as the
+//!   copier runs.
+//!
+//! Invariants: `connected` counts the links that finished their handshake and sent their
+//! snapshot; it is decremented when a link ends, whatever the reason (a guard). No lock is held
+//! across an `.await`. Nothing here grows without bound: the broadcast channel has a fixed
+//! capacity, and a client that falls behind resynchronises from the registry by difference.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::flow::FourTuple;
+use common::proto::io::{client_handshake, Established, FrameReader, FrameWriter};
+use common::proto::{Message, ProtoError, Record, DEFAULT_PORT};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::sys::EventFd;
+
+/// Most tuples put in one Register/Unregister message.
+const TUPLES_PER_MESSAGE: usize = 8192;
+/// Capacity of the registration broadcast; a client further behind resynchronises.
+const BROADCAST_CAPACITY: usize = 16384;
+
+/// Where an intercept listens: `HOST[:PORT]`, port 36524 by default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterceptAddr {
+    /// Host name or address (an IPv6 address without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl FromStr for InterceptAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| format!("bad intercept address {s:?}: {why} (expected HOST[:PORT], IPv6 as [ADDR]:PORT)");
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(bad("empty"));
+        }
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+            match after {
+                "" => (h, None),
+                p => (h, Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?)),
+            }
+        } else if s.matches(':').count() > 1 {
+            (s, None) // a bare IPv6 address
+        } else {
+            match s.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(p) => match p.parse::<u16>() {
+                Ok(0) | Err(_) => return Err(bad(&format!("port {p:?} is not a number from 1 to 65535"))),
+                Ok(n) => n,
+            },
+        };
+        Ok(InterceptAddr { host: host.to_string(), port })
+    }
+}
+
+impl fmt::Display for InterceptAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// A change of the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegEvent {
+    /// Route this session's responses to us.
+    Register(FourTuple),
+    /// This session is over.
+    Unregister(FourTuple),
+}
+
+#[derive(Debug)]
+struct RegistryInner {
+    set: HashSet<FourTuple>,
+    tx: broadcast::Sender<RegEvent>,
+}
+
+/// The sessions registered with the intercepts (see the module doc).
+#[derive(Debug)]
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Registry {
+        let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Registry { inner: Mutex::new(RegistryInner { set: HashSet::new(), tx }) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
+        // A panic while holding this lock leaves a consistent set (single insert/remove).
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Apply changes in order; repeated registrations and unknown unregistrations are ignored.
+    pub fn apply(&self, events: &[RegEvent]) {
+        let mut g = self.lock();
+        for &ev in events {
+            let changed = match ev {
+                RegEvent::Register(t) => g.set.insert(t),
+                RegEvent::Unregister(t) => g.set.remove(&t),
+            };
+            if changed {
+                // No receiver (no intercept connected) is fine: the snapshot covers it later.
+                let _ = g.tx.send(ev);
+            }
+        }
+    }
+
+    /// Unregister everything (after the engine was rebuilt).
+    pub fn clear(&self) {
+        let all: Vec<RegEvent> = self.lock().set.iter().map(|&t| RegEvent::Unregister(t)).collect();
+        self.apply(&all);
+    }
+
+    /// Sessions registered now.
+    pub fn len(&self) -> usize {
+        self.lock().set.len()
+    }
+
+    /// Whether no session is registered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The current set and a receiver of every change after it.
+    pub fn subscribe(&self) -> (HashSet<FourTuple>, broadcast::Receiver<RegEvent>) {
+        let g = self.lock();
+        (g.set.clone(), g.tx.subscribe())
+    }
+}
+
+/// Turn a run of changes into messages, keeping their order.
+pub fn messages_for(events: &[RegEvent], out: &mut Vec<Message>) {
+    let mut i = 0;
+    while i < events.len() {
+        let reg = matches!(events[i], RegEvent::Register(_));
+        let mut tuples = Vec::new();
+        while i < events.len() && tuples.len() < TUPLES_PER_MESSAGE {
+            match events[i] {
+                RegEvent::Register(t) if reg => tuples.push(t),
+                RegEvent::Unregister(t) if !reg => tuples.push(t),
+                _ => break,
+            }
+            i += 1;
+        }
+        out.push(if reg { Message::Register { tuples } } else { Message::Unregister { tuples } });
+    }
+}
+
+/// What the clients share with the engine thread.
+#[derive(Clone, Debug)]
+pub struct Links {
+    /// The registered sessions.
+    pub registry: Arc<Registry>,
+    /// Records toward the engine thread (bounded).
+    pub records: mpsc::Sender<Vec<Record>>,
+    /// Wakes the engine thread after a send on `records` or a change of `connected`.
+    pub wake: Arc<EventFd>,
+    /// Links that are up.
+    pub connected: Arc<AtomicUsize>,
+}
+
+/// How one client behaves.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The intercept.
+    pub addr: InterceptAddr,
+    /// The shared secret; `None` with `--no-secret`.
+    pub secret: Option<Arc<[u8]>>,
+    /// Our software string for the Hello.
+    pub software: String,
+    /// Interval of Pings; a link silent for three intervals is dropped.
+    pub ping_interval: Duration,
+    /// Largest back-off between attempts.
+    pub backoff_max: Duration,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Seed of the back-off jitter.
+    pub seed: u64,
+}
+
+impl ClientConfig {
+    /// Defaults for `addr`.
+    pub fn new(addr: InterceptAddr, secret: Option<Arc<[u8]>>, seed: u64) -> ClientConfig {
+        ClientConfig {
+            addr,
+            secret,
+            software: format!("copier {}", env!("CARGO_PKG_VERSION")),
+            ping_interval: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            seed,
+        }
+    }
+}
+
+/// Why a link ended.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// TCP connect failed.
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    /// TCP connect did not finish in time.
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    /// Handshake or framing failed, or the peer sent an Error.
+    #[error("{0}")]
+    Proto(#[from] ProtoError),
+    /// The peer was silent too long.
+    #[error("no message (not even a Pong) for {0:?}")]
+    Silent(Duration),
+    /// A write did not finish in time: the peer does not read.
+    #[error("a write did not finish within {0:?}: the peer does not read")]
+    WriteStalled(Duration),
+    /// The peer closed the connection.
+    #[error("closed by the peer")]
+    Closed,
+    /// The peer sent a message a copier never expects.
+    #[error("unexpected {0} message")]
+    Unexpected(&'static str),
+    /// The engine thread is gone (shutting down).
+    #[error("engine stopped")]
+    EngineGone,
+}
+
+/// Decrements `connected` when a link ends, however it ends.
+struct UpGuard<'a>(&'a Links);
+
+impl Drop for UpGuard<'_> {
+    fn drop(&mut self) {
+        self.0.connected.fetch_sub(1, Ordering::SeqCst);
+        self.0.wake.notify();
+    }
+}
+
+/// Keep a link to one intercept until `shutdown` turns true.
+pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Receiver<bool>) {
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let mut backoff = Duration::from_millis(100);
+    let mut last_err: Option<String> = None;
+    let name = cfg.addr.to_string();
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let attempt = async {
+            let stream = connect(&cfg).await?;
+            let est = client_handshake(stream, cfg.secret.as_deref(), &cfg.software).await?;
+            Ok::<_, LinkError>(est)
+        };
+        let result = tokio::select! {
+            r = attempt => r,
+            _ = shutdown.changed() => return,
+        };
+        match result {
+            Ok(est) => {
+                backoff = Duration::from_millis(100);
+                last_err = None;
+                let outcome = tokio::select! {
+                    r = serve(&cfg, &links, est) => r,
+                    _ = shutdown.changed() => return,
+                };
+                ::metrics::counter!("copier_control_losses_total", "intercept" => name.clone()).increment(1);
+                let up = links.connected.load(Ordering::SeqCst);
+                let err = outcome.err().map_or_else(|| "closed".to_string(), |e| e.to_string());
+                if up == 0 {
+                    tracing::warn!(
+                        "intercept {name} lost: {err}; reconnecting. No intercept is connected: new sessions \
+                         are not copied until one is (counted in copier_sessions_not_copied_total)"
+                    );
+                } else {
+                    tracing::warn!("intercept {name} lost: {err}; reconnecting ({up} other intercept link(s) up)");
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let refused = matches!(&e, LinkError::Proto(p) if !matches!(p, ProtoError::Io(_) | ProtoError::Closed(_) | ProtoError::Timeout(_)));
+                if last_err.as_deref() != Some(msg.as_str()) {
+                    if refused {
+                        tracing::error!("control link to {name}: handshake refused: {msg}; retrying every {:?}", cfg.backoff_max);
+                    } else {
+                        tracing::warn!("control link to {name}: {msg}; retrying with back-off up to {:?}", cfg.backoff_max);
+                    }
+                } else {
+                    tracing::debug!("control link to {name}: {msg}");
+                }
+                last_err = Some(msg);
+            }
+        }
+        let jitter = rng.random_range(0.8..1.2);
+        let wait = backoff.mul_f64(jitter);
+        backoff = (backoff * 2).min(cfg.backoff_max);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn connect(cfg: &ClientConfig) -> Result<TcpStream, LinkError> {
+    let fut = TcpStream::connect((cfg.addr.host.as_str(), cfg.addr.port));
+    let stream = tokio::time::timeout(cfg.connect_timeout, fut)
+        .await
+        .map_err(|_| LinkError::ConnectTimeout(cfg.connect_timeout))?
+        .map_err(LinkError::Connect)?;
+    // Registrations are small and urgent: they race the test server's SYN-ACK.
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// Run one established link until it fails.
+async fn serve(cfg: &ClientConfig, links: &Links, est: Established<TcpStream>) -> Result<(), LinkError> {
+    let Established { mut reader, mut writer, peer } = est;
+    let write_timeout = cfg.ping_interval * 3;
+
+    let (snapshot, rx) = links.registry.subscribe();
+    let mut msgs = Vec::new();
+    let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
+    messages_for(&events, &mut msgs);
+    for chunk in msgs.chunks(4) {
+        write(&mut writer, chunk, write_timeout).await?;
+    }
+    links.connected.fetch_add(1, Ordering::SeqCst);
+    let _up = UpGuard(links);
+    links.wake.notify();
+    ::metrics::counter!("copier_control_connects_total", "intercept" => cfg.addr.to_string()).increment(1);
+    tracing::info!(
+        "connected to intercept {} ({}); {} live session(s) registered",
+        cfg.addr,
+        peer.software,
+        snapshot.len()
+    );
+
+    tokio::select! {
+        r = read_loop(cfg, links, &mut reader) => r,
+        r = write_loop(cfg, links, &mut writer, snapshot, rx) => r,
+    }
+}
+
+async fn write(
+    writer: &mut FrameWriter<WriteHalf<TcpStream>>,
+    msgs: &[Message],
+    limit: Duration,
+) -> Result<(), LinkError> {
+    tokio::time::timeout(limit, writer.write_messages(msgs)).await.map_err(|_| LinkError::WriteStalled(limit))??;
+    Ok(())
+}
+
+async fn read_loop(
+    cfg: &ClientConfig,
+    links: &Links,
+    reader: &mut FrameReader<ReadHalf<TcpStream>>,
+) -> Result<(), LinkError> {
+    let silence = cfg.ping_interval * 3;
+    let counter = ::metrics::counter!("copier_control_records_total", "intercept" => cfg.addr.to_string());
+    loop {
+        let msg = tokio::time::timeout(silence, reader.read_message()).await.map_err(|_| LinkError::Silent(silence))??;
+        match msg {
+            None => return Err(LinkError::Closed),
+            Some(Message::Records { records }) => {
+                if records.is_empty() {
+                    continue;
+                }
+                counter.increment(records.len() as u64);
+                // Waits while the engine's inbox is full: backpressure toward the intercept.
+                links.records.send(records).await.map_err(|_| LinkError::EngineGone)?;
+                links.wake.notify();
+            }
+            Some(Message::Pong { .. }) => {}
+            Some(Message::Error { code, message }) => return Err(ProtoError::Remote { code, message }.into()),
+            Some(other) => return Err(LinkError::Unexpected(other.name())),
+        }
+    }
+}
+
+async fn write_loop(
+    cfg: &ClientConfig,
+    links: &Links,
+    writer: &mut FrameWriter<WriteHalf<TcpStream>>,
+    mut sent: HashSet<FourTuple>,
+    mut rx: broadcast::Receiver<RegEvent>,
+) -> Result<(), LinkError> {
+    let limit = cfg.ping_interval * 3;
+    let mut ping = tokio::time::interval(cfg.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await; // the first tick is immediate
+    let mut token = 0u64;
+    let mut events = Vec::new();
+    let mut msgs = Vec::new();
+    loop {
+        events.clear();
+        msgs.clear();
+        let mut lagged = false;
+        tokio::select! {
+            r = rx.recv() => match r {
+                Ok(ev) => {
+                    events.push(ev);
+                    loop {
+                        match rx.try_recv() {
+                            Ok(ev) => events.push(ev),
+                            Err(broadcast::error::TryRecvError::Lagged(_)) => { lagged = true; break }
+                            Err(_) => break,
+                        }
+                        if events.len() >= 4 * TUPLES_PER_MESSAGE {
+                            break;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => lagged = true,
+                Err(broadcast::error::RecvError::Closed) => return Err(LinkError::EngineGone),
+            },
+            _ = ping.tick() => {
+                token = token.wrapping_add(1);
+                write(writer, &[Message::Ping { token }], limit).await?;
+                continue;
+            }
+        }
+        for ev in &events {
+            match *ev {
+                RegEvent::Register(t) => sent.insert(t),
+                RegEvent::Unregister(t) => sent.remove(&t),
+            };
+        }
+        if lagged {
+            // We missed changes: take a fresh snapshot and send the difference.
+            let (now_set, new_rx) = links.registry.subscribe();
+            rx = new_rx;
+            tracing::debug!("control link to {}: fell behind on registrations; resynchronising", cfg.addr);
+            for t in sent.difference(&now_set) {
+                events.push(RegEvent::Unregister(*t));
+            }
+            for t in now_set.difference(&sent) {
+                events.push(RegEvent::Register(*t));
+            }
+            sent = now_set;
+        }
+        messages_for(&events, &mut msgs);
+        for chunk in msgs.chunks(4) {
+            write(writer, chunk, limit).await?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(c: u16) -> FourTuple {
+        FourTuple::new(format!("198.18.0.1:{c}").parse().unwrap(), "198.18.1.2:80".parse().unwrap())
+    }
+
+    #[test]
+    fn intercept_addresses() {
+        let p = |s: &str| s.parse::<InterceptAddr>();
+        assert_eq!(p("10.0.0.1").unwrap(), InterceptAddr { host: "10.0.0.1".into(), port: 36524 });
+        assert_eq!(p("test-host:9000").unwrap(), InterceptAddr { host: "test-host".into(), port: 9000 });
+        assert_eq!(p("[2001:db8::1]:9").unwrap(), InterceptAddr { host: "2001:db8::1".into(), port: 9 });
+        assert_eq!(p("[2001:db8::1]").unwrap().port, 36524);
+        assert_eq!(p("2001:db8::1").unwrap(), InterceptAddr { host: "2001:db8::1".into(), port: 36524 });
+        assert_eq!(p("[2001:db8::1]:9").unwrap().to_string(), "[2001:db8::1]:9");
+        for bad in ["", "host:", "host:0", "host:70000", "host:http", ":80", "[::1", "[::1]x"] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains("HOST[:PORT]"), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn messages_keep_order_and_group_runs() {
+        let evs = [
+            RegEvent::Register(t(1)),
+            RegEvent::Register(t(2)),
+            RegEvent::Unregister(t(1)),
+            RegEvent::Register(t(3)),
+        ];
+        let mut out = Vec::new();
+        messages_for(&evs, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Message::Register { tuples: vec![t(1), t(2)] },
+                Message::Unregister { tuples: vec![t(1)] },
+                Message::Register { tuples: vec![t(3)] },
+            ]
+        );
+        let many: Vec<RegEvent> = (0..TUPLES_PER_MESSAGE as u16 + 5).map(|i| RegEvent::Register(t(i))).collect();
+        out.clear();
+        messages_for(&many, &mut out);
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn registry_snapshot_then_changes_exactly_once() {
+        let r = Registry::new();
+        r.apply(&[RegEvent::Register(t(1)), RegEvent::Register(t(2))]);
+        let (snap, mut rx) = r.subscribe();
+        assert_eq!(snap.len(), 2);
+        r.apply(&[RegEvent::Register(t(2)), RegEvent::Unregister(t(1)), RegEvent::Unregister(t(9))]);
+        assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(1)));
+        assert!(rx.try_recv().is_err(), "duplicates and unknown tuples are not broadcast");
+        r.clear();
+        assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(2)));
+        assert!(r.is_empty());
+    }
+}

@@ -1,0 +1,309 @@
+//! The engine thread: one OS thread owns the [`Engine`], the capture ring and the raw sender,
+//! and drives them with the clock.
+//!
+//! Each turn of the loop: note whether an intercept is connected, feed the records that the
+//! control clients queued, feed every ready ring block, fire the engine's timer, then drain the
+//! engine's outputs (registrations first, so they leave before the SYN they belong to; then
+//! packets to the sender, flushed in batches), and about once a second export the counters. Then
+//! it sleeps in `ppoll` on the ring socket and an eventfd that the control clients poke, until the
+//! engine's next timer, the sender's back-off or at most [`MAX_WAIT`].
+//!
+//! Invariants: nothing in the loop blocks except that `ppoll`; every queue it feeds is bounded
+//! (the sender's queue has a high-water mark above which the engine is not asked for more packets,
+//! the record channel is bounded by its creator). A panic inside the engine does not end the
+//! copier: it is logged and counted, the session table is rebuilt empty and every registration is
+//! withdrawn (the sessions in flight are lost, later ones are copied).
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::proto::Record;
+use tokio::sync::mpsc;
+
+use crate::capture::{Capture, CaptureStats};
+use crate::control::{RegEvent, Registry};
+use crate::engine::{ControlEvent, Engine, EngineConfig, EngineStats};
+use crate::metrics::{self as m, Snapshot};
+use crate::send::{RawSender, SendStats};
+use crate::sys::{self, EventFd};
+
+/// Longest sleep of the loop, whatever else it waits for.
+pub const MAX_WAIT: Duration = Duration::from_millis(10);
+/// How often counters are exported and the kernel's drop counters read.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// Record batches taken per turn, so a flood of records cannot starve the capture.
+const RECORD_BATCHES_PER_TURN: usize = 64;
+/// Packets taken from the engine per turn.
+const TRANSMITS_PER_TURN: usize = 8192;
+/// Above this many queued packets the engine is not asked for more.
+const SEND_HIGH_WATER: usize = 4096;
+
+/// What the loop is made of.
+#[derive(Debug)]
+pub struct LoopIo {
+    /// The capture ring.
+    pub capture: Capture,
+    /// The raw sockets.
+    pub sender: RawSender,
+    /// Records from the control clients.
+    pub records: mpsc::Receiver<Vec<Record>>,
+    /// Where registrations go.
+    pub registry: Arc<Registry>,
+    /// Intercept links that are up.
+    pub connected: Arc<AtomicUsize>,
+    /// Poked by the control clients.
+    pub wake: Arc<EventFd>,
+    /// Set to end the loop (poke `wake` after setting it).
+    pub stop: Arc<AtomicBool>,
+}
+
+/// The counters of a run, printed when the copier stops.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// The engine's counters (of the last engine, if it was rebuilt).
+    pub engine: EngineStats,
+    /// The capture's.
+    pub capture: CaptureStats,
+    /// The sender's.
+    pub send: SendStats,
+    /// Engine panics survived.
+    pub panics: u64,
+    /// How long the loop ran.
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = &self.engine;
+        let s = &self.send;
+        let send_errors = s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
+        write!(
+            f,
+            "copier ran {:.1}s: captured {} packets ({} dropped by the kernel); sessions {} started, {} completed, \
+             {} failed, {} not copied (no intercept); sent {} segments ({} bytes, {} retransmissions, {} send errors); \
+             {} records received",
+            self.elapsed.as_secs_f64(),
+            self.capture.packets,
+            self.capture.kernel_drops,
+            e.sessions_started,
+            e.sessions_completed,
+            e.sessions_failed.total(),
+            e.sessions_not_copied,
+            s.packets,
+            s.bytes,
+            e.retransmissions,
+            send_errors,
+            e.records_received,
+        )?;
+        if self.panics > 0 {
+            write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the loop gave up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// `ppoll` on the ring failed repeatedly.
+    #[error("waiting on the capture socket failed: {0}")]
+    Poll(std::io::Error),
+}
+
+struct State {
+    up: Option<bool>,
+    next_report: Instant,
+    panics: u64,
+    poll_errors: u32,
+    last_kernel_drops: u64,
+    events: Vec<RegEvent>,
+}
+
+/// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
+/// panic).
+pub fn run_engine_loop(config: EngineConfig, seed: u64, mut io: LoopIo) -> (Summary, Option<LoopError>) {
+    let started = Instant::now();
+    let mut engine = Engine::new(config.clone(), seed);
+    let mut st = State {
+        up: None,
+        next_report: started,
+        panics: 0,
+        poll_errors: 0,
+        last_kernel_drops: 0,
+        events: Vec::new(),
+    };
+    let mut fatal = None;
+    loop {
+        let turn = catch_unwind(AssertUnwindSafe(|| turn(&mut engine, &mut io, &mut st)));
+        match turn {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => break,
+            Ok(Err(e)) => {
+                fatal = Some(e);
+                break;
+            }
+            Err(payload) => {
+                st.panics += 1;
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                tracing::error!(
+                    "engine panicked ({what}); rebuilding the session table: sessions in flight are lost (panic #{})",
+                    st.panics
+                );
+                engine = Engine::new(config.clone(), seed.wrapping_add(st.panics));
+                io.registry.clear();
+                st.up = None;
+                if st.panics > 1000 {
+                    // Something panics on every turn: do not spin at full speed.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+    let _ = io.capture.refresh_kernel_stats();
+    let summary = Summary {
+        engine: engine.stats().clone(),
+        capture: io.capture.stats(),
+        send: *io.sender.stats(),
+        panics: st.panics,
+        elapsed: started.elapsed(),
+    };
+    export(&engine, &io, &st);
+    (summary, fatal)
+}
+
+/// One turn; `Ok(false)` when asked to stop.
+fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, LoopError> {
+    if io.stop.load(Ordering::SeqCst) {
+        return Ok(false);
+    }
+    io.wake.drain();
+    let now = Instant::now();
+
+    let up = io.connected.load(Ordering::SeqCst) > 0;
+    if st.up != Some(up) {
+        engine.set_intercept_connected(now, up);
+        st.up = Some(up);
+    }
+
+    for _ in 0..RECORD_BATCHES_PER_TURN {
+        match io.records.try_recv() {
+            Ok(batch) => {
+                for r in &batch {
+                    engine.handle_record(now, r);
+                }
+            }
+            Err(_) => break,
+        }
+    }
+
+    let blocks = io.capture.drain(usize::MAX, |pkt| engine.handle_captured(now, pkt));
+    let now = if blocks > 0 { Instant::now() } else { now };
+
+    if engine.poll_timeout().is_some_and(|t| t <= now) {
+        engine.handle_timeout(now);
+    }
+    drain_outputs(engine, io, st, now);
+
+    if now >= st.next_report {
+        st.next_report = now + REPORT_EVERY;
+        if let Err(e) = io.capture.refresh_kernel_stats() {
+            tracing::debug!("PACKET_STATISTICS: {e}");
+        }
+        let drops = io.capture.stats().kernel_drops;
+        if drops > st.last_kernel_drops {
+            tracing::warn!(
+                "capture ring overflowed: the kernel dropped {} packet(s) in the last second; \
+                 the engine is too slow or the ring too small (--ring-blocks, --ring-block-size)",
+                drops - st.last_kernel_drops
+            );
+            st.last_kernel_drops = drops;
+        }
+        export(engine, io, st);
+    }
+
+    if io.capture.has_ready() || !io.records.is_empty() {
+        return Ok(true);
+    }
+    let now = Instant::now();
+    let mut deadline = now + MAX_WAIT;
+    for t in [engine.poll_timeout(), io.sender.wakeup(), Some(st.next_report)].into_iter().flatten() {
+        deadline = deadline.min(t);
+    }
+    let timeout = deadline.saturating_duration_since(now);
+    if !timeout.is_zero() {
+        match sys::poll_readable(&[io.capture.fd(), io.wake.fd()], timeout) {
+            Ok(_) => st.poll_errors = 0,
+            Err(e) => {
+                st.poll_errors += 1;
+                tracing::warn!("ppoll: {e}");
+                if st.poll_errors > 100 {
+                    return Err(LoopError::Poll(e));
+                }
+                std::thread::sleep(MAX_WAIT);
+            }
+        }
+    }
+    Ok(true)
+}
+
+fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
+    st.events.clear();
+    while let Some(ev) = engine.poll_control() {
+        st.events.push(match ev {
+            ControlEvent::Register(t) => RegEvent::Register(t),
+            ControlEvent::Unregister(t) => RegEvent::Unregister(t),
+        });
+    }
+    if !st.events.is_empty() {
+        io.registry.apply(&st.events);
+    }
+}
+
+fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Instant) {
+    drain_control(engine, io, st);
+    for _ in 0..TRANSMITS_PER_TURN {
+        if io.sender.pending() >= SEND_HIGH_WATER {
+            io.sender.flush(now);
+            if io.sender.pending() >= SEND_HIGH_WATER {
+                break; // the kernel pushes back: leave the rest in the engine
+            }
+        }
+        let mut buf = io.sender.buffer();
+        match engine.poll_transmit(now, &mut buf) {
+            Some(t) => {
+                buf.truncate(t.len);
+                io.sender.enqueue(t.tuple, t.dst, buf);
+                if io.sender.pending() >= sys::MAX_BATCH {
+                    io.sender.flush(now);
+                }
+            }
+            None => {
+                io.sender.recycle(buf);
+                break;
+            }
+        }
+    }
+    // Sending may have produced no new registrations, but a timer or record may have.
+    drain_control(engine, io, st);
+    io.sender.flush(now);
+}
+
+fn export(engine: &Engine, io: &LoopIo, st: &State) {
+    m::export(&Snapshot {
+        engine: engine.stats(),
+        memory: engine.memory_used(),
+        capture: io.capture.stats(),
+        send: io.sender.stats(),
+        send_queue: io.sender.pending(),
+        intercepts: io.connected.load(Ordering::SeqCst),
+        registered: io.registry.len(),
+        panics: st.panics,
+    });
+}

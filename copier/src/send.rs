@@ -1,0 +1,598 @@
+//! Sending the engine's packets to the test server through raw `IP_HDRINCL` sockets.
+//!
+//! Owns: one `AF_INET`/`IPPROTO_RAW` socket (and one `AF_INET6` if the host has IPv6), a bounded
+//! queue of packets waiting to go out, batching with `sendmmsg`, and what happens on a send error.
+//! A send error never ends the process:
+//! - `EAGAIN`/`ENOBUFS` (socket buffer or qdisc full): the packet stays queued, sending backs off
+//!   (1 ms doubling to 50 ms, reset by the next success), counted;
+//! - `EPERM`/`EACCES` (a firewall rule said no): the packet is dropped, short back-off, counted;
+//! - `EMSGSIZE` (the route's MTU is below `--mtu`): the TCP segment is split in halves until it
+//!   fits (never below 576/1280 bytes), and later packets of that family are split to the size
+//!   that worked; logged once, counted;
+//! - anything else: dropped and logged with the session (at most one line a second), counted.
+//!
+//! Invariants: the queue holds at most `queue_cap` packets (more are dropped and counted, the
+//! engine retransmits); packets leave in the order they were queued; buffers are recycled.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use common::flow::FourTuple;
+use common::wire::{parse_tcp_packet, tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption, WireError};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::sys;
+
+/// Smallest packet the splitter produces, per family (the minimum MTUs IP guarantees).
+const MIN_SPLIT_V4: usize = 576;
+const MIN_SPLIT_V6: usize = 1280;
+const BACKOFF_MIN: Duration = Duration::from_millis(1);
+const BACKOFF_MAX: Duration = Duration::from_millis(50);
+
+/// How to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendConfig {
+    /// Send buffer size asked for each socket.
+    pub sndbuf: usize,
+    /// Most packets waiting in the queue.
+    pub queue_cap: usize,
+    /// The `--mtu` the engine cuts to (for messages only).
+    pub mtu: u16,
+}
+
+impl Default for SendConfig {
+    fn default() -> Self {
+        SendConfig { sndbuf: 4 << 20, queue_cap: 8192, mtu: 1500 }
+    }
+}
+
+/// Counters of the sender, cumulative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendStats {
+    /// Packets the kernel took.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// `sendmmsg` calls.
+    pub syscalls: u64,
+    /// `EMSGSIZE` answers.
+    pub err_msgsize: u64,
+    /// `ENOBUFS` answers.
+    pub err_nobufs: u64,
+    /// `EAGAIN` answers.
+    pub err_again: u64,
+    /// `EPERM`/`EACCES` answers (packet dropped).
+    pub err_perm: u64,
+    /// Other errors (packet dropped).
+    pub err_other: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped_queue_full: u64,
+    /// Packets dropped because their family has no socket (IPv6 unavailable).
+    pub dropped_no_socket: u64,
+    /// Packets dropped because they were too big and could not be split.
+    pub dropped_unsplittable: u64,
+    /// Extra packets created by splitting.
+    pub split_extra: u64,
+}
+
+/// What kind of send error this is, for counting and for the reaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendErrorKind {
+    /// `EMSGSIZE`.
+    MsgSize,
+    /// `ENOBUFS`.
+    NoBufs,
+    /// `EAGAIN`/`EWOULDBLOCK`.
+    Again,
+    /// `EPERM`/`EACCES`.
+    Perm,
+    /// `EINTR`: just try again.
+    Interrupted,
+    /// Anything else.
+    Other,
+}
+
+impl SendErrorKind {
+    /// Classify an error of `sendmmsg`.
+    pub fn of(e: &io::Error) -> SendErrorKind {
+        match e.raw_os_error() {
+            Some(libc::EMSGSIZE) => SendErrorKind::MsgSize,
+            Some(libc::ENOBUFS) => SendErrorKind::NoBufs,
+            Some(libc::EAGAIN) => SendErrorKind::Again,
+            Some(libc::EPERM) | Some(libc::EACCES) => SendErrorKind::Perm,
+            Some(libc::EINTR) => SendErrorKind::Interrupted,
+            _ => SendErrorKind::Other,
+        }
+    }
+
+    /// Label value for metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            SendErrorKind::MsgSize => "emsgsize",
+            SendErrorKind::NoBufs => "enobufs",
+            SendErrorKind::Again => "eagain",
+            SendErrorKind::Perm => "eperm",
+            SendErrorKind::Interrupted => "eintr",
+            SendErrorKind::Other => "other",
+        }
+    }
+}
+
+/// Why a segment could not be split.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SplitError {
+    /// The packet is not IP + TCP.
+    #[error("not a TCP packet: {0}")]
+    Parse(#[from] WireError),
+    /// SYN or RST segments are not split.
+    #[error("segment with flags {0} is not split")]
+    Flags(TcpFlags),
+    /// Headers alone nearly fill the limit.
+    #[error("limit of {limit} bytes leaves no room for payload after {headers} bytes of headers")]
+    TooSmall {
+        /// The limit asked for.
+        limit: usize,
+        /// IP + TCP header bytes.
+        headers: usize,
+    },
+}
+
+/// Split an IP + TCP packet into packets of at most `limit` bytes, appending them to `out`.
+/// Sequence numbers advance by the payload offset, FIN and PSH stay on the last piece only, TCP
+/// options (timestamps...) are copied to every piece, and every checksum is fresh. IPv4 options,
+/// if any, are not carried over. A packet that already fits is copied as one piece.
+pub fn split_tcp_packet(packet: &[u8], limit: usize, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
+    let p = parse_tcp_packet(packet)?;
+    let bytes = &packet[..p.ip_total_len.min(packet.len())];
+    if bytes.len() <= limit {
+        out.push(bytes.to_vec());
+        return Ok(1);
+    }
+    let flags = p.tcp.flags();
+    if flags.intersects(TcpFlags::SYN | TcpFlags::RST) {
+        return Err(SplitError::Flags(flags));
+    }
+    let opts: Vec<TcpOption<'_>> = tcp_options(p.options()).filter_map(Result::ok).collect();
+    let ident = match p.src {
+        IpAddr::V4(_) => Ipv4Packet::new_unchecked(packet).ident(),
+        IpAddr::V6(_) => 0,
+    };
+    let mut b = TcpBuilder {
+        src: p.src_socket(),
+        dst: p.dst_socket(),
+        seq: p.tcp.seq(),
+        ack: p.tcp.ack(),
+        flags,
+        window: p.tcp.window(),
+        options: &opts,
+        payload: &[],
+        ttl: p.ttl,
+        ident,
+    };
+    let mut probe = Vec::new();
+    let headers = b.try_emit(&mut probe).map_err(|_| SplitError::TooSmall { limit, headers: 0 })?;
+    let room = limit.saturating_sub(headers);
+    if room < 8 {
+        return Err(SplitError::TooSmall { limit, headers });
+    }
+    let payload = p.payload();
+    let pieces = payload.len().div_ceil(room);
+    // Even pieces: one 2000-byte payload at room 1400 gives 1000 + 1000, not 1400 + 600.
+    let each = payload.len().div_ceil(pieces);
+    let mut n = 0;
+    for (i, chunk) in payload.chunks(each).enumerate() {
+        let last = (i + 1) * each >= payload.len();
+        b.seq = p.tcp.seq().add((i * each) as u32);
+        b.flags = if last { flags } else { flags.without(TcpFlags::FIN | TcpFlags::PSH) };
+        b.payload = chunk;
+        b.ident = ident.wrapping_add(i as u16);
+        let mut buf = Vec::with_capacity(headers + chunk.len());
+        b.try_emit(&mut buf).map_err(|_| SplitError::TooSmall { limit, headers })?;
+        out.push(buf);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Allows one log line per interval and counts what it held back.
+#[derive(Debug, Default)]
+struct LogLimit {
+    next: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimit {
+    /// `Some(suppressed since the last line)` if a line may be logged now.
+    fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.next {
+            Some(t) if now < t => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.next = Some(now + Duration::from_secs(1));
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Pending {
+    tuple: FourTuple,
+    dst: SockAddr,
+    v6: bool,
+    buf: Vec<u8>,
+}
+
+/// The raw sockets and the send queue.
+#[derive(Debug)]
+pub struct RawSender {
+    v4: Socket,
+    v6: Option<Socket>,
+    cfg: SendConfig,
+    queue: VecDeque<Pending>,
+    pool: Vec<Vec<u8>>,
+    backoff: Duration,
+    resume_at: Option<Instant>,
+    /// Packets larger than this are split before sending ([v4, v6]); learned from EMSGSIZE.
+    split_above: [Option<usize>; 2],
+    stats: SendStats,
+    other_log: LogLimit,
+    perm_log: LogLimit,
+    msgsize_logged: bool,
+}
+
+fn raw_socket(domain: Domain, cfg: &SendConfig) -> io::Result<Socket> {
+    let s = Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))?;
+    if domain == Domain::IPV4 {
+        s.set_header_included_v4(true)?;
+    } else {
+        // Implied by IPPROTO_RAW on AF_INET6; set it anyway where the kernel accepts it.
+        let _ = s.set_header_included_v6(true);
+    }
+    s.set_nonblocking(true)?;
+    if sys::force_send_buffer(s.as_fd(), cfg.sndbuf).is_err() {
+        s.set_send_buffer_size(cfg.sndbuf)?;
+    }
+    Ok(s)
+}
+
+impl RawSender {
+    /// Open the IPv4 socket (required) and the IPv6 one (optional: a warning if unavailable).
+    /// Needs CAP_NET_RAW.
+    pub fn open(cfg: SendConfig) -> io::Result<RawSender> {
+        let v4 = raw_socket(Domain::IPV4, &cfg)?;
+        let v6 = match raw_socket(Domain::IPV6, &cfg) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("no IPv6 raw socket ({e}); IPv6 copies will be dropped and counted");
+                None
+            }
+        };
+        Ok(RawSender {
+            v4,
+            v6,
+            cfg,
+            queue: VecDeque::with_capacity(cfg.queue_cap.min(1024)),
+            pool: Vec::new(),
+            backoff: Duration::ZERO,
+            resume_at: None,
+            split_above: [None, None],
+            stats: SendStats::default(),
+            other_log: LogLimit::default(),
+            perm_log: LogLimit::default(),
+            msgsize_logged: false,
+        })
+    }
+
+    /// An empty buffer to fill with a packet (recycled when possible).
+    pub fn buffer(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(2048));
+        b.clear();
+        b
+    }
+
+    /// Give back a buffer that was not queued.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < 1024 && buf.capacity() <= 128 * 1024 {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Queue `buf` (a whole IP packet) for `dst`. Dropped and counted if the queue is full.
+    pub fn enqueue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>) {
+        let v6 = dst.is_ipv6();
+        if v6 && self.v6.is_none() {
+            self.stats.dropped_no_socket += 1;
+            self.recycle(buf);
+            return;
+        }
+        if let Some(limit) = self.split_above[usize::from(v6)] {
+            if buf.len() > limit {
+                self.split_and_queue(tuple, dst, buf, limit, false);
+                return;
+            }
+        }
+        self.push_back(Pending { tuple, dst: SockAddr::from(SocketAddr::new(dst, 0)), v6, buf });
+    }
+
+    fn push_back(&mut self, p: Pending) {
+        if self.queue.len() >= self.cfg.queue_cap {
+            self.stats.dropped_queue_full += 1;
+            self.recycle(p.buf);
+        } else {
+            self.queue.push_back(p);
+        }
+    }
+
+    /// Split `buf` to `limit` and queue the pieces, at the front (a retry) or at the back.
+    fn split_and_queue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>, limit: usize, front: bool) {
+        let mut pieces = Vec::new();
+        match split_tcp_packet(&buf, limit, &mut pieces) {
+            Ok(n) => {
+                self.stats.split_extra += n.saturating_sub(1) as u64;
+                let v6 = dst.is_ipv6();
+                let addr = SockAddr::from(SocketAddr::new(dst, 0));
+                let items = pieces.into_iter().map(|b| Pending { tuple, dst: addr.clone(), v6, buf: b });
+                if front {
+                    for p in items.rev() {
+                        self.queue.push_front(p);
+                    }
+                } else {
+                    for p in items {
+                        self.push_back(p);
+                    }
+                }
+            }
+            Err(e) => {
+                self.stats.dropped_unsplittable += 1;
+                tracing::debug!(session = %tuple, "dropping a {}-byte packet that does not fit: {e}", buf.len());
+            }
+        }
+        self.recycle(buf);
+    }
+
+    /// Packets waiting.
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// When [`RawSender::flush`] should run again if packets wait out a back-off.
+    pub fn wakeup(&self) -> Option<Instant> {
+        if self.queue.is_empty() {
+            None
+        } else {
+            self.resume_at
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &SendStats {
+        &self.stats
+    }
+
+    fn back_off(&mut self, now: Instant) {
+        self.backoff = (self.backoff * 2).clamp(BACKOFF_MIN, BACKOFF_MAX);
+        self.resume_at = Some(now + self.backoff);
+    }
+
+    /// Send what is queued, in batches, until the queue is empty or the kernel pushes back.
+    pub fn flush(&mut self, now: Instant) {
+        if let Some(t) = self.resume_at {
+            if now < t {
+                return;
+            }
+            self.resume_at = None;
+        }
+        while let Some(front) = self.queue.front() {
+            let v6 = front.v6;
+            let result = {
+                let batch: Vec<(&[u8], &SockAddr)> = self
+                    .queue
+                    .iter()
+                    .take_while(|p| p.v6 == v6)
+                    .take(sys::MAX_BATCH)
+                    .map(|p| (p.buf.as_slice(), &p.dst))
+                    .collect();
+                let sock = if v6 { self.v6.as_ref() } else { Some(&self.v4) };
+                // Queued v6 packets imply a v6 socket (checked in enqueue).
+                let sock = sock.expect("v6 packet queued without a v6 socket");
+                self.stats.syscalls += 1;
+                sys::send_batch(sock.as_fd(), &batch)
+            };
+            match result {
+                Ok(n) => {
+                    for _ in 0..n {
+                        if let Some(p) = self.queue.pop_front() {
+                            self.stats.packets += 1;
+                            self.stats.bytes += p.buf.len() as u64;
+                            self.recycle(p.buf);
+                        }
+                    }
+                    self.backoff = Duration::ZERO;
+                }
+                Err(e) => {
+                    let kind = SendErrorKind::of(&e);
+                    if !self.on_error(now, kind, &e) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// React to an error of the front packet; `false` to stop flushing for now.
+    fn on_error(&mut self, now: Instant, kind: SendErrorKind, e: &io::Error) -> bool {
+        match kind {
+            SendErrorKind::Interrupted => true,
+            SendErrorKind::Again | SendErrorKind::NoBufs => {
+                if kind == SendErrorKind::Again {
+                    self.stats.err_again += 1;
+                } else {
+                    self.stats.err_nobufs += 1;
+                }
+                self.back_off(now);
+                false
+            }
+            SendErrorKind::Perm => {
+                self.stats.err_perm += 1;
+                if let Some(p) = self.queue.pop_front() {
+                    if let Some(held) = self.perm_log.allow(now) {
+                        tracing::warn!(
+                            session = %p.tuple,
+                            "send refused ({e}): a firewall rule on this host drops the copies? ({held} more refusals not logged)"
+                        );
+                    }
+                    self.recycle(p.buf);
+                }
+                self.back_off(now);
+                false
+            }
+            SendErrorKind::MsgSize => {
+                self.stats.err_msgsize += 1;
+                let Some(p) = self.queue.pop_front() else { return true };
+                let min = if p.v6 { MIN_SPLIT_V6 } else { MIN_SPLIT_V4 };
+                let len = p.buf.len();
+                let dst = p.dst.as_socket().map(|s| s.ip());
+                if len <= min || dst.is_none() {
+                    self.stats.dropped_unsplittable += 1;
+                    tracing::debug!(session = %p.tuple, "EMSGSIZE for a {len}-byte packet: dropped");
+                    self.recycle(p.buf);
+                    return true;
+                }
+                let limit = (len / 2).max(min);
+                let slot = &mut self.split_above[usize::from(p.v6)];
+                *slot = Some(slot.map_or(limit, |l| l.min(limit)));
+                if !self.msgsize_logged {
+                    self.msgsize_logged = true;
+                    tracing::warn!(
+                        session = %p.tuple,
+                        "a {len}-byte copy is larger than the route's MTU (EMSGSIZE; --mtu is {}): splitting such \
+                         segments to {limit} bytes from now on; set --mtu to the path MTU toward the test server",
+                        self.cfg.mtu
+                    );
+                }
+                if let Some(dst) = dst {
+                    self.split_and_queue(p.tuple, dst, p.buf, limit, true);
+                }
+                true
+            }
+            SendErrorKind::Other => {
+                self.stats.err_other += 1;
+                if let Some(p) = self.queue.pop_front() {
+                    if let Some(held) = self.other_log.allow(now) {
+                        tracing::warn!(session = %p.tuple, "send of a {}-byte copy failed: {e} ({held} similar errors not logged)", p.buf.len());
+                    }
+                    self.recycle(p.buf);
+                }
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::seq::SeqNum;
+
+    fn packet(src: &str, dst: &str, flags: TcpFlags, payload: &[u8], opts: &[TcpOption<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        TcpBuilder {
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            seq: SeqNum(4_294_967_000),
+            ack: SeqNum(77),
+            flags,
+            window: 500,
+            options: opts,
+            payload,
+            ttl: 63,
+            ident: 9,
+        }
+        .emit(&mut out);
+        out
+    }
+
+    fn payload(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn split_keeps_bytes_order_and_flags() {
+        let data = payload(5000);
+        let ts = [TcpOption::Timestamps { tsval: 1, tsecr: 2 }];
+        let pkt = packet("198.18.0.1:40000", "198.18.1.2:80", TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN, &data, &ts);
+        let mut out = Vec::new();
+        let n = split_tcp_packet(&pkt, 1500, &mut out).unwrap();
+        assert_eq!(n, 4);
+        let mut joined = Vec::new();
+        let mut next_seq = SeqNum(4_294_967_000);
+        for (i, piece) in out.iter().enumerate() {
+            assert!(piece.len() <= 1500, "piece {i} is {} bytes", piece.len());
+            let p = parse_tcp_packet(piece).unwrap();
+            assert!(p.tcp_checksum_ok());
+            assert_eq!(p.tcp.seq(), next_seq, "sequence wraps correctly");
+            next_seq = next_seq.add(p.payload().len() as u32);
+            assert_eq!(p.tcp.ack(), SeqNum(77));
+            assert_eq!(p.ttl, 63);
+            let last = i + 1 == n;
+            assert_eq!(p.tcp.flags().contains(TcpFlags::FIN), last);
+            assert_eq!(p.tcp.flags().contains(TcpFlags::PSH), last);
+            assert!(p.tcp.flags().contains(TcpFlags::ACK));
+            let opts: Vec<_> = tcp_options(p.options()).map(Result::unwrap).collect();
+            assert!(opts.contains(&TcpOption::Timestamps { tsval: 1, tsecr: 2 }));
+            joined.extend_from_slice(p.payload());
+        }
+        assert_eq!(joined, data);
+    }
+
+    #[test]
+    fn split_ipv6_and_even_pieces() {
+        let data = payload(2000);
+        let pkt = packet("[2001:db8::1]:40000", "[2001:db8::2]:80", TcpFlags::ACK, &data, &[]);
+        let mut out = Vec::new();
+        assert_eq!(split_tcp_packet(&pkt, 1500, &mut out).unwrap(), 2);
+        let lens: Vec<usize> = out.iter().map(|p| parse_tcp_packet(p).unwrap().payload().len()).collect();
+        assert_eq!(lens, vec![1000, 1000]);
+    }
+
+    #[test]
+    fn small_packets_pass_whole_and_refusals() {
+        let pkt = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::ACK, b"abc", &[]);
+        let mut out = Vec::new();
+        assert_eq!(split_tcp_packet(&pkt, 1500, &mut out).unwrap(), 1);
+        assert_eq!(out[0], pkt);
+
+        let big = payload(3000);
+        let syn = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::SYN, &big, &[]);
+        assert!(matches!(split_tcp_packet(&syn, 1500, &mut out), Err(SplitError::Flags(_))));
+        let data = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::ACK, &big, &[]);
+        assert!(matches!(split_tcp_packet(&data, 44, &mut out), Err(SplitError::TooSmall { .. })));
+        assert!(matches!(split_tcp_packet(&data[..30], 1500, &mut out), Err(SplitError::Parse(_))));
+    }
+
+    #[test]
+    fn error_kinds() {
+        let k = |errno| SendErrorKind::of(&io::Error::from_raw_os_error(errno));
+        assert_eq!(k(libc::EMSGSIZE), SendErrorKind::MsgSize);
+        assert_eq!(k(libc::ENOBUFS), SendErrorKind::NoBufs);
+        assert_eq!(k(libc::EWOULDBLOCK), SendErrorKind::Again);
+        assert_eq!(k(libc::EPERM), SendErrorKind::Perm);
+        assert_eq!(k(libc::ENETUNREACH), SendErrorKind::Other);
+    }
+
+    #[test]
+    fn log_limit_one_a_second() {
+        let mut l = LogLimit::default();
+        let t = Instant::now();
+        assert_eq!(l.allow(t), Some(0));
+        assert_eq!(l.allow(t + Duration::from_millis(10)), None);
+        assert_eq!(l.allow(t + Duration::from_millis(20)), None);
+        assert_eq!(l.allow(t + Duration::from_secs(2)), Some(2));
+    }
+}
