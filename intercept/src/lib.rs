@@ -1,7 +1,12 @@
 //! Intercept library: the routing decision logic ([`router`], sans-IO, with [`allow`] and
-//! [`hold`]) and its I/O layer ([`nfqueue`] workers, [`control`] connections, iptables
-//! [`rules`], [`metrics`] names).
+//! [`hold`]) and its I/O layer: [`nfqueue`] workers, the [`outlet`] queues shared with the
+//! [`control`] connections, the iptables [`rules`], and the [`metrics`] names.
 
 pub mod allow;
+pub mod control;
 pub mod hold;
+pub mod metrics;
+pub mod nfqueue;
+pub mod outlet;
 pub mod router;
+pub mod rules;

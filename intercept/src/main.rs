@@ -1,1 +1,488 @@
-fn main() {}
+//! The `intercept` daemon: runs on the test host, takes the test service's responses from
+//! NFQUEUE, sends the headers of copied sessions' responses to their copiers and drops them, lets
+//! allowed addresses through, and drops everything else (fail closed).
+//!
+//! This file owns the command line, start-up order (bind the queues, then add or check the
+//! firewall rules, then listen for copiers), and the clean stop on SIGTERM/SIGINT that removes
+//! the rules it added and says what it leaves behind.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgAction, Parser};
+use common::proto::{auth, DEFAULT_PORT};
+use intercept::allow::{AllowList, IpNet};
+use intercept::control::{self, ControlConfig};
+use intercept::outlet::Shared;
+use intercept::router::{Router, RouterConfig};
+use intercept::rules::{self, QueueTarget, SystemRunner};
+use intercept::{metrics as names, nfqueue};
+use tokio::sync::{mpsc, watch};
+
+const ABOUT: &str = "Keeps the responses of copied sessions on the test host and returns their headers to the copier";
+
+const LONG_ABOUT: &str = "\
+Runs on the test host next to the test service. Every TCP packet the service sends from the
+given --port(s) is handed to this daemon by an iptables NFQUEUE rule. For each packet:
+  - it belongs to a session a copier registered: its IP+TCP headers go to that copier, and the
+    packet is dropped (it never reaches the network);
+  - it goes to an address on the --allow list: it is accepted (operators, health checks);
+  - anything else is held for --hold-time in case its registration is on its way, then dropped
+    and counted (fail closed).
+Copiers connect to --listen and authenticate with the shared secret in --secret-file.";
+
+const AFTER_HELP: &str = "\
+Examples:
+  # test nginx on port 80, copiers connect to 198.18.2.2:36524, the operator at 198.18.2.1
+  # still reaches the service; the daemon adds its iptables rules and removes them on exit:
+  intercept --port 80 --listen 198.18.2.2 --secret-file /etc/tcopy/secret \\
+            --allow 198.18.2.1 --install-rules
+
+  # rules managed by you (the daemon checks they exist and prints the command if not):
+  iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
+  ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
+  intercept --port 80 --listen 198.18.2.2:36524 --secret-file /etc/tcopy/secret
+
+The secret file holds any non-empty string (a trailing newline is ignored); the copier needs
+the same file. Logs go to stderr (RUST_LOG or --log-level set the level); metrics are served
+in Prometheus text format with --metrics ADDR:PORT.";
+
+/// Command line.
+#[derive(Debug, Parser)]
+#[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+struct Cli {
+    /// Source port of the test service's responses to intercept; repeat for several ports.
+    #[arg(long = "port", value_name = "PORT", required = true)]
+    ports: Vec<u16>,
+
+    /// Where copiers connect: an address of this host, with or without a port (default port
+    /// 36524). There is no default address: choose the interface the copiers reach.
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_listen)]
+    listen: SocketAddr,
+
+    /// File holding the shared secret that copiers must prove they know.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "no_secret",
+        conflicts_with = "no_secret"
+    )]
+    secret_file: Option<PathBuf>,
+
+    /// Run without a secret: any host that reaches --listen can register sessions and read
+    /// response headers. The copier must use --no-secret too.
+    #[arg(long)]
+    no_secret: bool,
+
+    /// Client addresses or CIDR prefixes whose responses pass normally (comma-separated or
+    /// repeated), e.g. --allow 198.18.2.1,10.0.0.0/8.
+    #[arg(long, value_name = "ADDR[,ADDR...]", value_delimiter = ',')]
+    allow: Vec<IpNet>,
+
+    /// NFQUEUE queue number to read.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        conflicts_with = "queue_balance"
+    )]
+    queue_num: u16,
+
+    /// Spread the packets over queues A..=B (iptables --queue-balance), one worker thread each;
+    /// use when one core is not enough.
+    #[arg(long, value_name = "A:B", value_parser = parse_balance)]
+    queue_balance: Option<(u16, u16)>,
+
+    /// Also send the first K bytes of each response's TCP payload to the copier (default:
+    /// headers only).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    payload_bytes: usize,
+
+    /// Add the iptables and ip6tables NFQUEUE rules at start and remove exactly those at exit.
+    /// Without it, the rules must exist already (the daemon checks and prints the command).
+    #[arg(long)]
+    install_rules: bool,
+
+    /// Do not check the firewall rules (for setups that queue the packets by other means).
+    #[arg(long, conflicts_with = "install_rules")]
+    no_rule_check: bool,
+
+    /// Only IPv4 rules (no ip6tables rule is added or required).
+    #[arg(long)]
+    ipv4_only: bool,
+
+    /// Serve Prometheus metrics over HTTP on this address, e.g. 127.0.0.1:9101.
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<SocketAddr>,
+
+    /// How long a response waits for its session's registration before it is dropped
+    /// (e.g. 2s, 500ms).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    hold_time: Duration,
+
+    /// How many responses may wait for a registration at once; beyond, the oldest is dropped.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    hold_capacity: usize,
+
+    /// Records queued per copier before the oldest are dropped (a slow copier).
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    copier_queue: usize,
+
+    /// More log output (-v debug, -vv trace).
+    #[arg(short = 'v', action = ArgAction::Count)]
+    verbose: u8,
+
+    /// Log level or filter (error, warn, info, debug, trace, or a RUST_LOG-style filter);
+    /// overrides -v and RUST_LOG. Default: info.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let ip = s.trim_start_matches('[').trim_end_matches(']');
+    ip.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, DEFAULT_PORT))
+        .map_err(|_| {
+            format!("{s:?} is not ADDR or ADDR:PORT (e.g. 198.18.2.2 or 198.18.2.2:36524)")
+        })
+}
+
+fn parse_balance(s: &str) -> Result<(u16, u16), String> {
+    let err = || format!("{s:?} is not A:B with A <= B (e.g. 0:3)");
+    let (a, b) = s.split_once(':').ok_or_else(err)?;
+    let (a, b) = (
+        a.parse::<u16>().map_err(|_| err())?,
+        b.parse::<u16>().map_err(|_| err())?,
+    );
+    if a > b {
+        return Err(err());
+    }
+    Ok((a, b))
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("{s:?} is not a duration like 2s, 1.5s or 500ms");
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| err())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(v * scale))
+}
+
+fn init_logging(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match (&cli.log_level, cli.verbose) {
+        (Some(l), _) => EnvFilter::new(l),
+        (None, 1) => EnvFilter::new("debug"),
+        (None, v) if v >= 2 => EnvFilter::new("trace"),
+        _ => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("intercept: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    if cli.payload_bytes > usize::from(u16::MAX) - nfqueue::HEADER_COPY {
+        bail!(
+            "--payload-bytes {} is too large (at most {})",
+            cli.payload_bytes,
+            usize::from(u16::MAX) - nfqueue::HEADER_COPY
+        );
+    }
+    let secret = match &cli.secret_file {
+        Some(path) => Some(auth::load_secret(path).context("--secret-file")?),
+        None => {
+            tracing::warn!(
+                "running WITHOUT a secret (--no-secret): any host that reaches {} can register sessions and read response headers",
+                cli.listen
+            );
+            None
+        }
+    };
+    let target = match cli.queue_balance {
+        Some((a, b)) => QueueTarget::Balance(a, b),
+        None => QueueTarget::Num(cli.queue_num),
+    };
+    let queues = target.queues();
+    let rules = rules::rules_for(&cli.ports, target, cli.ipv4_only);
+
+    let router = Router::new(RouterConfig {
+        allow: AllowList::new(cli.allow.clone()),
+        hold_time: cli.hold_time,
+        hold_capacity: cli.hold_capacity,
+    });
+    let shared = Shared::new(router, cli.payload_bytes);
+
+    // The queues first: once a rule exists, packets wait for a reader.
+    let mut bound = Vec::new();
+    for &q in &queues {
+        bound.push(nfqueue::bind(q, cli.payload_bytes)?);
+    }
+    tracing::info!(
+        "bound NFQUEUE queue(s) {queues:?}, copy range {} bytes, fail-open off",
+        nfqueue::copy_range(cli.payload_bytes)
+    );
+
+    let mut installed = None;
+    let mut left_behind = Vec::new();
+    if cli.install_rules {
+        let g = rules::install(SystemRunner, &rules).context("--install-rules")?;
+        for r in g.rules() {
+            tracing::info!("added firewall rule: {}", r.command("-I"));
+        }
+        installed = Some(g);
+    } else if cli.no_rule_check {
+        tracing::warn!("not checking firewall rules (--no-rule-check)");
+    } else {
+        let report = rules::check(&mut SystemRunner, &rules)?;
+        for w in &report.warnings {
+            tracing::warn!("{w}");
+        }
+        for f in &report.found {
+            tracing::info!("found firewall rule: {f}");
+        }
+        left_behind = report.found;
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("intercept-ctl")
+        .enable_all()
+        .build()
+        .context("start the tokio runtime")?;
+    let outcome = rt.block_on(serve(&cli, secret, shared.clone(), bound, &queues));
+
+    // Stop queueing new packets before anything else closes.
+    let mut report = Vec::new();
+    if let Some(mut g) = installed.take() {
+        report = g.remove();
+    }
+    let s = shared.lock().router.stats().clone();
+    eprintln!(
+        "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted, {} dropped unregistered, \
+         {} dropped as hold overflow, {} malformed",
+        s.packets,
+        s.delivered + s.released,
+        s.released,
+        s.accepted,
+        s.dropped_unregistered,
+        s.dropped_hold_overflow,
+        s.dropped_malformed
+    );
+    for line in &report {
+        eprintln!("intercept: {line}");
+    }
+    if cli.install_rules {
+        if report.iter().all(|l| l.starts_with("removed")) {
+            eprintln!("intercept: left no firewall rules behind");
+        }
+    } else if !left_behind.is_empty() {
+        for f in &left_behind {
+            eprintln!("intercept: left in place (not installed by us): {f}");
+        }
+        eprintln!(
+            "intercept: while no intercept reads queue(s) {queues:?}, the kernel drops the packets these rules queue"
+        );
+    } else {
+        eprintln!("intercept: did not check or touch firewall rules");
+    }
+    rt.shutdown_timeout(Duration::from_millis(500));
+    outcome
+}
+
+/// Everything that runs until a signal (or a fatal error): metrics, NFQUEUE workers, control
+/// listener, timers.
+async fn serve(
+    cli: &Cli,
+    secret: Option<Vec<u8>>,
+    shared: Arc<Shared>,
+    bound: Vec<nfqueue::BoundQueue>,
+    queues: &[u16],
+) -> Result<()> {
+    if let Some(addr) = cli.metrics {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .with_context(|| format!("serve metrics on {addr}"))?;
+        names::describe();
+        tracing::info!("metrics on http://{addr}/metrics");
+    }
+
+    let listener = tokio::net::TcpListener::bind(cli.listen)
+        .await
+        .with_context(|| format!("listen for copiers on {} (--listen)", cli.listen))?;
+
+    // Workers are plain threads blocked in recv(); at exit the process ends them (the kernel
+    // then drops whatever is still queued: fail closed).
+    let (dead_tx, mut dead_rx) = mpsc::unbounded_channel::<String>();
+    for b in bound {
+        let shared = shared.clone();
+        let dead = dead_tx.clone();
+        let name = format!("{b:?}");
+        std::thread::Builder::new()
+            .name("nfqueue".into())
+            .spawn(move || {
+                let why = match nfqueue::run(b, shared) {
+                    Ok(()) => "stopped".to_string(),
+                    Err(e) => format!("{e:#}"),
+                };
+                let _ = dead.send(format!("{name}: {why}"));
+            })
+            .context("start an NFQUEUE worker thread")?;
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let ctl = Arc::new(ControlConfig {
+        secret,
+        outlet_capacity: cli.copier_queue,
+        software: format!("intercept {}", env!("CARGO_PKG_VERSION")),
+    });
+    let server = tokio::spawn(control::serve(
+        listener,
+        shared.clone(),
+        ctl,
+        stop_rx.clone(),
+    ));
+    tracing::info!(
+        "intercepting responses from port(s) {:?}; listening for copiers on {}; allowed: {}",
+        cli.ports,
+        cli.listen,
+        if cli.allow.is_empty() {
+            "nobody".to_string()
+        } else {
+            cli.allow
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+
+    let ticker = tokio::spawn(tick(shared.clone(), queues.to_vec(), stop_rx));
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("install the SIGTERM handler")?;
+    let outcome = tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(()) }
+        r = tokio::signal::ctrl_c() => { r.context("wait for SIGINT")?; tracing::info!("SIGINT: stopping"); Ok(()) }
+        Some(why) = dead_rx.recv() => Err(anyhow::anyhow!("NFQUEUE worker died: {why}")),
+    };
+    let _ = stop_tx.send(true);
+    let _ = server.await;
+    let _ = ticker.await;
+    names::publish_router(shared.lock().router.stats());
+    outcome
+}
+
+/// Expire held records and publish counters, until told to stop.
+async fn tick(shared: Arc<Shared>, queues: Vec<u16>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let stats = {
+            let mut core = shared.lock();
+            core.router.handle_timeout(Instant::now());
+            core.router.stats().clone()
+        };
+        names::publish_router(&stats);
+        n += 1;
+        if n == 10 {
+            n = 0;
+            names::publish_kernel_queues(&queues);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parsers() {
+        assert_eq!(
+            parse_listen("198.18.2.2").unwrap(),
+            "198.18.2.2:36524".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("198.18.2.2:1").unwrap(),
+            "198.18.2.2:1".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("[::1]").unwrap(),
+            "[::1]:36524".parse().unwrap()
+        );
+        assert!(parse_listen("nowhere").is_err());
+        assert_eq!(parse_balance("0:3").unwrap(), (0, 3));
+        assert!(parse_balance("3:0").is_err());
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn secret_or_no_secret_is_required() {
+        let base = ["intercept", "--port", "80", "--listen", "127.0.0.1"];
+        assert!(Cli::try_parse_from(base).is_err());
+        assert!(Cli::try_parse_from(base.iter().chain(&["--no-secret"])).is_ok());
+        assert!(
+            Cli::try_parse_from(base.iter().chain(&["--secret-file", "f", "--no-secret"])).is_err()
+        );
+        let c = Cli::try_parse_from(base.iter().chain(&[
+            "--secret-file",
+            "f",
+            "--allow",
+            "1.2.3.4,10.0.0.0/8",
+        ]))
+        .unwrap();
+        assert_eq!(c.allow.len(), 2);
+        assert!(Cli::try_parse_from(base.iter().chain(&[
+            "--no-secret",
+            "--queue-num",
+            "1",
+            "--queue-balance",
+            "0:1"
+        ]))
+        .is_err());
+    }
+}

@@ -1,0 +1,368 @@
+//! Control-connection tests over localhost TCP: registration, routing to the right copier,
+//! release of held records, refusals, and that a bad peer does not disturb the others. Packets
+//! enter through [`Shared::route`], exactly as the NFQUEUE worker feeds them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::flow::FourTuple;
+use common::proto::io::{client_handshake, Established};
+use common::proto::{error_code, Message, ProtoError, Record};
+use common::seq::SeqNum;
+use common::wire::{TcpBuilder, TcpFlags};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::{serve, ControlConfig};
+use crate::allow::AllowList;
+use crate::outlet::Shared;
+use crate::router::{Router, RouterConfig};
+
+const SECRET: &[u8] = b"lab-shared-secret";
+const SERVER: &str = "198.18.2.2:80";
+
+struct Harness {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(outlet_capacity: usize) -> Harness {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shared = Shared::new(
+        Router::new(RouterConfig {
+            allow: AllowList::new(vec!["198.18.2.1".parse().unwrap()]),
+            hold_time: Duration::from_secs(2),
+            hold_capacity: 100,
+        }),
+        0,
+    );
+    let cfg = Arc::new(ControlConfig {
+        secret: Some(SECRET.to_vec()),
+        outlet_capacity,
+        software: "intercept-test".into(),
+    });
+    let (stop, rx) = watch::channel(false);
+    let task = tokio::spawn(serve(listener, shared.clone(), cfg, rx));
+    Harness {
+        addr,
+        shared,
+        stop,
+        task,
+    }
+}
+
+type Conn = Established<TcpStream>;
+
+async fn connect(h: &Harness) -> Conn {
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    client_handshake(s, Some(SECRET), "copier-test")
+        .await
+        .unwrap()
+}
+
+/// Send messages, then a Ping, and wait for its Pong: the intercept has applied them all.
+async fn send_synced(c: &mut Conn, msgs: &[Message], token: u64) -> Vec<Record> {
+    let mut all = msgs.to_vec();
+    all.push(Message::Ping { token });
+    c.writer.write_messages(&all).await.unwrap();
+    let mut records = Vec::new();
+    loop {
+        match next(c).await {
+            Message::Pong { token: t } if t == token => return records,
+            Message::Records { records: r } => records.extend(r),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+async fn next(c: &mut Conn) -> Message {
+    tokio::time::timeout(Duration::from_secs(5), c.reader.read_message())
+        .await
+        .expect("a message within 5 s")
+        .unwrap()
+        .expect("connection open")
+}
+
+/// Read records until `n` have arrived.
+async fn records(c: &mut Conn, n: usize) -> Vec<Record> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match next(c).await {
+            Message::Records { records } => out.extend(records),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    out
+}
+
+fn tuple(client: &str) -> FourTuple {
+    FourTuple::new(client.parse().unwrap(), SERVER.parse().unwrap())
+}
+
+fn response(client: &str, seq: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    TcpBuilder {
+        src: SERVER.parse().unwrap(),
+        dst: client.parse().unwrap(),
+        seq: SeqNum(seq),
+        ack: SeqNum(1),
+        flags: TcpFlags::ACK,
+        window: 100,
+        options: &[],
+        payload: b"response",
+        ttl: 64,
+        ident: 0,
+    }
+    .emit(&mut out);
+    out
+}
+
+/// What the NFQUEUE worker does with one packet; returns the verdict (true = ACCEPT).
+fn inject(h: &Harness, pkt: &[u8]) -> bool {
+    let (accept, delivery) = h.shared.route(Instant::now(), pkt);
+    if let Some(d) = delivery {
+        d.push();
+    }
+    accept
+}
+
+/// The TCP sequence number of an IPv4 record without IP options.
+fn seq_of(r: &Record) -> u32 {
+    u32::from_be_bytes(r.headers[24..28].try_into().unwrap())
+}
+
+#[tokio::test]
+async fn two_copiers_each_get_only_their_sessions() {
+    let h = start(1000).await;
+    let mut a = connect(&h).await;
+    let mut b = connect(&h).await;
+    let (ta, tb) = ("198.19.0.1:40000", "198.19.0.1:40001");
+    send_synced(
+        &mut a,
+        &[Message::Register {
+            tuples: vec![tuple(ta)],
+        }],
+        1,
+    )
+    .await;
+    send_synced(
+        &mut b,
+        &[Message::Register {
+            tuples: vec![tuple(tb)],
+        }],
+        1,
+    )
+    .await;
+    for i in 0..20 {
+        assert!(!inject(&h, &response(ta, 1000 + i)));
+        assert!(!inject(&h, &response(tb, 2000 + i)));
+    }
+    let ra = records(&mut a, 20).await;
+    let rb = records(&mut b, 20).await;
+    assert!(ra.iter().all(|r| r.tuple().unwrap() == tuple(ta)));
+    assert!(rb.iter().all(|r| r.tuple().unwrap() == tuple(tb)));
+    let seqs: Vec<u32> = ra.iter().map(seq_of).collect();
+    assert_eq!(
+        seqs,
+        (1000..1020).collect::<Vec<_>>(),
+        "records keep their order"
+    );
+    // Nothing extra arrives for either.
+    assert!(send_synced(&mut a, &[], 2).await.is_empty());
+    assert!(send_synced(&mut b, &[], 2).await.is_empty());
+    let _ = h.stop.send(true);
+    h.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn early_response_is_released_on_registration() {
+    let h = start(1000).await;
+    let mut a = connect(&h).await;
+    let c = "198.19.0.9:5000";
+    assert!(
+        !inject(&h, &response(c, 77)),
+        "an unregistered response is never accepted"
+    );
+    assert_eq!(h.shared.lock().router.stats().holding, 1);
+    let got = send_synced(
+        &mut a,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        5,
+    )
+    .await;
+    let got = if got.is_empty() {
+        records(&mut a, 1).await
+    } else {
+        got
+    };
+    assert_eq!(got.len(), 1);
+    assert_eq!(seq_of(&got[0]), 77);
+    assert_eq!(h.shared.lock().router.stats().released, 1);
+}
+
+#[tokio::test]
+async fn allowed_address_is_accepted_and_unregister_stops_delivery() {
+    let h = start(1000).await;
+    let mut a = connect(&h).await;
+    assert!(inject(&h, &response("198.18.2.1:33333", 1)));
+    let c = "198.19.0.2:6000";
+    send_synced(
+        &mut a,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
+    inject(&h, &response(c, 1));
+    assert_eq!(records(&mut a, 1).await.len(), 1);
+    send_synced(
+        &mut a,
+        &[Message::Unregister {
+            tuples: vec![tuple(c)],
+        }],
+        2,
+    )
+    .await;
+    assert!(!inject(&h, &response(c, 2)));
+    assert!(send_synced(&mut a, &[], 3).await.is_empty());
+    assert_eq!(h.shared.lock().router.stats().holding, 1);
+}
+
+#[tokio::test]
+async fn bad_peers_are_refused_and_the_others_keep_working() {
+    let h = start(1000).await;
+    let mut good = connect(&h).await;
+    let c = "198.19.0.3:7000";
+    send_synced(
+        &mut good,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
+
+    // Wrong secret.
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    match client_handshake(s, Some(b"guess"), "intruder").await {
+        Err(ProtoError::Remote { code, .. }) => assert_eq!(code, error_code::AUTH_FAILED),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // No secret.
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    assert!(client_handshake(s, None, "intruder").await.is_err());
+    // Garbage: an HTTP request.
+    let mut s = TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    // The intercept closes it (EOF or reset, both fine) instead of waiting for the timeout.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(3),
+        tokio::io::AsyncReadExt::read_to_end(&mut s, &mut buf),
+    )
+    .await
+    .expect("the intercept closes a garbage connection at once");
+
+    // Garbage after a good handshake closes only that connection, and forgets its sessions.
+    let mut rogue = connect(&h).await;
+    let rc = "198.19.0.4:7001";
+    send_synced(
+        &mut rogue,
+        &[Message::Register {
+            tuples: vec![tuple(rc)],
+        }],
+        1,
+    )
+    .await;
+    rogue
+        .writer
+        .get_mut()
+        .write_all(&[0, 0, 0, 1, 200])
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(5), rogue.reader.read_message())
+        .await
+        .unwrap()
+    {
+        Ok(Some(Message::Error { code, message })) => {
+            assert_eq!(code, error_code::PROTOCOL);
+            assert!(message.contains("unknown message type 200"), "{message}");
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.shared.lock().router.route(&tuple(rc)).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the rogue copier's registration was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The good copier still gets its records.
+    inject(&h, &response(c, 9));
+    assert_eq!(seq_of(&records(&mut good, 1).await[0]), 9);
+}
+
+#[tokio::test]
+async fn slow_copier_loses_the_oldest_records_not_memory() {
+    let h = start(10).await;
+    let mut a = connect(&h).await;
+    let c = "198.19.0.5:8000";
+    send_synced(
+        &mut a,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
+    // Fill the outlet faster than the writer can run: inject while holding no await.
+    let outlet = h.shared.lock().outlets.values().next().unwrap().clone();
+    for i in 0..1000 {
+        inject(&h, &response(c, i));
+        assert!(outlet.len() <= 10);
+    }
+    // Whatever arrives is in order and ends with the newest record.
+    let mut last = None;
+    let mut got = 0;
+    loop {
+        let r = send_synced(&mut a, &[], 2).await;
+        got += r.len();
+        for rec in &r {
+            let s = seq_of(rec);
+            if let Some(l) = last {
+                assert!(s > l, "records out of order");
+            }
+            last = Some(s);
+        }
+        if last == Some(999) {
+            break;
+        }
+    }
+    assert!(got <= 1000);
+}
+
+#[tokio::test]
+async fn shutdown_tells_the_copiers() {
+    let h = start(1000).await;
+    let mut a = connect(&h).await;
+    send_synced(&mut a, &[], 1).await;
+    let _ = h.stop.send(true);
+    match next(&mut a).await {
+        Message::Error { code, .. } => assert_eq!(code, error_code::SHUTDOWN),
+        other => panic!("{other:?}"),
+    }
+    h.task.await.unwrap();
+    assert!(h.shared.lock().outlets.is_empty());
+}

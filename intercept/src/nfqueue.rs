@@ -1,0 +1,122 @@
+//! NFQUEUE workers: one blocking thread per queue reads the test service's responses, asks the
+//! router what to do, gives every packet a verdict and hands records to the copiers' outlets.
+//!
+//! Invariants:
+//! - every packet read gets a verdict; it is ACCEPT only when the router says
+//!   `Decision::Accept`, DROP otherwise (also when the copier's queue is full or the copier is
+//!   gone: the record is lost and counted, the packet still never leaves);
+//! - the queue is bound with fail-open off, so when the intercept is slow the kernel drops
+//!   rather than accepts; ENOBUFS (the kernel could not deliver to us) is counted as an overrun;
+//! - the copy range is headers only (128 bytes, enough for 60-byte IP and TCP headers) plus the
+//!   payload asked for, and GSO delivery stays off so packets arrive no larger than the MTU;
+//! - the router lock is held only for the decision, never during the verdict or a push.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use metrics::counter;
+use nfq::{Queue, Verdict};
+
+use crate::metrics::{NFQUEUE_OVERRUNS, PACKETS_QUEUED, VERDICT_ERRORS};
+use crate::outlet::Shared;
+
+/// Bytes copied per packet when no payload is asked for: IPv4 (≤ 60) + TCP (≤ 60) headers.
+pub const HEADER_COPY: usize = 128;
+
+/// Consecutive receive errors (other than ENOBUFS) after which a worker gives up.
+const MAX_CONSECUTIVE_ERRORS: u32 = 100;
+
+/// A queue opened and bound, ready to be served by [`run`] on its own thread.
+pub struct BoundQueue {
+    queue: Queue,
+    num: u16,
+}
+
+impl std::fmt::Debug for BoundQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundQueue")
+            .field("num", &self.num)
+            .finish()
+    }
+}
+
+/// The copy range for `payload_bytes` of payload.
+pub fn copy_range(payload_bytes: usize) -> u16 {
+    u16::try_from(HEADER_COPY + payload_bytes).unwrap_or(u16::MAX)
+}
+
+/// Open a netlink socket and bind queue `num` with fail-open off and the copy range for
+/// `payload_bytes`.
+pub fn bind(num: u16, payload_bytes: usize) -> Result<BoundQueue> {
+    let mut queue =
+        Queue::open().context("open the NFQUEUE netlink socket (needs CAP_NET_ADMIN)")?;
+    queue
+        .bind(num)
+        .with_context(|| format!("bind NFQUEUE queue {num} (is another intercept bound to it?)"))?;
+    queue
+        .set_fail_open(num, false)
+        .with_context(|| format!("turn fail-open off on queue {num}"))?;
+    queue
+        .set_recv_gso(num, false)
+        .with_context(|| format!("turn GSO delivery off on queue {num}"))?;
+    queue
+        .set_copy_range(num, copy_range(payload_bytes))
+        .with_context(|| format!("set the copy range of queue {num}"))?;
+    queue
+        .set_recv_enobufs(true)
+        .context("enable ENOBUFS reports on the NFQUEUE socket")?;
+    Ok(BoundQueue { queue, num })
+}
+
+/// Serve a bound queue until an unrecoverable error. Meant for a dedicated thread; it never
+/// returns `Ok`.
+pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
+    let BoundQueue { mut queue, num } = bound;
+    let label = num.to_string();
+    let queued = counter!(PACKETS_QUEUED, "queue" => label.clone());
+    let overruns = counter!(NFQUEUE_OVERRUNS, "queue" => label);
+    let verdict_errors = counter!(VERDICT_ERRORS);
+    let mut errors = 0u32;
+    loop {
+        let mut msg = match queue.recv() {
+            Ok(m) => {
+                errors = 0;
+                m
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                overruns.increment(1);
+                tracing::warn!(
+                    queue = num,
+                    "NFQUEUE overrun: the kernel dropped packets it could not deliver to us"
+                );
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                errors += 1;
+                tracing::error!(queue = num, "NFQUEUE receive failed: {e}");
+                if errors >= MAX_CONSECUTIVE_ERRORS {
+                    bail!("NFQUEUE queue {num}: {errors} receive errors in a row, last: {e}");
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        };
+        queued.increment(1);
+        let (accept, delivery) = shared.route(Instant::now(), msg.get_payload());
+        msg.set_verdict(if accept {
+            Verdict::Accept
+        } else {
+            Verdict::Drop
+        });
+        if let Err(e) = queue.verdict(msg) {
+            verdict_errors.increment(1);
+            tracing::error!(queue = num, "NFQUEUE verdict failed: {e}");
+        }
+        if let Some(d) = delivery {
+            d.push();
+        }
+    }
+}
