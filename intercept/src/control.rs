@@ -45,7 +45,7 @@ pub struct ControlConfig {
 }
 
 /// Accept and serve copier connections until `shutdown` turns true, then let the connections
-/// flush (at most [`SHUTDOWN_GRACE`]).
+/// flush (at most 2 s).
 pub async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,

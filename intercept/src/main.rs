@@ -93,7 +93,8 @@ struct Cli {
     queue_num: u16,
 
     /// Spread the packets over queues A..=B (iptables --queue-balance), one worker thread each;
-    /// use when one core is not enough.
+    /// use when one core is not enough. The kernel spreads by address pair, so this helps with
+    /// many client addresses, not with many connections of one client.
     #[arg(long, value_name = "A:B", value_parser = parse_balance)]
     queue_balance: Option<(u16, u16)>,
 
