@@ -30,8 +30,11 @@ use crate::metrics::{self as m, Snapshot};
 use crate::send::{RawSender, SendStats};
 use crate::sys::{self, EventFd};
 
-/// Longest sleep of the loop, whatever else it waits for.
-pub const MAX_WAIT: Duration = Duration::from_millis(10);
+/// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
+/// (the ring socket when the kernel retires a block, the eventfd for records and link changes,
+/// the deadline for the engine's timers and the sender's back-off), so this is only a safety net.
+/// Measured on a debug build, idle: 10 ms costs 0.9% of a core (100 wake-ups/s), 100 ms 0.1%.
+pub const MAX_WAIT: Duration = Duration::from_millis(100);
 /// How often counters are exported and the kernel's drop counters read.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// Record batches taken per turn, so a flood of records cannot starve the capture.

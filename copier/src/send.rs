@@ -6,9 +6,10 @@
 //! - `EAGAIN`/`ENOBUFS` (socket buffer or qdisc full): the packet stays queued, sending backs off
 //!   (1 ms doubling to 50 ms, reset by the next success), counted;
 //! - `EPERM`/`EACCES` (a firewall rule said no): the packet is dropped, short back-off, counted;
-//! - `EMSGSIZE` (the route's MTU is below `--mtu`): the TCP segment is split in halves until it
-//!   fits (never below 576/1280 bytes), and later packets of that family are split to the size
-//!   that worked; logged once, counted;
+//! - `EMSGSIZE` (the route's MTU is below `--mtu`): the TCP segment is split to the route's MTU
+//!   (asked from the kernel through a connected UDP probe socket; halving if that fails, never
+//!   below 576/1280 bytes), and later packets of that family are split before sending; logged
+//!   once, counted;
 //! - anything else: dropped and logged with the session (at most one line a second), counted.
 //!
 //! Invariants: the queue holds at most `queue_cap` packets (more are dropped and counted, the
@@ -233,6 +234,9 @@ struct Pending {
 pub struct RawSender {
     v4: Socket,
     v6: Option<Socket>,
+    /// UDP sockets (made with the raw ones, so in the same network namespace) connected to a
+    /// destination to ask the kernel for the route's MTU after EMSGSIZE.
+    probes: [Option<Socket>; 2],
     cfg: SendConfig,
     queue: VecDeque<Pending>,
     pool: Vec<Vec<u8>>,
@@ -273,9 +277,11 @@ impl RawSender {
                 None
             }
         };
+        let probe = |d: Domain| Socket::new(d, Type::DGRAM, None).ok();
         Ok(RawSender {
             v4,
             v6,
+            probes: [probe(Domain::IPV4), probe(Domain::IPV6)],
             cfg,
             queue: VecDeque::with_capacity(cfg.queue_cap.min(1024)),
             pool: Vec::new(),
@@ -354,6 +360,13 @@ impl RawSender {
             }
         }
         self.recycle(buf);
+    }
+
+    /// The kernel's MTU for the route to `dst`, if it can tell.
+    fn route_mtu(&self, dst: IpAddr) -> Option<usize> {
+        let probe = self.probes[usize::from(dst.is_ipv6())].as_ref()?;
+        probe.connect(&SockAddr::from(SocketAddr::new(dst, 9))).ok()?;
+        sys::connected_mtu(probe.as_fd(), dst.is_ipv6()).ok().map(|m| m as usize)
     }
 
     /// Packets waiting.
@@ -464,7 +477,10 @@ impl RawSender {
                     self.recycle(p.buf);
                     return true;
                 }
-                let limit = (len / 2).max(min);
+                let limit = match dst.and_then(|d| self.route_mtu(d)) {
+                    Some(mtu) if mtu < len => mtu.max(min),
+                    _ => (len / 2 + 60).min(len - 1).max(min),
+                };
                 let slot = &mut self.split_above[usize::from(p.v6)];
                 *slot = Some(slot.map_or(limit, |l| l.min(limit)));
                 if !self.msgsize_logged {

@@ -332,6 +332,17 @@ pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, &v)
 }
 
+/// The path MTU the kernel knows for the destination a datagram socket is connected to
+/// (`IP_MTU` / `IPV6_MTU`).
+pub fn connected_mtu(fd: BorrowedFd<'_>, v6: bool) -> io::Result<u32> {
+    let (level, name) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU) } else { (libc::IPPROTO_IP, libc::IP_MTU) };
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` has room for `len` bytes.
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut len) })?;
+    u32::try_from(v).map_err(|_| io::Error::other("negative MTU"))
+}
+
 /// Most messages one [`send_batch`] call passes to the kernel.
 pub const MAX_BATCH: usize = 64;
 

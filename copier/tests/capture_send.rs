@@ -1,0 +1,332 @@
+//! Capture and send against a real kernel, inside two network namespaces made by this test.
+//!
+//! Topology (names unique per run: `cpio-<pid>-<n>-{a,b}`):
+//! `a` (client side, veth `a0` 198.18.200.1/24, 2001:db8:200::1/64) <-> `b` (copier side, veth
+//! `b0` 198.18.200.2/24, 2001:db8:200::2/64). Sockets are created on threads that entered the
+//! namespace with `setns`; a socket stays in the namespace it was created in, so the test thread
+//! can use it afterwards. A guard deletes both namespaces, also when an assertion fails.
+//!
+//! Needs root. Without root the tests print a loud SKIPPED line and pass, unless `CI=true`, where
+//! they fail.
+
+use std::fs::File;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::flow::FourTuple;
+use common::seq::SeqNum;
+use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
+use copier::bpf::{build_filter, FilterTarget};
+use copier::capture::{Capture, CaptureConfig};
+use copier::send::{RawSender, SendConfig};
+use nix::sched::{setns, CloneFlags};
+
+const A_V4: &str = "198.18.200.1";
+const B_V4: &str = "198.18.200.2";
+const A_V6: &str = "2001:db8:200::1";
+const B_V6: &str = "2001:db8:200::2";
+
+/// True if the test may run; false (after a loud message) if it must be skipped.
+fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::Uid::effective().is_root() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: needs root to create network namespaces, and CI=true forbids skipping");
+    }
+    eprintln!("\n*** SKIPPED {test}: needs root (network namespaces, AF_PACKET, raw sockets) ***\n");
+    false
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running `ip`");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces joined by a veth pair; deleted on drop.
+struct Lab {
+    a: String,
+    b: String,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let base = format!("cpio-{}-{n}", std::process::id());
+        let lab = Lab { a: format!("{base}-a"), b: format!("{base}-b") };
+        ip(&["netns", "add", &lab.a]);
+        ip(&["netns", "add", &lab.b]);
+        ip(&["link", "add", "a0", "netns", &lab.a, "type", "veth", "peer", "name", "b0", "netns", &lab.b]);
+        for (ns, dev, v4, v6) in [(&lab.a, "a0", A_V4, A_V6), (&lab.b, "b0", B_V4, B_V6)] {
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", dev]);
+            ip(&["-n", ns, "-6", "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"]);
+            ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "up"]);
+        }
+        lab
+    }
+
+    /// Run `f` on a thread inside namespace `ns`.
+    fn within<T: Send + 'static>(&self, ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            let fd = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+            setns(&fd, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {path}: {e}"));
+            f()
+        })
+        .join()
+        .expect("namespace thread panicked")
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn tcp_packet(src: SocketAddr, dst: SocketAddr, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    TcpBuilder {
+        src,
+        dst,
+        seq: SeqNum(seq),
+        ack: SeqNum(1),
+        flags: TcpFlags::ACK | TcpFlags::PSH,
+        window: 1000,
+        options: &[],
+        payload,
+        ttl: 64,
+        ident: 1,
+    }
+    .emit(&mut out);
+    out
+}
+
+fn sa(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse().unwrap(), port)
+}
+
+/// Collect captured packets until `want` arrived or `limit` passed, then a little longer to
+/// catch anything that should not be there.
+fn collect(cap: &mut Capture, want: usize, limit: Duration) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    let start = Instant::now();
+    let mut extra_until = None;
+    loop {
+        cap.drain(usize::MAX, |p| got.push(p.to_vec()));
+        let now = Instant::now();
+        if got.len() >= want && extra_until.is_none() {
+            extra_until = Some(now + Duration::from_millis(100));
+        }
+        if extra_until.is_some_and(|t| now >= t) || now - start > limit {
+            return got;
+        }
+        let _ = copier::sys::poll_readable(&[cap.fd()], Duration::from_millis(5));
+    }
+}
+
+fn open_capture(lab: &Lab, interface: Option<&str>, targets: Vec<FilterTarget>) -> Capture {
+    let cfg = CaptureConfig {
+        interface: interface.map(str::to_string),
+        block_size: 1 << 16,
+        block_count: 4,
+        retire: Duration::from_millis(5),
+    };
+    let filter = build_filter(&targets).unwrap();
+    lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"))
+}
+
+fn tuple(src: SocketAddr, dst: SocketAddr) -> FourTuple {
+    FourTuple::new(src, dst)
+}
+
+#[test]
+fn capture_sees_only_mapped_tcp_and_sender_delivers() {
+    if !root_or_skip("capture_sees_only_mapped_tcp_and_sender_delivers") {
+        return;
+    }
+    let lab = Lab::new();
+    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+
+    let wanted: Vec<Vec<u8>> = (0..3u32)
+        .map(|i| tcp_packet(sa(A_V4, 40000 + i as u16), sa(B_V4, 80), 1000 * i, format!("request {i}").as_bytes()))
+        .chain([tcp_packet(sa(A_V6, 40100), sa(B_V6, 80), 5, b"over ipv6")])
+        .collect();
+    let unwanted = [
+        tcp_packet(sa(A_V4, 40000), sa(B_V4, 81), 1, b"other port"),
+        tcp_packet(sa(A_V4, 80), sa(B_V4, 40000), 1, b"source port 80 only"),
+        tcp_packet(sa(A_V6, 40100), sa(B_V6, 8080), 1, b"other port v6"),
+    ];
+    let now = Instant::now();
+    for p in unwanted.iter().chain(&wanted) {
+        let parsed = parse_tcp_packet(p).unwrap();
+        let mut buf = sender.buffer();
+        buf.extend_from_slice(p);
+        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+    }
+    sender.flush(now);
+    assert_eq!(sender.pending(), 0, "everything sent: {:?}", sender.stats());
+    assert_eq!(sender.stats().packets, (wanted.len() + unwanted.len()) as u64);
+    // UDP to the mapped port must not pass the filter either.
+    lab.within(&lab.a, || {
+        let u = UdpSocket::bind(sa(A_V4, 0)).unwrap();
+        u.send_to(b"udp to port 80", sa(B_V4, 80)).unwrap();
+    });
+
+    let got = collect(&mut cap, wanted.len(), Duration::from_secs(3));
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    let mut want_sorted = wanted.clone();
+    want_sorted.sort();
+    assert_eq!(got_sorted, want_sorted, "capture must hold exactly the packets to port 80, byte for byte");
+
+    cap.refresh_kernel_stats().unwrap();
+    let st = cap.stats();
+    assert_eq!(st.packets, wanted.len() as u64);
+    assert!(st.kernel_packets >= wanted.len() as u64, "{st:?}");
+    assert_eq!(st.kernel_drops, 0, "{st:?}");
+    assert_eq!(st.truncated, 0);
+}
+
+#[test]
+fn capture_on_all_interfaces_with_address_filter_and_real_tcp() {
+    if !root_or_skip("capture_on_all_interfaces_with_address_filter_and_real_tcp") {
+        return;
+    }
+    let lab = Lab::new();
+    // Only 198.18.200.2:8080 is mapped; b's second address is not.
+    ip(&["-n", &lab.b, "addr", "add", "198.18.200.3/24", "dev", "b0"]);
+    let mut cap = open_capture(&lab, None, vec![FilterTarget { addr: Some(B_V4.parse().unwrap()), port: 8080 }]);
+
+    let listener = lab.within(&lab.b, || TcpListener::bind("0.0.0.0:8080").unwrap());
+    let server = std::thread::spawn(move || {
+        let mut bodies = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut buf).unwrap();
+            bodies.push(buf);
+        }
+        bodies
+    });
+    lab.within(&lab.a, || {
+        for dst in [B_V4, "198.18.200.3"] {
+            let mut c = TcpStream::connect_timeout(&sa(dst, 8080), Duration::from_secs(2)).unwrap();
+            std::io::Write::write_all(&mut c, format!("GET /{dst} HTTP/1.0\r\n\r\n").as_bytes()).unwrap();
+        }
+    });
+    let bodies = server.join().unwrap();
+    assert_eq!(bodies.len(), 2);
+
+    // SYN, ACK, data, FIN, ACK of the first connection at least; nothing of the second one and
+    // nothing the server sent (outgoing).
+    let got = collect(&mut cap, 4, Duration::from_secs(3));
+    assert!(got.len() >= 4, "only {} packets captured", got.len());
+    let mut payload = Vec::new();
+    let mut syn = false;
+    for p in &got {
+        let t = parse_tcp_packet(p).expect("captured packets are whole TCP packets");
+        assert_eq!(t.dst, B_V4.parse::<IpAddr>().unwrap(), "address filter");
+        assert_eq!(t.tcp.dst_port(), 8080, "no outgoing packet of the server");
+        syn |= t.tcp.flags().contains(TcpFlags::SYN);
+        payload.extend_from_slice(t.payload());
+    }
+    assert!(syn, "the SYN was captured");
+    assert_eq!(payload, format!("GET /{B_V4} HTTP/1.0\r\n\r\n").as_bytes());
+}
+
+#[test]
+fn sender_splits_when_the_route_mtu_is_smaller() {
+    if !root_or_skip("sender_splits_when_the_route_mtu_is_smaller") {
+        return;
+    }
+    let lab = Lab::new();
+    ip(&["-n", &lab.a, "link", "set", "a0", "mtu", "1400"]);
+    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+
+    let body: Vec<u8> = (0..2400u32).map(|i| (i % 251) as u8).collect();
+    let (src, dst) = (sa(A_V4, 41000), sa(B_V4, 80));
+    let big = tcp_packet(src, dst, 7, &body);
+    let mut buf = sender.buffer();
+    buf.extend_from_slice(&big);
+    sender.enqueue(tuple(src, dst), dst.ip(), buf);
+    sender.flush(Instant::now());
+    let st = *sender.stats();
+    assert_eq!(st.err_msgsize, 1, "{st:?}");
+    assert_eq!(st.packets, 2, "split in two halves that fit: {st:?}");
+
+    let got = collect(&mut cap, 2, Duration::from_secs(3));
+    assert_eq!(got.len(), 2);
+    let mut joined = Vec::new();
+    let mut seq = SeqNum(7);
+    for p in &got {
+        assert!(p.len() <= 1400);
+        let t = parse_tcp_packet(p).unwrap();
+        assert!(t.tcp_checksum_ok());
+        assert_eq!(t.tcp.seq(), seq);
+        seq = seq.add(t.payload().len() as u32);
+        joined.extend_from_slice(t.payload());
+    }
+    assert_eq!(joined, body);
+
+    // Later big packets are split before sending, without another EMSGSIZE.
+    let mut buf = sender.buffer();
+    buf.extend_from_slice(&tcp_packet(src, dst, 7 + 2400, &body));
+    sender.enqueue(tuple(src, dst), dst.ip(), buf);
+    sender.flush(Instant::now());
+    assert_eq!(sender.stats().err_msgsize, 1);
+    assert_eq!(sender.stats().packets, 4);
+    assert_eq!(collect(&mut cap, 2, Duration::from_secs(3)).len(), 2);
+}
+
+/// The engine loop sleeps in `ppoll` on the ring socket for up to 100 ms at a time; a lone
+/// packet must wake it when the kernel retires its block, not only when the block fills up.
+#[test]
+fn poll_wakes_when_a_partly_filled_block_retires() {
+    if !root_or_skip("poll_wakes_when_a_partly_filled_block_retires") {
+        return;
+    }
+    let lab = Lab::new();
+    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    // Warm up ARP so the measured packet goes out at once.
+    lab.within(&lab.a, || {
+        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!cap.has_ready());
+    for round in 0..3 {
+        let (src, dst) = (sa(A_V4, 42000 + round), sa(B_V4, 80));
+        let mut buf = sender.buffer();
+        buf.extend_from_slice(&tcp_packet(src, dst, 1, b"x"));
+        let sent = Instant::now();
+        sender.enqueue(tuple(src, dst), dst.ip(), buf);
+        sender.flush(sent);
+        let mut woke = None;
+        while sent.elapsed() < Duration::from_secs(2) {
+            if copier::sys::poll_readable(&[cap.fd()], Duration::from_secs(2)).unwrap() != 0 && cap.has_ready() {
+                woke = Some(sent.elapsed());
+                break;
+            }
+        }
+        let woke = woke.expect("ppoll never reported the retired block");
+        // Retire timeout is 5 ms; allow for a loaded machine, but far below a 100 ms poll cap.
+        assert!(woke < Duration::from_millis(60), "round {round}: woke after {woke:?}");
+        let mut n = 0;
+        cap.drain(usize::MAX, |_| n += 1);
+        assert_eq!(n, 1);
+    }
+}
