@@ -75,9 +75,43 @@ impl FakeCopier {
     }
 }
 
+/// The fields of a record's TCP header that tests look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// The session.
+    pub tuple: FourTuple,
+    /// TCP flags.
+    pub flags: TcpFlags,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number.
+    pub ack: u32,
+    /// Bytes of TCP payload the original packet carried.
+    pub payload_len: usize,
+}
+
+/// Parses a record (its headers are cut after the TCP header; `orig_len` tells the rest).
+pub fn record_info(r: &Record) -> Option<RecordInfo> {
+    let h = common::proto::parse_response_headers(&r.headers).ok()?;
+    let mut copy = r.headers[..h.headers_len].to_vec();
+    // shrink the IP length to the headers so that the full-packet parser accepts the copy
+    match copy[0] >> 4 {
+        4 => copy[2..4].copy_from_slice(&(h.headers_len as u16).to_be_bytes()),
+        _ => copy[4..6].copy_from_slice(&((h.headers_len - 40) as u16).to_be_bytes()),
+    }
+    let p = parse_tcp_packet(&copy).ok()?;
+    Some(RecordInfo {
+        tuple: h.tuple,
+        flags: p.tcp.flags(),
+        seq: p.tcp.seq().0,
+        ack: p.tcp.ack().0,
+        payload_len: h.orig_len.saturating_sub(h.headers_len),
+    })
+}
+
 /// Flags of a record's TCP header.
 pub fn record_flags(r: &Record) -> TcpFlags {
-    parse_tcp_packet(&r.headers).map(|p| p.tcp.flags()).unwrap_or(TcpFlags(0))
+    record_info(r).map(|i| i.flags).unwrap_or(TcpFlags(0))
 }
 
 /// A raw IPv4 sender (`IPPROTO_RAW`, header included).

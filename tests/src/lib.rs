@@ -361,7 +361,7 @@ impl Lab {
         let proc = self.spawn(
             h,
             &format!("tcpdump-{name}"),
-            &["tcpdump", "-i", iface, "-n", "-U", "-s", "256", "-w", &pcap_s, filter],
+            &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "256", "-w", &pcap_s, filter],
         )?;
         Capture::started(proc, pcap)
     }

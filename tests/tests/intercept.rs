@@ -2,8 +2,8 @@
 //! (real control protocol, raw spoofed segments) on `online`.
 
 use common::flow::FourTuple;
-use common::wire::{parse_tcp_packet, TcpFlags};
-use lab::fake::{record_flags, FakeCopier, RawSender};
+use common::wire::TcpFlags;
+use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
 use lab::setup::{leak_filter, CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, lab_or_skip, Host, Lab};
 use std::net::{SocketAddr, SocketAddrV4};
@@ -33,6 +33,8 @@ fn start(lab: &mut Lab) -> Copying {
 }
 
 fn metrics(lab: &Lab) -> String {
+    // the router's counters are published about once a second
+    std::thread::sleep(Duration::from_millis(1500));
     lab.exec_ok(Host::Test, &["curl", "-sS", "--max-time", "3", &format!("http://{METRICS}/metrics")]).unwrap()
 }
 
@@ -64,20 +66,18 @@ fn spoofed_session_is_returned_to_its_copier_and_never_leaks() {
                 let synack = cp
                     .wait_for(Duration::from_secs(3), |r| record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK))
                     .await?;
-                let p = parse_tcp_packet(&synack.headers)?;
-                assert_eq!(FourTuple::of_response(&p), t, "SYN-ACK record for the wrong tuple");
-                assert_eq!(p.tcp.ack().0, 1001, "SYN-ACK does not acknowledge our SYN");
-                let isn = p.tcp.seq().0;
+                let p = record_info(&synack).expect("SYN-ACK record parses");
+                assert_eq!(p.tuple, t, "SYN-ACK record for the wrong tuple");
+                assert_eq!(p.ack, 1001, "SYN-ACK does not acknowledge our SYN");
+                let isn = p.seq;
                 let req = b"GET /index.html HTTP/1.0\r\n\r\n";
                 raw.send(t, 1001, isn.wrapping_add(1), TcpFlags::ACK | TcpFlags::PSH, req)?;
                 let data = cp
-                    .wait_for(Duration::from_secs(3), |r| {
-                        parse_tcp_packet(&r.headers).map(|p| (r.orig_len as usize) > p.headers_len()).unwrap_or(false)
-                    })
+                    .wait_for(Duration::from_secs(3), |r| record_info(r).is_some_and(|i| i.payload_len > 0))
                     .await?;
                 let fin = cp.wait_for(Duration::from_secs(3), |r| record_flags(r).contains(TcpFlags::FIN)).await?;
                 // leave nothing half-open on the test server
-                let fin_seq = parse_tcp_packet(&fin.headers)?.tcp.seq().0;
+                let fin_seq = record_info(&fin).unwrap().seq;
                 raw.send(t, 1001 + req.len() as u32, fin_seq.wrapping_add(1), TcpFlags::RST, b"")?;
                 anyhow::Ok((data.orig_len, cp.inbox.len()))
             })
