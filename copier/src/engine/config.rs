@@ -1,0 +1,335 @@
+//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`ClientIpPool`]) and the derived,
+//! clamped parameters ([`Params`]) the rest of the engine reads.
+//!
+//! Invariant: [`Params`] holds only values the engine can work with (MSS >= 64, RTO bounds
+//! ordered, caps >= 1), whatever the configuration said; [`EngineConfig::validate`] reports what
+//! a caller should refuse before starting.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// One mapping of an online service onto a test server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortMap {
+    /// The online service's address; `None` matches any destination address.
+    pub online_ip: Option<IpAddr>,
+    /// The online service's port.
+    pub online_port: u16,
+    /// Where the copies go.
+    pub target: SocketAddr,
+}
+
+/// What the engine does and how much it may hold.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Services to copy; captured packets matching none are counted and ignored.
+    pub maps: Vec<PortMap>,
+    /// Path MTU toward the test server; segments are cut to fit it.
+    pub mtu: u16,
+    /// Rewrite client addresses into this range, sticky per real client.
+    pub client_ip: Option<ClientIpPool>,
+    /// A session with no captured packet and no record for this long is abandoned.
+    pub session_timeout: Duration,
+    /// Global cap on buffered bytes; above it the oldest idle sessions are shed.
+    pub max_memory: usize,
+    /// Per-session cap on buffered bytes; a session above it fails (`buffer_cap`).
+    pub per_session_cap: usize,
+    /// Send a request only after the test server answered the previous one.
+    pub pace_requests: bool,
+    /// How long pacing waits for an answer before releasing the next request anyway.
+    pub answer_timeout: Duration,
+    /// Retransmission timeout before any RTT sample.
+    pub initial_rto: Duration,
+    /// Lower bound of the computed retransmission timeout.
+    pub min_rto: Duration,
+    /// Upper bound of the retransmission timeout (the cap of the exponential backoff).
+    pub max_rto: Duration,
+    /// Retransmissions of the same data (or SYN) before the session fails (`retransmit_limit`).
+    pub max_retries: u32,
+    /// How long a closed or reset test connection stays registered, to answer the test server's
+    /// retransmitted FIN or challenge ACK.
+    pub close_linger: Duration,
+    /// Most sessions in the table (including ones waiting to synchronise); more are dropped.
+    pub max_sessions: usize,
+    /// Per-session cap on client bytes held out of order.
+    pub max_out_of_order: usize,
+    /// Bytes of an acknowledged but unanswered request kept to replay it on a new connection
+    /// when the test server closes.
+    pub replay_keep: usize,
+    /// Receive window advertised to the test server, in bytes (we acknowledge at once).
+    pub recv_window: u32,
+    /// New connections opened for one session without an answer in between, before it fails
+    /// (`reconnect_limit`).
+    pub max_reconnects: u32,
+    /// TTL / hop limit of what the engine sends.
+    pub ttl: u8,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            maps: Vec::new(),
+            mtu: 1500,
+            client_ip: None,
+            session_timeout: Duration::from_secs(120),
+            max_memory: 512 << 20,
+            per_session_cap: 16 << 20,
+            pace_requests: true,
+            answer_timeout: Duration::from_secs(3),
+            initial_rto: Duration::from_millis(300),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(10),
+            max_retries: 8,
+            close_linger: Duration::from_secs(5),
+            max_sessions: 1 << 20,
+            max_out_of_order: 256 << 10,
+            replay_keep: 64 << 10,
+            recv_window: 4 << 20,
+            max_reconnects: 4,
+            ttl: 64,
+        }
+    }
+}
+
+/// A configuration the engine would have to bend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// No `--map` given.
+    #[error("no port map: nothing to copy")]
+    NoMaps,
+    /// The MTU leaves no room for a useful segment.
+    #[error("MTU {0} is too small (at least 576 for IPv4, 1280 for IPv6)")]
+    MtuTooSmall(u16),
+    /// A map's target has a different family than the client address pool.
+    #[error("target {target} and client pool {pool} are of different IP families")]
+    FamilyMismatch {
+        /// The map's target.
+        target: SocketAddr,
+        /// The pool.
+        pool: ClientIpPool,
+    },
+    /// A cap is zero.
+    #[error("{0} must be above zero")]
+    Zero(&'static str),
+}
+
+impl EngineConfig {
+    /// What a caller should refuse before starting. The engine itself clamps instead.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.maps.is_empty() {
+            return Err(ConfigError::NoMaps);
+        }
+        let v6 = self.maps.iter().any(|m| m.target.is_ipv6());
+        if self.mtu < 576 || (v6 && self.mtu < 1280) {
+            return Err(ConfigError::MtuTooSmall(self.mtu));
+        }
+        if let Some(pool) = &self.client_ip {
+            for m in &self.maps {
+                if m.target.is_ipv6() != pool.is_ipv6() {
+                    return Err(ConfigError::FamilyMismatch { target: m.target, pool: *pool });
+                }
+            }
+        }
+        for (name, v) in [
+            ("max_memory", self.max_memory),
+            ("per_session_cap", self.per_session_cap),
+            ("max_sessions", self.max_sessions),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Clamped parameters, derived once from [`EngineConfig`].
+#[derive(Debug, Clone)]
+pub(crate) struct Params {
+    pub maps: Vec<PortMap>,
+    pub client_ip: Option<ClientIpPool>,
+    /// MSS we announce: MTU minus IPv4 and TCP headers.
+    pub mss_v4: u16,
+    /// MSS we announce over IPv6.
+    pub mss_v6: u16,
+    pub session_timeout: Duration,
+    pub max_memory: usize,
+    pub per_session_cap: usize,
+    pub pace: bool,
+    pub answer_timeout: Duration,
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    pub max_retries: u32,
+    pub linger: Duration,
+    pub max_sessions: usize,
+    pub max_ooo: usize,
+    pub replay_keep: u32,
+    /// Window scale we announce.
+    pub wscale: u8,
+    /// Window field of every non-SYN segment (already shifted by `wscale`).
+    pub window: u16,
+    pub max_reconnects: u32,
+    pub ttl: u8,
+}
+
+impl Params {
+    pub(crate) fn new(c: &EngineConfig) -> Params {
+        let mtu = c.mtu.max(128);
+        let min_rto = c.min_rto.max(Duration::from_millis(1));
+        let max_rto = c.max_rto.max(min_rto);
+        let wscale = 7u8;
+        let window = (c.recv_window >> wscale).clamp(1, 65535) as u16;
+        Params {
+            maps: c.maps.clone(),
+            client_ip: c.client_ip,
+            mss_v4: (mtu - 40).max(64),
+            mss_v6: mtu.saturating_sub(60).max(64),
+            session_timeout: c.session_timeout.max(Duration::from_millis(1)),
+            max_memory: c.max_memory.max(1),
+            per_session_cap: c.per_session_cap.max(1),
+            pace: c.pace_requests,
+            answer_timeout: c.answer_timeout,
+            initial_rto: c.initial_rto.clamp(min_rto, max_rto),
+            min_rto,
+            max_rto,
+            max_retries: c.max_retries,
+            linger: c.close_linger,
+            max_sessions: c.max_sessions.max(1),
+            max_ooo: c.max_out_of_order,
+            replay_keep: u32::try_from(c.replay_keep).unwrap_or(u32::MAX),
+            wscale,
+            window,
+            max_reconnects: c.max_reconnects,
+            ttl: c.ttl.max(1),
+        }
+    }
+
+    /// The map a captured packet toward `dst` falls under.
+    pub(crate) fn map_for(&self, dst: SocketAddr) -> Option<&PortMap> {
+        self.maps
+            .iter()
+            .find(|m| m.online_port == dst.port() && m.online_ip.is_none_or(|ip| ip == dst.ip()))
+    }
+}
+
+/// A range of client addresses (v4 or v6 CIDR) into which real client addresses are rewritten,
+/// sticky per real client: the same real address always gets the same pool address (a keyed
+/// hash, no table, so memory stays flat however many clients there are). Different real
+/// clients may share a pool address; the engine then keeps tuples apart by port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientIpPool {
+    base: IpAddr,
+    prefix: u8,
+}
+
+/// Why a CIDR string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolParseError {
+    /// No `/`.
+    #[error("expected ADDRESS/PREFIX, got {0:?}")]
+    NoPrefix(String),
+    /// The address part does not parse.
+    #[error("bad address {0:?}")]
+    BadAddr(String),
+    /// The prefix is not a number or too long for the family.
+    #[error("bad prefix length {0:?}")]
+    BadPrefix(String),
+}
+
+impl ClientIpPool {
+    /// A pool from its network address and prefix length (host bits are cleared).
+    pub fn new(addr: IpAddr, prefix: u8) -> Result<ClientIpPool, PoolParseError> {
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(PoolParseError::BadPrefix(prefix.to_string()));
+        }
+        let base = match addr {
+            IpAddr::V4(a) => {
+                let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+            }
+            IpAddr::V6(a) => {
+                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+            }
+        };
+        Ok(ClientIpPool { base, prefix })
+    }
+
+    /// Whether the pool holds IPv6 addresses.
+    #[must_use]
+    pub fn is_ipv6(&self) -> bool {
+        self.base.is_ipv6()
+    }
+
+    /// Whether `ip` lies in the pool.
+    #[must_use]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        ClientIpPool::new(ip, self.prefix).is_ok_and(|p| p.base == self.base)
+    }
+
+    /// The pool address for a real client address. The network address and (IPv4) the
+    /// broadcast address are avoided when the pool is larger than two addresses.
+    #[must_use]
+    pub fn pick(&self, real: IpAddr, seed: u64) -> IpAddr {
+        let h = match real {
+            IpAddr::V4(a) => mix(seed ^ u64::from(u32::from(a))),
+            IpAddr::V6(a) => {
+                let v = u128::from(a);
+                mix(mix(seed ^ (v as u64)) ^ ((v >> 64) as u64))
+            }
+        };
+        match self.base {
+            IpAddr::V4(b) => {
+                let host_bits = 32 - u32::from(self.prefix);
+                let size = 1u64 << host_bits;
+                let off = if size > 2 { 1 + h % (size - 2) } else { h % size };
+                IpAddr::V4(Ipv4Addr::from(u32::from(b) | off as u32))
+            }
+            IpAddr::V6(b) => {
+                let host_bits = 128 - u32::from(self.prefix);
+                let h128 = (u128::from(mix(h)) << 64) | u128::from(h);
+                let off = match host_bits {
+                    0 => 0,
+                    128 => h128.max(1),
+                    n => {
+                        let size = 1u128 << n;
+                        if size > 1 {
+                            1 + h128 % (size - 1)
+                        } else {
+                            0
+                        }
+                    }
+                };
+                IpAddr::V6(Ipv6Addr::from(u128::from(b) | off))
+            }
+        }
+    }
+}
+
+/// splitmix64's finaliser: a cheap, well-spread 64-bit hash.
+pub(crate) fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl FromStr for ClientIpPool {
+    type Err = PoolParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (a, p) = s.split_once('/').ok_or_else(|| PoolParseError::NoPrefix(s.to_string()))?;
+        let addr: IpAddr = a.trim().parse().map_err(|_| PoolParseError::BadAddr(a.to_string()))?;
+        let prefix: u8 = p.trim().parse().map_err(|_| PoolParseError::BadPrefix(p.to_string()))?;
+        ClientIpPool::new(addr, prefix)
+    }
+}
+
+impl fmt::Display for ClientIpPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
+    }
+}

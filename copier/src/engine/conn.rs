@@ -1,0 +1,573 @@
+//! One TCP connection toward the test server, seen from our end: the sender half of a small TCP
+//! (handshake, window, retransmission with backoff, FIN, RST) whose receiver half is a stub that
+//! acknowledges whatever the test server sent, as learnt from the intercept's records.
+//!
+//! Sequence numbers are the client's (see `stream`): the connection's ISN is `start - 1`, where
+//! `start` is the first client byte it carries. Its peer's numbers (`irs`, `rcv_nxt`) come from
+//! records.
+//!
+//! Invariants:
+//! - `snd_una <= snd_nxt <= snd_max` and nothing at or beyond `snd_una + snd_wnd` is sent as
+//!   new data (a zero-window probe carries no data);
+//! - `rto_at` is set whenever something is outstanding (SYN, data, FIN) or a zero window
+//!   blocks pending data; a connection in `Linger` has none and waits for `linger_until`;
+//! - once `reset` (we sent RST) the connection only answers challenge ACKs with RST again;
+//! - `dead` connections are unregistered and dropped by the session at the next sweep.
+
+use std::time::{Duration, Instant};
+
+use common::flow::FourTuple;
+use common::seq::SeqNum;
+use common::wire::{TcpBuilder, TcpFlags, TcpOption};
+
+use super::config::Params;
+use super::pkt::RecordInfo;
+
+/// Options bytes of timestamps on every segment once negotiated.
+const TS_LEN: u32 = 12;
+/// MSS assumed when the SYN-ACK has none (RFC 9293).
+const DEFAULT_MSS: u32 = 536;
+/// RSTs sent in answer to challenge ACKs before giving up on them.
+const MAX_RST: u8 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    SynSent,
+    Established,
+    /// Closed (gracefully, or reset by us): kept registered for a while to answer the test
+    /// server's retransmitted FIN or challenge ACK.
+    Linger,
+}
+
+/// What the session lets the connection send.
+#[derive(Debug)]
+pub(crate) struct TxCtx<'a> {
+    /// Client bytes from `base` on.
+    pub data: &'a [u8],
+    pub base: SeqNum,
+    /// No byte at or beyond this may be sent (pacing, or the end of what was captured).
+    pub limit: SeqNum,
+    /// Our FIN may go at this sequence number.
+    pub fin: Option<SeqNum>,
+    /// The client's latest TSval, if it uses timestamps.
+    pub tsval: Option<u32>,
+}
+
+impl TxCtx<'_> {
+    pub(crate) fn nothing(tsval: Option<u32>) -> TxCtx<'static> {
+        TxCtx { data: &[], base: SeqNum(0), limit: SeqNum(0), fin: None, tsval }
+    }
+}
+
+/// One segment emitted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sent {
+    pub payload: usize,
+    pub retransmit: bool,
+}
+
+/// What a timer expiry did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expiry {
+    Nothing,
+    Retransmit,
+    GaveUp,
+}
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub tuple: FourTuple,
+    pub state: State,
+    pub iss: SeqNum,
+    pub snd_una: SeqNum,
+    pub snd_nxt: SeqNum,
+    pub snd_max: SeqNum,
+    snd_wnd: u32,
+    wl1: SeqNum,
+    wl2: SeqNum,
+    peer_wscale: u8,
+    we_scale: bool,
+    mss: u32,
+    irs: SeqNum,
+    pub rcv_nxt: SeqNum,
+    acked_rcv: SeqNum,
+    ack_due: bool,
+    ts_offered: bool,
+    ts_ok: bool,
+    ts_recent: Option<u32>,
+    /// Highest ACK number carried by a test server segment with data: it answered up to there.
+    pub answered: Option<SeqNum>,
+    fin_sent: Option<SeqNum>,
+    pub fin_acked: bool,
+    pub peer_fin: bool,
+    /// The test server refused our SYN with RST.
+    pub refused: bool,
+    /// We reset the connection.
+    pub reset: bool,
+    rst_due: Option<SeqNum>,
+    rst_count: u8,
+    /// A RST for a stale connection of the test server on our tuple.
+    stale_rst: Option<SeqNum>,
+    syn_due: bool,
+    probe_due: bool,
+    rto: Duration,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    pub retries: u32,
+    pub rto_at: Option<Instant>,
+    rtt_probe: Option<(SeqNum, Instant)>,
+    pub linger_until: Option<Instant>,
+    /// Its Register has not been handed to the I/O layer yet: send nothing.
+    pub reg_pending: bool,
+    pub dead: bool,
+    /// The handshake completed once.
+    synced: bool,
+    ident: u16,
+}
+
+impl Conn {
+    pub(crate) fn new(tuple: FourTuple, start: SeqNum, p: &Params) -> Conn {
+        let iss = start.sub(1);
+        let mss = u32::from(if tuple.server.is_ipv6() { p.mss_v6 } else { p.mss_v4 });
+        Conn {
+            tuple,
+            state: State::SynSent,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            wl1: SeqNum(0),
+            wl2: SeqNum(0),
+            peer_wscale: 0,
+            we_scale: false,
+            mss,
+            irs: SeqNum(0),
+            rcv_nxt: SeqNum(0),
+            acked_rcv: SeqNum(0),
+            ack_due: false,
+            ts_offered: false,
+            ts_ok: false,
+            ts_recent: None,
+            answered: None,
+            fin_sent: None,
+            fin_acked: false,
+            peer_fin: false,
+            refused: false,
+            reset: false,
+            rst_due: None,
+            rst_count: 0,
+            stale_rst: None,
+            syn_due: true,
+            probe_due: false,
+            rto: p.initial_rto,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            retries: 0,
+            rto_at: None,
+            rtt_probe: None,
+            linger_until: None,
+            reg_pending: true,
+            dead: false,
+            synced: false,
+            ident: (start.0 >> 16) as u16 ^ start.0 as u16,
+        }
+    }
+
+    /// Client bytes the test server has acknowledged on this connection: below the return
+    /// value. Before the handshake, `start - 1` (nothing).
+    pub(crate) fn acked(&self) -> SeqNum {
+        self.snd_una
+    }
+
+    /// Whether our FIN went out (the client's FIN is being carried).
+    pub(crate) fn fin_sent(&self) -> bool {
+        self.fin_sent.is_some()
+    }
+
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match (self.rto_at, self.linger_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn cur_rto(&self, p: &Params) -> Duration {
+        let shift = self.retries.min(16);
+        self.rto.saturating_mul(1 << shift).min(p.max_rto)
+    }
+
+    fn sample_rtt(&mut self, r: Duration, p: &Params) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                let d = s.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + d) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+        let s = self.srtt.unwrap_or(r);
+        self.rto = (s + (self.rttvar * 4).max(Duration::from_millis(1))).clamp(p.min_rto, p.max_rto);
+    }
+
+    /// Stop: send RST (unless nothing was ever sent) and linger for challenge ACKs. Returns
+    /// whether the connection can be dropped at once.
+    pub(crate) fn abandon(&mut self, now: Instant, p: &Params) -> bool {
+        if self.dead || self.reset {
+            return self.dead;
+        }
+        if self.state == State::Linger {
+            return false; // closed gracefully already
+        }
+        if self.snd_max == self.iss {
+            self.dead = true; // the SYN never left
+            return true;
+        }
+        self.reset = true;
+        self.rst_due = Some(self.snd_max);
+        self.rst_count = 1;
+        self.enter_linger(now, p);
+        false
+    }
+
+    fn enter_linger(&mut self, now: Instant, p: &Params) {
+        self.state = State::Linger;
+        self.rto_at = None;
+        self.probe_due = false;
+        self.syn_due = false;
+        self.linger_until = Some(now + p.linger);
+    }
+
+    /// A segment of the test server on this connection.
+    pub(crate) fn on_record(&mut self, now: Instant, r: &RecordInfo, p: &Params) {
+        let h = &r.hdr;
+        if self.dead {
+            return;
+        }
+        if let Some((v, _)) = h.opts.ts {
+            if self.ts_recent.is_none_or(|old| SeqNum(v).ge(SeqNum(old))) {
+                self.ts_recent = Some(v);
+            }
+        }
+        if self.state == State::SynSent {
+            self.on_record_syn_sent(now, r, p);
+            return;
+        }
+        if h.has(TcpFlags::RST) {
+            if !self.reset {
+                self.dead = true;
+            }
+            return;
+        }
+        if self.reset {
+            // A challenge ACK (RFC 5961): its ACK number is exactly what the RST needs.
+            if h.has(TcpFlags::ACK) && self.rst_count < MAX_RST {
+                self.rst_due = Some(h.ack);
+                self.rst_count += 1;
+            }
+            return;
+        }
+        if h.has(TcpFlags::SYN) {
+            // Our handshake ACK was lost: the SYN-ACK came again.
+            self.ack_due = true;
+            return;
+        }
+        let fin = h.has(TcpFlags::FIN);
+        if fin && self.state == State::Linger {
+            // Its FIN again: our last ACK was lost. Stay long enough to ack a further one.
+            self.linger_until = Some(now + p.linger);
+        }
+        if r.data_len > 0 || fin {
+            let end = h.seq.add(r.seq_len());
+            let gap = h.seq.gt(self.rcv_nxt);
+            if end.gt(self.rcv_nxt) && end.diff(self.rcv_nxt) < (1 << 30) {
+                self.rcv_nxt = end;
+            }
+            self.ack_due = true;
+            if h.has(TcpFlags::ACK) && (r.data_len > 0 || (fin && gap)) {
+                // A FIN after bytes whose records we have not seen: they answered too.
+                self.answered = Some(self.answered.map_or(h.ack, |a| a.max(h.ack)));
+            }
+            if fin {
+                self.peer_fin = true;
+            }
+        }
+        if h.has(TcpFlags::ACK) {
+            self.on_ack(now, r, p);
+        }
+        if self.state == State::Established && self.peer_fin && self.fin_acked {
+            self.enter_linger(now, p);
+        }
+    }
+
+    fn on_record_syn_sent(&mut self, now: Instant, r: &RecordInfo, p: &Params) {
+        let h = &r.hdr;
+        let acks_syn = h.has(TcpFlags::ACK) && h.ack == self.iss.add(1);
+        if h.has(TcpFlags::RST) {
+            if acks_syn {
+                self.refused = true;
+                self.dead = true;
+            }
+            return;
+        }
+        if !(h.has(TcpFlags::SYN) && h.has(TcpFlags::ACK)) {
+            return;
+        }
+        if !acks_syn {
+            // The test server holds an older connection on this tuple: reset it, as a stack would.
+            self.stale_rst = Some(h.ack);
+            return;
+        }
+        self.irs = h.seq;
+        self.rcv_nxt = h.seq.add(1);
+        self.acked_rcv = h.seq;
+        self.ack_due = true;
+        self.synced = true;
+        self.we_scale = h.opts.wscale.is_some();
+        self.peer_wscale = h.opts.wscale.unwrap_or(0).min(14);
+        self.snd_wnd = u32::from(h.window);
+        self.wl1 = h.seq;
+        self.wl2 = h.ack;
+        self.ts_ok = self.ts_offered && h.opts.ts.is_some();
+        let peer_mss = h.opts.mss.map_or(DEFAULT_MSS, u32::from);
+        let opt = if self.ts_ok { TS_LEN } else { 0 };
+        self.mss = (self.mss.min(peer_mss).saturating_sub(opt)).max(8);
+        self.snd_una = self.iss.add(1);
+        if self.snd_nxt.lt(self.snd_una) {
+            self.snd_nxt = self.snd_una;
+        }
+        if let Some((_, t)) = self.rtt_probe.take() {
+            self.sample_rtt(now.saturating_duration_since(t), p);
+        }
+        self.retries = 0;
+        self.rto_at = None;
+        self.syn_due = false;
+        self.state = State::Established;
+    }
+
+    fn on_ack(&mut self, now: Instant, r: &RecordInfo, p: &Params) {
+        let h = &r.hdr;
+        if h.ack.gt(self.snd_una) && h.ack.le(self.snd_max) {
+            self.snd_una = h.ack;
+            self.retries = 0;
+            if self.snd_nxt.lt(self.snd_una) {
+                self.snd_nxt = self.snd_una;
+            }
+            if let Some((end, t)) = self.rtt_probe {
+                if h.ack.ge(end) {
+                    self.rtt_probe = None;
+                    self.sample_rtt(now.saturating_duration_since(t), p);
+                }
+            }
+            if self.fin_sent.is_some_and(|f| h.ack == f.add(1)) {
+                self.fin_acked = true;
+            }
+            self.rto_at = (self.snd_una != self.snd_max).then(|| now + self.cur_rto(p));
+        }
+        if h.seq.gt(self.wl1) || (h.seq == self.wl1 && h.ack.ge(self.wl2)) {
+            self.snd_wnd = u32::from(h.window) << self.peer_wscale;
+            self.wl1 = h.seq;
+            self.wl2 = h.ack;
+        }
+        if self.snd_una == self.snd_max && self.snd_wnd > 0 {
+            // Nothing outstanding and the window open: a persist timer has nothing to do.
+            if self.probe_due || self.retries > 0 {
+                self.retries = 0;
+                self.rto_at = None;
+            }
+            self.probe_due = false;
+        }
+    }
+
+    /// Arm the persist timer when a zero window blocks data that is ready.
+    pub(crate) fn arm_persist(&mut self, now: Instant, p: &Params, pending: bool) {
+        if self.state == State::Established
+            && pending
+            && self.snd_wnd == 0
+            && self.snd_una == self.snd_max
+            && self.rto_at.is_none()
+        {
+            self.rto_at = Some(now + self.cur_rto(p));
+        }
+    }
+
+    /// The timer fired (the caller checked the deadline). `pending`: data waits to be sent.
+    pub(crate) fn on_timeout(&mut self, now: Instant, p: &Params, pending: bool) -> Expiry {
+        if self.state == State::Linger {
+            if self.linger_until.is_some_and(|t| t <= now) {
+                self.dead = true;
+            }
+            return Expiry::Nothing;
+        }
+        if self.rto_at.is_none_or(|t| t > now) {
+            return Expiry::Nothing;
+        }
+        self.rto_at = None;
+        let outstanding = self.state == State::SynSent || self.snd_max.gt(self.snd_una);
+        if !(outstanding || (pending && self.snd_wnd == 0)) {
+            return Expiry::Nothing;
+        }
+        self.retries += 1;
+        if self.retries > p.max_retries {
+            return Expiry::GaveUp;
+        }
+        self.rtt_probe = None;
+        if self.state == State::SynSent {
+            self.syn_due = true;
+        } else if outstanding {
+            self.snd_nxt = self.snd_una; // go back N
+        } else {
+            self.probe_due = true;
+        }
+        self.rto_at = Some(now + self.cur_rto(p));
+        Expiry::Retransmit
+    }
+
+    /// The next segment to send, if any, written into `out`.
+    pub(crate) fn poll(&mut self, now: Instant, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+        if self.reg_pending || self.dead {
+            return None;
+        }
+        if let Some(seq) = self.stale_rst.take() {
+            self.emit(p, seq, TcpFlags::RST, &[], None, out);
+            return Some(Sent { payload: 0, retransmit: false });
+        }
+        if let Some(seq) = self.rst_due.take() {
+            let flags = if self.synced { TcpFlags::RST | TcpFlags::ACK } else { TcpFlags::RST };
+            self.emit(p, seq, flags, &[], None, out);
+            return Some(Sent { payload: 0, retransmit: false });
+        }
+        match self.state {
+            State::SynSent => {
+                if !self.syn_due {
+                    return None;
+                }
+                self.syn_due = false;
+                let retransmit = self.snd_max != self.iss;
+                if !retransmit {
+                    self.ts_offered = tx.tsval.is_some();
+                }
+                let ts = if self.ts_offered { tx.tsval } else { None };
+                self.emit(p, self.iss, TcpFlags::SYN, &[], ts, out);
+                self.snd_nxt = self.iss.add(1);
+                self.snd_max = self.snd_nxt;
+                if !retransmit {
+                    self.rtt_probe = Some((self.snd_nxt, now));
+                }
+                self.rto_at.get_or_insert(now + self.cur_rto(p));
+                Some(Sent { payload: 0, retransmit })
+            }
+            State::Established => self.poll_established(now, p, tx, out),
+            State::Linger => {
+                if self.reset || !self.ack_due {
+                    return None;
+                }
+                self.emit_ack(p, tx.tsval, out);
+                Some(Sent { payload: 0, retransmit: false })
+            }
+        }
+    }
+
+    fn poll_established(&mut self, now: Instant, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+        if self.probe_due {
+            // Zero-window probe: an old sequence number makes the test server answer with its
+            // current window, without sending any byte beyond it.
+            self.probe_due = false;
+            self.emit(p, self.snd_una.sub(1), TcpFlags::ACK, &[], tx.tsval, out);
+            self.acked_rcv = self.rcv_nxt;
+            self.ack_due = false;
+            return Some(Sent { payload: 0, retransmit: false });
+        }
+        let seq = self.snd_nxt;
+        if seq.lt(tx.limit) && seq.ge(tx.base) {
+            let room = self.snd_una.add(self.snd_wnd).diff(seq);
+            if room > 0 {
+                let avail = tx.limit.diff(seq) as u32;
+                let n = avail.min(room as u32).min(self.mss) as usize;
+                let off = seq.diff(tx.base) as usize;
+                if let Some(payload) = tx.data.get(off..off + n) {
+                    let end = seq.add(n as u32);
+                    let mut flags = TcpFlags::ACK;
+                    if end == tx.limit {
+                        flags |= TcpFlags::PSH;
+                    }
+                    let retransmit = seq.lt(self.snd_max);
+                    self.emit(p, seq, flags, payload, tx.tsval, out);
+                    self.snd_nxt = end;
+                    self.snd_max = self.snd_max.max(end);
+                    self.acked_rcv = self.rcv_nxt;
+                    self.ack_due = false;
+                    if self.rtt_probe.is_none() && !retransmit {
+                        self.rtt_probe = Some((end, now));
+                    }
+                    self.rto_at.get_or_insert(now + self.cur_rto(p));
+                    return Some(Sent { payload: n, retransmit });
+                }
+            }
+        }
+        if let Some(f) = tx.fin {
+            if self.snd_nxt == f && !self.fin_acked {
+                let retransmit = self.fin_sent.is_some();
+                self.emit(p, f, TcpFlags::FIN | TcpFlags::ACK, &[], tx.tsval, out);
+                self.fin_sent = Some(f);
+                self.snd_nxt = f.add(1);
+                self.snd_max = self.snd_max.max(self.snd_nxt);
+                self.acked_rcv = self.rcv_nxt;
+                self.ack_due = false;
+                self.rto_at.get_or_insert(now + self.cur_rto(p));
+                return Some(Sent { payload: 0, retransmit });
+            }
+        }
+        if self.ack_due || self.acked_rcv != self.rcv_nxt {
+            self.emit_ack(p, tx.tsval, out);
+            return Some(Sent { payload: 0, retransmit: false });
+        }
+        None
+    }
+
+    fn emit_ack(&mut self, p: &Params, tsval: Option<u32>, out: &mut Vec<u8>) {
+        self.emit(p, self.snd_nxt, TcpFlags::ACK, &[], tsval, out);
+        self.acked_rcv = self.rcv_nxt;
+        self.ack_due = false;
+    }
+
+    fn emit(&mut self, p: &Params, seq: SeqNum, flags: TcpFlags, payload: &[u8], tsval: Option<u32>, out: &mut Vec<u8>) {
+        let syn = flags.contains(TcpFlags::SYN);
+        let mut opts = [TcpOption::SackPermitted; 3];
+        let mut n = 0;
+        if syn {
+            opts[0] = TcpOption::Mss(self.mss as u16);
+            opts[1] = TcpOption::WindowScale(p.wscale);
+            n = 2;
+        }
+        if !flags.contains(TcpFlags::RST) && (syn || self.ts_ok) {
+            if let Some(v) = tsval {
+                opts[n] = TcpOption::Timestamps { tsval: v, tsecr: if syn { 0 } else { self.ts_recent.unwrap_or(0) } };
+                n += 1;
+            }
+        }
+        let with_ack = flags.contains(TcpFlags::ACK);
+        let window = match (syn, self.we_scale, flags.contains(TcpFlags::RST)) {
+            (_, _, true) => 0,
+            (false, true, _) => p.window,
+            _ => u16::MAX,
+        };
+        TcpBuilder {
+            src: self.tuple.client,
+            dst: self.tuple.server,
+            seq,
+            ack: if with_ack { self.rcv_nxt } else { SeqNum(0) },
+            flags,
+            window,
+            options: &opts[..n],
+            payload,
+            ttl: p.ttl,
+            ident: self.ident,
+        }
+        .emit(out);
+        self.ident = self.ident.wrapping_add(1);
+    }
+}

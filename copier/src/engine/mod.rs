@@ -1,0 +1,476 @@
+//! The copier's session engine: a sans-IO table of client sessions that turns captured client
+//! packets into TCP sessions toward the test server, kept consistent with the test server's own
+//! answers as the intercept reports them (records).
+//!
+//! # Driving it
+//! [`Engine`] owns no socket, no clock and no global RNG. The I/O layer calls, in a loop:
+//! 1. [`Engine::handle_captured`] for every captured client packet, [`Engine::handle_record`]
+//!    for every record from an intercept, [`Engine::set_intercept_connected`] when the control
+//!    connection comes or goes, and [`Engine::handle_timeout`] once [`Engine::poll_timeout`]
+//!    has passed;
+//! 2. then [`Engine::poll_control`] until `None`, sending each event to the intercepts, and
+//!    only then [`Engine::poll_transmit`] until `None`, sending each packet. A connection's
+//!    packets are held back until its `Register` has been taken from `poll_control`, so the
+//!    intercept hears of a tuple before the test server can answer on it.
+//!
+//! After reconnecting to an intercept, re-send a `Register` for every tuple of
+//! [`Engine::registered`].
+//!
+//! # How a session is carried
+//! The engine originates its own segments rather than patching captured ones. Toward the test
+//! server it uses the client's own sequence numbers (the client's ISN, or for a session caught
+//! mid-stream the byte before its first request boundary), and acknowledges what the test
+//! server sent as records arrive. Client bytes are reassembled, cut into request units at each
+//! change of the client's ACK number, and released unit by unit (pacing) as the test server
+//! acknowledges and answers them. See `session`, `stream` and `conn` for the rules.
+//!
+//! Invariants kept here: `by_key` maps each captured 4-tuple to the live session for it;
+//! `Shared::by_test` maps every registered test tuple to the session that owns it; `mem` is the
+//! sum of the sessions' buffered bytes; every live session with a deadline has a timer entry at
+//! or before it (`Session::armed`).
+
+mod config;
+mod conn;
+mod pkt;
+mod session;
+mod stats;
+mod stream;
+
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use common::flow::FourTuple;
+use common::proto::Record;
+use common::wire::TcpFlags;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+pub use config::{ClientIpPool, ConfigError, EngineConfig, PoolParseError, PortMap};
+pub use stats::{DropCounts, EngineStats, FailCounts, FailReason};
+
+use config::Params;
+use pkt::{parse_captured, parse_record, Captured};
+use session::{Phase, Session, Shared, SlotRef};
+
+/// A change of the set of test tuples the intercepts must answer for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlEvent {
+    /// Send `Register { tuples: [t] }` (before any packet of `t` goes out).
+    Register(FourTuple),
+    /// Send `Unregister { tuples: [t] }`.
+    Unregister(FourTuple),
+}
+
+/// One packet to send, written into the caller's buffer by [`Engine::poll_transmit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// The test-side connection it belongs to.
+    pub tuple: FourTuple,
+    /// IP destination (the test server).
+    pub dst: IpAddr,
+    /// Length of the IP packet in the buffer.
+    pub len: usize,
+}
+
+/// The session engine. See the module documentation for the calling order.
+#[derive(Debug)]
+pub struct Engine {
+    sh: Shared,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_key: HashMap<FourTuple, u32, FastHash>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    ready: VecDeque<SlotRef>,
+    due: Vec<(Instant, u32, u32)>,
+    mem: usize,
+}
+
+#[derive(Debug)]
+struct Slot {
+    gen: u32,
+    s: Option<Session>,
+}
+
+impl Engine {
+    /// An engine with no session. `seed` drives every random choice (ports of new
+    /// connections, the client address hash), so the same inputs give the same outputs.
+    #[must_use]
+    pub fn new(config: EngineConfig, seed: u64) -> Engine {
+        let hash = FastHash { seed: config::mix(seed ^ 0x5eed) };
+        Engine {
+            sh: Shared {
+                p: Params::new(&config),
+                stats: EngineStats::default(),
+                control: VecDeque::new(),
+                by_test: HashMap::with_hasher(hash),
+                rng: SmallRng::seed_from_u64(seed),
+                seed,
+                intercept_up: true,
+            },
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::with_hasher(hash),
+            timers: BinaryHeap::new(),
+            ready: VecDeque::new(),
+            due: Vec::new(),
+            mem: 0,
+        }
+    }
+
+    /// One captured IP packet (v4 or v6, starting at the IP header), client -> online service.
+    /// Packets not matching any map are counted and ignored. Never panics on any input.
+    pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
+        self.sh.stats.packets_captured += 1;
+        let Ok(c) = parse_captured(packet) else {
+            self.sh.stats.drops.malformed += 1;
+            return;
+        };
+        let Some(map) = self.sh.p.map_for(c.key.server).copied() else {
+            self.sh.stats.drops.no_map += 1;
+            return;
+        };
+        let syn = c.hdr.has(TcpFlags::SYN) && !c.hdr.has(TcpFlags::ACK);
+        if let Some(&idx) = self.by_key.get(&c.key) {
+            let replace = syn
+                && self.slots[idx as usize]
+                    .s
+                    .as_ref()
+                    .is_some_and(|s| s.phase != Phase::Active || s.isn != c.hdr.seq);
+            if !replace {
+                self.with_session(idx, now, |s, sh| s.on_captured(sh, now, &c));
+                self.check_memory(now);
+                return;
+            }
+            // A new connection from the same client port: the old session ends (its closing
+            // connections linger on, detached from the key).
+            self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+            if self.by_key.get(&c.key) == Some(&idx) {
+                self.by_key.remove(&c.key);
+            }
+        }
+        self.new_session(now, &c, map.target);
+        self.check_memory(now);
+    }
+
+    fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr) {
+        let h = &c.hdr;
+        let st = &mut self.sh.stats;
+        let syn = h.has(TcpFlags::SYN) && !h.has(TcpFlags::ACK);
+        if !syn
+            && (h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) || !h.has(TcpFlags::ACK))
+        {
+            st.drops.no_session += 1;
+            return;
+        }
+        if !self.sh.intercept_up {
+            st.drops.no_intercept += 1;
+            if syn {
+                st.sessions_not_copied += 1;
+            }
+            return;
+        }
+        if self.by_key.len() >= self.sh.p.max_sessions {
+            st.drops.table_full += 1;
+            return;
+        }
+        let client_ip = match &self.sh.p.client_ip {
+            Some(pool) => pool.pick(c.key.client.ip(), self.sh.seed),
+            None => c.key.client.ip(),
+        };
+        if client_ip.is_ipv6() != target.is_ipv6() {
+            st.drops.family_mismatch += 1;
+            return;
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot { gen: 0, s: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
+        let mut s = Session::new(c.key, slot, target, client_ip, now);
+        if syn {
+            s.start_syn(&mut self.sh, now, c);
+        } else {
+            s.start_syncing(&mut self.sh, c);
+        }
+        self.slots[idx as usize].s = Some(s);
+        self.by_key.insert(c.key, idx);
+        self.after_op(idx, now);
+    }
+
+    /// One response header record returned by the intercept.
+    pub fn handle_record(&mut self, now: Instant, record: &Record) {
+        self.sh.stats.records_received += 1;
+        let Ok(r) = parse_record(record) else {
+            self.sh.stats.drops.record_malformed += 1;
+            return;
+        };
+        match self.sh.by_test.get(&r.tuple).copied() {
+            Some(slot) if self.live(slot) => {
+                self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
+            }
+            _ => self.sh.stats.drops.record_unknown += 1,
+        }
+    }
+
+    /// Tell the engine whether at least one intercept is connected (while none is, new sessions
+    /// are not started: counted as not copied).
+    pub fn set_intercept_connected(&mut self, _now: Instant, connected: bool) {
+        self.sh.intercept_up = connected;
+    }
+
+    /// Next packet to send: writes a complete IP packet (fresh checksums) into `out` (cleared).
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
+        out.clear();
+        while let Some(slot) = self.ready.pop_front() {
+            let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
+            else {
+                continue;
+            };
+            s.in_ready = false;
+            let sent = s.poll_transmit(&mut self.sh, now, out);
+            self.arm(slot.idx);
+            if let Some((tuple, sent)) = sent {
+                if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
+                    s.in_ready = true;
+                }
+                self.ready.push_back(slot);
+                let st = &mut self.sh.stats;
+                st.segments_sent += 1;
+                st.bytes_sent += out.len() as u64;
+                st.payload_bytes_sent += sent.payload as u64;
+                if sent.retransmit {
+                    st.retransmissions += 1;
+                }
+                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+            }
+        }
+        None
+    }
+
+    /// Next change of the registered tuples, for the intercepts.
+    pub fn poll_control(&mut self) -> Option<ControlEvent> {
+        let ev = self.sh.control.pop_front()?;
+        if let ControlEvent::Register(t) = ev {
+            if let Some(slot) = self.sh.by_test.get(&t).copied().filter(|s| self.live(*s)) {
+                if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
+                    s.registered(t);
+                    if !s.in_ready {
+                        s.in_ready = true;
+                        self.ready.push_back(slot);
+                    }
+                }
+            }
+        }
+        Some(ev)
+    }
+
+    /// When [`Engine::handle_timeout`] should be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
+        while let Some(&Reverse(e)) = self.timers.peek() {
+            if e.0 > now {
+                break;
+            }
+            self.timers.pop();
+            due.push(e);
+        }
+        for &(t, idx, gen) in &due {
+            let slot = SlotRef { idx, gen };
+            if !self.live(slot) {
+                continue;
+            }
+            let Some(s) = self.slots[idx as usize].s.as_mut() else { continue };
+            if s.armed == Some(t) {
+                s.armed = None;
+            }
+            if s.next_deadline(&self.sh.p).is_some_and(|d| d <= now) {
+                self.with_session(idx, now, |s, sh| s.on_timeout(sh, now));
+            } else {
+                self.arm(idx);
+            }
+        }
+        self.due = due;
+    }
+
+    /// The counters.
+    #[must_use]
+    pub fn stats(&self) -> &EngineStats {
+        &self.sh.stats
+    }
+
+    /// Client bytes buffered across all sessions.
+    #[must_use]
+    pub fn memory_used(&self) -> usize {
+        self.mem
+    }
+
+    /// Every test tuple registered now (to re-register after an intercept reconnects).
+    pub fn registered(&self) -> impl Iterator<Item = FourTuple> + '_ {
+        self.sh.by_test.keys().copied()
+    }
+
+    /// Sessions in the table (started, waiting to synchronise, or closing).
+    #[must_use]
+    pub fn session_count(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    fn live(&self, slot: SlotRef) -> bool {
+        self.slots.get(slot.idx as usize).is_some_and(|x| x.gen == slot.gen && x.s.is_some())
+    }
+
+    fn with_session(&mut self, idx: u32, now: Instant, f: impl FnOnce(&mut Session, &mut Shared)) {
+        let Some(s) = self.slots.get_mut(idx as usize).and_then(|x| x.s.as_mut()) else { return };
+        let before = s.mem();
+        f(s, &mut self.sh);
+        self.mem = self.mem - before + s.mem();
+        self.after_op(idx, now);
+    }
+
+    /// After any change to a session: drop it when finished, else re-arm and mark it ready.
+    fn after_op(&mut self, idx: u32, _now: Instant) {
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        if s.removable() {
+            self.remove(idx);
+            return;
+        }
+        if !s.in_ready {
+            s.in_ready = true;
+            self.ready.push_back(s.slot);
+        }
+        self.arm(idx);
+    }
+
+    fn arm(&mut self, idx: u32) {
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        if let Some(d) = s.next_deadline(&self.sh.p) {
+            if s.armed.is_none_or(|a| d < a) {
+                s.armed = Some(d);
+                self.timers.push(Reverse((d, idx, s.slot.gen)));
+            }
+        }
+    }
+
+    fn remove(&mut self, idx: u32) {
+        let slot = &mut self.slots[idx as usize];
+        let Some(s) = slot.s.take() else { return };
+        slot.gen = slot.gen.wrapping_add(1);
+        self.free.push(idx);
+        self.mem -= s.mem();
+        for c in s.cur.iter().chain(&s.old) {
+            self.sh.by_test.remove(&c.tuple);
+            self.sh.control.push_back(ControlEvent::Unregister(c.tuple));
+        }
+        if self.by_key.get(&s.key) == Some(&idx) {
+            self.by_key.remove(&s.key);
+        }
+    }
+
+    fn check_memory(&mut self, now: Instant) {
+        if self.mem <= self.sh.p.max_memory {
+            return;
+        }
+        // Shed down to 90% so that a busy engine does not scan on every packet.
+        let target = self.sh.p.max_memory - self.sh.p.max_memory / 10;
+        let mut cands: Vec<(Instant, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase == Phase::Active && s.mem() > 0).map(|s| (s.last_activity, i as u32)))
+            .collect();
+        cands.sort_unstable();
+        for (_, idx) in cands {
+            if self.mem <= target {
+                break;
+            }
+            self.sh.stats.sessions_shed += 1;
+            self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Memory)));
+        }
+    }
+}
+
+/// A seeded FxHash-style hasher: fast on small keys such as [`FourTuple`], deterministic for a
+/// given engine seed (so runs repeat), and keyed so that outsiders cannot aim collisions at it
+/// without knowing the seed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FastHash {
+    seed: u64,
+}
+
+impl BuildHasher for FastHash {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher { h: self.seed }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct FxHasher {
+    h: u64,
+}
+
+const FX_K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.h = (self.h.rotate_left(5) ^ w).wrapping_mul(FX_K);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        // Spread the high bits down too: hashbrown takes its tag from the top seven.
+        self.h ^ (self.h >> 29)
+    }
+}

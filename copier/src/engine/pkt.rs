@@ -1,0 +1,109 @@
+//! What the engine reads from the bytes it is given: captured client packets and the
+//! intercept's records, turned into plain header values with `common::wire`.
+//!
+//! Nothing here panics on any input: every failure is a `WireError` for the caller to count.
+
+use common::flow::FourTuple;
+use common::proto::{parse_response_headers, Record};
+use common::seq::SeqNum;
+use common::wire::{parse_tcp_packet, tcp_options, TcpFlags, TcpOption, TcpSegment, WireError};
+
+/// The TCP options the engine cares about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Opts {
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    /// `(tsval, tsecr)`.
+    pub ts: Option<(u32, u32)>,
+}
+
+/// Read MSS, window scale and timestamps; stop quietly at a malformed option.
+pub(crate) fn read_options(bytes: &[u8]) -> Opts {
+    let mut o = Opts::default();
+    if bytes.is_empty() {
+        return o;
+    }
+    for opt in tcp_options(bytes) {
+        match opt {
+            Ok(TcpOption::Mss(m)) => o.mss = Some(m),
+            Ok(TcpOption::WindowScale(w)) => o.wscale = Some(w),
+            Ok(TcpOption::Timestamps { tsval, tsecr }) => o.ts = Some((tsval, tsecr)),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    o
+}
+
+/// The header fields of one TCP segment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Header {
+    pub seq: SeqNum,
+    pub ack: SeqNum,
+    pub flags: TcpFlags,
+    pub window: u16,
+    pub opts: Opts,
+}
+
+impl Header {
+    fn of(tcp: &TcpSegment<&[u8]>) -> Header {
+        Header {
+            seq: tcp.seq(),
+            ack: tcp.ack(),
+            flags: tcp.flags(),
+            window: tcp.window(),
+            opts: read_options(tcp.options()),
+        }
+    }
+
+    pub(crate) fn has(&self, f: TcpFlags) -> bool {
+        self.flags.contains(f)
+    }
+}
+
+/// A captured client -> online packet.
+#[derive(Debug)]
+pub(crate) struct Captured<'a> {
+    /// Client end -> online end, as captured.
+    pub key: FourTuple,
+    pub hdr: Header,
+    pub payload: &'a [u8],
+}
+
+pub(crate) fn parse_captured(buf: &[u8]) -> Result<Captured<'_>, WireError> {
+    let p = parse_tcp_packet(buf)?;
+    Ok(Captured { key: FourTuple::of_request(&p), hdr: Header::of(&p.tcp), payload: p.payload() })
+}
+
+/// A record: one segment the test server sent, headers only.
+#[derive(Debug)]
+pub(crate) struct RecordInfo {
+    /// The test-side connection (client end as we sent it).
+    pub tuple: FourTuple,
+    pub hdr: Header,
+    /// Payload bytes the segment carried (not the bytes the record kept).
+    pub data_len: u32,
+}
+
+impl RecordInfo {
+    /// Sequence space of the segment: data, plus SYN and FIN.
+    pub(crate) fn seq_len(&self) -> u32 {
+        self.data_len
+            + u32::from(self.hdr.has(TcpFlags::SYN))
+            + u32::from(self.hdr.has(TcpFlags::FIN))
+    }
+}
+
+pub(crate) fn parse_record(rec: &Record) -> Result<RecordInfo, WireError> {
+    let h = parse_response_headers(&rec.headers)?;
+    // parse_response_headers accepted the IP header, so its length is one of these.
+    let ip_hl = match rec.headers[0] >> 4 {
+        4 => usize::from(rec.headers[0] & 0x0f) * 4,
+        _ => 40,
+    };
+    let tcp = TcpSegment::new_checked(&rec.headers[ip_hl..h.headers_len])?;
+    // The IP length field, unless it was 0 (offloaded): then the intercept's orig_len.
+    let total = if h.orig_len > h.headers_len { h.orig_len } else { rec.orig_len as usize };
+    let data_len = u32::try_from(total.saturating_sub(h.headers_len)).unwrap_or(u32::MAX);
+    Ok(RecordInfo { tuple: h.tuple, hdr: Header::of(&tcp), data_len })
+}

@@ -1,0 +1,459 @@
+//! One client session: its captured byte stream ([`Stream`]) and the test connections
+//! ([`Conn`]) that carry it, with the rules that tie them: when a connection opens, which bytes
+//! it may send (pacing, the greeting gate, the client's FIN), when the test server's close
+//! means "carry the rest on a new connection", and how a session ends.
+//!
+//! Invariants:
+//! - at most one current connection (`cur`) carries data; `old` holds only connections that
+//!   are closing (lingering after a graceful close or a RST of ours);
+//! - every connection in `cur` or `old` is registered in `Shared::by_test` under its tuple,
+//!   and is unregistered exactly once, when it is dropped ([`Session::sweep`]);
+//! - `Phase::Done` sessions hold no stream bytes and no `cur`; the engine removes them once
+//!   `old` is empty.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+use common::flow::FourTuple;
+use common::seq::SeqNum;
+use common::wire::TcpFlags;
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::config::Params;
+use super::conn::{Conn, Expiry, Sent, State, TxCtx};
+use super::pkt::{Captured, RecordInfo};
+use super::stats::{EngineStats, FailReason};
+use super::stream::Stream;
+use super::ControlEvent;
+
+/// A session's place in the engine's slab: index and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotRef {
+    pub idx: u32,
+    pub gen: u32,
+}
+
+/// What sessions share: parameters, counters, the control queue, the test-side index, the RNG.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub p: Params,
+    pub stats: EngineStats,
+    pub control: VecDeque<ControlEvent>,
+    pub by_test: HashMap<FourTuple, SlotRef, super::FastHash>,
+    pub rng: SmallRng,
+    pub seed: u64,
+    pub intercept_up: bool,
+}
+
+impl Shared {
+    fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
+        self.by_test.insert(tuple, slot);
+        self.control.push_back(ControlEvent::Register(tuple));
+        self.stats.connections_opened += 1;
+    }
+
+    fn unregister(&mut self, tuple: FourTuple) {
+        self.by_test.remove(&tuple);
+        self.control.push_back(ControlEvent::Unregister(tuple));
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Caught mid-stream: waiting for the client's ACK number to move past this one (a
+    /// request boundary) before starting.
+    Syncing { ack: SeqNum },
+    Active,
+    Done,
+}
+
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub key: FourTuple,
+    pub slot: SlotRef,
+    target: SocketAddr,
+    client_ip: IpAddr,
+    pub phase: Phase,
+    pub isn: SeqNum,
+    pub stream: Stream,
+    pub cur: Option<Conn>,
+    pub old: Vec<Conn>,
+    midstream: bool,
+    tsval: Option<u32>,
+    pub last_activity: Instant,
+    unit_acked_at: Option<Instant>,
+    reconnects: u32,
+    pub armed: Option<Instant>,
+    pub in_ready: bool,
+}
+
+impl Session {
+    pub(crate) fn new(key: FourTuple, slot: SlotRef, target: SocketAddr, client_ip: IpAddr, now: Instant) -> Session {
+        Session {
+            key,
+            slot,
+            target,
+            client_ip,
+            phase: Phase::Done,
+            isn: SeqNum(0),
+            stream: Stream::new(SeqNum(0)),
+            cur: None,
+            old: Vec::new(),
+            midstream: false,
+            tsval: None,
+            last_activity: now,
+            unit_acked_at: None,
+            reconnects: 0,
+            armed: None,
+            in_ready: false,
+        }
+    }
+
+    /// Start from the client's SYN.
+    pub(crate) fn start_syn(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
+        self.isn = c.hdr.seq;
+        self.stream = Stream::new(self.isn);
+        self.tsval = c.hdr.opts.ts.map(|t| t.0);
+        self.start(sh, now);
+    }
+
+    /// Wait for a request boundary: `c` is the first captured packet.
+    pub(crate) fn start_syncing(&mut self, sh: &mut Shared, c: &Captured<'_>) {
+        self.phase = Phase::Syncing { ack: c.hdr.ack };
+        self.midstream = true;
+        if !c.payload.is_empty() {
+            sh.stats.drops.midstream_skip += 1;
+        }
+    }
+
+    fn start(&mut self, sh: &mut Shared, now: Instant) {
+        self.phase = Phase::Active;
+        sh.stats.sessions_started += 1;
+        sh.stats.sessions_active += 1;
+        if self.midstream {
+            sh.stats.sessions_midstream += 1;
+        }
+        self.open_conn(sh, now, self.isn.add(1), true);
+    }
+
+    fn open_conn(&mut self, sh: &mut Shared, _now: Instant, start: SeqNum, primary: bool) {
+        let mut tuple = FourTuple::new(SocketAddr::new(self.client_ip, self.key.client.port()), self.target);
+        if !primary || sh.by_test.contains_key(&tuple) {
+            // A fresh port (new connection, or the client's port is taken on the test side).
+            for _ in 0..64 {
+                tuple.client.set_port(sh.rng.random_range(1024..=65535));
+                if !sh.by_test.contains_key(&tuple) {
+                    break;
+                }
+            }
+        }
+        let conn = Conn::new(tuple, start, &sh.p);
+        sh.register(tuple, self.slot);
+        self.cur = Some(conn);
+        self.unit_acked_at = None;
+    }
+
+    /// Buffered bytes.
+    pub(crate) fn mem(&self) -> usize {
+        self.stream.mem()
+    }
+
+    pub(crate) fn removable(&self) -> bool {
+        self.phase == Phase::Done && self.cur.is_none() && self.old.is_empty()
+    }
+
+    pub(crate) fn next_deadline(&self, p: &Params) -> Option<Instant> {
+        let mut d = match self.phase {
+            Phase::Done => None,
+            _ => Some(self.last_activity + p.session_timeout),
+        };
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                d = Some(d.map_or(t, |x: Instant| x.min(t)));
+            }
+        };
+        if let Some(c) = &self.cur {
+            take(c.deadline());
+        }
+        for c in &self.old {
+            take(c.deadline());
+        }
+        if self.phase == Phase::Active && self.cur.is_some() && !self.stream.bounds.is_empty() {
+            take(self.unit_acked_at.map(|t| t + p.answer_timeout));
+        }
+        d
+    }
+
+    /// A captured client packet of this session.
+    pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
+        let h = &c.hdr;
+        match self.phase {
+            Phase::Done => {
+                sh.stats.drops.after_close += 1;
+                return;
+            }
+            Phase::Syncing { ack } => {
+                self.last_activity = now;
+                if h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) {
+                    if !c.payload.is_empty() {
+                        sh.stats.drops.midstream_skip += 1;
+                    }
+                    self.phase = Phase::Done;
+                    return;
+                }
+                if !(h.has(TcpFlags::ACK) && h.ack.gt(ack)) {
+                    if !c.payload.is_empty() {
+                        sh.stats.drops.midstream_skip += 1;
+                    }
+                    return;
+                }
+                if !sh.intercept_up {
+                    sh.stats.sessions_not_copied += 1;
+                    sh.stats.drops.no_intercept += 1;
+                    self.phase = Phase::Done;
+                    return;
+                }
+                // The online server answered in between: a request starts here.
+                self.isn = h.seq.sub(1);
+                self.stream = Stream::new(self.isn);
+                self.tsval = h.opts.ts.map(|t| t.0);
+                self.start(sh, now);
+            }
+            Phase::Active => {}
+        }
+        self.last_activity = now;
+        if let Some((v, _)) = h.opts.ts {
+            if self.tsval.is_none_or(|old| SeqNum(v).ge(SeqNum(old))) {
+                self.tsval = Some(v);
+            }
+        }
+        if h.has(TcpFlags::SYN) {
+            sh.stats.drops.client_retransmission += 1;
+            return;
+        }
+        if h.has(TcpFlags::RST) {
+            self.finish(sh, now, None);
+            return;
+        }
+        let fin = h.has(TcpFlags::FIN);
+        if c.payload.is_empty() && !fin {
+            if h.has(TcpFlags::ACK) && !self.midstream {
+                self.stream.note_pure_ack(h.ack);
+            }
+            return;
+        }
+        let ack = h.has(TcpFlags::ACK).then_some(h.ack);
+        let r = self.stream.push(h.seq, ack, c.payload, fin, sh.p.max_ooo);
+        let d = &mut sh.stats.drops;
+        if r.duplicate {
+            d.client_retransmission += 1;
+        }
+        if r.trimmed > 0 {
+            d.overlap_trimmed += 1;
+        }
+        if r.overflow {
+            d.out_of_order_overflow += 1;
+        }
+        if self.stream.mem() > sh.p.per_session_cap {
+            d.buffer_cap += 1;
+            self.finish(sh, now, Some(FailReason::BufferCap));
+            return;
+        }
+        self.reconcile(sh, now);
+    }
+
+    /// A record of one of this session's connections.
+    pub(crate) fn on_record(&mut self, sh: &mut Shared, now: Instant, r: &RecordInfo) {
+        self.last_activity = now;
+        if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == r.tuple) {
+            c.on_record(now, r, &sh.p);
+        } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
+            c.on_record(now, r, &sh.p);
+        }
+        self.reconcile(sh, now);
+        self.sweep(sh);
+    }
+
+    /// A deadline of this session passed.
+    pub(crate) fn on_timeout(&mut self, sh: &mut Shared, now: Instant) {
+        if self.phase != Phase::Done && self.last_activity + sh.p.session_timeout <= now {
+            self.finish(sh, now, Some(FailReason::Timeout));
+        }
+        let pending = self.send_limit(&sh.p).gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
+        if let Some(c) = self.cur.as_mut() {
+            if c.on_timeout(now, &sh.p, pending) == Expiry::GaveUp {
+                self.finish(sh, now, Some(FailReason::RetransmitLimit));
+            }
+        }
+        for c in &mut self.old {
+            c.on_timeout(now, &sh.p, false);
+        }
+        self.reconcile(sh, now);
+        self.sweep(sh);
+    }
+
+    /// Drop dead connections, unregistering them.
+    fn sweep(&mut self, sh: &mut Shared) {
+        if self.cur.as_ref().is_some_and(|c| c.dead) {
+            if let Some(c) = self.cur.take() {
+                sh.unregister(c.tuple);
+            }
+        }
+        self.old.retain(|c| {
+            if c.dead {
+                sh.unregister(c.tuple);
+            }
+            !c.dead
+        });
+    }
+
+    /// Bring connections in line with the stream after any event.
+    fn reconcile(&mut self, sh: &mut Shared, now: Instant) {
+        if self.phase != Phase::Active {
+            return;
+        }
+        // The test server reset or refused the current connection.
+        if let Some(refused) = self.cur.as_ref().filter(|c| c.dead).map(|c| c.refused) {
+            self.sweep(sh);
+            if refused {
+                self.finish(sh, now, Some(FailReason::Refused));
+                return;
+            }
+        }
+        let p = &sh.p;
+        if let Some(c) = &mut self.cur {
+            let acked = c.acked();
+            let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
+            let before = self.stream.cur_start;
+            let (n, by_timeout) = self.stream.release(acked, c.answered, timed_out);
+            if n > 0 {
+                self.unit_acked_at = None;
+                if by_timeout {
+                    sh.stats.answer_timeouts += 1;
+                }
+            }
+            if self.stream.cur_start != before && !by_timeout {
+                self.reconnects = 0;
+            }
+            if self.unit_acked_at.is_none() && self.stream.waiting_answer(acked) {
+                self.unit_acked_at = Some(now);
+            }
+            self.stream.trim(acked, p.replay_keep);
+        }
+        let unanswered = self.stream.unanswered();
+        // The test server closed while requests remain: close this one, open another.
+        if let Some(c) = self.cur.as_mut() {
+            if c.peer_fin && unanswered && c.state != State::Linger && !c.fin_sent() {
+                let drop_now = c.abandon(now, &sh.p);
+                if let Some(c) = self.cur.take() {
+                    self.old.push(c);
+                }
+                if drop_now {
+                    self.sweep(sh);
+                }
+            }
+        }
+        if self.cur.is_none() && unanswered {
+            if self.reconnects >= sh.p.max_reconnects {
+                self.finish(sh, now, Some(FailReason::ReconnectLimit));
+                return;
+            }
+            let (start, skipped) = self.stream.restart();
+            if skipped {
+                sh.stats.drops.replay_skipped += 1;
+            }
+            if self.stream.unanswered() {
+                self.reconnects += 1;
+                sh.stats.reconnects += 1;
+                self.open_conn(sh, now, start, false);
+            }
+        }
+        // The client's FIN: done once carried (or when nothing is left to carry it on).
+        if self.stream.fin.is_some() {
+            let closed = match &self.cur {
+                None => !self.stream.unanswered(),
+                Some(c) => c.state == State::Linger,
+            };
+            if closed {
+                self.finish(sh, now, None);
+                return;
+            }
+        }
+        if let Some(c) = self.cur.as_mut() {
+            let pending = {
+                let limit = send_limit(&self.stream, &sh.p);
+                limit.gt(c.snd_nxt)
+            };
+            c.arm_persist(now, &sh.p, pending);
+        }
+    }
+
+    fn send_limit(&self, p: &Params) -> SeqNum {
+        send_limit(&self.stream, p)
+    }
+
+    /// End the session: `None` = as the client ended it (FIN carried, or its RST), otherwise
+    /// failed. Every connection not closed yet is reset.
+    pub(crate) fn finish(&mut self, sh: &mut Shared, now: Instant, why: Option<FailReason>) {
+        match self.phase {
+            Phase::Done => return,
+            Phase::Syncing { .. } => {
+                self.phase = Phase::Done;
+                return;
+            }
+            Phase::Active => {}
+        }
+        self.phase = Phase::Done;
+        sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
+        match why {
+            None => sh.stats.sessions_completed += 1,
+            Some(r) => sh.stats.sessions_failed.bump(r),
+        }
+        if let Some(c) = self.cur.take() {
+            self.old.push(c);
+        }
+        for c in &mut self.old {
+            c.abandon(now, &sh.p);
+        }
+        self.stream.free();
+        self.unit_acked_at = None;
+        self.sweep(sh);
+    }
+
+    /// The next segment of this session, if any: the test tuple it belongs to.
+    pub(crate) fn poll_transmit(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<u8>) -> Option<(FourTuple, Sent)> {
+        for c in &mut self.old {
+            if let Some(s) = c.poll(now, &sh.p, &TxCtx::nothing(self.tsval), out) {
+                return Some((c.tuple, s));
+            }
+        }
+        let limit = send_limit(&self.stream, &sh.p);
+        let c = self.cur.as_mut()?;
+        let fin = self.stream.fin.filter(|&f| {
+            self.stream.next == f && c.acked().ge(f) && (!sh.p.pace || self.stream.bounds.is_empty())
+        });
+        let tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval };
+        let sent = c.poll(now, &sh.p, &tx, out)?;
+        Some((c.tuple, sent))
+    }
+
+    /// The I/O layer took this connection's Register: its packets may go.
+    pub(crate) fn registered(&mut self, tuple: FourTuple) {
+        if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == tuple) {
+            c.reg_pending = false;
+        } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == tuple) {
+            c.reg_pending = false;
+        }
+    }
+}
+
+/// How far the current connection may send: pacing stops at the first unanswered boundary;
+/// without pacing only a greeting gate stops it.
+fn send_limit(s: &Stream, p: &Params) -> SeqNum {
+    match s.bounds.front() {
+        Some(&b) if p.pace || (s.server_first && b == s.cur_start) => b.min(s.next),
+        _ => s.next,
+    }
+}

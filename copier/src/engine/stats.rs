@@ -1,0 +1,176 @@
+//! The engine's counters: plain `u64`s that only grow (except `sessions_active`, a gauge), read
+//! by the I/O layer and exported as Prometheus metrics.
+//!
+//! Every packet, record or session the engine does not carry through is counted once, under
+//! one reason, in [`DropCounts`] or [`FailCounts`]. Reason names (the `&'static str` of the
+//! `iter` methods) are stable: they become metric labels.
+
+/// Why a session ended without completing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailReason {
+    /// The test server did not acknowledge a segment (or the SYN) after every retransmission.
+    RetransmitLimit,
+    /// The session buffered more than the per-session cap.
+    BufferCap,
+    /// Shed to keep the engine under `max_memory`.
+    Memory,
+    /// No packet and no record for `session_timeout`.
+    Timeout,
+    /// The test server refused the connection (RST to our SYN).
+    Refused,
+    /// The test server kept closing connections without answering.
+    ReconnectLimit,
+    /// The client started a new connection on the same port.
+    Superseded,
+}
+
+/// Sessions that failed, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailCounts {
+    /// See [`FailReason::RetransmitLimit`].
+    pub retransmit_limit: u64,
+    /// See [`FailReason::BufferCap`].
+    pub buffer_cap: u64,
+    /// See [`FailReason::Memory`].
+    pub memory: u64,
+    /// See [`FailReason::Timeout`].
+    pub timeout: u64,
+    /// See [`FailReason::Refused`].
+    pub refused: u64,
+    /// See [`FailReason::ReconnectLimit`].
+    pub reconnect_limit: u64,
+    /// See [`FailReason::Superseded`].
+    pub superseded: u64,
+}
+
+impl FailCounts {
+    pub(crate) fn bump(&mut self, r: FailReason) {
+        *match r {
+            FailReason::RetransmitLimit => &mut self.retransmit_limit,
+            FailReason::BufferCap => &mut self.buffer_cap,
+            FailReason::Memory => &mut self.memory,
+            FailReason::Timeout => &mut self.timeout,
+            FailReason::Refused => &mut self.refused,
+            FailReason::ReconnectLimit => &mut self.reconnect_limit,
+            FailReason::Superseded => &mut self.superseded,
+        } += 1;
+    }
+
+    /// `(reason label, count)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("retransmit_limit", self.retransmit_limit),
+            ("buffer_cap", self.buffer_cap),
+            ("memory", self.memory),
+            ("timeout", self.timeout),
+            ("refused", self.refused),
+            ("reconnect_limit", self.reconnect_limit),
+            ("superseded", self.superseded),
+        ]
+        .into_iter()
+    }
+
+    /// All failed sessions.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.iter().map(|(_, v)| v).sum()
+    }
+}
+
+/// Captured packets (or records) not carried, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    /// Captured bytes that are not an IPv4/IPv6 TCP packet.
+    pub malformed: u64,
+    /// Captured packets to no mapped service.
+    pub no_map: u64,
+    /// Packets of new sessions while no intercept is connected.
+    pub no_intercept: u64,
+    /// Packets of new sessions while the session table is full.
+    pub table_full: u64,
+    /// The client address family differs from the target's (and no pool fixes it).
+    pub family_mismatch: u64,
+    /// RST/FIN/SYN-less packets of no known session that cannot start one.
+    pub no_session: u64,
+    /// Data of a session caught mid-stream, before its first request boundary.
+    pub midstream_skip: u64,
+    /// Client retransmissions: segments with nothing new.
+    pub client_retransmission: u64,
+    /// Segments whose start overlapped bytes already held (the overlap was trimmed, the rest kept).
+    pub overlap_trimmed: u64,
+    /// Out-of-order segments beyond the per-session out-of-order cap.
+    pub out_of_order_overflow: u64,
+    /// Packets of a session that has already ended (or failed).
+    pub after_close: u64,
+    /// Packets of a session that went over its buffer cap.
+    pub buffer_cap: u64,
+    /// Requests skipped when a new connection could not replay a partly discarded request.
+    pub replay_skipped: u64,
+    /// Records that do not parse.
+    pub record_malformed: u64,
+    /// Records of no registered connection.
+    pub record_unknown: u64,
+}
+
+impl DropCounts {
+    /// `(reason label, count)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("malformed", self.malformed),
+            ("no_map", self.no_map),
+            ("no_intercept", self.no_intercept),
+            ("table_full", self.table_full),
+            ("family_mismatch", self.family_mismatch),
+            ("no_session", self.no_session),
+            ("midstream_skip", self.midstream_skip),
+            ("client_retransmission", self.client_retransmission),
+            ("overlap_trimmed", self.overlap_trimmed),
+            ("out_of_order_overflow", self.out_of_order_overflow),
+            ("after_close", self.after_close),
+            ("buffer_cap", self.buffer_cap),
+            ("replay_skipped", self.replay_skipped),
+            ("record_malformed", self.record_malformed),
+            ("record_unknown", self.record_unknown),
+        ]
+        .into_iter()
+    }
+}
+
+/// Everything the engine counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Captured packets handed to the engine.
+    pub packets_captured: u64,
+    /// Sessions in the table now (started or waiting to synchronise). A gauge.
+    pub sessions_active: u64,
+    /// Sessions whose copy started (a SYN of their own was sent).
+    pub sessions_started: u64,
+    /// Of those, sessions caught mid-stream.
+    pub sessions_midstream: u64,
+    /// Sessions that ended as the client ended them (FIN or RST carried).
+    pub sessions_completed: u64,
+    /// Sessions that ended otherwise.
+    pub sessions_failed: FailCounts,
+    /// Sessions not copied because no intercept was connected when they began.
+    pub sessions_not_copied: u64,
+    /// Connections opened to the test server (more than sessions when it closes early).
+    pub connections_opened: u64,
+    /// Connections opened to carry requests left when the test server closed.
+    pub reconnects: u64,
+    /// Segments sent.
+    pub segments_sent: u64,
+    /// IP bytes sent.
+    pub bytes_sent: u64,
+    /// Client payload bytes sent (retransmissions included).
+    pub payload_bytes_sent: u64,
+    /// Segments sent again (data, SYN or FIN).
+    pub retransmissions: u64,
+    /// Records received from intercepts.
+    pub records_received: u64,
+    /// Requests released by pacing because no answer came in time.
+    pub answer_timeouts: u64,
+    /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`).
+    pub sessions_shed: u64,
+    /// Packets and records dropped, by reason.
+    pub drops: DropCounts,
+}

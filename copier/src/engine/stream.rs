@@ -1,0 +1,334 @@
+//! The client's byte stream of one session: reassembly of captured segments, cut into request
+//! units.
+//!
+//! Sequence numbers are the client's own: the engine sends byte `s` of the client as byte `s`
+//! toward the test server on every connection (each connection's ISN is its first byte - 1), so
+//! one number space serves the client side, every test connection, and their acknowledgements.
+//!
+//! Invariants:
+//! - `buf` holds exactly the client bytes `[base, next)`; `base <= cur_start <= next` unless the
+//!   replay window was given up (`base > cur_start`, see [`Stream::trim`]).
+//! - `held` holds segments starting after `next`, sorted by distance from `next`, never more
+//!   than the per-session out-of-order cap in total.
+//! - `bounds` holds the starts of request units after the current one, strictly increasing,
+//!   each `> cur_start` (or `== cur_start` once, for a server-speaks-first greeting gate).
+//! - `fin`, once set, is `next`: nothing is accepted after the client's FIN.
+
+use std::collections::VecDeque;
+
+use common::seq::SeqNum;
+
+/// Beyond this distance ahead of `next`, a segment is not held but dropped.
+const MAX_AHEAD: u32 = 1 << 24;
+
+/// A growable byte FIFO that stays contiguous (a `Vec` with a moving head, compacted when the
+/// head passes half of it), so a segment's payload is always one slice.
+#[derive(Debug, Default)]
+pub(crate) struct ByteQueue {
+    data: Vec<u8>,
+    head: usize,
+}
+
+impl ByteQueue {
+    pub(crate) fn len(&self) -> usize {
+        self.data.len() - self.head
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.data[self.head..]
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        if self.head > 0 && self.head >= self.data.len() / 2 {
+            self.data.drain(..self.head);
+            self.head = 0;
+        }
+        self.data.extend_from_slice(bytes);
+    }
+
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.head = (self.head + n).min(self.data.len());
+        if self.head == self.data.len() {
+            self.data.clear();
+            self.head = 0;
+            if self.data.capacity() > 256 << 10 {
+                self.data = Vec::new();
+            }
+        }
+    }
+
+    pub(crate) fn free(&mut self) {
+        self.data = Vec::new();
+        self.head = 0;
+    }
+}
+
+/// A segment waiting for the bytes before it.
+#[derive(Debug)]
+struct Held {
+    seq: SeqNum,
+    ack: Option<SeqNum>,
+    data: Vec<u8>,
+    fin: bool,
+}
+
+/// What [`Stream::push`] did with a segment.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pushed {
+    /// In-order bytes appended (held segments that became in order included).
+    pub appended: usize,
+    /// Nothing new: a client retransmission.
+    pub duplicate: bool,
+    /// The segment started before `next`; that much was cut off.
+    pub trimmed: usize,
+    /// Held for later (out of order).
+    pub held: bool,
+    /// Dropped: too far ahead or over the out-of-order cap.
+    pub overflow: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Stream {
+    buf: ByteQueue,
+    /// Client sequence number of `buf[0]`.
+    pub base: SeqNum,
+    /// Next in-order client byte expected.
+    pub next: SeqNum,
+    held: Vec<Held>,
+    held_bytes: usize,
+    /// Position of the client's FIN, once it is in order.
+    pub fin: Option<SeqNum>,
+    /// The client's ACK number on its latest in-order data (the online server's sequence space).
+    last_ack: Option<SeqNum>,
+    /// Starts of the request units after the current one.
+    pub bounds: VecDeque<SeqNum>,
+    /// Start of the first request unit not yet answered.
+    pub cur_start: SeqNum,
+    seen_data: bool,
+    /// A greeting gate was set (the server spoke first).
+    pub server_first: bool,
+}
+
+impl Stream {
+    /// A stream whose first byte is `isn + 1`.
+    pub(crate) fn new(isn: SeqNum) -> Stream {
+        let start = isn.add(1);
+        Stream {
+            buf: ByteQueue::default(),
+            base: start,
+            next: start,
+            held: Vec::new(),
+            held_bytes: 0,
+            fin: None,
+            last_ack: None,
+            bounds: VecDeque::new(),
+            cur_start: start,
+            seen_data: false,
+            server_first: false,
+        }
+    }
+
+    /// Bytes this stream holds (in order and out of order).
+    pub(crate) fn mem(&self) -> usize {
+        self.buf.len() + self.held_bytes
+    }
+
+    /// The in-order bytes `[base, next)`.
+    pub(crate) fn data(&self) -> &[u8] {
+        self.buf.as_slice()
+    }
+
+    /// Free every buffer (the session ended).
+    pub(crate) fn free(&mut self) {
+        self.buf.free();
+        self.held = Vec::new();
+        self.held_bytes = 0;
+        self.base = self.next;
+    }
+
+    /// The client's handshake ACK (a pure ACK before any data): its ACK number is the online
+    /// server's ISN + 1, so later data acking more means the server spoke first.
+    pub(crate) fn note_pure_ack(&mut self, ack: SeqNum) {
+        if !self.seen_data && self.last_ack.is_none() {
+            self.last_ack = Some(ack);
+        }
+    }
+
+    /// Add a client segment. `ack` is its ACK number when the ACK flag is set.
+    pub(crate) fn push(
+        &mut self,
+        seq: SeqNum,
+        ack: Option<SeqNum>,
+        payload: &[u8],
+        fin: bool,
+        max_held: usize,
+    ) -> Pushed {
+        let mut r = Pushed::default();
+        if self.fin.is_some() {
+            r.duplicate = true;
+            return r;
+        }
+        let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        let end = seq.add(len);
+        if end.lt(self.next) || (end == self.next && !fin) {
+            r.duplicate = true;
+            return r;
+        }
+        if seq.gt(self.next) {
+            let ahead = seq.diff(self.next) as u32;
+            if ahead > MAX_AHEAD || self.held_bytes + payload.len() > max_held {
+                r.overflow = true;
+                return r;
+            }
+            let pos = self.held.partition_point(|h| h.seq.diff(self.next) as u32 <= ahead);
+            self.held.insert(pos, Held { seq, ack, data: payload.to_vec(), fin });
+            self.held_bytes += payload.len();
+            r.held = true;
+            return r;
+        }
+        let skip = self.next.diff(seq) as usize;
+        r.trimmed = skip;
+        r.appended += self.append(ack, &payload[skip.min(payload.len())..], fin);
+        while self.fin.is_none() {
+            let Some(h) = self.held.first() else { break };
+            if h.seq.gt(self.next) {
+                break;
+            }
+            let h = self.held.remove(0);
+            self.held_bytes -= h.data.len();
+            let end = h.seq.add(h.data.len() as u32);
+            if end.lt(self.next) || (end == self.next && !h.fin) {
+                continue;
+            }
+            let skip = self.next.diff(h.seq) as usize;
+            r.appended += self.append(h.ack, &h.data[skip.min(h.data.len())..], h.fin);
+        }
+        if self.fin.is_some() && !self.held.is_empty() {
+            self.held_bytes = 0;
+            self.held.clear();
+        }
+        r
+    }
+
+    fn append(&mut self, ack: Option<SeqNum>, data: &[u8], fin: bool) -> usize {
+        if !data.is_empty() {
+            if let Some(a) = ack {
+                match self.last_ack {
+                    Some(last) if a.gt(last) => {
+                        self.push_bound(self.next);
+                        self.last_ack = Some(a);
+                    }
+                    Some(_) => {}
+                    None => self.last_ack = Some(a),
+                }
+            }
+            self.buf.push(data);
+            self.next = self.next.add(data.len() as u32);
+            self.seen_data = true;
+        }
+        if fin {
+            self.fin = Some(self.next);
+            self.push_bound(self.next);
+        }
+        data.len()
+    }
+
+    fn push_bound(&mut self, b: SeqNum) {
+        if self.bounds.back().is_some_and(|x| b.le(*x)) {
+            return;
+        }
+        if b.gt(self.cur_start) {
+            self.bounds.push_back(b);
+        } else if b == self.cur_start && !self.seen_data {
+            // The client acked server bytes before sending anything: a greeting.
+            self.bounds.push_back(b);
+            self.server_first = true;
+        }
+    }
+
+    /// Release units: the first boundary goes when the test connection acked up to it and
+    /// either answered after it (a data record acking at least that far) or `timed_out` says
+    /// the wait is over. The last, open unit counts as answered once acked and answered
+    /// entirely. Returns how many units were released and whether one of them by timeout.
+    pub(crate) fn release(
+        &mut self,
+        acked: SeqNum,
+        answered: Option<SeqNum>,
+        timed_out: bool,
+    ) -> (usize, bool) {
+        let mut n = 0;
+        let mut by_timeout = false;
+        let ans = |b: SeqNum| answered.is_some_and(|a| a.ge(b));
+        while let Some(&b) = self.bounds.front() {
+            if !acked.ge(b) {
+                return (n, by_timeout);
+            }
+            if !ans(b) {
+                if timed_out && n == 0 {
+                    by_timeout = true;
+                } else {
+                    return (n, by_timeout);
+                }
+            }
+            self.bounds.pop_front();
+            self.cur_start = b;
+            n += 1;
+        }
+        if self.next.gt(self.cur_start) && acked.ge(self.next) && ans(self.next) {
+            self.cur_start = self.next;
+        }
+        (n, by_timeout)
+    }
+
+    /// Whether the first boundary is acked but unanswered (the pacing clock should run).
+    pub(crate) fn waiting_answer(&self, acked: SeqNum) -> bool {
+        self.bounds.front().is_some_and(|b| acked.ge(*b))
+    }
+
+    /// Whether some request is not answered yet.
+    pub(crate) fn unanswered(&self) -> bool {
+        self.next.gt(self.cur_start)
+    }
+
+    /// Drop bytes no connection can need: those acked by the current connection, except the
+    /// acked part of the current unit when it is at most `keep` bytes (kept to replay it).
+    pub(crate) fn trim(&mut self, acked: SeqNum, keep: u32) {
+        let acked = acked.min(self.next);
+        let mut to = acked;
+        if self.cur_start.le(acked) && (acked.diff(self.cur_start) as u32) <= keep {
+            to = self.cur_start;
+        }
+        if to.gt(self.base) {
+            self.buf.consume(to.diff(self.base) as usize);
+            self.base = to;
+        }
+    }
+
+    /// Where a new connection starts: the first unanswered unit if its bytes are all still
+    /// here, else the next unit boundary still held, else `next`. Moves `cur_start` there and
+    /// drops what lies before. Returns the start and whether a request had to be skipped.
+    pub(crate) fn restart(&mut self) -> (SeqNum, bool) {
+        let mut skipped = false;
+        if self.cur_start.lt(self.base) {
+            skipped = true;
+            let mut to = self.next;
+            while let Some(&b) = self.bounds.front() {
+                self.bounds.pop_front();
+                if b.ge(self.base) {
+                    to = b;
+                    break;
+                }
+            }
+            self.cur_start = to;
+        }
+        let start = self.cur_start;
+        if start.gt(self.base) {
+            self.buf.consume(start.diff(self.base) as usize);
+            self.base = start;
+        }
+        if self.server_first && self.bounds.front() != Some(&start) {
+            self.bounds.push_front(start);
+        }
+        (start, skipped)
+    }
+}

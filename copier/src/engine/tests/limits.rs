@@ -1,0 +1,140 @@
+//! Bounds: memory shedding, the per-session cap, out-of-order cap, idle timeouts, odd input.
+
+use super::*;
+use proptest::prelude::*;
+
+fn from_port(port: u16) -> Option<SocketAddr> {
+    Some(SocketAddr::new(client().ip(), port))
+}
+
+#[test]
+fn oldest_idle_sessions_are_shed_over_max_memory() {
+    let mut h = H::new(EngineConfig { max_memory: 10_000, ..cfg() });
+    for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
+        h.at(i as u64 * 10);
+        h.cap(Seg { src: from_port(port), ..SYN });
+        assert_eq!(h.out().len(), 1, "our SYN");
+        // No SYN-ACK comes: the data stays buffered.
+        h.cap(Seg { src: from_port(port), ..data(0, 0, &[1; 4000]) });
+    }
+    assert_eq!(h.e.memory_used(), 8000);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.memory, s.sessions_shed, s.sessions_active), (1, 1, 2));
+    let out = h.out();
+    let rst: Vec<&Out> = out.iter().filter(|o| o.has(TcpFlags::RST)).collect();
+    assert_eq!(rst.len(), 1);
+    assert_eq!((rst[0].tuple.client.port(), rst[0].seq), (1001, CISN + 1), "the oldest one");
+}
+
+#[test]
+fn per_session_cap_fails_the_session() {
+    let mut h = H::new(EngineConfig { per_session_cap: 5000, ..cfg() });
+    h.cap(SYN);
+    let _ = h.out();
+    h.cap(data(0, 0, &[1; 3000]));
+    h.cap(data(3000, 0, &[1; 3000]));
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.buffer_cap, s.drops.buffer_cap), (1, 1));
+    assert_eq!(h.e.memory_used(), 0);
+    let out = h.out();
+    assert_eq!((out.len(), out[0].flags), (1, TcpFlags::RST));
+    h.cap(data(6000, 0, &[1; 10]));
+    assert_eq!(h.e.stats().drops.after_close, 1);
+}
+
+#[test]
+fn out_of_order_beyond_the_cap_is_dropped() {
+    let mut h = H::new(EngineConfig { max_out_of_order: 100, ..cfg() });
+    h.establish();
+    h.cap(data(10, 0, &[1; 80]));
+    h.cap(data(200, 0, &[1; 80]));
+    assert_eq!(h.e.stats().drops.out_of_order_overflow, 1);
+    assert_eq!(h.e.memory_used(), 80);
+    h.cap(data(0, 0, &[1; 10]));
+    assert_eq!(stream_of(&h.out(), CISN + 1), vec![1; 90]);
+}
+
+#[test]
+fn idle_sessions_time_out_with_a_reset() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(10), ..cfg() });
+    h.establish();
+    let (outs, ctl) = h.run_timers(60_000);
+    let v: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
+    assert_eq!(v, vec![(10_000, TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0))]);
+    assert_eq!(h.e.stats().sessions_failed.timeout, 1);
+    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(h.e.session_count(), 0);
+}
+
+#[test]
+fn sessions_waiting_to_synchronise_expire_quietly() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(10), ..cfg() });
+    h.cap(data(0, 0, b"mid-request"));
+    assert_eq!(h.e.session_count(), 1);
+    while h.fire(60_000) {}
+    assert_eq!(h.e.session_count(), 0);
+    assert!(h.out().is_empty());
+    assert_eq!(h.e.stats().sessions_failed.total(), 0);
+}
+
+#[test]
+fn a_new_syn_on_a_live_session_supersedes_it() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(SYN); // retransmission: ignored
+    assert!(h.out().is_empty());
+    assert_eq!(h.e.stats().drops.client_retransmission, 1);
+    h.cap(Seg { seq: CISN + 999_999, ..SYN });
+    let ev = h.control();
+    let out = h.packets();
+    assert_eq!(h.e.stats().sessions_failed.superseded, 1);
+    assert!(out.iter().any(|o| o.has(TcpFlags::RST) && o.tuple == test_tuple()));
+    let syn = out.iter().find(|o| o.flags == TcpFlags::SYN).expect("new SYN");
+    assert_eq!(syn.seq, CISN + 999_999);
+    assert_ne!(syn.tuple, test_tuple(), "the old tuple is still lingering");
+    assert_eq!(ev, vec![ControlEvent::Register(syn.tuple)]);
+}
+
+#[test]
+fn foreign_packets_and_records_are_counted() {
+    let mut h = H::default();
+    h.cap(Seg { dst: Some("192.0.2.1:443".parse().unwrap()), ..SYN });
+    h.cap(Seg { seq: 5, flags: TcpFlags::RST, ..BASE });
+    h.cap(Seg { seq: 5, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    h.e.handle_captured(h.now, &[0x45, 0, 0]);
+    h.rec(SYN_ACK);
+    h.e.handle_record(h.now, &Record { orig_len: 3, headers: vec![1, 2, 3], payload: vec![] });
+    let s = h.e.stats();
+    assert_eq!((s.drops.no_map, s.drops.no_session, s.drops.malformed), (1, 2, 1));
+    assert_eq!((s.drops.record_unknown, s.drops.record_malformed, s.records_received), (1, 1, 2));
+    assert_eq!(h.e.session_count(), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Any bytes, and any mangling of real packets and records, are handled without panic.
+    #[test]
+    fn never_panics(junk in proptest::collection::vec(any::<u8>(), 0..200),
+                    flips in proptest::collection::vec((0usize..120, any::<u8>()), 0..6),
+                    cut in 0usize..200) {
+        let mut h = H::default();
+        h.e.handle_captured(h.now, &junk);
+        h.e.handle_record(h.now, &Record { orig_len: junk.len() as u32, headers: junk.clone(), payload: junk.clone() });
+        for base in [build(&SYN, client(), ONLINE.parse().unwrap()), build(&data(0, 0, b"abcdef"), client(), ONLINE.parse().unwrap())] {
+            let mut p = base.clone();
+            for &(i, b) in &flips {
+                if let Some(x) = p.get_mut(i) { *x ^= b; }
+            }
+            h.e.handle_captured(h.now, &p);
+            h.e.handle_captured(h.now, &p[..cut.min(p.len())]);
+        }
+        let mut r = build(&SYN_ACK, target(), client());
+        for &(i, b) in &flips {
+            if let Some(x) = r.get_mut(i) { *x ^= b; }
+        }
+        h.e.handle_record(h.now, &Record { orig_len: r.len() as u32, headers: r[..cut.min(r.len())].to_vec(), payload: vec![] });
+        let _ = h.out();
+        while h.fire(1_000_000) { let _ = h.out(); }
+    }
+}
