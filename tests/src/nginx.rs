@@ -23,11 +23,13 @@ pub struct NginxOptions {
     pub files: Vec<(String, usize)>,
     /// Worker processes.
     pub workers: u32,
+    /// Requests served on one keep-alive connection before nginx closes it.
+    pub keepalive_requests: u32,
 }
 
 impl Default for NginxOptions {
     fn default() -> Self {
-        NginxOptions { port: 80, files: Vec::new(), workers: 1 }
+        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000 }
     }
 }
 
@@ -108,7 +110,7 @@ http {{
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/tmp/proxy;
     fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
-    keepalive_requests 1000000;
+    keepalive_requests {keepalive_requests};
     keepalive_timeout 300s;
     sendfile on;
     server {{
@@ -132,6 +134,7 @@ http {{
 "#,
             workers = opts.workers.max(1),
             port = opts.port,
+            keepalive_requests = opts.keepalive_requests,
         )?;
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;

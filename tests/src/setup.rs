@@ -104,7 +104,7 @@ impl Copying {
         argv.extend(self.opts.copier_args.iter().cloned());
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
         let p = lab.spawn(Host::Online, "copier", &refs)?;
-        wait_log(&p, "intercept", Duration::from_secs(10)).context("copier did not connect to the intercept")?;
+        wait_log(&p, "connected to intercept", Duration::from_secs(10)).context("copier did not connect to the intercept")?;
         self.copier = Some(p);
         Ok(())
     }

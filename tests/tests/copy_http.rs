@@ -1,0 +1,321 @@
+//! The copier end to end: real clients (curl, wrk, a raw HTTP client) talk to nginx on `online`;
+//! the copier replays their sessions to nginx on `test`; the intercept keeps the test server's
+//! answers off the network. Each test asserts, from the two access logs, that exactly the requests
+//! the clients made arrived at the test server (method, URI, request length and body hash), and
+//! that no response left the test host toward a client.
+
+use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying};
+use lab::{addr, lab_or_skip, lab_or_skip_with, Host, Lab, LabOptions, NginxOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::time::Duration;
+
+const COPIER_METRICS: &str = "127.0.0.1:9465";
+
+fn copier_opts() -> CopyOptions {
+    CopyOptions {
+        copier_args: vec!["--metrics".into(), COPIER_METRICS.into(), "--seed".into(), "7".into()],
+        ..CopyOptions::default()
+    }
+}
+
+fn online_url(path: &str) -> String {
+    format!("http://{}{path}", addr::ONLINE)
+}
+
+/// Waits for the test server to go quiet, then asserts that it received exactly the online
+/// requests and that nothing leaked. Returns the number of requests compared.
+fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
+    c.settle(Duration::from_secs(2), Duration::from_secs(60));
+    c.check_alive().unwrap();
+    let online = c.online.requests().unwrap();
+    let test = c.test().requests().unwrap();
+    let (fo, ft) = (fingerprints(&online), fingerprints(&test));
+    let diff = diff_fingerprints(&fo, &ft);
+    assert!(
+        diff.is_empty(),
+        "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{}",
+        online.len(),
+        test.len(),
+        tail(&c.copier.as_ref().unwrap().log(), 30)
+    );
+    assert_no_leak(lab);
+    online.len()
+}
+
+fn assert_no_leak(lab: &mut Lab) {
+    let pcap = lab.stop_link_capture().expect("link capture");
+    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
+    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
+}
+
+fn curl(lab: &Lab, args: &[&str]) -> String {
+    let mut argv = vec!["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code}\n"];
+    argv.extend_from_slice(args);
+    lab.exec_ok(Host::Client, &argv).unwrap()
+}
+
+/// Sends raw HTTP requests on one connection from `client`: all at once (`pipelined`) or each
+/// after the previous answer. Returns the number of responses read.
+fn http_conn(lab: &Lab, requests: &[String], pipelined: bool) -> usize {
+    let reqs = requests.to_vec();
+    lab.in_ns(Host::Client, move || {
+        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
+        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut reader = HttpReader::default();
+        if pipelined {
+            let all: String = reqs.concat();
+            s.write_all(all.as_bytes()).unwrap();
+            (0..reqs.len()).for_each(|_| reader.read_response(&mut s));
+        } else {
+            for r in &reqs {
+                s.write_all(r.as_bytes()).unwrap();
+                reader.read_response(&mut s);
+            }
+        }
+        reqs.len()
+    })
+    .unwrap()
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n")
+}
+
+/// Reads HTTP/1.1 responses with a Content-Length.
+#[derive(Default)]
+struct HttpReader {
+    buf: Vec<u8>,
+}
+
+impl HttpReader {
+    fn read_response(&mut self, s: &mut TcpStream) {
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse().unwrap())
+                    .unwrap_or(0);
+                let total = end + 4 + len;
+                while self.buf.len() < total {
+                    self.fill(s);
+                }
+                self.buf.drain(..total);
+                return;
+            }
+            self.fill(s);
+        }
+    }
+
+    fn fill(&mut self, s: &mut TcpStream) {
+        let mut tmp = [0u8; 65536];
+        let n = s.read(&mut tmp).expect("read response");
+        assert!(n > 0, "connection closed early");
+        self.buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+fn metrics(lab: &Lab) -> String {
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
+        .unwrap_or_default()
+}
+
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{"))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn short_http10_connections_and_keepalive_wrk() {
+    let Some(mut lab) = lab_or_skip("short_http10_connections_and_keepalive_wrk") else { return };
+    let c = Copying::start(&mut lab, copier_opts()).unwrap();
+    // 40 short HTTP/1.0 connections, each its own session
+    let script = format!(
+        "for i in $(seq 1 40); do curl -sS --http1.0 -o /dev/null {}?n=$i || exit 1; done",
+        online_url("/index.html")
+    );
+    lab.sh(Host::Client, &script).unwrap();
+    // keep-alive HTTP/1.1 connections driven by wrk
+    lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &online_url("/index.html")]).unwrap();
+    let n = assert_copied_exactly(&mut lab, &c);
+    assert!(n > 100, "too few requests to mean anything: {n}");
+    let m = metrics(&lab);
+    assert!(metric_sum(&m, "copier_sessions_started_total") >= 44.0, "{m}");
+}
+
+#[test]
+fn pipelined_requests() {
+    let Some(mut lab) = lab_or_skip("pipelined_requests") else { return };
+    let c = Copying::start(&mut lab, copier_opts()).unwrap();
+    let reqs: Vec<String> = (0..20).map(|i| get(&format!("/index.html?pipelined={i}"))).collect();
+    assert_eq!(http_conn(&lab, &reqs, true), 20);
+    let reqs: Vec<String> = (0..10).map(|i| get(&format!("/index.html?sequential={i}"))).collect();
+    assert_eq!(http_conn(&lab, &reqs, false), 10);
+    assert_eq!(assert_copied_exactly(&mut lab, &c), 30);
+}
+
+#[test]
+fn uploads_of_1mb_and_10mb_with_offloads_on() {
+    // offloads are on by default: the copier sees 64 KB super-segments and must cut them
+    let Some(mut lab) = lab_or_skip("uploads_of_1mb_and_10mb_with_offloads_on") else { return };
+    let c = Copying::start(&mut lab, copier_opts()).unwrap();
+    for (name, size) in [("1m", 1 << 20), ("10m", 10 << 20)] {
+        let f = lab.dir().join(format!("upload-{name}.bin"));
+        std::fs::write(&f, lab::pattern_bytes(size)).unwrap();
+        let code = curl(&lab, &["--data-binary", &format!("@{}", f.display()), &online_url(&format!("/upload/{name}"))]);
+        assert_eq!(code.trim(), "200");
+    }
+    assert_eq!(assert_copied_exactly(&mut lab, &c), 2);
+    let test = c.test().requests().unwrap();
+    let sizes: Vec<u64> = test.iter().filter_map(|e| e.body.as_ref().map(|b| b.0)).collect();
+    assert_eq!(sizes, vec![1 << 20, 10 << 20]);
+}
+
+#[test]
+fn responses_of_different_sizes_online_and_on_test() {
+    let Some(mut lab) = lab_or_skip("responses_of_different_sizes_online_and_on_test") else { return };
+    let mut opts = copier_opts();
+    // /a is tiny online and 10 MB on test; /b the other way round
+    opts.online.files = vec![("a".into(), 100), ("b".into(), 10 << 20)];
+    opts.test = Some(NginxOptions { files: vec![("a".into(), 10 << 20), ("b".into(), 100)], ..NginxOptions::default() });
+    let c = Copying::start(&mut lab, opts).unwrap();
+    // one keep-alive connection: the session must carry on after each mismatch
+    let reqs = vec![get("/a"), get("/b"), get("/a?again"), get("/index.html")];
+    http_conn(&lab, &reqs, false);
+    assert_copied_exactly(&mut lab, &c);
+    let test = c.test().requests().unwrap();
+    let big: Vec<u64> = test.iter().map(|e| e.body_bytes_sent).collect();
+    assert_eq!(big[0], 10 << 20, "the test server should have sent its 10 MB answer in full: {test:?}");
+}
+
+#[test]
+fn copying_starts_in_the_middle_of_keepalive_connections() {
+    let Some(mut lab) = lab_or_skip("copying_starts_in_the_middle_of_keepalive_connections") else { return };
+    let mut opts = copier_opts();
+    opts.start_copier = false;
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let ns = lab.ns(Host::Client);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<usize>();
+    // a long keep-alive connection: 3 requests before the copier starts, 8 after
+    let client = std::thread::spawn(move || {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
+        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = HttpReader::default();
+        for i in 0..3 {
+            s.write_all(get(&format!("/index.html?before={i}")).as_bytes()).unwrap();
+            r.read_response(&mut s);
+        }
+        rx.recv().unwrap();
+        for i in 0..8 {
+            s.write_all(get(&format!("/index.html?after={i}")).as_bytes()).unwrap();
+            r.read_response(&mut s);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        done_tx.send(11).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    c.start_copier(&mut lab).unwrap();
+    tx.send(()).unwrap();
+    assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)).unwrap(), 11);
+    client.join().unwrap();
+    c.settle(Duration::from_secs(2), Duration::from_secs(30));
+    let test = c.test().requests().unwrap();
+    let uris: Vec<&str> = test.iter().map(|e| e.uri.as_str()).collect();
+    // nothing from before the copier started, and every request after the first request boundary
+    assert!(uris.iter().all(|u| u.contains("after=")), "{uris:?}");
+    for i in 1..8 {
+        let want = format!("/index.html?after={i}");
+        assert!(uris.contains(&want.as_str()), "missing {want}: {uris:?}");
+    }
+    // every request that arrived is whole (same length as online)
+    let online: Vec<_> = c.online.requests().unwrap();
+    for e in &test {
+        assert!(online.iter().any(|o| o.fingerprint() == e.fingerprint()), "partial or altered request {e:?}");
+    }
+    assert_no_leak(&mut lab);
+}
+
+#[test]
+fn test_server_closing_with_requests_queued() {
+    let Some(mut lab) = lab_or_skip("test_server_closing_with_requests_queued") else { return };
+    let mut opts = copier_opts();
+    // online serves all 9 requests on one connection; the test server closes after every 2
+    opts.test = Some(NginxOptions { keepalive_requests: 2, ..NginxOptions::default() });
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let reqs: Vec<String> = (0..9).map(|i| get(&format!("/index.html?q={i}"))).collect();
+    http_conn(&lab, &reqs, false);
+    assert_copied_exactly(&mut lab, &c);
+    let test = c.test().requests().unwrap();
+    let conns: std::collections::BTreeSet<u64> = test.iter().map(|e| e.connection).collect();
+    assert!(conns.len() >= 5, "the requests should have been carried over >= 5 connections: {test:?}");
+}
+
+#[test]
+fn test_server_down_copier_survives() {
+    let Some(mut lab) = lab_or_skip("test_server_down_copier_survives") else { return };
+    let mut opts = copier_opts();
+    opts.test = None;
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let script = format!("for i in $(seq 1 10); do curl -sS -o /dev/null {} || exit 1; done", online_url("/"));
+    lab.sh(Host::Client, &script).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    c.check_alive().unwrap();
+    assert_eq!(c.online.request_count(), 10);
+    let m = metrics(&lab);
+    assert!(metric_sum(&m, "copier_sessions_failed_total") >= 1.0, "refused sessions should be counted as failed:\n{m}");
+    assert_no_leak(&mut lab);
+}
+
+#[test]
+fn loss_on_the_copier_to_test_link() {
+    let Some(mut lab) = lab_or_skip("loss_on_the_copier_to_test_link") else { return };
+    let c = Copying::start(&mut lab, copier_opts()).unwrap();
+    // 5% of what the copier sends toward the test server is lost
+    lab.exec_ok(
+        Host::Test,
+        &["iptables", "-I", "INPUT", "-p", "tcp", "--dport", "80", "-s", addr::CLIENT_NET,
+          "-m", "statistic", "--mode", "random", "--probability", "0.05", "-j", "DROP"],
+    )
+    .unwrap();
+    let script = format!("for i in $(seq 1 30); do curl -sS -o /dev/null {}?n=$i || exit 1; done", online_url("/index.html"));
+    lab.sh(Host::Client, &script).unwrap();
+    let reqs: Vec<String> = (0..30).map(|i| get(&format!("/index.html?ka={i}"))).collect();
+    http_conn(&lab, &reqs, false);
+    let f = lab.dir().join("upload.bin");
+    std::fs::write(&f, lab::pattern_bytes(2 << 20)).unwrap();
+    curl(&lab, &["--data-binary", &format!("@{}", f.display()), &online_url("/upload/lossy")]);
+    assert_eq!(assert_copied_exactly(&mut lab, &c), 61);
+}
+
+#[test]
+fn intercept_restarted_during_a_run() {
+    let Some(mut lab) = lab_or_skip_with("intercept_restarted_during_a_run", LabOptions::default()) else { return };
+    let mut c = Copying::start(&mut lab, copier_opts()).unwrap();
+    let run = |lab: &Lab, tag: &str| {
+        let script = format!("for i in $(seq 1 10); do curl -sS -o /dev/null '{}?{tag}='$i || exit 1; done", online_url("/index.html"));
+        lab.sh(Host::Client, &script).unwrap();
+    };
+    run(&lab, "before");
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    c.restart_intercept(&mut lab).unwrap();
+    // the copier reconnects on its own
+    std::thread::sleep(Duration::from_secs(3));
+    run(&lab, "after");
+    c.settle(Duration::from_secs(2), Duration::from_secs(30));
+    let test = c.test().requests().unwrap();
+    let after = test.iter().filter(|e| e.uri.contains("after=")).count();
+    let before = test.iter().filter(|e| e.uri.contains("before=")).count();
+    assert_eq!((before, after), (10, 10), "{test:?}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+    c.check_alive().unwrap();
+    assert_no_leak(&mut lab);
+}
