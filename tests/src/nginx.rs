@@ -106,6 +106,7 @@ error_log {d}/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
     access_log off;
+    client_max_body_size 256m;
     log_format lab '$remote_addr $remote_port $connection $connection_requests $request_method $status $request_length $body_bytes_sent "$request_body_file" "$request_uri"';
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/tmp/proxy;
