@@ -100,13 +100,23 @@ pub enum BpfError {
 }
 
 fn stmt(code: u16, k: u32) -> Insn {
-    Insn { code, jt: 0, jf: 0, k }
+    Insn {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u16, k: u32, jt: usize, jf: usize) -> Insn {
     // Callers compute offsets from group sizes they have already bounded; the assert documents it.
     assert!(jt <= 255 && jf <= 255, "short jump out of range");
-    Insn { code, jt: jt as u8, jf: jf as u8, k }
+    Insn {
+        code,
+        jt: jt as u8,
+        jf: jf as u8,
+        k,
+    }
 }
 
 /// Per port: `None` = any address, else the set of addresses of one family.
@@ -172,7 +182,10 @@ pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
             Some(list) => {
                 let len = 1 + 2 * list.len() + 1;
                 if len > 255 {
-                    return Err(BpfError::TooManyAddresses { port, count: list.len() });
+                    return Err(BpfError::TooManyAddresses {
+                        port,
+                        count: list.len(),
+                    });
                 }
                 p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, len));
                 p.push(stmt(op::LD | op::W | op::ABS, 16));
@@ -205,7 +218,10 @@ pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
                 Some(list) => {
                     let len = 9 * list.len() + 1;
                     if len > 255 {
-                        return Err(BpfError::TooManyAddresses { port, count: list.len() });
+                        return Err(BpfError::TooManyAddresses {
+                            port,
+                            count: list.len(),
+                        });
                     }
                     p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, len));
                     for a in list {
@@ -259,7 +275,10 @@ mod tests {
         let mut steps = 0;
         loop {
             steps += 1;
-            assert!(steps <= prog.len(), "classic BPF only jumps forward; loop detected");
+            assert!(
+                steps <= prog.len(),
+                "classic BPF only jumps forward; loop detected"
+            );
             let i = *prog.get(pc).expect("ran off the end of the program");
             pc += 1;
             let size = match i.code & 0x18 {
@@ -356,7 +375,10 @@ mod tests {
     }
 
     fn t(addr: Option<&str>, port: u16) -> FilterTarget {
-        FilterTarget { addr: addr.map(|a| a.parse().unwrap()), port }
+        FilterTarget {
+            addr: addr.map(|a| a.parse().unwrap()),
+            port,
+        }
     }
 
     #[test]
@@ -367,8 +389,14 @@ mod tests {
         assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:81")));
         // Source port 80 is a response of the online server, not a request.
         assert!(!accepts(&prog, &tcp("198.18.0.2:80", "198.18.0.1:40000")));
-        assert!(accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")));
-        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:8080")));
+        assert!(accepts(
+            &prog,
+            &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")
+        ));
+        assert!(!accepts(
+            &prog,
+            &tcp("[2001:db8::1]:40000", "[2001:db8::2]:8080")
+        ));
     }
 
     #[test]
@@ -380,25 +408,45 @@ mod tests {
 
     #[test]
     fn address_restricted_ports() {
-        let prog =
-            build_filter(&[t(Some("198.18.0.2"), 80), t(Some("198.18.0.3"), 80), t(Some("2001:db8::2"), 80)])
-                .unwrap();
+        let prog = build_filter(&[
+            t(Some("198.18.0.2"), 80),
+            t(Some("198.18.0.3"), 80),
+            t(Some("2001:db8::2"), 80),
+        ])
+        .unwrap();
         assert!(accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:80")));
         assert!(accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.3:80")));
         assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.4:80")));
         assert!(!accepts(&prog, &tcp("198.18.0.1:40000", "198.18.0.2:81")));
-        assert!(accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")));
+        assert!(accepts(
+            &prog,
+            &tcp("[2001:db8::1]:40000", "[2001:db8::2]:80")
+        ));
         // Differs from the mapped address in the last word only, then in the first only.
-        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db8::3]:80")));
-        assert!(!accepts(&prog, &tcp("[2001:db8::1]:40000", "[2001:db9::2]:80")));
+        assert!(!accepts(
+            &prog,
+            &tcp("[2001:db8::1]:40000", "[2001:db8::3]:80")
+        ));
+        assert!(!accepts(
+            &prog,
+            &tcp("[2001:db8::1]:40000", "[2001:db9::2]:80")
+        ));
     }
 
     #[test]
     fn mixed_groups_keep_their_own_addresses() {
-        let prog = build_filter(&[t(Some("198.18.0.2"), 80), t(None, 8080), t(Some("2001:db8::2"), 443)]).unwrap();
+        let prog = build_filter(&[
+            t(Some("198.18.0.2"), 80),
+            t(None, 8080),
+            t(Some("2001:db8::2"), 443),
+        ])
+        .unwrap();
         assert!(accepts(&prog, &tcp("198.18.0.1:1", "198.18.0.2:80")));
         assert!(accepts(&prog, &tcp("198.18.0.1:1", "198.18.9.9:8080")));
-        assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::7]:8080")));
+        assert!(accepts(
+            &prog,
+            &tcp("[2001:db8::1]:1", "[2001:db8::7]:8080")
+        ));
         // Port 443 is only mapped on IPv6, port 80 only on IPv4.
         assert!(!accepts(&prog, &tcp("198.18.0.1:1", "198.18.0.2:443")));
         assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")));
@@ -472,19 +520,34 @@ mod tests {
     fn limits() {
         assert_eq!(build_filter(&[]), Err(BpfError::NoTargets));
         let many: Vec<FilterTarget> = (0..30u16)
-            .map(|i| FilterTarget { addr: Some(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i))), port: 80 })
+            .map(|i| FilterTarget {
+                addr: Some(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i))),
+                port: 80,
+            })
             .collect();
-        assert!(matches!(build_filter(&many), Err(BpfError::TooManyAddresses { port: 80, count: 30 })));
+        assert!(matches!(
+            build_filter(&many),
+            Err(BpfError::TooManyAddresses {
+                port: 80,
+                count: 30
+            })
+        ));
         let fine: Vec<FilterTarget> = many[..28].to_vec();
         let prog = build_filter(&fine).unwrap();
         assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::1b]:80")));
-        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::1c]:80")));
+        assert!(!accepts(
+            &prog,
+            &tcp("[2001:db8::1]:1", "[2001:db8::1c]:80")
+        ));
         let ports: Vec<FilterTarget> = (1..=3000u16).map(|p| t(None, p)).collect();
         assert!(matches!(build_filter(&ports), Err(BpfError::TooLong(_))));
         let ports: Vec<FilterTarget> = (1..=1000u16).map(|p| t(None, p)).collect();
         let prog = build_filter(&ports).unwrap();
         // The IPv6 part sits behind the 32-bit jump, far beyond 255 instructions.
         assert!(accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:999")));
-        assert!(!accepts(&prog, &tcp("[2001:db8::1]:1", "[2001:db8::2]:1001")));
+        assert!(!accepts(
+            &prog,
+            &tcp("[2001:db8::1]:1", "[2001:db8::2]:1001")
+        ));
     }
 }

@@ -36,11 +36,13 @@ mod frame {
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    b.get(off..off + 4).map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(off..off + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 fn u16_at(b: &[u8], off: usize) -> Option<u16> {
-    b.get(off..off + 2).map(|s| u16::from_ne_bytes([s[0], s[1]]))
+    b.get(off..off + 2)
+        .map(|s| u16::from_ne_bytes([s[0], s[1]]))
 }
 
 /// One frame of a block.
@@ -78,8 +80,14 @@ pub enum RingFormatError {
 /// Walk the frames of one TPACKET_V3 block (`block` = the whole mapped block), calling `f` for
 /// each. Returns the number of frames visited, or the first inconsistency found (frames before
 /// it were delivered).
-pub fn walk_block<'a>(block: &'a [u8], mut f: impl FnMut(FrameRef<'a>)) -> Result<u32, RingFormatError> {
-    let bad_block = |blk_len| RingFormatError::BadBlock { block_len: block.len(), blk_len };
+pub fn walk_block<'a>(
+    block: &'a [u8],
+    mut f: impl FnMut(FrameRef<'a>),
+) -> Result<u32, RingFormatError> {
+    let bad_block = |blk_len| RingFormatError::BadBlock {
+        block_len: block.len(),
+        blk_len,
+    };
     let num = u32_at(block, block::NUM_PKTS).ok_or(bad_block(0))?;
     let first = u32_at(block, block::OFFSET_TO_FIRST_PKT).ok_or(bad_block(0))? as usize;
     let blk_len = u32_at(block, block::BLK_LEN).ok_or(bad_block(0))?;
@@ -100,11 +108,20 @@ pub fn walk_block<'a>(block: &'a [u8], mut f: impl FnMut(FrameRef<'a>)) -> Resul
         let mac = u16_at(hdr, frame::MAC).ok_or(bad)? as usize;
         let next = u32_at(hdr, frame::NEXT_OFFSET).ok_or(bad)? as usize;
         let start = off.checked_add(mac).ok_or(bad)?;
-        let data = used.get(start..start.checked_add(snaplen).ok_or(bad)?).ok_or(bad)?;
-        f(FrameRef { data, wire_len, status });
+        let data = used
+            .get(start..start.checked_add(snaplen).ok_or(bad)?)
+            .ok_or(bad)?;
+        f(FrameRef {
+            data,
+            wire_len,
+            status,
+        });
         if index + 1 < num {
             if next == 0 {
-                return Err(RingFormatError::BadFrame { index: index + 1, offset: off });
+                return Err(RingFormatError::BadFrame {
+                    index: index + 1,
+                    offset: off,
+                });
             }
             off = off.checked_add(next).ok_or(bad)?;
         }
@@ -144,7 +161,12 @@ pub struct CaptureConfig {
 
 impl Default for CaptureConfig {
     fn default() -> Self {
-        CaptureConfig { interface: None, block_size: 1 << 20, block_count: 4, retire: Duration::from_millis(10) }
+        CaptureConfig {
+            interface: None,
+            block_size: 1 << 20,
+            block_count: 4,
+            retire: Duration::from_millis(10),
+        }
     }
 }
 
@@ -207,28 +229,46 @@ impl Capture {
     pub fn open(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
         let ifindex = match &cfg.interface {
             None => 0,
-            Some(name) => sys::interface_index(name)
-                .map_err(|source| CaptureError::NoInterface { name: name.clone(), source })?,
+            Some(name) => {
+                sys::interface_index(name).map_err(|source| CaptureError::NoInterface {
+                    name: name.clone(),
+                    source,
+                })?
+            }
         };
         let params = RingParams {
             ifindex,
             block_size: cfg.block_size,
             block_count: cfg.block_count,
             frame_size: 2048,
-            retire_ms: u32::try_from(cfg.retire.as_millis()).unwrap_or(u32::MAX).max(1),
+            retire_ms: u32::try_from(cfg.retire.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
         };
         let ring = RxRing::open(&params, filter).map_err(|source| CaptureError::Open {
-            iface: cfg.interface.clone().unwrap_or_else(|| "all interfaces".into()),
+            iface: cfg
+                .interface
+                .clone()
+                .unwrap_or_else(|| "all interfaces".into()),
             block_size: cfg.block_size,
             blocks: cfg.block_count,
             source,
         })?;
-        Ok(Capture { ring, next: 0, stats: CaptureStats::default() })
+        Ok(Capture {
+            ring,
+            next: 0,
+            stats: CaptureStats::default(),
+        })
     }
 
     /// The socket, for `poll`.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.ring.fd()
+    }
+
+    /// Number of blocks in the ring.
+    pub fn block_count(&self) -> usize {
+        self.ring.block_count()
     }
 
     /// Is the next block in ring order ready?
@@ -259,7 +299,10 @@ impl Capture {
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     self.stats.bad_blocks += 1;
-                    tracing::warn!(block = self.next, "capture ring: {e}; rest of the block skipped");
+                    tracing::warn!(
+                        block = self.next,
+                        "capture ring: {e}; rest of the block skipped"
+                    );
                 }
             }
             self.stats.blocks += 1;
@@ -271,7 +314,11 @@ impl Capture {
 
     /// Add the kernel's counters since the last call to [`Capture::stats`].
     pub fn refresh_kernel_stats(&mut self) -> io::Result<()> {
-        let KernelStats { packets, drops, freeze_q_cnt } = self.ring.statistics()?;
+        let KernelStats {
+            packets,
+            drops,
+            freeze_q_cnt,
+        } = self.ring.statistics()?;
         self.stats.kernel_packets += u64::from(packets);
         self.stats.kernel_drops += u64::from(drops);
         self.stats.kernel_freezes += u64::from(freeze_q_cnt);
@@ -292,11 +339,23 @@ mod tests {
     #[test]
     fn offsets_match_libc() {
         let bh = offset_of!(libc::tpacket_block_desc, hdr);
-        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, num_pkts), block::NUM_PKTS);
-        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt), block::OFFSET_TO_FIRST_PKT);
-        assert_eq!(bh + offset_of!(libc::tpacket_hdr_v1, blk_len), block::BLK_LEN);
+        assert_eq!(
+            bh + offset_of!(libc::tpacket_hdr_v1, num_pkts),
+            block::NUM_PKTS
+        );
+        assert_eq!(
+            bh + offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt),
+            block::OFFSET_TO_FIRST_PKT
+        );
+        assert_eq!(
+            bh + offset_of!(libc::tpacket_hdr_v1, blk_len),
+            block::BLK_LEN
+        );
         assert_eq!(std::mem::size_of::<libc::tpacket_block_desc>(), block::SIZE);
-        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_next_offset), frame::NEXT_OFFSET);
+        assert_eq!(
+            offset_of!(libc::tpacket3_hdr, tp_next_offset),
+            frame::NEXT_OFFSET
+        );
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_snaplen), frame::SNAPLEN);
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_len), frame::LEN);
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_status), frame::STATUS);
@@ -308,7 +367,8 @@ mod tests {
     /// a tpacket3_hdr + sockaddr_ll gap + data at tp_mac.
     fn make_block(size: usize, packets: &[(&[u8], u32)]) -> Vec<u8> {
         let mut b = vec![0u8; size];
-        let put32 = |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+        let put32 =
+            |b: &mut Vec<u8>, off: usize, v: u32| b[off..off + 4].copy_from_slice(&v.to_ne_bytes());
         let first = 48usize;
         let mac = 48 + 20 + 12; // TPACKET_ALIGN(hdr) + sizeof(sockaddr_ll) rounded as the kernel does
         let mut off = first;
@@ -318,7 +378,11 @@ mod tests {
             off += (mac + data.len()).next_multiple_of(16);
         }
         for (i, ((data, wire_len), &o)) in packets.iter().zip(&offs).enumerate() {
-            let next = if i + 1 < packets.len() { offs[i + 1] - o } else { 0 };
+            let next = if i + 1 < packets.len() {
+                offs[i + 1] - o
+            } else {
+                0
+            };
             put32(&mut b, o + frame::NEXT_OFFSET, next as u32);
             put32(&mut b, o + frame::SNAPLEN, data.len() as u32);
             put32(&mut b, o + frame::LEN, *wire_len);
@@ -365,26 +429,41 @@ mod tests {
 
         let mut b = good.clone();
         b[block::BLK_LEN..block::BLK_LEN + 4].copy_from_slice(&5000u32.to_ne_bytes());
-        assert!(matches!(walk_block(&b, |_| {}), Err(RingFormatError::BadBlock { .. })));
+        assert!(matches!(
+            walk_block(&b, |_| {}),
+            Err(RingFormatError::BadBlock { .. })
+        ));
 
         let mut b = good.clone();
         b[block::NUM_PKTS..block::NUM_PKTS + 4].copy_from_slice(&3u32.to_ne_bytes());
         let mut n = 0;
         // Frame 2 would follow a zero next-offset: the first two are delivered, then the error.
-        assert!(matches!(walk_block(&b, |_| n += 1), Err(RingFormatError::BadFrame { index: 2, .. })));
+        assert!(matches!(
+            walk_block(&b, |_| n += 1),
+            Err(RingFormatError::BadFrame { index: 2, .. })
+        ));
         assert_eq!(n, 2);
 
         let mut b = good.clone();
         let first = 48;
-        b[first + frame::SNAPLEN..first + frame::SNAPLEN + 4].copy_from_slice(&100_000u32.to_ne_bytes());
-        assert!(matches!(walk_block(&b, |_| {}), Err(RingFormatError::BadFrame { index: 0, .. })));
+        b[first + frame::SNAPLEN..first + frame::SNAPLEN + 4]
+            .copy_from_slice(&100_000u32.to_ne_bytes());
+        assert!(matches!(
+            walk_block(&b, |_| {}),
+            Err(RingFormatError::BadFrame { index: 0, .. })
+        ));
 
         let mut b = good.clone();
-        b[block::OFFSET_TO_FIRST_PKT..block::OFFSET_TO_FIRST_PKT + 4].copy_from_slice(&8u32.to_ne_bytes());
-        assert!(walk_block(&b, |_| {}).is_err(), "a frame overlapping the block header");
+        b[block::OFFSET_TO_FIRST_PKT..block::OFFSET_TO_FIRST_PKT + 4]
+            .copy_from_slice(&8u32.to_ne_bytes());
+        assert!(
+            walk_block(&b, |_| {}).is_err(),
+            "a frame overlapping the block header"
+        );
 
         let mut b = good.clone();
-        b[first + frame::NEXT_OFFSET..first + frame::NEXT_OFFSET + 4].copy_from_slice(&u32::MAX.to_ne_bytes());
+        b[first + frame::NEXT_OFFSET..first + frame::NEXT_OFFSET + 4]
+            .copy_from_slice(&u32::MAX.to_ne_bytes());
         assert!(walk_block(&b, |_| {}).is_err());
 
         assert!(walk_block(&good[..20], |_| {}).is_err());

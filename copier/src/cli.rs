@@ -18,7 +18,8 @@ use crate::control::InterceptAddr;
 use crate::engine::{ClientIpPool, EngineConfig, PortMap};
 use crate::send::SendConfig;
 
-const ABOUT: &str = "Copies live TCP traffic from this production host to a test server, session by session.";
+const ABOUT: &str =
+    "Copies live TCP traffic from this production host to a test server, session by session.";
 
 const LONG_ABOUT: &str = "\
 Copies live TCP traffic from this production host to a test server, session by session.
@@ -143,24 +144,37 @@ impl Args {
             mtu: self.mtu,
             client_ip: self.client_ip,
             session_timeout: self.session_timeout,
-            max_memory: usize::try_from(self.max_memory).map_err(|_| "--max-memory is larger than this machine's address space".to_string())?,
+            max_memory: usize::try_from(self.max_memory).map_err(|_| {
+                "--max-memory is larger than this machine's address space".to_string()
+            })?,
             pace_requests: !self.no_pacing,
             ..EngineConfig::default()
         };
         if self.session_timeout < Duration::from_secs(1) {
-            return Err(format!("--session-timeout {:?} is too short (at least 1s)", self.session_timeout));
+            return Err(format!(
+                "--session-timeout {:?} is too short (at least 1s)",
+                self.session_timeout
+            ));
         }
         if engine.max_memory < 1 << 20 {
-            return Err(format!("--max-memory {} is too small (at least 1M)", engine.max_memory));
+            return Err(format!(
+                "--max-memory {} is too small (at least 1M)",
+                engine.max_memory
+            ));
         }
         let engine = EngineConfig {
             per_session_cap: engine.per_session_cap.min(engine.max_memory),
             ..engine
         };
-        engine.validate().map_err(|e| format!("invalid configuration: {e}"))?;
+        engine
+            .validate()
+            .map_err(|e| format!("invalid configuration: {e}"))?;
 
         let page = 4096u64;
-        if self.ring_block_size < 64 * 1024 || self.ring_block_size % page != 0 || self.ring_block_size > 1 << 30 {
+        if self.ring_block_size < 64 * 1024
+            || self.ring_block_size % page != 0
+            || self.ring_block_size > 1 << 30
+        {
             return Err(format!(
                 "--ring-block-size {} must be a multiple of 4K between 64K and 1G",
                 self.ring_block_size
@@ -168,7 +182,9 @@ impl Args {
         }
         if let Some(name) = &self.interface {
             if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', '\0']) {
-                return Err(format!("--interface {name:?} is not a valid interface name"));
+                return Err(format!(
+                    "--interface {name:?} is not a valid interface name"
+                ));
             }
         }
         let capture = CaptureConfig {
@@ -180,11 +196,14 @@ impl Args {
         let secret = match (&self.secret_file, self.no_secret) {
             (_, true) => None,
             (Some(path), false) => {
-                let s = common::proto::auth::load_secret(path).map_err(|e| format!("--secret-file: {e}"))?;
+                let s = common::proto::auth::load_secret(path)
+                    .map_err(|e| format!("--secret-file: {e}"))?;
                 warn_if_readable_by_others(path);
                 Some(Arc::from(s))
             }
-            (None, false) => return Err("give --secret-file FILE, or --no-secret to run without one".into()),
+            (None, false) => {
+                return Err("give --secret-file FILE, or --no-secret to run without one".into())
+            }
         };
         let mut intercepts = Vec::new();
         for i in &self.intercepts {
@@ -196,7 +215,10 @@ impl Args {
         Ok(Validated {
             engine,
             capture,
-            send: SendConfig { mtu: self.mtu, ..SendConfig::default() },
+            send: SendConfig {
+                mtu: self.mtu,
+                ..SendConfig::default()
+            },
             intercepts,
             secret,
             seed: self.seed.unwrap_or(seed),
@@ -209,7 +231,10 @@ fn warn_if_readable_by_others(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(m) = std::fs::metadata(path) {
         if m.permissions().mode() & 0o077 != 0 {
-            tracing::warn!("secret file {} is readable by group or others; chmod 600 it", path.display());
+            tracing::warn!(
+                "secret file {} is readable by group or others; chmod 600 it",
+                path.display()
+            );
         }
     }
 }
@@ -242,7 +267,10 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
         }
         match (m.online_ip, pool) {
             (_, Some(p)) if p.is_ipv6() != m.target.is_ipv6() => {
-                return Err(format!("--client-ip {p} and the target of --map {} are of different IP families", show_map(m)));
+                return Err(format!(
+                    "--client-ip {p} and the target of --map {} are of different IP families",
+                    show_map(m)
+                ));
             }
             (Some(ip), None) if ip.is_ipv6() != m.target.is_ipv6() => {
                 return Err(format!(
@@ -268,7 +296,9 @@ pub fn show_map(m: &PortMap) -> String {
 /// Parse `[ONLINE_IP:]PORT=TARGET_IP:PORT` (IPv6 in brackets: `[2001:db8::1]:80=[2001:db8::2]:80`).
 pub fn parse_map(s: &str) -> Result<PortMap, String> {
     let form = "expected [ONLINE_IP:]PORT=TARGET_IP:PORT, e.g. 80=198.18.1.2:8080";
-    let (online, target) = s.split_once('=').ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
+    let (online, target) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
     let (online_ip, online_port) = match online.trim().parse::<u16>() {
         Ok(p) => (None, p),
         Err(_) => match online.trim().parse::<SocketAddr>() {
@@ -292,9 +322,15 @@ pub fn parse_map(s: &str) -> Result<PortMap, String> {
         format!("{s:?}: target {target:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved): {form}")
     })?;
     if target.port() == 0 || target.ip().is_unspecified() || target.ip().is_multicast() {
-        return Err(format!("{s:?}: target {target} needs a unicast address and a port from 1 to 65535"));
+        return Err(format!(
+            "{s:?}: target {target} needs a unicast address and a port from 1 to 65535"
+        ));
     }
-    Ok(PortMap { online_ip, online_port, target })
+    Ok(PortMap {
+        online_ip,
+        online_port,
+        target,
+    })
 }
 
 fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
@@ -305,7 +341,9 @@ fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
 /// lower case accepted, decimals too: `1.5G`).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -313,37 +351,54 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("size {s:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512M)")),
+        _ => {
+            return Err(format!(
+                "size {s:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512M)"
+            ))
+        }
     };
     if num.is_empty() {
         return Err(format!("size {s:?}: no number (e.g. 512M, 2G, 1048576)"));
     }
     if num.contains('.') {
-        let v: f64 = num.parse().map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
+        let v: f64 = num
+            .parse()
+            .map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
         let bytes = v * mult as f64;
         if !bytes.is_finite() || bytes >= u64::MAX as f64 {
             return Err(format!("size {s:?} is too large"));
         }
         Ok(bytes as u64)
     } else {
-        let v: u64 = num.parse().map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
-        v.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+        let v: u64 = num
+            .parse()
+            .map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
+        v.checked_mul(mult)
+            .ok_or_else(|| format!("size {s:?} is too large"))
     }
 }
 
 /// Parse a duration: plain seconds, or a number with ms, s, m or h (`1.5s` accepted).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let secs_per: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "s" | "sec" | "secs" => 1.0,
         "ms" => 0.001,
         "m" | "min" | "mins" => 60.0,
         "h" | "hr" | "hrs" => 3600.0,
-        _ => return Err(format!("duration {s:?}: unknown unit {unit:?} (use ms, s, m or h, e.g. 30s)")),
+        _ => {
+            return Err(format!(
+                "duration {s:?}: unknown unit {unit:?} (use ms, s, m or h, e.g. 30s)"
+            ))
+        }
     };
-    let v: f64 = num.parse().map_err(|_| format!("duration {s:?}: {num:?} is not a number (e.g. 30s, 5m, 120)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("duration {s:?}: {num:?} is not a number (e.g. 30s, 5m, 120)"))?;
     let secs = v * secs_per;
     if !secs.is_finite() || secs > 365.0 * 86400.0 {
         return Err(format!("duration {s:?} is too long"));
@@ -363,9 +418,16 @@ mod tests {
     fn maps() {
         assert_eq!(
             map("80=198.18.1.2:8080"),
-            PortMap { online_ip: None, online_port: 80, target: "198.18.1.2:8080".parse().unwrap() }
+            PortMap {
+                online_ip: None,
+                online_port: 80,
+                target: "198.18.1.2:8080".parse().unwrap()
+            }
         );
-        assert_eq!(map("10.0.0.5:443=198.18.1.2:443").online_ip, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(
+            map("10.0.0.5:443=198.18.1.2:443").online_ip,
+            Some("10.0.0.5".parse().unwrap())
+        );
         let v6 = map("[2001:db8::1]:80=[2001:db8::2]:8080");
         assert_eq!(v6.online_ip, Some("2001:db8::1".parse().unwrap()));
         assert_eq!(v6.target, "[2001:db8::2]:8080".parse().unwrap());
@@ -386,7 +448,10 @@ mod tests {
             ("0.0.0.0:80=198.18.1.2:80", "cannot be a service address"),
         ] {
             let e = parse_map(bad).unwrap_err();
-            assert!(e.contains(bad.trim()) && e.contains(needle), "{bad:?} -> {e}");
+            assert!(
+                e.contains(bad.trim()) && e.contains(needle),
+                "{bad:?} -> {e}"
+            );
         }
     }
 
@@ -395,17 +460,26 @@ mod tests {
         let ok = [map("80=198.18.1.2:80"), map("443=198.18.1.2:443")];
         check_maps(&ok, None).unwrap();
         let dup = [map("80=198.18.1.2:80"), map("80=198.18.1.3:80")];
-        assert!(check_maps(&dup, None).unwrap_err().contains("same online port 80"));
+        assert!(check_maps(&dup, None)
+            .unwrap_err()
+            .contains("same online port 80"));
         let overlap = [map("80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
         assert!(check_maps(&overlap, None).unwrap_err().contains("overlaps"));
-        let two_addrs = [map("10.0.0.5:80=198.18.1.2:80"), map("10.0.0.6:80=198.18.1.3:80")];
+        let two_addrs = [
+            map("10.0.0.5:80=198.18.1.2:80"),
+            map("10.0.0.6:80=198.18.1.3:80"),
+        ];
         check_maps(&two_addrs, None).unwrap();
         let fam = [map("[2001:db8::1]:80=198.18.1.2:80")];
-        assert!(check_maps(&fam, None).unwrap_err().contains("different IP families"));
+        assert!(check_maps(&fam, None)
+            .unwrap_err()
+            .contains("different IP families"));
         let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
         check_maps(&fam, Some(&pool)).unwrap();
         let pool6: ClientIpPool = "2001:db8:ff::/48".parse().unwrap();
-        assert!(check_maps(&ok, Some(&pool6)).unwrap_err().contains("--client-ip"));
+        assert!(check_maps(&ok, Some(&pool6))
+            .unwrap_err()
+            .contains("--client-ip"));
     }
 
     #[test]
@@ -438,15 +512,29 @@ mod tests {
     }
 
     fn args(extra: &[&str]) -> Result<Args, clap::Error> {
-        let mut v = vec!["copier", "--map", "80=198.18.1.2:80", "--intercept", "198.18.1.2"];
+        let mut v = vec![
+            "copier",
+            "--map",
+            "80=198.18.1.2:80",
+            "--intercept",
+            "198.18.1.2",
+        ];
         v.extend_from_slice(extra);
         Args::try_parse_from(v)
     }
 
     #[test]
     fn command_line() {
-        let a = args(&["--no-secret", "--max-memory", "2G", "--session-timeout", "5m", "--client-ip", "198.19.0.0/16"])
-            .unwrap();
+        let a = args(&[
+            "--no-secret",
+            "--max-memory",
+            "2G",
+            "--session-timeout",
+            "5m",
+            "--client-ip",
+            "198.19.0.0/16",
+        ])
+        .unwrap();
         assert_eq!(a.max_memory, 2 << 30);
         assert_eq!(a.session_timeout, Duration::from_secs(300));
         assert_eq!(a.mtu, 1500);
@@ -462,14 +550,25 @@ mod tests {
         assert!(args(&["--no-secret", "--secret-file", "/x"]).is_err());
         // --mtu below 576 is refused by clap.
         assert!(args(&["--no-secret", "--mtu", "500"]).is_err());
-        let e = args(&["--no-secret", "--max-memory", "lots"]).unwrap_err().to_string();
+        let e = args(&["--no-secret", "--max-memory", "lots"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("lots"), "{e}");
 
-        let missing = args(&["--secret-file", "/nonexistent/secret"]).unwrap().validate(1).unwrap_err();
+        let missing = args(&["--secret-file", "/nonexistent/secret"])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
         assert!(missing.contains("/nonexistent/secret"), "{missing}");
-        let twice = args(&["--no-secret", "--intercept", "198.18.1.2:36524"]).unwrap().validate(1).unwrap_err();
+        let twice = args(&["--no-secret", "--intercept", "198.18.1.2:36524"])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
         assert!(twice.contains("twice"), "{twice}");
-        let ring = args(&["--no-secret", "--ring-block-size", "1000"]).unwrap().validate(1).unwrap_err();
+        let ring = args(&["--no-secret", "--ring-block-size", "1000"])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
         assert!(ring.contains("--ring-block-size"), "{ring}");
     }
 
@@ -479,10 +578,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("secret");
         std::fs::write(&f, "hunter2\n").unwrap();
-        let v = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap();
+        let v = args(&["--secret-file", f.to_str().unwrap()])
+            .unwrap()
+            .validate(1)
+            .unwrap();
         assert_eq!(v.secret.as_deref(), Some(&b"hunter2"[..]));
         std::fs::write(&f, "\n").unwrap();
-        let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+        let e = args(&["--secret-file", f.to_str().unwrap()])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
         assert!(e.contains("empty"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

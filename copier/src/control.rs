@@ -30,7 +30,7 @@ use common::proto::io::{client_handshake, Established, FrameReader, FrameWriter}
 use common::proto::{Message, ProtoError, Record, DEFAULT_PORT};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tokio::io::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, mpsc, watch};
 
@@ -53,7 +53,11 @@ pub struct InterceptAddr {
 impl FromStr for InterceptAddr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| format!("bad intercept address {s:?}: {why} (expected HOST[:PORT], IPv6 as [ADDR]:PORT)");
+        let bad = |why: &str| {
+            format!(
+                "bad intercept address {s:?}: {why} (expected HOST[:PORT], IPv6 as [ADDR]:PORT)"
+            )
+        };
         let s = s.trim();
         if s.is_empty() {
             return Err(bad("empty"));
@@ -62,7 +66,13 @@ impl FromStr for InterceptAddr {
             let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
             match after {
                 "" => (h, None),
-                p => (h, Some(p.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?)),
+                p => (
+                    h,
+                    Some(
+                        p.strip_prefix(':')
+                            .ok_or_else(|| bad("expected ':' after ']'"))?,
+                    ),
+                ),
             }
         } else if s.matches(':').count() > 1 {
             (s, None) // a bare IPv6 address
@@ -78,11 +88,16 @@ impl FromStr for InterceptAddr {
         let port = match port {
             None => DEFAULT_PORT,
             Some(p) => match p.parse::<u16>() {
-                Ok(0) | Err(_) => return Err(bad(&format!("port {p:?} is not a number from 1 to 65535"))),
+                Ok(0) | Err(_) => {
+                    return Err(bad(&format!("port {p:?} is not a number from 1 to 65535")))
+                }
                 Ok(n) => n,
             },
         };
-        Ok(InterceptAddr { host: host.to_string(), port })
+        Ok(InterceptAddr {
+            host: host.to_string(),
+            port,
+        })
     }
 }
 
@@ -127,7 +142,12 @@ impl Registry {
     /// An empty registry.
     pub fn new() -> Registry {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
-        Registry { inner: Mutex::new(RegistryInner { set: HashSet::new(), tx }) }
+        Registry {
+            inner: Mutex::new(RegistryInner {
+                set: HashSet::new(),
+                tx,
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RegistryInner> {
@@ -152,7 +172,12 @@ impl Registry {
 
     /// Unregister everything (after the engine was rebuilt).
     pub fn clear(&self) {
-        let all: Vec<RegEvent> = self.lock().set.iter().map(|&t| RegEvent::Unregister(t)).collect();
+        let all: Vec<RegEvent> = self
+            .lock()
+            .set
+            .iter()
+            .map(|&t| RegEvent::Unregister(t))
+            .collect();
         self.apply(&all);
     }
 
@@ -187,7 +212,11 @@ pub fn messages_for(events: &[RegEvent], out: &mut Vec<Message>) {
             }
             i += 1;
         }
-        out.push(if reg { Message::Register { tuples } } else { Message::Unregister { tuples } });
+        out.push(if reg {
+            Message::Register { tuples }
+        } else {
+            Message::Unregister { tuples }
+        });
     }
 }
 
@@ -304,9 +333,12 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
                     r = serve(&cfg, &links, est) => r,
                     _ = shutdown.changed() => return,
                 };
-                ::metrics::counter!("copier_control_losses_total", "intercept" => name.clone()).increment(1);
+                ::metrics::counter!("copier_control_losses_total", "intercept" => name.clone())
+                    .increment(1);
                 let up = links.connected.load(Ordering::SeqCst);
-                let err = outcome.err().map_or_else(|| "closed".to_string(), |e| e.to_string());
+                let err = outcome
+                    .err()
+                    .map_or_else(|| "closed".to_string(), |e| e.to_string());
                 if up == 0 {
                     tracing::warn!(
                         "intercept {name} lost: {err}; reconnecting. No intercept is connected: new sessions \
@@ -321,9 +353,15 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
                 let refused = matches!(&e, LinkError::Proto(p) if !matches!(p, ProtoError::Io(_) | ProtoError::Closed(_) | ProtoError::Timeout(_)));
                 if last_err.as_deref() != Some(msg.as_str()) {
                     if refused {
-                        tracing::error!("control link to {name}: handshake refused: {msg}; retrying every {:?}", cfg.backoff_max);
+                        tracing::error!(
+                            "control link to {name}: handshake refused: {msg}; retrying every {:?}",
+                            cfg.backoff_max
+                        );
                     } else {
-                        tracing::warn!("control link to {name}: {msg}; retrying with back-off up to {:?}", cfg.backoff_max);
+                        tracing::warn!(
+                            "control link to {name}: {msg}; retrying with back-off up to {:?}",
+                            cfg.backoff_max
+                        );
                     }
                 } else {
                     tracing::debug!("control link to {name}: {msg}");
@@ -352,9 +390,21 @@ async fn connect(cfg: &ClientConfig) -> Result<TcpStream, LinkError> {
     Ok(stream)
 }
 
-/// Run one established link until it fails.
-async fn serve(cfg: &ClientConfig, links: &Links, est: Established<TcpStream>) -> Result<(), LinkError> {
-    let Established { mut reader, mut writer, peer } = est;
+/// Run one established link until it fails: send the registry, then forward changes and pings
+/// while reading records. Public for tests over in-memory streams.
+pub async fn serve<S>(
+    cfg: &ClientConfig,
+    links: &Links,
+    est: Established<S>,
+) -> Result<(), LinkError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Established {
+        mut reader,
+        mut writer,
+        peer,
+    } = est;
     let write_timeout = cfg.ping_interval * 3;
 
     let (snapshot, rx) = links.registry.subscribe();
@@ -367,7 +417,8 @@ async fn serve(cfg: &ClientConfig, links: &Links, est: Established<TcpStream>) -
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     links.wake.notify();
-    ::metrics::counter!("copier_control_connects_total", "intercept" => cfg.addr.to_string()).increment(1);
+    ::metrics::counter!("copier_control_connects_total", "intercept" => cfg.addr.to_string())
+        .increment(1);
     tracing::info!(
         "connected to intercept {} ({}); {} live session(s) registered",
         cfg.addr,
@@ -381,24 +432,29 @@ async fn serve(cfg: &ClientConfig, links: &Links, est: Established<TcpStream>) -
     }
 }
 
-async fn write(
-    writer: &mut FrameWriter<WriteHalf<TcpStream>>,
+async fn write<S: AsyncWrite + Unpin>(
+    writer: &mut FrameWriter<WriteHalf<S>>,
     msgs: &[Message],
     limit: Duration,
 ) -> Result<(), LinkError> {
-    tokio::time::timeout(limit, writer.write_messages(msgs)).await.map_err(|_| LinkError::WriteStalled(limit))??;
+    tokio::time::timeout(limit, writer.write_messages(msgs))
+        .await
+        .map_err(|_| LinkError::WriteStalled(limit))??;
     Ok(())
 }
 
-async fn read_loop(
+async fn read_loop<S: AsyncRead + Unpin>(
     cfg: &ClientConfig,
     links: &Links,
-    reader: &mut FrameReader<ReadHalf<TcpStream>>,
+    reader: &mut FrameReader<ReadHalf<S>>,
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
-    let counter = ::metrics::counter!("copier_control_records_total", "intercept" => cfg.addr.to_string());
+    let counter =
+        ::metrics::counter!("copier_control_records_total", "intercept" => cfg.addr.to_string());
     loop {
-        let msg = tokio::time::timeout(silence, reader.read_message()).await.map_err(|_| LinkError::Silent(silence))??;
+        let msg = tokio::time::timeout(silence, reader.read_message())
+            .await
+            .map_err(|_| LinkError::Silent(silence))??;
         match msg {
             None => return Err(LinkError::Closed),
             Some(Message::Records { records }) => {
@@ -407,20 +463,26 @@ async fn read_loop(
                 }
                 counter.increment(records.len() as u64);
                 // Waits while the engine's inbox is full: backpressure toward the intercept.
-                links.records.send(records).await.map_err(|_| LinkError::EngineGone)?;
+                links
+                    .records
+                    .send(records)
+                    .await
+                    .map_err(|_| LinkError::EngineGone)?;
                 links.wake.notify();
             }
             Some(Message::Pong { .. }) => {}
-            Some(Message::Error { code, message }) => return Err(ProtoError::Remote { code, message }.into()),
+            Some(Message::Error { code, message }) => {
+                return Err(ProtoError::Remote { code, message }.into())
+            }
             Some(other) => return Err(LinkError::Unexpected(other.name())),
         }
     }
 }
 
-async fn write_loop(
+async fn write_loop<S: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     links: &Links,
-    writer: &mut FrameWriter<WriteHalf<TcpStream>>,
+    writer: &mut FrameWriter<WriteHalf<S>>,
     mut sent: HashSet<FourTuple>,
     mut rx: broadcast::Receiver<RegEvent>,
 ) -> Result<(), LinkError> {
@@ -469,7 +531,10 @@ async fn write_loop(
             // We missed changes: take a fresh snapshot and send the difference.
             let (now_set, new_rx) = links.registry.subscribe();
             rx = new_rx;
-            tracing::debug!("control link to {}: fell behind on registrations; resynchronising", cfg.addr);
+            tracing::debug!(
+                "control link to {}: fell behind on registrations; resynchronising",
+                cfg.addr
+            );
             for t in sent.difference(&now_set) {
                 events.push(RegEvent::Unregister(*t));
             }
@@ -490,19 +555,55 @@ mod tests {
     use super::*;
 
     fn t(c: u16) -> FourTuple {
-        FourTuple::new(format!("198.18.0.1:{c}").parse().unwrap(), "198.18.1.2:80".parse().unwrap())
+        FourTuple::new(
+            format!("198.18.0.1:{c}").parse().unwrap(),
+            "198.18.1.2:80".parse().unwrap(),
+        )
     }
 
     #[test]
     fn intercept_addresses() {
         let p = |s: &str| s.parse::<InterceptAddr>();
-        assert_eq!(p("10.0.0.1").unwrap(), InterceptAddr { host: "10.0.0.1".into(), port: 36524 });
-        assert_eq!(p("test-host:9000").unwrap(), InterceptAddr { host: "test-host".into(), port: 9000 });
-        assert_eq!(p("[2001:db8::1]:9").unwrap(), InterceptAddr { host: "2001:db8::1".into(), port: 9 });
+        assert_eq!(
+            p("10.0.0.1").unwrap(),
+            InterceptAddr {
+                host: "10.0.0.1".into(),
+                port: 36524
+            }
+        );
+        assert_eq!(
+            p("test-host:9000").unwrap(),
+            InterceptAddr {
+                host: "test-host".into(),
+                port: 9000
+            }
+        );
+        assert_eq!(
+            p("[2001:db8::1]:9").unwrap(),
+            InterceptAddr {
+                host: "2001:db8::1".into(),
+                port: 9
+            }
+        );
         assert_eq!(p("[2001:db8::1]").unwrap().port, 36524);
-        assert_eq!(p("2001:db8::1").unwrap(), InterceptAddr { host: "2001:db8::1".into(), port: 36524 });
+        assert_eq!(
+            p("2001:db8::1").unwrap(),
+            InterceptAddr {
+                host: "2001:db8::1".into(),
+                port: 36524
+            }
+        );
         assert_eq!(p("[2001:db8::1]:9").unwrap().to_string(), "[2001:db8::1]:9");
-        for bad in ["", "host:", "host:0", "host:70000", "host:http", ":80", "[::1", "[::1]x"] {
+        for bad in [
+            "",
+            "host:",
+            "host:0",
+            "host:70000",
+            "host:http",
+            ":80",
+            "[::1",
+            "[::1]x",
+        ] {
             let e = p(bad).unwrap_err();
             assert!(e.contains("HOST[:PORT]"), "{bad:?}: {e}");
         }
@@ -521,15 +622,180 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                Message::Register { tuples: vec![t(1), t(2)] },
+                Message::Register {
+                    tuples: vec![t(1), t(2)]
+                },
                 Message::Unregister { tuples: vec![t(1)] },
                 Message::Register { tuples: vec![t(3)] },
             ]
         );
-        let many: Vec<RegEvent> = (0..TUPLES_PER_MESSAGE as u16 + 5).map(|i| RegEvent::Register(t(i))).collect();
+        let many: Vec<RegEvent> = (0..TUPLES_PER_MESSAGE as u16 + 5)
+            .map(|i| RegEvent::Register(t(i)))
+            .collect();
         out.clear();
         messages_for(&many, &mut out);
         assert_eq!(out.len(), 2);
+    }
+
+    fn links() -> (Links, mpsc::Receiver<Vec<Record>>) {
+        let (tx, rx) = mpsc::channel(4);
+        let links = Links {
+            registry: Arc::new(Registry::new()),
+            records: tx,
+            wake: Arc::new(EventFd::new().unwrap()),
+            connected: Arc::new(AtomicUsize::new(0)),
+        };
+        (links, rx)
+    }
+
+    /// Read the next Register/Unregister, answering Pings on the way.
+    async fn next_reg<S: AsyncRead + AsyncWrite + Unpin>(est: &mut Established<S>) -> Message {
+        loop {
+            match est
+                .reader
+                .read_message()
+                .await
+                .unwrap()
+                .expect("client closed")
+            {
+                Message::Ping { token } => est
+                    .writer
+                    .write_message(&Message::Pong { token })
+                    .await
+                    .unwrap(),
+                m @ (Message::Register { .. } | Message::Unregister { .. }) => return m,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn link_registers_everything_forwards_changes_and_records() {
+        use common::proto::io::{client_handshake, server_handshake};
+        let (links, mut records) = links();
+        links
+            .registry
+            .apply(&[RegEvent::Register(t(1)), RegEvent::Register(t(2))]);
+        let mut cfg = ClientConfig::new(
+            "fake:1".parse().unwrap(),
+            Some(Arc::from(&b"s3cret"[..])),
+            1,
+        );
+        cfg.ping_interval = Duration::from_millis(100);
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let client = async {
+            let est = client_handshake(a, Some(b"s3cret"), "copier test")
+                .await
+                .unwrap();
+            serve(&cfg, &links, est).await
+        };
+        let fake = async {
+            let mut est = server_handshake(b, Some(b"s3cret"), "fake intercept")
+                .await
+                .unwrap();
+            let Message::Register { mut tuples } = next_reg(&mut est).await else {
+                panic!("snapshot first")
+            };
+            tuples.sort();
+            assert_eq!(
+                tuples,
+                vec![t(1), t(2)],
+                "a (re)connected intercept learns every live session"
+            );
+            for _ in 0..100 {
+                if links.connected.load(Ordering::SeqCst) == 1 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(links.connected.load(Ordering::SeqCst), 1);
+
+            links
+                .registry
+                .apply(&[RegEvent::Register(t(3)), RegEvent::Unregister(t(1))]);
+            assert_eq!(
+                next_reg(&mut est).await,
+                Message::Register { tuples: vec![t(3)] }
+            );
+            assert_eq!(
+                next_reg(&mut est).await,
+                Message::Unregister { tuples: vec![t(1)] }
+            );
+
+            let rec = Record {
+                orig_len: 40,
+                headers: vec![0x45; 40],
+                payload: Vec::new(),
+            };
+            est.writer
+                .write_message(&Message::Records {
+                    records: vec![rec.clone(), rec.clone()],
+                })
+                .await
+                .unwrap();
+            let got = records.recv().await.unwrap();
+            assert_eq!(got, vec![rec.clone(), rec]);
+
+            // Stay silent (no Pong) past three ping intervals: the client must give up on us.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            est
+        };
+        let (result, _est) = tokio::join!(client, fake);
+        assert!(matches!(result, Err(LinkError::Silent(_))), "{result:?}");
+        assert_eq!(
+            links.connected.load(Ordering::SeqCst),
+            0,
+            "the link no longer counts as up"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_link_that_fell_behind_resynchronises_by_difference() {
+        use common::proto::io::{client_handshake, server_handshake};
+        let (links, _records) = links();
+        let cfg = ClientConfig::new("fake:1".parse().unwrap(), None, 1);
+        // A pipe much smaller than the changes: the client's writer blocks and its broadcast
+        // receiver lags behind.
+        let (a, b) = tokio::io::duplex(1024);
+        let client = async {
+            let est = client_handshake(a, None, "copier test").await.unwrap();
+            serve(&cfg, &links, est).await
+        };
+        let fake = async {
+            let mut est = server_handshake(b, None, "fake intercept").await.unwrap();
+            // Subscribed (empty snapshot sent) before the flood, so the flood must come through
+            // the broadcast, overflow it, and be recovered from the registry.
+            while links.connected.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let n = 3 * BROADCAST_CAPACITY as u16;
+            let regs: Vec<RegEvent> = (0..n).map(|i| RegEvent::Register(t(i))).collect();
+            links.registry.apply(&regs);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let unregs: Vec<RegEvent> = (0..n)
+                .filter(|i| i % 2 == 0)
+                .map(|i| RegEvent::Unregister(t(i)))
+                .collect();
+            links.registry.apply(&unregs);
+            let want: HashSet<FourTuple> = (0..n).filter(|i| i % 2 == 1).map(t).collect();
+            let mut have = HashSet::new();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while have != want {
+                let m = tokio::time::timeout_at(deadline, next_reg(&mut est))
+                    .await
+                    .expect("never converged");
+                match m {
+                    Message::Register { tuples } => have.extend(tuples),
+                    Message::Unregister { tuples } => tuples.iter().for_each(|x| {
+                        have.remove(x);
+                    }),
+                    _ => unreachable!(),
+                }
+            }
+            drop(est);
+        };
+        let (result, ()) = tokio::join!(client, fake);
+        assert!(result.is_err());
     }
 
     #[test]
@@ -538,9 +804,16 @@ mod tests {
         r.apply(&[RegEvent::Register(t(1)), RegEvent::Register(t(2))]);
         let (snap, mut rx) = r.subscribe();
         assert_eq!(snap.len(), 2);
-        r.apply(&[RegEvent::Register(t(2)), RegEvent::Unregister(t(1)), RegEvent::Unregister(t(9))]);
+        r.apply(&[
+            RegEvent::Register(t(2)),
+            RegEvent::Unregister(t(1)),
+            RegEvent::Unregister(t(9)),
+        ]);
         assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(1)));
-        assert!(rx.try_recv().is_err(), "duplicates and unknown tuples are not broadcast");
+        assert!(
+            rx.try_recv().is_err(),
+            "duplicates and unknown tuples are not broadcast"
+        );
         r.clear();
         assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(2)));
         assert!(r.is_empty());

@@ -8,4 +8,10 @@
 
 pub mod bpf;
 pub mod capture;
+pub mod cli;
+pub mod control;
+pub mod engine;
+pub mod metrics;
+pub mod run;
+pub mod send;
 pub mod sys;

@@ -20,8 +20,9 @@ use copier::send::RawSender;
 use copier::sys::EventFd;
 use tokio::sync::{mpsc, watch};
 
-/// Record batches waiting for the engine thread before the control clients stop reading.
-const RECORD_CHANNEL: usize = 256;
+/// Record batches waiting for the engine thread before the control clients stop reading (a
+/// batch is one Records frame, at most 1 MiB: this bounds the memory in flight to 32 MiB).
+const RECORD_CHANNEL: usize = 32;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -46,7 +47,9 @@ fn init_tracing(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr)
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
@@ -60,16 +63,29 @@ fn random_seed() -> u64 {
 fn run(args: Args) -> Result<Summary> {
     let v = args.validate(random_seed()).map_err(|e| anyhow!(e))?;
 
-    let targets: Vec<FilterTarget> =
-        v.engine.maps.iter().map(|m| FilterTarget { addr: m.online_ip, port: m.online_port }).collect();
+    let targets: Vec<FilterTarget> = v
+        .engine
+        .maps
+        .iter()
+        .map(|m| FilterTarget {
+            addr: m.online_ip,
+            port: m.online_port,
+        })
+        .collect();
     let filter = build_filter(&targets).context("building the capture filter")?;
-    let capture = Capture::open(&v.capture, &filter).context("starting the capture (run as root or with CAP_NET_RAW)")?;
-    let sender = RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?;
+    let capture = Capture::open(&v.capture, &filter)
+        .context("starting the capture (run as root or with CAP_NET_RAW)")?;
+    let sender =
+        RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?;
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the tokio runtime")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
     if let Some(addr) = v.metrics {
         let _guard = rt.enter();
-        copier::metrics::install(addr).with_context(|| format!("serving metrics on --metrics {addr}"))?;
+        copier::metrics::install(addr)
+            .with_context(|| format!("serving metrics on --metrics {addr}"))?;
     }
 
     let wake = Arc::new(EventFd::new().context("eventfd")?);
@@ -79,7 +95,11 @@ fn run(args: Args) -> Result<Summary> {
     let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
 
     let maps: Vec<String> = v.engine.maps.iter().map(show_map).collect();
-    let iface = v.capture.interface.clone().unwrap_or_else(|| "all interfaces".into());
+    let iface = v
+        .capture
+        .interface
+        .clone()
+        .unwrap_or_else(|| "all interfaces".into());
     tracing::info!(
         "copying {} (capture on {iface}, mtu {}, pacing {}, seed {})",
         maps.join(", "),
@@ -108,7 +128,12 @@ fn run(args: Args) -> Result<Summary> {
         })
         .context("starting the engine thread")?;
 
-    let links = Links { registry, records: records_tx, wake: wake.clone(), connected };
+    let links = Links {
+        registry,
+        records: records_tx,
+        wake: wake.clone(),
+        connected,
+    };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let why = rt.block_on(async {
         for (i, addr) in v.intercepts.iter().enumerate() {
@@ -122,7 +147,9 @@ fn run(args: Args) -> Result<Summary> {
     let _ = shutdown_tx.send(true);
     stop.store(true, Ordering::SeqCst);
     wake.notify();
-    let (summary, fatal) = engine.join().map_err(|_| anyhow!("the engine thread panicked"))?;
+    let (summary, fatal) = engine
+        .join()
+        .map_err(|_| anyhow!("the engine thread panicked"))?;
     drop(rt);
     if let Some(e) = fatal {
         eprintln!("{summary}");

@@ -17,48 +17,141 @@ use crate::send::SendStats;
 /// Install the Prometheus exporter listening on `addr` (needs a tokio runtime context) and
 /// describe every metric.
 pub fn install(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new().with_http_listener(addr).install()?;
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()?;
     describe();
     Ok(())
 }
 
 fn describe() {
-    describe_counter!("copier_packets_captured_total", "IP packets read from the capture ring");
-    describe_counter!("copier_capture_bytes_total", Unit::Bytes, "Bytes of the captured IP packets");
-    describe_counter!("copier_capture_truncated_total", "Captured packets cut short by the ring (larger than a block), not copied");
-    describe_counter!("copier_capture_bad_blocks_total", "Ring blocks with inconsistent headers");
-    describe_counter!("copier_kernel_packets_total", "Packets that passed the kernel filter (PACKET_STATISTICS tp_packets)");
-    describe_counter!("copier_kernel_drops_total", "Packets the kernel dropped because the capture ring was full (tp_drops)");
-    describe_counter!("copier_kernel_freezes_total", "Times the capture queue froze on a full ring (tp_freeze_q_cnt)");
+    describe_counter!(
+        "copier_packets_captured_total",
+        "IP packets read from the capture ring"
+    );
+    describe_counter!(
+        "copier_capture_bytes_total",
+        Unit::Bytes,
+        "Bytes of the captured IP packets"
+    );
+    describe_counter!(
+        "copier_capture_truncated_total",
+        "Captured packets cut short by the ring (larger than a block), not copied"
+    );
+    describe_counter!(
+        "copier_capture_bad_blocks_total",
+        "Ring blocks with inconsistent headers"
+    );
+    describe_counter!(
+        "copier_kernel_packets_total",
+        "Packets that passed the kernel filter (PACKET_STATISTICS tp_packets)"
+    );
+    describe_counter!(
+        "copier_kernel_drops_total",
+        "Packets the kernel dropped because the capture ring was full (tp_drops)"
+    );
+    describe_counter!(
+        "copier_kernel_freezes_total",
+        "Times the capture queue froze on a full ring (tp_freeze_q_cnt)"
+    );
     describe_gauge!("copier_sessions_active", "Sessions in the engine's table");
-    describe_counter!("copier_sessions_started_total", "Sessions whose copy started");
-    describe_counter!("copier_sessions_midstream_total", "Sessions caught in the middle and started with a handshake of our own");
-    describe_counter!("copier_sessions_completed_total", "Sessions that ended as the client ended them");
-    describe_counter!("copier_sessions_failed_total", "Sessions that ended otherwise, by reason");
-    describe_counter!("copier_sessions_not_copied_total", "Sessions not copied because no intercept was connected");
-    describe_counter!("copier_sessions_shed_total", "Sessions shed to stay under --max-memory");
-    describe_counter!("copier_connections_opened_total", "Connections opened to the test server");
-    describe_counter!("copier_reconnects_total", "Connections opened to carry requests after the test server closed");
+    describe_counter!(
+        "copier_sessions_started_total",
+        "Sessions whose copy started"
+    );
+    describe_counter!(
+        "copier_sessions_midstream_total",
+        "Sessions caught in the middle and started with a handshake of our own"
+    );
+    describe_counter!(
+        "copier_sessions_completed_total",
+        "Sessions that ended as the client ended them"
+    );
+    describe_counter!(
+        "copier_sessions_failed_total",
+        "Sessions that ended otherwise, by reason"
+    );
+    describe_counter!(
+        "copier_sessions_not_copied_total",
+        "Sessions not copied because no intercept was connected"
+    );
+    describe_counter!(
+        "copier_sessions_shed_total",
+        "Sessions shed to stay under --max-memory"
+    );
+    describe_counter!(
+        "copier_connections_opened_total",
+        "Connections opened to the test server"
+    );
+    describe_counter!(
+        "copier_reconnects_total",
+        "Connections opened to carry requests after the test server closed"
+    );
     describe_counter!("copier_segments_sent_total", "Segments the engine sent");
-    describe_counter!("copier_bytes_sent_total", Unit::Bytes, "IP bytes the engine sent");
-    describe_counter!("copier_payload_bytes_sent_total", Unit::Bytes, "Client payload bytes sent, retransmissions included");
+    describe_counter!(
+        "copier_bytes_sent_total",
+        Unit::Bytes,
+        "IP bytes the engine sent"
+    );
+    describe_counter!(
+        "copier_payload_bytes_sent_total",
+        Unit::Bytes,
+        "Client payload bytes sent, retransmissions included"
+    );
     describe_counter!("copier_retransmissions_total", "Segments sent again");
-    describe_counter!("copier_records_received_total", "Response records received from intercepts");
-    describe_counter!("copier_answer_timeouts_total", "Requests released by pacing without an answer");
-    describe_counter!("copier_packets_dropped_total", "Captured packets or records not carried, by reason");
+    describe_counter!(
+        "copier_records_received_total",
+        "Response records received from intercepts"
+    );
+    describe_counter!(
+        "copier_answer_timeouts_total",
+        "Requests released by pacing without an answer"
+    );
+    describe_counter!(
+        "copier_packets_dropped_total",
+        "Captured packets or records not carried, by reason"
+    );
     describe_gauge!("copier_memory_bytes", Unit::Bytes, "Bytes the engine holds");
-    describe_counter!("copier_send_packets_total", "Packets the raw sockets accepted");
-    describe_counter!("copier_send_bytes_total", Unit::Bytes, "Bytes the raw sockets accepted");
+    describe_counter!(
+        "copier_send_packets_total",
+        "Packets the raw sockets accepted"
+    );
+    describe_counter!(
+        "copier_send_bytes_total",
+        Unit::Bytes,
+        "Bytes the raw sockets accepted"
+    );
     describe_counter!("copier_send_errors_total", "Send errors, by errno kind");
-    describe_counter!("copier_send_dropped_total", "Packets the sender dropped, by reason");
-    describe_counter!("copier_send_split_extra_total", "Extra packets made by splitting after EMSGSIZE");
+    describe_counter!(
+        "copier_send_dropped_total",
+        "Packets the sender dropped, by reason"
+    );
+    describe_counter!(
+        "copier_send_split_extra_total",
+        "Extra packets made by splitting after EMSGSIZE"
+    );
     describe_gauge!("copier_send_queue", "Packets waiting in the send queue");
     describe_gauge!("copier_intercepts_connected", "Intercepts connected now");
-    describe_gauge!("copier_registered_sessions", "Sessions registered with the intercepts");
-    describe_counter!("copier_control_connects_total", "Successful handshakes with an intercept");
-    describe_counter!("copier_control_losses_total", "Connections to an intercept lost");
-    describe_counter!("copier_control_records_total", "Records received, per intercept");
-    describe_counter!("copier_engine_panics_total", "Engine panics survived (the session table was rebuilt)");
+    describe_gauge!(
+        "copier_registered_sessions",
+        "Sessions registered with the intercepts"
+    );
+    describe_counter!(
+        "copier_control_connects_total",
+        "Successful handshakes with an intercept"
+    );
+    describe_counter!(
+        "copier_control_losses_total",
+        "Connections to an intercept lost"
+    );
+    describe_counter!(
+        "copier_control_records_total",
+        "Records received, per intercept"
+    );
+    describe_counter!(
+        "copier_engine_panics_total",
+        "Engine panics survived (the session table was rebuilt)"
+    );
 }
 
 /// Everything the engine thread exports.

@@ -127,7 +127,11 @@ struct State {
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
 /// panic).
-pub fn run_engine_loop(config: EngineConfig, seed: u64, mut io: LoopIo) -> (Summary, Option<LoopError>) {
+pub fn run_engine_loop(
+    config: EngineConfig,
+    seed: u64,
+    mut io: LoopIo,
+) -> (Summary, Option<LoopError>) {
     let started = Instant::now();
     let mut engine = Engine::new(config.clone(), seed);
     let mut st = State {
@@ -206,7 +210,11 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
 
-    let blocks = io.capture.drain(usize::MAX, |pkt| engine.handle_captured(now, pkt));
+    // At most one ring's worth per turn, so a flood cannot starve records, timers and sending.
+    let max_blocks = io.capture.block_count();
+    let blocks = io
+        .capture
+        .drain(max_blocks, |pkt| engine.handle_captured(now, pkt));
     let now = if blocks > 0 { Instant::now() } else { now };
 
     if engine.poll_timeout().is_some_and(|t| t <= now) {
@@ -236,7 +244,14 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     }
     let now = Instant::now();
     let mut deadline = now + MAX_WAIT;
-    for t in [engine.poll_timeout(), io.sender.wakeup(), Some(st.next_report)].into_iter().flatten() {
+    for t in [
+        engine.poll_timeout(),
+        io.sender.wakeup(),
+        Some(st.next_report),
+    ]
+    .into_iter()
+    .flatten()
+    {
         deadline = deadline.min(t);
     }
     let timeout = deadline.saturating_duration_since(now);

@@ -22,7 +22,9 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
-use common::wire::{parse_tcp_packet, tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption, WireError};
+use common::wire::{
+    parse_tcp_packet, tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption, WireError,
+};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::sys;
@@ -46,7 +48,11 @@ pub struct SendConfig {
 
 impl Default for SendConfig {
     fn default() -> Self {
-        SendConfig { sndbuf: 4 << 20, queue_cap: 8192, mtu: 1500 }
+        SendConfig {
+            sndbuf: 4 << 20,
+            queue_cap: 8192,
+            mtu: 1500,
+        }
     }
 }
 
@@ -145,7 +151,11 @@ pub enum SplitError {
 /// Sequence numbers advance by the payload offset, FIN and PSH stay on the last piece only, TCP
 /// options (timestamps...) are copied to every piece, and every checksum is fresh. IPv4 options,
 /// if any, are not carried over. A packet that already fits is copied as one piece.
-pub fn split_tcp_packet(packet: &[u8], limit: usize, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
+pub fn split_tcp_packet(
+    packet: &[u8],
+    limit: usize,
+    out: &mut Vec<Vec<u8>>,
+) -> Result<usize, SplitError> {
     let p = parse_tcp_packet(packet)?;
     let bytes = &packet[..p.ip_total_len.min(packet.len())];
     if bytes.len() <= limit {
@@ -174,7 +184,9 @@ pub fn split_tcp_packet(packet: &[u8], limit: usize, out: &mut Vec<Vec<u8>>) -> 
         ident,
     };
     let mut probe = Vec::new();
-    let headers = b.try_emit(&mut probe).map_err(|_| SplitError::TooSmall { limit, headers: 0 })?;
+    let headers = b
+        .try_emit(&mut probe)
+        .map_err(|_| SplitError::TooSmall { limit, headers: 0 })?;
     let room = limit.saturating_sub(headers);
     if room < 8 {
         return Err(SplitError::TooSmall { limit, headers });
@@ -187,11 +199,16 @@ pub fn split_tcp_packet(packet: &[u8], limit: usize, out: &mut Vec<Vec<u8>>) -> 
     for (i, chunk) in payload.chunks(each).enumerate() {
         let last = (i + 1) * each >= payload.len();
         b.seq = p.tcp.seq().add((i * each) as u32);
-        b.flags = if last { flags } else { flags.without(TcpFlags::FIN | TcpFlags::PSH) };
+        b.flags = if last {
+            flags
+        } else {
+            flags.without(TcpFlags::FIN | TcpFlags::PSH)
+        };
         b.payload = chunk;
         b.ident = ident.wrapping_add(i as u16);
         let mut buf = Vec::with_capacity(headers + chunk.len());
-        b.try_emit(&mut buf).map_err(|_| SplitError::TooSmall { limit, headers })?;
+        b.try_emit(&mut buf)
+            .map_err(|_| SplitError::TooSmall { limit, headers })?;
         out.push(buf);
         n += 1;
     }
@@ -323,7 +340,12 @@ impl RawSender {
                 return;
             }
         }
-        self.push_back(Pending { tuple, dst: SockAddr::from(SocketAddr::new(dst, 0)), v6, buf });
+        self.push_back(Pending {
+            tuple,
+            dst: SockAddr::from(SocketAddr::new(dst, 0)),
+            v6,
+            buf,
+        });
     }
 
     fn push_back(&mut self, p: Pending) {
@@ -336,14 +358,26 @@ impl RawSender {
     }
 
     /// Split `buf` to `limit` and queue the pieces, at the front (a retry) or at the back.
-    fn split_and_queue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>, limit: usize, front: bool) {
+    fn split_and_queue(
+        &mut self,
+        tuple: FourTuple,
+        dst: IpAddr,
+        buf: Vec<u8>,
+        limit: usize,
+        front: bool,
+    ) {
         let mut pieces = Vec::new();
         match split_tcp_packet(&buf, limit, &mut pieces) {
             Ok(n) => {
                 self.stats.split_extra += n.saturating_sub(1) as u64;
                 let v6 = dst.is_ipv6();
                 let addr = SockAddr::from(SocketAddr::new(dst, 0));
-                let items = pieces.into_iter().map(|b| Pending { tuple, dst: addr.clone(), v6, buf: b });
+                let items = pieces.into_iter().map(|b| Pending {
+                    tuple,
+                    dst: addr.clone(),
+                    v6,
+                    buf: b,
+                });
                 if front {
                     for p in items.rev() {
                         self.queue.push_front(p);
@@ -365,8 +399,12 @@ impl RawSender {
     /// The kernel's MTU for the route to `dst`, if it can tell.
     fn route_mtu(&self, dst: IpAddr) -> Option<usize> {
         let probe = self.probes[usize::from(dst.is_ipv6())].as_ref()?;
-        probe.connect(&SockAddr::from(SocketAddr::new(dst, 9))).ok()?;
-        sys::connected_mtu(probe.as_fd(), dst.is_ipv6()).ok().map(|m| m as usize)
+        probe
+            .connect(&SockAddr::from(SocketAddr::new(dst, 9)))
+            .ok()?;
+        sys::connected_mtu(probe.as_fd(), dst.is_ipv6())
+            .ok()
+            .map(|m| m as usize)
     }
 
     /// Packets waiting.
@@ -467,7 +505,9 @@ impl RawSender {
             }
             SendErrorKind::MsgSize => {
                 self.stats.err_msgsize += 1;
-                let Some(p) = self.queue.pop_front() else { return true };
+                let Some(p) = self.queue.pop_front() else {
+                    return true;
+                };
                 let min = if p.v6 { MIN_SPLIT_V6 } else { MIN_SPLIT_V4 };
                 let len = p.buf.len();
                 let dst = p.dst.as_socket().map(|s| s.ip());
@@ -516,7 +556,13 @@ mod tests {
     use super::*;
     use common::seq::SeqNum;
 
-    fn packet(src: &str, dst: &str, flags: TcpFlags, payload: &[u8], opts: &[TcpOption<'_>]) -> Vec<u8> {
+    fn packet(
+        src: &str,
+        dst: &str,
+        flags: TcpFlags,
+        payload: &[u8],
+        opts: &[TcpOption<'_>],
+    ) -> Vec<u8> {
         let mut out = Vec::new();
         TcpBuilder {
             src: src.parse().unwrap(),
@@ -542,7 +588,13 @@ mod tests {
     fn split_keeps_bytes_order_and_flags() {
         let data = payload(5000);
         let ts = [TcpOption::Timestamps { tsval: 1, tsecr: 2 }];
-        let pkt = packet("198.18.0.1:40000", "198.18.1.2:80", TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN, &data, &ts);
+        let pkt = packet(
+            "198.18.0.1:40000",
+            "198.18.1.2:80",
+            TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN,
+            &data,
+            &ts,
+        );
         let mut out = Vec::new();
         let n = split_tcp_packet(&pkt, 1500, &mut out).unwrap();
         assert_eq!(n, 4);
@@ -570,10 +622,19 @@ mod tests {
     #[test]
     fn split_ipv6_and_even_pieces() {
         let data = payload(2000);
-        let pkt = packet("[2001:db8::1]:40000", "[2001:db8::2]:80", TcpFlags::ACK, &data, &[]);
+        let pkt = packet(
+            "[2001:db8::1]:40000",
+            "[2001:db8::2]:80",
+            TcpFlags::ACK,
+            &data,
+            &[],
+        );
         let mut out = Vec::new();
         assert_eq!(split_tcp_packet(&pkt, 1500, &mut out).unwrap(), 2);
-        let lens: Vec<usize> = out.iter().map(|p| parse_tcp_packet(p).unwrap().payload().len()).collect();
+        let lens: Vec<usize> = out
+            .iter()
+            .map(|p| parse_tcp_packet(p).unwrap().payload().len())
+            .collect();
         assert_eq!(lens, vec![1000, 1000]);
     }
 
@@ -586,10 +647,19 @@ mod tests {
 
         let big = payload(3000);
         let syn = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::SYN, &big, &[]);
-        assert!(matches!(split_tcp_packet(&syn, 1500, &mut out), Err(SplitError::Flags(_))));
+        assert!(matches!(
+            split_tcp_packet(&syn, 1500, &mut out),
+            Err(SplitError::Flags(_))
+        ));
         let data = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::ACK, &big, &[]);
-        assert!(matches!(split_tcp_packet(&data, 44, &mut out), Err(SplitError::TooSmall { .. })));
-        assert!(matches!(split_tcp_packet(&data[..30], 1500, &mut out), Err(SplitError::Parse(_))));
+        assert!(matches!(
+            split_tcp_packet(&data, 44, &mut out),
+            Err(SplitError::TooSmall { .. })
+        ));
+        assert!(matches!(
+            split_tcp_packet(&data[..30], 1500, &mut out),
+            Err(SplitError::Parse(_))
+        ));
     }
 
     #[test]

@@ -35,7 +35,12 @@ fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-fn setsockopt<T>(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+fn setsockopt<T>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
     // SAFETY: `value` is a valid, initialised T for the duration of the call and we pass its size.
     cvt(unsafe {
         libc::setsockopt(
@@ -97,21 +102,37 @@ impl RxRing {
         if params.block_size == 0 || params.block_size as usize % page != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("ring block size {} is not a multiple of the page size {page}", params.block_size),
+                format!(
+                    "ring block size {} is not a multiple of the page size {page}",
+                    params.block_size
+                ),
             ));
         }
-        if params.block_count == 0 || params.frame_size == 0 || params.block_size % params.frame_size != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "ring needs blocks and a frame size dividing the block"));
+        if params.block_count == 0
+            || params.frame_size == 0
+            || params.block_size % params.frame_size != 0
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ring needs blocks and a frame size dividing the block",
+            ));
         }
         // SAFETY: plain syscall; the result is checked and owned right away.
-        let raw = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+        let raw = cvt(unsafe {
+            libc::socket(libc::AF_PACKET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0)
+        })?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
         let version: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
         setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
         // Older kernels lack this; the filter rejects outgoing frames as well.
-        let _ = setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &(1 as libc::c_int));
+        let _ = setsockopt(
+            fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_IGNORE_OUTGOING,
+            &(1 as libc::c_int),
+        );
         attach_filter(fd.as_fd(), filter)?;
 
         let req = libc::tpacket_req3 {
@@ -140,7 +161,8 @@ impl RxRing {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let map = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+        let map =
+            NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
         let ring = RxRing {
             fd,
             map,
@@ -179,7 +201,14 @@ impl RxRing {
         assert!(idx < self.block_count);
         // SAFETY: the offset lies inside the mapping (idx < block_count, block_size >= page size);
         // the field is 4-byte aligned (blocks are page aligned) and the kernel accesses it as a u32.
-        unsafe { AtomicU32::from_ptr(self.map.as_ptr().add(idx * self.block_size + BLOCK_STATUS_OFFSET).cast()) }
+        unsafe {
+            AtomicU32::from_ptr(
+                self.map
+                    .as_ptr()
+                    .add(idx * self.block_size + BLOCK_STATUS_OFFSET)
+                    .cast(),
+            )
+        }
     }
 
     /// Is block `idx` filled and handed to user space?
@@ -203,7 +232,12 @@ impl RxRing {
         // SAFETY: the block lies inside the mapping; while its status says TP_STATUS_USER the kernel
         // does not write to it, and it stays ours until `_give_back` runs after `f` returns. `&mut
         // self` keeps any other borrow of the block out.
-        let bytes = unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(idx * self.block_size), self.block_size) };
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                self.map.as_ptr().add(idx * self.block_size),
+                self.block_size,
+            )
+        };
         Some(f(bytes))
     }
 
@@ -223,7 +257,11 @@ impl RxRing {
         })?;
         // SAFETY: zero-initialised POD, possibly partly overwritten by the kernel.
         let st = unsafe { st.assume_init() };
-        Ok(KernelStats { packets: st.tp_packets, drops: st.tp_drops, freeze_q_cnt: st.tp_freeze_q_cnt })
+        Ok(KernelStats {
+            packets: st.tp_packets,
+            drops: st.tp_drops,
+            freeze_q_cnt: st.tp_freeze_q_cnt,
+        })
     }
 }
 
@@ -248,10 +286,21 @@ fn page_size() -> usize {
 
 /// Attach a classic BPF program with `SO_ATTACH_FILTER`.
 pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
-    let mut insns: Vec<libc::sock_filter> =
-        filter.iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
-    let len = u16::try_from(insns.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
-    let prog = libc::sock_fprog { len, filter: insns.as_mut_ptr() };
+    let mut insns: Vec<libc::sock_filter> = filter
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let len = u16::try_from(insns.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: insns.as_mut_ptr(),
+    };
     // The kernel copies the program during the call; `insns` outlives it.
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
 }
@@ -260,17 +309,34 @@ pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
 /// ready as a bit set (bit i for `fds[i]`). `EINTR` counts as a timeout.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<u32> {
     assert!(fds.len() <= 32);
-    let mut pfds: Vec<libc::pollfd> =
-        fds.iter().map(|f| libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 }).collect();
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|f| libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
     // SAFETY: `pfds` and `ts` are valid for the call; no signal mask is changed.
-    let ret = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+    let ret = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
     if ret < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted { Ok(0) } else { Err(e) };
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(0)
+        } else {
+            Err(e)
+        };
     }
     let mut ready = 0u32;
     for (i, p) in pfds.iter().enumerate() {
@@ -316,7 +382,8 @@ impl EventFd {
 
 /// The index of interface `name`.
 pub fn interface_index(name: &str) -> io::Result<u32> {
-    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name contains NUL"))?;
+    let c = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name contains NUL"))?;
     // SAFETY: `c` is a valid NUL-terminated string.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if idx == 0 {
@@ -335,11 +402,23 @@ pub fn force_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
 /// The path MTU the kernel knows for the destination a datagram socket is connected to
 /// (`IP_MTU` / `IPV6_MTU`).
 pub fn connected_mtu(fd: BorrowedFd<'_>, v6: bool) -> io::Result<u32> {
-    let (level, name) = if v6 { (libc::IPPROTO_IPV6, libc::IPV6_MTU) } else { (libc::IPPROTO_IP, libc::IP_MTU) };
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
     let mut v: libc::c_int = 0;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` has room for `len` bytes.
-    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut len) })?;
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
     u32::try_from(v).map_err(|_| io::Error::other("negative MTU"))
 }
 
@@ -353,10 +432,15 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[(&[u8], &socket2::SockAddr)]) -> i
     if n == 0 {
         return Ok(0);
     }
-    let mut iovs: [MaybeUninit<libc::iovec>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
-    let mut hdrs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] = [const { MaybeUninit::uninit() }; MAX_BATCH];
+    let mut iovs: [MaybeUninit<libc::iovec>; MAX_BATCH] =
+        [const { MaybeUninit::uninit() }; MAX_BATCH];
+    let mut hdrs: [MaybeUninit<libc::mmsghdr>; MAX_BATCH] =
+        [const { MaybeUninit::uninit() }; MAX_BATCH];
     for (i, (buf, _)) in msgs[..n].iter().enumerate() {
-        iovs[i].write(libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() });
+        iovs[i].write(libc::iovec {
+            iov_base: buf.as_ptr() as *mut libc::c_void,
+            iov_len: buf.len(),
+        });
     }
     for (i, (_, addr)) in msgs[..n].iter().enumerate() {
         // SAFETY: msghdr is plain old data; all-zero is valid (no control data, no flags).
@@ -365,12 +449,20 @@ pub fn send_batch(fd: BorrowedFd<'_>, msgs: &[(&[u8], &socket2::SockAddr)]) -> i
         mh.msg_namelen = addr.len();
         mh.msg_iov = iovs[i].as_mut_ptr();
         mh.msg_iovlen = 1;
-        hdrs[i].write(libc::mmsghdr { msg_hdr: mh, msg_len: 0 });
+        hdrs[i].write(libc::mmsghdr {
+            msg_hdr: mh,
+            msg_len: 0,
+        });
     }
     // SAFETY: the first n headers and iovecs are initialised and point at buffers and addresses
     // borrowed for the duration of the call; the kernel only reads them (and writes msg_len).
     let ret = unsafe {
-        libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr().cast::<libc::mmsghdr>(), n as libc::c_uint, libc::MSG_DONTWAIT)
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
     };
     if ret < 0 {
         Err(io::Error::last_os_error())
@@ -386,7 +478,8 @@ mod tests {
     #[test]
     fn block_status_offset_matches_libc() {
         assert_eq!(
-            std::mem::offset_of!(libc::tpacket_block_desc, hdr) + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status),
+            std::mem::offset_of!(libc::tpacket_block_desc, hdr)
+                + std::mem::offset_of!(libc::tpacket_hdr_v1, block_status),
             BLOCK_STATUS_OFFSET
         );
     }
@@ -394,10 +487,16 @@ mod tests {
     #[test]
     fn eventfd_wakes_poll_and_drains() {
         let ev = EventFd::new().unwrap();
-        assert_eq!(poll_readable(&[ev.fd()], Duration::from_millis(1)).unwrap(), 0);
+        assert_eq!(
+            poll_readable(&[ev.fd()], Duration::from_millis(1)).unwrap(),
+            0
+        );
         ev.notify();
         ev.notify();
-        assert_eq!(poll_readable(&[ev.fd()], Duration::from_secs(1)).unwrap(), 1);
+        assert_eq!(
+            poll_readable(&[ev.fd()], Duration::from_secs(1)).unwrap(),
+            1
+        );
         ev.drain();
         assert_eq!(poll_readable(&[ev.fd()], Duration::ZERO).unwrap(), 0);
     }

@@ -36,12 +36,17 @@ fn root_or_skip(test: &str) -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{test}: needs root to create network namespaces, and CI=true forbids skipping");
     }
-    eprintln!("\n*** SKIPPED {test}: needs root (network namespaces, AF_PACKET, raw sockets) ***\n");
+    eprintln!(
+        "\n*** SKIPPED {test}: needs root (network namespaces, AF_PACKET, raw sockets) ***\n"
+    );
     false
 }
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("running `ip`");
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .expect("running `ip`");
     assert!(
         out.status.success(),
         "ip {}: {}",
@@ -61,14 +66,30 @@ impl Lab {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::SeqCst);
         let base = format!("cpio-{}-{n}", std::process::id());
-        let lab = Lab { a: format!("{base}-a"), b: format!("{base}-b") };
+        let lab = Lab {
+            a: format!("{base}-a"),
+            b: format!("{base}-b"),
+        };
         ip(&["netns", "add", &lab.a]);
         ip(&["netns", "add", &lab.b]);
-        ip(&["link", "add", "a0", "netns", &lab.a, "type", "veth", "peer", "name", "b0", "netns", &lab.b]);
+        ip(&[
+            "link", "add", "a0", "netns", &lab.a, "type", "veth", "peer", "name", "b0", "netns",
+            &lab.b,
+        ]);
         for (ns, dev, v4, v6) in [(&lab.a, "a0", A_V4, A_V6), (&lab.b, "b0", B_V4, B_V6)] {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
             ip(&["-n", ns, "addr", "add", &format!("{v4}/24"), "dev", dev]);
-            ip(&["-n", ns, "-6", "addr", "add", &format!("{v6}/64"), "dev", dev, "nodad"]);
+            ip(&[
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "add",
+                &format!("{v6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
             ip(&["-n", ns, "link", "set", dev, "mtu", "1500", "up"]);
         }
         lab
@@ -144,7 +165,9 @@ fn open_capture(lab: &Lab, interface: Option<&str>, targets: Vec<FilterTarget>) 
         retire: Duration::from_millis(5),
     };
     let filter = build_filter(&targets).unwrap();
-    lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"))
+    lab.within(&lab.b, move || {
+        Capture::open(&cfg, &filter).expect("open capture in b")
+    })
 }
 
 fn tuple(src: SocketAddr, dst: SocketAddr) -> FourTuple {
@@ -157,11 +180,27 @@ fn capture_sees_only_mapped_tcp_and_sender_delivers() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    let mut cap = open_capture(
+        &lab,
+        Some("b0"),
+        vec![FilterTarget {
+            addr: None,
+            port: 80,
+        }],
+    );
+    let mut sender = lab.within(&lab.a, || {
+        RawSender::open(SendConfig::default()).expect("raw sockets in a")
+    });
 
     let wanted: Vec<Vec<u8>> = (0..3u32)
-        .map(|i| tcp_packet(sa(A_V4, 40000 + i as u16), sa(B_V4, 80), 1000 * i, format!("request {i}").as_bytes()))
+        .map(|i| {
+            tcp_packet(
+                sa(A_V4, 40000 + i as u16),
+                sa(B_V4, 80),
+                1000 * i,
+                format!("request {i}").as_bytes(),
+            )
+        })
         .chain([tcp_packet(sa(A_V6, 40100), sa(B_V6, 80), 5, b"over ipv6")])
         .collect();
     let unwanted = [
@@ -174,11 +213,18 @@ fn capture_sees_only_mapped_tcp_and_sender_delivers() {
         let parsed = parse_tcp_packet(p).unwrap();
         let mut buf = sender.buffer();
         buf.extend_from_slice(p);
-        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+        sender.enqueue(
+            tuple(parsed.src_socket(), parsed.dst_socket()),
+            parsed.dst,
+            buf,
+        );
     }
     sender.flush(now);
     assert_eq!(sender.pending(), 0, "everything sent: {:?}", sender.stats());
-    assert_eq!(sender.stats().packets, (wanted.len() + unwanted.len()) as u64);
+    assert_eq!(
+        sender.stats().packets,
+        (wanted.len() + unwanted.len()) as u64
+    );
     // UDP to the mapped port must not pass the filter either.
     lab.within(&lab.a, || {
         let u = UdpSocket::bind(sa(A_V4, 0)).unwrap();
@@ -190,7 +236,10 @@ fn capture_sees_only_mapped_tcp_and_sender_delivers() {
     got_sorted.sort();
     let mut want_sorted = wanted.clone();
     want_sorted.sort();
-    assert_eq!(got_sorted, want_sorted, "capture must hold exactly the packets to port 80, byte for byte");
+    assert_eq!(
+        got_sorted, want_sorted,
+        "capture must hold exactly the packets to port 80, byte for byte"
+    );
 
     cap.refresh_kernel_stats().unwrap();
     let st = cap.stats();
@@ -208,7 +257,14 @@ fn capture_on_all_interfaces_with_address_filter_and_real_tcp() {
     let lab = Lab::new();
     // Only 198.18.200.2:8080 is mapped; b's second address is not.
     ip(&["-n", &lab.b, "addr", "add", "198.18.200.3/24", "dev", "b0"]);
-    let mut cap = open_capture(&lab, None, vec![FilterTarget { addr: Some(B_V4.parse().unwrap()), port: 8080 }]);
+    let mut cap = open_capture(
+        &lab,
+        None,
+        vec![FilterTarget {
+            addr: Some(B_V4.parse().unwrap()),
+            port: 8080,
+        }],
+    );
 
     let listener = lab.within(&lab.b, || TcpListener::bind("0.0.0.0:8080").unwrap());
     let server = std::thread::spawn(move || {
@@ -224,7 +280,8 @@ fn capture_on_all_interfaces_with_address_filter_and_real_tcp() {
     lab.within(&lab.a, || {
         for dst in [B_V4, "198.18.200.3"] {
             let mut c = TcpStream::connect_timeout(&sa(dst, 8080), Duration::from_secs(2)).unwrap();
-            std::io::Write::write_all(&mut c, format!("GET /{dst} HTTP/1.0\r\n\r\n").as_bytes()).unwrap();
+            std::io::Write::write_all(&mut c, format!("GET /{dst} HTTP/1.0\r\n\r\n").as_bytes())
+                .unwrap();
         }
     });
     let bodies = server.join().unwrap();
@@ -254,7 +311,14 @@ fn sender_splits_when_the_route_mtu_is_smaller() {
     }
     let lab = Lab::new();
     ip(&["-n", &lab.a, "link", "set", "a0", "mtu", "1400"]);
-    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let mut cap = open_capture(
+        &lab,
+        Some("b0"),
+        vec![FilterTarget {
+            addr: None,
+            port: 80,
+        }],
+    );
     let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
 
     let body: Vec<u8> = (0..2400u32).map(|i| (i % 251) as u8).collect();
@@ -300,11 +364,20 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(&lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let mut cap = open_capture(
+        &lab,
+        Some("b0"),
+        vec![FilterTarget {
+            addr: None,
+            port: 80,
+        }],
+    );
     let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
     // Warm up ARP so the measured packet goes out at once.
     lab.within(&lab.a, || {
-        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+        let _ = UdpSocket::bind(sa(A_V4, 0))
+            .unwrap()
+            .send_to(b"arp", sa(B_V4, 9));
     });
     std::thread::sleep(Duration::from_millis(100));
     assert!(!cap.has_ready());
@@ -317,14 +390,19 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
         sender.flush(sent);
         let mut woke = None;
         while sent.elapsed() < Duration::from_secs(2) {
-            if copier::sys::poll_readable(&[cap.fd()], Duration::from_secs(2)).unwrap() != 0 && cap.has_ready() {
+            if copier::sys::poll_readable(&[cap.fd()], Duration::from_secs(2)).unwrap() != 0
+                && cap.has_ready()
+            {
                 woke = Some(sent.elapsed());
                 break;
             }
         }
         let woke = woke.expect("ppoll never reported the retired block");
         // Retire timeout is 5 ms; allow for a loaded machine, but far below a 100 ms poll cap.
-        assert!(woke < Duration::from_millis(60), "round {round}: woke after {woke:?}");
+        assert!(
+            woke < Duration::from_millis(60),
+            "round {round}: woke after {woke:?}"
+        );
         let mut n = 0;
         cap.drain(usize::MAX, |_| n += 1);
         assert_eq!(n, 1);
