@@ -163,8 +163,8 @@ impl Default for CaptureConfig {
     fn default() -> Self {
         CaptureConfig {
             interface: None,
-            block_size: 1 << 20,
-            block_count: 4,
+            block_size: 4 << 20,
+            block_count: 8,
             retire: Duration::from_millis(10),
         }
     }

@@ -44,7 +44,7 @@ Examples:
          --secret-file /etc/tcopy/secret --metrics 127.0.0.1:9100 --client-ip 198.19.0.0/16
 
 Sizes accept 512M, 2G, 64K or plain bytes; durations accept 500ms, 30s, 5m, 2h or plain seconds.
-RUST_LOG (e.g. RUST_LOG=debug) overrides -v.";
+Logs go to stderr: -v for debug, -vv for trace; without -v, RUST_LOG (e.g. RUST_LOG=debug) applies.";
 
 /// The copier's command line.
 #[derive(Debug, Parser)]
@@ -106,12 +106,14 @@ pub struct Args {
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
 
-    /// Capture ring: bytes per block (also the largest packet that can be captured whole).
-    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size, hide_short_help = true)]
+    /// Capture ring: bytes per block (also the largest packet that can be captured whole). The
+    /// ring (blocks x size, 32 MiB by default) absorbs bursts while the engine catches up;
+    /// copier_kernel_drops_total counts what did not fit.
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size, hide_short_help = true)]
     pub ring_block_size: u64,
 
     /// Capture ring: number of blocks.
-    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
 }
 

@@ -41,12 +41,12 @@ fn main() -> ExitCode {
 
 fn init_tracing(verbose: u8) {
     use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "info",
-        1 => "debug",
-        _ => "trace",
+    // An explicit -v wins over RUST_LOG; without it RUST_LOG applies, else "info".
+    let filter = match verbose {
+        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        1 => EnvFilter::new("debug"),
+        _ => EnvFilter::new("trace"),
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
