@@ -122,7 +122,12 @@ impl Shaper {
         let mut rng = StdRng::seed_from_u64(seed);
         let plan = if profile.onoff.enabled {
             let model = profile.onoff_model()?;
-            Some(Plan::generate(&model, profile.onoff.sources as usize, profile.onoff.horizon_s, &mut rng)?)
+            Some(Plan::generate(
+                &model,
+                profile.onoff.sources as usize,
+                profile.onoff.horizon_s,
+                &mut rng,
+            )?)
         } else {
             None
         };
@@ -145,7 +150,10 @@ impl Shaper {
         let plan = if profile.onoff.enabled { plan } else { None };
         if let Some(p) = &plan {
             if p.sources() != profile.onoff.sources as usize {
-                return Err(ShaperError::PlanMismatch { got: p.sources(), want: profile.onoff.sources as usize });
+                return Err(ShaperError::PlanMismatch {
+                    got: p.sources(),
+                    want: profile.onoff.sources as usize,
+                });
             }
         }
         let lifetime = Duration::from_secs_f64(profile.nat.lifetime_s);
@@ -178,10 +186,18 @@ impl Shaper {
     }
 
     /// A real client's session starts: the copies to make (see [`CopyPlan`]).
-    pub fn on_session(&mut self, now: Duration, client: SocketAddr) -> Result<Vec<CopyPlan>, ShaperError> {
+    pub fn on_session(
+        &mut self,
+        now: Duration,
+        client: SocketAddr,
+    ) -> Result<Vec<CopyPlan>, ShaperError> {
         self.handle_timeout(now);
         if let Some(ids) = self.by_client.get(&client) {
-            let plans: Vec<CopyPlan> = ids.iter().filter_map(|id| self.copies.get(id)).map(|c| c.plan).collect();
+            let plans: Vec<CopyPlan> = ids
+                .iter()
+                .filter_map(|id| self.copies.get(id))
+                .map(|c| c.plan)
+                .collect();
             for p in &plans {
                 let _ = self.nat.lookup(now, (client, p.copy));
             }
@@ -193,9 +209,15 @@ impl Shaper {
             let (user, vaddr, w) = match &self.users {
                 Some(table) => {
                     let rng = &mut self.rng;
-                    let id = self.nat.user_for(now, client.ip(), copy, || table.choose(rng));
+                    let id = self
+                        .nat
+                        .user_for(now, client.ip(), copy, || table.choose(rng));
                     let u = table.user(id);
-                    (Some(id), u.addr, if self.think.per_user { u.think } else { 1.0 })
+                    (
+                        Some(id),
+                        u.addr,
+                        if self.think.per_user { u.think } else { 1.0 },
+                    )
                 }
                 None => (None, client.ip(), 1.0),
             };
@@ -210,7 +232,8 @@ impl Shaper {
                 }
             };
             let source = self.plan.as_ref().map(|p| {
-                (hash::hash_session(self.seed, client, copy, TAG_SOURCE) % p.sources() as u64) as u32
+                (hash::hash_session(self.seed, client, copy, TAG_SOURCE) % p.sources() as u64)
+                    as u32
             });
             let plan = CopyPlan {
                 session: SessionId(self.next_id),
@@ -227,10 +250,18 @@ impl Shaper {
             if let (Some(u), Some(table)) = (p.user, &self.users) {
                 self.pool_sessions[table.user(u).pool] += 1;
             }
-            self.copies.insert(p.session, CopyState { plan: *p, real: client, last: None });
+            self.copies.insert(
+                p.session,
+                CopyState {
+                    plan: *p,
+                    real: client,
+                    last: None,
+                },
+            );
         }
         if !plans.is_empty() {
-            self.by_client.insert(client, plans.iter().map(|p| p.session).collect());
+            self.by_client
+                .insert(client, plans.iter().map(|p| p.session).collect());
         }
         Ok(plans)
     }
@@ -254,15 +285,27 @@ impl Shaper {
     /// before its online request exists (so a multiplier below 1 only lets a held copy catch
     /// up). With gating on, that instant is then moved to the next ON instant of the copy's
     /// source; a plan shorter than the run wraps around.
-    pub fn release_at(&mut self, now: Duration, session: SessionId, index: u32) -> Result<Duration, ShaperError> {
+    pub fn release_at(
+        &mut self,
+        now: Duration,
+        session: SessionId,
+        index: u32,
+    ) -> Result<Duration, ShaperError> {
         self.handle_timeout(now);
-        let state = self.copies.get(&session).ok_or(ShaperError::UnknownSession(session))?;
+        let state = self
+            .copies
+            .get(&session)
+            .ok_or(ShaperError::UnknownSession(session))?;
         // Renew the translation: the copy is in use.
         let _ = self.nat.lookup(now, (state.real, state.plan.copy));
         let earliest = match state.last {
             Some((last, _, release)) if last == index => return Ok(release),
             Some((last, _, _)) if index < last => {
-                return Err(ShaperError::OutOfOrder { session, index, last })
+                return Err(ShaperError::OutOfOrder {
+                    session,
+                    index,
+                    last,
+                })
             }
             Some((_, online, release)) => {
                 let gap = now.saturating_sub(online).as_secs_f64() * state.plan.think;
@@ -295,7 +338,9 @@ impl Shaper {
         let gone: Vec<(SocketAddr, u32)> = self.nat.drain_expired().collect();
         for (real, copy) in gone {
             let id = self.by_client.get(&real).and_then(|ids| {
-                ids.iter().copied().find(|id| self.copies.get(id).is_some_and(|c| c.plan.copy == copy))
+                ids.iter()
+                    .copied()
+                    .find(|id| self.copies.get(id).is_some_and(|c| c.plan.copy == copy))
             });
             if let Some(plan) = id.and_then(|id| self.copies.get(&id)).map(|c| c.plan) {
                 self.drop_copy(&plan);

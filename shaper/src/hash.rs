@@ -69,7 +69,9 @@ mod tests {
     #[test]
     fn unit_is_roughly_uniform() {
         let n = 100_000;
-        let below = (0..n).filter(|&i| unit(hash_bytes(3, &u64::to_be_bytes(i))) < 0.25).count();
+        let below = (0..n)
+            .filter(|&i| unit(hash_bytes(3, &u64::to_be_bytes(i))) < 0.25)
+            .count();
         assert!((below as f64 / n as f64 - 0.25).abs() < 0.01);
     }
 }

@@ -123,8 +123,12 @@ impl OnOffModel {
     /// The same means with exponential periods (the Poisson-like comparison, H = 0.5).
     pub fn exponential_twin(&self) -> OnOffModel {
         OnOffModel {
-            on: PeriodLaw::Exponential { mean: self.on.mean() },
-            off: PeriodLaw::Exponential { mean: self.off.mean() },
+            on: PeriodLaw::Exponential {
+                mean: self.on.mean(),
+            },
+            off: PeriodLaw::Exponential {
+                mean: self.off.mean(),
+            },
         }
     }
 }
@@ -192,10 +196,16 @@ impl Plan {
                     }
                     t += law(on).sample(rng);
                 }
-                Timeline { initial_on, toggles }
+                Timeline {
+                    initial_on,
+                    toggles,
+                }
             })
             .collect();
-        Ok(Plan { duration, sources: timelines })
+        Ok(Plan {
+            duration,
+            sources: timelines,
+        })
     }
 
     /// The plan's length, seconds.
@@ -258,7 +268,11 @@ impl Plan {
 
     /// The fraction of source-time spent ON over the whole plan.
     pub fn on_fraction(&self) -> f64 {
-        let total: f64 = self.all_periods().filter(|p| p.on).map(|p| p.end - p.start).sum();
+        let total: f64 = self
+            .all_periods()
+            .filter(|p| p.on)
+            .map(|p| p.end - p.start)
+            .sum();
         total / (self.duration * self.sources.len() as f64)
     }
 
@@ -323,8 +337,12 @@ impl Plan {
             if f.len() != 4 {
                 return Err(err(line, format!("expected 4 fields, got {}", f.len())));
             }
-            let source: usize = f[0].parse().map_err(|e| err(line, format!("source: {e}")))?;
-            let start: f64 = f[1].parse().map_err(|e| err(line, format!("start_s: {e}")))?;
+            let source: usize = f[0]
+                .parse()
+                .map_err(|e| err(line, format!("source: {e}")))?;
+            let start: f64 = f[1]
+                .parse()
+                .map_err(|e| err(line, format!("start_s: {e}")))?;
             let end: f64 = f[2].parse().map_err(|e| err(line, format!("end_s: {e}")))?;
             let on = match f[3] {
                 "on" | "ON" | "1" => true,
@@ -336,14 +354,23 @@ impl Plan {
             }
             if source == sources.len() {
                 if start != 0.0 {
-                    return Err(err(line, format!("source {source} must start at 0, not {start}")));
+                    return Err(err(
+                        line,
+                        format!("source {source} must start at 0, not {start}"),
+                    ));
                 }
-                sources.push(Timeline { initial_on: on, toggles: Vec::new() });
+                sources.push(Timeline {
+                    initial_on: on,
+                    toggles: Vec::new(),
+                });
                 ends.push(end);
             } else if source + 1 == sources.len() {
                 let prev_end = ends[source];
                 if start != prev_end {
-                    return Err(err(line, format!("start_s {start} != previous end_s {prev_end}")));
+                    return Err(err(
+                        line,
+                        format!("start_s {start} != previous end_s {prev_end}"),
+                    ));
                 }
                 if on == last_state {
                     return Err(err(line, "two periods in a row with the same state".into()));
@@ -359,7 +386,10 @@ impl Plan {
             return Err(err(0, "no period".into()));
         };
         if let Some((s, &e)) = ends.iter().enumerate().find(|(_, &e)| e != duration) {
-            return Err(err(0, format!("source {s} ends at {e}, source 0 at {duration}")));
+            return Err(err(
+                0,
+                format!("source {s} ends at {e}, source 0 at {duration}"),
+            ));
         }
         Ok(Plan { duration, sources })
     }
@@ -376,14 +406,22 @@ mod tests {
         let on = TruncatedPareto::new(alpha, 1.0, upper, mode).unwrap();
         let beta_off = beta_off_truncated(rho, &on, alpha, upper).unwrap();
         let off = TruncatedPareto::new(alpha, beta_off, upper, mode).unwrap();
-        OnOffModel { on: PeriodLaw::Pareto(on), off: PeriodLaw::Pareto(off) }
+        OnOffModel {
+            on: PeriodLaw::Pareto(on),
+            off: PeriodLaw::Pareto(off),
+        }
     }
 
     #[test]
     fn periods_are_contiguous_and_alternate() {
         let mut rng = StdRng::seed_from_u64(7);
-        let plan = Plan::generate(&pareto_model(1.4, 0.3, 100.0, Truncation::Clip), 5, 500.0, &mut rng)
-            .unwrap();
+        let plan = Plan::generate(
+            &pareto_model(1.4, 0.3, 100.0, Truncation::Clip),
+            5,
+            500.0,
+            &mut rng,
+        )
+        .unwrap();
         for s in 0..5 {
             let ps: Vec<Period> = plan.periods(s).collect();
             assert_eq!(ps[0].start, 0.0);
@@ -417,8 +455,13 @@ mod tests {
     #[test]
     fn csv_round_trips_exactly() {
         let mut rng = StdRng::seed_from_u64(8);
-        let plan = Plan::generate(&pareto_model(1.3, 0.5, 50.0, Truncation::Redraw), 3, 200.0, &mut rng)
-            .unwrap();
+        let plan = Plan::generate(
+            &pareto_model(1.3, 0.5, 50.0, Truncation::Redraw),
+            3,
+            200.0,
+            &mut rng,
+        )
+        .unwrap();
         let back = Plan::from_csv(&plan.to_csv()).unwrap();
         assert_eq!(plan, back);
     }
@@ -426,9 +469,15 @@ mod tests {
     #[test]
     fn csv_rejects_gaps_and_repeats() {
         let gap = "source,start_s,end_s,state\n0,0,2,off\n0,3,5,on\n";
-        assert!(matches!(Plan::from_csv(gap), Err(OnOffError::Csv { line: 3, .. })));
+        assert!(matches!(
+            Plan::from_csv(gap),
+            Err(OnOffError::Csv { line: 3, .. })
+        ));
         let same = "0,0,2,off\n0,2,5,off\n";
-        assert!(matches!(Plan::from_csv(same), Err(OnOffError::Csv { line: 2, .. })));
+        assert!(matches!(
+            Plan::from_csv(same),
+            Err(OnOffError::Csv { line: 2, .. })
+        ));
         let short = "0,0,2,off\n1,0,3,on\n";
         assert!(Plan::from_csv(short).is_err());
         assert!(Plan::from_csv("0,0,2,maybe\n").is_err());
@@ -447,8 +496,13 @@ mod tests {
     #[test]
     fn count_series_integrates_the_on_time() {
         let mut rng = StdRng::seed_from_u64(11);
-        let plan = Plan::generate(&pareto_model(1.4, 0.4, 100.0, Truncation::Clip), 8, 1000.0, &mut rng)
-            .unwrap();
+        let plan = Plan::generate(
+            &pareto_model(1.4, 0.4, 100.0, Truncation::Clip),
+            8,
+            1000.0,
+            &mut rng,
+        )
+        .unwrap();
         let series = plan.on_count_series(1.0);
         assert_eq!(series.len(), 1000);
         let area: f64 = series.iter().sum();
@@ -457,17 +511,28 @@ mod tests {
         assert!(series.iter().all(|&c| (-1e-9..=8.0 + 1e-9).contains(&c)));
         // Spot-check one bin against is_on sampled finely.
         let fine: f64 = (0..1000)
-            .map(|k| (0..8).filter(|&s| plan.is_on(s, 123.0 + (k as f64 + 0.5) / 1000.0)).count() as f64)
+            .map(|k| {
+                (0..8)
+                    .filter(|&s| plan.is_on(s, 123.0 + (k as f64 + 0.5) / 1000.0))
+                    .count() as f64
+            })
             .sum::<f64>()
             / 1000.0;
-        assert!((fine - series[123]).abs() < 0.02, "{fine} vs {}", series[123]);
+        assert!(
+            (fine - series[123]).abs() < 0.02,
+            "{fine} vs {}",
+            series[123]
+        );
     }
 
     /// rho = 0.3, 64 sources, 20,000 s (about 1.2 million periods), both truncation modes and the
     /// exponential twin: the ON fraction is within 1% (relative) of rho.
     #[test]
     fn achieved_on_fraction_is_rho_within_one_percent() {
-        for (i, mode) in [Truncation::Clip, Truncation::Redraw].into_iter().enumerate() {
+        for (i, mode) in [Truncation::Clip, Truncation::Redraw]
+            .into_iter()
+            .enumerate()
+        {
             let m = pareto_model(1.4, 0.3, 1000.0, mode);
             assert!((m.rho() - 0.3).abs() < 1e-9);
             let mut rng = StdRng::seed_from_u64(20 + i as u64);

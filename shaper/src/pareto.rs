@@ -173,7 +173,12 @@ impl TruncatedPareto {
         if !(upper > beta) || upper.is_nan() {
             return Err(ParetoError::BadUpper { upper, beta });
         }
-        Ok(TruncatedPareto { base, upper, mode, kept: base.cdf(upper) })
+        Ok(TruncatedPareto {
+            base,
+            upper,
+            mode,
+            kept: base.cdf(upper),
+        })
     }
 
     /// The untruncated law.
@@ -253,7 +258,11 @@ impl TruncatedPareto {
         let (a, b, h) = (self.base.alpha, self.base.beta, self.upper);
         let kf = f64::from(k);
         if h.is_infinite() {
-            return if a > kf { a * b.powi(k) / (a - kf) } else { f64::INFINITY };
+            return if a > kf {
+                a * b.powi(k) / (a - kf)
+            } else {
+                f64::INFINITY
+            };
         }
         let ratio = h / b;
         // int_b^H x^k f(x) dx = a b^k ((H/b)^(k-a) - 1) / (k - a)
@@ -297,7 +306,12 @@ impl TruncatedPareto {
 /// `beta_off = T_off * (beta_on / T_on) * (1/rho - 1)` with `T = (alpha - 1) / alpha`.
 ///
 /// Exact only without truncation; see [`beta_off_truncated`] for the truncated case.
-pub fn beta_off_for(rho: f64, alpha_on: f64, alpha_off: f64, beta_on: f64) -> Result<f64, ParetoError> {
+pub fn beta_off_for(
+    rho: f64,
+    alpha_on: f64,
+    alpha_off: f64,
+    beta_on: f64,
+) -> Result<f64, ParetoError> {
     check_rho(rho)?;
     for a in [alpha_on, alpha_off] {
         if !(a > 1.0) {
@@ -336,7 +350,10 @@ pub fn beta_off_truncated(
     Pareto::new(alpha_off, 1.0)?;
     let wanted = on.mean() * (1.0 / rho - 1.0);
     if !(wanted < upper_off) {
-        return Err(ParetoError::Unreachable { wanted, upper: upper_off });
+        return Err(ParetoError::Unreachable {
+            wanted,
+            upper: upper_off,
+        });
     }
     let mean_at = |beta: f64| -> f64 {
         TruncatedPareto::new(alpha_off, beta, upper_off, on.mode()).map_or(upper_off, |t| t.mean())
@@ -357,7 +374,10 @@ pub fn beta_off_truncated(
     if beta > 0.0 {
         Ok(beta)
     } else {
-        Err(ParetoError::Unreachable { wanted, upper: upper_off })
+        Err(ParetoError::Unreachable {
+            wanted,
+            upper: upper_off,
+        })
     }
 }
 
@@ -434,7 +454,12 @@ mod tests {
     fn truncated_means_match_the_sample_means() {
         let mut rng = StdRng::seed_from_u64(4);
         for mode in [Truncation::Clip, Truncation::Redraw] {
-            for (a, b, h) in [(1.4, 1.0, 1000.0), (1.1, 0.5, 50.0), (1.9, 2.0, 30.0), (1.0, 1.0, 100.0)] {
+            for (a, b, h) in [
+                (1.4, 1.0, 1000.0),
+                (1.1, 0.5, 50.0),
+                (1.9, 2.0, 30.0),
+                (1.0, 1.0, 100.0),
+            ] {
                 let t = TruncatedPareto::new(a, b, h, mode).unwrap();
                 let n = 200_000;
                 let mean = (0..n).map(|_| t.sample(&mut rng)).sum::<f64>() / n as f64;
@@ -483,12 +508,18 @@ mod tests {
                 let b = beta_off_truncated(rho, &on, 1.2, 100.0).unwrap();
                 let off = TruncatedPareto::new(1.2, b, 100.0, mode).unwrap();
                 let achieved = on.mean() / (on.mean() + off.mean());
-                assert!((achieved - rho).abs() < 1e-9, "{mode:?} rho {rho}: {achieved}");
+                assert!(
+                    (achieved - rho).abs() < 1e-9,
+                    "{mode:?} rho {rho}: {achieved}"
+                );
                 // The untruncated formula misses it when the shapes differ.
                 let naive = beta_off_for(rho, 1.4, 1.2, 1.0).unwrap();
                 let off = TruncatedPareto::new(1.2, naive, 100.0, mode).unwrap();
                 let drift = on.mean() / (on.mean() + off.mean()) - rho;
-                assert!(drift.abs() > 0.005, "{mode:?} rho {rho}: naive drift {drift}");
+                assert!(
+                    drift.abs() > 0.005,
+                    "{mode:?} rho {rho}: naive drift {drift}"
+                );
             }
         }
         let on = TruncatedPareto::new(1.4, 1.0, 10.0, Truncation::Redraw).unwrap();

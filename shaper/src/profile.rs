@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::onoff::{OnOffModel, PeriodLaw};
-use crate::pareto::{beta_off_for, beta_off_truncated, Truncation, TruncatedPareto};
+use crate::pareto::{beta_off_for, beta_off_truncated, TruncatedPareto, Truncation};
 use crate::schedule::{Curve, Load, Phase, Schedule};
 use crate::users::{Activity, Cidr, PoolSpec, TruncatedNormal};
 
@@ -43,7 +43,7 @@ impl fmt::Display for FieldError {
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// The file could not be read.
-    #[error("read {path}: {source}")]
+    #[error("read {path}")]
     Io {
         /// The file.
         path: PathBuf,
@@ -245,7 +245,13 @@ pub struct ActivityProfile {
 
 impl Default for ActivityProfile {
     fn default() -> Self {
-        ActivityProfile { mean: 1.0, variance: 12.5, min: 0.01, max: 100.0, table: Vec::new() }
+        ActivityProfile {
+            mean: 1.0,
+            variance: 12.5,
+            min: 0.01,
+            max: 100.0,
+            table: Vec::new(),
+        }
     }
 }
 
@@ -265,7 +271,12 @@ pub struct NormalProfile {
 
 impl Default for NormalProfile {
     fn default() -> Self {
-        NormalProfile { mean: 1.0, variance: 0.5, min: 0.1, max: 5.0 }
+        NormalProfile {
+            mean: 1.0,
+            variance: 0.5,
+            min: 0.1,
+            max: 5.0,
+        }
     }
 }
 
@@ -281,7 +292,10 @@ pub struct ThinkProfile {
 
 impl Default for ThinkProfile {
     fn default() -> Self {
-        ThinkProfile { per_user: true, factor: 1.0 }
+        ThinkProfile {
+            per_user: true,
+            factor: 1.0,
+        }
     }
 }
 
@@ -299,7 +313,11 @@ pub struct NatProfile {
 
 impl Default for NatProfile {
     fn default() -> Self {
-        NatProfile { lifetime_s: 300.0, port_min: 1024, port_max: 65535 }
+        NatProfile {
+            lifetime_s: 300.0,
+            port_min: 1024,
+            port_max: 65535,
+        }
     }
 }
 
@@ -315,7 +333,10 @@ pub struct DistributionProfile {
 
 impl Default for DistributionProfile {
     fn default() -> Self {
-        DistributionProfile { weight: 1.0, total_weight: 1.0 }
+        DistributionProfile {
+            weight: 1.0,
+            total_weight: 1.0,
+        }
     }
 }
 
@@ -324,8 +345,17 @@ impl Default for DistributionProfile {
 struct Check(Vec<FieldError>);
 
 impl Check {
-    fn fail(&mut self, key: impl Into<String>, value: impl fmt::Display, allowed: impl Into<String>) {
-        self.0.push(FieldError { key: key.into(), value: value.to_string(), allowed: allowed.into() });
+    fn fail(
+        &mut self,
+        key: impl Into<String>,
+        value: impl fmt::Display,
+        allowed: impl Into<String>,
+    ) {
+        self.0.push(FieldError {
+            key: key.into(),
+            value: value.to_string(),
+            allowed: allowed.into(),
+        });
     }
 
     /// `lo <= v <= hi` (with open ends when `open_lo`/`open_hi`).
@@ -334,9 +364,22 @@ impl Check {
             && (if open_lo { v > lo } else { v >= lo })
             && (if open_hi { v < hi } else { v <= hi });
         if !ok {
-            let (l, r) = (if open_lo { "(" } else { "[" }, if open_hi { ")" } else { "]" });
-            let fmt_bound = |b: f64| if b.is_infinite() { "inf".to_string() } else { b.to_string() };
-            self.fail(key, v, format!("must be in {l}{}, {}{r}", fmt_bound(lo), fmt_bound(hi)));
+            let (l, r) = (
+                if open_lo { "(" } else { "[" },
+                if open_hi { ")" } else { "]" },
+            );
+            let fmt_bound = |b: f64| {
+                if b.is_infinite() {
+                    "inf".to_string()
+                } else {
+                    b.to_string()
+                }
+            };
+            self.fail(
+                key,
+                v,
+                format!("must be in {l}{}, {}{r}", fmt_bound(lo), fmt_bound(hi)),
+            );
         }
         ok
     }
@@ -354,15 +397,24 @@ impl Profile {
     /// Reads and validates a profile file, and the curve CSV it names (relative to the
     /// profile's folder).
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let io = |source| ProfileError::Io { path: path.to_path_buf(), source };
+        let io = |source| ProfileError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let text = std::fs::read_to_string(path).map_err(io)?;
         let mut p = Profile::from_toml_str(&text)?;
         if let Some(csv) = &p.schedule.curve_csv {
             let full = path.parent().unwrap_or(Path::new(".")).join(csv);
-            let text = std::fs::read_to_string(&full)
-                .map_err(|source| ProfileError::Io { path: full.clone(), source })?;
-            let curve = Curve::from_csv(&text, p.schedule.curve_reference)
-                .map_err(|e| ProfileError::Curve { path: full, msg: e.to_string() })?;
+            let text = std::fs::read_to_string(&full).map_err(|source| ProfileError::Io {
+                path: full.clone(),
+                source,
+            })?;
+            let curve = Curve::from_csv(&text, p.schedule.curve_reference).map_err(|e| {
+                ProfileError::Curve {
+                    path: full,
+                    msg: e.to_string(),
+                }
+            })?;
             p.curve = Some(curve);
         }
         Ok(p)
@@ -371,18 +423,43 @@ impl Profile {
     /// Checks every key against its allowed range; lists every failure.
     pub fn validate(&self) -> Result<(), ProfileError> {
         let mut c = Check::default();
-        c.range("multiplication.factor", self.multiplication.factor, 0.0, 1000.0, false, false);
+        c.range(
+            "multiplication.factor",
+            self.multiplication.factor,
+            0.0,
+            1000.0,
+            false,
+            false,
+        );
 
         let s = &self.schedule;
         if !s.phases.is_empty() && s.curve_csv.is_some() {
-            c.fail("schedule.curve_csv", format!("{:?}", s.curve_csv), "must not be set together with schedule.phases");
+            c.fail(
+                "schedule.curve_csv",
+                format!("{:?}", s.curve_csv),
+                "must not be set together with schedule.phases",
+            );
         }
         if let Some(r) = s.curve_reference {
-            c.range("schedule.curve_reference", r, 0.0, f64::INFINITY, true, true);
+            c.range(
+                "schedule.curve_reference",
+                r,
+                0.0,
+                f64::INFINITY,
+                true,
+                true,
+            );
         }
         for (i, ph) in s.phases.iter().enumerate() {
             let k = |f: &str| format!("schedule.phases[{i}].{f}");
-            c.range(&k("duration_s"), ph.duration_s, 0.0, f64::INFINITY, true, true);
+            c.range(
+                &k("duration_s"),
+                ph.duration_s,
+                0.0,
+                f64::INFINITY,
+                true,
+                true,
+            );
             match (ph.factor, ph.from, ph.to) {
                 (Some(f), None, None) => {
                     c.range(&k("factor"), f, 0.0, 1000.0, false, false);
@@ -391,12 +468,23 @@ impl Profile {
                     c.range(&k("from"), a, 0.0, 1000.0, false, false);
                     c.range(&k("to"), b, 0.0, 1000.0, false, false);
                 }
-                _ => c.fail(k("factor"), format!("{:?}", ph.factor), "set either factor (steady) or both from and to (ramp)"),
+                _ => c.fail(
+                    k("factor"),
+                    format!("{:?}", ph.factor),
+                    "set either factor (steady) or both from and to (ramp)",
+                ),
             }
         }
 
         let o = &self.onoff;
-        c.range("onoff.sources", f64::from(o.sources), 1.0, 100_000.0, false, false);
+        c.range(
+            "onoff.sources",
+            f64::from(o.sources),
+            1.0,
+            100_000.0,
+            false,
+            false,
+        );
         let shapes_ok = match o.law {
             PeriodKind::Pareto => {
                 let a = c.range("onoff.alpha_on", o.alpha_on, 1.0, 2.0, true, true);
@@ -404,13 +492,31 @@ impl Profile {
             }
             PeriodKind::Exponential => true,
         };
-        let b = c.range("onoff.beta_on_s", o.beta_on_s, 0.0, f64::INFINITY, true, true);
+        let b = c.range(
+            "onoff.beta_on_s",
+            o.beta_on_s,
+            0.0,
+            f64::INFINITY,
+            true,
+            true,
+        );
         let r = c.range("onoff.rho", o.rho, 0.0, 1.0, true, true);
         let m = o.max_on_s.is_finite() && o.max_on_s > o.beta_on_s;
         if !m {
-            c.fail("onoff.max_on_s", o.max_on_s, format!("must be finite and > onoff.beta_on_s = {}", o.beta_on_s));
+            c.fail(
+                "onoff.max_on_s",
+                o.max_on_s,
+                format!("must be finite and > onoff.beta_on_s = {}", o.beta_on_s),
+            );
         }
-        let m2 = c.range("onoff.max_off_s", o.max_off_s, 0.0, f64::INFINITY, true, true);
+        let m2 = c.range(
+            "onoff.max_off_s",
+            o.max_off_s,
+            0.0,
+            f64::INFINITY,
+            true,
+            true,
+        );
         c.range("onoff.horizon_s", o.horizon_s, 0.0, 1e9, true, false);
         if shapes_ok && b && r && m && m2 {
             if let Err(e) = self.onoff_model() {
@@ -422,13 +528,21 @@ impl Profile {
         for (i, p) in self.pools.iter().enumerate() {
             let k = |f: &str| format!("pools[{i}].{f}");
             if p.name.is_empty() || p.name.contains(',') {
-                c.fail(k("name"), format!("{:?}", p.name), "must be non-empty, without commas");
+                c.fail(
+                    k("name"),
+                    format!("{:?}", p.name),
+                    "must be non-empty, without commas",
+                );
             }
             if c.range(&k("weight"), p.weight, 0.0, f64::INFINITY, false, true) {
                 total += p.weight;
             }
             match p.cidr.parse::<Cidr>() {
-                Err(_) => c.fail(k("cidr"), format!("{:?}", p.cidr), "must be ADDR/PREFIX, e.g. \"198.19.0.0/16\""),
+                Err(_) => c.fail(
+                    k("cidr"),
+                    format!("{:?}", p.cidr),
+                    "must be ADDR/PREFIX, e.g. \"198.19.0.0/16\"",
+                ),
                 Ok(cidr) => {
                     let usable = cidr.usable().min(u128::from(u32::MAX)) as f64;
                     c.range(&k("users"), f64::from(p.users), 1.0, usable, false, false);
@@ -440,11 +554,29 @@ impl Profile {
                 check_normal(&mut c, &k("activity"), a.mean, a.variance, a.min, a.max);
             } else {
                 for (j, row) in a.table.iter().enumerate() {
-                    c.range(&format!("pools[{i}].activity.table[{j}][0]"), row[0], 0.0, f64::INFINITY, true, true);
-                    c.range(&format!("pools[{i}].activity.table[{j}][1]"), row[1], 0.0, f64::INFINITY, false, true);
+                    c.range(
+                        &format!("pools[{i}].activity.table[{j}][0]"),
+                        row[0],
+                        0.0,
+                        f64::INFINITY,
+                        true,
+                        true,
+                    );
+                    c.range(
+                        &format!("pools[{i}].activity.table[{j}][1]"),
+                        row[1],
+                        0.0,
+                        f64::INFINITY,
+                        false,
+                        true,
+                    );
                 }
                 if a.table.iter().map(|r| r[1]).sum::<f64>() <= 0.0 {
-                    c.fail(k("activity.table"), "[..]", "needs at least one row with weight > 0");
+                    c.fail(
+                        k("activity.table"),
+                        "[..]",
+                        "needs at least one row with weight > 0",
+                    );
                 }
             }
             let t = &p.think;
@@ -456,14 +588,46 @@ impl Profile {
         }
 
         c.range("think.factor", self.think.factor, 0.0, 100.0, true, false);
-        c.range("nat.lifetime_s", self.nat.lifetime_s, 0.0, 86400.0, true, false);
-        c.range("nat.port_min", f64::from(self.nat.port_min), 1.0, 65535.0, false, false);
+        c.range(
+            "nat.lifetime_s",
+            self.nat.lifetime_s,
+            0.0,
+            86400.0,
+            true,
+            false,
+        );
+        c.range(
+            "nat.port_min",
+            f64::from(self.nat.port_min),
+            1.0,
+            65535.0,
+            false,
+            false,
+        );
         if self.nat.port_max < self.nat.port_min {
-            c.fail("nat.port_max", self.nat.port_max, format!("must be >= nat.port_min = {}", self.nat.port_min));
+            c.fail(
+                "nat.port_max",
+                self.nat.port_max,
+                format!("must be >= nat.port_min = {}", self.nat.port_min),
+            );
         }
         let d = &self.distribution;
-        if c.range("distribution.total_weight", d.total_weight, 0.0, f64::INFINITY, true, true) {
-            c.range("distribution.weight", d.weight, 0.0, d.total_weight, false, false);
+        if c.range(
+            "distribution.total_weight",
+            d.total_weight,
+            0.0,
+            f64::INFINITY,
+            true,
+            true,
+        ) {
+            c.range(
+                "distribution.weight",
+                d.weight,
+                0.0,
+                d.total_weight,
+                false,
+                false,
+            );
         }
 
         if c.0.is_empty() {
@@ -484,7 +648,10 @@ impl Profile {
             beta_off_for(o.rho, o.alpha_on, o.alpha_off, o.beta_on_s)?
         };
         let off = TruncatedPareto::new(o.alpha_off, beta_off, o.max_off_s, o.truncation)?;
-        let model = OnOffModel { on: PeriodLaw::Pareto(on), off: PeriodLaw::Pareto(off) };
+        let model = OnOffModel {
+            on: PeriodLaw::Pareto(on),
+            off: PeriodLaw::Pareto(off),
+        };
         Ok(match o.law {
             PeriodKind::Pareto => model,
             PeriodKind::Exponential => model.exponential_twin(),
@@ -535,18 +702,45 @@ impl Profile {
                     .collect(),
             )
         };
-        Schedule::new(self.multiplication.factor, load, self.distribution.weight, self.distribution.total_weight)
+        Schedule::new(
+            self.multiplication.factor,
+            load,
+            self.distribution.weight,
+            self.distribution.total_weight,
+        )
     }
 }
 
 fn check_normal(c: &mut Check, key: &str, mean: f64, variance: f64, min: f64, max: f64) {
-    let a = c.range(&format!("{key}.mean"), mean, f64::NEG_INFINITY, f64::INFINITY, true, true);
-    let b = c.range(&format!("{key}.variance"), variance, 0.0, f64::INFINITY, false, true);
+    let a = c.range(
+        &format!("{key}.mean"),
+        mean,
+        f64::NEG_INFINITY,
+        f64::INFINITY,
+        true,
+        true,
+    );
+    let b = c.range(
+        &format!("{key}.variance"),
+        variance,
+        0.0,
+        f64::INFINITY,
+        false,
+        true,
+    );
     if !(max > min) || !max.is_finite() {
-        c.fail(format!("{key}.max"), max, format!("must be finite and > {key}.min = {min}"));
+        c.fail(
+            format!("{key}.max"),
+            max,
+            format!("must be finite and > {key}.min = {min}"),
+        );
     } else if a && b {
         if let Err(e) = TruncatedNormal::new(mean, variance, min, max) {
-            c.fail(format!("{key}.min"), min, format!("[min, max] must hold some of the normal ({e})"));
+            c.fail(
+                format!("{key}.min"),
+                min,
+                format!("[min, max] must hold some of the normal ({e})"),
+            );
         }
     }
 }
@@ -588,22 +782,58 @@ mod tests {
         let errs = errors("[onoff]\nalpha_on = 2.3\n");
         assert_eq!(errs, vec!["onoff.alpha_on = 2.3: must be in (1, 2)"]);
         let errs = errors("[onoff]\nrho = 1.0\nsources = 0\n");
-        assert!(errs.contains(&"onoff.rho = 1: must be in (0, 1)".to_string()), "{errs:?}");
-        assert!(errs.contains(&"onoff.sources = 0: must be in [1, 100000]".to_string()), "{errs:?}");
+        assert!(
+            errs.contains(&"onoff.rho = 1: must be in (0, 1)".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"onoff.sources = 0: must be in [1, 100000]".to_string()),
+            "{errs:?}"
+        );
         let errs = errors("[multiplication]\nfactor = -2.5\n");
-        assert_eq!(errs, vec!["multiplication.factor = -2.5: must be in [0, 1000]"]);
-        let errs = errors("[[pools]]\nname = \"a\"\ncidr = \"198.19.0.0/24\"\nusers = 300\nweight = -1\n");
-        assert!(errs.contains(&"pools[0].weight = -1: must be in [0, inf)".to_string()), "{errs:?}");
-        assert!(errs.contains(&"pools[0].users = 300: must be in [1, 254]".to_string()), "{errs:?}");
+        assert_eq!(
+            errs,
+            vec!["multiplication.factor = -2.5: must be in [0, 1000]"]
+        );
+        let errs =
+            errors("[[pools]]\nname = \"a\"\ncidr = \"198.19.0.0/24\"\nusers = 300\nweight = -1\n");
+        assert!(
+            errs.contains(&"pools[0].weight = -1: must be in [0, inf)".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"pools[0].users = 300: must be in [1, 254]".to_string()),
+            "{errs:?}"
+        );
         let errs = errors("[[pools]]\ncidr = \"nope\"\n[pools.think]\nmin = 0\n");
-        assert!(errs.iter().any(|e| e.starts_with("pools[0].cidr = \"nope\"")), "{errs:?}");
-        assert!(errs.contains(&"pools[0].think.min = 0: must be in (0, inf)".to_string()), "{errs:?}");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("pools[0].cidr = \"nope\"")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"pools[0].think.min = 0: must be in (0, inf)".to_string()),
+            "{errs:?}"
+        );
         let errs = errors("[[schedule.phases]]\nduration_s = 0\nfrom = 1\n");
-        assert!(errs.contains(&"schedule.phases[0].duration_s = 0: must be in (0, inf)".to_string()), "{errs:?}");
-        assert!(errs.iter().any(|e| e.starts_with("schedule.phases[0].factor")), "{errs:?}");
+        assert!(
+            errs.contains(&"schedule.phases[0].duration_s = 0: must be in (0, inf)".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("schedule.phases[0].factor")),
+            "{errs:?}"
+        );
         let errs = errors("[nat]\nport_min = 2000\nport_max = 1000\n[distribution]\nweight = 3\ntotal_weight = 2\n");
-        assert!(errs.contains(&"nat.port_max = 1000: must be >= nat.port_min = 2000".to_string()), "{errs:?}");
-        assert!(errs.contains(&"distribution.weight = 3: must be in [0, 2]".to_string()), "{errs:?}");
+        assert!(
+            errs.contains(&"nat.port_max = 1000: must be >= nat.port_min = 2000".to_string()),
+            "{errs:?}"
+        );
+        assert!(
+            errs.contains(&"distribution.weight = 3: must be in [0, 2]".to_string()),
+            "{errs:?}"
+        );
     }
 
     #[test]
@@ -611,16 +841,25 @@ mod tests {
         // rho = 0.01 asks for a mean OFF period of ~99 x E[ON] ~ 300 s, above max_off_s = 100.
         let errs = errors("[onoff]\nrho = 0.01\nmax_off_s = 100\n");
         assert_eq!(errs.len(), 1, "{errs:?}");
-        assert!(errs[0].starts_with("onoff.rho = 0.01: gives no valid OFF law"), "{errs:?}");
+        assert!(
+            errs[0].starts_with("onoff.rho = 0.01: gives no valid OFF law"),
+            "{errs:?}"
+        );
     }
 
     #[test]
     fn unknown_keys_and_wrong_types_are_errors() {
-        let e = Profile::from_toml_str("[onoff]\nalpah_on = 1.5\n").unwrap_err().to_string();
+        let e = Profile::from_toml_str("[onoff]\nalpah_on = 1.5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("alpah_on"), "{e}");
-        let e = Profile::from_toml_str("[onoff]\ntruncation = \"cut\"\n").unwrap_err().to_string();
+        let e = Profile::from_toml_str("[onoff]\ntruncation = \"cut\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("truncation") || e.contains("cut"), "{e}");
-        let e = Profile::from_toml_str("[multiplication]\nfactor = \"2\"\n").unwrap_err().to_string();
+        let e = Profile::from_toml_str("[multiplication]\nfactor = \"2\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("factor"), "{e}");
     }
 

@@ -73,7 +73,10 @@ impl Curve {
             }
             let f: Vec<&str> = raw.split(',').map(str::trim).collect();
             if f.len() != 2 {
-                return Err(err(line, format!("expected 2 fields (time_s,rate), got {}", f.len())));
+                return Err(err(
+                    line,
+                    format!("expected 2 fields (time_s,rate), got {}", f.len()),
+                ));
             }
             let (Ok(t), Ok(r)) = (f[0].parse::<f64>(), f[1].parse::<f64>()) else {
                 if starts.is_empty() && idx == 0 {
@@ -82,7 +85,10 @@ impl Curve {
                 return Err(err(line, format!("not numbers: {raw:?}")));
             };
             if !(t.is_finite() && r.is_finite() && r >= 0.0) {
-                return Err(err(line, format!("time {t} and rate {r} must be finite, rate >= 0")));
+                return Err(err(
+                    line,
+                    format!("time {t} and rate {r} must be finite, rate >= 0"),
+                ));
             }
             if starts.last().is_some_and(|&last| t <= last) {
                 return Err(err(line, format!("time {t} does not increase")));
@@ -97,7 +103,11 @@ impl Curve {
         if !(reference.is_finite() && reference > 0.0) {
             return Err(err(0, format!("reference rate {reference} must be > 0")));
         }
-        Ok(Curve { starts, rates, reference })
+        Ok(Curve {
+            starts,
+            rates,
+            reference,
+        })
     }
 
     /// The factor at `t` seconds.
@@ -159,8 +169,17 @@ pub struct Schedule {
 impl Schedule {
     /// `base` (the profile's multiplication factor) times `load`, times this copier's share
     /// `weight / total_weight` of the global target.
-    pub fn new(base: f64, load: Load, weight: f64, total_weight: f64) -> Result<Schedule, ScheduleError> {
-        for (what, value) in [("factor", base), ("weight", weight), ("total_weight", total_weight)] {
+    pub fn new(
+        base: f64,
+        load: Load,
+        weight: f64,
+        total_weight: f64,
+    ) -> Result<Schedule, ScheduleError> {
+        for (what, value) in [
+            ("factor", base),
+            ("weight", weight),
+            ("total_weight", total_weight),
+        ] {
             if !(value.is_finite() && value >= 0.0) {
                 return Err(ScheduleError::Negative { what, value });
             }
@@ -174,7 +193,11 @@ impl Schedule {
                 }
             }
         }
-        let share = if total_weight > 0.0 { weight / total_weight } else { 0.0 };
+        let share = if total_weight > 0.0 {
+            weight / total_weight
+        } else {
+            0.0
+        };
         Ok(Schedule { base, load, share })
     }
 
@@ -217,9 +240,24 @@ mod tests {
 
     fn phases() -> Load {
         Load::Phases(vec![
-            Phase { name: "ramp-up".into(), duration: 10.0, from: 0.0, to: 2.0 },
-            Phase { name: "steady".into(), duration: 20.0, from: 2.0, to: 2.0 },
-            Phase { name: "ramp-down".into(), duration: 10.0, from: 2.0, to: 0.5 },
+            Phase {
+                name: "ramp-up".into(),
+                duration: 10.0,
+                from: 0.0,
+                to: 2.0,
+            },
+            Phase {
+                name: "steady".into(),
+                duration: 20.0,
+                from: 2.0,
+                to: 2.0,
+            },
+            Phase {
+                name: "ramp-down".into(),
+                duration: 10.0,
+                from: 2.0,
+                to: 0.5,
+            },
         ])
     }
 
@@ -247,7 +285,10 @@ mod tests {
         assert_eq!(c.factor_at(100.0), 1.0);
         let c = Curve::from_csv("0,100\n15,300\n", Some(50.0)).unwrap();
         assert_eq!(c.factor_at(20.0), 6.0);
-        assert!(matches!(Curve::from_csv("0,1\n0,2\n", None), Err(ScheduleError::Csv { line: 2, .. })));
+        assert!(matches!(
+            Curve::from_csv("0,1\n0,2\n", None),
+            Err(ScheduleError::Csv { line: 2, .. })
+        ));
         assert!(Curve::from_csv("0,-1\n", None).is_err());
         assert!(Curve::from_csv("time_s,rate\n", None).is_err());
     }
@@ -266,7 +307,12 @@ mod tests {
     #[test]
     fn fractional_factor_copies_on_average_and_consistently() {
         let clients: Vec<SocketAddr> = (0..100_000u32)
-            .map(|i| SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 40000 + (i % 7) as u16)))
+            .map(|i| {
+                SocketAddr::from((
+                    [10, (i >> 16) as u8, (i >> 8) as u8, i as u8],
+                    40000 + (i % 7) as u16,
+                ))
+            })
             .collect();
         let total: u64 = clients.iter().map(|&c| u64::from(copies(5, c, 2.5))).sum();
         let mean = total as f64 / clients.len() as f64;

@@ -64,7 +64,10 @@ fn block_variance(series: &[f64], m: usize, known_mean: Option<f64>) -> Option<f
     if m == 0 || k < 2 {
         return None;
     }
-    let means: Vec<f64> = series.chunks_exact(m).map(|c| c.iter().sum::<f64>() / m as f64).collect();
+    let means: Vec<f64> = series
+        .chunks_exact(m)
+        .map(|c| c.iter().sum::<f64>() / m as f64)
+        .collect();
     let var = match known_mean {
         Some(mu) => means.iter().map(|b| (b - mu) * (b - mu)).sum::<f64>() / k as f64,
         None => {
@@ -85,9 +88,14 @@ pub fn hurst_aggregated_variance(
 ) -> Option<HurstFit> {
     let points: Vec<(f64, f64)> = sizes
         .iter()
-        .filter_map(|&m| block_variance(series, m, known_mean).map(|v| ((m as f64).log10(), v.log10())))
+        .filter_map(|&m| {
+            block_variance(series, m, known_mean).map(|v| ((m as f64).log10(), v.log10()))
+        })
         .collect();
-    (points.len() >= 2).then(|| HurstFit { h: 1.0 + slope(&points) / 2.0, points })
+    (points.len() >= 2).then(|| HurstFit {
+        h: 1.0 + slope(&points) / 2.0,
+        points,
+    })
 }
 
 /// Aggregated variance pooled over independent replications of the same process: at each block
@@ -109,7 +117,10 @@ pub fn hurst_aggregated_variance_pooled(
             points.push(((m as f64).log10(), mean(&vars).log10()));
         }
     }
-    (points.len() >= 2).then(|| HurstFit { h: 1.0 + slope(&points) / 2.0, points })
+    (points.len() >= 2).then(|| HurstFit {
+        h: 1.0 + slope(&points) / 2.0,
+        points,
+    })
 }
 
 /// Rescaled-range (R/S) estimate of H over the given block sizes (see the module doc).
@@ -140,13 +151,20 @@ pub fn hurst_rescaled_range(series: &[f64], sizes: &[usize]) -> Option<HurstFit>
             points.push(((n as f64).log10(), (sum / used as f64).log10()));
         }
     }
-    (points.len() >= 2).then(|| HurstFit { h: slope(&points), points })
+    (points.len() >= 2).then(|| HurstFit {
+        h: slope(&points),
+        points,
+    })
 }
 
 /// Hill's estimate of the tail index from the `k` largest values (`1 <= k < len`); `None` if
 /// there are too few positive values.
 pub fn hill(data: &[f64], k: usize) -> Option<f64> {
-    let mut xs: Vec<f64> = data.iter().copied().filter(|x| *x > 0.0 && x.is_finite()).collect();
+    let mut xs: Vec<f64> = data
+        .iter()
+        .copied()
+        .filter(|x| *x > 0.0 && x.is_finite())
+        .collect();
     if k == 0 || xs.len() <= k {
         return None;
     }
@@ -162,7 +180,11 @@ pub fn hill(data: &[f64], k: usize) -> Option<f64> {
 /// Redraw: the log-likelihood is concave in alpha (a truncated exponential family in `ln x`),
 /// and its derivative is solved by bisection on `(1e-6, 100)`.
 pub fn pareto_mle(data: &[f64], beta: f64, upper: f64, mode: Truncation) -> Option<f64> {
-    let xs: Vec<f64> = data.iter().copied().filter(|&x| x >= beta && x.is_finite()).collect();
+    let xs: Vec<f64> = data
+        .iter()
+        .copied()
+        .filter(|&x| x >= beta && x.is_finite())
+        .collect();
     if xs.is_empty() {
         return None;
     }
@@ -265,7 +287,8 @@ pub fn infer_on_off(times: &[f64], idle: f64, unit: f64) -> Inferred {
         out.off.push(w[1].0 - w[0].1);
     }
     if bursts.len() > 2 {
-        out.on.extend(bursts[1..bursts.len() - 1].iter().map(|(s, e)| e - s));
+        out.on
+            .extend(bursts[1..bursts.len() - 1].iter().map(|(s, e)| e - s));
     }
     out
 }
@@ -344,7 +367,11 @@ mod tests {
             // Ignoring the bound over-estimates the shape (little for Clip, whose atom holds
             // 30^-1.4 = 0.9% of the draws; much more for Redraw, whose whole tail is bent).
             let naive = pareto_mle(&xs, 1.0, f64::INFINITY, mode).unwrap();
-            let gap = if mode == Truncation::Clip { 0.005 } else { 0.03 };
+            let gap = if mode == Truncation::Clip {
+                0.005
+            } else {
+                0.03
+            };
             assert!(naive > a + gap, "{mode:?} naive {naive} vs {a}");
         }
     }
@@ -372,7 +399,10 @@ mod tests {
 
     #[test]
     fn counts_per_bin() {
-        assert_eq!(count_per_bin(&[0.1, 0.2, 1.5, 2.99, 3.0], 1.0, 3.0), vec![2.0, 1.0, 1.0]);
+        assert_eq!(
+            count_per_bin(&[0.1, 0.2, 1.5, 2.99, 3.0], 1.0, 3.0),
+            vec![2.0, 1.0, 1.0]
+        );
         assert_eq!(log_sizes(1, 1000, 4), vec![1, 10, 100, 1000]);
     }
 }

@@ -204,10 +204,17 @@ impl TruncatedNormal {
 
     /// `N(mean, variance)` truncated to `[min, max]`, with `variance >= 0` and `min < max`
     /// (`variance = 0` is a constant, which must lie in the range).
-    pub fn new(mean: f64, variance: f64, min: f64, max: f64) -> Result<TruncatedNormal, UsersError> {
+    pub fn new(
+        mean: f64,
+        variance: f64,
+        min: f64,
+        max: f64,
+    ) -> Result<TruncatedNormal, UsersError> {
         let bad = |m: String| Err(UsersError::BadNormal(m));
         if !(mean.is_finite() && variance.is_finite() && variance >= 0.0) {
-            return bad(format!("mean {mean} and variance {variance} must be finite, variance >= 0"));
+            return bad(format!(
+                "mean {mean} and variance {variance} must be finite, variance >= 0"
+            ));
         }
         if !(min < max) {
             return bad(format!("min {min} must be < max {max}"));
@@ -225,7 +232,13 @@ impl TruncatedNormal {
             ));
         }
         let normal = Normal::new(mean, sd).map_err(|e| UsersError::BadNormal(e.to_string()))?;
-        Ok(TruncatedNormal { mean, sd, min, max, normal })
+        Ok(TruncatedNormal {
+            mean,
+            sd,
+            min,
+            max,
+            normal,
+        })
     }
 
     /// The bounds.
@@ -292,7 +305,8 @@ impl AliasTable {
         let mut scaled: Vec<f64> = weights.iter().map(|w| w * n as f64 / total).collect();
         let mut prob = vec![1.0; n];
         let mut alias: Vec<u32> = (0..n as u32).collect();
-        let (mut small, mut large): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| scaled[i] < 1.0);
+        let (mut small, mut large): (Vec<usize>, Vec<usize>) =
+            (0..n).partition(|&i| scaled[i] < 1.0);
         while let (Some(s), Some(&l)) = (small.pop(), large.last()) {
             prob[s] = scaled[s];
             alias[s] = l as u32;
@@ -377,7 +391,10 @@ pub struct UserTable {
 impl UserTable {
     /// Draws every pool's users (activity and think weight) and gives them consecutive usable
     /// addresses of the pool's range.
-    pub fn generate<R: Rng + ?Sized>(pools: &[PoolSpec], rng: &mut R) -> Result<UserTable, UsersError> {
+    pub fn generate<R: Rng + ?Sized>(
+        pools: &[PoolSpec],
+        rng: &mut R,
+    ) -> Result<UserTable, UsersError> {
         let mut users = Vec::new();
         for (p, spec) in pools.iter().enumerate() {
             if u128::from(spec.users) > spec.cidr.usable() || spec.users == 0 {
@@ -390,7 +407,10 @@ impl UserTable {
             }
             let activity = spec.activity.draw(spec.users as usize, rng)?;
             for (j, a) in activity.into_iter().enumerate() {
-                let addr = spec.cidr.nth_usable(j as u128).ok_or(UsersError::BadWeights)?;
+                let addr = spec
+                    .cidr
+                    .nth_usable(j as u128)
+                    .ok_or(UsersError::BadWeights)?;
                 users.push(VirtualUser {
                     id: users.len() as UserId,
                     pool: p,
@@ -420,10 +440,21 @@ impl UserTable {
         let user_alias = members
             .iter()
             .map(|ids| {
-                AliasTable::new(&ids.iter().map(|&i| users[i as usize].activity).collect::<Vec<_>>())
+                AliasTable::new(
+                    &ids.iter()
+                        .map(|&i| users[i as usize].activity)
+                        .collect::<Vec<_>>(),
+                )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(UserTable { pool_names, pool_weights, users, members, pool_alias, user_alias })
+        Ok(UserTable {
+            pool_names,
+            pool_weights,
+            users,
+            members,
+            pool_alias,
+            user_alias,
+        })
     }
 
     /// Chooses a user: a pool by weight, then one of its users by activity.
@@ -461,7 +492,10 @@ impl UserTable {
             .iter()
             .map(|ids| ids.iter().map(|&i| self.users[i as usize].activity).sum())
             .collect();
-        self.users.iter().map(|u| pools[u.pool] * u.activity / sums[u.pool]).collect()
+        self.users
+            .iter()
+            .map(|u| pools[u.pool] * u.activity / sums[u.pool])
+            .collect()
     }
 
     /// The CSV form: `user,pool,pool_weight,addr,activity,think_weight`.
@@ -471,7 +505,12 @@ impl UserTable {
             let _ = writeln!(
                 out,
                 "{},{},{},{},{},{}",
-                u.id, self.pool_names[u.pool], self.pool_weights[u.pool], u.addr, u.activity, u.think
+                u.id,
+                self.pool_names[u.pool],
+                self.pool_weights[u.pool],
+                u.addr,
+                u.activity,
+                u.think
             );
         }
         out
@@ -494,9 +533,14 @@ impl UserTable {
             }
             let id: UserId = f[0].parse().map_err(|e| err(line, format!("user: {e}")))?;
             if id as usize != users.len() {
-                return Err(err(line, format!("user {id} out of order (expected {})", users.len())));
+                return Err(err(
+                    line,
+                    format!("user {id} out of order (expected {})", users.len()),
+                ));
             }
-            let w: f64 = f[2].parse().map_err(|e| err(line, format!("pool_weight: {e}")))?;
+            let w: f64 = f[2]
+                .parse()
+                .map_err(|e| err(line, format!("pool_weight: {e}")))?;
             let pool = match names.iter().position(|n| n == f[1]) {
                 Some(p) if weights[p] == w => p,
                 Some(_) => return Err(err(line, format!("pool {} has two weights", f[1]))),
@@ -507,9 +551,19 @@ impl UserTable {
                 }
             };
             let addr: IpAddr = f[3].parse().map_err(|e| err(line, format!("addr: {e}")))?;
-            let activity: f64 = f[4].parse().map_err(|e| err(line, format!("activity: {e}")))?;
-            let think: f64 = f[5].parse().map_err(|e| err(line, format!("think_weight: {e}")))?;
-            users.push(VirtualUser { id, pool, addr, activity, think });
+            let activity: f64 = f[4]
+                .parse()
+                .map_err(|e| err(line, format!("activity: {e}")))?;
+            let think: f64 = f[5]
+                .parse()
+                .map_err(|e| err(line, format!("think_weight: {e}")))?;
+            users.push(VirtualUser {
+                id,
+                pool,
+                addr,
+                activity,
+                think,
+            });
         }
         if users.is_empty() {
             return Err(err(0, "no user".into()));
@@ -599,8 +653,15 @@ impl NatTable {
             return slot.value;
         }
         let user = choose();
-        self.users.insert((client, copy), Slot { value: user, expires });
-        self.deadlines.push(Reverse((expires, Key::User(client, copy))));
+        self.users.insert(
+            (client, copy),
+            Slot {
+                value: user,
+                expires,
+            },
+        );
+        self.deadlines
+            .push(Reverse((expires, Key::User(client, copy))));
         user
     }
 
@@ -622,8 +683,15 @@ impl NatTable {
         let port = self.free_port(session, vaddr)?;
         let virt = SocketAddr::new(vaddr, port);
         self.taken.insert(virt, session);
-        self.sessions.insert(session, Slot { value: virt, expires });
-        self.deadlines.push(Reverse((expires, Key::Session(session))));
+        self.sessions.insert(
+            session,
+            Slot {
+                value: virt,
+                expires,
+            },
+        );
+        self.deadlines
+            .push(Reverse((expires, Key::Session(session))));
         Ok(virt)
     }
 
@@ -637,7 +705,8 @@ impl NatTable {
         // Taken (or out of range): probe linearly from a hashed start, which keeps the search
         // short when many real clients share a port number (no clustering around it).
         let span = hi - lo + 1;
-        let start = (hash::hash_session(self.cfg.seed, session.0, session.1, 0x9a) % u64::from(span)) as u32;
+        let start = (hash::hash_session(self.cfg.seed, session.0, session.1, 0x9a)
+            % u64::from(span)) as u32;
         (0..span)
             .map(|i| lo + (start + i) % span)
             .find(|&p| free(p))

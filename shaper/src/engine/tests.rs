@@ -7,7 +7,10 @@ fn ms(x: u64) -> Duration {
 }
 
 fn client(i: u32) -> SocketAddr {
-    SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0xcb00_7100 + (i % 200))), 30000 + (i / 200) as u16)
+    SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::from(0xcb00_7100 + (i % 200))),
+        30000 + (i / 200) as u16,
+    )
 }
 
 fn profile(toml: &str) -> Profile {
@@ -31,7 +34,11 @@ users = 20
 /// third copy is binomial(4000, 0.5), sd 32 copies, so 2% (200) is over 6 sd.
 #[test]
 fn factor_two_and_a_half_copies_with_distinct_tuples() {
-    let mut s = Shaper::new(&profile(&format!("[multiplication]\nfactor = 2.5\n{POOLS}")), 1).unwrap();
+    let mut s = Shaper::new(
+        &profile(&format!("[multiplication]\nfactor = 2.5\n{POOLS}")),
+        1,
+    )
+    .unwrap();
     let mut tuples = HashSet::new();
     let mut total = 0usize;
     for i in 0..4000 {
@@ -68,13 +75,17 @@ fn pools_get_their_share_of_copies() {
 
 #[test]
 fn same_seed_same_answers() {
-    let p = profile(&format!("[multiplication]\nfactor = 1.7\n[onoff]\nenabled = true\nhorizon_s = 600\n{POOLS}"));
+    let p = profile(&format!(
+        "[multiplication]\nfactor = 1.7\n[onoff]\nenabled = true\nhorizon_s = 600\n{POOLS}"
+    ));
     let run = |seed| {
         let mut s = Shaper::new(&p, seed).unwrap();
         let mut out = Vec::new();
         for i in 0..300 {
             for plan in s.on_session(ms(u64::from(i) * 10), client(i * 7)).unwrap() {
-                let r = s.release_at(ms(u64::from(i) * 10), plan.session, 0).unwrap();
+                let r = s
+                    .release_at(ms(u64::from(i) * 10), plan.session, 0)
+                    .unwrap();
                 out.push((plan.client, plan.user, plan.source, r));
             }
         }
@@ -98,7 +109,10 @@ fn think_time_scales_the_online_gaps() {
     assert_eq!(s.release_at(ms(3000), plan.session, 2).unwrap(), ms(6000));
     // Stable answer for the same index; an older index is an error.
     assert_eq!(s.release_at(ms(9999), plan.session, 2).unwrap(), ms(6000));
-    assert!(matches!(s.release_at(ms(4000), plan.session, 1), Err(ShaperError::OutOfOrder { .. })));
+    assert!(matches!(
+        s.release_at(ms(4000), plan.session, 1),
+        Err(ShaperError::OutOfOrder { .. })
+    ));
 
     // W = 0.5 with a global factor 1: a copy never leaves before its online request.
     let p = profile(
@@ -129,7 +143,10 @@ fn gated_releases_fall_in_on_periods() {
             let r = s.release_at(arrival, plan.session, k).unwrap();
             assert!(r >= arrival && r >= prev);
             let t = r.as_secs_f64() % 2000.0;
-            assert!(s.plan().unwrap().is_on(source, t), "session {i} request {k} released at {r:?} while OFF");
+            assert!(
+                s.plan().unwrap().is_on(source, t),
+                "session {i} request {k} released at {r:?} while OFF"
+            );
             if r > arrival {
                 held += 1;
             }
@@ -162,7 +179,10 @@ fn idle_copies_expire_and_free_their_ports() {
     let a = s.on_session(ms(0), client(1)).unwrap()[0];
     assert_eq!(a.client, SocketAddr::new(client(1).ip(), 40000));
     let other = SocketAddr::new(client(1).ip(), 50000);
-    assert!(matches!(s.on_session(ms(1), other), Err(ShaperError::Users(UsersError::PortsExhausted(_)))));
+    assert!(matches!(
+        s.on_session(ms(1), other),
+        Err(ShaperError::Users(UsersError::PortsExhausted(_)))
+    ));
     // Used at 5 s, so alive until 15 s.
     s.release_at(ms(5000), a.session, 0).unwrap();
     s.handle_timeout(ms(14_000));
@@ -170,17 +190,27 @@ fn idle_copies_expire_and_free_their_ports() {
     assert!(s.poll_timeout().is_some());
     s.handle_timeout(ms(15_000));
     assert_eq!(s.live_copies(), 0);
-    assert!(matches!(s.release_at(ms(15_001), a.session, 1), Err(ShaperError::UnknownSession(_))));
+    assert!(matches!(
+        s.release_at(ms(15_001), a.session, 1),
+        Err(ShaperError::UnknownSession(_))
+    ));
     let b = s.on_session(ms(15_002), other).unwrap()[0];
     assert_eq!(b.client.port(), 40000);
     s.end_session(b.session);
-    assert_eq!(s.on_session(ms(15_003), client(1)).unwrap()[0].client.port(), 40000);
+    assert_eq!(
+        s.on_session(ms(15_003), client(1)).unwrap()[0]
+            .client
+            .port(),
+        40000
+    );
 }
 
 #[test]
 fn a_factor_below_one_samples_sessions() {
     let mut s = Shaper::new(&profile("[multiplication]\nfactor = 0.25\n"), 6).unwrap();
-    let kept: usize = (0..20_000).map(|i| s.on_session(ms(0), client(i)).unwrap().len()).sum();
+    let kept: usize = (0..20_000)
+        .map(|i| s.on_session(ms(0), client(i)).unwrap().len())
+        .sum();
     // Binomial(20000, 0.25): sd 61; 4 sd = 245.
     assert!((kept as i64 - 5000).abs() < 245, "{kept}");
 }

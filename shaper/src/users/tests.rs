@@ -48,9 +48,17 @@ fn truncated_normal_stays_in_bounds_and_rejects_empty_ranges() {
     let m = (0..100_000).map(|_| s.sample(&mut rng)).sum::<f64>() / 100_000.0;
     assert!((m - 1.0).abs() < 0.01, "{m}");
     assert!(TruncatedNormal::new(1.0, 0.5, 2.0, 1.0).is_err());
-    assert!(TruncatedNormal::new(0.0, 1.0, 10.0, 11.0).is_err(), "mass ~1e-23");
+    assert!(
+        TruncatedNormal::new(0.0, 1.0, 10.0, 11.0).is_err(),
+        "mass ~1e-23"
+    );
     assert!(TruncatedNormal::new(0.0, -1.0, 0.0, 1.0).is_err());
-    assert_eq!(TruncatedNormal::new(1.0, 0.0, 0.0, 2.0).unwrap().sample(&mut rng), 1.0);
+    assert_eq!(
+        TruncatedNormal::new(1.0, 0.0, 0.0, 2.0)
+            .unwrap()
+            .sample(&mut rng),
+        1.0
+    );
 }
 
 #[test]
@@ -100,7 +108,11 @@ fn pools_and_users_are_chosen_in_proportion() {
     }
     let pool_a = (counts[0] + counts[1] + counts[2]) as f64 / n as f64;
     assert!((pool_a / 0.7 - 1.0).abs() < 0.01, "pool a {pool_a}");
-    assert!(((1.0 - pool_a) / 0.3 - 1.0).abs() < 0.01, "pool b {}", 1.0 - pool_a);
+    assert!(
+        ((1.0 - pool_a) / 0.3 - 1.0).abs() < 0.01,
+        "pool b {}",
+        1.0 - pool_a
+    );
 }
 
 fn spec(name: &str, weight: f64, cidr: &str, users: u32) -> PoolSpec {
@@ -116,7 +128,10 @@ fn spec(name: &str, weight: f64, cidr: &str, users: u32) -> PoolSpec {
 
 #[test]
 fn generated_users_get_distinct_addresses_in_their_ranges() {
-    let pools = [spec("home", 3.0, "198.18.0.0/22", 1000), spec("office", 1.0, "198.19.0.0/24", 254)];
+    let pools = [
+        spec("home", 3.0, "198.18.0.0/22", 1000),
+        spec("office", 1.0, "198.19.0.0/24", 254),
+    ];
     let mut rng = StdRng::seed_from_u64(43);
     let t = UserTable::generate(&pools, &mut rng).unwrap();
     assert_eq!(t.users().len(), 1254);
@@ -148,7 +163,12 @@ fn empirical_activity_table_is_followed() {
 }
 
 fn nat(lifetime_s: u64, port_min: u16, port_max: u16) -> NatTable {
-    NatTable::new(NatConfig { lifetime: Duration::from_secs(lifetime_s), port_min, port_max, seed: 1 })
+    NatTable::new(NatConfig {
+        lifetime: Duration::from_secs(lifetime_s),
+        port_min,
+        port_max,
+        seed: 1,
+    })
 }
 
 const S: fn(u64) -> Duration = Duration::from_secs;
@@ -173,7 +193,11 @@ fn user_mapping_is_sticky_until_it_expires() {
     assert_eq!(t.user_mappings(), 2);
     assert_eq!(t.expire(S(160)), 2);
     assert_eq!(t.user_mappings(), 0);
-    assert_eq!(t.user_for(S(161), client, 0, &mut choose), 3, "a new user after expiry");
+    assert_eq!(
+        t.user_for(S(161), client, 0, &mut choose),
+        3,
+        "a new user after expiry"
+    );
 }
 
 #[test]
@@ -181,7 +205,11 @@ fn sessions_keep_their_port_when_free_and_never_share_a_tuple() {
     let mut t = nat(300, 1024, 65535);
     let vaddr: IpAddr = "198.18.0.1".parse().unwrap();
     let a = t.open(S(0), (sa("203.0.113.1:40000"), 0), vaddr).unwrap();
-    assert_eq!(a, SocketAddr::new(vaddr, 40000), "the real port is kept when free");
+    assert_eq!(
+        a,
+        SocketAddr::new(vaddr, 40000),
+        "the real port is kept when free"
+    );
     // Same real port from other clients (and another copy) onto the same virtual address.
     let mut seen = HashSet::from([a]);
     for i in 2..200 {
@@ -193,7 +221,10 @@ fn sessions_keep_their_port_when_free_and_never_share_a_tuple() {
         }
     }
     // Re-opening a live session returns its translation.
-    assert_eq!(t.open(S(2), (sa("203.0.113.1:40000"), 0), vaddr).unwrap(), a);
+    assert_eq!(
+        t.open(S(2), (sa("203.0.113.1:40000"), 0), vaddr).unwrap(),
+        a
+    );
     assert_eq!(t.lookup(S(2), (sa("203.0.113.1:40000"), 0)), Some(a));
     // Closing frees the port for the next session.
     assert_eq!(t.close((sa("203.0.113.1:40000"), 0)), Some(a));
@@ -206,7 +237,8 @@ fn expired_sessions_free_their_ports_and_exhaustion_is_an_error() {
     let mut t = nat(10, 5000, 5003);
     let vaddr: IpAddr = "198.18.0.1".parse().unwrap();
     for i in 0..4 {
-        t.open(S(0), (sa(&format!("203.0.113.{i}:80")), 0), vaddr).unwrap();
+        t.open(S(0), (sa(&format!("203.0.113.{i}:80")), 0), vaddr)
+            .unwrap();
     }
     assert_eq!(
         t.open(S(1), (sa("203.0.113.9:80"), 0), vaddr),
@@ -249,7 +281,11 @@ fn no_collision_under_churn() {
         let user = t.user_for(now, client.ip(), key.1, || users.choose(&mut rng));
         let v = t.open(now, key, users.user(user).addr).unwrap();
         if !live.iter().any(|(k, _, _)| *k == key) {
-            live.push((key, v, now + Duration::from_millis(rng.random_range(100..20_000))));
+            live.push((
+                key,
+                v,
+                now + Duration::from_millis(rng.random_range(100..20_000)),
+            ));
         }
         let tuples: HashSet<SocketAddr> = live.iter().map(|l| l.1).collect();
         assert_eq!(tuples.len(), live.len(), "collision at step {k}");
