@@ -312,6 +312,13 @@ impl Capture {
         done
     }
 
+    /// Read and clear the socket's pending error (e.g. `ENETDOWN` when the interface went down;
+    /// the ring resumes by itself when it comes back up). Call it when `poll` says the socket is
+    /// ready but no block is, or the error keeps `poll` returning at once.
+    pub fn take_error(&self) -> Option<io::Error> {
+        sys::take_socket_error(self.ring.fd()).unwrap_or_else(Some)
+    }
+
     /// Add the kernel's counters since the last call to [`Capture::stats`].
     pub fn refresh_kernel_stats(&mut self) -> io::Result<()> {
         let KernelStats {

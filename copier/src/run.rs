@@ -257,7 +257,17 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     let timeout = deadline.saturating_duration_since(now);
     if !timeout.is_zero() {
         match sys::poll_readable(&[io.capture.fd(), io.wake.fd()], timeout) {
-            Ok(_) => st.poll_errors = 0,
+            Ok(ready) => {
+                st.poll_errors = 0;
+                if ready & 1 != 0 && !io.capture.has_ready() {
+                    // POLLERR without data: read the error, or poll would return at once forever.
+                    if let Some(e) = io.capture.take_error() {
+                        tracing::warn!(
+                            "capture socket: {e} (interface down? capture resumes when it is up)"
+                        );
+                    }
+                }
+            }
             Err(e) => {
                 st.poll_errors += 1;
                 tracing::warn!("ppoll: {e}");

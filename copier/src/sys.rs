@@ -347,6 +347,25 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<u3
     Ok(ready)
 }
 
+/// Read and clear the socket's pending error (`SO_ERROR`); `None` if there is none. An
+/// `AF_PACKET` socket gets `ENETDOWN` when its interface goes down, and `poll` reports `POLLERR`
+/// until the error is read.
+pub fn take_socket_error(fd: BorrowedFd<'_>) -> io::Result<Option<io::Error>> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` has room for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ERROR,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok((v != 0).then(|| io::Error::from_raw_os_error(v)))
+}
+
 /// A non-blocking `eventfd` used to wake the engine thread from other threads.
 #[derive(Debug)]
 pub struct EventFd(OwnedFd);

@@ -408,3 +408,55 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
         assert_eq!(n, 1);
     }
 }
+
+/// When the captured interface goes down the socket reports `ENETDOWN` through `POLLERR`; once
+/// the error is read, `poll` sleeps again (no busy loop), and capture resumes when the interface
+/// comes back up.
+#[test]
+fn interface_down_and_up() {
+    if !root_or_skip("interface_down_and_up") {
+        return;
+    }
+    let lab = Lab::new();
+    let mut cap = open_capture(
+        &lab,
+        Some("b0"),
+        vec![FilterTarget {
+            addr: None,
+            port: 80,
+        }],
+    );
+    ip(&["-n", &lab.b, "link", "set", "b0", "down"]);
+    let ready = copier::sys::poll_readable(&[cap.fd()], Duration::from_secs(1)).unwrap();
+    assert_eq!(ready, 1, "POLLERR is reported");
+    assert!(!cap.has_ready());
+    let e = cap.take_error().expect("a pending error");
+    assert_eq!(e.raw_os_error(), Some(nix::libc::ENETDOWN), "{e}");
+    let t = Instant::now();
+    assert_eq!(
+        copier::sys::poll_readable(&[cap.fd()], Duration::from_millis(200)).unwrap(),
+        0
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(150),
+        "poll must sleep once the error was read"
+    );
+
+    ip(&["-n", &lab.b, "link", "set", "b0", "up"]);
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    let (src, dst) = (sa(A_V4, 43000), sa(B_V4, 80));
+    // The veth carrier takes a moment; send until something arrives.
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.is_empty() && Instant::now() < deadline {
+        let mut buf = sender.buffer();
+        buf.extend_from_slice(&tcp_packet(src, dst, 1, b"again"));
+        sender.enqueue(tuple(src, dst), dst.ip(), buf);
+        sender.flush(Instant::now());
+        got = collect(&mut cap, 1, Duration::from_millis(200));
+    }
+    assert!(
+        !got.is_empty(),
+        "capture resumed after the interface came back"
+    );
+}
