@@ -108,6 +108,13 @@ struct Cli {
     #[arg(long)]
     install_rules: bool,
 
+    /// With --install-rules: remove the rules at exit even when copied sessions are still open
+    /// (their later responses then leave this host). By default the rules are left in place
+    /// in that case, so the kernel drops those responses (fail closed), and a restarted
+    /// intercept adopts them.
+    #[arg(long, requires = "install_rules")]
+    always_remove_rules: bool,
+
     /// Do not check the firewall rules (for setups that queue the packets by other means).
     #[arg(long, conflicts_with = "install_rules")]
     no_rule_check: bool,
@@ -282,10 +289,23 @@ fn run(cli: Cli) -> Result<()> {
         .context("start the tokio runtime")?;
     let outcome = rt.block_on(serve(&cli, secret, shared.clone(), bound, &queues));
 
-    // Stop queueing new packets before anything else closes.
+    // Stop queueing new packets before anything else closes, unless copied sessions are still
+    // open: then the rules stay (fail closed) and a restarted intercept adopts them.
     let mut report = Vec::new();
+    let open = *outcome.as_ref().unwrap_or(&0);
+    let mut kept = false;
     if let Some(mut g) = installed.take() {
-        report = g.remove();
+        if open > 0 && !cli.always_remove_rules {
+            eprintln!(
+                "intercept: {open} copied session(s) were still open: leaving the NFQUEUE rules in place, so the \
+                 kernel drops their responses instead of sending them to clients; a restarted intercept with \
+                 --install-rules adopts them (use --always-remove-rules to remove them anyway)"
+            );
+            report = g.keep();
+            kept = true;
+        } else {
+            report = g.remove();
+        }
     }
     let s = shared.lock().router.stats().clone();
     eprintln!(
@@ -302,7 +322,7 @@ fn run(cli: Cli) -> Result<()> {
     for line in &report {
         eprintln!("intercept: {line}");
     }
-    if cli.install_rules {
+    if cli.install_rules && !kept {
         if report.iter().all(|l| l.starts_with("removed")) {
             eprintln!("intercept: left no firewall rules behind");
         }
@@ -317,7 +337,7 @@ fn run(cli: Cli) -> Result<()> {
         eprintln!("intercept: did not check or touch firewall rules");
     }
     rt.shutdown_timeout(Duration::from_millis(500));
-    outcome
+    outcome.map(|_| ())
 }
 
 /// Everything that runs until a signal (or a fatal error): metrics, NFQUEUE workers, control
@@ -328,7 +348,7 @@ async fn serve(
     shared: Arc<Shared>,
     bound: Vec<nfqueue::BoundQueue>,
     queues: &[u16],
-) -> Result<()> {
+) -> Result<u64> {
     if let Some(addr) = cli.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -397,6 +417,10 @@ async fn serve(
         r = tokio::signal::ctrl_c() => { r.context("wait for SIGINT")?; tracing::info!("SIGINT: stopping"); Ok(()) }
         Some(why) = dead_rx.recv() => Err(anyhow::anyhow!("NFQUEUE worker died: {why}")),
     };
+    // Copied sessions still open now would send their responses to real clients if the rules
+    // went away with us: note how many, before the copiers' connections close.
+    let open = shared.lock().router.stats().registrations;
+    let outcome = outcome.map(|()| open);
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = ticker.await;

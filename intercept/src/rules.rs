@@ -217,6 +217,18 @@ impl<R: Runner> Installed<R> {
     }
 }
 
+impl<R: Runner> Installed<R> {
+    /// Leave every rule in place (fail closed: while no intercept reads the queue, the kernel
+    /// drops what the rules queue); returns one line per rule saying so, with the command
+    /// that removes it.
+    pub fn keep(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.rules)
+            .into_iter()
+            .map(|rule| format!("left in place: {rule}; remove it by hand: {}", rule.command("-D")))
+            .collect()
+    }
+}
+
 impl<R: Runner> Drop for Installed<R> {
     fn drop(&mut self) {
         for line in self.remove() {
@@ -225,14 +237,21 @@ impl<R: Runner> Drop for Installed<R> {
     }
 }
 
-/// Insert each rule at the top of OUTPUT. On failure, the rules already added are removed
-/// again and the error names the command that failed.
+/// Insert each rule at the top of OUTPUT. A rule that exists already (`-C`), typically left in
+/// place by an earlier run that stopped while copied sessions were open, is adopted instead of
+/// added twice; adopted rules are removed at exit like added ones. On failure, the rules already
+/// added are removed again and the error names the command that failed.
 pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
     let mut guard = Installed {
         runner,
         rules: Vec::new(),
     };
     for rule in rules {
+        if guard.runner.run(rule.family.tool(), &rule.args("-C")).ok {
+            tracing::info!("adopted existing firewall rule: {rule}");
+            guard.rules.push(*rule);
+            continue;
+        }
         let r = guard.runner.run(rule.family.tool(), &rule.args("-I"));
         if !r.ok {
             let undo = guard.remove();
@@ -313,6 +332,8 @@ mod tests {
         log: Vec<String>,
         listing: String,
         fail_on: Option<String>,
+        /// Rules that `-C` finds (as `-C` commands).
+        existing: Vec<String>,
     }
 
     impl Runner for &mut Fake {
@@ -324,6 +345,13 @@ mod tests {
                     ok: false,
                     stdout: String::new(),
                     stderr: "boom".into(),
+                };
+            }
+            if args.first().map(String::as_str) == Some("-C") {
+                return Ran {
+                    ok: self.existing.contains(&cmd),
+                    stdout: String::new(),
+                    stderr: String::new(),
                 };
             }
             if args.first().map(String::as_str) == Some("-S") {
@@ -405,7 +433,9 @@ mod tests {
         assert_eq!(
             fake.log,
             vec![
+                "iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
                 "iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
+                "ip6tables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
                 "ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
                 "ip6tables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
                 "iptables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
@@ -436,11 +466,30 @@ mod tests {
             e.contains("ip6tables -I OUTPUT -p tcp --sport 80") && e.contains("boom"),
             "{e}"
         );
-        assert_eq!(fake.log.len(), 3);
+        assert_eq!(fake.log.len(), 5);
         assert_eq!(
-            fake.log[2],
+            fake.log[4],
             "iptables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"
         );
+    }
+
+    #[test]
+    fn existing_rules_are_adopted_and_kept_rules_survive() {
+        let mut fake = Fake {
+            existing: vec!["iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".into()],
+            ..Fake::default()
+        };
+        let rules = rules_for(&[80], QueueTarget::Num(0), false);
+        {
+            let mut g = install(&mut fake, &rules).unwrap();
+            assert_eq!(g.rules().len(), 2, "the existing rule is adopted, the missing one added");
+            let kept = g.keep();
+            assert_eq!(kept.len(), 2);
+            assert!(kept[0].contains("iptables -D OUTPUT -p tcp --sport 80"), "{kept:?}");
+        }
+        // not added twice, and nothing removed after keep()
+        assert_eq!(fake.log.iter().filter(|c| c.starts_with("iptables -I")).count(), 0, "{:?}", fake.log);
+        assert_eq!(fake.log.iter().filter(|c| c.contains(" -D ")).count(), 0, "{:?}", fake.log);
     }
 
     #[test]

@@ -305,17 +305,46 @@ fn intercept_restarted_during_a_run() {
         let script = format!("for i in $(seq 1 10); do curl -sS -o /dev/null '{}?{tag}='$i || exit 1; done", online_url("/index.html"));
         lab.sh(Host::Client, &script).unwrap();
     };
+    // a keep-alive connection that stays open across the restart
+    let ns = lab.ns(Host::Client);
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let client = std::thread::spawn(move || {
+        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
+        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = HttpReader::default();
+        for i in 0..3 {
+            s.write_all(get(&format!("/index.html?open-before={i}")).as_bytes()).unwrap();
+            r.read_response(&mut s);
+        }
+        go_rx.recv().unwrap();
+        for i in 0..3 {
+            s.write_all(get(&format!("/index.html?open-after={i}")).as_bytes()).unwrap();
+            r.read_response(&mut s);
+        }
+    });
     run(&lab, "before");
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
     c.restart_intercept(&mut lab).unwrap();
     // the copier reconnects on its own
     std::thread::sleep(Duration::from_secs(3));
+    go_tx.send(()).unwrap();
+    client.join().unwrap();
     run(&lab, "after");
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
     let test = c.test().requests().unwrap();
-    let after = test.iter().filter(|e| e.uri.contains("after=")).count();
-    let before = test.iter().filter(|e| e.uri.contains("before=")).count();
-    assert_eq!((before, after), (10, 10), "{test:?}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+    let count = |tag: &str| test.iter().filter(|e| e.uri.contains(tag)).count();
+    assert_eq!(
+        (count("?before="), count("?after="), count("open-before="), count("open-after=")),
+        (10, 10, 3, 3),
+        "{test:?}\n{}",
+        tail(&c.copier.as_ref().unwrap().log(), 30)
+    );
+    // the restarted intercept found the rules its predecessor left for the open session
+    let log = c.intercept.log();
+    assert!(log.contains("adopted existing firewall rule"), "{log}");
     c.check_alive().unwrap();
     assert_no_leak(&mut lab);
 }
