@@ -207,11 +207,19 @@ impl Params {
         }
     }
 
-    /// The map a captured packet toward `dst` falls under.
+    /// The map a captured packet toward `dst` falls under: of the maps matching its port and
+    /// address, the first whose target has `dst`'s family (`--map 80=T4 --map 80=T6`), else the
+    /// first (a family change, possible only through a client pool).
     pub(crate) fn map_for(&self, dst: SocketAddr) -> Option<&PortMap> {
-        self.maps
+        let mut fits = self
+            .maps
             .iter()
-            .find(|m| m.online_port == dst.port() && m.online_ip.is_none_or(|ip| ip == dst.ip()))
+            .filter(|m| m.online_port == dst.port() && m.online_ip.is_none_or(|ip| ip == dst.ip()));
+        let first = fits.next()?;
+        if first.target.is_ipv6() == dst.is_ipv6() {
+            return Some(first);
+        }
+        fits.find(|m| m.target.is_ipv6() == dst.is_ipv6()).or(Some(first))
     }
 }
 
@@ -331,5 +339,31 @@ impl FromStr for ClientIpPool {
 impl fmt::Display for ClientIpPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.base, self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(port: u16, target: &str) -> PortMap {
+        PortMap { online_ip: None, online_port: port, target: target.parse().unwrap() }
+    }
+
+    #[test]
+    fn map_for_prefers_the_clients_family() {
+        let (t4, t6) = ("198.18.2.2:80", "[fd00:198:18:2::2]:80");
+        for maps in [vec![map(80, t4), map(80, t6)], vec![map(80, t6), map(80, t4)]] {
+            let p = Params::new(&EngineConfig { maps, ..EngineConfig::default() });
+            let to4: SocketAddr = "198.18.1.1:80".parse().unwrap();
+            let to6: SocketAddr = "[fd00:198:18:1::1]:80".parse().unwrap();
+            assert_eq!(p.map_for(to4).unwrap().target, t4.parse().unwrap());
+            assert_eq!(p.map_for(to6).unwrap().target, t6.parse().unwrap());
+            assert!(p.map_for("198.18.1.1:81".parse().unwrap()).is_none());
+        }
+        // One map only: both families fall under it (the engine then needs a client pool of
+        // the target's family, or counts a family mismatch).
+        let p = Params::new(&EngineConfig { maps: vec![map(80, t4)], ..EngineConfig::default() });
+        assert_eq!(p.map_for("[fd00:198:18:1::1]:80".parse().unwrap()).unwrap().target, t4.parse().unwrap());
     }
 }

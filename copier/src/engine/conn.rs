@@ -27,6 +27,8 @@ use super::pkt::RecordInfo;
 const TS_LEN: u32 = 12;
 /// MSS assumed when the SYN-ACK has none (RFC 9293).
 const DEFAULT_MSS: u32 = 536;
+/// Times our RST is sent again (with backoff, while lingering) in case it was lost.
+const RST_REPEATS: u8 = 4;
 /// RSTs sent in answer to challenge ACKs before giving up on them.
 const MAX_RST: u8 = 4;
 
@@ -106,10 +108,28 @@ pub(crate) struct Conn {
     pub reset: bool,
     rst_due: Option<SeqNum>,
     rst_count: u8,
+    /// Our RST is sent again this many more times, with backoff, while lingering: a lost RST
+    /// would leave the test server with a half-open connection, and nothing else tells.
+    rst_again: u8,
+    last_rst: SeqNum,
+    /// A second RST at `snd_una`, for when the test server did not get our last bytes: its
+    /// next expected byte is somewhere in `[snd_una, snd_max]`, and only an exact match resets
+    /// it (RFC 5961) without a round trip.
+    rst_low: Option<SeqNum>,
+    rst_low_due: bool,
     /// A RST for a stale connection of the test server on our tuple.
     stale_rst: Option<SeqNum>,
     syn_due: bool,
     probe_due: bool,
+    /// FINs of the test server seen again while lingering.
+    fin_repeats: u8,
+    /// Duplicate ACKs in a row (same ACK number and window, nothing new).
+    dupacks: u8,
+    /// Three duplicate ACKs: resend the first unacknowledged segment now.
+    fast_rexmit: bool,
+    /// After a timeout, how far beyond `snd_una` the go-back-N resend may run (slow start),
+    /// so that a receiver that kept the later bytes is not sent them all again at once.
+    recovery_wnd: u32,
     rto: Duration,
     srtt: Option<Duration>,
     rttvar: Duration,
@@ -157,9 +177,17 @@ impl Conn {
             reset: false,
             rst_due: None,
             rst_count: 0,
+            rst_again: 0,
+            last_rst: SeqNum(0),
+            rst_low: None,
+            rst_low_due: false,
             stale_rst: None,
             syn_due: true,
             probe_due: false,
+            fin_repeats: 0,
+            dupacks: 0,
+            fast_rexmit: false,
+            recovery_wnd: 0,
             rto: p.initial_rto,
             srtt: None,
             rttvar: Duration::ZERO,
@@ -228,8 +256,14 @@ impl Conn {
         }
         self.reset = true;
         self.rst_due = Some(self.snd_max);
+        if self.synced && self.snd_una != self.snd_max {
+            self.rst_low = Some(self.snd_una);
+            self.rst_low_due = true;
+        }
         self.rst_count = 1;
+        self.rst_again = RST_REPEATS;
         self.enter_linger(now, p);
+        self.rto_at = Some(now + self.cur_rto(p));
         false
     }
 
@@ -266,6 +300,7 @@ impl Conn {
             // A challenge ACK (RFC 5961): its ACK number is exactly what the RST needs.
             if h.has(TcpFlags::ACK) && self.rst_count < MAX_RST {
                 self.rst_due = Some(h.ack);
+                self.rst_low = None; // the exact number is known now
                 self.rst_count += 1;
             }
             return;
@@ -277,8 +312,10 @@ impl Conn {
         }
         let fin = h.has(TcpFlags::FIN);
         if fin && self.state == State::Linger {
-            // Its FIN again: our last ACK was lost. Stay long enough to ack a further one.
-            self.linger_until = Some(now + p.linger);
+            // Its FIN again: our last ACK was lost. Its next retransmission comes after twice
+            // the gap: stay long enough to ack that one too.
+            self.fin_repeats = self.fin_repeats.saturating_add(1);
+            self.linger_until = Some(now + p.linger * (1 << self.fin_repeats.min(4)));
         }
         if r.data_len > 0 || fin {
             let end = h.seq.add(r.seq_len());
@@ -351,8 +388,13 @@ impl Conn {
     fn on_ack(&mut self, now: Instant, r: &RecordInfo, p: &Params) {
         let h = &r.hdr;
         if h.ack.gt(self.snd_una) && h.ack.le(self.snd_max) {
+            if self.snd_nxt.lt(self.snd_max) {
+                // Recovering from a timeout: slow start.
+                self.recovery_wnd = self.recovery_wnd.saturating_add(h.ack.diff(self.snd_una) as u32);
+            }
             self.snd_una = h.ack;
             self.retries = 0;
+            self.dupacks = 0;
             if self.snd_nxt.lt(self.snd_una) {
                 self.snd_nxt = self.snd_una;
             }
@@ -366,6 +408,17 @@ impl Conn {
                 self.fin_acked = true;
             }
             self.rto_at = (self.snd_una != self.snd_max).then(|| now + self.cur_rto(p));
+        } else if h.ack == self.snd_una
+            && r.data_len == 0
+            && !h.has(TcpFlags::FIN)
+            && self.snd_max.gt(self.snd_una)
+            && u32::from(h.window) << self.peer_wscale == self.snd_wnd
+        {
+            self.dupacks = self.dupacks.saturating_add(1);
+            if self.dupacks == 3 {
+                self.fast_rexmit = true;
+                self.rtt_probe = None;
+            }
         }
         if h.seq.gt(self.wl1) || (h.seq == self.wl1 && h.ack.ge(self.wl2)) {
             self.snd_wnd = u32::from(h.window) << self.peer_wscale;
@@ -399,6 +452,15 @@ impl Conn {
         if self.state == State::Linger {
             if self.linger_until.is_some_and(|t| t <= now) {
                 self.dead = true;
+            } else if self.rto_at.is_some_and(|t| t <= now) {
+                self.rto_at = None;
+                if self.reset && self.rst_again > 0 {
+                    self.rst_again -= 1;
+                    self.rst_due = Some(self.last_rst);
+                    self.rst_low_due = self.rst_low.is_some();
+                    let k = u32::from(RST_REPEATS - self.rst_again);
+                    self.rto_at = Some(now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto));
+                }
             }
             return Expiry::Nothing;
         }
@@ -418,7 +480,9 @@ impl Conn {
         if self.state == State::SynSent {
             self.syn_due = true;
         } else if outstanding {
-            self.snd_nxt = self.snd_una; // go back N
+            self.snd_nxt = self.snd_una; // go back N, slowly
+            self.recovery_wnd = 2 * self.mss;
+            self.dupacks = 0;
         } else {
             self.probe_due = true;
         }
@@ -435,7 +499,13 @@ impl Conn {
             self.emit(p, seq, TcpFlags::RST, &[], None, out);
             return Some(Sent { payload: 0, retransmit: false });
         }
-        if let Some(seq) = self.rst_due.take() {
+        let low = self.rst_low.filter(|_| self.rst_low_due && self.rst_due.is_none());
+        if let Some(seq) = self.rst_due.take().or(low) {
+            if low == Some(seq) {
+                self.rst_low_due = false;
+            } else {
+                self.last_rst = seq;
+            }
             let flags = if self.synced { TcpFlags::RST | TcpFlags::ACK } else { TcpFlags::RST };
             self.emit(p, seq, flags, &[], None, out);
             return Some(Sent { payload: 0, retransmit: false });
@@ -481,9 +551,19 @@ impl Conn {
             self.ack_due = false;
             return Some(Sent { payload: 0, retransmit: false });
         }
+        if self.fast_rexmit {
+            self.fast_rexmit = false;
+            if let Some(sent) = self.resend_first(p, tx, out) {
+                return Some(sent);
+            }
+        }
         let seq = self.snd_nxt;
         if seq.lt(tx.limit) && seq.ge(tx.base) {
-            let room = self.snd_una.add(self.snd_wnd).diff(seq);
+            let mut wnd = self.snd_wnd;
+            if seq.lt(self.snd_max) {
+                wnd = wnd.min(self.recovery_wnd.max(self.mss));
+            }
+            let room = self.snd_una.add(wnd).diff(seq);
             if room > 0 {
                 let avail = tx.limit.diff(seq) as u32;
                 let n = avail.min(room as u32).min(self.mss) as usize;
@@ -526,6 +606,29 @@ impl Conn {
             return Some(Sent { payload: 0, retransmit: false });
         }
         None
+    }
+
+    /// Fast retransmit: the first unacknowledged segment (or our FIN), leaving `snd_nxt`.
+    fn resend_first(&mut self, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+        let seq = self.snd_una;
+        if !seq.lt(self.snd_max) {
+            return None;
+        }
+        if self.fin_sent == Some(seq) {
+            self.emit(p, seq, TcpFlags::FIN | TcpFlags::ACK, &[], tx.tsval, out);
+            return Some(Sent { payload: 0, retransmit: true });
+        }
+        let end = self.fin_sent.unwrap_or(self.snd_max).min(self.snd_max);
+        let n = (end.diff(seq).max(0) as u32).min(self.mss) as usize;
+        let off = seq.diff(tx.base);
+        if n == 0 || off < 0 {
+            return None;
+        }
+        let payload = tx.data.get(off as usize..off as usize + n)?;
+        self.emit(p, seq, TcpFlags::ACK, payload, tx.tsval, out);
+        self.acked_rcv = self.rcv_nxt;
+        self.ack_due = false;
+        Some(Sent { payload: n, retransmit: true })
     }
 
     fn emit_ack(&mut self, p: &Params, tsval: Option<u32>, out: &mut Vec<u8>) {

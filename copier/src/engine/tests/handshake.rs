@@ -187,8 +187,8 @@ fn syn_is_retransmitted_with_backoff_then_the_session_fails() {
     let times: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
     assert_eq!(
         times,
-        vec![(300, TcpFlags::SYN), (900, TcpFlags::SYN), (2100, TcpFlags::SYN), (4500, TcpFlags::RST)],
-        "backoff 300, 600, 1200, then RST"
+        vec![(300, TcpFlags::SYN), (900, TcpFlags::SYN), (2100, TcpFlags::SYN), (4500, TcpFlags::RST), (9300, TcpFlags::RST)],
+        "backoff 300, 600, 1200, then RST, repeated once within the linger"
     );
     let s = h.e.stats();
     assert_eq!(s.retransmissions, 3);

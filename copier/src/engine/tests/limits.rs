@@ -60,7 +60,8 @@ fn idle_sessions_time_out_with_a_reset() {
     h.establish();
     let (outs, ctl) = h.run_timers(60_000);
     let v: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
-    assert_eq!(v, vec![(10_000, TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0))]);
+    let ra = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
+    assert_eq!(v, vec![(10_000, ra), (10_200, ra), (10_600, ra), (11_400, ra), (13_000, ra)], "RST, repeated with backoff in case it is lost");
     assert_eq!(h.e.stats().sessions_failed.timeout, 1);
     assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);

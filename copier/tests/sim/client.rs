@@ -1,0 +1,260 @@
+//! Simulated clients: what the copier captures of one client's connection to the online
+//! service (its SYN, handshake ACK, requests cut into segments of any size, its ACKs of the
+//! online answers, its FIN or RST), with the capture's own duplication, reordering and
+//! repacketised retransmissions, and which requests the test server should therefore receive.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::seq::SeqNum;
+use common::wire::{TcpBuilder, TcpFlags, TcpOption};
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use super::model::request_bytes;
+
+#[derive(Debug, Clone)]
+pub struct Req {
+    pub len: u32,
+    pub resp_len: u32,
+    pub online_resp: u32,
+    /// Sent right after the previous one, before its answer (pipelined).
+    pub pipelined: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub id: u32,
+    pub addr: SocketAddr,
+    pub online: SocketAddr,
+    pub isn: u32,
+    pub oisn: u32,
+    pub ts: Option<u32>,
+    pub reqs: Vec<Req>,
+    /// Online greeting size (server speaks first).
+    pub greeting: u32,
+    /// Capture starts in the middle of this request.
+    pub midstream: Option<usize>,
+    pub end_rst: bool,
+    /// Keep-alive limit of the test server for this client's connections.
+    pub server_limit: Option<u32>,
+    pub start: Duration,
+}
+
+/// What the capture sees of a client, and what the test server must get.
+#[derive(Debug)]
+pub struct Script {
+    pub packets: Vec<(Duration, Vec<u8>)>,
+    /// Request indices the test server must serve, in order.
+    pub expected: Vec<u32>,
+    /// Whether the session is expected at all (a mid-stream session may never synchronise).
+    pub copied: bool,
+}
+
+pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool) -> Client {
+    let greeting = if rng.random_bool(0.15) { rng.random_range(10..200) } else { 0 };
+    let n = rng.random_range(1..8usize);
+    let midstream = (greeting == 0 && n >= 3 && rng.random_bool(0.15)).then(|| rng.random_range(0..n - 2));
+    let pipelining = midstream.is_none() && rng.random_bool(0.2);
+    let reqs: Vec<Req> = (0..n)
+        .map(|k| {
+            let big = rng.random_bool(0.1);
+            Req {
+                len: if big { rng.random_range(20_000..200_000) } else { rng.random_range(18..3000) },
+                resp_len: if rng.random_bool(0.05) { 0 } else if rng.random_bool(0.1) { rng.random_range(50_000..300_000) } else { rng.random_range(1..5000) },
+                online_resp: rng.random_range(1..20_000),
+                pipelined: pipelining && k > 0 && rng.random_bool(0.5),
+            }
+        })
+        .collect();
+    // A test server that closes after N requests, but not where "did it take the request
+    // before closing?" has no answer: pipelined requests, or requests without any answer.
+    let server_limit = (limits && !pipelining && reqs.iter().all(|r| r.resp_len > 0) && rng.random_bool(0.25))
+        .then(|| rng.random_range(1..4));
+    let octet = |r: &mut SmallRng| r.random_range(1..255u8);
+    Client {
+        id,
+        addr: SocketAddr::from(([10, octet(rng), octet(rng), octet(rng)], rng.random_range(1024..65535))),
+        online: if greeting > 0 { "192.0.2.1:25".parse().unwrap() } else { "192.0.2.1:80".parse().unwrap() },
+        isn: rng.random(),
+        oisn: rng.random(),
+        ts: rng.random_bool(0.7).then(|| rng.random()),
+        reqs,
+        greeting,
+        midstream,
+        end_rst: rng.random_bool(0.1),
+        server_limit,
+        start,
+    }
+}
+
+struct Gen<'a> {
+    c: &'a Client,
+    rng: &'a mut SmallRng,
+    t: Duration,
+    packets: Vec<(Duration, Vec<u8>, Meta)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    seq: u32,
+    ack: u32,
+    /// Request index whose first byte this segment carries.
+    starts_req: Option<u32>,
+    data: bool,
+}
+
+impl Gen<'_> {
+    fn emit(&mut self, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8], starts_req: Option<u32>) {
+        let mut opts = Vec::new();
+        if flags.contains(TcpFlags::SYN) {
+            opts.push(TcpOption::Mss(1460));
+            opts.push(TcpOption::WindowScale(7));
+        }
+        if let Some(base) = self.c.ts {
+            opts.push(TcpOption::Timestamps { tsval: base.wrapping_add(self.t.as_millis() as u32), tsecr: 77 });
+        }
+        let mut out = Vec::new();
+        TcpBuilder {
+            src: self.c.addr,
+            dst: self.c.online,
+            seq: SeqNum(seq),
+            ack: SeqNum(ack),
+            flags,
+            window: 1024,
+            options: &opts,
+            payload,
+            ttl: 64,
+            ident: 0,
+        }
+        .emit(&mut out);
+        self.packets.push((self.t, out, Meta { seq, ack, starts_req, data: !payload.is_empty() }));
+    }
+
+    fn step(&mut self, lo_us: u64, hi_us: u64) {
+        self.t += Duration::from_micros(self.rng.random_range(lo_us..=hi_us));
+    }
+}
+
+pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
+    let mut g = Gen { c, rng, t: c.start, packets: Vec::new() };
+    let a = TcpFlags::ACK;
+    let pa = TcpFlags::ACK | TcpFlags::PSH;
+    g.emit(c.isn, 0, TcpFlags::SYN, &[], None);
+    g.step(500, 3000);
+    let mut ack = c.oisn.wrapping_add(1);
+    let mut seq = c.isn.wrapping_add(1);
+    g.emit(seq, ack, a, &[], None);
+    if c.greeting > 0 {
+        g.step(500, 2000);
+        ack = ack.wrapping_add(c.greeting);
+        g.emit(seq, ack, a, &[], None);
+    }
+    let mut unanswered = 0u32;
+    for (k, r) in c.reqs.iter().enumerate() {
+        if !r.pipelined && unanswered > 0 {
+            // The online answers arrive: the client acks them, thinks, goes on.
+            g.step(1000, 5000);
+            ack = ack.wrapping_add(unanswered);
+            g.emit(seq, ack, a, &[], None);
+            unanswered = 0;
+            g.step(0, 100_000);
+        }
+        let bytes = request_bytes(c.id, k as u32, r.len, r.resp_len);
+        let mut off = 0;
+        let mut first = true;
+        while off < bytes.len() {
+            let n = if g.rng.random_bool(0.08) { g.rng.random_range(2000..30_000) } else { g.rng.random_range(1..=1448) };
+            let n = n.min(bytes.len() - off);
+            let starts = first.then_some(k as u32);
+            g.emit(seq.wrapping_add(off as u32), ack, pa, &bytes[off..off + n], starts);
+            first = false;
+            off += n;
+            g.step(50, 400);
+        }
+        seq = seq.wrapping_add(bytes.len() as u32);
+        unanswered += r.online_resp;
+    }
+    g.step(1000, 5000);
+    ack = ack.wrapping_add(unanswered);
+    g.emit(seq, ack, a, &[], None);
+    g.step(1000, 50_000);
+    if c.end_rst {
+        g.step(2_000_000, 3_000_000);
+        g.emit(seq, 0, TcpFlags::RST, &[], None);
+    } else {
+        g.emit(seq, ack, TcpFlags::FIN | TcpFlags::ACK, &[], None);
+    }
+
+    // Which requests the copy must carry.
+    let mut packets = g.packets;
+    let (expected, copied) = match c.midstream {
+        None => ((0..c.reqs.len() as u32).collect(), true),
+        Some(m) => {
+            // Capture begins after the first segment of request m; the engine starts at the
+            // first later packet whose ACK number moved past the first captured one's.
+            let first = packets.iter().position(|p| p.2.starts_req == Some(m as u32)).unwrap() + 1;
+            packets.drain(..first);
+            let a0 = packets[0].2.ack;
+            let sync = packets.iter().find(|p| (p.2.ack.wrapping_sub(a0) as i32) > 0).map(|p| p.2.seq);
+            match sync {
+                None => (Vec::new(), false),
+                Some(s) => {
+                    let exp = packets
+                        .iter()
+                        .filter(|p| p.2.data && p.2.starts_req.is_some() && p.2.seq.wrapping_sub(s) as i32 >= 0)
+                        .map(|p| p.2.starts_req.unwrap())
+                        .collect();
+                    (exp, true)
+                }
+            }
+        }
+    };
+
+    // The capture's own disorder (not for mid-stream clients: their first packets decide
+    // where the session starts).
+    let mut out: Vec<(Duration, Vec<u8>)> = Vec::new();
+    let disorder = c.midstream.is_none();
+    let mut prev: Option<(Duration, Vec<u8>, Meta)> = None;
+    for (t, p, m) in packets {
+        let t2 = if disorder && m.data { t + Duration::from_micros(rng.random_range(0..1500)) } else { t };
+        if disorder && m.data && rng.random_bool(0.03) {
+            out.push((t2 + Duration::from_micros(rng.random_range(1000..8000)), p.clone()));
+        }
+        if disorder && m.data && rng.random_bool(0.03) {
+            // A retransmission repacketised over the previous segment and this one.
+            if let Some((_, pp, pm)) = prev.as_ref().filter(|x| x.2.data && x.2.ack == m.ack) {
+                let merged = merge(c, pp, &p, pm.seq, m.ack);
+                out.push((t2 + Duration::from_micros(rng.random_range(2000..9000)), merged));
+            }
+        }
+        out.push((t2, p.clone()));
+        prev = Some((t, p, m));
+    }
+    out.sort_by_key(|x| x.0);
+    Script { packets: out, expected, copied }
+}
+
+/// One segment carrying the payloads of two consecutive captured packets.
+fn merge(c: &Client, a: &[u8], b: &[u8], seq: u32, ack: u32) -> Vec<u8> {
+    let pa = common::wire::parse_tcp_packet(a).unwrap();
+    let pb = common::wire::parse_tcp_packet(b).unwrap();
+    let mut payload = pa.payload().to_vec();
+    payload.extend_from_slice(pb.payload());
+    let opts: Vec<TcpOption> = common::wire::tcp_options(pb.options()).flatten().collect();
+    let mut out = Vec::new();
+    TcpBuilder {
+        src: c.addr,
+        dst: c.online,
+        seq: SeqNum(seq),
+        ack: SeqNum(ack),
+        flags: TcpFlags::ACK | TcpFlags::PSH,
+        window: 1024,
+        options: &opts,
+        payload: &payload,
+        ttl: 64,
+        ident: 0,
+    }
+    .emit(&mut out);
+    out
+}
