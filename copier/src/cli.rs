@@ -51,7 +51,9 @@ Logs go to stderr: -v for debug, -vv for trace; without -v, RUST_LOG (e.g. RUST_
 #[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Args {
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
-    /// Without ONLINE_IP any destination address on that port is copied.
+    /// Without ONLINE_IP any destination address on that port is copied. A port may have two
+    /// such maps, one per target family: `--map 80=TARGET4 --map 80=[TARGET6]:80` sends IPv4
+    /// clients to TARGET4 and IPv6 clients to TARGET6.
     #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", required = true, value_parser = parse_map)]
     pub maps: Vec<PortMap>,
 
@@ -244,22 +246,37 @@ fn warn_if_readable_by_others(path: &std::path::Path) {
 /// Cross-checks of the maps: no port mapped twice for the same online address, no port mapped
 /// both for any address and for a given one (which would win is not obvious), families that
 /// can work.
+///
+/// A port without an online address may have one map per target family: the engine sends a
+/// client to the map of its own family (`--map 80=198.18.2.2:80 --map 80=[fd00::2]:80`), and
+/// to the other one only through a `--client-ip` range, which every target must share anyway.
 pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), String> {
-    let mut seen: BTreeMap<(u16, Option<IpAddr>), &PortMap> = BTreeMap::new();
+    // Key: port, online address, and for maps of any address the target's family.
+    type Key = (u16, Option<IpAddr>, Option<bool>);
+    let key = |m: &PortMap| -> Key {
+        let fam = m.online_ip.is_none().then(|| m.target.is_ipv6());
+        (m.online_port, m.online_ip, fam)
+    };
+    let mut seen: BTreeMap<Key, &PortMap> = BTreeMap::new();
     for m in maps {
-        if let Some(prev) = seen.get(&(m.online_port, m.online_ip)) {
-            return Err(format!(
-                "--map {} and --map {} copy the same online port {}",
-                show_map(prev),
-                show_map(m),
-                m.online_port
-            ));
+        if let Some(prev) = seen.get(&key(m)) {
+            let what = if m.online_ip.is_none() {
+                format!(
+                    "copy the same online port {} to the same family ({}); one map per family",
+                    m.online_port,
+                    if m.target.is_ipv6() { "IPv6" } else { "IPv4" }
+                )
+            } else {
+                format!("copy the same online port {}", m.online_port)
+            };
+            return Err(format!("--map {} and --map {} {what}", show_map(prev), show_map(m)));
         }
-        seen.insert((m.online_port, m.online_ip), m);
+        seen.insert(key(m), m);
     }
     for m in maps {
         if m.online_ip.is_some() {
-            if let Some(any) = seen.get(&(m.online_port, None)) {
+            let any = [false, true].into_iter().find_map(|v6| seen.get(&(m.online_port, None, Some(v6))));
+            if let Some(any) = any {
                 return Err(format!(
                     "--map {} (any address) overlaps --map {}: give addresses to both or to neither",
                     show_map(any),
@@ -465,8 +482,17 @@ mod tests {
         assert!(check_maps(&dup, None)
             .unwrap_err()
             .contains("same online port 80"));
+        let dup6 = [map("80=[2001:db8::2]:80"), map("80=[2001:db8::3]:80")];
+        let e = check_maps(&dup6, None).unwrap_err();
+        assert!(e.contains("same online port 80") && e.contains("IPv6"), "{e}");
+        let dup_addr = [map("10.0.0.5:80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
+        assert!(check_maps(&dup_addr, None)
+            .unwrap_err()
+            .contains("same online port 80"));
         let overlap = [map("80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
         assert!(check_maps(&overlap, None).unwrap_err().contains("overlaps"));
+        let overlap6 = [map("80=[2001:db8::2]:80"), map("[2001:db8::1]:80=[2001:db8::3]:80")];
+        assert!(check_maps(&overlap6, None).unwrap_err().contains("overlaps"));
         let two_addrs = [
             map("10.0.0.5:80=198.18.1.2:80"),
             map("10.0.0.6:80=198.18.1.3:80"),
@@ -482,6 +508,33 @@ mod tests {
         assert!(check_maps(&ok, Some(&pool6))
             .unwrap_err()
             .contains("--client-ip"));
+    }
+
+    #[test]
+    fn one_map_per_family_on_a_port() {
+        // IPv4 clients to the IPv4 target, IPv6 clients to the IPv6 one.
+        let both = [map("80=198.18.2.2:80"), map("80=[fd00:198:18:2::2]:80")];
+        check_maps(&both, None).unwrap();
+        // in either order
+        check_maps(&[both[1], both[0]], None).unwrap();
+        // a --client-ip range has one family, which every target must share
+        let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
+        assert!(check_maps(&both, Some(&pool))
+            .unwrap_err()
+            .contains("different IP families"));
+        // the engine's own checks accept them; the flags parse into both maps
+        let cfg = EngineConfig { maps: both.to_vec(), ..EngineConfig::default() };
+        cfg.validate().unwrap();
+        let v = args(&["--no-secret", "--map", "80=[fd00:198:18:2::2]:80"])
+            .unwrap()
+            .validate(1)
+            .unwrap();
+        assert_eq!(v.engine.maps.len(), 2);
+        let three = args(&["--no-secret", "--map", "80=[fd00::2]:80", "--map", "80=[fd00::3]:80"])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
+        assert!(three.contains("one map per family"), "{three}");
     }
 
     #[test]

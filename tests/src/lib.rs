@@ -4,15 +4,20 @@
 //! ```text
 //!  client ---------- online ------------ test ------------- test2
 //!  198.18.1.2   .1.1      .2.1      198.18.2.2   .3.1    198.18.3.2
+//!  fd00:198:18:1::2 ::1   2::1      fd00:198:18:2::2 3::1 fd00:198:18:3::2
 //!  (curl, wrk)  (nginx, copier)     (nginx, intercept)   (nginx, intercept)
 //! ```
+//!
+//! Every link has an IPv4 /24 and an IPv6 /64 with the same link number: link N is
+//! `198.18.N.0/24` and `fd00:198:18:N::/64` (a unique-local prefix).
 //!
 //! Invariants this module keeps:
 //! - Every namespace of a lab is named `<prefix>-<host>` with a prefix unique to the run
 //!   (`tl<pid>x<n>`), so two labs (or two test processes) never collide.
-//! - Only addresses from 198.18.0.0/15 are assigned, and no namespace has a route that leaves the
-//!   lab: the test hosts route the client and fake-client subnets back through the link they came
-//!   from, nothing else.
+//! - Only addresses from 198.18.0.0/15 and fd00:198:18::/47 are assigned (IPv6 addresses with
+//!   `nodad`, usable at once; the kernel adds its own link-local ones), and no namespace has a
+//!   route that leaves the lab: the test hosts route the client and fake-client subnets (both
+//!   families) back through the link they came from, nothing else.
 //! - Dropping a [`Lab`] kills every process it started (and anything else still running in its
 //!   namespaces) and deletes the namespaces, also while a panic unwinds. Labs left behind by a
 //!   process that was killed outright are swept by the next `Lab::new`.
@@ -66,9 +71,10 @@ impl Host {
     }
 }
 
-/// Addresses of the lab (all in the benchmarking range 198.18.0.0/15).
+/// Addresses of the lab: IPv4 in the benchmarking range 198.18.0.0/15, IPv6 in the unique-local
+/// fd00:198:18::/48 (links) and fd00:198:19::/48 (fake clients).
 pub mod addr {
-    use std::net::Ipv4Addr;
+    use std::net::{Ipv4Addr, Ipv6Addr};
     /// `client` on the client-online link.
     pub const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
     /// `online` on the client-online link: where clients reach production.
@@ -86,6 +92,25 @@ pub mod addr {
     /// Fake client addresses (`copier --client-ip`) come from here; the test hosts route it
     /// back through the link the copies arrive on.
     pub const FAKE_CLIENT_NET: &str = "198.19.0.0/16";
+
+    /// `client` on the client-online link (IPv6).
+    pub const CLIENT6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 1, 0, 0, 0, 2);
+    /// `online` on the client-online link (IPv6): where clients reach production.
+    pub const ONLINE6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 1, 0, 0, 0, 1);
+    /// `online` on the online-test link (IPv6): where copies leave from.
+    pub const ONLINE_TO_TEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 2, 0, 0, 0, 1);
+    /// `test` on the online-test link (IPv6): the test server.
+    pub const TEST6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 2, 0, 0, 0, 2);
+    /// `test` on the test-test2 link (IPv6).
+    pub const TEST_TO_TEST2_6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 3, 0, 0, 0, 1);
+    /// `test2` (IPv6): the second test server.
+    pub const TEST2_6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x198, 0x18, 3, 0, 0, 0, 2);
+    /// The real clients' IPv6 subnet.
+    pub const CLIENT_NET6: &str = "fd00:198:18:1::/64";
+    /// The online-test link's IPv6 subnet.
+    pub const TEST_NET6: &str = "fd00:198:18:2::/64";
+    /// Fake IPv6 client addresses (`copier --client-ip`); routed back like [`FAKE_CLIENT_NET`].
+    pub const FAKE_CLIENT_NET6: &str = "fd00:198:19::/48";
 }
 
 /// Interface names inside the namespaces (names are per namespace, so they never collide).
@@ -247,16 +272,19 @@ impl Lab {
             run(&["ip", "netns", "add", &self.ns(h)])?;
             self.ip(h, &["link", "set", "lo", "up"])?;
         }
+        use addr::*;
         let links = [
-            (Host::Client, ifname::CLIENT_TO_ONLINE, addr::CLIENT, Host::Online, ifname::ONLINE_TO_CLIENT, addr::ONLINE),
-            (Host::Online, ifname::ONLINE_TO_TEST, addr::ONLINE_TO_TEST, Host::Test, ifname::TEST_TO_ONLINE, addr::TEST),
-            (Host::Test, ifname::TEST_TO_TEST2, addr::TEST_TO_TEST2, Host::Test2, ifname::TEST2_TO_TEST, addr::TEST2),
+            (Host::Client, ifname::CLIENT_TO_ONLINE, CLIENT, CLIENT6, Host::Online, ifname::ONLINE_TO_CLIENT, ONLINE, ONLINE6),
+            (Host::Online, ifname::ONLINE_TO_TEST, ONLINE_TO_TEST, ONLINE_TO_TEST6, Host::Test, ifname::TEST_TO_ONLINE, TEST, TEST6),
+            (Host::Test, ifname::TEST_TO_TEST2, TEST_TO_TEST2, TEST_TO_TEST2_6, Host::Test2, ifname::TEST2_TO_TEST, TEST2, TEST2_6),
         ];
-        for (h1, if1, a1, h2, if2, a2) in links {
+        for (h1, if1, a1, b1, h2, if2, a2, b2) in links {
             let (ns1, ns2) = (self.ns(h1), self.ns(h2));
             run(&["ip", "link", "add", if1, "netns", &ns1, "type", "veth", "peer", "name", if2, "netns", &ns2])?;
-            for (h, ifn, a) in [(h1, if1, a1), (h2, if2, a2)] {
+            for (h, ifn, a, b) in [(h1, if1, a1, b1), (h2, if2, a2, b2)] {
                 self.ip(h, &["addr", "add", &format!("{a}/24"), "dev", ifn])?;
+                // nodad: usable at once, not "tentative" for a second or two
+                self.ip(h, &["-6", "addr", "add", &format!("{b}/64"), "dev", ifn, "nodad"])?;
                 self.ip(h, &["link", "set", ifn, "up"])?;
                 if !opts.offloads {
                     self.exec_ok(h, &["ethtool", "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])?;
@@ -264,11 +292,17 @@ impl Lab {
             }
         }
         // Routes back toward the (real and fake) clients, through the link copies arrive on.
-        for net in [addr::CLIENT_NET, addr::FAKE_CLIENT_NET] {
-            self.ip(Host::Test, &["route", "add", net, "via", &addr::ONLINE_TO_TEST.to_string()])?;
-            self.ip(Host::Test2, &["route", "add", net, "via", &addr::TEST_TO_TEST2.to_string()])?;
+        for net in [CLIENT_NET, FAKE_CLIENT_NET] {
+            self.ip(Host::Test, &["route", "add", net, "via", &ONLINE_TO_TEST.to_string()])?;
+            self.ip(Host::Test2, &["route", "add", net, "via", &TEST_TO_TEST2.to_string()])?;
         }
-        self.ip(Host::Test2, &["route", "add", "198.18.2.0/24", "via", &addr::TEST_TO_TEST2.to_string()])?;
+        self.ip(Host::Test2, &["route", "add", "198.18.2.0/24", "via", &TEST_TO_TEST2.to_string()])?;
+        // The same over IPv6: the gateway is on-link, so only it needs neighbour discovery.
+        for net in [CLIENT_NET6, FAKE_CLIENT_NET6] {
+            self.ip(Host::Test, &["-6", "route", "add", net, "via", &ONLINE_TO_TEST6.to_string()])?;
+            self.ip(Host::Test2, &["-6", "route", "add", net, "via", &TEST_TO_TEST2_6.to_string()])?;
+        }
+        self.ip(Host::Test2, &["-6", "route", "add", TEST_NET6, "via", &TEST_TO_TEST2_6.to_string()])?;
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// How to configure an nginx.
 #[derive(Clone, Debug)]
 pub struct NginxOptions {
-    /// TCP port to listen on (all addresses of the host).
+    /// TCP port to listen on (all addresses of the host, IPv4 and IPv6).
     pub port: u16,
     /// Files to put in the document root: (path below the root, size in bytes). The content is
     /// a fixed pattern ([`pattern`]). `index.html` is always there (a short page).
@@ -116,6 +116,7 @@ http {{
     sendfile on;
     server {{
         listen {port} reuseport backlog=4096;
+        listen [::]:{port} reuseport backlog=4096 ipv6only=on;
         access_log {d}/access.log lab;
         root {d}/root;
         location / {{ }}

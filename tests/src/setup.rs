@@ -1,5 +1,6 @@
 //! A copying setup in a lab: nginx on `online` and `test`, the intercept on `test` (installing
-//! its NFQUEUE rule), the copier on `online` mapping port 80 to the test nginx. Shared by the demo
+//! its NFQUEUE rules, iptables and ip6tables), the copier on `online` mapping port 80 to the test
+//! nginx: IPv4 clients to its IPv4 address, IPv6 clients to its IPv6 address. Shared by the demo
 //! and the end-to-end tests, so both run the system the same way.
 
 use crate::{addr, ifname, workspace_bin, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
@@ -24,6 +25,9 @@ pub struct CopyOptions {
     pub intercept_args: Vec<String>,
     /// Start the copier right away (otherwise call [`Copying::start_copier`]).
     pub start_copier: bool,
+    /// Also copy IPv6 clients (a second `--map` to the test server's IPv6 address). Turn it off
+    /// when `copier_args` holds an IPv4 `--client-ip`, whose family every map must share.
+    pub ipv6: bool,
 }
 
 impl Default for CopyOptions {
@@ -34,6 +38,7 @@ impl Default for CopyOptions {
             copier_args: Vec::new(),
             intercept_args: Vec::new(),
             start_copier: true,
+            ipv6: true,
         }
     }
 }
@@ -86,6 +91,7 @@ impl Copying {
         }
         let bin = workspace_bin("copier")?;
         let map = format!("80={}:80", addr::TEST);
+        let map6 = format!("80=[{}]:80", addr::TEST6);
         let icpt = format!("{}:{CONTROL_PORT}", addr::TEST);
         let secret = self.secret.to_string_lossy().into_owned();
         let mut argv: Vec<String> = vec![
@@ -94,13 +100,18 @@ impl Copying {
             bin.to_string_lossy().into_owned(),
             "--map".into(),
             map,
+        ];
+        if self.opts.ipv6 {
+            argv.extend(["--map".into(), map6]);
+        }
+        argv.extend([
             "--intercept".into(),
             icpt,
             "--secret-file".into(),
             secret,
             "--interface".into(),
             ifname::ONLINE_TO_CLIENT.into(),
-        ];
+        ]);
         argv.extend(self.opts.copier_args.iter().cloned());
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
         let p = lab.spawn(Host::Online, "copier", &refs)?;
@@ -228,8 +239,14 @@ pub fn diff_fingerprints(online: &BTreeMap<String, usize>, test: &BTreeMap<Strin
     out
 }
 
-/// The tcpdump filter that matches a response of the test service on its way to a client: any
-/// such packet on the test host's link is a leak.
+/// The tcpdump filter that matches a response of the test service on its way to a client, over
+/// IPv4 or IPv6: any such packet on the test host's link is a leak.
 pub fn leak_filter() -> String {
-    format!("tcp src port 80 and (dst net {} or dst net {})", addr::CLIENT_NET, addr::FAKE_CLIENT_NET)
+    format!(
+        "tcp src port 80 and (dst net {} or dst net {} or dst net {} or dst net {})",
+        addr::CLIENT_NET,
+        addr::FAKE_CLIENT_NET,
+        addr::CLIENT_NET6,
+        addr::FAKE_CLIENT_NET6
+    )
 }

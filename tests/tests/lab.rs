@@ -50,6 +50,51 @@ fn no_route_leaves_the_lab() {
     // the test host reaches the client subnet back through online
     let r = lab.exec_ok(Host::Test, &["ip", "route", "get", &addr::CLIENT.to_string()]).unwrap();
     assert!(r.contains(&format!("via {}", addr::ONLINE_TO_TEST)), "{r}");
+
+    // IPv6: only the lab's unique-local prefixes and the kernel's link-local routes
+    let mut v6_routes = 0;
+    for h in Host::ALL {
+        let routes = lab.exec_ok(h, &["ip", "-6", "route", "show"]).unwrap();
+        for r in routes.lines() {
+            assert!(!r.starts_with("default"), "{}: default IPv6 route {r}", h.name());
+            let dst = r.split_whitespace().next().unwrap();
+            assert!(
+                dst.starts_with("fd00:198:18:") || dst.starts_with("fd00:198:19:") || dst == "fe80::/64",
+                "{}: IPv6 route outside the lab's prefixes: {r}",
+                h.name()
+            );
+            v6_routes += 1;
+        }
+    }
+    assert!(v6_routes >= 6, "every link should have its IPv6 prefix route");
+    for (dst, via) in [(addr::CLIENT6, addr::ONLINE_TO_TEST6), ("fd00:198:19::5".parse().unwrap(), addr::ONLINE_TO_TEST6)] {
+        let r = lab.exec_ok(Host::Test, &["ip", "-6", "route", "get", &dst.to_string()]).unwrap();
+        assert!(r.contains(&format!("via {via}")), "{r}");
+    }
+    let r = lab.exec_ok(Host::Test2, &["ip", "-6", "route", "get", &addr::CLIENT6.to_string()]).unwrap();
+    assert!(r.contains(&format!("via {}", addr::TEST_TO_TEST2_6)), "{r}");
+}
+
+#[test]
+fn nginx_serves_ipv6_too() {
+    let Some(mut lab) = lab_or_skip("nginx_serves_ipv6_too") else { return };
+    let online = lab.nginx(Host::Online, NginxOptions::default()).unwrap();
+    let test = lab.nginx(Host::Test, NginxOptions::default()).unwrap();
+    // the addresses are usable at once (nodad): no wait before the first request
+    let body = curl(&lab, &format!("http://[{}]/index.html", addr::ONLINE6));
+    assert!(body.contains("lab nginx"), "unexpected page: {body:?}");
+    curl(&lab, &format!("http://{}/index.html?v4", addr::ONLINE));
+    let reqs = online.requests().unwrap();
+    let from: Vec<(&str, &str)> = reqs.iter().map(|e| (e.remote_addr.as_str(), e.uri.as_str())).collect();
+    let (c6, c4) = (addr::CLIENT6.to_string(), addr::CLIENT.to_string());
+    assert_eq!(from, vec![(c6.as_str(), "/index.html"), (c4.as_str(), "/index.html?v4")]);
+    // the test nginx answers over IPv6 on its link, and test2 reaches it through its route
+    let url = format!("http://[{}]/", addr::TEST6);
+    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "5", "-o", "/dev/null", &url]).unwrap();
+    lab.exec_ok(Host::Test2, &["curl", "-sS", "--max-time", "5", "-o", "/dev/null", &url]).unwrap();
+    let reqs = test.requests().unwrap();
+    let from: Vec<&str> = reqs.iter().map(|e| e.remote_addr.as_str()).collect();
+    assert_eq!(from, vec![addr::ONLINE_TO_TEST6.to_string(), addr::TEST2_6.to_string()]);
 }
 
 fn pid_alive(pid: u32) -> bool {
