@@ -141,7 +141,7 @@ impl DropCounts {
 pub struct EngineStats {
     /// Captured packets handed to the engine.
     pub packets_captured: u64,
-    /// Sessions in the table now (started or waiting to synchronise). A gauge.
+    /// Sessions being copied now (started, not ended yet). A gauge.
     pub sessions_active: u64,
     /// Sessions whose copy started (a SYN of their own was sent).
     pub sessions_started: u64,
