@@ -366,3 +366,70 @@ async fn shutdown_tells_the_copiers() {
     h.task.await.unwrap();
     assert!(h.shared.lock().outlets.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() {
+    let h = start(10_000).await;
+    let mut a = connect(&h).await;
+    let c = "198.19.0.6:9000";
+    send_synced(
+        &mut a,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
+    // A lone record after a quiet spell goes out at once (no interval to wait out).
+    tokio::time::sleep(super::WRITE_INTERVAL * 5).await;
+    let t0 = Instant::now();
+    inject(&h, &response(c, 1));
+    assert_eq!(records(&mut a, 1).await.len(), 1);
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "a lone record waited {:?}",
+        t0.elapsed()
+    );
+    // 500 records 50 µs apart from another thread, as an NFQUEUE worker pushes them: the writer
+    // (on another thread) would keep up and write nearly every one on its own.
+    let shared = h.shared.clone();
+    let pusher = std::thread::spawn(move || {
+        for i in 0..500 {
+            let (_, d) = shared.route(Instant::now(), &response(c, 100 + i));
+            d.expect("registered").push();
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_micros(50) {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    let mut frames = 0;
+    let mut got = Vec::new();
+    while got.len() < 500 {
+        match next(&mut a).await {
+            Message::Records { records } => {
+                frames += 1;
+                got.extend(records);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    pusher.join().unwrap();
+    let seqs: Vec<u32> = got.iter().map(seq_of).collect();
+    assert_eq!(
+        seqs,
+        (100..600).collect::<Vec<_>>(),
+        "all records, in order"
+    );
+    assert!(
+        frames <= 100,
+        "{frames} frames for 500 records: writes are not coalesced"
+    );
+    // A Ping is answered after the records queued before it.
+    inject(&h, &response(c, 700));
+    let before_pong = send_synced(&mut a, &[], 9).await;
+    assert_eq!(
+        before_pong.iter().map(seq_of).collect::<Vec<_>>(),
+        vec![700]
+    );
+}
