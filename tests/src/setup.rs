@@ -164,7 +164,7 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
         "--secret-file".into(),
         secret.to_string_lossy().into_owned(),
         "--allow".into(),
-        addr::ONLINE_TO_TEST.to_string(),
+        format!("{},{}", addr::ONLINE_TO_TEST, addr::ONLINE_TO_TEST6),
         "--install-rules".into(),
     ];
     argv.extend(extra.iter().cloned());
