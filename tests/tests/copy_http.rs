@@ -26,7 +26,10 @@ fn online_url(path: &str) -> String {
 /// Waits for the test server to go quiet, then asserts that it received exactly the online
 /// requests and that nothing leaked. Returns the number of requests compared.
 fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
-    c.settle(Duration::from_secs(2), Duration::from_secs(60));
+    // nginx logs a request when its response is complete: wait for the count first (a 10 MB
+    // answer through NFQUEUE takes seconds), then for quiet, to catch any extra copy
+    c.test().wait_requests(c.online.request_count(), Duration::from_secs(60));
+    c.settle(Duration::from_secs(1), Duration::from_secs(30));
     c.check_alive().unwrap();
     let online = c.online.requests().unwrap();
     let test = c.test().requests().unwrap();
