@@ -533,7 +533,7 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
         .arg(&stat_out)
         .args(["-p", &pid_s, "--", "sleep", &secs])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("perf-stat.err"))?)
         .spawn()
         .context("perf stat")?;
     let mut rec = Command::new("perf")
@@ -541,7 +541,7 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
         .arg(&data)
         .args(["-p", &pid_s, "--", "sleep", &secs])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("perf-record.err"))?)
         .spawn()
         .context("perf record")?;
     std::thread::sleep(Duration::from_millis(150)); // let both attach
@@ -556,7 +556,21 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
     println!();
     println!("## where the time goes: {rate} pps offered for {secs} s under perf ({sent} sent, {records} records)");
     println!();
-    print_perf_stat(&stat_out, records.max(1))?;
+    // perf is a diagnostic: when it fails, say why and go on.
+    let err_of = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    if let Err(e) = print_perf_stat(&stat_out, records.max(1)) {
+        println!(
+            "(perf stat gave nothing: {e:#}; its stderr: {})",
+            err_of("perf-stat.err").trim()
+        );
+    }
+    if !data.exists() {
+        println!(
+            "(perf record gave nothing; its stderr: {})",
+            err_of("perf-record.err").trim()
+        );
+        return Ok(());
+    }
     print_paths(&data, &cpu, records.max(1))?;
     for (title, sort) in [
         ("by thread and binary", "comm,dso"),
