@@ -10,3 +10,4 @@ pub mod nfqueue;
 pub mod outlet;
 pub mod router;
 pub mod rules;
+pub mod sys;

@@ -25,6 +25,13 @@ use crate::outlet::Shared;
 /// Bytes copied per packet when no payload is asked for: IPv4 (≤ 60) + TCP (≤ 60) headers.
 pub const HEADER_COPY: usize = 128;
 
+/// Receive buffer asked for the netlink socket: at 20k packets/s the kernel's 208 KiB default
+/// holds about 13 ms of responses, too little when the host is busy for a moment.
+pub const RCVBUF: usize = 16 << 20;
+
+/// Packets the kernel may keep waiting for a verdict on one queue (its default is 1024).
+pub const QUEUE_MAX_LEN: u32 = 16384;
+
 /// Consecutive receive errors (other than ENOBUFS) after which a worker gives up.
 const MAX_CONSECUTIVE_ERRORS: u32 = 100;
 
@@ -50,8 +57,18 @@ pub fn copy_range(payload_bytes: usize) -> u16 {
 /// Open a netlink socket and bind queue `num` with fail-open off and the copy range for
 /// `payload_bytes`.
 pub fn bind(num: u16, payload_bytes: usize) -> Result<BoundQueue> {
+    let predicted = crate::sys::next_fd().ok();
     let mut queue =
         Queue::open().context("open the NFQUEUE netlink socket (needs CAP_NET_ADMIN)")?;
+    match predicted.filter(|&fd| crate::sys::is_netfilter_socket(fd)) {
+        Some(fd) => match crate::sys::force_rcvbuf(fd, RCVBUF) {
+            Ok(n) => tracing::debug!("NFQUEUE socket receive buffer: {n} bytes"),
+            Err(e) => tracing::warn!("could not enlarge the NFQUEUE socket's receive buffer: {e}"),
+        },
+        None => tracing::warn!(
+            "could not find the NFQUEUE socket to enlarge its receive buffer; bursts may overrun it (counted)"
+        ),
+    }
     queue
         .bind(num)
         .with_context(|| format!("bind NFQUEUE queue {num} (is another intercept bound to it?)"))?;
@@ -64,6 +81,9 @@ pub fn bind(num: u16, payload_bytes: usize) -> Result<BoundQueue> {
     queue
         .set_copy_range(num, copy_range(payload_bytes))
         .with_context(|| format!("set the copy range of queue {num}"))?;
+    queue
+        .set_queue_max_len(num, QUEUE_MAX_LEN)
+        .with_context(|| format!("set the kernel queue length of queue {num}"))?;
     queue
         .set_recv_enobufs(true)
         .context("enable ENOBUFS reports on the NFQUEUE socket")?;
