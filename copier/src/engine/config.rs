@@ -40,6 +40,11 @@ pub struct EngineConfig {
     pub pace_requests: bool,
     /// How long pacing waits for an answer before releasing the next request anyway.
     pub answer_timeout: Duration,
+    /// With pacing, a request whose answer from the test server is shorter than the online one
+    /// counts as answered once the test server sent some of it and then nothing for this long.
+    /// The last request before the client's FIN (or RST) always waits for this quiet, so that
+    /// the close does not cut a longer answer short.
+    pub answer_quiet: Duration,
     /// Retransmission timeout before any RTT sample.
     pub initial_rto: Duration,
     /// Lower bound of the computed retransmission timeout.
@@ -78,6 +83,7 @@ impl Default for EngineConfig {
             per_session_cap: 16 << 20,
             pace_requests: true,
             answer_timeout: Duration::from_secs(3),
+            answer_quiet: Duration::from_millis(50),
             initial_rto: Duration::from_millis(300),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(10),
@@ -159,6 +165,7 @@ pub(crate) struct Params {
     pub per_session_cap: usize,
     pub pace: bool,
     pub answer_timeout: Duration,
+    pub answer_quiet: Duration,
     pub initial_rto: Duration,
     pub min_rto: Duration,
     pub max_rto: Duration,
@@ -192,6 +199,7 @@ impl Params {
             per_session_cap: c.per_session_cap.max(1),
             pace: c.pace_requests,
             answer_timeout: c.answer_timeout,
+            answer_quiet: c.answer_quiet.min(c.answer_timeout),
             initial_rto: c.initial_rto.clamp(min_rto, max_rto),
             min_rto,
             max_rto,

@@ -269,6 +269,29 @@ impl Conn {
         false
     }
 
+    /// The copier stops: a RST is due now whatever the state (the one of [`Conn::abandon`], the
+    /// last one sent again, or one after a graceful close in case the test server still holds
+    /// the connection), unless the connection never sent anything. Poll it out, then drop the
+    /// connection.
+    pub(crate) fn shutdown(&mut self, now: Instant, p: &Params) {
+        if self.dead || self.reg_pending || self.snd_max == self.iss {
+            self.dead = true;
+            return;
+        }
+        if !self.reset {
+            if self.state == State::Linger {
+                // Closed gracefully: its last ACK of ours may be lost.
+                self.reset = true;
+                self.rst_due = Some(self.snd_nxt);
+            } else {
+                self.abandon(now, p);
+            }
+        } else if self.rst_due.is_none() {
+            self.rst_due = Some(self.last_rst);
+            self.rst_low_due = self.rst_low.is_some();
+        }
+    }
+
     fn enter_linger(&mut self, now: Instant, p: &Params) {
         self.state = State::Linger;
         self.rto_at = None;

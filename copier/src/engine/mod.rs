@@ -16,19 +16,29 @@
 //! After reconnecting to an intercept, re-send a `Register` for every tuple of
 //! [`Engine::registered`].
 //!
+//! # Stopping
+//! When the copier stops, call [`Engine::close_all`], then [`Engine::poll_transmit`] until
+//! `None`, sending every packet (the RSTs that leave the test server no half-open connection),
+//! then [`Engine::poll_control`] until `None`, sending every event: the `Unregister`s of the
+//! reset connections come out only once their RSTs were taken from `poll_transmit`, so the
+//! intercept keeps dropping the test server's last answers until the RSTs have gone.
+//!
 //! # How a session is carried
 //! The engine originates its own segments rather than patching captured ones. Toward the test
 //! server it uses the client's own sequence numbers (the client's ISN, or for a session caught
 //! mid-stream the byte before its first request boundary), and acknowledges what the test
 //! server sent as records arrive. Client bytes are reassembled, cut into request units at each
 //! change of the client's ACK number, and released unit by unit (pacing) as the test server
-//! acknowledges and answers them. See `session`, `stream` and `conn` for the rules.
+//! acknowledges and answers them, an answer being as long as the online one was (the client's
+//! ACK numbers tell) or ending in a pause. See `session`, `answer`, `stream` and `conn` for
+//! the rules.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the live session for it;
 //! `Shared::by_test` maps every registered test tuple to the session that owns it; `mem` is the
 //! sum of the sessions' buffered bytes; every live session with a deadline has a timer entry at
 //! or before it (`Session::armed`).
 
+mod answer;
 mod config;
 mod conn;
 mod pkt;
@@ -89,6 +99,10 @@ pub struct Engine {
     ready: VecDeque<SlotRef>,
     due: Vec<(Instant, u32, u32)>,
     mem: usize,
+    /// RSTs of [`Engine::close_all`] not yet taken by `poll_transmit`.
+    shutdown_tx: VecDeque<(FourTuple, Vec<u8>)>,
+    /// Tuples to unregister once `shutdown_tx` is empty.
+    shutdown_unreg: Vec<FourTuple>,
 }
 
 #[derive(Debug)]
@@ -120,6 +134,8 @@ impl Engine {
             ready: VecDeque::new(),
             due: Vec::new(),
             mem: 0,
+            shutdown_tx: VecDeque::new(),
+            shutdown_unreg: Vec::new(),
         }
     }
 
@@ -147,9 +163,14 @@ impl Engine {
                 self.check_memory(now);
                 return;
             }
-            // A new connection from the same client port: the old session ends (its closing
-            // connections linger on, detached from the key).
-            self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+            let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
+            if !closed {
+                // A new connection from the same client port while the old one was live: the
+                // old session ends (its closing connections linger on, detached from the key).
+                self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+            }
+            // Else the client had closed (FIN or RST) and reuses its port: the old session
+            // goes on carrying what it captured, detached from the key.
             if self.by_key.get(&c.key) == Some(&idx) {
                 self.by_key.remove(&c.key);
             }
@@ -230,6 +251,16 @@ impl Engine {
     /// Next packet to send: writes a complete IP packet (fresh checksums) into `out` (cleared).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Transmit> {
         out.clear();
+        if let Some((tuple, pkt)) = self.shutdown_tx.pop_front() {
+            out.extend_from_slice(&pkt);
+            if self.shutdown_tx.is_empty() {
+                self.release_shutdown_unreg();
+            }
+            let st = &mut self.sh.stats;
+            st.segments_sent += 1;
+            st.bytes_sent += out.len() as u64;
+            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+        }
         while let Some(slot) = self.ready.pop_front() {
             let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
             else {
@@ -306,6 +337,38 @@ impl Engine {
             }
         }
         self.due = due;
+    }
+
+    /// Stop copying: every session ends (those being copied count as failed, `shutdown`),
+    /// every test connection that sent anything gets a RST now (also those already closed or
+    /// reset, in case their last segment was lost), and every test tuple is unregistered. The
+    /// RSTs come out of [`Engine::poll_transmit`] first; the `Unregister`s come out of
+    /// [`Engine::poll_control`] once the last RST was taken (see "Stopping" in the module
+    /// documentation). The engine is empty afterwards: captured packets would start new
+    /// sessions, so stop feeding it first.
+    pub fn close_all(&mut self, now: Instant) {
+        let mut out = Vec::new();
+        let mut unreg = Vec::new();
+        for idx in 0..self.slots.len() {
+            let Some(s) = self.slots[idx].s.as_mut() else { continue };
+            let before = s.mem();
+            s.shutdown(&mut self.sh, now, &mut out, &mut unreg);
+            self.mem = self.mem - before + s.mem();
+            self.remove(idx as u32);
+        }
+        self.timers.clear();
+        self.ready.clear();
+        self.shutdown_tx.extend(out);
+        self.shutdown_unreg.extend(unreg);
+        if self.shutdown_tx.is_empty() {
+            self.release_shutdown_unreg();
+        }
+    }
+
+    fn release_shutdown_unreg(&mut self) {
+        for t in self.shutdown_unreg.drain(..) {
+            self.sh.control.push_back(ControlEvent::Unregister(t));
+        }
     }
 
     /// The counters.

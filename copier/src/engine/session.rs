@@ -3,6 +3,17 @@
 //! it may send (pacing, the greeting gate, the client's FIN), when the test server's close
 //! means "carry the rest on a new connection", and how a session ends.
 //!
+//! Pacing: the next request unit goes once the test server acknowledged the current one and
+//! answered it, by the rule of [`Watch`] (as many bytes as the online answer, or some and then
+//! quiet, or some and a close), or `answer_timeout` after it acknowledged it. The last unit
+//! before the client's FIN or RST is never called answered by size alone: the close waits for
+//! the test server to go quiet, so that a test answer longer than the online one is not cut.
+//!
+//! The client's RST after data it sent ("closing by reset", as load generators end their
+//! connections) does not drop what pacing still holds: every captured request is carried, and
+//! the RST goes to the test server once the last one is answered (or timed out). That wait is
+//! bounded by `session_timeout` from the RST.
+//!
 //! Invariants:
 //! - at most one current connection (`cur`) carries data; `old` holds only connections that
 //!   are closing (lingering after a graceful close or a RST of ours);
@@ -21,6 +32,7 @@ use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 use rand::Rng;
 
+use super::answer::Watch;
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
 use super::pkt::{Captured, RecordInfo};
@@ -84,6 +96,10 @@ pub(crate) struct Session {
     tsval: Option<u32>,
     pub last_activity: Instant,
     unit_acked_at: Option<Instant>,
+    /// How far the test server answered the unit pacing waits on.
+    watch: Watch,
+    /// When the client reset the connection while requests were still to be carried.
+    client_reset: Option<Instant>,
     reconnects: u32,
     pub armed: Option<Instant>,
     pub in_ready: bool,
@@ -105,6 +121,8 @@ impl Session {
             tsval: None,
             last_activity: now,
             unit_acked_at: None,
+            watch: Watch::default(),
+            client_reset: None,
             reconnects: 0,
             armed: None,
             in_ready: false,
@@ -164,6 +182,12 @@ impl Session {
         self.phase == Phase::Done && self.cur.is_none() && self.old.is_empty()
     }
 
+    /// Whether the client ended its connection (FIN or RST) and the session is only carrying
+    /// what it captured before.
+    pub(crate) fn client_closed(&self) -> bool {
+        self.client_reset.is_some() || self.stream.fin.is_some()
+    }
+
     pub(crate) fn next_deadline(&self, p: &Params) -> Option<Instant> {
         let mut d = match self.phase {
             Phase::Done => None,
@@ -180,10 +204,40 @@ impl Session {
         for c in &self.old {
             take(c.deadline());
         }
-        if self.phase == Phase::Active && self.cur.is_some() && !self.stream.bounds.is_empty() {
+        if self.phase == Phase::Active && self.cur.is_some() {
+            // Set only while a unit waits for its answer (see `waiting`).
             take(self.unit_acked_at.map(|t| t + p.answer_timeout));
+            take(self.quiet_deadline(p));
+        }
+        if self.phase == Phase::Active {
+            take(self.client_reset.map(|t| t + p.session_timeout));
         }
         d
+    }
+
+    /// When the quiet rule will call the unit pacing waits on answered.
+    fn quiet_deadline(&self, p: &Params) -> Option<Instant> {
+        let c = self.cur.as_ref()?;
+        let end = self.stream.waiting_end()?;
+        if !self.watched(p) || !self.watch.aimed_at(c.tuple, end) {
+            return None;
+        }
+        self.watch.quiet_at(p.answer_quiet)
+    }
+
+    /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
+    /// pacing; without, only the last unit of a session closing by reset.
+    fn watched(&self, p: &Params) -> bool {
+        p.pace || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+    }
+
+    /// Whether the first unanswered unit was acknowledged and waits for its answer (the
+    /// `answer_timeout` clock runs). The last, open unit waits only when the client reset.
+    fn waiting(&self, acked: SeqNum) -> bool {
+        match self.stream.waiting_end() {
+            Some(end) => acked.ge(end) && (!self.stream.bounds.is_empty() || self.client_reset.is_some()),
+            None => false,
+        }
     }
 
     /// A captured client packet of this session.
@@ -215,9 +269,10 @@ impl Session {
                     self.phase = Phase::Done;
                     return;
                 }
-                // The online server answered in between: a request starts here.
+                // The online server answered in between: a request starts here, and its
+                // answer online starts at this ACK.
                 self.isn = h.seq.sub(1);
-                self.stream = Stream::new(self.isn);
+                self.stream = Stream::midstream(self.isn, h.ack);
                 self.tsval = h.opts.ts.map(|t| t.0);
                 self.start(sh, now);
             }
@@ -233,13 +288,24 @@ impl Session {
             sh.stats.drops.client_retransmission += 1;
             return;
         }
+        if self.client_reset.is_some() {
+            // Nothing counts after the client's RST.
+            sh.stats.drops.after_close += 1;
+            return;
+        }
         if h.has(TcpFlags::RST) {
-            self.finish(sh, now, None);
+            if self.stream.unanswered() {
+                // Requests are still to be carried: the RST waits for their answers.
+                self.client_reset = Some(now);
+                self.reconcile(sh, now);
+            } else {
+                self.finish(sh, now, None);
+            }
             return;
         }
         let fin = h.has(TcpFlags::FIN);
         if c.payload.is_empty() && !fin {
-            if h.has(TcpFlags::ACK) && !self.midstream {
+            if h.has(TcpFlags::ACK) {
                 self.stream.note_pure_ack(h.ack);
             }
             return;
@@ -268,6 +334,12 @@ impl Session {
     pub(crate) fn on_record(&mut self, sh: &mut Shared, now: Instant, r: &RecordInfo) {
         self.last_activity = now;
         if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == r.tuple) {
+            if c.state != State::SynSent {
+                if let Some(end) = self.stream.waiting_end() {
+                    self.watch.aim(c.tuple, end);
+                    self.watch.on_record(now, r, c.rcv_nxt);
+                }
+            }
             c.on_record(now, r, &sh.p);
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
@@ -278,7 +350,9 @@ impl Session {
 
     /// A deadline of this session passed.
     pub(crate) fn on_timeout(&mut self, sh: &mut Shared, now: Instant) {
-        if self.phase != Phase::Done && self.last_activity + sh.p.session_timeout <= now {
+        let st = sh.p.session_timeout;
+        let reset_overdue = self.client_reset.is_some_and(|t| t + st <= now);
+        if self.phase != Phase::Done && (self.last_activity + st <= now || reset_overdue) {
             self.finish(sh, now, Some(FailReason::Timeout));
         }
         let pending = self.send_limit(&sh.p).gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
@@ -314,6 +388,9 @@ impl Session {
         if self.phase != Phase::Active {
             return;
         }
+        // What the current connection got answered (before dropping it if the test server
+        // reset it: it may have answered first).
+        self.release(sh, now);
         // The test server reset or refused the current connection.
         if let Some(refused) = self.cur.as_ref().filter(|c| c.dead).map(|c| c.refused) {
             self.sweep(sh);
@@ -322,25 +399,10 @@ impl Session {
                 return;
             }
         }
-        let p = &sh.p;
-        if let Some(c) = &mut self.cur {
-            let acked = c.acked();
-            let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
-            let before = self.stream.cur_start;
-            let (n, by_timeout) = self.stream.release(acked, c.answered, timed_out);
-            if n > 0 {
-                self.unit_acked_at = None;
-                if by_timeout {
-                    sh.stats.answer_timeouts += 1;
-                }
-            }
-            if self.stream.cur_start != before && !by_timeout {
-                self.reconnects = 0;
-            }
-            if self.unit_acked_at.is_none() && self.stream.waiting_answer(acked) {
-                self.unit_acked_at = Some(now);
-            }
-            self.stream.trim(acked, p.replay_keep);
+        // The client reset: done once everything before its RST is carried.
+        if self.client_reset.is_some() && !self.stream.unanswered() {
+            self.finish(sh, now, None);
+            return;
         }
         let unanswered = self.stream.unanswered();
         // The test server closed while requests remain: close this one, open another.
@@ -394,9 +456,62 @@ impl Session {
         send_limit(&self.stream, p)
     }
 
+    /// Move past the units the current connection got answered, and run the answer clock.
+    fn release(&mut self, sh: &mut Shared, now: Instant) {
+        let p = &sh.p;
+        let Some(c) = &self.cur else { return };
+        let (acked, answered, tuple) = (c.acked(), c.answered, c.tuple);
+        let before = self.stream.cur_start;
+        let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
+        let (mut n, mut by_timeout) = (0, false);
+        if !p.pace {
+            (n, by_timeout) = self.stream.release(acked, answered, timed_out);
+        }
+        if n == 0 && self.watched(p) {
+            (n, by_timeout) = self.release_watched(now, p, acked, tuple, timed_out);
+        }
+        if n > 0 {
+            self.unit_acked_at = None;
+            if by_timeout {
+                sh.stats.answer_timeouts += 1;
+            }
+        }
+        if self.stream.cur_start != before && !by_timeout {
+            self.reconnects = 0;
+        }
+        if self.unit_acked_at.is_none() && self.waiting(acked) {
+            self.unit_acked_at = Some(now);
+        }
+        self.stream.trim(acked, p.replay_keep);
+    }
+
+    /// Release the first unanswered unit if the [`Watch`] rule says it is answered, or by
+    /// `timed_out`. Returns `(released, by_timeout)`.
+    fn release_watched(&mut self, now: Instant, p: &Params, acked: SeqNum, tuple: FourTuple, timed_out: bool) -> (usize, bool) {
+        let Some(end) = self.stream.waiting_end() else { return (0, false) };
+        self.watch.aim(tuple, end);
+        if !(acked.ge(end) || self.watch.bytes() > 0) {
+            return (0, false);
+        }
+        let open = self.stream.bounds.is_empty();
+        let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
+        // The online size is exact only between two units; the close waits for quiet.
+        let need = if open || closing { None } else { self.stream.online_len() };
+        if self.watch.answered(now, need, p.answer_quiet) {
+            self.stream.release_one();
+            return (1, false);
+        }
+        if timed_out && (!open || closing) {
+            self.stream.release_one();
+            return (1, true);
+        }
+        (0, false)
+    }
+
     /// End the session: `None` = as the client ended it (FIN carried, or its RST), otherwise
     /// failed. Every connection not closed yet is reset.
     pub(crate) fn finish(&mut self, sh: &mut Shared, now: Instant, why: Option<FailReason>) {
+        self.client_reset = None;
         match self.phase {
             Phase::Done => return,
             Phase::Syncing { .. } => {
@@ -439,6 +554,27 @@ impl Session {
         Some((c.tuple, sent))
     }
 
+    /// The copier stops: end the session (failed, `shutdown`, if it was being copied) and make
+    /// every test connection it still has send a RST now (again, if it sent one already),
+    /// appending the packets to `out`. The connections are dropped and their tuples appended
+    /// to `unreg`, for the caller to unregister once the RSTs are on their way (connections
+    /// that never sent anything are unregistered through `Shared::control` at once).
+    pub(crate) fn shutdown(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<(FourTuple, Vec<u8>)>, unreg: &mut Vec<FourTuple>) {
+        self.finish(sh, now, Some(FailReason::Shutdown));
+        if let Some(c) = self.cur.take() {
+            self.old.push(c);
+        }
+        for mut c in self.old.drain(..) {
+            c.shutdown(now, &sh.p);
+            let mut buf = Vec::new();
+            while c.poll(now, &sh.p, &TxCtx::nothing(self.tsval), &mut buf).is_some() {
+                out.push((c.tuple, std::mem::take(&mut buf)));
+            }
+            sh.by_test.remove(&c.tuple);
+            unreg.push(c.tuple);
+        }
+    }
+
     /// The I/O layer took this connection's Register: its packets may go.
     pub(crate) fn registered(&mut self, tuple: FourTuple) {
         if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == tuple) {
@@ -453,7 +589,7 @@ impl Session {
 /// without pacing only a greeting gate stops it.
 fn send_limit(s: &Stream, p: &Params) -> SeqNum {
     match s.bounds.front() {
-        Some(&b) if p.pace || (s.server_first && b == s.cur_start) => b.min(s.next),
+        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => b.at.min(s.next),
         _ => s.next,
     }
 }

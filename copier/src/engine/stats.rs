@@ -22,6 +22,8 @@ pub enum FailReason {
     ReconnectLimit,
     /// The client started a new connection on the same port.
     Superseded,
+    /// The copier stopped ([`crate::engine::Engine::close_all`]).
+    Shutdown,
 }
 
 /// Sessions that failed, by reason.
@@ -41,6 +43,8 @@ pub struct FailCounts {
     pub reconnect_limit: u64,
     /// See [`FailReason::Superseded`].
     pub superseded: u64,
+    /// See [`FailReason::Shutdown`].
+    pub shutdown: u64,
 }
 
 impl FailCounts {
@@ -53,6 +57,7 @@ impl FailCounts {
             FailReason::Refused => &mut self.refused,
             FailReason::ReconnectLimit => &mut self.reconnect_limit,
             FailReason::Superseded => &mut self.superseded,
+            FailReason::Shutdown => &mut self.shutdown,
         } += 1;
     }
 
@@ -66,6 +71,7 @@ impl FailCounts {
             ("refused", self.refused),
             ("reconnect_limit", self.reconnect_limit),
             ("superseded", self.superseded),
+            ("shutdown", self.shutdown),
         ]
         .into_iter()
     }
@@ -147,7 +153,8 @@ pub struct EngineStats {
     pub sessions_started: u64,
     /// Of those, sessions caught mid-stream.
     pub sessions_midstream: u64,
-    /// Sessions that ended as the client ended them (FIN or RST carried).
+    /// Sessions that ended as the client ended them (FIN or RST carried, after every request
+    /// captured before it).
     pub sessions_completed: u64,
     /// Sessions that ended otherwise.
     pub sessions_failed: FailCounts,

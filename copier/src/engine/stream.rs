@@ -13,6 +13,13 @@
 //! - `bounds` holds the starts of request units after the current one, strictly increasing,
 //!   each `> cur_start` (or `== cur_start` once, for a server-speaks-first greeting gate).
 //! - `fin`, once set, is `next`: nothing is accepted after the client's FIN.
+//!
+//! Sizes of the online answers: each unit starts with the client's ACK number on its first
+//! byte (the online server's sequence space), so the online answer to a unit is the ACK at the
+//! start of the next unit minus the ACK at its own start (`cur_ack`, then each [`Bound::ack`]).
+//! The first unit's base is the client's handshake ACK (a mid-stream session's: the ACK it
+//! synchronised on, raised to the first request's own); a unit closed by the client's FIN, or
+//! still open, is measured up to the highest ACK the client sent (`max_ack`).
 
 use std::collections::VecDeque;
 
@@ -72,6 +79,15 @@ struct Held {
     fin: bool,
 }
 
+/// The start of a request unit, with the client's ACK number on its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bound {
+    /// Client sequence number of the unit's first byte.
+    pub at: SeqNum,
+    /// The client's ACK number there (the online answers it had received), if it sent one.
+    pub ack: Option<SeqNum>,
+}
+
 /// What [`Stream::push`] did with a segment.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pushed {
@@ -100,11 +116,18 @@ pub(crate) struct Stream {
     pub fin: Option<SeqNum>,
     /// The client's ACK number on its latest in-order data (the online server's sequence space).
     last_ack: Option<SeqNum>,
+    /// The highest ACK number the client sent (data, pure ACKs, FIN).
+    max_ack: Option<SeqNum>,
     /// Starts of the request units after the current one.
-    pub bounds: VecDeque<SeqNum>,
+    pub bounds: VecDeque<Bound>,
     /// Start of the first request unit not yet answered.
     pub cur_start: SeqNum,
+    /// The client's ACK number at `cur_start`: where the online answer to that unit began.
+    cur_ack: Option<SeqNum>,
     seen_data: bool,
+    /// Whether data acking more than the handshake may set a greeting gate (not mid-stream:
+    /// there the first ACK seen is not the handshake's).
+    gate_ok: bool,
     /// A greeting gate was set (the server spoke first).
     pub server_first: bool,
 }
@@ -121,11 +144,20 @@ impl Stream {
             held_bytes: 0,
             fin: None,
             last_ack: None,
+            max_ack: None,
             bounds: VecDeque::new(),
             cur_start: start,
+            cur_ack: None,
             seen_data: false,
+            gate_ok: true,
             server_first: false,
         }
+    }
+
+    /// A stream of a session caught mid-stream, synchronised on a client packet acking `ack`:
+    /// the first unit's online answer is counted from there.
+    pub(crate) fn midstream(isn: SeqNum, ack: SeqNum) -> Stream {
+        Stream { last_ack: Some(ack), max_ack: Some(ack), cur_ack: Some(ack), gate_ok: false, ..Stream::new(isn) }
     }
 
     /// Bytes this stream holds (in order and out of order).
@@ -146,11 +178,20 @@ impl Stream {
         self.base = self.next;
     }
 
-    /// The client's handshake ACK (a pure ACK before any data): its ACK number is the online
-    /// server's ISN + 1, so later data acking more means the server spoke first.
+    /// A pure ACK of the client. The first one before any data is the handshake ACK: its ACK
+    /// number is the online server's ISN + 1, so later data acking more means the server spoke
+    /// first. Every one tells how much of the online answers the client had received.
     pub(crate) fn note_pure_ack(&mut self, ack: SeqNum) {
+        self.note_ack(ack);
         if !self.seen_data && self.last_ack.is_none() {
             self.last_ack = Some(ack);
+            self.cur_ack = Some(ack);
+        }
+    }
+
+    fn note_ack(&mut self, ack: SeqNum) {
+        if self.max_ack.is_none_or(|m| ack.gt(m)) {
+            self.max_ack = Some(ack);
         }
     }
 
@@ -211,15 +252,27 @@ impl Stream {
     }
 
     fn append(&mut self, ack: Option<SeqNum>, data: &[u8], fin: bool) -> usize {
+        if let Some(a) = ack {
+            self.note_ack(a);
+        }
         if !data.is_empty() {
             if let Some(a) = ack {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
-                        self.push_bound(self.next);
+                        if self.seen_data || self.gate_ok {
+                            self.push_bound(self.next, Some(a));
+                        } else {
+                            // Mid-stream: the client was still acking the answer before this
+                            // request; this request's answer starts where it acks now.
+                            self.cur_ack = Some(a);
+                        }
                         self.last_ack = Some(a);
                     }
                     Some(_) => {}
-                    None => self.last_ack = Some(a),
+                    None => {
+                        self.last_ack = Some(a);
+                        self.cur_ack.get_or_insert(a);
+                    }
                 }
             }
             self.buf.push(data);
@@ -228,28 +281,84 @@ impl Stream {
         }
         if fin {
             self.fin = Some(self.next);
-            self.push_bound(self.next);
+            // A FIN before any data waits only for a greeting the client got online.
+            let greeted = self.gate_ok && self.last_ack.zip(ack).is_some_and(|(l, a)| a.gt(l));
+            if self.seen_data || greeted {
+                self.push_bound(self.next, ack.or(self.max_ack));
+            }
         }
         data.len()
     }
 
-    fn push_bound(&mut self, b: SeqNum) {
-        if self.bounds.back().is_some_and(|x| b.le(*x)) {
+    fn push_bound(&mut self, at: SeqNum, ack: Option<SeqNum>) {
+        if self.bounds.back().is_some_and(|x| at.le(x.at)) {
             return;
         }
-        if b.gt(self.cur_start) {
-            self.bounds.push_back(b);
-        } else if b == self.cur_start && !self.seen_data {
-            // The client acked server bytes before sending anything: a greeting.
-            self.bounds.push_back(b);
-            self.server_first = true;
+        if at.gt(self.cur_start) {
+            self.bounds.push_back(Bound { at, ack });
+        } else if at == self.cur_start {
+            if self.seen_data {
+                // Everything before was answered already: a new unit starts here.
+                if ack.is_some() {
+                    self.cur_ack = ack;
+                }
+            } else {
+                // The client acked server bytes before sending anything: a greeting.
+                self.bounds.push_back(Bound { at, ack });
+                self.server_first = true;
+            }
         }
     }
 
-    /// Release units: the first boundary goes when the test connection acked up to it and
-    /// either answered after it (a data record acking at least that far) or `timed_out` says
-    /// the wait is over. The last, open unit counts as answered once acked and answered
-    /// entirely. Returns how many units were released and whether one of them by timeout.
+    /// The end of the first unanswered unit: the first boundary, or `next` for the last,
+    /// open unit. `None` when everything is answered.
+    pub(crate) fn waiting_end(&self) -> Option<SeqNum> {
+        match self.bounds.front() {
+            Some(b) => Some(b.at),
+            None => self.next.gt(self.cur_start).then_some(self.next),
+        }
+    }
+
+    /// Whether the first unanswered unit is the last one before the client's FIN.
+    pub(crate) fn before_fin(&self) -> bool {
+        self.bounds.len() == 1 && self.fin == self.bounds.front().map(|b| b.at)
+    }
+
+    /// Bytes the online server answered to the first unanswered unit, as the client's ACK
+    /// numbers tell (`None` when they do not). A unit closed by the FIN, or still open, counts
+    /// up to the highest ACK the client sent, which may still grow.
+    pub(crate) fn online_len(&self) -> Option<u32> {
+        let base = self.cur_ack?;
+        let end = match self.bounds.front() {
+            Some(b) if !self.before_fin() => b.ack?,
+            Some(b) => match (b.ack, self.max_ack) {
+                (Some(a), Some(m)) => a.max(m),
+                (a, m) => a.or(m)?,
+            },
+            None => self.max_ack?,
+        };
+        Some(end.diff(base).max(0) as u32)
+    }
+
+    /// The first unanswered unit is answered (or given up on): move past it.
+    pub(crate) fn release_one(&mut self) {
+        match self.bounds.pop_front() {
+            Some(b) => {
+                self.cur_start = b.at;
+                if b.ack.is_some() {
+                    self.cur_ack = b.ack;
+                }
+            }
+            None => self.cur_start = self.next,
+        }
+    }
+
+    /// Release units without pacing: the first boundary goes when the test connection acked
+    /// up to it and either answered after it (a data record acking at least that far) or
+    /// `timed_out` says the wait is over. The last, open unit counts as answered once acked
+    /// and answered entirely. Returns how many units were released and whether one of them by
+    /// timeout. (With pacing, the session releases one unit at a time by the size of the
+    /// answers: [`Stream::release_one`].)
     pub(crate) fn release(
         &mut self,
         acked: SeqNum,
@@ -259,7 +368,7 @@ impl Stream {
         let mut n = 0;
         let mut by_timeout = false;
         let ans = |b: SeqNum| answered.is_some_and(|a| a.ge(b));
-        while let Some(&b) = self.bounds.front() {
+        while let Some(&Bound { at: b, .. }) = self.bounds.front() {
             if !acked.ge(b) {
                 return (n, by_timeout);
             }
@@ -270,19 +379,13 @@ impl Stream {
                     return (n, by_timeout);
                 }
             }
-            self.bounds.pop_front();
-            self.cur_start = b;
+            self.release_one();
             n += 1;
         }
         if self.next.gt(self.cur_start) && acked.ge(self.next) && ans(self.next) {
             self.cur_start = self.next;
         }
         (n, by_timeout)
-    }
-
-    /// Whether the first boundary is acked but unanswered (the pacing clock should run).
-    pub(crate) fn waiting_answer(&self, acked: SeqNum) -> bool {
-        self.bounds.front().is_some_and(|b| acked.ge(*b))
     }
 
     /// Whether some request is not answered yet.
@@ -312,22 +415,27 @@ impl Stream {
         if self.cur_start.lt(self.base) {
             skipped = true;
             let mut to = self.next;
-            while let Some(&b) = self.bounds.front() {
-                self.bounds.pop_front();
-                if b.ge(self.base) {
-                    to = b;
+            let mut ack = self.last_ack;
+            while let Some(b) = self.bounds.pop_front() {
+                if b.at.ge(self.base) {
+                    to = b.at;
+                    ack = b.ack;
                     break;
                 }
             }
             self.cur_start = to;
+            if ack.is_some() {
+                self.cur_ack = ack;
+            }
         }
         let start = self.cur_start;
         if start.gt(self.base) {
             self.buf.consume(start.diff(self.base) as usize);
             self.base = start;
         }
-        if self.server_first && self.bounds.front() != Some(&start) {
-            self.bounds.push_front(start);
+        if self.server_first && self.bounds.front().map(|b| b.at) != Some(start) {
+            // The new connection's greeting comes first (any of it will do).
+            self.bounds.push_front(Bound { at: start, ack: self.cur_ack });
         }
         (start, skipped)
     }

@@ -2,6 +2,11 @@
 //! service (its SYN, handshake ACK, requests cut into segments of any size, its ACKs of the
 //! online answers, its FIN or RST), with the capture's own duplication, reordering and
 //! repacketised retransmissions, and which requests the test server should therefore receive.
+//!
+//! The test server's answer to a request is as long as the online one, longer, shorter or
+//! empty ([`Answer`]); a client may end with a RST after its last answer or right after its
+//! last request, without waiting for the answer (as load generators do). Every request must
+//! reach the test server whatever the ending.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,11 +18,33 @@ use rand::Rng;
 
 use super::model::request_bytes;
 
+/// How the test server's answer compares with the online one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Same,
+    Longer,
+    Shorter,
+    Empty,
+}
+
+/// How the client ends its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    Fin,
+    /// RST once the last answer is in (and acked).
+    RstAfterAnswer,
+    /// RST right after the last request, its answer not awaited.
+    RstAfterRequest,
+}
+
 #[derive(Debug, Clone)]
 pub struct Req {
     pub len: u32,
+    /// Size of the test server's answer.
     pub resp_len: u32,
+    /// Size of the online server's answer.
     pub online_resp: u32,
+    pub answer: Answer,
     /// Sent right after the previous one, before its answer (pipelined).
     pub pipelined: bool,
 }
@@ -35,7 +62,7 @@ pub struct Client {
     pub greeting: u32,
     /// Capture starts in the middle of this request.
     pub midstream: Option<usize>,
-    pub end_rst: bool,
+    pub end: End,
     /// Keep-alive limit of the test server for this client's connections.
     pub server_limit: Option<u32>,
     pub start: Duration,
@@ -59,10 +86,27 @@ pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool)
     let reqs: Vec<Req> = (0..n)
         .map(|k| {
             let big = rng.random_bool(0.1);
+            let online_resp = if rng.random_bool(0.1) { rng.random_range(50_000..300_000) } else { rng.random_range(1..5000) };
+            let answer = match rng.random_range(0..100) {
+                0..50 => Answer::Same,
+                50..72 => Answer::Longer,
+                72..95 => Answer::Shorter,
+                _ => Answer::Empty,
+            };
+            let resp_len = match answer {
+                Answer::Same => online_resp,
+                Answer::Longer => {
+                    let k = rng.random_range(1..20);
+                    online_resp + rng.random_range(1..=(online_resp.max(2) * k).min(1 << 20))
+                }
+                Answer::Shorter => rng.random_range(1..=online_resp.max(2) - 1),
+                Answer::Empty => 0,
+            };
             Req {
                 len: if big { rng.random_range(20_000..200_000) } else { rng.random_range(18..3000) },
-                resp_len: if rng.random_bool(0.05) { 0 } else if rng.random_bool(0.1) { rng.random_range(50_000..300_000) } else { rng.random_range(1..5000) },
-                online_resp: rng.random_range(1..20_000),
+                resp_len,
+                online_resp,
+                answer,
                 pipelined: pipelining && k > 0 && rng.random_bool(0.5),
             }
         })
@@ -82,7 +126,11 @@ pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool)
         reqs,
         greeting,
         midstream,
-        end_rst: rng.random_bool(0.1),
+        end: match rng.random_range(0..100) {
+            0..10 => End::RstAfterAnswer,
+            10..25 => End::RstAfterRequest,
+            _ => End::Fin,
+        },
         server_limit,
         start,
     }
@@ -175,15 +223,20 @@ pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
         seq = seq.wrapping_add(bytes.len() as u32);
         unanswered += r.online_resp;
     }
-    g.step(1000, 5000);
-    ack = ack.wrapping_add(unanswered);
-    g.emit(seq, ack, a, &[], None);
-    g.step(1000, 50_000);
-    if c.end_rst {
-        g.step(2_000_000, 3_000_000);
+    if c.end == End::RstAfterRequest {
+        // Done: the connection is reset with the last answer still on its way.
+        g.step(100, 2000);
         g.emit(seq, 0, TcpFlags::RST, &[], None);
     } else {
-        g.emit(seq, ack, TcpFlags::FIN | TcpFlags::ACK, &[], None);
+        g.step(1000, 5000);
+        ack = ack.wrapping_add(unanswered);
+        g.emit(seq, ack, a, &[], None);
+        g.step(1000, 50_000);
+        if c.end == End::RstAfterAnswer {
+            g.emit(seq, 0, TcpFlags::RST, &[], None);
+        } else {
+            g.emit(seq, ack, TcpFlags::FIN | TcpFlags::ACK, &[], None);
+        }
     }
 
     // Which requests the copy must carry.
@@ -232,7 +285,19 @@ pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
         prev = Some((t, p, m));
     }
     out.sort_by_key(|x| x.0);
+    if c.end != End::Fin {
+        // A RST ends the connection online too: what the server got after it does not count.
+        // So the capture's disorder must not move data past the RST (the RST is the last
+        // packet the client sends).
+        let (t_rst, rst) = out.iter().position(|p| is_rst(&p.1)).map(|i| out.remove(i)).expect("the RST");
+        let last = out.last().map_or(t_rst, |p| p.0);
+        out.push((t_rst.max(last + Duration::from_micros(100)), rst));
+    }
     Script { packets: out, expected, copied }
+}
+
+fn is_rst(pkt: &[u8]) -> bool {
+    common::wire::parse_tcp_packet(pkt).is_ok_and(|p| p.tcp.flags().contains(TcpFlags::RST))
 }
 
 /// One segment carrying the payloads of two consecutive captured packets.

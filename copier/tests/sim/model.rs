@@ -1,14 +1,15 @@
 //! A model test server: a small TCP endpoint per connection (SYN-ACK with its own ISN,
 //! in-order receive with a fixed window, immediate ACKs, RFC 5961 RST checks with challenge
-//! ACKs, PAWS on timestamps, retransmission of what it sent, FIN in every order) under an
+//! ACKs, PAWS on timestamps, retransmission of what it sent, a fixed congestion window so that
+//! long answers stream over several round trips, FIN in every order) under an
 //! application that parses the simulation's self-describing requests, checks their bytes,
-//! answers each with the size the request asks for, and optionally greets first or closes
-//! after N requests (keep-alive limit).
+//! answers each with the size the request asks for after a think time (up to `think_max`),
+//! and optionally greets first or closes after N requests (keep-alive limit).
 //!
 //! It records what it received (per client id, the request indices in the order it served
 //! them) and everything the engine did wrong by TCP's rules (`errors`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,8 @@ pub struct MConn {
     app: Vec<u8>,
     ooo: Vec<(SeqNum, Vec<u8>, bool)>,
     served: u32,
+    /// Answers being prepared: when each is ready, and its size (in order).
+    pending: VecDeque<(Instant, u32)>,
     limit: Option<u32>,
     app_closed: bool,
     rto_at: Option<Instant>,
@@ -107,7 +110,12 @@ pub struct Model {
     pub errors: Vec<String>,
     pub window_violations: u64,
     pub paws_drops: u64,
+    /// The engine's FIN (the client's) arrived while this server had not finished answering:
+    /// a real server may abort the answer (nginx logs 499).
+    pub fin_before_answered: u64,
     pub rng_state: u64,
+    /// Longest think time of the application before an answer.
+    pub think_max: Duration,
     pub now: Option<Instant>,
     /// Start of simulated time (for the model's own timestamps).
     pub t0: Option<Instant>,
@@ -116,6 +124,8 @@ pub struct Model {
 }
 
 const RTO: Duration = Duration::from_millis(200);
+/// Bytes in flight at most (a fixed congestion window).
+const CWND: u32 = 16 << 10;
 const TIME_WAIT: Duration = Duration::from_secs(2);
 const MAX_RETRIES: u32 = 8;
 
@@ -126,15 +136,27 @@ impl Model {
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.iter().filter_map(|c| match (c.rto_at, c.tw_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        self.conns.iter().filter_map(|c| {
+            let t = match (c.rto_at, c.tw_until) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let ready = c.pending.front().filter(|_| !matches!(c.st, St::Closed | St::Reset | St::GaveUp)).map(|p| p.0);
+            match (t, ready) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         }).min()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = Some(now);
         for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.pending.front().is_some_and(|p| p.0 <= now) && !matches!(c.st, St::Closed | St::Reset | St::GaveUp) {
+                self.settle(i, now);
+                self.flush(i, now, false);
+            }
             let c = &mut self.conns[i];
             if c.tw_until.is_some_and(|t| t <= now) {
                 c.tw_until = None;
@@ -248,6 +270,7 @@ impl Model {
                 app: Vec::new(),
                 ooo: Vec::new(),
                 served: 0,
+                pending: VecDeque::new(),
                 limit: None,
                 app_closed: false,
                 rto_at: None,
@@ -382,7 +405,7 @@ impl Model {
                     return;
                 }
             }
-            self.app(i);
+            self.app(i, now);
         }
         self.flush(i, now, false);
     }
@@ -429,6 +452,11 @@ impl Model {
         }
         let c = &mut self.conns[i];
         if fin && c.rcv_nxt == end {
+            let answer_end = if c.fin_queued { c.snd_end } else { c.snd_end.max(c.snd_nxt) };
+            if (c.snd_una.lt(answer_end) || !c.pending.is_empty()) && !c.app_closed {
+                self.fin_before_answered += 1;
+            }
+            let c = &mut self.conns[i];
             c.rcv_nxt = c.rcv_nxt.add(1);
             match c.st {
                 St::Established => c.st = St::CloseWait,
@@ -445,7 +473,7 @@ impl Model {
     }
 
     /// The application: serve complete requests, close when told to.
-    fn app(&mut self, i: usize) {
+    fn app(&mut self, i: usize, now: Instant) {
         loop {
             let c = &mut self.conns[i];
             if c.app_closed || c.app.len() < REQ_HDR {
@@ -472,7 +500,10 @@ impl Model {
                 c.limit = self.limits.get(&id).copied();
             }
             self.delivered.entry(id).or_default().push(idx);
-            c.snd_end = c.snd_end.add(resp);
+            let think = Duration::from_micros(self.rand() % (self.think_max.as_micros() as u64 + 1));
+            let c = &mut self.conns[i];
+            let ready = c.pending.back().map_or(now + think, |p| p.0.max(now + think));
+            c.pending.push_back((ready, resp));
             c.served += 1;
             if c.limit.is_some_and(|l| c.served >= l) {
                 c.app_closed = true;
@@ -483,7 +514,21 @@ impl Model {
         if c.st == St::CloseWait && !c.app_closed {
             c.app_closed = true; // the client closed: so do we
         }
-        if c.app_closed && !c.fin_queued {
+        self.settle(i, now);
+    }
+
+    /// Queue the answers that are ready, and the FIN once the application closed and has
+    /// nothing left to answer.
+    fn settle(&mut self, i: usize, now: Instant) {
+        let c = &mut self.conns[i];
+        while let Some(&(t, resp)) = c.pending.front() {
+            if t > now {
+                break;
+            }
+            c.pending.pop_front();
+            c.snd_end = c.snd_end.add(resp);
+        }
+        if c.app_closed && !c.fin_queued && c.pending.is_empty() {
             c.fin_queued = true;
             c.st = match c.st {
                 St::Established => St::FinWait1,
@@ -514,7 +559,7 @@ impl Model {
                 }
                 return;
             }
-            let wnd_end = c.snd_una.add(c.peer_wnd.max(1));
+            let wnd_end = c.snd_una.add(c.peer_wnd.clamp(1, CWND));
             let win = (c.rcv_wnd >> 7).max(1) as u16;
             if c.snd_nxt.lt(c.snd_end) && c.snd_nxt.lt(wnd_end) {
                 let n = (c.snd_end.diff(c.snd_nxt) as u32).min(c.mss).min(wnd_end.diff(c.snd_nxt) as u32) as usize;

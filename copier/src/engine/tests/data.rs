@@ -51,12 +51,14 @@ fn pacing_releases_a_request_after_the_previous_is_answered() {
     h.rec(resp(0, 4, 0)); // acked, not answered yet
     assert!(h.out().is_empty());
     h.at(20);
-    h.rec(resp(0, 4, 10)); // answered
+    h.rec(resp(0, 4, 60)); // part of the answer
+    assert_eq!(h.out().len(), 1, "only our ACK");
+    h.rec(resp(60, 4, 40)); // as long as online's: answered
     let out = h.out();
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].payload, b"req2");
-    assert_eq!(out[0].ack, TISN + 11);
-    h.rec(resp(10, 8, 10));
+    assert_eq!(out[0].ack, TISN + 101);
+    h.rec(resp(100, 8, 150));
     let out = h.out();
     assert_eq!(out[0].payload, b"req3");
 }

@@ -275,3 +275,24 @@ fn pool_parsing() {
         assert!(a == "10.0.0.1".parse::<std::net::IpAddr>().unwrap() || a == "10.0.0.2".parse::<std::net::IpAddr>().unwrap());
     }
 }
+
+#[test]
+fn a_fin_before_any_data_waits_only_for_a_greeting() {
+    let fa = TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0);
+    // Connected and closed at once: nothing to wait for.
+    let mut h = H::default();
+    h.establish();
+    h.cap(Seg { seq: CISN + 1, ack: OISN + 1, flags: fa, ..BASE });
+    let out = h.out();
+    assert_eq!((out.len(), out[0].flags, out[0].seq), (1, fa, CISN + 1));
+    // Greeted online (20 bytes), then closed: the test server's greeting comes first.
+    let mut h = H::default();
+    h.establish();
+    h.cap(Seg { seq: CISN + 1, ack: OISN + 21, flags: fa, ..BASE });
+    assert!(h.out().is_empty());
+    h.at(5);
+    h.rec(resp(0, 0, 20));
+    let _ = h.out();
+    let out = h.fire_until_output(10_000);
+    assert_eq!((out.len(), out[0].flags, h.ms()), (1, fa, 55), "after the greeting and a quiet");
+}

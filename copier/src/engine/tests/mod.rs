@@ -13,10 +13,12 @@ use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 use super::{ControlEvent, Engine, EngineConfig, PortMap};
 use crate::engine::pkt::read_options;
 
+mod answer;
 mod close;
 mod data;
 mod handshake;
 mod limits;
+mod shutdown;
 
 pub(super) const CLIENT: &str = "203.0.113.7:40000";
 pub(super) const ONLINE: &str = "192.0.2.1:80";
