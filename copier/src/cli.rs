@@ -16,6 +16,7 @@ use clap::{ArgAction, Parser};
 use crate::capture::CaptureConfig;
 use crate::control::InterceptAddr;
 use crate::engine::{ClientIpPool, EngineConfig, PortMap};
+use crate::offline::{OfflineConfig, Speed};
 use crate::send::SendConfig;
 
 const ABOUT: &str =
@@ -32,7 +33,18 @@ consistent: it learns the test server's sequence numbers and acknowledgements fr
 network. Run `intercept` on the test host first, with the same secret.
 
 Needs root (CAP_NET_RAW). The test host needs a route back to the client addresses via this
-host, and the intercept's NFQUEUE rule.";
+host, and the intercept's NFQUEUE rule.
+
+Offline replay: with --offline FILE the copier reads a pcap or pcapng file (Ethernet, Linux
+cooked v1/v2, raw IP, IPv4/IPv6 link types; tcpdump -w output) instead of capturing, and copies
+its client -> service packets of the mapped ports (destination port and, when the map names one,
+destination address: a capture of both directions is fine) as it would live traffic. The replay
+starts once an intercept is connected, keeps the file's timing (--speed compresses it, --max-gap
+cuts idle pauses), and may run several passes (--loop: each pass moves the client ports so that
+it is a new set of sessions for the test server). Damaged records are skipped and named (record
+number and file offset); a file cut mid-record is replayed up to the cut. When the file is done
+the copier waits for the copied sessions to finish (at most --session-timeout), prints its
+summary and exits 0. A progress line is drawn when stderr is a terminal.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -42,6 +54,10 @@ Examples:
   # only traffic to one online address, on one interface, metrics on :9100, fake client range
   copier --map 10.0.0.5:443=198.18.1.2:443 --interface eth0 --intercept 198.18.1.2 \\
          --secret-file /etc/tcopy/secret --metrics 127.0.0.1:9100 --client-ip 198.19.0.0/16
+
+  # replay a tcpdump capture ten times faster, twice over (the second pass on other client ports)
+  copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
+         --intercept 198.18.1.2 --secret-file /etc/tcopy/secret
 
 Sizes accept 512M, 2G, 64K or plain bytes; durations accept 500ms, 30s, 5m, 2h or plain seconds.
 Logs go to stderr: -v for debug, -vv for trace; without -v, RUST_LOG (e.g. RUST_LOG=debug) applies.";
@@ -108,6 +124,27 @@ pub struct Args {
     #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
 
+    /// Replay client packets from this pcap or pcapng file instead of capturing live traffic.
+    #[arg(long, value_name = "FILE", conflicts_with = "interface")]
+    pub offline: Option<PathBuf>,
+
+    /// With --offline: time compression (10 = ten times faster than captured, 0.5 = half as
+    /// fast; 0 or `max` = as fast as the copier goes).
+    #[arg(long, value_name = "X", default_value = "1", requires = "offline", value_parser = parse_speed)]
+    pub speed: Speed,
+
+    /// With --offline: replay the file N times. Pass k (from 0) moves every client port by
+    /// k x 7919 (within 1024-65535, then on to a port no earlier pass used with that client
+    /// address), so each pass is a new set of sessions for the test server.
+    #[arg(long = "loop", value_name = "N", default_value_t = 1, requires = "offline",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub loops: u32,
+
+    /// With --offline: a pause between two copied packets longer than this (in capture time) is
+    /// cut to it.
+    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "offline", value_parser = parse_duration)]
+    pub max_gap: Duration,
+
     /// Capture ring: bytes per block (also the largest packet that can be captured whole). The
     /// ring (blocks x size, 32 MiB by default) absorbs bursts while the engine catches up;
     /// copier_kernel_drops_total counts what did not fit.
@@ -136,6 +173,8 @@ pub struct Validated {
     pub seed: u64,
     /// Metrics listener.
     pub metrics: Option<SocketAddr>,
+    /// The file to replay instead of capturing (`--offline`).
+    pub offline: Option<OfflineConfig>,
 }
 
 impl Args {
@@ -227,6 +266,12 @@ impl Args {
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
+            offline: self.offline.as_ref().map(|path| OfflineConfig {
+                speed: self.speed,
+                loops: self.loops,
+                max_gap: self.max_gap,
+                ..OfflineConfig::new(path.clone())
+            }),
         })
     }
 }
@@ -350,6 +395,10 @@ pub fn parse_map(s: &str) -> Result<PortMap, String> {
         online_port,
         target,
     })
+}
+
+fn parse_speed(s: &str) -> Result<Speed, String> {
+    s.parse()
 }
 
 fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
@@ -648,11 +697,74 @@ mod tests {
     }
 
     #[test]
+    fn offline_flags() {
+        let v = args(&[
+            "--no-secret",
+            "--offline",
+            "/tmp/x.pcap",
+            "--speed",
+            "10",
+            "--loop",
+            "3",
+            "--max-gap",
+            "250ms",
+        ])
+        .unwrap()
+        .validate(1)
+        .unwrap();
+        let o = v.offline.unwrap();
+        assert_eq!(o.path, PathBuf::from("/tmp/x.pcap"));
+        assert_eq!(
+            (o.speed, o.loops, o.max_gap),
+            (Speed::Factor(10.0), 3, Duration::from_millis(250))
+        );
+        let d = args(&["--no-secret", "--offline", "x.pcapng"])
+            .unwrap()
+            .validate(1)
+            .unwrap();
+        let o = d.offline.unwrap();
+        assert_eq!(
+            (o.speed, o.loops, o.max_gap),
+            (Speed::Factor(1.0), 1, Duration::from_secs(1))
+        );
+        for max in ["0", "max"] {
+            let a = args(&["--no-secret", "--offline", "x", "--speed", max]).unwrap();
+            assert_eq!(a.speed, Speed::Max);
+        }
+        assert!(args(&["--no-secret"])
+            .unwrap()
+            .validate(1)
+            .unwrap()
+            .offline
+            .is_none());
+        // The replay flags need --offline; --offline and --interface exclude each other.
+        for bad in [
+            &["--no-secret", "--speed", "10"][..],
+            &["--no-secret", "--loop", "2"],
+            &["--no-secret", "--max-gap", "2s"],
+            &["--no-secret", "--offline", "x", "--interface", "eth0"],
+            &["--no-secret", "--offline", "x", "--loop", "0"],
+            &["--no-secret", "--offline", "x", "--speed", "fast"],
+        ] {
+            assert!(args(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn help_explains_and_shows_an_example() {
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
         assert!(help.contains("Copies live TCP traffic"));
         assert!(help.contains("copier --map 80=198.18.1.2:8080 --intercept 198.18.1.2"));
         assert!(help.contains("--no-pacing"));
+        for flag in [
+            "--offline <FILE>",
+            "--speed <X>",
+            "--loop <N>",
+            "--max-gap <DURATION>",
+            "copier --offline traffic.pcap",
+        ] {
+            assert!(help.contains(flag), "{flag}");
+        }
     }
 }

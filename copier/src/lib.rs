@@ -4,6 +4,7 @@
 //! - [`capture`] (with [`bpf`] and [`sys`]): the AF_PACKET TPACKET_V3 ring and its kernel filter;
 //! - [`send`]: raw IP_HDRINCL sockets toward the test server;
 //! - [`control`]: the clients of the intercepts;
+//! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
 //! - [`run`]: the engine thread that ties them together; [`metrics`]: the exported counters.
 
 pub mod bpf;
@@ -12,6 +13,7 @@ pub mod cli;
 pub mod control;
 pub mod engine;
 pub mod metrics;
+pub mod offline;
 pub mod run;
 pub mod send;
 pub mod sys;

@@ -2,8 +2,9 @@
 //!
 //! Threads: `main` runs a single-threaded tokio runtime with the intercept clients, the metrics
 //! exporter and the signal handler; the `engine` thread owns the session engine, the capture ring
-//! and the raw sockets (see `copier::run`). They meet in a bounded record channel, the
-//! registration registry and an eventfd. SIGINT/SIGTERM stop both and print a one-line summary.
+//! (or, with `--offline`, the file being replayed) and the raw sockets (see `copier::run`). They
+//! meet in a bounded record channel, the registration registry and an eventfd. SIGINT/SIGTERM
+//! stop both and print a one-line summary; an offline replay also ends by itself.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,7 +16,8 @@ use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
 use copier::cli::{show_map, Args};
 use copier::control::{run_client, ClientConfig, Links, Registry};
-use copier::run::{run_engine_loop, LoopIo, Summary};
+use copier::offline::Replay;
+use copier::run::{run_engine_loop, LoopIo, Source, Summary};
 use copier::send::RawSender;
 use copier::sys::EventFd;
 use tokio::sync::{mpsc, watch};
@@ -72,9 +74,15 @@ fn run(args: Args) -> Result<Summary> {
             port: m.online_port,
         })
         .collect();
-    let filter = build_filter(&targets).context("building the capture filter")?;
-    let capture = Capture::open(&v.capture, &filter)
-        .context("starting the capture (run as root or with CAP_NET_RAW)")?;
+    let source = match &v.offline {
+        None => {
+            let filter = build_filter(&targets).context("building the capture filter")?;
+            let capture = Capture::open(&v.capture, &filter)
+                .context("starting the capture (run as root or with CAP_NET_RAW)")?;
+            Source::Live(capture)
+        }
+        Some(cfg) => Source::Offline(Box::new(Replay::open(cfg.clone(), &v.engine.maps)?)),
+    };
     let sender =
         RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?;
 
@@ -95,13 +103,22 @@ fn run(args: Args) -> Result<Summary> {
     let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
 
     let maps: Vec<String> = v.engine.maps.iter().map(show_map).collect();
-    let iface = v
-        .capture
-        .interface
-        .clone()
-        .unwrap_or_else(|| "all interfaces".into());
+    let iface = match (&v.offline, &source) {
+        (Some(o), Source::Offline(r)) => format!(
+            "replay of {} file {} at speed {}, {} pass(es), gaps cut to {:?}, starting once an intercept is connected",
+            r.format_name(),
+            o.path.display(),
+            o.speed,
+            o.loops,
+            o.max_gap
+        ),
+        _ => format!(
+            "capture on {}",
+            v.capture.interface.as_deref().unwrap_or("all interfaces")
+        ),
+    };
     tracing::info!(
-        "copying {} (capture on {iface}, mtu {}, pacing {}, seed {})",
+        "copying {} ({iface}, mtu {}, pacing {}, seed {})",
         maps.join(", "),
         v.engine.mtu,
         if v.engine.pace_requests { "on" } else { "off" },
@@ -109,7 +126,7 @@ fn run(args: Args) -> Result<Summary> {
     );
 
     let io = LoopIo {
-        capture,
+        source,
         sender,
         records: records_rx,
         registry: registry.clone(),

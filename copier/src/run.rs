@@ -1,12 +1,17 @@
-//! The engine thread: one OS thread owns the [`Engine`], the capture ring and the raw sender,
-//! and drives them with the clock.
+//! The engine thread: one OS thread owns the [`Engine`], the packet source (the capture ring, or
+//! a file with `--offline`) and the raw sender, and drives them with the clock.
 //!
 //! Each turn of the loop: note whether an intercept is connected, feed the records that the
-//! control clients queued, feed every ready ring block, fire the engine's timer, then drain the
-//! engine's outputs (registrations first, so they leave before the SYN they belong to; then
-//! packets to the sender, flushed in batches), and about once a second export the counters. Then
-//! it sleeps in `ppoll` on the ring socket and an eventfd that the control clients poke, until the
-//! engine's next timer, the sender's back-off or at most [`MAX_WAIT`].
+//! control clients queued, feed every ready ring block (or the file's packets that are due), fire
+//! the engine's timer, then drain the engine's outputs (registrations first, so they leave before
+//! the SYN they belong to; then packets to the sender, flushed in batches), and about once a
+//! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live) and an
+//! eventfd that the control clients poke, until the engine's next timer, the sender's back-off,
+//! the file's next packet or at most [`MAX_WAIT`].
+//!
+//! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself
+//! once the file is done and the engine holds no session and the sender no packet (or
+//! `session_timeout` after the file ended, whichever comes first).
 //!
 //! Invariants: nothing in the loop blocks except that `ppoll`; every queue it feeds is bounded
 //! (the sender's queue has a high-water mark above which the engine is not asked for more packets,
@@ -27,6 +32,7 @@ use crate::capture::{Capture, CaptureStats};
 use crate::control::{RegEvent, Registry};
 use crate::engine::{ControlEvent, Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
+use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
 use crate::sys::{self, EventFd};
 
@@ -43,12 +49,42 @@ const RECORD_BATCHES_PER_TURN: usize = 64;
 const TRANSMITS_PER_TURN: usize = 8192;
 /// Above this many queued packets the engine is not asked for more.
 const SEND_HIGH_WATER: usize = 4096;
+/// File packets handed to the engine per turn (offline).
+const OFFLINE_PER_TURN: usize = 1024;
+
+/// Where client packets come from.
+#[derive(Debug)]
+pub enum Source {
+    /// The live capture ring.
+    Live(Capture),
+    /// A capture file (`--offline`).
+    Offline(Box<Replay>),
+}
+
+impl Source {
+    /// The capture counters (offline: the packets and bytes handed to the engine).
+    #[must_use]
+    pub fn stats(&self) -> CaptureStats {
+        match self {
+            Source::Live(c) => c.stats(),
+            Source::Offline(r) => {
+                let s = r.stats();
+                CaptureStats {
+                    packets: s.fed,
+                    bytes: s.fed_bytes,
+                    truncated: s.read.truncated + s.read.snapped,
+                    ..CaptureStats::default()
+                }
+            }
+        }
+    }
+}
 
 /// What the loop is made of.
 #[derive(Debug)]
 pub struct LoopIo {
-    /// The capture ring.
-    pub capture: Capture,
+    /// Where client packets come from.
+    pub source: Source,
     /// The raw sockets.
     pub sender: RawSender,
     /// Records from the control clients.
@@ -76,6 +112,8 @@ pub struct Summary {
     pub panics: u64,
     /// How long the loop ran.
     pub elapsed: Duration,
+    /// The replay's counters (`--offline`).
+    pub offline: Option<ReplayStats>,
 }
 
 impl fmt::Display for Summary {
@@ -104,6 +142,9 @@ impl fmt::Display for Summary {
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
         }
+        if let Some(o) = &self.offline {
+            write!(f, "; offline: {o}")?;
+        }
         Ok(())
     }
 }
@@ -114,6 +155,9 @@ pub enum LoopError {
     /// `ppoll` on the ring failed repeatedly.
     #[error("waiting on the capture socket failed: {0}")]
     Poll(std::io::Error),
+    /// Reading the `--offline` file failed (what was read before was replayed).
+    #[error("{0}")]
+    Offline(String),
 }
 
 struct State {
@@ -123,6 +167,10 @@ struct State {
     poll_errors: u32,
     last_kernel_drops: u64,
     events: Vec<RegEvent>,
+    /// Offline: how long to wait for the sessions once the file is done.
+    session_timeout: Duration,
+    /// Offline: when the file was done.
+    offline_done: Option<Instant>,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -141,6 +189,8 @@ pub fn run_engine_loop(
         poll_errors: 0,
         last_kernel_drops: 0,
         events: Vec::new(),
+        session_timeout: config.session_timeout,
+        offline_done: None,
     };
     let mut fatal = None;
     loop {
@@ -173,13 +223,25 @@ pub fn run_engine_loop(
             }
         }
     }
-    let _ = io.capture.refresh_kernel_stats();
+    let offline = match &mut io.source {
+        Source::Live(capture) => {
+            let _ = capture.refresh_kernel_stats();
+            None
+        }
+        Source::Offline(replay) => Some(replay.stats()),
+    };
+    if fatal.is_none() {
+        if let Some(e) = offline.as_ref().and_then(|o| o.error.clone()) {
+            fatal = Some(LoopError::Offline(e));
+        }
+    }
     let summary = Summary {
         engine: engine.stats().clone(),
-        capture: io.capture.stats(),
+        capture: io.source.stats(),
         send: *io.sender.stats(),
         panics: st.panics,
         elapsed: started.elapsed(),
+        offline,
     };
     export(&engine, &io, &st);
     (summary, fatal)
@@ -210,12 +272,31 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
 
-    // At most one ring's worth per turn, so a flood cannot starve records, timers and sending.
-    let max_blocks = io.capture.block_count();
-    let blocks = io
-        .capture
-        .drain(max_blocks, |pkt| engine.handle_captured(now, pkt));
-    let now = if blocks > 0 { Instant::now() } else { now };
+    let fed = match &mut io.source {
+        Source::Live(capture) => {
+            // At most one ring's worth per turn, so a flood cannot starve records, timers and
+            // sending.
+            let max_blocks = capture.block_count();
+            capture.drain(max_blocks, |pkt| engine.handle_captured(now, pkt))
+        }
+        Source::Offline(replay) => {
+            if up && !replay.started() {
+                tracing::info!(
+                    "offline: an intercept is connected; replaying {}",
+                    replay.config().path.display()
+                );
+                replay.start(now);
+            }
+            if io.sender.pending() < SEND_HIGH_WATER {
+                replay.feed(now, OFFLINE_PER_TURN, |pkt| {
+                    engine.handle_captured(now, pkt)
+                })
+            } else {
+                0
+            }
+        }
+    };
+    let now = if fed > 0 { Instant::now() } else { now };
 
     if engine.poll_timeout().is_some_and(|t| t <= now) {
         engine.handle_timeout(now);
@@ -224,30 +305,47 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 
     if now >= st.next_report {
         st.next_report = now + REPORT_EVERY;
-        if let Err(e) = io.capture.refresh_kernel_stats() {
-            tracing::debug!("PACKET_STATISTICS: {e}");
-        }
-        let drops = io.capture.stats().kernel_drops;
-        if drops > st.last_kernel_drops {
-            tracing::warn!(
-                "capture ring overflowed: the kernel dropped {} packet(s) in the last second; \
-                 the engine is too slow or the ring too small (--ring-blocks, --ring-block-size)",
-                drops - st.last_kernel_drops
-            );
-            st.last_kernel_drops = drops;
+        if let Source::Live(capture) = &mut io.source {
+            if let Err(e) = capture.refresh_kernel_stats() {
+                tracing::debug!("PACKET_STATISTICS: {e}");
+            }
+            let drops = capture.stats().kernel_drops;
+            if drops > st.last_kernel_drops {
+                tracing::warn!(
+                    "capture ring overflowed: the kernel dropped {} packet(s) in the last second; \
+                     the engine is too slow or the ring too small (--ring-blocks, --ring-block-size)",
+                    drops - st.last_kernel_drops
+                );
+                st.last_kernel_drops = drops;
+            }
         }
         export(engine, io, st);
     }
 
-    if io.capture.has_ready() || !io.records.is_empty() {
+    if let Source::Offline(replay) = &io.source {
+        if replay.finished() && offline_done(engine, io, st, now) {
+            return Ok(false);
+        }
+    }
+
+    let source_ready = match &io.source {
+        Source::Live(capture) => capture.has_ready(),
+        Source::Offline(replay) => io.sender.pending() < SEND_HIGH_WATER && replay.ready(now),
+    };
+    if source_ready || !io.records.is_empty() {
         return Ok(true);
     }
     let now = Instant::now();
     let mut deadline = now + MAX_WAIT;
+    let file_due = match &io.source {
+        Source::Offline(replay) => replay.next_due(),
+        Source::Live(_) => None,
+    };
     for t in [
         engine.poll_timeout(),
         io.sender.wakeup(),
         Some(st.next_report),
+        file_due,
     ]
     .into_iter()
     .flatten()
@@ -256,15 +354,22 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     }
     let timeout = deadline.saturating_duration_since(now);
     if !timeout.is_zero() {
-        match sys::poll_readable(&[io.capture.fd(), io.wake.fd()], timeout) {
+        let polled = match &io.source {
+            Source::Live(capture) => sys::poll_readable(&[capture.fd(), io.wake.fd()], timeout),
+            Source::Offline(_) => sys::poll_readable(&[io.wake.fd()], timeout).map(|r| r << 1),
+        };
+        match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
-                if ready & 1 != 0 && !io.capture.has_ready() {
-                    // POLLERR without data: read the error, or poll would return at once forever.
-                    if let Some(e) = io.capture.take_error() {
-                        tracing::warn!(
-                            "capture socket: {e} (interface down? capture resumes when it is up)"
-                        );
+                if let Source::Live(capture) = &mut io.source {
+                    if ready & 1 != 0 && !capture.has_ready() {
+                        // POLLERR without data: read the error, or poll would return at once
+                        // forever.
+                        if let Some(e) = capture.take_error() {
+                            tracing::warn!(
+                                "capture socket: {e} (interface down? capture resumes when it is up)"
+                            );
+                        }
                     }
                 }
             }
@@ -279,6 +384,32 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
     Ok(true)
+}
+
+/// Offline, the file is done: whether the loop may end (no session left and nothing to send,
+/// or `session_timeout` since the file ended).
+fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> bool {
+    let done_at = *st.offline_done.get_or_insert_with(|| {
+        tracing::info!(
+            "offline: the file is done; waiting for {} session(s) to finish (at most {:?})",
+            engine.session_count(),
+            st.session_timeout
+        );
+        now
+    });
+    if engine.session_count() == 0 && io.sender.pending() == 0 {
+        tracing::info!("offline: every session finished");
+        return true;
+    }
+    if now >= done_at + st.session_timeout {
+        tracing::warn!(
+            "offline: {} session(s) still open {:?} after the file ended (--session-timeout); stopping",
+            engine.session_count(),
+            st.session_timeout
+        );
+        return true;
+    }
+    false
 }
 
 fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
@@ -327,7 +458,7 @@ fn export(engine: &Engine, io: &LoopIo, st: &State) {
     m::export(&Snapshot {
         engine: engine.stats(),
         memory: engine.memory_used(),
-        capture: io.capture.stats(),
+        capture: io.source.stats(),
         send: io.sender.stats(),
         send_queue: io.sender.pending(),
         intercepts: io.connected.load(Ordering::SeqCst),

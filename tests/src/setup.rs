@@ -3,7 +3,7 @@
 //! nginx: IPv4 clients to its IPv4 address, IPv6 clients to its IPv6 address. Shared by the demo
 //! and the end-to-end tests, so both run the system the same way.
 
-use crate::{addr, ifname, workspace_bin, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
+use crate::{addr, ifname, workspace_bin, Capture, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -120,6 +120,22 @@ impl Copying {
         Ok(())
     }
 
+    /// Starts one more copier, as `name` (log `<name>.log`), with `args` (its `--map`s and its
+    /// packet source, e.g. `--offline FILE`) plus this setup's `--intercept` and `--secret-file`,
+    /// and waits until it is connected to the intercept. It is not kept in [`Copying::copier`],
+    /// so a test may run several in turn (offline replays end by themselves).
+    pub fn spawn_copier(&self, lab: &mut Lab, name: &str, args: &[&str]) -> Result<Proc> {
+        let bin = workspace_bin("copier")?.to_string_lossy().into_owned();
+        let icpt = format!("{}:{CONTROL_PORT}", addr::TEST);
+        let secret = self.secret.to_string_lossy().into_owned();
+        let mut argv: Vec<&str> = vec!["env", "RUST_LOG=info", &bin, "--intercept", &icpt, "--secret-file", &secret];
+        argv.extend_from_slice(args);
+        let p = lab.spawn(Host::Online, name, &argv)?;
+        wait_log(&p, "connected to intercept", Duration::from_secs(10))
+            .with_context(|| format!("{name} did not connect to the intercept"))?;
+        Ok(p)
+    }
+
     /// Stops the intercept and starts it again (for restart tests).
     pub fn restart_intercept(&mut self, lab: &mut Lab) -> Result<()> {
         self.intercept.stop();
@@ -187,6 +203,20 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
         }
         std::thread::sleep(Duration::from_millis(30));
     }
+}
+
+/// Starts tcpdump on an interface of a host keeping whole packets (`-s 0`; [`Lab::capture`]
+/// keeps only headers), writing `<dir>/<name>.pcap`, and waits until it listens. Stop it with
+/// [`Capture::stop`] to get a complete file.
+pub fn capture_whole_packets(lab: &mut Lab, h: Host, iface: &str, filter: &str, name: &str) -> Result<Capture> {
+    let pcap = lab.dir().join(format!("{name}.pcap"));
+    let pcap_s = pcap.to_string_lossy().into_owned();
+    let proc = lab.spawn(
+        h,
+        &format!("tcpdump-{name}"),
+        &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "0", "-w", &pcap_s, filter],
+    )?;
+    Capture::started(proc, pcap)
 }
 
 /// Waits until a process's log contains `needle`.
