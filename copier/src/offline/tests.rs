@@ -799,12 +799,30 @@ fn offline_port_rewrite_keeps_the_checksum_right() {
 // ---------------------------------------------------------------------------------------------
 // Replay over a file
 
-fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+/// A file in the temp directory, removed (with its directory, once empty) when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn path(&self) -> std::path::PathBuf {
+        self.0.clone()
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        if let Some(dir) = self.0.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+fn temp_file(name: &str, bytes: &[u8]) -> TempFile {
     let dir = std::env::temp_dir().join(format!("copier-offline-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, bytes).unwrap();
-    p
+    TempFile(p)
 }
 
 fn config(path: std::path::PathBuf, speed: Speed, loops: u32) -> OfflineConfig {
@@ -837,9 +855,9 @@ fn offline_replay_paces_filters_and_loops() {
         (secs(100.5), eth(0x0800, &req(40000, "GET /b"))),
         (secs(107.0), eth(0x0800, &req(40001, "GET /c"))), // a 6.5 s pause, cut to 1 s
     ];
-    let path = temp_file("paced.pcap", &pcap(1, &frames));
+    let file = temp_file("paced.pcap", &pcap(1, &frames));
     let maps = [parse_map("80=198.18.2.2:80").unwrap()];
-    let mut r = Replay::open(config(path.clone(), Speed::Factor(1.0), 2), &maps).unwrap();
+    let mut r = Replay::open(config(file.path(), Speed::Factor(1.0), 2), &maps).unwrap();
     assert_eq!(r.format_name(), "pcap");
     let t0 = Instant::now();
     let mut got: Vec<Vec<u8>> = Vec::new();
@@ -908,9 +926,9 @@ fn offline_replay_of_a_truncated_file_goes_on_with_what_it_holds() {
         .map(|i| (secs(f64::from(i)), v4(format!("GET /{i}").as_bytes())))
         .collect();
     let file = pcap(101, &frames);
-    let path = temp_file("cut.pcap", &file[..file.len() - 7]);
+    let cut = temp_file("cut.pcap", &file[..file.len() - 7]);
     let maps = [parse_map("80=198.18.2.2:80").unwrap()];
-    let mut r = Replay::open(config(path, Speed::Max, 1), &maps).unwrap();
+    let mut r = Replay::open(config(cut.path(), Speed::Max, 1), &maps).unwrap();
     let t0 = Instant::now();
     r.start(t0);
     let mut n = 0;
@@ -932,7 +950,7 @@ fn offline_replay_open_errors_name_the_file() {
         .to_string();
     assert!(e.starts_with("--offline /nonexistent/x.pcap:"), "{e}");
     let junk = temp_file("junk.txt", b"not a capture at all");
-    let e = Replay::open(config(junk, Speed::Max, 1), &maps)
+    let e = Replay::open(config(junk.path(), Speed::Max, 1), &maps)
         .unwrap_err()
         .to_string();
     assert!(e.contains("not a pcap or pcapng file"), "{e}");
