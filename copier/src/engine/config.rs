@@ -70,6 +70,50 @@ pub struct EngineConfig {
     pub max_reconnects: u32,
     /// TTL / hop limit of what the engine sends.
     pub ttl: u8,
+    /// The share of test-side client ports this engine may use (several engines at once, one
+    /// per `--workers` thread); the whole range by default.
+    pub port_share: PortShare,
+}
+
+/// A share of the test-side client port space: the ports `p` with `p % count == index`.
+///
+/// With several engines copying at once (one per worker thread), each gets its own share, so
+/// two engines can never pick the same test 4-tuple, whatever the client pool maps together:
+/// an engine keeps a client's own port only when it falls in its share, and otherwise picks a
+/// random port of its share (as it does when the port is taken). With `count == 1` (one engine)
+/// every port is in the share and the engine behaves exactly as without shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortShare {
+    /// This engine's share, `0..count`.
+    pub index: u16,
+    /// Number of shares (engines).
+    pub count: u16,
+}
+
+impl Default for PortShare {
+    fn default() -> Self {
+        PortShare { index: 0, count: 1 }
+    }
+}
+
+impl PortShare {
+    /// Whether `port` is in this share.
+    #[must_use]
+    pub fn contains(self, port: u16) -> bool {
+        self.count <= 1 || port % self.count == self.index
+    }
+
+    /// A random port of this share in 1024..=65535.
+    pub(crate) fn random(self, rng: &mut impl rand::Rng) -> u16 {
+        if self.count <= 1 {
+            return rng.random_range(1024..=65535);
+        }
+        let c = u32::from(self.count);
+        // The first port >= 1024 in the share, then every count-th one up to 65535.
+        let first = 1024 + (u32::from(self.index) + c - 1024 % c) % c;
+        let slots = (65535 - first) / c + 1;
+        (first + c * rng.random_range(0..slots)) as u16
+    }
 }
 
 impl Default for EngineConfig {
@@ -95,6 +139,7 @@ impl Default for EngineConfig {
             recv_window: 4 << 20,
             max_reconnects: 4,
             ttl: 64,
+            port_share: PortShare::default(),
         }
     }
 }
@@ -119,6 +164,14 @@ pub enum ConfigError {
     /// A cap is zero.
     #[error("{0} must be above zero")]
     Zero(&'static str),
+    /// The port share is not one of its count.
+    #[error("port share {index} of {count} does not exist")]
+    PortShare {
+        /// The share asked for.
+        index: u16,
+        /// Number of shares.
+        count: u16,
+    },
 }
 
 impl EngineConfig {
@@ -146,6 +199,10 @@ impl EngineConfig {
             if v == 0 {
                 return Err(ConfigError::Zero(name));
             }
+        }
+        let PortShare { index, count } = self.port_share;
+        if count == 0 || index >= count {
+            return Err(ConfigError::PortShare { index, count });
         }
         Ok(())
     }
@@ -180,6 +237,7 @@ pub(crate) struct Params {
     pub window: u16,
     pub max_reconnects: u32,
     pub ttl: u8,
+    pub port_share: PortShare,
 }
 
 impl Params {
@@ -212,6 +270,10 @@ impl Params {
             window,
             max_reconnects: c.max_reconnects,
             ttl: c.ttl.max(1),
+            port_share: {
+                let count = c.port_share.count.max(1);
+                PortShare { index: c.port_share.index % count, count }
+            },
         }
     }
 
@@ -373,5 +435,35 @@ mod tests {
         // the target's family, or counts a family mismatch).
         let p = Params::new(&EngineConfig { maps: vec![map(80, t4)], ..EngineConfig::default() });
         assert_eq!(p.map_for("[fd00:198:18:1::1]:80".parse().unwrap()).unwrap().target, t4.parse().unwrap());
+    }
+
+    #[test]
+    fn port_shares_split_the_range() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+        for count in [1u16, 2, 3, 7, 64] {
+            for index in 0..count {
+                let share = PortShare { index, count };
+                let mut lo = u16::MAX;
+                let mut hi = 0;
+                for _ in 0..5000 {
+                    let p = share.random(&mut rng);
+                    assert!(p >= 1024 && share.contains(p), "{p} not in {share:?}");
+                    for other in (0..count).filter(|&o| o != index) {
+                        assert!(!PortShare { index: other, count }.contains(p));
+                    }
+                    lo = lo.min(p);
+                    hi = hi.max(p);
+                }
+                // The whole range is used, not only its start.
+                assert!(lo < 1024 + 64 * count && hi > 65535 - 64 * count, "{share:?}: {lo}..{hi}");
+            }
+        }
+        let bad = EngineConfig {
+            maps: vec![map(80, "198.18.2.2:80")],
+            port_share: PortShare { index: 2, count: 2 },
+            ..EngineConfig::default()
+        };
+        assert!(matches!(bad.validate(), Err(ConfigError::PortShare { .. })));
     }
 }

@@ -61,7 +61,7 @@ use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use config::{ClientIpPool, ConfigError, EngineConfig, PoolParseError, PortMap};
+pub use config::{ClientIpPool, ConfigError, EngineConfig, PoolParseError, PortMap, PortShare};
 pub use stats::{DropCounts, EngineStats, FailCounts, FailReason};
 
 use config::Params;
@@ -123,7 +123,12 @@ impl Engine {
                 stats: EngineStats::default(),
                 control: VecDeque::new(),
                 by_test: HashMap::with_hasher(hash),
-                rng: SmallRng::seed_from_u64(seed),
+                // One engine per worker: the same seed (the client pool stays sticky across
+                // workers), different random choices.
+                rng: SmallRng::seed_from_u64(match config.port_share.index {
+                    0 => seed,
+                    i => config::mix(seed.wrapping_add(u64::from(i))),
+                }),
                 seed,
                 intercept_up: true,
             },

@@ -30,7 +30,6 @@ use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
-use rand::Rng;
 
 use super::answer::Watch;
 use super::config::Params;
@@ -158,10 +157,11 @@ impl Session {
 
     fn open_conn(&mut self, sh: &mut Shared, _now: Instant, start: SeqNum, primary: bool) {
         let mut tuple = FourTuple::new(SocketAddr::new(self.client_ip, self.key.client.port()), self.target);
-        if !primary || sh.by_test.contains_key(&tuple) {
-            // A fresh port (new connection, or the client's port is taken on the test side).
+        if !primary || sh.by_test.contains_key(&tuple) || !sh.p.port_share.contains(tuple.client.port()) {
+            // A fresh port (new connection, the client's port is taken on the test side, or it
+            // belongs to another engine's share).
             for _ in 0..64 {
-                tuple.client.set_port(sh.rng.random_range(1024..=65535));
+                tuple.client.set_port(sh.p.port_share.random(&mut sh.rng));
                 if !sh.by_test.contains_key(&tuple) {
                     break;
                 }

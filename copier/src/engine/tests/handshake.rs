@@ -296,3 +296,32 @@ fn a_fin_before_any_data_waits_only_for_a_greeting() {
     let out = h.fire_until_output(10_000);
     assert_eq!((out.len(), out[0].flags, h.ms()), (1, fa, 55), "after the greeting and a quiet");
 }
+
+#[test]
+fn engines_of_several_workers_never_share_a_test_port_and_keep_the_pool_sticky() {
+    use crate::engine::PortShare;
+    let pool: ClientIpPool = "198.19.0.0/30".parse().unwrap();
+    let mut regs = Vec::new();
+    for index in 0..2u16 {
+        let share = PortShare { index, count: 2 };
+        let mut h = H::new(EngineConfig { client_ip: Some(pool), port_share: share, ..cfg() });
+        // The client's port 40000 is even: worker 0 keeps it, worker 1 must not.
+        for port in [40000u16, 40001, 40002] {
+            h.cap(Seg { src: Some(SocketAddr::new(client().ip(), port)), ..SYN });
+        }
+        let ev = h.control();
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        for e in ev {
+            let ControlEvent::Register(t) = e else { panic!("{e:?}") };
+            assert!(share.contains(t.client.port()), "worker {index}: {t} outside its share");
+            regs.push((index, t));
+        }
+        let kept = regs.iter().filter(|(i, t)| *i == index && t.client.port() == 40000).count();
+        assert_eq!(kept, usize::from(index == 0), "{regs:?}");
+    }
+    // One pool address for the client whatever worker carries its connection.
+    let ips: std::collections::BTreeSet<_> = regs.iter().map(|(_, t)| t.client.ip()).collect();
+    assert_eq!(ips.len(), 1, "{regs:?}");
+    let tuples: std::collections::BTreeSet<_> = regs.iter().map(|(_, t)| *t).collect();
+    assert_eq!(tuples.len(), regs.len(), "two workers picked one test tuple: {regs:?}");
+}
