@@ -6,9 +6,15 @@
 //! packet, and the capture counters, including the kernel's drop counters which `PACKET_STATISTICS`
 //! resets on every read and which are accumulated here.
 //!
+//! Several workers ([`Capture::open_fanout`]): one ring per worker, all joined to one
+//! `PACKET_FANOUT` group in flow-hash mode, so each TCP connection is read by one worker only.
+//!
 //! Invariants: a frame whose header points outside its block ends the walk of that block (the
 //! block is still given back); a frame that the kernel cut short (`snaplen < len`) is counted
-//! and not delivered, because a copy with missing bytes would corrupt the session.
+//! and not delivered, because a copy with missing bytes would corrupt the session. The members of
+//! a fanout group accept no packet until every member has joined (they start with a filter that
+//! drops everything and get the real one last), so no connection is split between workers by a
+//! group that was still growing.
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -214,7 +220,23 @@ pub enum CaptureError {
         /// The system error.
         source: io::Error,
     },
+    /// Joining ring `member` to the fanout group, or giving it its filter, failed.
+    #[error("cannot join capture ring {member} to a PACKET_FANOUT group: {source}")]
+    Fanout {
+        /// Which ring (worker) of the group.
+        member: usize,
+        /// The system error.
+        source: io::Error,
+    },
 }
+
+/// A classic BPF program that accepts nothing (`ret #0`).
+const DROP_ALL: [Insn; 1] = [Insn {
+    code: 0x06,
+    jt: 0,
+    jf: 0,
+    k: 0,
+}];
 
 /// An open capture ring.
 #[derive(Debug)]
@@ -222,11 +244,53 @@ pub struct Capture {
     ring: RxRing,
     next: usize,
     stats: CaptureStats,
+    fanout: Option<u16>,
 }
 
 impl Capture {
     /// Open the ring with `filter` attached; needs CAP_NET_RAW.
     pub fn open(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
+        Capture::open_ring(cfg, filter)
+    }
+
+    /// Open `members` rings (each as `cfg` says: the memory is `members` times one ring's) joined
+    /// to one new `PACKET_FANOUT` group in hash mode with defragmentation: each packet goes to
+    /// one ring, chosen by the hash of its flow, so every packet of a TCP connection lands in the
+    /// same ring. The group's id is chosen by the kernel, unique in this network namespace. The
+    /// rings accept nothing until all have joined (then each gets `filter`), so no flow moves
+    /// from one ring to another while the group grows. With `members == 1` this is
+    /// [`Capture::open`] (no group).
+    pub fn open_fanout(
+        cfg: &CaptureConfig,
+        filter: &[Insn],
+        members: usize,
+    ) -> Result<Vec<Capture>, CaptureError> {
+        if members <= 1 {
+            return Ok(vec![Capture::open(cfg, filter)?]);
+        }
+        let mut caps = Vec::with_capacity(members);
+        let mut id = None;
+        for member in 0..members {
+            let mut c = Capture::open_ring(cfg, &DROP_ALL)?;
+            let joined = sys::join_fanout(c.ring.fd(), id)
+                .map_err(|source| CaptureError::Fanout { member, source })?;
+            id = Some(joined);
+            c.fanout = Some(joined);
+            caps.push(c);
+        }
+        for (member, c) in caps.iter().enumerate() {
+            sys::attach_filter(c.ring.fd(), filter)
+                .map_err(|source| CaptureError::Fanout { member, source })?;
+        }
+        Ok(caps)
+    }
+
+    /// The id of the fanout group this ring belongs to, if any.
+    pub fn fanout_group(&self) -> Option<u16> {
+        self.fanout
+    }
+
+    fn open_ring(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
         let ifindex = match &cfg.interface {
             None => 0,
             Some(name) => {
@@ -258,6 +322,7 @@ impl Capture {
             ring,
             next: 0,
             stats: CaptureStats::default(),
+            fanout: None,
         })
     }
 

@@ -1,8 +1,9 @@
 //! Every system call of the copier that needs `unsafe`, behind a safe API.
 //!
 //! Owns: the `AF_PACKET` socket with its TPACKET_V3 receive ring (setup, the shared mapping,
-//! handing blocks between kernel and user space, `PACKET_STATISTICS`), `sendmmsg`, an `eventfd`
-//! for waking the engine thread, `ppoll`, `if_nametoindex` and `SO_SNDBUFFORCE`.
+//! handing blocks between kernel and user space, `PACKET_STATISTICS`, `PACKET_FANOUT`),
+//! `sendmmsg`, an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex` and
+//! `SO_SNDBUFFORCE`.
 //!
 //! Invariants:
 //! - The ring mapping lives exactly as long as [`RxRing`]; block bytes are only handed out (to a
@@ -303,6 +304,36 @@ pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
     };
     // The kernel copies the program during the call; `insns` outlives it.
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+}
+
+/// Join the `AF_PACKET` socket `fd` (bound, so running) to a `PACKET_FANOUT` group in hash
+/// mode with IP defragmentation: the kernel hands each packet to one member chosen by the flow
+/// hash of its addresses and ports (fragments are reassembled first, so they hash like the rest
+/// of their flow), so every packet of one TCP connection reaches the same socket while the
+/// group's membership stays the same. With `id` `None` the kernel picks an id no other group of
+/// this network namespace uses (`PACKET_FANOUT_FLAG_UNIQUEID`), so the copier never joins
+/// another process's group by accident; the other members join with the id returned.
+pub fn join_fanout(fd: BorrowedFd<'_>, id: Option<u16>) -> io::Result<u16> {
+    let mut mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG;
+    if id.is_none() {
+        mode |= libc::PACKET_FANOUT_FLAG_UNIQUEID;
+    }
+    let arg = (u32::from(id.unwrap_or(0)) | (mode << 16)) as libc::c_int;
+    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` has room for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    // The kernel answers `id | type << 16 | flags << 24`.
+    Ok((v as u32 & 0xffff) as u16)
 }
 
 /// Wait until one of `fds` is readable (or has an error) or `timeout` passes; returns which were

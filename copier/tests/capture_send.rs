@@ -460,3 +460,134 @@ fn interface_down_and_up() {
         "capture resumed after the interface came back"
     );
 }
+
+/// `--workers 2`: two rings in one PACKET_FANOUT group. Every packet of a flow must land in the
+/// same ring, whole flows in each, and both rings must get some.
+#[test]
+fn fanout_gives_each_ring_whole_flows() {
+    if !root_or_skip("fanout_gives_each_ring_whole_flows") {
+        return;
+    }
+    let lab = Lab::new();
+    let cfg = CaptureConfig {
+        interface: Some("b0".into()),
+        block_size: 1 << 16,
+        block_count: 4,
+        retire: Duration::from_millis(5),
+    };
+    let filter = build_filter(&[FilterTarget {
+        addr: None,
+        port: 80,
+    }])
+    .unwrap();
+    let mut caps = lab.within(&lab.b, move || {
+        Capture::open_fanout(&cfg, &filter, 2).expect("open a fanout group in b")
+    });
+    assert_eq!(caps.len(), 2);
+    let group = caps[0].fanout_group().expect("in a group");
+    assert_eq!(
+        caps[1].fanout_group(),
+        Some(group),
+        "both rings in one group"
+    );
+    // A second group in the same namespace gets another id (the kernel picks unique ones).
+    let other = lab.within(&lab.b, move || {
+        let f = build_filter(&[FilterTarget {
+            addr: None,
+            port: 80,
+        }])
+        .unwrap();
+        Capture::open_fanout(
+            &CaptureConfig {
+                interface: Some("b0".into()),
+                block_size: 1 << 16,
+                block_count: 2,
+                ..CaptureConfig::default()
+            },
+            &f,
+            2,
+        )
+        .expect("a second group")
+    });
+    assert_ne!(other[0].fanout_group(), Some(group));
+    drop(other);
+
+    let mut sender = lab.within(&lab.a, || {
+        RawSender::open(SendConfig::default()).expect("raw sockets in a")
+    });
+    const FLOWS: u16 = 64;
+    const PER_FLOW: u32 = 6;
+    let mut sent = 0;
+    for round in 0..PER_FLOW {
+        for f in 0..FLOWS {
+            // IPv4 and IPv6 flows, the packets of each interleaved with every other flow's.
+            let (src, dst) = if f % 4 == 3 {
+                (sa(A_V6, 41000 + f), sa(B_V6, 80))
+            } else {
+                (sa(A_V4, 41000 + f), sa(B_V4, 80))
+            };
+            let p = tcp_packet(
+                src,
+                dst,
+                1000 + 100 * round,
+                format!("flow {f} packet {round}").as_bytes(),
+            );
+            let parsed = parse_tcp_packet(&p).unwrap();
+            let mut buf = sender.buffer();
+            buf.extend_from_slice(&p);
+            sender.enqueue(
+                tuple(parsed.src_socket(), parsed.dst_socket()),
+                parsed.dst,
+                buf,
+            );
+            sent += 1;
+        }
+        sender.flush(Instant::now());
+    }
+    assert_eq!(sender.pending(), 0, "{:?}", sender.stats());
+
+    // Drain both rings until every packet arrived.
+    let mut per_ring: Vec<Vec<Vec<u8>>> = vec![Vec::new(), Vec::new()];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while per_ring.iter().map(Vec::len).sum::<usize>() < sent && Instant::now() < deadline {
+        for (i, c) in caps.iter_mut().enumerate() {
+            c.drain(usize::MAX, |p| per_ring[i].push(p.to_vec()));
+        }
+        let fds = [caps[0].fd(), caps[1].fd()];
+        let _ = copier::sys::poll_readable(&fds, Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    for (i, c) in caps.iter_mut().enumerate() {
+        c.drain(usize::MAX, |p| per_ring[i].push(p.to_vec()));
+    }
+
+    // flow (client port) -> packets seen in each ring
+    let mut seen: std::collections::BTreeMap<u16, [u32; 2]> = Default::default();
+    for (i, pkts) in per_ring.iter().enumerate() {
+        for p in pkts {
+            let t = parse_tcp_packet(p).expect("a captured TCP packet");
+            assert_eq!(t.tcp.dst_port(), 80);
+            seen.entry(t.tcp.src_port()).or_default()[i] += 1;
+        }
+    }
+    assert_eq!(seen.len(), FLOWS as usize, "every flow captured: {seen:?}");
+    for (port, counts) in &seen {
+        assert!(
+            counts.contains(&0) && counts.iter().sum::<u32>() == PER_FLOW,
+            "flow from port {port} split or incomplete across the rings: {counts:?}"
+        );
+    }
+    let ring0 = seen.values().filter(|c| c[0] > 0).count();
+    assert!(
+        ring0 > 0 && ring0 < FLOWS as usize,
+        "both rings must get flows (ring 0 got {ring0} of {FLOWS})"
+    );
+    for c in &mut caps {
+        c.refresh_kernel_stats().unwrap();
+        assert_eq!(c.stats().kernel_drops, 0);
+    }
+    eprintln!(
+        "fanout group {group}: ring 0 got {ring0} flows, ring 1 {}",
+        FLOWS as usize - ring0
+    );
+}
