@@ -278,6 +278,11 @@ impl Session {
             }
             Phase::Active => {}
         }
+        if self.client_reset.is_some() {
+            // Nothing counts after the client's RST.
+            sh.stats.drops.after_close += 1;
+            return;
+        }
         self.last_activity = now;
         if let Some((v, _)) = h.opts.ts {
             if self.tsval.is_none_or(|old| SeqNum(v).ge(SeqNum(old))) {
@@ -286,11 +291,6 @@ impl Session {
         }
         if h.has(TcpFlags::SYN) {
             sh.stats.drops.client_retransmission += 1;
-            return;
-        }
-        if self.client_reset.is_some() {
-            // Nothing counts after the client's RST.
-            sh.stats.drops.after_close += 1;
             return;
         }
         if h.has(TcpFlags::RST) {

@@ -208,3 +208,23 @@ fn without_pacing_any_answer_still_counts_for_replays() {
     let _ = h.out();
     assert_eq!(h.e.stats().connections_opened, 1, "nothing to replay");
 }
+
+#[test]
+fn after_an_answered_last_unit_the_next_one_is_measured_from_what_the_client_received() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(data(0, 0, b"req1"));
+    let _ = h.out();
+    h.rec(resp(0, 4, 100));
+    let _ = h.out();
+    h.cap(Seg { seq: CISN + 5, ack: OISN + 101, ..BASE }); // the client acks 100 bytes online
+    let _ = h.fire_until_output(1_000); // quiet: req1 counts as answered
+    // req2 starts a unit of its own (everything before is answered): its online answer is
+    // counted from req2's own ACK, not from req1's. req3 follows a 40-byte answer online.
+    h.at(500);
+    h.cap(data(4, 100, b"req2"));
+    assert_eq!(payloads(&h.out()), vec![b"req2"]);
+    h.cap(data(8, 140, b"req3"));
+    h.rec(resp(100, 8, 40));
+    assert_eq!(payloads(&h.out()), vec![b"req3"], "40 bytes, as online (not 140)");
+}
