@@ -154,6 +154,18 @@ pub struct Args {
     /// Capture ring: number of blocks.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
+
+    /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
+    /// connections over the rings by flow hash, so each connection stays with one worker), its
+    /// own session table and raw socket, and may take a whole core under load. The default is
+    /// one on purpose: the copier runs on a production front end and must never take the cores
+    /// the service needs. Raise it only when one worker cannot keep up (copier_kernel_drops_total
+    /// grows, or the engine thread sits near 100% of a core) and cores are idle at peak: N at
+    /// most the idle cores, leaving the service its share. Ring memory is per worker (N x 32 MiB
+    /// by default). --offline always runs one worker.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=crate::workers::MAX_WORKERS as i64))]
+    pub workers: u16,
 }
 
 /// Everything the binary needs, checked.
@@ -175,6 +187,8 @@ pub struct Validated {
     pub metrics: Option<SocketAddr>,
     /// The file to replay instead of capturing (`--offline`).
     pub offline: Option<OfflineConfig>,
+    /// Engine threads to run (1 with `--offline`, whatever `--workers` said).
+    pub workers: u16,
 }
 
 impl Args {
@@ -266,6 +280,11 @@ impl Args {
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
+            workers: if self.offline.is_some() {
+                1
+            } else {
+                self.workers
+            },
             offline: self.offline.as_ref().map(|path| OfflineConfig {
                 speed: self.speed,
                 loops: self.loops,
@@ -748,6 +767,23 @@ mod tests {
         ] {
             assert!(args(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn workers_flag() {
+        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+        assert_eq!(v.workers, 1, "one worker by default");
+        let v = args(&["--no-secret", "--workers", "4"]).unwrap().validate(1).unwrap();
+        assert_eq!(v.workers, 4);
+        for bad in ["0", "65", "two"] {
+            assert!(args(&["--no-secret", "--workers", bad]).is_err(), "{bad}");
+        }
+        let a = args(&["--no-secret", "--offline", "x.pcap", "--workers", "3"]).unwrap();
+        assert_eq!(a.workers, 3);
+        assert_eq!(a.validate(1).unwrap().workers, 1, "a replay runs on one worker");
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("--workers <N>") && help.contains("production"), "{help}");
     }
 
     #[test]

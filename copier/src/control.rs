@@ -7,9 +7,12 @@
 //!   client sees each change exactly once after its snapshot.
 //! - [`run_client`]: connect (TCP_NODELAY, 5 s timeout), handshake with the shared secret, send
 //!   the whole registry (so a restarted intercept learns every live session again), then forward
-//!   registry changes and pings while reading records. Records go to the engine thread through a
-//!   bounded channel; when it is full the client stops reading, which pushes back over TCP to the
-//!   intercept (whose queue then sheds the oldest records and counts them). A lost link is
+//!   registry changes and pings while reading records. Records go to the engine threads through
+//!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels; when one is
+//!   full the client stops reading, which pushes back over TCP to the intercept (whose queue then
+//!   sheds the oldest records and counts them). With several workers, each applies its own
+//!   changes to the one registry (their tuples are disjoint), so a reconnected intercept still
+//!   learns every live session of every worker. A lost link is
 //!   retried with exponential back-off (100 ms doubling to 5 s, with jitter) for as long as the
 //!   copier runs.
 //!
@@ -27,14 +30,14 @@ use std::time::Duration;
 
 use common::flow::FourTuple;
 use common::proto::io::{client_handshake, Established, FrameReader, FrameWriter};
-use common::proto::{Message, ProtoError, Record, DEFAULT_PORT};
+use common::proto::{Message, ProtoError, DEFAULT_PORT};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, watch};
 
-use crate::sys::EventFd;
+use crate::workers::RecordRouter;
 
 /// Most tuples put in one Register/Unregister message.
 const TUPLES_PER_MESSAGE: usize = 8192;
@@ -170,6 +173,12 @@ impl Registry {
         }
     }
 
+    /// Changes not yet seen by every client that was subscribed when they were made (to let
+    /// the clients pass the last changes on before the copier exits).
+    pub fn unsent(&self) -> usize {
+        self.lock().tx.len()
+    }
+
     /// Unregister everything (after the engine was rebuilt).
     pub fn clear(&self) {
         let all: Vec<RegEvent> = self
@@ -225,10 +234,8 @@ pub fn messages_for(events: &[RegEvent], out: &mut Vec<Message>) {
 pub struct Links {
     /// The registered sessions.
     pub registry: Arc<Registry>,
-    /// Records toward the engine thread (bounded).
-    pub records: mpsc::Sender<Vec<Record>>,
-    /// Wakes the engine thread after a send on `records` or a change of `connected`.
-    pub wake: Arc<EventFd>,
+    /// Records toward the engine threads (bounded); also wakes them when `connected` changes.
+    pub records: RecordRouter,
     /// Links that are up.
     pub connected: Arc<AtomicUsize>,
 }
@@ -302,7 +309,7 @@ struct UpGuard<'a>(&'a Links);
 impl Drop for UpGuard<'_> {
     fn drop(&mut self) {
         self.0.connected.fetch_sub(1, Ordering::SeqCst);
-        self.0.wake.notify();
+        self.0.records.wake_all();
     }
 }
 
@@ -416,7 +423,7 @@ where
     }
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
-    links.wake.notify();
+    links.records.wake_all();
     ::metrics::counter!("copier_control_connects_total", "intercept" => cfg.addr.to_string())
         .increment(1);
     tracing::info!(
@@ -462,13 +469,12 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     continue;
                 }
                 counter.increment(records.len() as u64);
-                // Waits while the engine's inbox is full: backpressure toward the intercept.
+                // Waits while an engine's inbox is full: backpressure toward the intercept.
                 links
                     .records
-                    .send(records)
+                    .deliver(records)
                     .await
                     .map_err(|_| LinkError::EngineGone)?;
-                links.wake.notify();
             }
             Some(Message::Pong { .. }) => {}
             Some(Message::Error { code, message }) => {
@@ -553,6 +559,10 @@ async fn write_loop<S: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::EventFd;
+    use crate::workers::{Inbox, Routes};
+    use common::proto::Record;
+    use tokio::sync::mpsc;
 
     fn t(c: u16) -> FourTuple {
         FourTuple::new(
@@ -641,8 +651,13 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let links = Links {
             registry: Arc::new(Registry::new()),
-            records: tx,
-            wake: Arc::new(EventFd::new().unwrap()),
+            records: RecordRouter::new(
+                vec![Inbox {
+                    records: tx,
+                    wake: Arc::new(EventFd::new().unwrap()),
+                }],
+                Arc::new(Routes::new()),
+            ),
             connected: Arc::new(AtomicUsize::new(0)),
         };
         (links, rx)

@@ -5,7 +5,9 @@
 //! - [`send`]: raw IP_HDRINCL sockets toward the test server;
 //! - [`control`]: the clients of the intercepts;
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
-//! - [`run`]: the engine thread that ties them together; [`metrics`]: the exported counters.
+//! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
+//!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
+//!   counters.
 
 pub mod bpf;
 pub mod capture;
@@ -17,3 +19,4 @@ pub mod offline;
 pub mod run;
 pub mod send;
 pub mod sys;
+pub mod workers;

@@ -1,14 +1,18 @@
 //! `copier`: copies live production TCP traffic to a test server (see `copier --help`).
 //!
 //! Threads: `main` runs a single-threaded tokio runtime with the intercept clients, the metrics
-//! exporter and the signal handler; the `engine` thread owns the session engine, the capture ring
-//! (or, with `--offline`, the file being replayed) and the raw sockets (see `copier::run`). They
-//! meet in a bounded record channel, the registration registry and an eventfd. SIGINT/SIGTERM
-//! stop both and print a one-line summary; an offline replay also ends by itself.
+//! exporter and the signal handler; each `engine` thread (one per `--workers`, `engine-<i>` when
+//! several) owns a session engine, a capture ring (or, with `--offline`, the file being
+//! replayed) and raw sockets (see `copier::run`). They meet in bounded record channels (one per
+//! worker, fed through `copier::workers::RecordRouter`), the registration registry and an
+//! eventfd per worker. SIGINT/SIGTERM stop the workers first (each resets its test connections
+//! and unregisters them), then the intercept clients once they passed the Unregisters on, and
+//! print a one-line summary; an offline replay also ends by itself.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
 use clap::Parser;
@@ -16,14 +20,17 @@ use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
 use copier::cli::{show_map, Args};
 use copier::control::{run_client, ClientConfig, Links, Registry};
+use copier::engine::{EngineConfig, PortShare};
 use copier::offline::Replay;
-use copier::run::{run_engine_loop, LoopIo, Source, Summary};
+use copier::run::{run_engine_loop, LoopIo, RunSummary, Source};
 use copier::send::RawSender;
 use copier::sys::EventFd;
+use copier::workers::{Inbox, RecordRouter, Routes};
 use tokio::sync::{mpsc, watch};
 
-/// Record batches waiting for the engine thread before the control clients stop reading (a
-/// batch is one Records frame, at most 1 MiB: this bounds the memory in flight to 32 MiB).
+/// Record batches waiting for one engine thread before the control clients stop reading (a
+/// batch is at most one Records frame, 1 MiB: this bounds the memory in flight to 32 MiB per
+/// worker).
 const RECORD_CHANNEL: usize = 32;
 
 fn main() -> ExitCode {
@@ -62,8 +69,15 @@ fn random_seed() -> u64 {
     SmallRng::from_os_rng().random()
 }
 
-fn run(args: Args) -> Result<Summary> {
+fn run(args: Args) -> Result<RunSummary> {
     let v = args.validate(random_seed()).map_err(|e| anyhow!(e))?;
+    if v.offline.is_some() && args.workers > 1 {
+        tracing::warn!(
+            "--workers {} ignored with --offline: a replay runs on one worker",
+            args.workers
+        );
+    }
+    let workers = usize::from(v.workers);
 
     let targets: Vec<FilterTarget> = v
         .engine
@@ -74,17 +88,26 @@ fn run(args: Args) -> Result<Summary> {
             port: m.online_port,
         })
         .collect();
-    let source = match &v.offline {
+    let sources: Vec<Source> = match &v.offline {
         None => {
             let filter = build_filter(&targets).context("building the capture filter")?;
-            let capture = Capture::open(&v.capture, &filter)
-                .context("starting the capture (run as root or with CAP_NET_RAW)")?;
-            Source::Live(capture)
+            Capture::open_fanout(&v.capture, &filter, workers)
+                .context("starting the capture (run as root or with CAP_NET_RAW)")?
+                .into_iter()
+                .map(Source::Live)
+                .collect()
         }
-        Some(cfg) => Source::Offline(Box::new(Replay::open(cfg.clone(), &v.engine.maps)?)),
+        Some(cfg) => vec![Source::Offline(Box::new(Replay::open(
+            cfg.clone(),
+            &v.engine.maps,
+        )?))],
     };
-    let sender =
-        RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?;
+    let mut senders = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        senders.push(
+            RawSender::open(v.send).context("opening the raw send sockets (needs CAP_NET_RAW)")?,
+        );
+    }
 
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -96,21 +119,25 @@ fn run(args: Args) -> Result<Summary> {
             .with_context(|| format!("serving metrics on --metrics {addr}"))?;
     }
 
-    let wake = Arc::new(EventFd::new().context("eventfd")?);
     let registry = Arc::new(Registry::new());
+    let routes = Arc::new(Routes::new());
     let connected = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
 
     let maps: Vec<String> = v.engine.maps.iter().map(show_map).collect();
-    let iface = match (&v.offline, &source) {
-        (Some(o), Source::Offline(r)) => format!(
+    let iface = match (&v.offline, &sources[..]) {
+        (Some(o), [Source::Offline(r)]) => format!(
             "replay of {} file {} at speed {}, {} pass(es), gaps cut to {:?}, starting once an intercept is connected",
             r.format_name(),
             o.path.display(),
             o.speed,
             o.loops,
             o.max_gap
+        ),
+        (_, [Source::Live(c), ..]) if workers > 1 => format!(
+            "capture on {}, {workers} workers (fanout group {})",
+            v.capture.interface.as_deref().unwrap_or("all interfaces"),
+            c.fanout_group().unwrap_or_default()
         ),
         _ => format!(
             "capture on {}",
@@ -125,48 +152,96 @@ fn run(args: Args) -> Result<Summary> {
         v.seed
     );
 
-    let io = LoopIo {
-        source,
-        sender,
-        records: records_rx,
-        registry: registry.clone(),
-        connected: connected.clone(),
-        wake: wake.clone(),
-        stop: stop.clone(),
-    };
-    let (engine_cfg, seed) = (v.engine.clone(), v.seed);
-    let (done_tx, mut done_rx) = watch::channel(false);
-    let engine = std::thread::Builder::new()
-        .name("engine".into())
-        .spawn(move || {
-            let r = run_engine_loop(engine_cfg, seed, io);
-            let _ = done_tx.send(true);
-            r
-        })
-        .context("starting the engine thread")?;
+    // Each worker sends its index here when its loop has ended (sessions closed).
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
+    let mut inboxes = Vec::with_capacity(workers);
+    let mut threads = Vec::with_capacity(workers);
+    for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
+        let wake = Arc::new(EventFd::new().context("eventfd")?);
+        let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
+        inboxes.push(Inbox {
+            records: records_tx,
+            wake: wake.clone(),
+        });
+        let io = LoopIo {
+            source,
+            sender,
+            records: records_rx,
+            registry: registry.clone(),
+            connected: connected.clone(),
+            wake,
+            stop: stop.clone(),
+            worker: i as u16,
+            routes: (workers > 1).then(|| routes.clone()),
+        };
+        let engine_cfg = EngineConfig {
+            port_share: PortShare {
+                index: i as u16,
+                count: workers as u16,
+            },
+            ..v.engine.clone()
+        };
+        let seed = v.seed;
+        let done = Done(done_tx.clone(), i);
+        let name = if workers == 1 {
+            "engine".to_string()
+        } else {
+            format!("engine-{i}")
+        };
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                let _done = done;
+                run_engine_loop(engine_cfg, seed, io)
+            })
+            .context("starting an engine thread")?;
+        threads.push(t);
+    }
+    drop(done_tx);
 
+    let router = RecordRouter::new(inboxes, routes);
     let links = Links {
-        registry,
-        records: records_tx,
-        wake: wake.clone(),
+        registry: registry.clone(),
+        records: router.clone(),
         connected,
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let why = rt.block_on(async {
+    rt.block_on(async {
         for (i, addr) in v.intercepts.iter().enumerate() {
             let cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
             tokio::spawn(run_client(cfg, links.clone(), shutdown_rx.clone()));
         }
         drop(links);
-        wait_for_stop(&mut done_rx).await
+        let (why, ended) = wait_for_stop(&mut done_rx).await?;
+        tracing::info!("stopping ({why})");
+        stop.store(true, Ordering::SeqCst);
+        router.wake_all();
+        // The workers close their sessions (RSTs, then Unregisters) while the intercept clients
+        // keep running to pass the Unregisters on.
+        let mut finished = usize::from(ended);
+        while finished < workers && done_rx.recv().await.is_some() {
+            finished += 1;
+        }
+        let until = tokio::time::Instant::now() + Duration::from_millis(500);
+        if registry.unsent() > 0 {
+            while registry.unsent() > 0 && tokio::time::Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // The last write may still be on its way to the socket.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok::<_, anyhow::Error>(())
     })?;
-    tracing::info!("stopping ({why})");
     let _ = shutdown_tx.send(true);
-    stop.store(true, Ordering::SeqCst);
-    wake.notify();
-    let (summary, fatal) = engine
-        .join()
-        .map_err(|_| anyhow!("the engine thread panicked"))?;
+    let mut summary = RunSummary::default();
+    let mut fatal = None;
+    for t in threads {
+        let (s, f) = t.join().map_err(|_| anyhow!("an engine thread panicked"))?;
+        summary.workers.push(s);
+        if fatal.is_none() {
+            fatal = f;
+        }
+    }
     drop(rt);
     if let Some(e) = fatal {
         eprintln!("{summary}");
@@ -175,13 +250,24 @@ fn run(args: Args) -> Result<Summary> {
     Ok(summary)
 }
 
-async fn wait_for_stop(done: &mut watch::Receiver<bool>) -> Result<&'static str> {
+/// Tells the main thread that a worker's loop has ended, however it ended.
+struct Done(mpsc::UnboundedSender<usize>, usize);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let _ = self.0.send(self.1);
+    }
+}
+
+/// Wait for a signal or for a worker's loop to end by itself; says why, and whether a worker
+/// ended.
+async fn wait_for_stop(done: &mut mpsc::UnboundedReceiver<usize>) -> Result<(&'static str, bool)> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
     Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-        _ = done.changed() => "the engine loop ended",
+        _ = term.recv() => ("SIGTERM", false),
+        _ = int.recv() => ("SIGINT", false),
+        _ = done.recv() => ("the engine loop ended", true),
     })
 }

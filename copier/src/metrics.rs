@@ -5,23 +5,103 @@
 //! engine thread calls [`export`] about once a second with absolute values; nothing on the packet
 //! path touches the `metrics` crate. Without `--metrics` no recorder is installed and the calls are
 //! no-ops.
+//!
+//! With several workers (`--workers N`, N > 1) each engine thread names itself with
+//! [`label_this_thread`], and every metric it records gets a `worker="i"` label (the installed
+//! recorder adds it), so the workers' absolute values do not overwrite each other: sum over
+//! `worker` for the copier's total. The process-wide gauges ([`PROCESS_WIDE`]) stay unlabelled.
+//! With one worker no label is added.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 
-use ::metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use ::metrics::{
+    counter, describe_counter, describe_gauge, gauge, Counter, Gauge, Histogram, Key, KeyName,
+    Label, Metadata, Recorder, SharedString, Unit,
+};
 
 use crate::capture::CaptureStats;
 use crate::engine::EngineStats;
 use crate::send::SendStats;
 
-/// Install the Prometheus exporter listening on `addr` (needs a tokio runtime context) and
-/// describe every metric.
-pub fn install(addr: SocketAddr) -> Result<(), metrics_exporter_prometheus::BuildError> {
-    metrics_exporter_prometheus::PrometheusBuilder::new()
+/// Why the exporter could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The exporter could not be built (e.g. the address is taken).
+    #[error("{0}")]
+    Build(#[from] metrics_exporter_prometheus::BuildError),
+    /// A recorder was installed already.
+    #[error("a metrics recorder is already installed")]
+    AlreadyInstalled,
+}
+
+/// Install the Prometheus exporter listening on `addr` (needs a tokio runtime context: the
+/// exporter is spawned on it) and describe every metric.
+pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
+    let (recorder, exporter) = metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
-        .install()?;
+        .build()?;
+    tokio::spawn(exporter);
+    ::metrics::set_global_recorder(WorkerLabels(recorder))
+        .map_err(|_| MetricsError::AlreadyInstalled)?;
     describe();
     Ok(())
+}
+
+/// Gauges that describe the whole process, not one worker: never labelled by worker.
+pub const PROCESS_WIDE: [&str; 2] = ["copier_intercepts_connected", "copier_registered_sessions"];
+
+thread_local! {
+    static WORKER: Cell<Option<u16>> = const { Cell::new(None) };
+}
+
+/// Label every metric recorded from this thread with `worker="index"` (`None`: no label).
+pub fn label_this_thread(worker: Option<u16>) {
+    WORKER.with(|w| w.set(worker));
+}
+
+/// A recorder that adds the calling thread's `worker` label (see [`label_this_thread`]).
+#[derive(Debug)]
+struct WorkerLabels<R>(R);
+
+impl<R> WorkerLabels<R> {
+    fn key(key: &Key) -> Option<Key> {
+        let w = WORKER.with(Cell::get)?;
+        if PROCESS_WIDE.contains(&key.name()) {
+            return None;
+        }
+        Some(key.with_extra_labels(vec![Label::new("worker", w.to_string())]))
+    }
+}
+
+impl<R: Recorder> Recorder for WorkerLabels<R> {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_counter(key, unit, description);
+    }
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_gauge(key, unit, description);
+    }
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.describe_histogram(key, unit, description);
+    }
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        match Self::key(key) {
+            Some(k) => self.0.register_counter(&k, metadata),
+            None => self.0.register_counter(key, metadata),
+        }
+    }
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        match Self::key(key) {
+            Some(k) => self.0.register_gauge(&k, metadata),
+            None => self.0.register_gauge(key, metadata),
+        }
+    }
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        match Self::key(key) {
+            Some(k) => self.0.register_histogram(&k, metadata),
+            None => self.0.register_histogram(key, metadata),
+        }
+    }
 }
 
 fn describe() {
@@ -152,6 +232,11 @@ fn describe() {
         "copier_engine_panics_total",
         "Engine panics survived (the session table was rebuilt)"
     );
+    describe_counter!(
+        "copier_records_unroutable_total",
+        "Records dropped before reaching a worker (several workers): headers that do not parse, \
+         or a session no worker owns, by reason"
+    );
 }
 
 /// Everything the engine thread exports.
@@ -236,4 +321,48 @@ pub fn export(s: &Snapshot<'_>) {
     gauge!("copier_intercepts_connected").set(s.intercepts as f64);
     gauge!("copier_registered_sessions").set(s.registered as f64);
     counter!("copier_engine_panics_total").absolute(s.panics);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    #[test]
+    fn a_worker_threads_metrics_carry_its_label() {
+        let prom = PrometheusBuilder::new().build_recorder();
+        let handle = prom.handle();
+        let rec = WorkerLabels(prom);
+        ::metrics::with_local_recorder(&rec, || {
+            counter!("copier_packets_captured_total").absolute(5);
+            std::thread::scope(|s| {
+                for w in 0..2u16 {
+                    let rec = &rec;
+                    s.spawn(move || {
+                        label_this_thread(Some(w));
+                        ::metrics::with_local_recorder(rec, || {
+                            counter!("copier_packets_captured_total").absolute(10 + u64::from(w));
+                            counter!("copier_sessions_failed_total", "reason" => "timeout")
+                                .absolute(1);
+                            gauge!("copier_registered_sessions").set(3.0);
+                        });
+                    });
+                }
+            });
+        });
+        let text = handle.render();
+        for want in [
+            "copier_packets_captured_total 5",
+            "copier_packets_captured_total{worker=\"0\"} 10",
+            "copier_packets_captured_total{worker=\"1\"} 11",
+            "copier_sessions_failed_total{reason=\"timeout\",worker=\"1\"} 1",
+            "copier_registered_sessions 3",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains("copier_registered_sessions{"),
+            "process-wide gauges stay unlabelled:\n{text}"
+        );
+    }
 }

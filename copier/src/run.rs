@@ -13,6 +13,14 @@
 //! once the file is done and the engine holds no session and the sender no packet (or
 //! `session_timeout` after the file ended, whichever comes first).
 //!
+//! When the loop ends (stop, end of the replay, or a fatal error), every session is closed
+//! ([`Engine::close_all`]): each test connection gets a RST, the sender is flushed (for at most
+//! [`SHUTDOWN_FLUSH`]), and only then are the connections unregistered.
+//!
+//! With several workers (`--workers N`) there is one such loop per worker, each with its own
+//! ring (one member of a fanout group), engine and sender; `LoopIo::routes` then records which
+//! worker owns each registered tuple, so records reach the right loop (see [`crate::workers`]).
+//!
 //! Invariants: nothing in the loop blocks except that `ppoll`; every queue it feeds is bounded
 //! (the sender's queue has a high-water mark above which the engine is not asked for more packets,
 //! the record channel is bounded by its creator). A panic inside the engine does not end the
@@ -35,6 +43,7 @@ use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
 use crate::sys::{self, EventFd};
+use crate::workers::Routes;
 
 /// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
 /// (the ring socket when the kernel retires a block, the eventfd for records and link changes,
@@ -51,6 +60,8 @@ const TRANSMITS_PER_TURN: usize = 8192;
 const SEND_HIGH_WATER: usize = 4096;
 /// File packets handed to the engine per turn (offline).
 const OFFLINE_PER_TURN: usize = 1024;
+/// Longest time spent sending the RSTs of [`Engine::close_all`] when the loop ends.
+pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
 
 /// Where client packets come from.
 #[derive(Debug)]
@@ -97,6 +108,11 @@ pub struct LoopIo {
     pub wake: Arc<EventFd>,
     /// Set to end the loop (poke `wake` after setting it).
     pub stop: Arc<AtomicBool>,
+    /// This loop's worker index (0 with one worker).
+    pub worker: u16,
+    /// With several workers: who owns which registered tuple (this loop adds and removes its
+    /// own). `None` with one worker.
+    pub routes: Option<Arc<Routes>>,
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -116,36 +132,121 @@ pub struct Summary {
     pub offline: Option<ReplayStats>,
 }
 
-impl fmt::Display for Summary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let e = &self.engine;
-        let s = &self.send;
-        let send_errors = s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
+/// The figures of the summary line, summed over workers.
+#[derive(Default)]
+struct Line {
+    packets: u64,
+    kernel_drops: u64,
+    started: u64,
+    completed: u64,
+    failed: u64,
+    not_copied: u64,
+    sent: u64,
+    sent_bytes: u64,
+    retransmissions: u64,
+    send_errors: u64,
+    records: u64,
+    panics: u64,
+}
+
+impl Line {
+    fn of(parts: &[Summary]) -> Line {
+        let mut l = Line::default();
+        for p in parts {
+            let (e, s) = (&p.engine, &p.send);
+            l.packets += p.capture.packets;
+            l.kernel_drops += p.capture.kernel_drops;
+            l.started += e.sessions_started;
+            l.completed += e.sessions_completed;
+            l.failed += e.sessions_failed.total();
+            l.not_copied += e.sessions_not_copied;
+            l.sent += s.packets;
+            l.sent_bytes += s.bytes;
+            l.retransmissions += e.retransmissions;
+            l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
+            l.records += e.records_received;
+            l.panics += p.panics;
+        }
+        l
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "copier ran {:.1}s: captured {} packets ({} dropped by the kernel); sessions {} started, {} completed, \
+            "captured {} packets ({} dropped by the kernel); sessions {} started, {} completed, \
              {} failed, {} not copied (no intercept); sent {} segments ({} bytes, {} retransmissions, {} send errors); \
              {} records received",
-            self.elapsed.as_secs_f64(),
-            self.capture.packets,
-            self.capture.kernel_drops,
-            e.sessions_started,
-            e.sessions_completed,
-            e.sessions_failed.total(),
-            e.sessions_not_copied,
-            s.packets,
-            s.bytes,
-            e.retransmissions,
-            send_errors,
-            e.records_received,
+            self.packets,
+            self.kernel_drops,
+            self.started,
+            self.completed,
+            self.failed,
+            self.not_copied,
+            self.sent,
+            self.sent_bytes,
+            self.retransmissions,
+            self.send_errors,
+            self.records,
         )?;
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "copier ran {:.1}s: ", self.elapsed.as_secs_f64())?;
+        Line::of(std::slice::from_ref(self)).write(f)?;
         if let Some(o) = &self.offline {
             write!(f, "; offline: {o}")?;
         }
         Ok(())
+    }
+}
+
+/// The summaries of every worker's loop, printed when the copier stops: one line, with totals
+/// and, for several workers, the share of each.
+#[derive(Debug, Clone, Default)]
+pub struct RunSummary {
+    /// One per worker, in worker order.
+    pub workers: Vec<Summary>,
+}
+
+impl fmt::Display for RunSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let [one] = &self.workers[..] {
+            return one.fmt(f);
+        }
+        let elapsed = self
+            .workers
+            .iter()
+            .map(|w| w.elapsed)
+            .max()
+            .unwrap_or_default();
+        write!(
+            f,
+            "copier ran {:.1}s with {} workers: ",
+            elapsed.as_secs_f64(),
+            self.workers.len()
+        )?;
+        Line::of(&self.workers).write(f)?;
+        let each = |g: fn(&Summary) -> u64| {
+            self.workers
+                .iter()
+                .map(|w| g(w).to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        };
+        write!(
+            f,
+            "; per worker: captured {}, kernel drops {}, sessions started {}, segments sent {}",
+            each(|w| w.capture.packets),
+            each(|w| w.capture.kernel_drops),
+            each(|w| w.engine.sessions_started),
+            each(|w| w.send.packets),
+        )
     }
 }
 
@@ -181,6 +282,9 @@ pub fn run_engine_loop(
     mut io: LoopIo,
 ) -> (Summary, Option<LoopError>) {
     let started = Instant::now();
+    if io.routes.is_some() {
+        m::label_this_thread(Some(io.worker));
+    }
     let mut engine = Engine::new(config.clone(), seed);
     let mut st = State {
         up: None,
@@ -214,7 +318,18 @@ pub fn run_engine_loop(
                     st.panics
                 );
                 engine = Engine::new(config.clone(), seed.wrapping_add(st.panics));
-                io.registry.clear();
+                match &io.routes {
+                    // Only this worker's sessions are gone.
+                    Some(routes) => {
+                        let mine: Vec<RegEvent> = routes
+                            .remove_worker(io.worker)
+                            .into_iter()
+                            .map(RegEvent::Unregister)
+                            .collect();
+                        io.registry.apply(&mine);
+                    }
+                    None => io.registry.clear(),
+                }
                 st.up = None;
                 if st.panics > 1000 {
                     // Something panics on every turn: do not spin at full speed.
@@ -222,6 +337,12 @@ pub fn run_engine_loop(
                 }
             }
         }
+    }
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| {
+        close_all(&mut engine, &mut io, &mut st)
+    })) {
+        st.panics += 1;
+        tracing::error!("engine panicked while closing its sessions: {payload:?}");
     }
     let offline = match &mut io.source {
         Source::Live(capture) => {
@@ -386,6 +507,50 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     Ok(true)
 }
 
+/// The loop ends: reset every test connection, send the RSTs (at most [`SHUTDOWN_FLUSH`]), then
+/// unregister the connections (the engine releases the Unregisters once its RSTs were taken).
+fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
+    let now = Instant::now();
+    let sessions = engine.session_count();
+    let sent_before = engine.stats().segments_sent;
+    engine.close_all(now);
+    let deadline = now + SHUTDOWN_FLUSH;
+    let mut engine_empty = false;
+    loop {
+        let now = Instant::now();
+        while !engine_empty && io.sender.pending() < SEND_HIGH_WATER {
+            let mut buf = io.sender.buffer();
+            match engine.poll_transmit(now, &mut buf) {
+                Some(t) => {
+                    buf.truncate(t.len);
+                    io.sender.enqueue(t.tuple, t.dst, buf);
+                }
+                None => {
+                    io.sender.recycle(buf);
+                    engine_empty = true;
+                }
+            }
+        }
+        io.sender.flush(now);
+        if (engine_empty && io.sender.pending() == 0) || now >= deadline {
+            break;
+        }
+        // The kernel pushes back: wait for the sender's back-off.
+        let wait = io.sender.wakeup().map_or(Duration::from_millis(1), |t| {
+            t.saturating_duration_since(now)
+        });
+        std::thread::sleep(wait.clamp(Duration::from_micros(100), Duration::from_millis(20)));
+    }
+    drain_control(engine, io, st);
+    if sessions > 0 {
+        tracing::info!(
+            "closed {sessions} session(s): {} reset(s) sent, {} left unsent",
+            engine.stats().segments_sent - sent_before,
+            io.sender.pending()
+        );
+    }
+}
+
 /// Offline, the file is done: whether the loop may end (no session left and nothing to send,
 /// or `session_timeout` since the file ended).
 fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> bool {
@@ -421,6 +586,10 @@ fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
         });
     }
     if !st.events.is_empty() {
+        // Routes first: a record may follow the registration as soon as the intercept has it.
+        if let Some(routes) = &io.routes {
+            routes.apply(io.worker, &st.events);
+        }
         io.registry.apply(&st.events);
     }
 }
