@@ -1,0 +1,230 @@
+//! The copier with several workers (`--workers 2`): two capture rings in one PACKET_FANOUT
+//! group, two engines, records routed to the engine that owns each session. Real clients (wrk,
+//! curl, raw keep-alive connections) talk to nginx on `online`; the test nginx must receive
+//! exactly the online requests (from the two access logs), nothing may leak from the test host,
+//! both workers must carry sessions, a restarted intercept must learn the sessions of both, and
+//! a stopped copier must reset every test connection it opened.
+
+use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying};
+use lab::{addr, lab_or_skip, Host, Lab};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::time::{Duration, Instant};
+
+const COPIER_METRICS: &str = "127.0.0.1:9466";
+
+fn two_workers() -> CopyOptions {
+    CopyOptions {
+        copier_args: vec![
+            "--workers".into(),
+            "2".into(),
+            "--metrics".into(),
+            COPIER_METRICS.into(),
+            "--seed".into(),
+            "11".into(),
+        ],
+        ..CopyOptions::default()
+    }
+}
+
+fn online_url(path: &str) -> String {
+    format!("http://{}{path}", addr::ONLINE)
+}
+
+/// Waits for the test server to go quiet, then asserts that it received exactly the online
+/// requests and that nothing leaked. Returns the number of requests compared.
+fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
+    c.test().wait_requests(c.online.request_count(), Duration::from_secs(60));
+    c.settle(Duration::from_secs(1), Duration::from_secs(30));
+    c.check_alive().unwrap();
+    let online = c.online.requests().unwrap();
+    let test = c.test().requests().unwrap();
+    let diff = diff_fingerprints(&fingerprints(&online), &fingerprints(&test));
+    assert!(
+        diff.is_empty(),
+        "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{}",
+        online.len(),
+        test.len(),
+        tail(&c.copier.as_ref().unwrap().log(), 30)
+    );
+    assert_no_leak(lab);
+    online.len()
+}
+
+fn assert_no_leak(lab: &mut Lab) {
+    let pcap = lab.stop_link_capture().expect("link capture");
+    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
+    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
+}
+
+fn metrics(lab: &Lab) -> String {
+    // the workers export once a second
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
+        .unwrap_or_default()
+}
+
+/// The value of one sample, e.g. `copier_sessions_started_total{worker="1"}`; 0 when absent.
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// `GET path` on `s`, reading the whole answer (HTTP/1.1 with a Content-Length).
+fn get(s: &mut TcpStream, path: &str) {
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 16384];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                assert_eq!(buf.len(), end + 4 + len, "one answer at a time");
+                return;
+            }
+        }
+        let n = s.read(&mut tmp).expect("read response");
+        assert!(n > 0, "connection closed early");
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// `n` keep-alive connections from the client to the online nginx, each after one request
+/// tagged `tag`. They stay open while the streams live.
+fn open_connections(lab: &Lab, n: usize, tag: &str) -> Vec<TcpStream> {
+    let tag = tag.to_owned();
+    lab.in_ns(Host::Client, move || {
+        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
+        (0..n)
+            .map(|i| {
+                let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                get(&mut s, &format!("/index.html?{tag}={i}"));
+                s
+            })
+            .collect()
+    })
+    .unwrap()
+}
+
+/// Connections to port 80 established on the test host.
+fn test_established(lab: &Lab) -> usize {
+    lab.exec_ok(Host::Test, &["ss", "-Htn", "state", "established", "( sport = :80 )"])
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn two_workers_copy_wrk_and_short_connections_exactly() {
+    let Some(mut lab) = lab_or_skip("two_workers_copy_wrk_and_short_connections_exactly") else { return };
+    let c = Copying::start(&mut lab, two_workers()).unwrap();
+    let log = c.copier.as_ref().unwrap().log();
+    assert!(log.contains("2 workers (fanout group"), "{log}");
+    // many short HTTP/1.0 and HTTP/1.1 connections, each its own session (and flow hash)
+    let script = format!(
+        "for i in $(seq 1 120); do curl -sS --http1.0 -o /dev/null '{}?short='$i || exit 1; done; \
+         for i in $(seq 1 40); do curl -sS -o /dev/null '{}?close='$i -H 'Connection: close' || exit 1; done",
+        online_url("/index.html"),
+        online_url("/index.html")
+    );
+    lab.sh(Host::Client, &script).unwrap();
+    // keep-alive connections driven by wrk, two threads
+    lab.exec_ok(Host::Client, &["wrk", "-t2", "-c16", "-d3s", &online_url("/index.html")]).unwrap();
+    let n = assert_copied_exactly(&mut lab, &c);
+    assert!(n > 500, "too few requests to mean anything: {n}");
+
+    let m = metrics(&lab);
+    let started: Vec<f64> =
+        (0..2).map(|w| sample(&m, &format!("copier_sessions_started_total{{worker=\"{w}\"}}"))).collect();
+    assert!(started.iter().all(|&s| s >= 10.0), "both workers must carry sessions: {started:?}\n{m}");
+    assert!(started.iter().sum::<f64>() >= 176.0, "{started:?}\n{m}");
+    for w in 0..2 {
+        assert!(sample(&m, &format!("copier_packets_captured_total{{worker=\"{w}\"}}")) > 0.0, "{m}");
+        assert_eq!(sample(&m, &format!("copier_kernel_drops_total{{worker=\"{w}\"}}")), 0.0, "{m}");
+    }
+    assert_eq!(sample(&m, "copier_records_unroutable_total{reason=\"malformed\"}"), 0.0, "{m}");
+}
+
+#[test]
+fn two_workers_reset_every_test_connection_on_sigterm() {
+    let Some(mut lab) = lab_or_skip("two_workers_reset_every_test_connection_on_sigterm") else { return };
+    let c = Copying::start(&mut lab, two_workers()).unwrap();
+    let conns = open_connections(&lab, 12, "held");
+    c.test().wait_requests(12, Duration::from_secs(20));
+    wait_for("12 copied connections on the test host", Duration::from_secs(10), || test_established(&lab) == 12);
+
+    let copier = c.copier.as_ref().unwrap();
+    let status = copier.stop().expect("the copier stops on SIGTERM");
+    let log = copier.log();
+    assert!(status.success(), "{status}\n{}", tail(&log, 20));
+    // every test connection was reset: none is left waiting for nginx's keep-alive timeout
+    wait_for("the test connections to be reset", Duration::from_secs(3), || test_established(&lab) == 0);
+    let closed: usize = log
+        .lines()
+        .filter_map(|l| l.split("closed ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    assert_eq!(closed, 12, "sessions closed at exit, over both workers:\n{}", tail(&log, 20));
+    assert!(log.contains("with 2 workers"), "{}", tail(&log, 5));
+    drop(conns);
+}
+
+#[test]
+fn two_workers_survive_an_intercept_restart() {
+    let Some(mut lab) = lab_or_skip("two_workers_survive_an_intercept_restart") else { return };
+    let mut c = Copying::start(&mut lab, two_workers()).unwrap();
+    // keep-alive connections that stay open across the restart, on both workers
+    let mut conns = open_connections(&lab, 16, "before");
+    c.test().wait_requests(16, Duration::from_secs(20));
+    let m = metrics(&lab);
+    let active: Vec<f64> = (0..2).map(|w| sample(&m, &format!("copier_sessions_active{{worker=\"{w}\"}}"))).collect();
+    assert!(active.iter().all(|&a| a >= 1.0), "both workers should hold open sessions: {active:?}\n{m}");
+
+    c.restart_intercept(&mut lab).unwrap();
+    // the copier reconnects by itself and registers every live session of both workers
+    wait_for("the copier to reconnect", Duration::from_secs(10), || {
+        c.intercept.log().contains("connected as")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let log = c.copier.as_ref().unwrap().log();
+    let resent = log
+        .lines()
+        .rev()
+        .find_map(|l| l.split("; ").nth(1)?.strip_suffix(" live session(s) registered")?.parse::<usize>().ok());
+    assert_eq!(resent, Some(16), "the reconnected intercept learns all 16 sessions:\n{}", tail(&log, 10));
+
+    lab.in_ns(Host::Client, move || {
+        for (i, s) in conns.iter_mut().enumerate() {
+            get(s, &format!("/index.html?after={i}"));
+        }
+    })
+    .unwrap();
+    c.test().wait_requests(32, Duration::from_secs(30));
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    let test = c.test().requests().unwrap();
+    let count = |tag: &str| test.iter().filter(|e| e.uri.contains(tag)).count();
+    assert_eq!(
+        (count("?before="), count("?after=")),
+        (16, 16),
+        "{test:?}\n{}",
+        tail(&c.copier.as_ref().unwrap().log(), 30)
+    );
+    c.check_alive().unwrap();
+    assert_no_leak(&mut lab);
+}
