@@ -1,12 +1,14 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
 //! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
-//! ([`flow`]) and the control protocol spoken between them ([`proto`]).
+//! ([`flow`]), the control protocol spoken between them ([`proto`]), and capture files
+//! ([`pcap`]: pcap/pcapng reading, pcap writing).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
 //! `proto::io` (feature `io`).
 
 pub mod checksum;
 pub mod flow;
+pub mod pcap;
 pub mod proto;
 pub mod seq;
 pub mod wire;

@@ -135,21 +135,9 @@ pub fn walk_block<'a>(
     Ok(num)
 }
 
-/// Cut link-layer padding (short Ethernet frames are padded to 60 bytes) so that the slice is
-/// exactly the IP packet its header describes. Slices that are shorter than their IP length, or
-/// not IP, are returned unchanged for the parser to judge.
-pub fn trim_to_ip_len(data: &[u8]) -> &[u8] {
-    let want = match data.first().map(|b| b >> 4) {
-        Some(4) if data.len() >= 4 => usize::from(u16::from_be_bytes([data[2], data[3]])),
-        Some(6) if data.len() >= 6 => 40 + usize::from(u16::from_be_bytes([data[4], data[5]])),
-        _ => return data,
-    };
-    if want >= 20 && want < data.len() {
-        &data[..want]
-    } else {
-        data
-    }
-}
+/// Cut link-layer padding so that the slice is exactly the IP packet its header describes (the
+/// one implementation lives with the capture-file reader).
+pub use common::pcap::trim_to_ip_len;
 
 /// How to capture.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,12 +1,12 @@
 //! Offline replay (`copier --offline FILE`): the engine is fed from a pcap or pcapng file
 //! instead of the live capture ring.
 //!
-//! Owns: reading the file ([`reader`]: formats, truncation, garbage; [`link`]: link headers),
-//! the sans-IO decisions ([`pace`]: when each packet is due, which packets are client ->
+//! Owns: the sans-IO decisions ([`pace`]: when each packet is due, which packets are client ->
 //! service packets of a mapped service, which client port each pass uses), and [`Replay`], the
 //! thin I/O layer the engine thread drives: it opens the file (again for each pass), reads
 //! ahead one accepted packet, hands it over once it is due, reports skipped records, and draws
-//! a progress line on a terminal.
+//! a progress line on a terminal. Reading the file (formats, link headers, truncation, garbage)
+//! is `common::pcap`'s, re-exported here.
 //!
 //! Time: the replay clock starts when [`Replay::start`] is called (the engine thread calls it
 //! once an intercept is connected, so the first sessions are not lost for want of one). A packet
@@ -22,9 +22,7 @@
 //! time, each an IP packet accepted by the [`PortFilter`]; it never panics on the file's
 //! content. An I/O error of the file ends the replay (reported by [`ReplayStats::error`]).
 
-pub mod link;
 pub mod pace;
-pub mod reader;
 
 #[cfg(test)]
 mod tests;
@@ -37,9 +35,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::PortMap;
 
-pub use link::{LinkError, LinkType};
+pub use common::pcap::{
+    Event, LinkError, LinkType, Packet, ReadError, ReadStats, Reader, Skip, SkipKind,
+};
 pub use pace::{set_source_port, Accepted, LoopPorts, Pacer, PortFilter, Speed};
-pub use reader::{Event, Packet, ReadError, ReadStats, Reader, Skip, SkipKind};
 
 /// Problems shown one by one (per run); past this many they are only counted.
 const MAX_MESSAGES: u64 = 20;

@@ -1,4 +1,4 @@
-//! Reading pcap and pcapng capture files record by record, for the offline replay.
+//! Reading pcap and pcapng capture files record by record.
 //!
 //! Owns: the file formats (classic pcap in both byte orders with micro- or nanosecond
 //! timestamps; pcapng sections of either byte order with their interfaces, timestamp
@@ -61,7 +61,7 @@ pub enum ReadError {
     /// A pcap or pcapng file header that cannot be used.
     #[error("{0}")]
     BadHeader(String),
-    /// A pcap file of a link type the replay does not read.
+    /// A pcap file of a link type the reader does not know.
     #[error("link type {0} is not supported (supported: {SUPPORTED})")]
     UnsupportedLink(u32),
 }
@@ -124,7 +124,7 @@ pub enum SkipKind {
         /// Bytes captured.
         have: usize,
     },
-    /// A pcapng interface of a link type the replay does not read.
+    /// A pcapng interface of a link type the reader does not know.
     UnsupportedLink(u32),
 }
 

@@ -1,13 +1,28 @@
 //! Link-layer headers of capture files: from one captured frame to the IP packet it carries.
 //!
-//! Owns: the list of link types the replay understands ([`LinkType`]) and [`ip_payload`], which
+//! Owns: the list of link types the reader understands ([`LinkType`]), [`ip_payload`], which
 //! strips the link header (Ethernet with up to two VLAN tags, Linux cooked v1 and v2, BSD
-//! loopback, raw IP) and cuts link-layer padding so the slice is exactly one IP packet.
+//! loopback, raw IP) and cuts link-layer padding so the slice is exactly one IP packet, and
+//! [`trim_to_ip_len`], the padding cut alone (the copier's live capture uses it too).
 //!
 //! Invariant: [`ip_payload`] never panics and never returns a slice that does not start with an
 //! IPv4 or IPv6 version nibble; anything else is a [`LinkError`].
 
-use crate::capture::trim_to_ip_len;
+/// Cut link-layer padding (short Ethernet frames are padded to 60 bytes) so that the slice is
+/// exactly the IP packet its header describes. Slices that are shorter than their IP length, or
+/// not IP, are returned unchanged for the parser to judge.
+pub fn trim_to_ip_len(data: &[u8]) -> &[u8] {
+    let want = match data.first().map(|b| b >> 4) {
+        Some(4) if data.len() >= 4 => usize::from(u16::from_be_bytes([data[2], data[3]])),
+        Some(6) if data.len() >= 6 => 40 + usize::from(u16::from_be_bytes([data[4], data[5]])),
+        _ => return data,
+    };
+    if want >= 20 && want < data.len() {
+        &data[..want]
+    } else {
+        data
+    }
+}
 
 /// The link types a capture file may declare (the `LINKTYPE_*` numbers of pcap and pcapng).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +67,21 @@ impl LinkType {
             _ => return None,
         })
     }
+
+    /// The canonical `LINKTYPE_*` number of this link type (what a writer puts in a file).
+    #[must_use]
+    pub fn number(self) -> u32 {
+        match self {
+            LinkType::Null => 0,
+            LinkType::Ethernet => 1,
+            LinkType::Raw => 101,
+            LinkType::Loop => 108,
+            LinkType::LinuxSll => 113,
+            LinkType::Ipv4 => 228,
+            LinkType::Ipv6 => 229,
+            LinkType::LinuxSll2 => 276,
+        }
+    }
 }
 
 /// Why a frame yields no IP packet.
@@ -66,7 +96,7 @@ pub enum LinkError {
         have: usize,
     },
     /// The frame carries something other than IPv4 or IPv6 (ARP, LLDP, ...): not an error of
-    /// the file, just nothing to replay.
+    /// the file, just no IP packet.
     #[error("not IP (protocol 0x{0:04x})")]
     NotIp(u32),
     /// The link header says IP but the bytes after it do not start with version 4 or 6.
