@@ -44,7 +44,20 @@ cuts idle pauses), and may run several passes (--loop: each pass moves the clien
 it is a new set of sessions for the test server). Damaged records are skipped and named (record
 number and file offset); a file cut mid-record is replayed up to the cut. When the file is done
 the copier waits for the copied sessions to finish (at most --session-timeout), prints its
-summary and exits 0. A progress line is drawn when stderr is a terminal.";
+summary and exits 0. A progress line is drawn when stderr is a terminal.
+
+Amplification: --copies N sends every captured session N times, each copy on a test 4-tuple of
+its own, so the test server sees N distinct connections. Copy 0 keeps the client's address (or
+its --client-ip address) and port; copy k takes the k-th pool address after it (distinct while
+the pool has N addresses) or, without a pool, the client's address and another port. No two
+live copies ever share a 4-tuple; a copy for which every port is taken is not started and is
+counted (copier_sessions_no_tuple_total): one address has 64512 ports, so for N copies of S
+concurrent sessions give a pool of at least N x S / 64512 addresses (and the test host a route
+back to it). The multiplier achieved is exported next to the one asked for
+(copier_copy_multiplier, copier_copies_requested). The captured bytes are held once for all the
+copies of a session. --sample P copies only P% of the sessions: a keyed hash of the seed and the
+session's addresses and ports picks them, so a session is copied whole or not at all, and the
+same --seed picks the same sessions.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -54,6 +67,10 @@ Examples:
   # only traffic to one online address, on one interface, metrics on :9100, fake client range
   copier --map 10.0.0.5:443=198.18.1.2:443 --interface eth0 --intercept 198.18.1.2 \\
          --secret-file /etc/tcopy/secret --metrics 127.0.0.1:9100 --client-ip 198.19.0.0/16
+
+  # ten copies of a sampled quarter of the sessions, from two fake client ranges
+  copier --map 80=198.18.1.2:80 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret \\
+         --copies 10 --sample 25 --client-ip 198.19.0.0/24,198.19.1.0/24
 
   # replay a tcpdump capture ten times faster, twice over (the second pass on other client ports)
   copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
@@ -106,10 +123,22 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub session_timeout: Duration,
 
-    /// Rewrite client addresses into this range (sticky per real client), e.g. 198.19.0.0/16.
-    /// The test host must route it back to this host.
-    #[arg(long, value_name = "CIDR")]
-    pub client_ip: Option<ClientIpPool>,
+    /// Rewrite client addresses into these ranges (sticky per real client), e.g.
+    /// 198.19.0.0/16, or a list: 198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48 (repeatable;
+    /// ranges must not overlap). Each target needs a range of its IP family. The test host must
+    /// route the ranges back to this host.
+    #[arg(long, value_name = "CIDR[,CIDR...]", action = ArgAction::Append)]
+    pub client_ip: Vec<ClientIpPool>,
+
+    /// Send N copies of every copied session, each on its own client address and/or port
+    /// (see "Amplification" at the top of --help).
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=MAX_COPIES))]
+    pub copies: u16,
+
+    /// Copy only this percentage of the sessions (0 < P <= 100), chosen per session.
+    #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent)]
+    pub sample: f64,
 
     /// Send each request as soon as possible instead of after the test server answered the
     /// previous one.
@@ -195,11 +224,20 @@ impl Args {
     /// Check every flag and build the configurations; `seed` is used when `--seed` is absent.
     /// Reads the secret file; opens nothing else.
     pub fn validate(&self, seed: u64) -> Result<Validated, String> {
-        check_maps(&self.maps, self.client_ip.as_ref())?;
+        let client_ip = match self.client_ip.len() {
+            0 => None,
+            _ => Some(
+                ClientIpPool::join(self.client_ip.iter().cloned())
+                    .map_err(|e| format!("--client-ip: {e}"))?,
+            ),
+        };
+        check_maps(&self.maps, client_ip.as_ref())?;
         let engine = EngineConfig {
             maps: self.maps.clone(),
             mtu: self.mtu,
-            client_ip: self.client_ip,
+            client_ip,
+            copies: self.copies,
+            sample_percent: self.sample,
             session_timeout: self.session_timeout,
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
@@ -349,9 +387,10 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
             }
         }
         match (m.online_ip, pool) {
-            (_, Some(p)) if p.is_ipv6() != m.target.is_ipv6() => {
+            (_, Some(p)) if !p.serves(m.target.is_ipv6()) => {
                 return Err(format!(
-                    "--client-ip {p} and the target of --map {} are of different IP families",
+                    "--client-ip {p} has no range of the IP family of the target of --map {} \
+                     (different IP families)",
                     show_map(m)
                 ));
             }
@@ -414,6 +453,23 @@ pub fn parse_map(s: &str) -> Result<PortMap, String> {
         online_port,
         target,
     })
+}
+
+/// Most copies of a session (`--copies`).
+pub const MAX_COPIES: i64 = 1000;
+
+/// Parse a percentage above 0 and at most 100 (`--sample`).
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number (e.g. 50 or 12.5)"))?;
+    if v > 0.0 && v <= 100.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s:?} is not above 0 and at most 100"))
+    }
 }
 
 fn parse_speed(s: &str) -> Result<Speed, String> {
@@ -784,6 +840,66 @@ mod tests {
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
         assert!(help.contains("--workers <N>") && help.contains("production"), "{help}");
+    }
+
+    #[test]
+    fn amplification_flags() {
+        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+        assert_eq!((v.engine.copies, v.engine.sample_percent, v.engine.client_ip), (1, 100.0, None));
+        let v = args(&[
+            "--no-secret",
+            "--copies",
+            "100",
+            "--sample",
+            "12.5",
+            "--client-ip",
+            "198.19.0.0/24,198.19.1.0/24",
+            "--client-ip",
+            "198.19.2.0/24",
+        ])
+        .unwrap()
+        .validate(1)
+        .unwrap();
+        assert_eq!((v.engine.copies, v.engine.sample_percent), (100, 12.5));
+        let pool = v.engine.client_ip.unwrap();
+        assert_eq!(pool.to_string(), "198.19.0.0/24,198.19.1.0/24,198.19.2.0/24");
+        for bad in [
+            &["--copies", "0"][..],
+            &["--copies", "1001"],
+            &["--sample", "0"],
+            &["--sample", "100.5"],
+            &["--sample", "half"],
+            &["--client-ip", "198.19.0.0/24,x"],
+        ] {
+            let mut a = vec!["--no-secret"];
+            a.extend_from_slice(bad);
+            assert!(args(&a).is_err(), "{bad:?}");
+        }
+        // Overlapping ranges over two flags, and a pool without the target's family.
+        let e = args(&["--no-secret", "--client-ip", "198.19.0.0/16", "--client-ip", "198.19.3.0/24"])
+            .unwrap()
+            .validate(1)
+            .unwrap_err();
+        assert!(e.contains("--client-ip") && e.contains("overlap"), "{e}");
+        let e = args(&["--no-secret", "--client-ip", "fd00:198:19::/48"]).unwrap().validate(1).unwrap_err();
+        assert!(e.contains("different IP families"), "{e}");
+        // One pool for both families when both are mapped.
+        let v = args(&[
+            "--no-secret",
+            "--map",
+            "81=[fd00:198:18:2::2]:80",
+            "--client-ip",
+            "198.19.0.0/16,fd00:198:19::/48",
+        ])
+        .unwrap()
+        .validate(1)
+        .unwrap();
+        assert!(v.engine.client_ip.is_some_and(|p| p.serves(true) && p.serves(false)));
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        for want in ["--copies <N>", "--sample <P>", "Amplification", "--copies 10 --sample 25"] {
+            assert!(help.contains(want), "{want} missing in:\n{help}");
+        }
     }
 
     #[test]

@@ -137,7 +137,28 @@ fn describe() {
     describe_gauge!("copier_sessions_active", "Sessions in the engine's table");
     describe_counter!(
         "copier_sessions_started_total",
-        "Sessions whose copy started"
+        "Copy sessions started (up to --copies per captured session)"
+    );
+    describe_gauge!(
+        "copier_copies_requested",
+        "Copies asked for per captured session (--copies)"
+    );
+    describe_counter!(
+        "copier_captured_sessions_started_total",
+        "Captured sessions of which at least one copy started"
+    );
+    describe_gauge!(
+        "copier_copy_multiplier",
+        "Copy sessions started per captured session started, since the start (compare with \
+         copier_copies_requested; the ratio of the rates of the two counters gives it over a window)"
+    );
+    describe_counter!(
+        "copier_sessions_no_tuple_total",
+        "Copy sessions not started because every client port of their address was taken"
+    );
+    describe_counter!(
+        "copier_sessions_sampled_out_total",
+        "Captured sessions left out by --sample"
     );
     describe_counter!(
         "copier_sessions_midstream_total",
@@ -274,6 +295,11 @@ pub fn export(s: &Snapshot<'_>) {
 
     gauge!("copier_sessions_active").set(e.sessions_active as f64);
     counter!("copier_sessions_started_total").absolute(e.sessions_started);
+    gauge!("copier_copies_requested").set(e.copies_requested as f64);
+    counter!("copier_captured_sessions_started_total").absolute(e.captured_sessions_started);
+    gauge!("copier_copy_multiplier").set(e.copy_multiplier());
+    counter!("copier_sessions_no_tuple_total").absolute(e.sessions_no_tuple);
+    counter!("copier_sessions_sampled_out_total").absolute(e.sessions_sampled_out);
     counter!("copier_sessions_midstream_total").absolute(e.sessions_midstream);
     counter!("copier_sessions_completed_total").absolute(e.sessions_completed);
     for (reason, v) in e.sessions_failed.iter() {
@@ -327,6 +353,45 @@ pub fn export(s: &Snapshot<'_>) {
 mod tests {
     use super::*;
     use metrics_exporter_prometheus::PrometheusBuilder;
+
+    #[test]
+    fn the_multiplier_is_exported_next_to_the_request() {
+        let prom = PrometheusBuilder::new().build_recorder();
+        let handle = prom.handle();
+        let engine = EngineStats {
+            copies_requested: 3,
+            captured_sessions_started: 10,
+            sessions_started: 29,
+            sessions_no_tuple: 1,
+            sessions_sampled_out: 12,
+            ..EngineStats::default()
+        };
+        ::metrics::with_local_recorder(&prom, || {
+            export(&Snapshot {
+                engine: &engine,
+                memory: 0,
+                capture: CaptureStats::default(),
+                send: &SendStats::default(),
+                send_queue: 0,
+                intercepts: 1,
+                registered: 0,
+                panics: 0,
+            });
+        });
+        let text = handle.render();
+        for want in [
+            "copier_copies_requested 3",
+            "copier_captured_sessions_started_total 10",
+            "copier_sessions_started_total 29",
+            "copier_copy_multiplier 2.9",
+            "copier_sessions_no_tuple_total 1",
+            "copier_sessions_sampled_out_total 12",
+            "copier_packets_dropped_total{reason=\"not_sampled\"} 0",
+            "copier_sessions_failed_total{reason=\"no_tuple\"} 0",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
+        }
+    }
 
     #[test]
     fn a_worker_threads_metrics_carry_its_label() {

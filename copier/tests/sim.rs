@@ -12,6 +12,10 @@
 //! the model server before it finished answering; and that the test server is left with no
 //! half-open connection and no registration. Control messages (Register/Unregister) travel in
 //! order, as on TCP.
+//!
+//! With `copies` > 1 the engine rewrites clients into an address pool, so that each copy of a
+//! session reaches the model server from an address of its own: every copy must then deliver
+//! exactly the client's requests, and the test server must see `copies` times the sessions.
 
 #[path = "sim/client.rs"]
 mod client;
@@ -81,6 +85,8 @@ struct SimConfig {
     pace: bool,
     /// Whether the test server closes some connections after a few requests.
     server_limits: bool,
+    /// Copies of every session (`--copies`); above 1 the clients are rewritten into a pool.
+    copies: u16,
 }
 
 struct Sim {
@@ -272,6 +278,8 @@ fn simulate(seed: u64, cfg: SimConfig) -> Outcome {
         answer_timeout: Duration::from_secs(1),
         session_timeout: Duration::from_secs(30),
         max_retries: 12,
+        copies: cfg.copies,
+        client_ip: (cfg.copies > 1).then(|| "198.19.0.0/16".parse().unwrap()),
         ..EngineConfig::default()
     };
     let mut model = Model { rng_state: seed ^ 0xabcdef, t0: Some(t0), think_max: Duration::from_millis(15), ..Model::default() };
@@ -315,8 +323,23 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
     let e = o.sim.engine.stats();
     let mut problems: Vec<String> = m.errors.iter().map(|x| format!("model: {x}")).collect();
     let mut exact = 0;
+    let copies = usize::from(o.sim.cfg.copies);
     for (c, s) in o.clients.iter().zip(&o.scripts) {
-        let got = m.delivered.get(&c.id).cloned().unwrap_or_default();
+        let mut got = m.delivered.get(&c.id).cloned().unwrap_or_default();
+        if copies > 1 {
+            // One list per copy (address), each the client's requests exactly.
+            let per: Vec<(&std::net::IpAddr, &Vec<u32>)> =
+                m.delivered_by_addr.iter().filter(|((id, _), _)| *id == c.id).map(|((_, a), v)| (a, v)).collect();
+            let want = if s.expected.is_empty() { 0 } else { copies };
+            if per.len() != want {
+                problems.push(format!("client {} {}: requests came from {} addresses, not {want}: {per:?}", c.id, c.addr, per.len()));
+            }
+            got = s.expected.clone();
+            if let Some((a, v)) = per.iter().find(|(_, v)| **v != s.expected) {
+                got = (*v).clone();
+                problems.push(format!("client {} copy at {a}:", c.id));
+            }
+        }
         if got != s.expected {
             problems.push(format!(
                 "client {} {} (greeting {}, midstream {:?}, end {:?}, limit {:?}, requests (len, answer, online answer, pipelined) {:?}): got {:?}, expected {:?}",
@@ -349,8 +372,14 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
     if e.sessions_failed.total() != 0 {
         problems.push(format!("failed sessions: {:?}", e.sessions_failed));
     }
-    if e.sessions_completed != copied {
-        problems.push(format!("{} sessions completed, {} copied", e.sessions_completed, copied));
+    if e.sessions_completed != copied * copies as u64 {
+        problems.push(format!("{} sessions completed, {} copied x {copies}", e.sessions_completed, copied));
+    }
+    if e.sessions_started != e.captured_sessions_started * copies as u64 || e.sessions_no_tuple != 0 {
+        problems.push(format!(
+            "{} copy sessions started for {} captured sessions ({} without a tuple), {copies} asked for",
+            e.sessions_started, e.captured_sessions_started, e.sessions_no_tuple
+        ));
     }
     let rs = o.sim.router.stats();
     if rs.registrations != 0 {
@@ -392,6 +421,7 @@ const LOSSY: SimConfig = SimConfig {
     records: Path { loss: 0.02, dup: 0.02, delay: Duration::from_millis(1), jitter: Duration::from_millis(2) },
     pace: true,
     server_limits: true,
+    copies: 1,
 };
 
 #[test]
@@ -426,6 +456,23 @@ fn lossy_network_without_pacing() {
 }
 
 #[test]
+fn three_copies_each_deliver_exactly() {
+    let clean = Path { loss: 0.0, dup: 0.0, delay: Duration::from_millis(1), jitter: Duration::ZERO };
+    let o = simulate(40, SimConfig { copies: 3, to_server: clean, records: clean, ..LOSSY });
+    check(40, &o, true, true);
+    assert_eq!(o.sim.engine.stats().copy_multiplier(), 3.0);
+    for seed in 41..=43 {
+        let o = simulate(seed, SimConfig { copies: 3, ..LOSSY });
+        check(seed, &o, false, false);
+        let e = o.sim.engine.stats();
+        assert!(e.captured_sessions_started > 20, "seed {seed}: {e:?}");
+        // Each copy had a connection of its own at the test server.
+        let tuples: std::collections::HashSet<_> = o.sim.model.conns.iter().map(|c| c.client).collect();
+        assert!(tuples.len() as u64 >= 3 * e.captured_sessions_started, "seed {seed}: {} connections", tuples.len());
+    }
+}
+
+#[test]
 fn same_seed_same_run() {
     let a = simulate(5, LOSSY);
     let b = simulate(5, LOSSY);
@@ -436,7 +483,8 @@ fn same_seed_same_run() {
 
 /// `SIM_SEED=n` or `SIM_SEED=from-to` `[SIM_PACE=0] [SIM_TRACE=ip] cargo test -p copier --test sim
 /// one_seed -- --nocapture`: explore more seeds, trace one client. `SIM_LOSS`, `SIM_RLOSS`,
-/// `SIM_CLIENTS` change the loss toward the test server, the record loss, the client count.
+/// `SIM_CLIENTS`, `SIM_COPIES` change the loss toward the test server, the record loss, the client
+/// count, the copies of each session.
 #[test]
 fn one_seed_from_env() {
     let Ok(spec) = std::env::var("SIM_SEED") else { return };
@@ -448,6 +496,7 @@ fn one_seed_from_env() {
     cfg.to_server.loss = env("SIM_LOSS", cfg.to_server.loss);
     cfg.records.loss = env("SIM_RLOSS", cfg.records.loss);
     cfg.clients = env("SIM_CLIENTS", f64::from(cfg.clients)) as u32;
+    cfg.copies = env("SIM_COPIES", 1.0) as u16;
     for seed in a..=b {
         let o = simulate(seed, cfg);
         if a == b {

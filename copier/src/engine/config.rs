@@ -1,14 +1,22 @@
-//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`ClientIpPool`]) and the derived,
-//! clamped parameters ([`Params`]) the rest of the engine reads.
+//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`PortShare`]) and the derived,
+//! clamped parameters ([`Params`]) the rest of the engine reads, among them the per-session
+//! sampling rule ([`Params::sampled`]).
+//!
+//! Sampling (`sample_percent` < 100) keeps a session or not by a keyed hash of the engine seed
+//! and the captured 4-tuple, so every packet of a session gets the same answer without a
+//! table, every worker (same seed) agrees, and a run with the same `--seed` picks the same
+//! sessions.
 //!
 //! Invariant: [`Params`] holds only values the engine can work with (MSS >= 64, RTO bounds
 //! ordered, caps >= 1), whatever the configuration said; [`EngineConfig::validate`] reports what
 //! a caller should refuse before starting.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::str::FromStr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use common::flow::FourTuple;
+
+use super::pool::ClientIpPool;
 
 /// One mapping of an online service onto a test server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,8 +36,17 @@ pub struct EngineConfig {
     pub maps: Vec<PortMap>,
     /// Path MTU toward the test server; segments are cut to fit it.
     pub mtu: u16,
-    /// Rewrite client addresses into this range, sticky per real client.
+    /// Rewrite client addresses into these ranges (the ranges of each target's family),
+    /// sticky per real client and copy.
     pub client_ip: Option<ClientIpPool>,
+    /// Copies of every captured session sent to the test server, each on a test 4-tuple of its
+    /// own (1: plain copying). Copy 0 keeps the client's address (or its pool address) and,
+    /// when free, its port; copy `k` takes the `k`-th pool address after it, or with no pool
+    /// the client's address and another port.
+    pub copies: u16,
+    /// Percentage of the captured sessions that are copied (0 < p <= 100), chosen per session
+    /// (see the module documentation).
+    pub sample_percent: f64,
     /// A session with no captured packet and no record for this long is abandoned.
     pub session_timeout: Duration,
     /// Global cap on buffered bytes; above it the oldest idle sessions are shed.
@@ -103,16 +120,35 @@ impl PortShare {
         self.count <= 1 || port % self.count == self.index
     }
 
+    /// The first port >= 1024 in the share and the number of its ports in 1024..=65535 (every
+    /// `count`-th one from the first).
+    fn span(self) -> (u32, u32) {
+        let c = u32::from(self.count.max(1));
+        let first = 1024 + (u32::from(self.index) + c - 1024 % c) % c;
+        (first, (65535 - first) / c + 1)
+    }
+
+    /// How many ports of 1024..=65535 the share holds.
+    pub(crate) fn size(self) -> u32 {
+        self.span().1
+    }
+
     /// A random port of this share in 1024..=65535.
     pub(crate) fn random(self, rng: &mut impl rand::Rng) -> u16 {
         if self.count <= 1 {
             return rng.random_range(1024..=65535);
         }
-        let c = u32::from(self.count);
-        // The first port >= 1024 in the share, then every count-th one up to 65535.
-        let first = 1024 + (u32::from(self.index) + c - 1024 % c) % c;
-        let slots = (65535 - first) / c + 1;
-        (first + c * rng.random_range(0..slots)) as u16
+        let (first, slots) = self.span();
+        (first + u32::from(self.count.max(1)) * rng.random_range(0..slots)) as u16
+    }
+
+    /// Every port of the share in 1024..=65535 once, from `start` (a port of the share) on,
+    /// wrapping around.
+    pub(crate) fn walk(self, start: u16) -> impl Iterator<Item = u16> {
+        let (first, slots) = self.span();
+        let c = u32::from(self.count.max(1));
+        let at = u32::from(start).saturating_sub(first) / c;
+        (0..slots).map(move |i| (first + c * ((at + i) % slots)) as u16)
     }
 }
 
@@ -122,6 +158,8 @@ impl Default for EngineConfig {
             maps: Vec::new(),
             mtu: 1500,
             client_ip: None,
+            copies: 1,
+            sample_percent: 100.0,
             session_timeout: Duration::from_secs(120),
             max_memory: 512 << 20,
             per_session_cap: 16 << 20,
@@ -153,8 +191,8 @@ pub enum ConfigError {
     /// The MTU leaves no room for a useful segment.
     #[error("MTU {0} is too small (at least 576 for IPv4, 1280 for IPv6)")]
     MtuTooSmall(u16),
-    /// A map's target has a different family than the client address pool.
-    #[error("target {target} and client pool {pool} are of different IP families")]
+    /// A map's target has a family the client address pool has no range of.
+    #[error("client pool {pool} has no range of the IP family of target {target}")]
     FamilyMismatch {
         /// The map's target.
         target: SocketAddr,
@@ -164,6 +202,9 @@ pub enum ConfigError {
     /// A cap is zero.
     #[error("{0} must be above zero")]
     Zero(&'static str),
+    /// The sample percentage is not in (0, 100].
+    #[error("sample percentage {0} is not above 0 and at most 100")]
+    Sample(String),
     /// The port share is not one of its count.
     #[error("port share {index} of {count} does not exist")]
     PortShare {
@@ -186,8 +227,8 @@ impl EngineConfig {
         }
         if let Some(pool) = &self.client_ip {
             for m in &self.maps {
-                if m.target.is_ipv6() != pool.is_ipv6() {
-                    return Err(ConfigError::FamilyMismatch { target: m.target, pool: *pool });
+                if !pool.serves(m.target.is_ipv6()) {
+                    return Err(ConfigError::FamilyMismatch { target: m.target, pool: pool.clone() });
                 }
             }
         }
@@ -195,10 +236,14 @@ impl EngineConfig {
             ("max_memory", self.max_memory),
             ("per_session_cap", self.per_session_cap),
             ("max_sessions", self.max_sessions),
+            ("copies", usize::from(self.copies)),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero(name));
             }
+        }
+        if !(self.sample_percent > 0.0 && self.sample_percent <= 100.0) {
+            return Err(ConfigError::Sample(self.sample_percent.to_string()));
         }
         let PortShare { index, count } = self.port_share;
         if count == 0 || index >= count {
@@ -213,6 +258,10 @@ impl EngineConfig {
 pub(crate) struct Params {
     pub maps: Vec<PortMap>,
     pub client_ip: Option<ClientIpPool>,
+    pub copies: u16,
+    /// A session is copied when the top 32 bits of its sample hash are below this (`1 << 32`:
+    /// every session).
+    pub sample_below: u64,
     /// MSS we announce: MTU minus IPv4 and TCP headers.
     pub mss_v4: u16,
     /// MSS we announce over IPv6.
@@ -249,7 +298,13 @@ impl Params {
         let window = (c.recv_window >> wscale).clamp(1, 65535) as u16;
         Params {
             maps: c.maps.clone(),
-            client_ip: c.client_ip,
+            client_ip: c.client_ip.clone(),
+            copies: c.copies.max(1),
+            sample_below: if c.sample_percent >= 100.0 || c.sample_percent.is_nan() {
+                1 << 32
+            } else {
+                (c.sample_percent.max(0.0) / 100.0 * 4_294_967_296.0).round() as u64
+            },
             mss_v4: (mtu - 40).max(64),
             mss_v6: mtu.saturating_sub(60).max(64),
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
@@ -291,101 +346,29 @@ impl Params {
         }
         fits.find(|m| m.target.is_ipv6() == dst.is_ipv6()).or(Some(first))
     }
+
+    /// Whether the captured session `key` (client -> online service) is copied under the
+    /// sample rule, for the engine seed `seed`.
+    pub(crate) fn sampled(&self, seed: u64, key: &FourTuple) -> bool {
+        self.sample_below >= 1 << 32 || (sample_hash(seed, key) >> 32) < self.sample_below
+    }
 }
 
-/// A range of client addresses (v4 or v6 CIDR) into which real client addresses are rewritten,
-/// sticky per real client: the same real address always gets the same pool address (a keyed
-/// hash, no table, so memory stays flat however many clients there are). Different real
-/// clients may share a pool address; the engine then keeps tuples apart by port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientIpPool {
-    base: IpAddr,
-    prefix: u8,
-}
-
-/// Why a CIDR string was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PoolParseError {
-    /// No `/`.
-    #[error("expected ADDRESS/PREFIX, got {0:?}")]
-    NoPrefix(String),
-    /// The address part does not parse.
-    #[error("bad address {0:?}")]
-    BadAddr(String),
-    /// The prefix is not a number or too long for the family.
-    #[error("bad prefix length {0:?}")]
-    BadPrefix(String),
-}
-
-impl ClientIpPool {
-    /// A pool from its network address and prefix length (host bits are cleared).
-    pub fn new(addr: IpAddr, prefix: u8) -> Result<ClientIpPool, PoolParseError> {
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        if prefix > max {
-            return Err(PoolParseError::BadPrefix(prefix.to_string()));
-        }
-        let base = match addr {
-            IpAddr::V4(a) => {
-                let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
-            }
-            IpAddr::V6(a) => {
-                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
-            }
-        };
-        Ok(ClientIpPool { base, prefix })
-    }
-
-    /// Whether the pool holds IPv6 addresses.
-    #[must_use]
-    pub fn is_ipv6(&self) -> bool {
-        self.base.is_ipv6()
-    }
-
-    /// Whether `ip` lies in the pool.
-    #[must_use]
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        ClientIpPool::new(ip, self.prefix).is_ok_and(|p| p.base == self.base)
-    }
-
-    /// The pool address for a real client address. The network address and (IPv4) the
-    /// broadcast address are avoided when the pool is larger than two addresses.
-    #[must_use]
-    pub fn pick(&self, real: IpAddr, seed: u64) -> IpAddr {
-        let h = match real {
-            IpAddr::V4(a) => mix(seed ^ u64::from(u32::from(a))),
+/// A keyed hash of a captured session: the seed, then the client's and the online service's
+/// address and port.
+pub(crate) fn sample_hash(seed: u64, key: &FourTuple) -> u64 {
+    let mut h = mix(seed ^ 0x5a3b_1e5e_ed00_0001);
+    for end in [key.client, key.server] {
+        match end.ip() {
+            IpAddr::V4(a) => h = mix(h ^ u64::from(u32::from(a))),
             IpAddr::V6(a) => {
                 let v = u128::from(a);
-                mix(mix(seed ^ (v as u64)) ^ ((v >> 64) as u64))
-            }
-        };
-        match self.base {
-            IpAddr::V4(b) => {
-                let host_bits = 32 - u32::from(self.prefix);
-                let size = 1u64 << host_bits;
-                let off = if size > 2 { 1 + h % (size - 2) } else { h % size };
-                IpAddr::V4(Ipv4Addr::from(u32::from(b) | off as u32))
-            }
-            IpAddr::V6(b) => {
-                let host_bits = 128 - u32::from(self.prefix);
-                let h128 = (u128::from(mix(h)) << 64) | u128::from(h);
-                let off = match host_bits {
-                    0 => 0,
-                    128 => h128.max(1),
-                    n => {
-                        let size = 1u128 << n;
-                        if size > 1 {
-                            1 + h128 % (size - 1)
-                        } else {
-                            0
-                        }
-                    }
-                };
-                IpAddr::V6(Ipv6Addr::from(u128::from(b) | off))
+                h = mix(mix(h ^ (v as u64)) ^ ((v >> 64) as u64) ^ (6 << 56));
             }
         }
+        h = mix(h ^ u64::from(end.port()));
     }
+    h
 }
 
 /// splitmix64's finaliser: a cheap, well-spread 64-bit hash.
@@ -394,22 +377,6 @@ pub(crate) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-impl FromStr for ClientIpPool {
-    type Err = PoolParseError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (a, p) = s.split_once('/').ok_or_else(|| PoolParseError::NoPrefix(s.to_string()))?;
-        let addr: IpAddr = a.trim().parse().map_err(|_| PoolParseError::BadAddr(a.to_string()))?;
-        let prefix: u8 = p.trim().parse().map_err(|_| PoolParseError::BadPrefix(p.to_string()))?;
-        ClientIpPool::new(addr, prefix)
-    }
-}
-
-impl fmt::Display for ClientIpPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.base, self.prefix)
-    }
 }
 
 #[cfg(test)]

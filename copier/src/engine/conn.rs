@@ -20,6 +20,7 @@ use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
+use super::chunk::ByteQueue;
 use super::config::Params;
 use super::pkt::RecordInfo;
 
@@ -47,7 +48,7 @@ pub(crate) enum State {
 #[derive(Debug)]
 pub(crate) struct TxCtx<'a> {
     /// Client bytes from `base` on.
-    pub data: &'a [u8],
+    pub data: &'a ByteQueue,
     pub base: SeqNum,
     /// No byte at or beyond this may be sent (pacing, or the end of what was captured).
     pub limit: SeqNum,
@@ -55,11 +56,15 @@ pub(crate) struct TxCtx<'a> {
     pub fin: Option<SeqNum>,
     /// The client's latest TSval, if it uses timestamps.
     pub tsval: Option<u32>,
+    /// Where a segment's payload is gathered when it spans several captured chunks.
+    pub scratch: Vec<u8>,
 }
+
+static NO_DATA: ByteQueue = ByteQueue::new();
 
 impl TxCtx<'_> {
     pub(crate) fn nothing(tsval: Option<u32>) -> TxCtx<'static> {
-        TxCtx { data: &[], base: SeqNum(0), limit: SeqNum(0), fin: None, tsval }
+        TxCtx { data: &NO_DATA, base: SeqNum(0), limit: SeqNum(0), fin: None, tsval, scratch: Vec::new() }
     }
 }
 

@@ -33,15 +33,31 @@
 //! ACK numbers tell) or ending in a pause. See `session`, `answer`, `stream` and `conn` for
 //! the rules.
 //!
-//! Invariants kept here: `by_key` maps each captured 4-tuple to the live session for it;
-//! `Shared::by_test` maps every registered test tuple to the session that owns it; `mem` is the
-//! sum of the sessions' buffered bytes; every live session with a deadline has a timer entry at
-//! or before it (`Session::armed`).
+//! # Copies and sampling
+//! With `copies` = N (`--copies N`) a captured session fans out to N copy sessions, each a
+//! [`session`] of its own with its own test 4-tuple, connections, pacing and failures, fed the
+//! same captured packets; they share the captured bytes (`chunk`: a 10 MB upload copied 100
+//! times is held once, plus what the slowest copy still needs), so `max_memory` bounds what is
+//! really held while `per_session_cap` bounds each copy's backlog. Copy `k` of a session gets
+//! the `k`-th pool address after the client's own ([`ClientIpPool::pick`]) and a port no live
+//! test tuple of this engine uses (the client's own when free and in the port share, else
+//! random, else the first free one): no two live test tuples ever collide, whatever N, and with
+//! port shares none of another worker's either. A copy that finds no free tuple does not start
+//! (`sessions_no_tuple`). With `sample_percent` < 100 only the sessions the keyed hash picks
+//! are copied, every packet of them and none of the others (`Params::sampled`).
+//!
+//! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
+//! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
+//! tuple to the session that owns it and `Shared::ports_used` counts them per client address
+//! and target; the meter (`memory_used`) counts the captured bytes any session still holds;
+//! every live session with a deadline has a timer entry at or before it (`Session::armed`).
 
 mod answer;
+mod chunk;
 mod config;
 mod conn;
 mod pkt;
+mod pool;
 mod session;
 mod stats;
 mod stream;
@@ -61,9 +77,11 @@ use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use config::{ClientIpPool, ConfigError, EngineConfig, PoolParseError, PortMap, PortShare};
+pub use config::{ConfigError, EngineConfig, PortMap, PortShare};
+pub use pool::{ClientIpPool, IpRange, PoolParseError};
 pub use stats::{DropCounts, EngineStats, FailCounts, FailReason};
 
+use chunk::{Meter, Payload};
 use config::Params;
 use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session, Shared, SlotRef};
@@ -94,11 +112,12 @@ pub struct Engine {
     sh: Shared,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_key: HashMap<FourTuple, u32, FastHash>,
+    by_key: HashMap<FourTuple, Group, FastHash>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     ready: VecDeque<SlotRef>,
     due: Vec<(Instant, u32, u32)>,
-    mem: usize,
+    /// The members of a group while a captured packet goes to each.
+    members: Vec<u32>,
     /// RSTs of [`Engine::close_all`] not yet taken by `poll_transmit`.
     shutdown_tx: VecDeque<(FourTuple, Vec<u8>)>,
     /// Tuples to unregister once `shutdown_tx` is empty.
@@ -111,18 +130,29 @@ struct Slot {
     s: Option<Session>,
 }
 
+/// The copy sessions of one captured session.
+#[derive(Debug, Default)]
+struct Group {
+    /// Slots of the copies still in the table, by copy number.
+    members: Vec<u32>,
+    /// A copy started (counted in `captured_sessions_started`).
+    started: bool,
+}
+
 impl Engine {
     /// An engine with no session. `seed` drives every random choice (ports of new
     /// connections, the client address hash), so the same inputs give the same outputs.
     #[must_use]
     pub fn new(config: EngineConfig, seed: u64) -> Engine {
         let hash = FastHash { seed: config::mix(seed ^ 0x5eed) };
+        let p = Params::new(&config);
         Engine {
             sh: Shared {
-                p: Params::new(&config),
-                stats: EngineStats::default(),
+                stats: EngineStats { copies_requested: u64::from(p.copies), ..EngineStats::default() },
+                p,
                 control: VecDeque::new(),
                 by_test: HashMap::with_hasher(hash),
+                ports_used: HashMap::with_hasher(hash),
                 // One engine per worker: the same seed (the client pool stays sticky across
                 // workers), different random choices.
                 rng: SmallRng::seed_from_u64(match config.port_share.index {
@@ -131,6 +161,8 @@ impl Engine {
                 }),
                 seed,
                 intercept_up: true,
+                meter: Meter::default(),
+                scratch: Vec::new(),
             },
             slots: Vec::new(),
             free: Vec::new(),
@@ -138,14 +170,15 @@ impl Engine {
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
             due: Vec::new(),
-            mem: 0,
+            members: Vec::new(),
             shutdown_tx: VecDeque::new(),
             shutdown_unreg: Vec::new(),
         }
     }
 
     /// One captured IP packet (v4 or v6, starting at the IP header), client -> online service.
-    /// Packets not matching any map are counted and ignored. Never panics on any input.
+    /// Packets not matching any map, or of a session the sample leaves out, are counted and
+    /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
         self.sh.stats.packets_captured += 1;
         let Ok(c) = parse_captured(packet) else {
@@ -157,31 +190,64 @@ impl Engine {
             return;
         };
         let syn = c.hdr.has(TcpFlags::SYN) && !c.hdr.has(TcpFlags::ACK);
-        if let Some(&idx) = self.by_key.get(&c.key) {
+        if !self.sh.p.sampled(self.sh.seed, &c.key) {
+            self.sh.stats.drops.not_sampled += 1;
+            if syn {
+                self.sh.stats.sessions_sampled_out += 1;
+            }
+            return;
+        }
+        if let Some(g) = self.by_key.get(&c.key) {
+            // A SYN starts a new session unless it repeats the one a copy is carrying.
             let replace = syn
-                && self.slots[idx as usize]
-                    .s
-                    .as_ref()
-                    .is_some_and(|s| s.phase != Phase::Active || s.isn != c.hdr.seq);
+                && !g.members.iter().any(|&i| {
+                    self.slots[i as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.isn == c.hdr.seq)
+                });
             if !replace {
-                self.with_session(idx, now, |s, sh| s.on_captured(sh, now, &c));
+                self.dispatch(now, &c);
                 self.check_memory(now);
                 return;
             }
-            let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
-            if !closed {
-                // A new connection from the same client port while the old one was live: the
-                // old session ends (its closing connections linger on, detached from the key).
-                self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+            self.members.clear();
+            self.members.extend_from_slice(&g.members);
+            for i in 0..self.members.len() {
+                let idx = self.members[i];
+                let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
+                if !closed {
+                    // A new connection from the same client port while the old one was live:
+                    // the old copy ends (its closing connections linger on, detached from the
+                    // key).
+                    self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+                }
+                // Else the client had closed (FIN or RST) and reuses its port: the old copy
+                // goes on carrying what it captured, detached from the key.
             }
-            // Else the client had closed (FIN or RST) and reuses its port: the old session
-            // goes on carrying what it captured, detached from the key.
-            if self.by_key.get(&c.key) == Some(&idx) {
-                self.by_key.remove(&c.key);
-            }
+            self.by_key.remove(&c.key);
         }
         self.new_session(now, &c, map.target);
         self.check_memory(now);
+    }
+
+    /// Hand a captured packet of a known session to each of its copies.
+    fn dispatch(&mut self, now: Instant, c: &Captured<'_>) {
+        let Some(g) = self.by_key.get(&c.key) else { return };
+        let was_started = g.started;
+        let mut members = std::mem::take(&mut self.members);
+        members.clear();
+        members.extend_from_slice(&g.members);
+        let started = self.sh.stats.sessions_started;
+        let meter = self.sh.meter.clone();
+        let mut payload = Payload::new(c.payload, &meter);
+        for (i, &idx) in members.iter().enumerate() {
+            self.with_session(idx, now, |s, sh| s.on_captured(sh, now, c, &mut payload, i == 0));
+        }
+        self.members = members;
+        if self.sh.stats.sessions_started > started && !was_started {
+            self.sh.stats.captured_sessions_started += 1;
+            if let Some(g) = self.by_key.get_mut(&c.key) {
+                g.started = true;
+            }
+        }
     }
 
     fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr) {
@@ -201,35 +267,55 @@ impl Engine {
             }
             return;
         }
-        if self.by_key.len() >= self.sh.p.max_sessions {
-            st.drops.table_full += 1;
+        let copies = self.sh.p.copies;
+        if self.session_count() + usize::from(copies) > self.sh.p.max_sessions {
+            self.sh.stats.drops.table_full += 1;
             return;
         }
-        let client_ip = match &self.sh.p.client_ip {
-            Some(pool) => pool.pick(c.key.client.ip(), self.sh.seed),
-            None => c.key.client.ip(),
+        let real = c.key.client.ip();
+        let v6 = target.is_ipv6();
+        let pick = |k: u16, sh: &Shared| match &sh.p.client_ip {
+            Some(pool) => pool.pick(real, sh.seed, k, v6),
+            None => Some(real).filter(|ip| ip.is_ipv6() == v6),
         };
-        if client_ip.is_ipv6() != target.is_ipv6() {
-            st.drops.family_mismatch += 1;
+        if pick(0, &self.sh).is_none() {
+            self.sh.stats.drops.family_mismatch += 1;
             return;
         }
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.slots.push(Slot { gen: 0, s: None });
-                (self.slots.len() - 1) as u32
+        let started = self.sh.stats.sessions_started;
+        self.by_key.insert(c.key, Group { members: Vec::with_capacity(usize::from(copies)), started: false });
+        for k in 0..copies {
+            let Some(client_ip) = pick(k, &self.sh) else { break };
+            let idx = match self.free.pop() {
+                Some(i) => i,
+                None => {
+                    self.slots.push(Slot { gen: 0, s: None });
+                    (self.slots.len() - 1) as u32
+                }
+            };
+            let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
+            let mut s = Session::new(c.key, slot, target, client_ip, now);
+            if syn {
+                s.start_syn(&mut self.sh, now, c);
+            } else {
+                s.start_syncing(&mut self.sh, c, k == 0);
             }
-        };
-        let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
-        let mut s = Session::new(c.key, slot, target, client_ip, now);
-        if syn {
-            s.start_syn(&mut self.sh, now, c);
-        } else {
-            s.start_syncing(&mut self.sh, c);
+            self.slots[idx as usize].s = Some(s);
+            if let Some(g) = self.by_key.get_mut(&c.key) {
+                g.members.push(idx);
+            }
+            self.after_op(idx, now);
         }
-        self.slots[idx as usize].s = Some(s);
-        self.by_key.insert(c.key, idx);
-        self.after_op(idx, now);
+        if self.sh.stats.sessions_started > started {
+            self.sh.stats.captured_sessions_started += 1;
+        }
+        match self.by_key.get_mut(&c.key) {
+            Some(g) if g.members.is_empty() => {
+                self.by_key.remove(&c.key);
+            }
+            Some(g) => g.started = self.sh.stats.sessions_started > started,
+            None => {}
+        }
     }
 
     /// One response header record returned by the intercept.
@@ -356,9 +442,7 @@ impl Engine {
         let mut unreg = Vec::new();
         for idx in 0..self.slots.len() {
             let Some(s) = self.slots[idx].s.as_mut() else { continue };
-            let before = s.mem();
             s.shutdown(&mut self.sh, now, &mut out, &mut unreg);
-            self.mem = self.mem - before + s.mem();
             self.remove(idx as u32);
         }
         self.timers.clear();
@@ -382,10 +466,10 @@ impl Engine {
         &self.sh.stats
     }
 
-    /// Client bytes buffered across all sessions.
+    /// Captured client bytes the sessions hold (shared bytes counted once: see "Copies").
     #[must_use]
     pub fn memory_used(&self) -> usize {
-        self.mem
+        self.sh.meter.bytes()
     }
 
     /// Every test tuple registered now (to re-register after an intercept reconnects).
@@ -405,9 +489,7 @@ impl Engine {
 
     fn with_session(&mut self, idx: u32, now: Instant, f: impl FnOnce(&mut Session, &mut Shared)) {
         let Some(s) = self.slots.get_mut(idx as usize).and_then(|x| x.s.as_mut()) else { return };
-        let before = s.mem();
         f(s, &mut self.sh);
-        self.mem = self.mem - before + s.mem();
         self.after_op(idx, now);
     }
 
@@ -440,18 +522,25 @@ impl Engine {
         let Some(s) = slot.s.take() else { return };
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
-        self.mem -= s.mem();
         for c in s.cur.iter().chain(&s.old) {
-            self.sh.by_test.remove(&c.tuple);
+            self.sh.unindex(c.tuple);
             self.sh.control.push_back(ControlEvent::Unregister(c.tuple));
         }
-        if self.by_key.get(&s.key) == Some(&idx) {
-            self.by_key.remove(&s.key);
+        if let Some(g) = self.by_key.get_mut(&s.key) {
+            if let Some(i) = g.members.iter().position(|&m| m == idx) {
+                g.members.remove(i);
+                if g.members.is_empty() {
+                    self.by_key.remove(&s.key);
+                }
+            }
         }
     }
 
+    /// Over `max_memory`, shed the sessions idle longest until 90% of it. A copy shed frees
+    /// only the bytes no other copy holds: the copies of one session go one by one, oldest
+    /// first, until their bytes are freed.
     fn check_memory(&mut self, now: Instant) {
-        if self.mem <= self.sh.p.max_memory {
+        if self.memory_used() <= self.sh.p.max_memory {
             return;
         }
         // Shed down to 90% so that a busy engine does not scan on every packet.
@@ -464,7 +553,7 @@ impl Engine {
             .collect();
         cands.sort_unstable();
         for (_, idx) in cands {
-            if self.mem <= target {
+            if self.memory_used() <= target {
                 break;
             }
             self.sh.stats.sessions_shed += 1;

@@ -32,6 +32,7 @@ use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 
 use super::answer::Watch;
+use super::chunk::{Meter, Payload};
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
 use super::pkt::{Captured, RecordInfo};
@@ -53,21 +54,73 @@ pub(crate) struct Shared {
     pub stats: EngineStats,
     pub control: VecDeque<ControlEvent>,
     pub by_test: HashMap<FourTuple, SlotRef, super::FastHash>,
+    /// Test tuples in `by_test` per (client address, test server): how full that port space is.
+    pub ports_used: HashMap<(IpAddr, SocketAddr), u32, super::FastHash>,
     pub rng: SmallRng,
     pub seed: u64,
     pub intercept_up: bool,
+    /// Counts the captured bytes the sessions hold.
+    pub meter: Meter,
+    /// Kept between polls so that gathering a segment does not allocate each time.
+    pub scratch: Vec<u8>,
 }
 
 impl Shared {
     fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
-        self.by_test.insert(tuple, slot);
+        if self.by_test.insert(tuple, slot).is_none() {
+            *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
+        }
         self.control.push_back(ControlEvent::Register(tuple));
         self.stats.connections_opened += 1;
     }
 
     fn unregister(&mut self, tuple: FourTuple) {
-        self.by_test.remove(&tuple);
+        self.unindex(tuple);
         self.control.push_back(ControlEvent::Unregister(tuple));
+    }
+
+    /// Take `tuple` out of `by_test` (the caller tells the intercepts).
+    pub(crate) fn unindex(&mut self, tuple: FourTuple) {
+        if self.by_test.remove(&tuple).is_some() {
+            let k = (tuple.client.ip(), tuple.server);
+            if let Some(n) = self.ports_used.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports_used.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// A test tuple from `ip` to `target` that no live connection uses, with a port of this
+    /// engine's share: `want` if it qualifies, else a random one, else the first free one
+    /// from a random place. `None` when every port of the share is taken.
+    pub(crate) fn free_tuple(&mut self, ip: IpAddr, target: SocketAddr, want: Option<u16>) -> Option<FourTuple> {
+        let share = self.p.port_share;
+        let mut t = FourTuple::new(SocketAddr::new(ip, want.unwrap_or(0)), target);
+        if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
+            return Some(t);
+        }
+        let used = self.ports_used.get(&(ip, target)).copied().unwrap_or(0);
+        if used >= share.size() {
+            return None;
+        }
+        for _ in 0..32 {
+            t.client.set_port(share.random(&mut self.rng));
+            if !self.by_test.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        // Crowded: walk the share from a random port (a free one is near unless the space is
+        // almost full; a full one was refused above).
+        let start = share.random(&mut self.rng);
+        for port in share.walk(start) {
+            t.client.set_port(port);
+            if !self.by_test.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        None
     }
 }
 
@@ -136,37 +189,37 @@ impl Session {
         self.start(sh, now);
     }
 
-    /// Wait for a request boundary: `c` is the first captured packet.
-    pub(crate) fn start_syncing(&mut self, sh: &mut Shared, c: &Captured<'_>) {
+    /// Wait for a request boundary: `c` is the first captured packet. `lead`: this copy counts
+    /// the captured packet's drops for the whole session (see `on_captured`).
+    pub(crate) fn start_syncing(&mut self, sh: &mut Shared, c: &Captured<'_>, lead: bool) {
         self.phase = Phase::Syncing { ack: c.hdr.ack };
         self.midstream = true;
-        if !c.payload.is_empty() {
+        if !c.payload.is_empty() && lead {
             sh.stats.drops.midstream_skip += 1;
         }
     }
 
+    /// Start copying: the first test connection opens. Without a free test tuple the copy does
+    /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
+        let Some(tuple) = sh.free_tuple(self.client_ip, self.target, Some(self.key.client.port())) else {
+            sh.stats.sessions_no_tuple += 1;
+            self.phase = Phase::Done;
+            return;
+        };
         self.phase = Phase::Active;
         sh.stats.sessions_started += 1;
         sh.stats.sessions_active += 1;
         if self.midstream {
             sh.stats.sessions_midstream += 1;
         }
-        self.open_conn(sh, now, self.isn.add(1), true);
+        self.open_conn(sh, now, tuple, self.isn.add(1));
     }
 
-    fn open_conn(&mut self, sh: &mut Shared, _now: Instant, start: SeqNum, primary: bool) {
-        let mut tuple = FourTuple::new(SocketAddr::new(self.client_ip, self.key.client.port()), self.target);
-        if !primary || sh.by_test.contains_key(&tuple) || !sh.p.port_share.contains(tuple.client.port()) {
-            // A fresh port (new connection, the client's port is taken on the test side, or it
-            // belongs to another engine's share).
-            for _ in 0..64 {
-                tuple.client.set_port(sh.p.port_share.random(&mut sh.rng));
-                if !sh.by_test.contains_key(&tuple) {
-                    break;
-                }
-            }
-        }
+    /// Open a test connection on `tuple` (free: see [`Shared::free_tuple`]). The first one
+    /// keeps the client's port when it can; a later one (after the test server closed) takes a
+    /// fresh port, so that it is a new connection for the test server.
+    fn open_conn(&mut self, sh: &mut Shared, _now: Instant, tuple: FourTuple, start: SeqNum) {
         let conn = Conn::new(tuple, start, &sh.p);
         sh.register(tuple, self.slot);
         self.cur = Some(conn);
@@ -240,32 +293,36 @@ impl Session {
         }
     }
 
-    /// A captured client packet of this session.
-    pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
+    /// A captured client packet of this session; `payload` is its payload, shared with the
+    /// other copies of the session. `lead`: this copy counts the packet's drops for the whole
+    /// session (the first copy still in the table does, so that with `--copies N` a packet
+    /// is counted once, not N times; a copy's own failure is counted by that copy).
+    pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>, payload: &mut Payload<'_>, lead: bool) {
         let h = &c.hdr;
+        let lead = u64::from(lead);
         match self.phase {
             Phase::Done => {
-                sh.stats.drops.after_close += 1;
+                sh.stats.drops.after_close += lead;
                 return;
             }
             Phase::Syncing { ack } => {
                 self.last_activity = now;
                 if h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) {
                     if !c.payload.is_empty() {
-                        sh.stats.drops.midstream_skip += 1;
+                        sh.stats.drops.midstream_skip += lead;
                     }
                     self.phase = Phase::Done;
                     return;
                 }
                 if !(h.has(TcpFlags::ACK) && h.ack.gt(ack)) {
                     if !c.payload.is_empty() {
-                        sh.stats.drops.midstream_skip += 1;
+                        sh.stats.drops.midstream_skip += lead;
                     }
                     return;
                 }
                 if !sh.intercept_up {
-                    sh.stats.sessions_not_copied += 1;
-                    sh.stats.drops.no_intercept += 1;
+                    sh.stats.sessions_not_copied += lead;
+                    sh.stats.drops.no_intercept += lead;
                     self.phase = Phase::Done;
                     return;
                 }
@@ -275,12 +332,15 @@ impl Session {
                 self.stream = Stream::midstream(self.isn, h.ack);
                 self.tsval = h.opts.ts.map(|t| t.0);
                 self.start(sh, now);
+                if self.phase != Phase::Active {
+                    return;
+                }
             }
             Phase::Active => {}
         }
         if self.client_reset.is_some() {
             // Nothing counts after the client's RST.
-            sh.stats.drops.after_close += 1;
+            sh.stats.drops.after_close += lead;
             return;
         }
         self.last_activity = now;
@@ -290,7 +350,7 @@ impl Session {
             }
         }
         if h.has(TcpFlags::SYN) {
-            sh.stats.drops.client_retransmission += 1;
+            sh.stats.drops.client_retransmission += lead;
             return;
         }
         if h.has(TcpFlags::RST) {
@@ -311,16 +371,16 @@ impl Session {
             return;
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
-        let r = self.stream.push(h.seq, ack, c.payload, fin, sh.p.max_ooo);
+        let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo);
         let d = &mut sh.stats.drops;
         if r.duplicate {
-            d.client_retransmission += 1;
+            d.client_retransmission += lead;
         }
         if r.trimmed > 0 {
-            d.overlap_trimmed += 1;
+            d.overlap_trimmed += lead;
         }
         if r.overflow {
-            d.out_of_order_overflow += 1;
+            d.out_of_order_overflow += lead;
         }
         if self.stream.mem() > sh.p.per_session_cap {
             d.buffer_cap += 1;
@@ -427,9 +487,13 @@ impl Session {
                 sh.stats.drops.replay_skipped += 1;
             }
             if self.stream.unanswered() {
+                let Some(tuple) = sh.free_tuple(self.client_ip, self.target, None) else {
+                    self.finish(sh, now, Some(FailReason::NoTuple));
+                    return;
+                };
                 self.reconnects += 1;
                 sh.stats.reconnects += 1;
-                self.open_conn(sh, now, start, false);
+                self.open_conn(sh, now, tuple, start);
             }
         }
         // The client's FIN: done once carried (or when nothing is left to carry it on).
@@ -540,7 +604,7 @@ impl Session {
     /// The next segment of this session, if any: the test tuple it belongs to.
     pub(crate) fn poll_transmit(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<u8>) -> Option<(FourTuple, Sent)> {
         for c in &mut self.old {
-            if let Some(s) = c.poll(now, &sh.p, &TxCtx::nothing(self.tsval), out) {
+            if let Some(s) = c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), out) {
                 return Some((c.tuple, s));
             }
         }
@@ -549,9 +613,11 @@ impl Session {
         let fin = self.stream.fin.filter(|&f| {
             self.stream.next == f && c.acked().ge(f) && (!sh.p.pace || self.stream.bounds.is_empty())
         });
-        let tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval };
-        let sent = c.poll(now, &sh.p, &tx, out)?;
-        Some((c.tuple, sent))
+        let scratch = std::mem::take(&mut sh.scratch);
+        let mut tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval, scratch };
+        let sent = c.poll(now, &sh.p, &mut tx, out);
+        sh.scratch = tx.scratch;
+        Some((c.tuple, sent?))
     }
 
     /// The copier stops: end the session (failed, `shutdown`, if it was being copied) and make
@@ -567,10 +633,10 @@ impl Session {
         for mut c in self.old.drain(..) {
             c.shutdown(now, &sh.p);
             let mut buf = Vec::new();
-            while c.poll(now, &sh.p, &TxCtx::nothing(self.tsval), &mut buf).is_some() {
+            while c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), &mut buf).is_some() {
                 out.push((c.tuple, std::mem::take(&mut buf)));
             }
-            sh.by_test.remove(&c.tuple);
+            sh.unindex(c.tuple);
             unreg.push(c.tuple);
         }
     }

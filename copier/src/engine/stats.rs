@@ -4,6 +4,13 @@
 //! Every packet, record or session the engine does not carry through is counted once, under
 //! one reason, in [`DropCounts`] or [`FailCounts`]. Reason names (the `&'static str` of the
 //! `iter` methods) are stable: they become metric labels.
+//!
+//! With `--copies N` a session's counters (`sessions_*`, [`FailCounts`]) count copy sessions,
+//! one per copy; a captured packet's drop is counted once (by the first copy of its session
+//! still in the table), except `buffer_cap`, which a copy counts when it fails by it.
+//! `captured_sessions_started` counts captured sessions of which at least one copy started, so
+//! `sessions_started / captured_sessions_started` is the multiplier achieved
+//! ([`EngineStats::copy_multiplier`]), to compare with `copies_requested`.
 
 /// Why a session ended without completing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +31,8 @@ pub enum FailReason {
     Superseded,
     /// The copier stopped ([`crate::engine::Engine::close_all`]).
     Shutdown,
+    /// A new connection was needed and every test 4-tuple it could use was taken.
+    NoTuple,
 }
 
 /// Sessions that failed, by reason.
@@ -45,6 +54,8 @@ pub struct FailCounts {
     pub superseded: u64,
     /// See [`FailReason::Shutdown`].
     pub shutdown: u64,
+    /// See [`FailReason::NoTuple`].
+    pub no_tuple: u64,
 }
 
 impl FailCounts {
@@ -58,6 +69,7 @@ impl FailCounts {
             FailReason::ReconnectLimit => &mut self.reconnect_limit,
             FailReason::Superseded => &mut self.superseded,
             FailReason::Shutdown => &mut self.shutdown,
+            FailReason::NoTuple => &mut self.no_tuple,
         } += 1;
     }
 
@@ -72,6 +84,7 @@ impl FailCounts {
             ("reconnect_limit", self.reconnect_limit),
             ("superseded", self.superseded),
             ("shutdown", self.shutdown),
+            ("no_tuple", self.no_tuple),
         ]
         .into_iter()
     }
@@ -90,6 +103,8 @@ pub struct DropCounts {
     pub malformed: u64,
     /// Captured packets to no mapped service.
     pub no_map: u64,
+    /// Captured packets of sessions the sample (`--sample`) leaves out.
+    pub not_sampled: u64,
     /// Packets of new sessions while no intercept is connected.
     pub no_intercept: u64,
     /// Packets of new sessions while the session table is full.
@@ -124,6 +139,7 @@ impl DropCounts {
         [
             ("malformed", self.malformed),
             ("no_map", self.no_map),
+            ("not_sampled", self.not_sampled),
             ("no_intercept", self.no_intercept),
             ("table_full", self.table_full),
             ("family_mismatch", self.family_mismatch),
@@ -149,8 +165,17 @@ pub struct EngineStats {
     pub packets_captured: u64,
     /// Sessions being copied now (started, not ended yet). A gauge.
     pub sessions_active: u64,
-    /// Sessions whose copy started (a SYN of their own was sent).
+    /// Copies of each captured session asked for (`--copies`; a setting, not a counter).
+    pub copies_requested: u64,
+    /// Captured sessions of which at least one copy started.
+    pub captured_sessions_started: u64,
+    /// Copy sessions started (a SYN of their own was sent): with `--copies N`, up to N per
+    /// captured session.
     pub sessions_started: u64,
+    /// Copy sessions that did not start because every test 4-tuple they could use was taken.
+    pub sessions_no_tuple: u64,
+    /// Captured sessions (their SYNs) left out by the sample.
+    pub sessions_sampled_out: u64,
     /// Of those, sessions caught mid-stream.
     pub sessions_midstream: u64,
     /// Sessions that ended as the client ended them (FIN or RST carried, after every request
@@ -180,4 +205,16 @@ pub struct EngineStats {
     pub sessions_shed: u64,
     /// Packets and records dropped, by reason.
     pub drops: DropCounts,
+}
+
+impl EngineStats {
+    /// Copy sessions started per captured session started: the multiplier achieved (0 before
+    /// any session).
+    #[must_use]
+    pub fn copy_multiplier(&self) -> f64 {
+        if self.captured_sessions_started == 0 {
+            return 0.0;
+        }
+        self.sessions_started as f64 / self.captured_sessions_started as f64
+    }
 }

@@ -5,6 +5,10 @@
 //! toward the test server on every connection (each connection's ISN is its first byte - 1), so
 //! one number space serves the client side, every test connection, and their acknowledgements.
 //!
+//! With `--copies N` every copy of a session has its own `Stream` (its own units, pacing and
+//! trimming), fed the same captured segments; the bytes themselves are stored once and shared
+//! (`chunk`), so copies cost memory only for what one of them still needs.
+//!
 //! Invariants:
 //! - `buf` holds exactly the client bytes `[base, next)`; `base <= cur_start <= next` unless the
 //!   replay window was given up (`base > cur_start`, see [`Stream::trim`]).
@@ -25,57 +29,17 @@ use std::collections::VecDeque;
 
 use common::seq::SeqNum;
 
+use super::chunk::{ByteQueue, Chunk, Payload};
+
 /// Beyond this distance ahead of `next`, a segment is not held but dropped.
 const MAX_AHEAD: u32 = 1 << 24;
-
-/// A growable byte FIFO that stays contiguous (a `Vec` with a moving head, compacted when the
-/// head passes half of it), so a segment's payload is always one slice.
-#[derive(Debug, Default)]
-pub(crate) struct ByteQueue {
-    data: Vec<u8>,
-    head: usize,
-}
-
-impl ByteQueue {
-    pub(crate) fn len(&self) -> usize {
-        self.data.len() - self.head
-    }
-
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.data[self.head..]
-    }
-
-    pub(crate) fn push(&mut self, bytes: &[u8]) {
-        if self.head > 0 && self.head >= self.data.len() / 2 {
-            self.data.drain(..self.head);
-            self.head = 0;
-        }
-        self.data.extend_from_slice(bytes);
-    }
-
-    pub(crate) fn consume(&mut self, n: usize) {
-        self.head = (self.head + n).min(self.data.len());
-        if self.head == self.data.len() {
-            self.data.clear();
-            self.head = 0;
-            if self.data.capacity() > 256 << 10 {
-                self.data = Vec::new();
-            }
-        }
-    }
-
-    pub(crate) fn free(&mut self) {
-        self.data = Vec::new();
-        self.head = 0;
-    }
-}
 
 /// A segment waiting for the bytes before it.
 #[derive(Debug)]
 struct Held {
     seq: SeqNum,
     ack: Option<SeqNum>,
-    data: Vec<u8>,
+    data: Option<Chunk>,
     fin: bool,
 }
 
@@ -166,8 +130,8 @@ impl Stream {
     }
 
     /// The in-order bytes `[base, next)`.
-    pub(crate) fn data(&self) -> &[u8] {
-        self.buf.as_slice()
+    pub(crate) fn data(&self) -> &ByteQueue {
+        &self.buf
     }
 
     /// Free every buffer (the session ended).
@@ -195,12 +159,13 @@ impl Stream {
         }
     }
 
-    /// Add a client segment. `ack` is its ACK number when the ACK flag is set.
+    /// Add a client segment. `ack` is its ACK number when the ACK flag is set. The bytes kept
+    /// are shared with the other copies of the session that keep them (see `chunk`).
     pub(crate) fn push(
         &mut self,
         seq: SeqNum,
         ack: Option<SeqNum>,
-        payload: &[u8],
+        payload: &mut Payload<'_>,
         fin: bool,
         max_held: usize,
     ) -> Pushed {
@@ -222,27 +187,28 @@ impl Stream {
                 return r;
             }
             let pos = self.held.partition_point(|h| h.seq.diff(self.next) as u32 <= ahead);
-            self.held.insert(pos, Held { seq, ack, data: payload.to_vec(), fin });
+            self.held.insert(pos, Held { seq, ack, data: payload.keep(0), fin });
             self.held_bytes += payload.len();
             r.held = true;
             return r;
         }
         let skip = self.next.diff(seq) as usize;
         r.trimmed = skip;
-        r.appended += self.append(ack, &payload[skip.min(payload.len())..], fin);
+        r.appended += self.append(ack, payload.keep(skip), fin);
         while self.fin.is_none() {
             let Some(h) = self.held.first() else { break };
             if h.seq.gt(self.next) {
                 break;
             }
             let h = self.held.remove(0);
-            self.held_bytes -= h.data.len();
-            let end = h.seq.add(h.data.len() as u32);
+            let len = h.data.as_ref().map_or(0, Chunk::len);
+            self.held_bytes -= len;
+            let end = h.seq.add(len as u32);
             if end.lt(self.next) || (end == self.next && !h.fin) {
                 continue;
             }
             let skip = self.next.diff(h.seq) as usize;
-            r.appended += self.append(h.ack, &h.data[skip.min(h.data.len())..], h.fin);
+            r.appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin);
         }
         if self.fin.is_some() && !self.held.is_empty() {
             self.held_bytes = 0;
@@ -251,11 +217,12 @@ impl Stream {
         r
     }
 
-    fn append(&mut self, ack: Option<SeqNum>, data: &[u8], fin: bool) -> usize {
+    fn append(&mut self, ack: Option<SeqNum>, data: Option<Chunk>, fin: bool) -> usize {
         if let Some(a) = ack {
             self.note_ack(a);
         }
-        if !data.is_empty() {
+        let n = data.as_ref().map_or(0, Chunk::len);
+        if let Some(data) = data {
             if let Some(a) = ack {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
@@ -276,7 +243,7 @@ impl Stream {
                 }
             }
             self.buf.push(data);
-            self.next = self.next.add(data.len() as u32);
+            self.next = self.next.add(n as u32);
             self.seen_data = true;
         }
         if fin {
@@ -287,7 +254,7 @@ impl Stream {
                 self.push_bound(self.next, ack.or(self.max_ack));
             }
         }
-        data.len()
+        n
     }
 
     fn push_bound(&mut self, at: SeqNum, ack: Option<SeqNum>) {

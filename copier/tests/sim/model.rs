@@ -10,7 +10,7 @@
 //! them) and everything the engine did wrong by TCP's rules (`errors`).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use common::seq::SeqNum;
@@ -107,6 +107,9 @@ pub struct Model {
     pub limits: HashMap<u32, u32>,
     /// Request indices served, per client id, in order.
     pub delivered: HashMap<u32, Vec<u32>>,
+    /// The same per client id and test client address (one address per copy of a session
+    /// when the copier rewrites into a pool with `copies` > 1).
+    pub delivered_by_addr: HashMap<(u32, IpAddr), Vec<u32>>,
     pub errors: Vec<String>,
     pub window_violations: u64,
     pub paws_drops: u64,
@@ -499,7 +502,9 @@ impl Model {
             if c.limit.is_none() {
                 c.limit = self.limits.get(&id).copied();
             }
+            let addr = c.client.ip();
             self.delivered.entry(id).or_default().push(idx);
+            self.delivered_by_addr.entry((id, addr)).or_default().push(idx);
             let think = Duration::from_micros(self.rand() % (self.think_max.as_micros() as u64 + 1));
             let c = &mut self.conns[i];
             let ready = c.pending.back().map_or(now + think, |p| p.0.max(now + think));

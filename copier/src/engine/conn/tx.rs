@@ -12,7 +12,7 @@ use crate::engine::config::Params;
 
 impl Conn {
     /// The next segment to send, if any, written into `out`.
-    pub(crate) fn poll(&mut self, now: Instant, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+    pub(crate) fn poll(&mut self, now: Instant, p: &Params, tx: &mut TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
         if self.reg_pending || self.dead {
             return None;
         }
@@ -62,7 +62,7 @@ impl Conn {
         }
     }
 
-    fn poll_established(&mut self, now: Instant, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+    fn poll_established(&mut self, now: Instant, p: &Params, tx: &mut TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
         if self.probe_due {
             // Zero-window probe: an old sequence number makes the test server answer with its
             // current window, without sending any byte beyond it.
@@ -89,7 +89,8 @@ impl Conn {
                 let avail = tx.limit.diff(seq) as u32;
                 let n = avail.min(room as u32).min(self.mss) as usize;
                 let off = seq.diff(tx.base) as usize;
-                if let Some(payload) = tx.data.get(off..off + n) {
+                let data = tx.data;
+                if let Some(payload) = data.get(off, n, &mut tx.scratch).filter(|b| b.len() == n) {
                     let end = seq.add(n as u32);
                     let mut flags = TcpFlags::ACK;
                     if end == tx.limit {
@@ -130,7 +131,7 @@ impl Conn {
     }
 
     /// Fast retransmit: the first unacknowledged segment (or our FIN), leaving `snd_nxt`.
-    fn resend_first(&mut self, p: &Params, tx: &TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+    fn resend_first(&mut self, p: &Params, tx: &mut TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
         let seq = self.snd_una;
         if !seq.lt(self.snd_max) {
             return None;
@@ -145,7 +146,8 @@ impl Conn {
         if n == 0 || off < 0 {
             return None;
         }
-        let payload = tx.data.get(off as usize..off as usize + n)?;
+        let data = tx.data;
+        let payload = data.get(off as usize, n, &mut tx.scratch).filter(|b| b.len() == n)?;
         self.emit(p, seq, TcpFlags::ACK, payload, tx.tsval, out);
         self.acked_rcv = self.rcv_nxt;
         self.ack_due = false;

@@ -15,6 +15,7 @@ use crate::engine::pkt::read_options;
 
 mod answer;
 mod close;
+mod copies;
 mod data;
 mod handshake;
 mod limits;

@@ -1,0 +1,247 @@
+//! Captured client bytes, stored once and shared by every copy of a session (`--copies N`),
+//! and the meter that counts them.
+//!
+//! A captured payload becomes one reference-counted [`Chunk`] the first time a copy keeps any of
+//! it ([`Payload::keep`]); the other copies of the session take references to the same bytes. A
+//! [`ByteQueue`] is one stream's in-order bytes as a FIFO of such chunks. A chunk's bytes are
+//! counted by the engine's [`Meter`] from the moment they are copied in until the last reference
+//! goes, so the meter is what the engine really holds, however many copies share it.
+//!
+//! Invariants: a [`ByteQueue`]'s `len` is the bytes of its chunks minus the `head` bytes already
+//! consumed from the first one, and no chunk in it is empty; the meter's value is the length of
+//! every chunk buffer still alive.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Bytes held in chunk buffers, for one engine. Cloning shares the count.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Meter(Arc<AtomicUsize>);
+
+impl Meter {
+    /// Bytes of every live chunk buffer.
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// One captured payload's bytes; uncounted from the meter when dropped.
+#[derive(Debug)]
+struct Buf {
+    bytes: Box<[u8]>,
+    meter: Meter,
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        self.meter.0.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+    }
+}
+
+/// A view of part of a shared buffer. Never empty once in a queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Chunk {
+    buf: Arc<Buf>,
+    start: usize,
+    end: usize,
+}
+
+impl Chunk {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        &self.buf.bytes[self.start..self.end]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// The view without its first `skip` bytes (`None` if nothing is left).
+    pub(crate) fn tail(&self, skip: usize) -> Option<Chunk> {
+        (skip < self.len()).then(|| Chunk { buf: self.buf.clone(), start: self.start + skip, end: self.end })
+    }
+}
+
+/// A captured payload on its way to the copies of its session: copied into a shared [`Chunk`]
+/// the first time one of them keeps it, so a duplicate that no copy keeps costs no allocation.
+#[derive(Debug)]
+pub(crate) struct Payload<'a> {
+    bytes: &'a [u8],
+    chunk: Option<Chunk>,
+    meter: &'a Meter,
+}
+
+impl<'a> Payload<'a> {
+    pub(crate) fn new(bytes: &'a [u8], meter: &'a Meter) -> Payload<'a> {
+        Payload { bytes, chunk: None, meter }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// The payload from byte `skip` on, as a shared chunk (`None` if nothing is left).
+    pub(crate) fn keep(&mut self, skip: usize) -> Option<Chunk> {
+        if skip >= self.bytes.len() {
+            return None;
+        }
+        let whole = self.chunk.get_or_insert_with(|| {
+            self.meter.0.fetch_add(self.bytes.len(), Ordering::Relaxed);
+            let buf = Arc::new(Buf { bytes: self.bytes.into(), meter: self.meter.clone() });
+            Chunk { end: buf.bytes.len(), buf, start: 0 }
+        });
+        whole.tail(skip)
+    }
+}
+
+/// One stream's in-order bytes: a FIFO of shared chunks.
+#[derive(Debug, Default)]
+pub(crate) struct ByteQueue {
+    /// Each chunk with the queue position of its first byte (bytes pushed before it).
+    chunks: VecDeque<(u64, Chunk)>,
+    /// Bytes consumed from the first chunk.
+    head: usize,
+    len: usize,
+    /// Bytes pushed so far.
+    pushed: u64,
+}
+
+impl ByteQueue {
+    pub(crate) const fn new() -> ByteQueue {
+        ByteQueue { chunks: VecDeque::new(), head: 0, len: 0, pushed: 0 }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn push(&mut self, c: Chunk) {
+        let n = c.len();
+        if n == 0 {
+            return;
+        }
+        self.chunks.push_back((self.pushed, c));
+        self.pushed += n as u64;
+        self.len += n;
+    }
+
+    /// Drop the first `n` bytes (all of them if fewer).
+    pub(crate) fn consume(&mut self, n: usize) {
+        let mut n = n.min(self.len);
+        self.len -= n;
+        while n > 0 {
+            let Some((_, c)) = self.chunks.front() else { break };
+            let rest = c.len() - self.head;
+            if n < rest {
+                self.head += n;
+                return;
+            }
+            n -= rest;
+            self.head = 0;
+            self.chunks.pop_front();
+        }
+    }
+
+    pub(crate) fn free(&mut self) {
+        self.chunks = VecDeque::new();
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// Up to `max` bytes from `off` bytes after the head: one slice of the chunk holding `off`
+    /// when that chunk has them all (or is the last), else gathered into `scratch`. `None` when
+    /// `off` is at or beyond the end.
+    pub(crate) fn get<'s>(&'s self, off: usize, max: usize, scratch: &'s mut Vec<u8>) -> Option<&'s [u8]> {
+        if off >= self.len || max == 0 {
+            return None;
+        }
+        let first = self.chunks.front()?.0 + self.head as u64;
+        let at = first + off as u64;
+        // The last chunk starting at or before `at`.
+        let i = self.chunks.partition_point(|(p, _)| *p <= at) - 1;
+        let (p, c) = &self.chunks[i];
+        let s = &c.as_slice()[(at - p) as usize..];
+        let want = max.min(self.len - off);
+        if s.len() >= want {
+            return Some(&s[..want]);
+        }
+        scratch.clear();
+        scratch.extend_from_slice(s);
+        for (_, c) in self.chunks.range(i + 1..) {
+            let need = want - scratch.len();
+            if need == 0 {
+                break;
+            }
+            let b = c.as_slice();
+            scratch.extend_from_slice(&b[..need.min(b.len())]);
+        }
+        Some(&scratch[..])
+    }
+
+    /// Every byte in order (tests).
+    #[cfg(test)]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len);
+        let mut skip = self.head;
+        for (_, c) in &self.chunks {
+            v.extend_from_slice(&c.as_slice()[skip..]);
+            skip = 0;
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_bytes_are_counted_once_and_freed_with_the_last_reference() {
+        let meter = Meter::default();
+        let (mut a, mut b) = (ByteQueue::new(), ByteQueue::new());
+        {
+            let mut p = Payload::new(b"hello world", &meter);
+            assert_eq!(meter.bytes(), 0, "nothing kept yet");
+            a.push(p.keep(0).unwrap());
+            b.push(p.keep(6).unwrap());
+            assert!(p.keep(11).is_none());
+        }
+        assert_eq!(meter.bytes(), 11, "one buffer for both copies");
+        assert_eq!((a.to_vec(), b.to_vec()), (b"hello world".to_vec(), b"world".to_vec()));
+        a.free();
+        assert_eq!(meter.bytes(), 11);
+        b.consume(4);
+        assert_eq!((b.len(), meter.bytes()), (1, 11), "a chunk lives until wholly consumed");
+        b.consume(1);
+        assert_eq!((b.len(), meter.bytes()), (0, 0));
+        // A payload nobody keeps costs nothing.
+        let mut p = Payload::new(b"dup", &meter);
+        assert_eq!(p.len(), 3);
+        drop(p.keep(3));
+        assert_eq!(meter.bytes(), 0);
+    }
+
+    #[test]
+    fn get_returns_one_slice_or_gathers_across_chunks() {
+        let meter = Meter::default();
+        let mut q = ByteQueue::new();
+        for part in [&b"abc"[..], b"defgh", b"i", b"jklmnop"] {
+            q.push(Payload::new(part, &meter).keep(0).unwrap());
+        }
+        let mut scratch = Vec::new();
+        assert_eq!(q.get(0, 3, &mut scratch), Some(&b"abc"[..]));
+        assert_eq!(q.get(1, 2, &mut scratch), Some(&b"bc"[..]));
+        assert_eq!(q.get(1, 6, &mut scratch), Some(&b"bcdefg"[..]));
+        assert_eq!(q.get(4, 100, &mut scratch), Some(&b"efghijklmnop"[..]));
+        assert_eq!(q.get(9, 100, &mut scratch), Some(&b"jklmnop"[..]));
+        assert_eq!(q.get(16, 1, &mut scratch), None);
+        q.consume(4);
+        assert_eq!(q.get(0, 2, &mut scratch), Some(&b"ef"[..]));
+        assert_eq!(q.get(3, 3, &mut scratch), Some(&b"hij"[..]));
+        q.consume(5);
+        assert_eq!((q.len(), q.get(0, 50, &mut scratch)), (7, Some(&b"jklmnop"[..])));
+        assert_eq!(q.to_vec(), b"jklmnop");
+        q.consume(100);
+        assert_eq!((q.len(), q.get(0, 1, &mut scratch)), (0, None));
+    }
+}
