@@ -10,6 +10,9 @@
 //! - whose destination port is a mapped port and, if that port was mapped with online addresses,
 //!   whose destination address is one of them.
 //!
+//! It also owns the program of the capture's fanout group with several workers
+//! ([`fanout_program`]), which picks the worker of each packet from its client port.
+//!
 //! Invariants: every conditional jump is short (at most a port group long) and checked against the
 //! 8-bit field; the only long jump is an unconditional `ja` with a 32-bit offset. The program never
 //! exceeds [`MAX_INSNS`]. Out-of-bounds loads make the kernel return 0 (reject), which is what a
@@ -51,6 +54,7 @@ pub mod op {
     pub const JGE: u16 = 0x30;
     pub const JSET: u16 = 0x40;
     pub const AND: u16 = 0x50;
+    pub const RSH: u16 = 0x70;
     pub const K: u16 = 0x00;
     pub const X: u16 = 0x08;
     pub const A: u16 = 0x10;
@@ -247,6 +251,35 @@ pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
     Ok(p)
 }
 
+/// The program of the capture's `PACKET_FANOUT_CBPF` group (`--workers N`): it returns the
+/// client (source) port shifted right by one, and the kernel hands the packet to member
+/// `value % N`. So worker `i` gets every connection whose client port `p` has
+/// `(p >> 1) % N == i`: all packets of a connection reach one worker (fragments are reassembled
+/// first, `PACKET_FANOUT_FLAG_DEFRAG`), and that worker's port share
+/// ([`crate::engine::PortShare`]) holds the client's port, so the copy keeps the client's port
+/// and no two workers can ever pick the same test 4-tuple. The shift ignores the port's parity,
+/// which Linux clients skew (`connect()` prefers ports of one parity).
+///
+/// The TCP header is found as the capture filter finds it: after the IPv4 header (its IHL) or
+/// after the fixed IPv6 header. Anything else (the capture filter rejects it anyway) goes to
+/// member 0.
+pub fn fanout_program() -> Vec<Insn> {
+    vec![
+        stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL),
+        jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 0, 4),
+        // IPv4: X = header length, A = source port at X.
+        stmt(op::LDX | op::B | op::MSH, 0),
+        stmt(op::LD | op::H | op::IND, 0),
+        stmt(op::ALU | op::RSH | op::K, 1),
+        stmt(op::RET | op::A, 0),
+        jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 0, 3),
+        stmt(op::LD | op::H | op::ABS, 40),
+        stmt(op::ALU | op::RSH | op::K, 1),
+        stmt(op::RET | op::A, 0),
+        stmt(op::RET | op::K, 0),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +349,7 @@ mod tests {
                     let src = if i.code & op::X != 0 { x } else { i.k };
                     match i.code & 0xf0 {
                         op::AND => a &= src,
+                        op::RSH => a = a.checked_shr(src).unwrap_or(0),
                         o => panic!("unsupported ALU op {o:#x}"),
                     }
                 }
@@ -379,6 +413,31 @@ mod tests {
             addr: addr.map(|a| a.parse().unwrap()),
             port,
         }
+    }
+
+    #[test]
+    fn fanout_program_returns_the_client_port_without_its_low_bit() {
+        let prog = fanout_program();
+        for port in [1024u16, 1025, 40000, 40001, 40002, 65535] {
+            for (src, dst) in [
+                (format!("198.18.0.1:{port}"), "198.18.0.2:80"),
+                (format!("[2001:db8::1]:{port}"), "[2001:db8::2]:80"),
+            ] {
+                let pkt = tcp(&src, dst);
+                assert_eq!(run(&prog, &pkt, ethertype(&pkt), 0), u32::from(port >> 1), "{src}");
+            }
+        }
+        // An IPv4 header with options: the TCP header is found after them.
+        let mut pkt = tcp("198.18.0.1:40006", "198.18.0.2:80");
+        pkt[0] = 0x46;
+        pkt.splice(20..20, [1u8, 1, 1, 1]);
+        assert_eq!(run(&prog, &pkt, 0x0800, 0), 20003);
+        // Not IP: member 0.
+        assert_eq!(run(&prog, &[0u8; 60], 0x0806, 0), 0);
+        // Two workers: consecutive port pairs alternate, whatever the parity.
+        let worker = |p: u16| (u32::from(p) >> 1) % 2;
+        assert_eq!([40000, 40001, 40002, 40003, 40004].map(worker), [0, 0, 1, 1, 0]);
+        assert!(prog.len() < 16);
     }
 
     #[test]

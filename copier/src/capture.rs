@@ -7,7 +7,9 @@
 //! resets on every read and which are accumulated here.
 //!
 //! Several workers ([`Capture::open_fanout`]): one ring per worker, all joined to one
-//! `PACKET_FANOUT` group in flow-hash mode, so each TCP connection is read by one worker only.
+//! `PACKET_FANOUT` group whose program ([`crate::bpf::fanout_program`]) picks the ring from the
+//! client port, so each TCP connection is read by one worker only, worker
+//! `(client port >> 1) % N`.
 //!
 //! Invariants: a frame whose header points outside its block ends the walk of that block (the
 //! block is still given back); a frame that the kernel cut short (`snaplen < len`) is counted
@@ -242,12 +244,14 @@ impl Capture {
     }
 
     /// Open `members` rings (each as `cfg` says: the memory is `members` times one ring's) joined
-    /// to one new `PACKET_FANOUT` group in hash mode with defragmentation: each packet goes to
-    /// one ring, chosen by the hash of its flow, so every packet of a TCP connection lands in the
-    /// same ring. The group's id is chosen by the kernel, unique in this network namespace. The
-    /// rings accept nothing until all have joined (then each gets `filter`), so no flow moves
-    /// from one ring to another while the group grows. With `members == 1` this is
-    /// [`Capture::open`] (no group).
+    /// to one new `PACKET_FANOUT` group with defragmentation, whose program
+    /// ([`crate::bpf::fanout_program`]) sends each packet to ring `(client port >> 1) % members`:
+    /// every packet of a TCP connection lands in the same ring, and ring `i` holds exactly the
+    /// connections whose ports are in [`crate::engine::PortShare`] `{ index: i, count: members }`.
+    /// The group's id is chosen by the kernel, unique in this network namespace. The rings accept
+    /// nothing until all have joined and the group has its program (then each gets `filter`),
+    /// so no flow moves from one ring to another while the group forms. With `members == 1`
+    /// this is [`Capture::open`] (no group).
     pub fn open_fanout(
         cfg: &CaptureConfig,
         filter: &[Insn],
@@ -256,16 +260,18 @@ impl Capture {
         if members <= 1 {
             return Ok(vec![Capture::open(cfg, filter)?]);
         }
-        let mut caps = Vec::with_capacity(members);
-        let mut id = None;
+        let mut caps: Vec<Capture> = Vec::with_capacity(members);
+        let mut group = None;
         for member in 0..members {
             let mut c = Capture::open_ring(cfg, &DROP_ALL)?;
-            let joined = sys::join_fanout(c.ring.fd(), id)
+            let joined = sys::join_fanout(c.ring.fd(), group)
                 .map_err(|source| CaptureError::Fanout { member, source })?;
-            id = Some(joined);
-            c.fanout = Some(joined);
+            group = Some(joined);
+            c.fanout = Some(joined.0);
             caps.push(c);
         }
+        sys::set_fanout_program(caps[0].ring.fd(), &crate::bpf::fanout_program())
+            .map_err(|source| CaptureError::Fanout { member: 0, source })?;
         for (member, c) in caps.iter().enumerate() {
             sys::attach_filter(c.ring.fd(), filter)
                 .map_err(|source| CaptureError::Fanout { member, source })?;

@@ -185,7 +185,7 @@ pub struct Args {
     pub ring_blocks: u32,
 
     /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
-    /// connections over the rings by flow hash, so each connection stays with one worker), its
+    /// connections over the rings by client port, so each connection stays with one worker), its
     /// own session table and raw socket, and may take a whole core under load. The default is
     /// one on purpose: the copier runs on a production front end and must never take the cores
     /// the service needs. Raise it only when one worker cannot keep up (copier_kernel_drops_total

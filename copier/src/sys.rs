@@ -287,7 +287,79 @@ fn page_size() -> usize {
 
 /// Attach a classic BPF program with `SO_ATTACH_FILTER`.
 pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
-    let mut insns: Vec<libc::sock_filter> = filter
+    with_fprog(filter, |prog| {
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, prog)
+    })
+}
+
+/// Join the `AF_PACKET` socket `fd` (bound, so running) to a `PACKET_FANOUT` group whose
+/// members are chosen by a classic BPF program (`PACKET_FANOUT_CBPF`, set with
+/// [`set_fanout_program`]), with IP fragments reassembled before the choice
+/// (`PACKET_FANOUT_FLAG_DEFRAG`) and, when the kernel knows the flag, outgoing packets kept out
+/// of the group (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`: a member socket's own
+/// `PACKET_IGNORE_OUTGOING` does not apply to a group). With `id` `None` the kernel picks an id
+/// that no other group of this network namespace uses (`PACKET_FANOUT_FLAG_UNIQUEID`), so the
+/// copier never joins another process's group by accident; the other members join with the id
+/// returned (and the same `ignore_outgoing`, which is returned too: all members must agree).
+/// Members are numbered in the order they join.
+pub fn join_fanout(fd: BorrowedFd<'_>, id: Option<(u16, bool)>) -> io::Result<(u16, bool)> {
+    let base = libc::PACKET_FANOUT_CBPF | libc::PACKET_FANOUT_FLAG_DEFRAG;
+    let join = |id: u16, mode: u32| {
+        let arg = (u32::from(id) | (mode << 16)) as libc::c_int;
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)
+    };
+    let ignore_out = match id {
+        Some((id, ignore_out)) => {
+            let flag = if ignore_out {
+                libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+            } else {
+                0
+            };
+            join(id, base | flag)?;
+            ignore_out
+        }
+        None => {
+            let unique = base | libc::PACKET_FANOUT_FLAG_UNIQUEID;
+            match join(0, unique | libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING) {
+                Ok(()) => true,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    join(0, unique)?;
+                    false
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` has room for `len` bytes.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_FANOUT,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    // The kernel answers `id | type << 16 | flags << 24`.
+    Ok(((v as u32 & 0xffff) as u16, ignore_out))
+}
+
+/// Give the fanout group of `fd` (a `PACKET_FANOUT_CBPF` group) its classic BPF program
+/// (`PACKET_FANOUT_DATA`): the value it returns, modulo the number of members, is the member
+/// that gets the packet. Until it has one, every packet goes to member 0.
+pub fn set_fanout_program(fd: BorrowedFd<'_>, program: &[Insn]) -> io::Result<()> {
+    with_fprog(program, |prog| {
+        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT_DATA, prog)
+    })
+}
+
+fn with_fprog<R>(
+    program: &[Insn],
+    f: impl FnOnce(&libc::sock_fprog) -> io::Result<R>,
+) -> io::Result<R> {
+    let mut insns: Vec<libc::sock_filter> = program
         .iter()
         .map(|i| libc::sock_filter {
             code: i.code,
@@ -303,37 +375,7 @@ pub fn attach_filter(fd: BorrowedFd<'_>, filter: &[Insn]) -> io::Result<()> {
         filter: insns.as_mut_ptr(),
     };
     // The kernel copies the program during the call; `insns` outlives it.
-    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
-}
-
-/// Join the `AF_PACKET` socket `fd` (bound, so running) to a `PACKET_FANOUT` group in hash
-/// mode with IP defragmentation: the kernel hands each packet to one member chosen by the flow
-/// hash of its addresses and ports (fragments are reassembled first, so they hash like the rest
-/// of their flow), so every packet of one TCP connection reaches the same socket while the
-/// group's membership stays the same. With `id` `None` the kernel picks an id no other group of
-/// this network namespace uses (`PACKET_FANOUT_FLAG_UNIQUEID`), so the copier never joins
-/// another process's group by accident; the other members join with the id returned.
-pub fn join_fanout(fd: BorrowedFd<'_>, id: Option<u16>) -> io::Result<u16> {
-    let mut mode = libc::PACKET_FANOUT_HASH | libc::PACKET_FANOUT_FLAG_DEFRAG;
-    if id.is_none() {
-        mode |= libc::PACKET_FANOUT_FLAG_UNIQUEID;
-    }
-    let arg = (u32::from(id.unwrap_or(0)) | (mode << 16)) as libc::c_int;
-    setsockopt(fd, libc::SOL_PACKET, libc::PACKET_FANOUT, &arg)?;
-    let mut v: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `v` has room for `len` bytes.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_FANOUT,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    })?;
-    // The kernel answers `id | type << 16 | flags << 24`.
-    Ok((v as u32 & 0xffff) as u16)
+    f(&prog)
 }
 
 /// Wait until one of `fds` is readable (or has an error) or `timeout` passes; returns which were

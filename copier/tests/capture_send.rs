@@ -462,7 +462,7 @@ fn interface_down_and_up() {
 }
 
 /// `--workers 2`: two rings in one PACKET_FANOUT group. Every packet of a flow must land in the
-/// same ring, whole flows in each, and both rings must get some.
+/// same ring, the one its client port picks (`(port >> 1) % 2`), and both rings must get some.
 #[test]
 fn fanout_gives_each_ring_whole_flows() {
     if !root_or_skip("fanout_gives_each_ring_whole_flows") {
@@ -575,6 +575,12 @@ fn fanout_gives_each_ring_whole_flows() {
         assert!(
             counts.contains(&0) && counts.iter().sum::<u32>() == PER_FLOW,
             "flow from port {port} split or incomplete across the rings: {counts:?}"
+        );
+        // The group's program: ring (client port >> 1) % 2, the engines' port shares.
+        let ring = usize::from((port >> 1) % 2);
+        assert_eq!(
+            counts[ring], PER_FLOW,
+            "flow from port {port} in the wrong ring: {counts:?}"
         );
     }
     let ring0 = seen.values().filter(|c| c[0] > 0).count();

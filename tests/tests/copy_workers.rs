@@ -137,7 +137,7 @@ fn two_workers_copy_wrk_and_short_connections_exactly() {
     let c = Copying::start(&mut lab, two_workers()).unwrap();
     let log = c.copier.as_ref().unwrap().log();
     assert!(log.contains("2 workers (fanout group"), "{log}");
-    // many short HTTP/1.0 and HTTP/1.1 connections, each its own session (and flow hash)
+    // many short HTTP/1.0 and HTTP/1.1 connections, each its own session (and client port)
     let script = format!(
         "for i in $(seq 1 120); do curl -sS --http1.0 -o /dev/null '{}?short='$i || exit 1; done; \
          for i in $(seq 1 40); do curl -sS -o /dev/null '{}?close='$i -H 'Connection: close' || exit 1; done",

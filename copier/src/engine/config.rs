@@ -92,13 +92,17 @@ pub struct EngineConfig {
     pub port_share: PortShare,
 }
 
-/// A share of the test-side client port space: the ports `p` with `p % count == index`.
+/// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
+/// (pairs of neighbouring ports, taken in turn).
 ///
 /// With several engines copying at once (one per worker thread), each gets its own share, so
-/// two engines can never pick the same test 4-tuple, whatever the client pool maps together:
-/// an engine keeps a client's own port only when it falls in its share, and otherwise picks a
-/// random port of its share (as it does when the port is taken). With `count == 1` (one engine)
-/// every port is in the share and the engine behaves exactly as without shares.
+/// two engines can never pick the same test 4-tuple, whatever the client pool maps together.
+/// The capture's fanout group hands worker `i` exactly the connections whose client port is in
+/// share `i` (see [`crate::bpf::fanout_program`]), so an engine keeps the client's own port as
+/// with one engine; it picks a port of its share when the client's is taken (or for a copy or
+/// a new connection). Pairs rather than `p % count`: Linux clients favour ports of one parity,
+/// which would put them all in one share of two. With `count == 1` (one engine) every port is
+/// in the share and the engine behaves exactly as without shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortShare {
     /// This engine's share, `0..count`.
@@ -117,20 +121,27 @@ impl PortShare {
     /// Whether `port` is in this share.
     #[must_use]
     pub fn contains(self, port: u16) -> bool {
-        self.count <= 1 || port % self.count == self.index
+        self.count <= 1 || (port >> 1) % self.count == self.index
     }
 
-    /// The first port >= 1024 in the share and the number of its ports in 1024..=65535 (every
-    /// `count`-th one from the first).
+    /// The first port pair (`port >> 1`) of the share in 1024..=65535, and how many pairs it
+    /// holds there (every `count`-th pair from the first).
     fn span(self) -> (u32, u32) {
         let c = u32::from(self.count.max(1));
-        let first = 1024 + (u32::from(self.index) + c - 1024 % c) % c;
-        (first, (65535 - first) / c + 1)
+        let first = 512 + (u32::from(self.index) + c - 512 % c) % c;
+        (first, (32767 - first) / c + 1)
+    }
+
+    /// The `j`-th port of the share in 1024..=65535 (`j < size()`).
+    fn nth(self, j: u32) -> u16 {
+        let (first, _) = self.span();
+        let c = u32::from(self.count.max(1));
+        (2 * (first + c * (j / 2)) + j % 2) as u16
     }
 
     /// How many ports of 1024..=65535 the share holds.
     pub(crate) fn size(self) -> u32 {
-        self.span().1
+        2 * self.span().1
     }
 
     /// A random port of this share in 1024..=65535.
@@ -138,17 +149,17 @@ impl PortShare {
         if self.count <= 1 {
             return rng.random_range(1024..=65535);
         }
-        let (first, slots) = self.span();
-        (first + u32::from(self.count.max(1)) * rng.random_range(0..slots)) as u16
+        self.nth(rng.random_range(0..self.size()))
     }
 
     /// Every port of the share in 1024..=65535 once, from `start` (a port of the share) on,
     /// wrapping around.
     pub(crate) fn walk(self, start: u16) -> impl Iterator<Item = u16> {
-        let (first, slots) = self.span();
+        let (first, _) = self.span();
         let c = u32::from(self.count.max(1));
-        let at = u32::from(start).saturating_sub(first) / c;
-        (0..slots).map(move |i| (first + c * ((at + i) % slots)) as u16)
+        let size = self.size();
+        let at = (u32::from(start >> 1).saturating_sub(first) / c * 2 + u32::from(start & 1)) % size;
+        (0..size).map(move |i| self.nth((at + i) % size))
     }
 }
 
@@ -426,6 +437,23 @@ mod tests {
                 assert!(lo < 1024 + 64 * count && hi > 65535 - 64 * count, "{share:?}: {lo}..{hi}");
             }
         }
+        // size and walk cover exactly the share, walk from its start, once each.
+        for count in [1u16, 2, 3, 7] {
+            for index in 0..count {
+                let share = PortShare { index, count };
+                let all: Vec<u16> = (1024..=65535).filter(|&p| share.contains(p)).collect();
+                assert_eq!(share.size() as usize, all.len(), "{share:?}");
+                let start = all[all.len() / 3 + 1];
+                let walked: Vec<u16> = share.walk(start).collect();
+                assert_eq!(walked[0], start);
+                let mut sorted = walked.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, all, "{share:?}");
+            }
+        }
+        // Even ports only (as Linux clients pick them) still spread over two shares.
+        let even_in_0 = (40000..40400).step_by(2).filter(|&p| PortShare { index: 0, count: 2 }.contains(p)).count();
+        assert_eq!(even_in_0, 100);
         let bad = EngineConfig {
             maps: vec![map(80, "198.18.2.2:80")],
             port_share: PortShare { index: 2, count: 2 },
