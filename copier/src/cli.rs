@@ -57,15 +57,7 @@ back to it). The multiplier achieved is exported next to the one asked for
 (copier_copy_multiplier, copier_copies_requested). The captured bytes are held once for all the
 copies of a session. --sample P copies only P% of the sessions: a keyed hash of the seed and the
 session's addresses and ports picks them, so a session is copied whole or not at all, and the
-same --seed picks the same sessions.
-
-Shaping: --profile FILE (a TOML shaping profile, see shaper/examples/profile.toml; checked at
-start, errors name the key) replaces --copies, --sample and --client-ip (refused together): the
-profile's factor (2.5 = every session twice and half of them a third time, 0.3 = a consistent
-30% sample, decided per session from the seed) times its load schedule at the session's start
-gives each session's copies; each copy comes from a virtual user of the profile's pools (its
-address, and its port when free) and, with ON/OFF gating or think time, its requests wait until
-the shaper releases them (held, never dropped; a session is never cut).";
+same --seed picks the same sessions.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -147,12 +139,6 @@ pub struct Args {
     /// Copy only this percentage of the sessions (0 < P <= 100), chosen per session.
     #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent)]
     pub sample: f64,
-
-    /// Shape the copies with this TOML profile: multiplication factor and load schedule,
-    /// virtual user pools, ON/OFF gating, think time (see "Shaping" at the top of --help).
-    /// Not with --copies, --sample or --client-ip.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["copies", "sample", "client_ip"])]
-    pub profile: Option<PathBuf>,
 
     /// Send each request as soon as possible instead of after the test server answered the
     /// previous one.
@@ -249,20 +235,7 @@ impl Args {
             ),
         };
         check_maps(&self.maps, client_ip.as_ref())?;
-        let profile = match &self.profile {
-            None => None,
-            Some(path) => {
-                let ctx = |e: &dyn std::fmt::Display| format!("--profile {}: {e}", path.display());
-                let p = shaper::Profile::load(path).map_err(|e| ctx(&e))?;
-                p.validate().map_err(|e| ctx(&e))?;
-                // Builds the plan and the users once, so that a profile the engine cannot
-                // use is refused here.
-                shaper::Shaper::new(&p, 0).map_err(|e| ctx(&e))?;
-                Some(Arc::new(p))
-            }
-        };
         let engine = EngineConfig {
-            profile,
             maps: self.maps.clone(),
             mtu: self.mtu,
             client_ip,
