@@ -692,7 +692,12 @@ fn copier_metric_lines(lab: &Lab) -> Vec<(String, f64)> {
 }
 
 fn metric(m: &BTreeMap<String, f64>, name: &str) -> u64 {
-    m.get(name).copied().unwrap_or(0.0) as u64
+    // Summed over label sets: with `--workers N` every series carries a `worker` label.
+    let labelled = format!("{name}{{");
+    m.iter()
+        .filter(|(k, _)| k.as_str() == name || k.starts_with(&labelled))
+        .map(|(_, v)| *v)
+        .sum::<f64>() as u64
 }
 
 /// Counting rules on `test`: packets from port 80 to the client ranges that got past the OUTPUT
