@@ -57,7 +57,15 @@ back to it). The multiplier achieved is exported next to the one asked for
 (copier_copy_multiplier, copier_copies_requested). The captured bytes are held once for all the
 copies of a session. --sample P copies only P% of the sessions: a keyed hash of the seed and the
 session's addresses and ports picks them, so a session is copied whole or not at all, and the
-same --seed picks the same sessions.";
+same --seed picks the same sessions.
+
+Shaping: --profile FILE (a TOML shaping profile, see shaper/examples/profile.toml; checked at
+start, errors name the key) replaces --copies, --sample and --client-ip (refused together): the
+profile's factor (2.5 = every session twice and half of them a third time, 0.3 = a consistent
+30% sample, decided per session from the seed) times its load schedule at the session's start
+gives each session's copies; each copy comes from a virtual user of the profile's pools (its
+address, and its port when free) and, with ON/OFF gating or think time, its requests wait until
+the shaper releases them (held, never dropped; a session is never cut).";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -139,6 +147,12 @@ pub struct Args {
     /// Copy only this percentage of the sessions (0 < P <= 100), chosen per session.
     #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent)]
     pub sample: f64,
+
+    /// Shape the copies with this TOML profile: multiplication factor and load schedule,
+    /// virtual user pools, ON/OFF gating, think time (see "Shaping" at the top of --help).
+    /// Not with --copies, --sample or --client-ip.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["copies", "sample", "client_ip"])]
+    pub profile: Option<PathBuf>,
 
     /// Send each request as soon as possible instead of after the test server answered the
     /// previous one.
@@ -235,7 +249,20 @@ impl Args {
             ),
         };
         check_maps(&self.maps, client_ip.as_ref())?;
+        let profile = match &self.profile {
+            None => None,
+            Some(path) => {
+                let ctx = |e: &dyn std::fmt::Display| format!("--profile {}: {e}", path.display());
+                let p = shaper::Profile::load(path).map_err(|e| ctx(&e))?;
+                p.validate().map_err(|e| ctx(&e))?;
+                // Builds the plan and the users once, so that a profile the engine cannot
+                // use is refused here.
+                shaper::Shaper::new(&p, 0).map_err(|e| ctx(&e))?;
+                Some(Arc::new(p))
+            }
+        };
         let engine = EngineConfig {
+            profile,
             maps: self.maps.clone(),
             mtu: self.mtu,
             client_ip,
@@ -903,6 +930,37 @@ mod tests {
         for want in ["--copies <N>", "--sample <P>", "Amplification", "--copies 10 --sample 25"] {
             assert!(help.contains(want), "{want} missing in:\n{help}");
         }
+    }
+
+    #[test]
+    fn profile_flag() {
+        let dir = std::env::temp_dir().join(format!("copier-cli-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.toml");
+        std::fs::write(&good, "[multiplication]\nfactor = 2.5\n").unwrap();
+        let bad = dir.join("bad.toml");
+        std::fs::write(&bad, "[multiplication]\nfactor = -1\n").unwrap();
+        let g = good.to_str().unwrap();
+        let v = args(&["--no-secret", "--profile", g]).unwrap().validate(1).unwrap();
+        assert_eq!(v.engine.profile.as_ref().map(|p| p.multiplication.factor), Some(2.5));
+        assert_eq!(v.engine.copies, 1);
+        // The profile replaces --copies, --sample and --client-ip.
+        for other in [&["--copies", "3"][..], &["--sample", "50"], &["--client-ip", "198.19.0.0/24"]] {
+            let mut a = vec!["--no-secret", "--profile", g];
+            a.extend_from_slice(other);
+            let e = args(&a).unwrap_err().to_string();
+            assert!(e.contains("--profile") && e.contains(other[0]), "{e}");
+        }
+        // A key out of range is named; a missing file too.
+        let e = args(&["--no-secret", "--profile", bad.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+        assert!(e.contains("--profile") && e.contains("multiplication.factor"), "{e}");
+        let missing = dir.join("none.toml");
+        let e = args(&["--no-secret", "--profile", missing.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+        assert!(e.contains("none.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        use clap::CommandFactory;
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("--profile <FILE>") && help.contains("Shaping:"), "{help}");
     }
 
     #[test]

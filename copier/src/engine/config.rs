@@ -90,6 +90,11 @@ pub struct EngineConfig {
     /// The share of test-side client ports this engine may use (several engines at once, one
     /// per `--workers` thread); the whole range by default.
     pub port_share: PortShare,
+    /// A shaping profile (`--profile`): when set, the copies of each captured session (their
+    /// number, virtual client addresses and ports, and when their requests may go) come from
+    /// a [`shaper::Shaper`] built from it and the engine seed, and `copies`, `sample_percent`
+    /// and `client_ip` must stay at their defaults.
+    pub profile: Option<std::sync::Arc<shaper::Profile>>,
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
@@ -189,6 +194,7 @@ impl Default for EngineConfig {
             max_reconnects: 4,
             ttl: 64,
             port_share: PortShare::default(),
+            profile: None,
         }
     }
 }

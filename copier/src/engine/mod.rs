@@ -46,6 +46,14 @@
 //! (`sessions_no_tuple`). With `sample_percent` < 100 only the sessions the keyed hash picks
 //! are copied, every packet of them and none of the others (`Params::sampled`).
 //!
+//! With a shaping profile (`EngineConfig::profile`, `--profile`) a [`shaper::Shaper`] built
+//! from it and the seed replaces `copies`, `sample_percent` and `client_ip`: at a session's
+//! first packet `Shaper::on_session` (clock: `now` minus the first `now` the engine saw) gives
+//! its copies, none when the factor samples it out (the same answer in every worker, since
+//! the decision is a keyed hash of the seed and the client's address and port); copy `k` takes
+//! the plan's virtual address, and its virtual port when free in `by_test` and the port share
+//! (else the rule above). A copy's shaper state ends when the engine removes the copy.
+//!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
 //! tuple to the session that owns it and `Shared::ports_used` counts them per client address
@@ -163,6 +171,10 @@ impl Engine {
                 intercept_up: true,
                 meter: Meter::default(),
                 scratch: Vec::new(),
+                // The same seed in every worker: the same sessions get the same number of
+                // copies. A profile that does not build was refused by `EngineConfig::validate`.
+                shaper: config.profile.as_deref().and_then(|pr| shaper::Shaper::new(pr, seed).ok()),
+                run_start: None,
             },
             slots: Vec::new(),
             free: Vec::new(),
@@ -181,6 +193,7 @@ impl Engine {
     /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
         self.sh.stats.packets_captured += 1;
+        self.sh.shaper_now(now);
         let Ok(c) = parse_captured(packet) else {
             self.sh.stats.drops.malformed += 1;
             return;
@@ -213,6 +226,12 @@ impl Engine {
             for i in 0..self.members.len() {
                 let idx = self.members[i];
                 let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
+                // The old copy's shaper state goes: the new session gets copies of its own.
+                if let Some(s) = self.slots[idx as usize].s.as_mut() {
+                    if let (Some(id), Some(shaper)) = (s.shaper_id.take(), self.sh.shaper.as_mut()) {
+                        shaper.end_session(id);
+                    }
+                }
                 if !closed {
                     // A new connection from the same client port while the old one was live:
                     // the old copy ends (its closing connections linger on, detached from the
@@ -267,25 +286,61 @@ impl Engine {
             }
             return;
         }
-        let copies = self.sh.p.copies;
+        // With a profile, the shaper says how many copies and on which virtual clients.
+        let plans = match self.sh.shaper.is_some() {
+            true => {
+                let t = self.sh.shaper_now(now);
+                let Some(shaper) = self.sh.shaper.as_mut() else { return };
+                match shaper.on_session(t, c.key.client) {
+                    Ok(p) if p.is_empty() => {
+                        self.sh.stats.drops.not_sampled += 1;
+                        if syn {
+                            self.sh.stats.sessions_sampled_out += 1;
+                        }
+                        return;
+                    }
+                    Ok(p) => Some(p),
+                    Err(_) => {
+                        // No virtual port left for this client: not copied.
+                        self.sh.stats.sessions_no_tuple += 1;
+                        return;
+                    }
+                }
+            }
+            false => None,
+        };
+        let copies = plans.as_ref().map_or(self.sh.p.copies, |p| u16::try_from(p.len()).unwrap_or(u16::MAX));
         if self.session_count() + usize::from(copies) > self.sh.p.max_sessions {
             self.sh.stats.drops.table_full += 1;
+            self.end_plans(plans.as_deref());
             return;
         }
         let real = c.key.client.ip();
         let v6 = target.is_ipv6();
-        let pick = |k: u16, sh: &Shared| match &sh.p.client_ip {
-            Some(pool) => pool.pick(real, sh.seed, k, v6),
-            None => Some(real).filter(|ip| ip.is_ipv6() == v6),
+        let pick = |k: u16, sh: &Shared| match (&plans, &sh.p.client_ip) {
+            (Some(p), _) => p.get(usize::from(k)).map(|p| p.client.ip()).filter(|ip| ip.is_ipv6() == v6),
+            (None, Some(pool)) => pool.pick(real, sh.seed, k, v6),
+            (None, None) => Some(real).filter(|ip| ip.is_ipv6() == v6),
         };
         if pick(0, &self.sh).is_none() {
+            self.end_plans(plans.as_deref());
             self.sh.stats.drops.family_mismatch += 1;
             return;
         }
         let started = self.sh.stats.sessions_started;
         self.by_key.insert(c.key, Group { members: Vec::with_capacity(usize::from(copies)), started: false });
         for k in 0..copies {
-            let Some(client_ip) = pick(k, &self.sh) else { break };
+            let Some(client_ip) = pick(k, &self.sh) else {
+                if let Some(p) = plans.as_ref().and_then(|p| p.get(usize::from(k))) {
+                    // A virtual address of the other family than the target's: that copy only.
+                    self.sh.stats.drops.family_mismatch += 1;
+                    if let Some(shaper) = self.sh.shaper.as_mut() {
+                        shaper.end_session(p.session);
+                    }
+                    continue;
+                }
+                break;
+            };
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
@@ -295,6 +350,10 @@ impl Engine {
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
             let mut s = Session::new(c.key, slot, target, client_ip, now);
+            if let Some(plan) = plans.as_ref().and_then(|p| p.get(usize::from(k))) {
+                s.want_port = plan.client.port();
+                s.shaper_id = Some(plan.session);
+            }
             if syn {
                 s.start_syn(&mut self.sh, now, c);
             } else {
@@ -517,9 +576,21 @@ impl Engine {
         }
     }
 
+    /// Ends the shaper's copies of a session the engine does not start.
+    fn end_plans(&mut self, plans: Option<&[shaper::CopyPlan]>) {
+        if let Some(shaper) = self.sh.shaper.as_mut() {
+            for p in plans.unwrap_or_default() {
+                shaper.end_session(p.session);
+            }
+        }
+    }
+
     fn remove(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
         let Some(s) = slot.s.take() else { return };
+        if let (Some(id), Some(shaper)) = (s.shaper_id, self.sh.shaper.as_mut()) {
+            shaper.end_session(id);
+        }
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
         for c in s.cur.iter().chain(&s.old) {

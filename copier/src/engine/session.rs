@@ -63,9 +63,18 @@ pub(crate) struct Shared {
     pub meter: Meter,
     /// Kept between polls so that gathering a segment does not allocate each time.
     pub scratch: Vec<u8>,
+    /// The shaper of `--profile` (see the engine's module documentation).
+    pub shaper: Option<shaper::Shaper>,
+    /// The first `now` the engine saw: the shaper's clock is the time since it.
+    pub run_start: Option<Instant>,
 }
 
 impl Shared {
+    /// The shaper's clock: the time since the first `now` the engine saw.
+    pub(crate) fn shaper_now(&mut self, now: Instant) -> std::time::Duration {
+        now.saturating_duration_since(*self.run_start.get_or_insert(now))
+    }
+
     fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
         if self.by_test.insert(tuple, slot).is_none() {
             *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
@@ -139,6 +148,11 @@ pub(crate) struct Session {
     pub slot: SlotRef,
     target: SocketAddr,
     client_ip: IpAddr,
+    /// The client port the first test connection takes when free (the captured client's, or
+    /// the shaper's virtual port).
+    pub want_port: u16,
+    /// The shaper's id of this copy, with `--profile`.
+    pub shaper_id: Option<shaper::SessionId>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -164,6 +178,8 @@ impl Session {
             slot,
             target,
             client_ip,
+            want_port: key.client.port(),
+            shaper_id: None,
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
@@ -202,7 +218,7 @@ impl Session {
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(tuple) = sh.free_tuple(self.client_ip, self.target, Some(self.key.client.port())) else {
+        let Some(tuple) = sh.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
             sh.stats.sessions_no_tuple += 1;
             self.phase = Phase::Done;
             return;

@@ -19,6 +19,7 @@ mod copies;
 mod data;
 mod handshake;
 mod limits;
+mod shaped;
 mod shutdown;
 
 pub(super) const CLIENT: &str = "203.0.113.7:40000";
