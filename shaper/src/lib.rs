@@ -12,6 +12,8 @@
 //! - [`profile`]: the TOML profile and its validation.
 //! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`).
 //! - [`check`]: the statistics of a plan or a trace against a profile's targets.
+//! - [`fit`]: sessions, requests and ON/OFF periods measured in a capture; a starting profile.
+//! - [`plot`]: pictures (SVG, PNG) of a plan, a trace or a capture.
 
 // Comparisons are written `!(x > 0.0)` on purpose all over this crate: unlike `x <= 0.0`, they
 // also reject NaN.
@@ -19,9 +21,11 @@
 
 pub mod check;
 pub mod engine;
+pub mod fit;
 mod hash;
 pub mod onoff;
 pub mod pareto;
+pub mod plot;
 pub mod profile;
 pub mod schedule;
 pub mod stats;

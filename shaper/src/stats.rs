@@ -2,8 +2,8 @@
 //!
 //! Owns: the Hurst estimators (aggregated variance, rescaled range R/S) over a series of counts
 //! per interval, the Hill tail-index estimator and a truncation-aware maximum-likelihood estimate
-//! of a Pareto shape, the Kolmogorov-Smirnov distance to a cdf, and the ON/OFF periods inferred
-//! from the request times of one source. Pure functions over slices: no I/O, no randomness.
+//! of a Pareto shape, the Kolmogorov-Smirnov distance to a cdf, the ON/OFF periods inferred
+//! from the request times of one source, and quantiles. Pure functions over slices: no I/O, no randomness.
 //!
 //! Choices, so that the numbers can be trusted:
 //! - Aggregated variance regresses `log Var(X^(m))` on `log m` over block sizes `m` spaced
@@ -271,17 +271,7 @@ pub fn infer_on_off(times: &[f64], idle: f64, unit: f64) -> Inferred {
         return out;
     };
     out.span = last + unit - first;
-    let mut burst_start = first;
-    let mut prev = first;
-    let mut bursts = Vec::new();
-    for &t in &times[1..] {
-        if t - prev > idle {
-            bursts.push((burst_start, prev + unit));
-            burst_start = t;
-        }
-        prev = t;
-    }
-    bursts.push((burst_start, last + unit));
+    let bursts = bursts(times, idle, unit);
     out.on_time = bursts.iter().map(|(s, e)| e - s).sum();
     for w in bursts.windows(2) {
         out.off.push(w[1].0 - w[0].1);
@@ -291,6 +281,37 @@ pub fn infer_on_off(times: &[f64], idle: f64, unit: f64) -> Inferred {
             .extend(bursts[1..bursts.len() - 1].iter().map(|(s, e)| e - s));
     }
     out
+}
+
+/// The ON periods of [`infer_on_off`] as `(start, end)` intervals: runs of sorted request times
+/// whose gaps are at most `idle`, each from its first request to its last plus `unit`.
+pub fn bursts(times: &[f64], idle: f64, unit: f64) -> Vec<(f64, f64)> {
+    let Some(&first) = times.first() else {
+        return Vec::new();
+    };
+    let mut burst_start = first;
+    let mut prev = first;
+    let mut out = Vec::new();
+    for &t in &times[1..] {
+        if t - prev > idle {
+            out.push((burst_start, prev + unit));
+            burst_start = t;
+        }
+        prev = t;
+    }
+    out.push((burst_start, prev + unit));
+    out
+}
+
+/// The `q` quantile (0..=1) of `xs` by the nearest rank on a sorted copy; NaN when empty.
+pub fn quantile(xs: &[f64], q: f64) -> f64 {
+    let mut v: Vec<f64> = xs.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = (q.clamp(0.0, 1.0) * (v.len() - 1) as f64).round() as usize;
+    v[i]
 }
 
 /// Counts events per bin of `bin` seconds over `[0, span)`.
@@ -395,6 +416,20 @@ mod tests {
         assert!((inf.off[0] - 3.9).abs() < 1e-12 && (inf.off[1] - 3.7).abs() < 1e-12);
         assert!((inf.on_time - (1.1 + 0.3 + 0.4)).abs() < 1e-12);
         assert!((inf.span - 9.4).abs() < 1e-12);
+        assert_eq!(
+            bursts(&times, 1.0, 0.0),
+            vec![(0.0, 1.0), (5.0, 5.2), (9.0, 9.3)]
+        );
+        assert!(bursts(&[], 1.0, 0.0).is_empty());
+    }
+
+    #[test]
+    fn quantiles_by_nearest_rank() {
+        let xs = [5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(quantile(&xs, 0.0), 1.0);
+        assert_eq!(quantile(&xs, 0.5), 3.0);
+        assert_eq!(quantile(&xs, 1.0), 5.0);
+        assert!(quantile(&[], 0.5).is_nan());
     }
 
     #[test]
