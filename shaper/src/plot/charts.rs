@@ -41,6 +41,10 @@ struct Axes {
     xmax: f64,
     ymin: f64,
     ymax: f64,
+    /// The x values are whole numbers (ticks at least 1 apart).
+    int_x: bool,
+    /// The y values are whole numbers.
+    int_y: bool,
 }
 
 impl Axes {
@@ -73,9 +77,9 @@ fn nice_step(range: f64, n: f64) -> f64 {
     m * mag
 }
 
-/// Multiples of a nice step in `[lo, hi]`.
-fn ticks(lo: f64, hi: f64, n: f64) -> (Vec<f64>, f64) {
-    let step = nice_step(hi - lo, n);
+/// Multiples of a nice step, at least `min_step`, in `[lo, hi]`.
+fn ticks_min(lo: f64, hi: f64, n: f64, min_step: f64) -> (Vec<f64>, f64) {
+    let step = nice_step(hi - lo, n).max(min_step);
     let first = (lo / step).ceil() as i64;
     let last = (hi / step + 1e-9).floor() as i64;
     let v = (first..=last.min(first + 100))
@@ -142,7 +146,8 @@ fn time_unit(span: f64) -> (f64, &'static str) {
 
 /// Grid, frame and tick labels of `ax`; x values are shown divided by `xdiv`.
 fn frame(s: &mut Scene, ax: &Axes, xdiv: f64, yticks: bool) {
-    let (xt, xstep) = ticks(ax.xmin / xdiv, ax.xmax / xdiv, 8.0);
+    let min_x = if ax.int_x { 1.0 } else { 0.0 };
+    let (xt, xstep) = ticks_min(ax.xmin / xdiv, ax.xmax / xdiv, 8.0, min_x);
     for v in xt {
         let x = ax.px(v * xdiv);
         s.line((x, ax.y0), (x, ax.y0 + ax.h), GRID, 1.0);
@@ -156,7 +161,8 @@ fn frame(s: &mut Scene, ax: &Axes, xdiv: f64, yticks: bool) {
         );
     }
     if yticks {
-        let (yt, ystep) = ticks(ax.ymin, ax.ymax, 4.0);
+        let min_y = if ax.int_y { 1.0 } else { 0.0 };
+        let (yt, ystep) = ticks_min(ax.ymin, ax.ymax, 4.0, min_y);
         for v in yt {
             let y = ax.py(v);
             s.line((ax.x0, y), (ax.x0 + ax.w, y), GRID, 1.0);
@@ -191,7 +197,12 @@ fn section_title(s: &mut Scene, top: f64, title: &str, note: &str) {
 
 /// The header of the picture; returns its height.
 pub fn header(s: &mut Scene, title: &str, subtitle: &str) -> f64 {
-    s.text(20.0, 36.0, title, TextSize::Large, Anchor::Start);
+    let size = if TextSize::Large.width(title) <= WIDTH - 40.0 {
+        TextSize::Large
+    } else {
+        TextSize::Small
+    };
+    s.text(20.0, 36.0, title, size, Anchor::Start);
     s.text_colored(20.0, 62.0, subtitle, TextSize::Small, Anchor::Start, MUTED);
     s.line((20.0, 76.0), (WIDTH - 20.0, 76.0), GRID, 2.0);
     84.0
@@ -224,11 +235,19 @@ pub fn rate(s: &mut Scene, top: f64, r: &RateSeries, scales: usize) -> f64 {
     let levels: Vec<Vec<f64>> = (0..n)
         .map(|k| aggregate(&r.counts, 10usize.pow(k as u32), r.mean))
         .collect();
+    let hurst = crate::stats::hurst_aggregated_variance(
+        &r.counts,
+        &crate::stats::log_sizes(4, r.counts.len() / 16, 12),
+        None,
+    )
+    .map_or(String::new(), |f| {
+        format!("; Hurst {:.2} (aggregated variance; 0.5 = none)", f.h)
+    });
     section_title(
         s,
         top,
         &format!("{} per interval at {n} time scales", r.what),
-        "each panel zooms into the shaded 10 bins of the one above",
+        &format!("each panel zooms into the shaded part of the one above{hurst}"),
     );
     // Windows, coarsest first: (level, first bin, end bin).
     let mut windows = Vec::with_capacity(n);
@@ -258,7 +277,8 @@ pub fn rate(s: &mut Scene, top: f64, r: &RateSeries, scales: usize) -> f64 {
         let bin = r.bin * 10f64.powi(k as i32);
         let shown = &v[a..b];
         let max = shown.iter().copied().fold(0.0, f64::max);
-        let (_, ystep) = ticks(0.0, max.max(1e-9), 4.0);
+        let min_step = if r.mean { 0.0 } else { 1.0 };
+        let (_, ystep) = ticks_min(0.0, max.max(1e-9), 4.0, min_step);
         let ymax = ((max / ystep).ceil() * ystep).max(ystep);
         let ax = Axes {
             x0: LEFT,
@@ -269,6 +289,8 @@ pub fn rate(s: &mut Scene, top: f64, r: &RateSeries, scales: usize) -> f64 {
             xmax: b as f64 * bin,
             ymin: 0.0,
             ymax,
+            int_x: false,
+            int_y: !r.mean,
         };
         let label = format!(
             "x{}: {} {} ({})",
@@ -342,7 +364,7 @@ pub fn rate(s: &mut Scene, top: f64, r: &RateSeries, scales: usize) -> f64 {
 
 /// The ON/OFF timeline; returns the height used.
 pub fn onoff(s: &mut Scene, top: f64, v: &OnOffView) -> f64 {
-    const ROW: f64 = 16.0;
+    const ROW: f64 = 19.0;
     const STRIP_H: f64 = 80.0;
     section_title(
         s,
@@ -358,7 +380,7 @@ pub fn onoff(s: &mut Scene, top: f64, v: &OnOffView) -> f64 {
     let on_c = color(0);
     let off_c = [0xee, 0xee, 0xee];
     // Legend.
-    let ly = top + TITLE_H + 4.0;
+    let ly = top + TITLE_H + 12.0;
     s.rect(LEFT, ly - 12.0, 24.0, 12.0, on_c);
     s.text(LEFT + 30.0, ly, "ON", TextSize::Small, Anchor::Start);
     s.rect(LEFT + 80.0, ly - 12.0, 24.0, 12.0, off_c);
@@ -374,16 +396,18 @@ pub fn onoff(s: &mut Scene, top: f64, v: &OnOffView) -> f64 {
         xmax: v.window,
         ymin: 0.0,
         ymax: 1.0,
+        int_x: false,
+        int_y: false,
     };
     for (i, (label, on)) in v.rows.iter().enumerate() {
         let y = rows_top + i as f64 * ROW;
-        s.rect(LEFT, y + 2.0, PLOT_W, ROW - 4.0, off_c);
+        s.rect(LEFT, y + 3.0, PLOT_W, ROW - 6.0, off_c);
         for &(a, b) in on {
             if b <= 0.0 || a >= v.window {
                 continue;
             }
             let (x0, x1) = (ax.px(a.max(0.0)), ax.px(b.min(v.window)));
-            s.rect(x0, y + 2.0, (x1 - x0).max(1.0), ROW - 4.0, on_c);
+            s.rect(x0, y + 3.0, (x1 - x0).max(1.0), ROW - 6.0, on_c);
         }
         let label: String = label.chars().take(14).collect();
         s.text(
@@ -397,7 +421,7 @@ pub fn onoff(s: &mut Scene, top: f64, v: &OnOffView) -> f64 {
     // The number of ON sources, all of them, under the rows.
     let strip_top = rows_top + ax.h + 16.0;
     let max = v.on_count.iter().copied().fold(0.0, f64::max).max(1.0);
-    let (_, ystep) = ticks(0.0, max, 3.0);
+    let (_, ystep) = ticks_min(0.0, max, 3.0, 1.0);
     let sx = Axes {
         x0: LEFT,
         y0: strip_top,
@@ -407,6 +431,8 @@ pub fn onoff(s: &mut Scene, top: f64, v: &OnOffView) -> f64 {
         xmax: v.window,
         ymin: 0.0,
         ymax: ((max / ystep).ceil() * ystep).max(ystep),
+        int_x: false,
+        int_y: true,
     };
     frame(s, &sx, xdiv, true);
     let n = v.on_count.len().max(1);
@@ -462,8 +488,13 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = all.iter().copied().fold(0.0, f64::max);
     let log = total > 0 && hi / lo > 20.0;
+    // Whole numbers over a short range: one bin per value.
+    let ints = total > 0 && !log && all.iter().all(|x| x.fract() == 0.0) && hi - lo < 40.0;
+    let bins = if ints { (hi - lo) as usize + 1 } else { BINS };
     let (a, b) = if total == 0 {
         (0.0, 1.0)
+    } else if ints {
+        (lo - 0.5, hi + 0.5)
     } else if log {
         (lo.log10(), hi.log10() + 1e-9)
     } else if hi > lo {
@@ -472,18 +503,18 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
         (lo - 0.5, lo + 0.5)
     };
     let pos = |x: f64| if log { x.log10() } else { x };
-    let mut counts = vec![vec![0.0f64; BINS]; u.pools.len()];
+    let mut counts = vec![vec![0.0f64; bins]; u.pools.len()];
     for (p, (_, vals)) in u.pools.iter().enumerate() {
         for &x in vals.iter().filter(|x| **x > 0.0 && x.is_finite()) {
-            let i = (((pos(x) - a) / (b - a) * BINS as f64) as usize).min(BINS - 1);
+            let i = (((pos(x) - a) / (b - a) * bins as f64) as usize).min(bins - 1);
             counts[p][i] += 1.0;
         }
     }
-    let stacked: Vec<f64> = (0..BINS)
+    let stacked: Vec<f64> = (0..bins)
         .map(|i| counts.iter().map(|c| c[i]).sum())
         .collect();
     let max = stacked.iter().copied().fold(0.0, f64::max).max(1.0);
-    let (_, ystep) = ticks(0.0, max, 4.0);
+    let (_, ystep) = ticks_min(0.0, max, 4.0, 1.0);
     let ax = Axes {
         x0: LEFT,
         y0: top + TITLE_H + 36.0,
@@ -493,6 +524,8 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
         xmax: b,
         ymin: 0.0,
         ymax: ((max / ystep).ceil() * ystep).max(ystep),
+        int_x: ints,
+        int_y: true,
     };
     if log {
         // Decades and their 2 and 5, labelled in real values.
@@ -515,7 +548,7 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
                 );
             }
         }
-        let (yt, ys) = ticks(ax.ymin, ax.ymax, 4.0);
+        let (yt, ys) = ticks_min(ax.ymin, ax.ymax, 4.0, 1.0);
         for v in yt {
             let y = ax.py(v);
             s.line((ax.x0, y), (ax.x0 + ax.w, y), GRID, 1.0);
@@ -537,8 +570,8 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
     } else {
         frame(s, &ax, 1.0, true);
     }
-    let bw = (b - a) / BINS as f64;
-    for i in 0..BINS {
+    let bw = (b - a) / bins as f64;
+    for i in 0..bins {
         let mut acc = 0.0;
         for (p, c) in counts.iter().enumerate() {
             if c[i] == 0.0 {
@@ -578,27 +611,35 @@ pub fn users(s: &mut Scene, top: f64, u: &UsersView) -> f64 {
 /// The pool map; returns the height used.
 pub fn pools(s: &mut Scene, top: f64, p: &PoolsView) -> f64 {
     const ROW: f64 = 78.0;
-    const BAR_W: f64 = 260.0;
-    let map_x = LEFT + BAR_W + 150.0;
+    const BAR_W: f64 = 220.0;
+    let map_x = LEFT + BAR_W + 190.0;
+    let has_map = p.rows.iter().any(|r| !r.cells.is_empty());
     let map_w = WIDTH - RIGHT - map_x;
-    section_title(s, top, "pools: share of sessions and address map", &p.note);
+    let title = if has_map {
+        format!("pools: share of {} and address map", p.of)
+    } else {
+        format!("pools: share of {}", p.of)
+    };
+    section_title(s, top, &title, &p.note);
     let head = top + TITLE_H + 14.0;
     s.text_colored(
         LEFT,
         head,
-        "share of sessions",
+        format!("share of {}", p.of),
         TextSize::Small,
         Anchor::Start,
         MUTED,
     );
-    s.text_colored(
-        map_x,
-        head,
-        "address map (darker = more sessions)",
-        TextSize::Small,
-        Anchor::Start,
-        MUTED,
-    );
+    if has_map {
+        s.text_colored(
+            map_x,
+            head,
+            format!("address map (darker = more {})", p.of),
+            TextSize::Small,
+            Anchor::Start,
+            MUTED,
+        );
+    }
     let max_share = p
         .rows
         .iter()
@@ -610,16 +651,19 @@ pub fn pools(s: &mut Scene, top: f64, p: &PoolsView) -> f64 {
         let c = color(i);
         let y = head + 14.0 + i as f64 * ROW;
         s.rect(20.0, y + 4.0, 14.0, 14.0, c);
-        let name: String = r.name.chars().take(11).collect();
+        let name: String = r.name.chars().take(12).collect();
         s.text(40.0, y + 18.0, name, TextSize::Small, Anchor::Start);
-        s.text_colored(
-            40.0,
-            y + 40.0,
-            format!("{} users", r.users),
-            TextSize::Small,
-            Anchor::Start,
-            MUTED,
-        );
+        if r.users > 0 {
+            let users = if r.users == 1 { "user" } else { "users" };
+            s.text_colored(
+                40.0,
+                y + 40.0,
+                format!("{} {users}", r.users),
+                TextSize::Small,
+                Anchor::Start,
+                MUTED,
+            );
+        }
         let bars = [
             (r.target, p.target_label.as_str(), c),
             (r.measured, p.measured_label.as_str(), lighten(c, 0.45)),
@@ -632,10 +676,13 @@ pub fn pools(s: &mut Scene, top: f64, p: &PoolsView) -> f64 {
             s.text(
                 LEFT + w + 8.0,
                 by + 16.0,
-                format!("{:.1}% {label}", v * 100.0),
+                format!("{:.1}% {label}", v * 100.0).trim_end().to_string(),
                 TextSize::Small,
                 Anchor::Start,
             );
+        }
+        if r.cells.is_empty() {
+            continue;
         }
         // The address map.
         s.rect(map_x, y + 4.0, map_w, 28.0, [0xf2, 0xf2, 0xf2]);
@@ -692,7 +739,8 @@ mod tests {
     fn ticks_and_labels() {
         assert_eq!(nice_step(10.0, 5.0), 2.0);
         assert_eq!(nice_step(0.07, 4.0), 0.02);
-        let (t, step) = ticks(0.0, 100.0, 4.0);
+        let (t, step) = ticks_min(0.0, 100.0, 4.0, 0.0);
+        assert_eq!(ticks_min(0.0, 2.0, 4.0, 1.0).0, vec![0.0, 1.0, 2.0]);
         assert_eq!((t, step), (vec![0.0, 50.0, 100.0], 50.0));
         assert_eq!(fmt_num(0.25, 0.05), "0.25");
         assert_eq!(fmt_num(3.0, 1.0), "3");

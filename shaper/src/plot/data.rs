@@ -271,7 +271,8 @@ impl PlotData {
                     })
                     .collect(),
                 target_label: String::new(),
-                measured_label: "of requests".into(),
+                measured_label: String::new(),
+                of: "requests".into(),
                 note: "a trace names pools, not addresses".into(),
             });
         }
@@ -361,7 +362,8 @@ impl PlotData {
             pools: (!rows.is_empty()).then(|| PoolsView {
                 rows,
                 target_label: String::new(),
-                measured_label: "of sessions".into(),
+                measured_label: String::new(),
+                of: "sessions".into(),
                 note: "the capture's client addresses".into(),
             }),
             subtitle: String::new(),
@@ -434,6 +436,7 @@ fn pool_map<R: Rng + ?Sized>(
         rows,
         target_label: "weight".into(),
         measured_label: "drawn".into(),
+        of: "sessions".into(),
         note: format!(
             "dark: share by pool weight; light: share of {draws} sessions drawn from the user table"
         ),

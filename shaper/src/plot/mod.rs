@@ -158,10 +158,12 @@ pub struct PoolRow {
 pub struct PoolsView {
     /// The pools.
     pub rows: Vec<PoolRow>,
-    /// What `target` is ("by weight").
+    /// What `target` is ("weight").
     pub target_label: String,
-    /// What `measured` is ("of 100000 drawn sessions").
+    /// What `measured` is ("drawn", "sessions").
     pub measured_label: String,
+    /// What is shared out: "sessions" or "requests".
+    pub of: String,
     /// A note shown with the title.
     pub note: String,
 }

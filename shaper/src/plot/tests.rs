@@ -163,10 +163,7 @@ fn sections_an_input_lacks_are_named() {
     // `all` draws what there is.
     let s = d.scene(What::All, "a trace", 3).unwrap();
     let t = texts(&s);
-    assert!(
-        t.iter().any(|x| x.starts_with("66.7% of requests")),
-        "{t:?}"
-    );
+    assert!(t.iter().any(|x| x == "66.7%"), "{t:?}");
 }
 
 #[test]
