@@ -1,7 +1,7 @@
 //! The PNG backend: the scene painted into an RGB buffer, then encoded as a PNG.
 //!
 //! Owns: rasterising the primitives (no anti-aliasing: crisp, flat colours, which also keeps
-//! the file small), text from the built-in [`super::font`], and the PNG container (signature,
+//! the file small), text from the built-in 5 x 7 font (`font`), and the PNG container (signature,
 //! IHDR, one IDAT of a zlib stream from `miniz_oxide`, IEND, CRC-32 per chunk). Rows use the
 //! PNG "Up" filter, so the many repeated rows of a chart compress to almost nothing.
 //!
