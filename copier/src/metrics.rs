@@ -209,6 +209,14 @@ fn describe() {
         "Requests released by pacing without an answer"
     );
     describe_counter!(
+        "copier_syn_time_wait_resets_total",
+        "SYNs answered by a bare ACK of a TIME_WAIT socket, reset and sent again"
+    );
+    describe_counter!(
+        "copier_syn_port_moves_total",
+        "Test connections moved to another port after meeting a TIME_WAIT socket twice"
+    );
+    describe_counter!(
         "copier_packets_dropped_total",
         "Captured packets or records not carried, by reason"
     );
@@ -315,6 +323,8 @@ pub fn export(s: &Snapshot<'_>) {
     counter!("copier_retransmissions_total").absolute(e.retransmissions);
     counter!("copier_records_received_total").absolute(e.records_received);
     counter!("copier_answer_timeouts_total").absolute(e.answer_timeouts);
+    counter!("copier_syn_time_wait_resets_total").absolute(e.syn_time_wait_resets);
+    counter!("copier_syn_port_moves_total").absolute(e.syn_port_moves);
     for (reason, v) in e.drops.iter() {
         counter!("copier_packets_dropped_total", "reason" => reason).absolute(v);
     }

@@ -126,6 +126,12 @@ pub(crate) struct Conn {
     rst_low_due: bool,
     /// A RST for a stale connection of the test server on our tuple.
     stale_rst: Option<SeqNum>,
+    /// Bare ACKs (no SYN) the test server answered our SYN with: its socket on this tuple is
+    /// still in TIME_WAIT (the client reused a port). The first is reset and the SYN sent again
+    /// at once; from the second on, `port_busy` asks the session to move to another port.
+    pub tw_acks: u8,
+    /// See `tw_acks`.
+    pub port_busy: bool,
     syn_due: bool,
     probe_due: bool,
     /// FINs of the test server seen again while lingering.
@@ -189,6 +195,8 @@ impl Conn {
             rst_low: None,
             rst_low_due: false,
             stale_rst: None,
+            tw_acks: 0,
+            port_busy: false,
             syn_due: true,
             probe_due: false,
             fin_repeats: 0,
@@ -262,7 +270,9 @@ impl Conn {
             return true;
         }
         self.reset = true;
-        self.rst_due = Some(self.snd_max);
+        if self.synced || !self.port_busy {
+            self.rst_due = Some(self.snd_max);
+        }
         if self.synced && self.snd_una != self.snd_max {
             self.rst_low = Some(self.snd_una);
             self.rst_low_due = true;
@@ -377,6 +387,21 @@ impl Conn {
             if acks_syn {
                 self.refused = true;
                 self.dead = true;
+            }
+            return;
+        }
+        if h.has(TcpFlags::ACK) && !h.has(TcpFlags::SYN) {
+            if !acks_syn {
+                // A challenge ACK of a TIME_WAIT socket on our tuple (RFC 793 reset generation:
+                // seq = its ACK number; Linux with tcp_rfc1337=0 then drops the TIME_WAIT
+                // socket), then our SYN again at once rather than after the RTO.
+                self.stale_rst = Some(h.ack);
+                self.tw_acks = self.tw_acks.saturating_add(1);
+                if self.tw_acks >= 2 {
+                    self.port_busy = true;
+                } else {
+                    self.syn_due = true;
+                }
             }
             return;
         }

@@ -127,6 +127,10 @@ pub struct DropCounts {
     pub buffer_cap: u64,
     /// Requests skipped when a new connection could not replay a partly discarded request.
     pub replay_skipped: u64,
+    /// Request units given up because the capture lost some of their bytes (a hole the
+    /// client never filled: the online server had them); the session resumed at the next
+    /// request after the hole, on a new connection.
+    pub capture_gap: u64,
     /// Records that do not parse.
     pub record_malformed: u64,
     /// Records of no registered connection.
@@ -151,6 +155,7 @@ impl DropCounts {
             ("after_close", self.after_close),
             ("buffer_cap", self.buffer_cap),
             ("replay_skipped", self.replay_skipped),
+            ("capture_gap", self.capture_gap),
             ("record_malformed", self.record_malformed),
             ("record_unknown", self.record_unknown),
         ]
@@ -201,6 +206,11 @@ pub struct EngineStats {
     pub records_received: u64,
     /// Requests released by pacing because no answer came in time.
     pub answer_timeouts: u64,
+    /// Our SYN was answered by a bare ACK (a TIME_WAIT socket of the test server on the
+    /// tuple): we reset it and sent the SYN again at once.
+    pub syn_time_wait_resets: u64,
+    /// Test connections moved to another port because the SYN met a TIME_WAIT socket twice.
+    pub syn_port_moves: u64,
     /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`).
     pub sessions_shed: u64,
     /// Packets and records dropped, by reason.

@@ -18,6 +18,11 @@
 //!   each `> cur_start` (or `== cur_start` once, for a server-speaks-first greeting gate).
 //! - `fin`, once set, is `next`: nothing is accepted after the client's FIN.
 //!
+//! Capture holes: a hole the client never fills (the capture lost bytes the online server got)
+//! is given up by [`Stream::skip_gap`]: the damaged unit is dropped and the stream jumps to the
+//! next unit after the hole. Sequence numbers then skip, so the session carries the rest on a
+//! new test connection (see `session`).
+//!
 //! Sizes of the online answers: each unit starts with the client's ACK number on its first
 //! byte (the online server's sequence space), so the online answer to a unit is the ACK at the
 //! start of the next unit minus the ACK at its own start (`cur_ack`, then each [`Bound::ack`]).
@@ -195,6 +200,13 @@ impl Stream {
         let skip = self.next.diff(seq) as usize;
         r.trimmed = skip;
         r.appended += self.append(ack, payload.keep(skip), fin);
+        r.appended += self.drain_held();
+        r
+    }
+
+    /// Append the held segments that became in order. Returns the bytes appended.
+    fn drain_held(&mut self) -> usize {
+        let mut appended = 0;
         while self.fin.is_none() {
             let Some(h) = self.held.first() else { break };
             if h.seq.gt(self.next) {
@@ -208,13 +220,84 @@ impl Stream {
                 continue;
             }
             let skip = self.next.diff(h.seq) as usize;
-            r.appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin);
+            appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin);
         }
         if self.fin.is_some() && !self.held.is_empty() {
             self.held_bytes = 0;
             self.held.clear();
         }
-        r
+        appended
+    }
+
+    /// Whether segments wait for bytes before them (a hole at `next`).
+    pub(crate) fn has_held(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Where the stream can resume past the hole at `next`: the first held segment that
+    /// directly follows another held segment (no hole between them) and acks more than it and
+    /// than the client's latest in-order data. The online server answered in between, so it
+    /// had the bytes of the hole (the capture lost them and the client will never send them
+    /// again), and a request unit starts exactly there. (The first held segment itself is
+    /// never taken: acking more than the bytes before the hole, it may still be the tail of a
+    /// unit whose head the hole swallowed.)
+    pub(crate) fn gap_resume(&self) -> Option<SeqNum> {
+        let last = self.last_ack?;
+        let mut prev: Option<(SeqNum, Option<SeqNum>)> = None; // (end, ack) of the run so far
+        for h in &self.held {
+            let end = h.seq.add(h.data.as_ref().map_or(0, Chunk::len) as u32);
+            match prev {
+                Some((pend, pack)) if h.seq == pend => {
+                    let more = |a: SeqNum| pack.is_some_and(|p| a.gt(p)) && a.gt(last);
+                    if h.ack.is_some_and(more) {
+                        return Some(h.seq);
+                    }
+                    prev = Some((end, h.ack.or(pack)));
+                }
+                Some((pend, pack)) if h.seq.lt(pend) => {
+                    // Overlap (a retransmission): the run goes on.
+                    prev = Some((if end.gt(pend) { end } else { pend }, pack));
+                }
+                _ => prev = Some((end, h.ack)),
+            }
+        }
+        None
+    }
+
+    /// Whether the hole at `next` is inside a unit: the first segment after it carries the
+    /// same ACK number as the bytes before it.
+    pub(crate) fn gap_mid_unit(&self) -> bool {
+        match (self.held.first(), self.last_ack) {
+            (Some(h), Some(l)) => h.ack.is_none_or(|a| !a.gt(l)),
+            _ => false,
+        }
+    }
+
+    /// Give up the unit the hole at `next` damaged: only when it is the first unanswered one
+    /// (no boundary after `cur_start`) and [`Stream::gap_resume`] found where the next unit
+    /// starts. Drops the unit's bytes (in order and held) and restarts the stream there, as a
+    /// mid-stream session would: `cur_start == base == next == ` the resume point, then
+    /// appends what was held after it. Returns whether it did.
+    pub(crate) fn skip_gap(&mut self) -> bool {
+        if !self.bounds.is_empty() || self.fin.is_some() {
+            return false;
+        }
+        let Some(at) = self.gap_resume() else { return false };
+        let i = self.held.iter().position(|h| h.seq == at).unwrap_or(0);
+        for h in self.held.drain(..i) {
+            self.held_bytes -= h.data.as_ref().map_or(0, Chunk::len);
+        }
+        let ack = self.held.first().and_then(|h| h.ack);
+        self.buf.consume(self.buf.len());
+        self.base = at;
+        self.next = at;
+        self.cur_start = at;
+        self.cur_ack = ack;
+        self.last_ack = ack;
+        self.seen_data = true;
+        self.gate_ok = false;
+        self.drain_held();
+        true
     }
 
     fn append(&mut self, ack: Option<SeqNum>, data: Option<Chunk>, fin: bool) -> usize {

@@ -17,6 +17,7 @@ mod answer;
 mod close;
 mod copies;
 mod data;
+mod gap;
 mod handshake;
 mod limits;
 mod shaped;
