@@ -14,19 +14,6 @@
 //! the RST goes to the test server once the last one is answered (or timed out). That wait is
 //! bounded by `session_timeout` from the RST.
 //!
-//! Capture holes: when the capture loses a client segment the online server got, the client
-//! never sends it again and the stream waits for it forever. Once the hole is `GAP_WAIT` old,
-//! a later request is known (a held segment acks more than the damaged unit did: see
-//! [`Stream::gap_resume`]) and every unit before the damaged one is answered, the damaged unit
-//! is given up (`capture_gap`) and the stream resumes at that later request. Sequence numbers
-//! are the client's on every connection, so the skip cannot go on the same connection: the
-//! current one is reset and the rest goes on a new one, as after the test server's close. No
-//! damaged unit is ever completed: what of it was sent before the hole dies with the RST.
-//!
-//! TIME_WAIT: a SYN answered by a bare ACK met a TIME_WAIT socket of the test server (client
-//! port reuse); the connection resets it and sends the SYN again at once (`conn`); the second
-//! time, the session moves the connection to another port ([`Session::move_port`]).
-//!
 //! Invariants:
 //! - at most one current connection (`cur`) carries data; `old` holds only connections that
 //!   are closing (lingering after a graceful close or a RST of ours);
@@ -52,10 +39,6 @@ use super::pkt::{Captured, RecordInfo};
 use super::stats::{EngineStats, FailReason};
 use super::stream::Stream;
 use super::ControlEvent;
-
-/// How long a hole in the captured stream may wait for its bytes before the damaged request
-/// unit is given up (when a later request is known).
-const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A session's place in the engine's slab: index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +153,12 @@ pub(crate) struct Session {
     pub want_port: u16,
     /// The shaper's id of this copy, with `--profile`.
     pub shaper_id: Option<shaper::SessionId>,
+    /// With a shaper: the start of the unit it was last asked about (`Shaper::release_at`),
+    /// and how many units were asked about.
+    gate_asked: Option<SeqNum>,
+    units_asked: u32,
+    /// The instant before which the current unit may not go (held, never dropped).
+    gate: Option<Instant>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -184,12 +173,6 @@ pub(crate) struct Session {
     /// When the client reset the connection while requests were still to be carried.
     client_reset: Option<Instant>,
     reconnects: u32,
-    /// Since when the stream has a hole (held segments), if it has.
-    gap_since: Option<Instant>,
-    /// When to look at the hole again (set by `skip_gap`, always in its future).
-    gap_due: Option<Instant>,
-    /// This copy counts the captured packets' drops for the session (see `on_captured`).
-    lead: bool,
     pub armed: Option<Instant>,
     pub in_ready: bool,
 }
@@ -203,6 +186,9 @@ impl Session {
             client_ip,
             want_port: key.client.port(),
             shaper_id: None,
+            gate_asked: None,
+            units_asked: 0,
+            gate: None,
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
@@ -215,9 +201,6 @@ impl Session {
             watch: Watch::default(),
             client_reset: None,
             reconnects: 0,
-            gap_since: None,
-            gap_due: None,
-            lead: true,
             armed: None,
             in_ready: false,
         }
@@ -306,7 +289,7 @@ impl Session {
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
-            take(self.gap_due);
+            take(self.gate);
         }
         d
     }
@@ -342,7 +325,6 @@ impl Session {
     /// is counted once, not N times; a copy's own failure is counted by that copy).
     pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>, payload: &mut Payload<'_>, lead: bool) {
         let h = &c.hdr;
-        self.lead = lead;
         let lead = u64::from(lead);
         match self.phase {
             Phase::Done => {
@@ -431,11 +413,6 @@ impl Session {
             self.finish(sh, now, Some(FailReason::BufferCap));
             return;
         }
-        if self.stream.has_held() {
-            self.gap_since.get_or_insert(now);
-        } else {
-            self.gap_since = None;
-        }
         self.reconcile(sh, now);
     }
 
@@ -449,92 +426,12 @@ impl Session {
                     self.watch.on_record(now, r, c.rcv_nxt);
                 }
             }
-            let tw = c.tw_acks;
             c.on_record(now, r, &sh.p);
-            if c.tw_acks > tw {
-                if c.port_busy {
-                    self.move_port(sh, now);
-                } else {
-                    sh.stats.syn_time_wait_resets += 1;
-                }
-            }
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
         }
         self.reconcile(sh, now);
         self.sweep(sh);
-    }
-
-    /// The test server answered our SYN twice with the ACK of a TIME_WAIT socket: leave that
-    /// tuple (its RST is still sent) and open the connection again from another port of the
-    /// share, carrying the same bytes.
-    fn move_port(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(mut c) = self.cur.take() else { return };
-        let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
-        c.abandon(now, &sh.p);
-        self.old.push(c);
-        match sh.free_tuple(self.client_ip, self.target, None) {
-            Some(t) => {
-                sh.stats.syn_port_moves += 1;
-                self.open_conn(sh, now, t, start);
-            }
-            None => self.finish(sh, now, Some(FailReason::NoTuple)),
-        }
-    }
-
-    /// Give up the request unit a capture hole damaged, if it is time (see the module
-    /// documentation): the stream skips to the next request, and the current connection is
-    /// reset so that `reconcile` carries the rest on a new one.
-    ///
-    /// The bytes in order before the hole (`[cur_start, next)`) are the start of the damaged
-    /// unit when the first segment after the hole carries the same ACK (the unit goes on
-    /// after the hole); otherwise they may be a whole request, so its answer is awaited first
-    /// (quiet, or `answer_timeout` from the hole). Either way the test server must have
-    /// acknowledged them, so that resetting the connection loses nothing carried whole.
-    fn skip_gap(&mut self, sh: &mut Shared, now: Instant) {
-        self.gap_due = None;
-        let Some(t) = self.gap_since else { return };
-        if !self.stream.has_held() {
-            self.gap_since = None;
-            return;
-        }
-        if now < t + GAP_WAIT {
-            self.gap_due = Some(t + GAP_WAIT);
-            return;
-        }
-        if !self.stream.bounds.is_empty() || self.stream.gap_resume().is_none() {
-            return; // later events (answers, captured segments) call again
-        }
-        let s = &self.stream;
-        if let Some(c) = &self.cur {
-            if s.next.gt(s.cur_start) {
-                if !c.acked().ge(s.next) {
-                    return; // a record or the RTO calls again
-                }
-                let answered = self.watch.aimed_at(c.tuple, s.next) && self.watch.answered(now, None, sh.p.answer_quiet);
-                if !s.gap_mid_unit() && !answered && now < t + sh.p.answer_timeout {
-                    self.gap_due = Some(match self.watch.quiet_at(sh.p.answer_quiet) {
-                        Some(q) if q > now => q.min(t + sh.p.answer_timeout),
-                        _ => t + sh.p.answer_timeout,
-                    });
-                    return;
-                }
-            }
-        }
-        if !self.stream.skip_gap() {
-            return;
-        }
-        sh.stats.drops.capture_gap += u64::from(self.lead);
-        self.gap_since = self.stream.has_held().then_some(now);
-        self.unit_acked_at = None;
-        self.watch = Watch::default();
-        if let Some(mut c) = self.cur.take() {
-            let drop_now = c.abandon(now, &sh.p);
-            self.old.push(c);
-            if drop_now {
-                self.sweep(sh);
-            }
-        }
     }
 
     /// A deadline of this session passed.
@@ -580,6 +477,7 @@ impl Session {
         // What the current connection got answered (before dropping it if the test server
         // reset it: it may have answered first).
         self.release(sh, now);
+        self.gate(sh, now);
         // The test server reset or refused the current connection.
         if let Some(refused) = self.cur.as_ref().filter(|c| c.dead).map(|c| c.refused) {
             self.sweep(sh);
@@ -588,7 +486,6 @@ impl Session {
                 return;
             }
         }
-        self.skip_gap(sh, now);
         // The client reset: done once everything before its RST is carried.
         if self.client_reset.is_some() && !self.stream.unanswered() {
             self.finish(sh, now, None);
@@ -648,6 +545,33 @@ impl Session {
 
     fn send_limit(&self, p: &Params) -> SeqNum {
         send_limit(&self.stream, p)
+    }
+
+    /// With a shaper: once the current unit's first bytes are there, asks when it may go
+    /// (`Shaper::release_at`, unit index counted per copy, the shaper's clock at `now`) and
+    /// holds it until then; lifts the hold once that instant has passed. A unit is held only
+    /// before its first byte goes, so a request is never cut; a shaper that no longer knows the
+    /// copy (its translation expired) holds nothing.
+    fn gate(&mut self, sh: &mut Shared, now: Instant) {
+        let Some(id) = self.shaper_id else { return };
+        let start = self.stream.cur_start;
+        if self.gate_asked != Some(start) && self.stream.next.gt(start) {
+            self.gate_asked = Some(start);
+            let t = sh.shaper_now(now);
+            let index = self.units_asked;
+            self.units_asked += 1;
+            let until = sh.shaper.as_mut().and_then(|s| s.release_at(t, id, index).ok());
+            self.gate = until.and_then(|d| sh.run_start.map(|r| r + d));
+        }
+        if self.gate.is_some_and(|u| u <= now) {
+            self.gate = None;
+        }
+    }
+
+    /// Whether the current unit is held by the shaper (asked about and not yet due, or not
+    /// asked about yet).
+    fn held(&self) -> bool {
+        self.shaper_id.is_some() && (self.gate.is_some() || self.gate_asked != Some(self.stream.cur_start))
     }
 
     /// Move past the units the current connection got answered, and run the answer clock.
@@ -738,7 +662,11 @@ impl Session {
                 return Some((c.tuple, s));
             }
         }
-        let limit = send_limit(&self.stream, &sh.p);
+        self.gate(sh, now);
+        let mut limit = send_limit(&self.stream, &sh.p);
+        if self.held() && limit.gt(self.stream.cur_start) {
+            limit = self.stream.cur_start;
+        }
         let c = self.cur.as_mut()?;
         let fin = self.stream.fin.filter(|&f| {
             self.stream.next == f && c.acked().ge(f) && (!sh.p.pace || self.stream.bounds.is_empty())

@@ -145,3 +145,58 @@ fn copies_carry_every_byte_on_their_virtual_tuples_and_end_in_the_shaper() {
     assert_eq!(h.e.session_count(), 0);
     assert_eq!(h.e.sh.shaper.as_ref().map(shaper::Shaper::live_copies), Some(0));
 }
+
+/// A profile with ON/OFF gating over one source.
+const GATED: &str = r#"
+[multiplication]
+factor = 1
+
+[onoff]
+enabled = true
+sources = 1
+law = "exponential"
+alpha_on = 1.4
+alpha_off = 1.4
+beta_on_s = 1.0
+rho = 0.5
+horizon_s = 3600
+"#;
+
+#[test]
+fn a_request_is_held_while_the_source_is_off_and_goes_whole_when_it_is_on() {
+    let p = shaper::Profile::from_toml_str(GATED).unwrap();
+    p.validate().unwrap();
+    // The engine draws the same plan from the same seed (H uses 7).
+    let plan = shaper::Shaper::new(&p, 7).unwrap().plan().unwrap().clone();
+    // The first OFF period that starts after 1 s and lasts at least 100 ms.
+    let (off, on) = (1..3000)
+        .map(|i| f64::from(i) * 0.01)
+        .filter(|&t| !plan.is_on(0, t) && plan.is_on(0, t - 0.01))
+        .map(|t| (t, plan.next_on(0, t).unwrap()))
+        .find(|&(t, on)| on - t >= 0.1)
+        .expect("an OFF period");
+    let ms = |s: f64| (s * 1000.0) as u64;
+    let mut h = H::new(profile(GATED));
+    // The session starts while the source is ON (the first packet sets the shaper's clock);
+    // its request is captured 20 ms into the OFF period.
+    h.at(0);
+    h.cap(SYN);
+    let t = registers(&h.control())[0];
+    let _ = h.packets();
+    h.cap(HS_ACK);
+    h.rec_to(t, SYN_ACK);
+    let _ = h.out();
+    h.at(ms(off) + 20);
+    h.cap(data(0, 0, b"GET /held HTTP/1.1\r\n\r\n"));
+    assert!(h.out().iter().all(|o| o.payload.is_empty()), "nothing sent while OFF");
+    // Timers until just before the ON instant: still nothing.
+    let (early, _) = h.run_timers(ms(on) - 2);
+    assert!(early.iter().all(|(_, o)| o.payload.is_empty()), "held until {on}s: {early:?}");
+    // Then the whole request goes, at the ON instant.
+    let (late, _) = h.run_timers(ms(on) + 50);
+    let sent: Vec<&(u64, Out)> = late.iter().filter(|(_, o)| !o.payload.is_empty()).collect();
+    assert!(!sent.is_empty(), "released at {on}s");
+    assert!(sent[0].0 >= ms(on), "left at {} ms, ON at {} ms", sent[0].0, ms(on));
+    let bytes: Vec<u8> = sent.iter().flat_map(|(_, o)| o.payload.to_vec()).collect();
+    assert_eq!(bytes, b"GET /held HTTP/1.1\r\n\r\n");
+}
