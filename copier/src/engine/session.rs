@@ -14,6 +14,19 @@
 //! the RST goes to the test server once the last one is answered (or timed out). That wait is
 //! bounded by `session_timeout` from the RST.
 //!
+//! Capture holes: when the capture loses a client segment the online server got, the client
+//! never sends it again and the stream waits for it forever. Once the hole is `GAP_WAIT` old,
+//! a later request is known (a held segment acks more than the damaged unit did: see
+//! [`Stream::gap_resume`]) and every unit before the damaged one is answered, the damaged unit
+//! is given up (`capture_gap`) and the stream resumes at that later request. Sequence numbers
+//! are the client's on every connection, so the skip cannot go on the same connection: the
+//! current one is reset and the rest goes on a new one, as after the test server's close. No
+//! damaged unit is ever completed: what of it was sent before the hole dies with the RST.
+//!
+//! TIME_WAIT: a SYN answered by a bare ACK met a TIME_WAIT socket of the test server (client
+//! port reuse); the connection resets it and sends the SYN again at once (`conn`); the second
+//! time, the session moves the connection to another port ([`Session::move_port`]).
+//!
 //! Invariants:
 //! - at most one current connection (`cur`) carries data; `old` holds only connections that
 //!   are closing (lingering after a graceful close or a RST of ours);
@@ -39,6 +52,10 @@ use super::pkt::{Captured, RecordInfo};
 use super::stats::{EngineStats, FailReason};
 use super::stream::Stream;
 use super::ControlEvent;
+
+/// How long a hole in the captured stream may wait for its bytes before the damaged request
+/// unit is given up (when a later request is known).
+const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// A session's place in the engine's slab: index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +190,12 @@ pub(crate) struct Session {
     /// When the client reset the connection while requests were still to be carried.
     client_reset: Option<Instant>,
     reconnects: u32,
+    /// Since when the stream has a hole (held segments), if it has.
+    gap_since: Option<Instant>,
+    /// When to look at the hole again (set by `skip_gap`, always in its future).
+    gap_due: Option<Instant>,
+    /// This copy counts the captured packets' drops for the session (see `on_captured`).
+    lead: bool,
     pub armed: Option<Instant>,
     pub in_ready: bool,
 }
@@ -201,6 +224,9 @@ impl Session {
             watch: Watch::default(),
             client_reset: None,
             reconnects: 0,
+            gap_since: None,
+            gap_due: None,
+            lead: true,
             armed: None,
             in_ready: false,
         }
@@ -290,6 +316,7 @@ impl Session {
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
             take(self.gate);
+            take(self.gap_due);
         }
         d
     }
@@ -325,6 +352,7 @@ impl Session {
     /// is counted once, not N times; a copy's own failure is counted by that copy).
     pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>, payload: &mut Payload<'_>, lead: bool) {
         let h = &c.hdr;
+        self.lead = lead;
         let lead = u64::from(lead);
         match self.phase {
             Phase::Done => {
@@ -413,6 +441,11 @@ impl Session {
             self.finish(sh, now, Some(FailReason::BufferCap));
             return;
         }
+        if self.stream.has_held() {
+            self.gap_since.get_or_insert(now);
+        } else {
+            self.gap_since = None;
+        }
         self.reconcile(sh, now);
     }
 
@@ -426,12 +459,92 @@ impl Session {
                     self.watch.on_record(now, r, c.rcv_nxt);
                 }
             }
+            let tw = c.tw_acks;
             c.on_record(now, r, &sh.p);
+            if c.tw_acks > tw {
+                if c.port_busy {
+                    self.move_port(sh, now);
+                } else {
+                    sh.stats.syn_time_wait_resets += 1;
+                }
+            }
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
         }
         self.reconcile(sh, now);
         self.sweep(sh);
+    }
+
+    /// The test server answered our SYN twice with the ACK of a TIME_WAIT socket: leave that
+    /// tuple (its RST is still sent) and open the connection again from another port of the
+    /// share, carrying the same bytes.
+    fn move_port(&mut self, sh: &mut Shared, now: Instant) {
+        let Some(mut c) = self.cur.take() else { return };
+        let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
+        c.abandon(now, &sh.p);
+        self.old.push(c);
+        match sh.free_tuple(self.client_ip, self.target, None) {
+            Some(t) => {
+                sh.stats.syn_port_moves += 1;
+                self.open_conn(sh, now, t, start);
+            }
+            None => self.finish(sh, now, Some(FailReason::NoTuple)),
+        }
+    }
+
+    /// Give up the request unit a capture hole damaged, if it is time (see the module
+    /// documentation): the stream skips to the next request, and the current connection is
+    /// reset so that `reconcile` carries the rest on a new one.
+    ///
+    /// The bytes in order before the hole (`[cur_start, next)`) are the start of the damaged
+    /// unit when the first segment after the hole carries the same ACK (the unit goes on
+    /// after the hole); otherwise they may be a whole request, so its answer is awaited first
+    /// (quiet, or `answer_timeout` from the hole). Either way the test server must have
+    /// acknowledged them, so that resetting the connection loses nothing carried whole.
+    fn skip_gap(&mut self, sh: &mut Shared, now: Instant) {
+        self.gap_due = None;
+        let Some(t) = self.gap_since else { return };
+        if !self.stream.has_held() {
+            self.gap_since = None;
+            return;
+        }
+        if now < t + GAP_WAIT {
+            self.gap_due = Some(t + GAP_WAIT);
+            return;
+        }
+        if !self.stream.bounds.is_empty() || self.stream.gap_resume().is_none() {
+            return; // later events (answers, captured segments) call again
+        }
+        let s = &self.stream;
+        if let Some(c) = &self.cur {
+            if s.next.gt(s.cur_start) {
+                if !c.acked().ge(s.next) {
+                    return; // a record or the RTO calls again
+                }
+                let answered = self.watch.aimed_at(c.tuple, s.next) && self.watch.answered(now, None, sh.p.answer_quiet);
+                if !s.gap_mid_unit() && !answered && now < t + sh.p.answer_timeout {
+                    self.gap_due = Some(match self.watch.quiet_at(sh.p.answer_quiet) {
+                        Some(q) if q > now => q.min(t + sh.p.answer_timeout),
+                        _ => t + sh.p.answer_timeout,
+                    });
+                    return;
+                }
+            }
+        }
+        if !self.stream.skip_gap() {
+            return;
+        }
+        sh.stats.drops.capture_gap += u64::from(self.lead);
+        self.gap_since = self.stream.has_held().then_some(now);
+        self.unit_acked_at = None;
+        self.watch = Watch::default();
+        if let Some(mut c) = self.cur.take() {
+            let drop_now = c.abandon(now, &sh.p);
+            self.old.push(c);
+            if drop_now {
+                self.sweep(sh);
+            }
+        }
     }
 
     /// A deadline of this session passed.
@@ -486,6 +599,7 @@ impl Session {
                 return;
             }
         }
+        self.skip_gap(sh, now);
         // The client reset: done once everything before its RST is carried.
         if self.client_reset.is_some() && !self.stream.unanswered() {
             self.finish(sh, now, None);
