@@ -60,6 +60,14 @@ impl Chunk {
     pub(crate) fn tail(&self, skip: usize) -> Option<Chunk> {
         (skip < self.len()).then(|| Chunk { buf: self.buf.clone(), start: self.start + skip, end: self.end })
     }
+
+    /// [`Chunk::tail`], consuming the view (no reference count change).
+    fn into_tail(mut self, skip: usize) -> Option<Chunk> {
+        (skip < self.len()).then(|| {
+            self.start += skip;
+            self
+        })
+    }
 }
 
 /// A captured payload on its way to the copies of its session: copied into a shared [`Chunk`]
@@ -69,11 +77,19 @@ pub(crate) struct Payload<'a> {
     bytes: &'a [u8],
     chunk: Option<Chunk>,
     meter: &'a Meter,
+    /// The copy being served is the last one: what it keeps need not stay cached.
+    last: bool,
 }
 
 impl<'a> Payload<'a> {
     pub(crate) fn new(bytes: &'a [u8], meter: &'a Meter) -> Payload<'a> {
-        Payload { bytes, chunk: None, meter }
+        Payload { bytes, chunk: None, meter, last: false }
+    }
+
+    /// Tell whether the copy served next is the last one to see this payload (it then takes
+    /// the cached chunk rather than a new reference to it).
+    pub(crate) fn set_last(&mut self, last: bool) {
+        self.last = last;
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -85,12 +101,20 @@ impl<'a> Payload<'a> {
         if skip >= self.bytes.len() {
             return None;
         }
-        let whole = self.chunk.get_or_insert_with(|| {
-            self.meter.0.fetch_add(self.bytes.len(), Ordering::Relaxed);
-            let buf = Arc::new(Buf { bytes: self.bytes.into(), meter: self.meter.clone() });
-            Chunk { end: buf.bytes.len(), buf, start: 0 }
-        });
-        whole.tail(skip)
+        let whole = match self.chunk.take() {
+            Some(c) => c,
+            None => {
+                self.meter.0.fetch_add(self.bytes.len(), Ordering::Relaxed);
+                let buf = Arc::new(Buf { bytes: self.bytes.into(), meter: self.meter.clone() });
+                Chunk { end: buf.bytes.len(), buf, start: 0 }
+            }
+        };
+        if self.last {
+            return whole.into_tail(skip);
+        }
+        let part = whole.tail(skip);
+        self.chunk = Some(whole);
+        part
     }
 }
 
@@ -203,6 +227,7 @@ mod tests {
             let mut p = Payload::new(b"hello world", &meter);
             assert_eq!(meter.bytes(), 0, "nothing kept yet");
             a.push(p.keep(0).unwrap());
+            p.set_last(true);
             b.push(p.keep(6).unwrap());
             assert!(p.keep(11).is_none());
         }

@@ -126,6 +126,9 @@ pub struct Engine {
     due: Vec<(Instant, u32, u32)>,
     /// The members of a group while a captured packet goes to each.
     members: Vec<u32>,
+    /// A handle on `sh.meter` for the payload being dispatched (taken and put back, so that a
+    /// packet costs no reference count change).
+    payload_meter: Option<Meter>,
     /// RSTs of [`Engine::close_all`] not yet taken by `poll_transmit`.
     shutdown_tx: VecDeque<(FourTuple, Vec<u8>)>,
     /// Tuples to unregister once `shutdown_tx` is empty.
@@ -154,6 +157,7 @@ impl Engine {
     pub fn new(config: EngineConfig, seed: u64) -> Engine {
         let hash = FastHash { seed: config::mix(seed ^ 0x5eed) };
         let p = Params::new(&config);
+        let meter = Meter::default();
         Engine {
             sh: Shared {
                 stats: EngineStats { copies_requested: u64::from(p.copies), ..EngineStats::default() },
@@ -169,7 +173,7 @@ impl Engine {
                 }),
                 seed,
                 intercept_up: true,
-                meter: Meter::default(),
+                meter: meter.clone(),
                 scratch: Vec::new(),
                 // The same seed in every worker: the same sessions get the same number of
                 // copies. A profile that does not build was refused by `EngineConfig::validate`.
@@ -183,6 +187,7 @@ impl Engine {
             ready: VecDeque::new(),
             due: Vec::new(),
             members: Vec::new(),
+            payload_meter: Some(meter),
             shutdown_tx: VecDeque::new(),
             shutdown_unreg: Vec::new(),
         }
@@ -255,11 +260,15 @@ impl Engine {
         members.clear();
         members.extend_from_slice(&g.members);
         let started = self.sh.stats.sessions_started;
-        let meter = self.sh.meter.clone();
+        let meter = self.payload_meter.take().unwrap_or_else(|| self.sh.meter.clone());
         let mut payload = Payload::new(c.payload, &meter);
+        let last = members.len().saturating_sub(1);
         for (i, &idx) in members.iter().enumerate() {
+            payload.set_last(i == last);
             self.with_session(idx, now, |s, sh| s.on_captured(sh, now, c, &mut payload, i == 0));
         }
+        drop(payload);
+        self.payload_meter = Some(meter);
         self.members = members;
         if self.sh.stats.sessions_started > started && !was_started {
             self.sh.stats.captured_sessions_started += 1;
