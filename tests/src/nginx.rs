@@ -68,6 +68,9 @@ pub struct LogEntry {
     pub uri: String,
     /// Length and SHA-256 (hex) of the request body, when nginx read one.
     pub body: Option<(u64, String)>,
+    /// When nginx logged the request (`$msec`), in milliseconds since the Unix epoch; `None`
+    /// for a line without it.
+    pub msec: Option<u64>,
 }
 
 impl LogEntry {
@@ -107,7 +110,7 @@ events {{ worker_connections 8192; }}
 http {{
     access_log off;
     client_max_body_size 256m;
-    log_format lab '$remote_addr $remote_port $connection $connection_requests $request_method $status $request_length $body_bytes_sent "$request_body_file" "$request_uri"';
+    log_format lab '$remote_addr $remote_port $connection $connection_requests $request_method $status $request_length $body_bytes_sent "$request_body_file" "$request_uri" $msec';
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/tmp/proxy;
     fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
@@ -225,7 +228,7 @@ http {{
 }
 
 fn parse_line(line: &str) -> Result<LogEntry> {
-    // 8 space-separated fields, then "body_file" "uri"
+    // 8 space-separated fields, then "body_file" "uri", then (optional) msec
     let mut it = line.splitn(9, ' ');
     let mut next = |what: &str| it.next().with_context(|| format!("missing {what}"));
     let remote_addr = next("remote_addr")?.to_owned();
@@ -239,7 +242,16 @@ fn parse_line(line: &str) -> Result<LogEntry> {
     let rest = next("body file and uri")?;
     let rest = rest.strip_prefix('"').context("body file not quoted")?;
     let (body_file, rest) = rest.split_once("\" \"").context("uri not quoted")?;
-    let uri = rest.strip_suffix('"').context("uri not closed")?.to_owned();
+    let (uri, tail) = rest.rsplit_once('"').context("uri not closed")?;
+    let uri = uri.to_owned();
+    let msec = match tail.trim() {
+        "" => None,
+        t => {
+            let (s, ms) = t.split_once('.').unwrap_or((t, "000"));
+            let ms = format!("{ms:0<3}");
+            Some(s.parse::<u64>().context("msec")? * 1000 + ms[..3].parse::<u64>().context("msec")?)
+        }
+    };
     let body = if body_file.is_empty() || body_file == "-" {
         None
     } else {
@@ -259,6 +271,7 @@ fn parse_line(line: &str) -> Result<LogEntry> {
         body_bytes_sent,
         uri,
         body,
+        msec,
     })
 }
 
@@ -273,6 +286,10 @@ mod tests {
         assert_eq!(e.remote_port, 40000);
         assert_eq!(e.connection, 7);
         assert_eq!(e.connection_requests, 3);
+        assert_eq!(e.msec, None, "a line without $msec");
+        let e = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/index.html?a=b" 1764480000.123"#).unwrap();
+        assert_eq!((e.uri.as_str(), e.msec), ("/index.html?a=b", Some(1_764_480_000_123)));
+        assert!(parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" soon"#).is_err());
         assert_eq!(e.method, "GET");
         assert_eq!(e.status, 200);
         assert_eq!(e.request_length, 77);
