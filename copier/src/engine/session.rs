@@ -190,8 +190,9 @@ pub(crate) struct Session {
     /// When the client reset the connection while requests were still to be carried.
     client_reset: Option<Instant>,
     reconnects: u32,
-    /// Since when the stream has a hole (held segments), if it has.
+    /// Since when the stream has a hole (held segments) at `gap_next`, if it has.
     gap_since: Option<Instant>,
+    gap_next: SeqNum,
     /// When to look at the hole again (set by `skip_gap`, always in its future).
     gap_due: Option<Instant>,
     /// This copy counts the captured packets' drops for the session (see `on_captured`).
@@ -225,6 +226,7 @@ impl Session {
             client_reset: None,
             reconnects: 0,
             gap_since: None,
+            gap_next: SeqNum(0),
             gap_due: None,
             lead: true,
             armed: None,
@@ -442,7 +444,11 @@ impl Session {
             return;
         }
         if self.stream.has_held() {
-            self.gap_since.get_or_insert(now);
+            if self.gap_since.is_none() || self.gap_next != self.stream.next {
+                // A new hole (an earlier one filled, this one is where the stream waits now).
+                self.gap_since = Some(now);
+                self.gap_next = self.stream.next;
+            }
         } else {
             self.gap_since = None;
         }
@@ -512,7 +518,9 @@ impl Session {
             self.gap_due = Some(t + GAP_WAIT);
             return;
         }
-        if !self.stream.bounds.is_empty() || self.stream.gap_resume().is_none() {
+        // After the client's RST no later request comes: everything from the hole on goes.
+        let to_end = self.client_reset.is_some() && self.stream.gap_resume().is_none();
+        if !self.stream.bounds.is_empty() || !(to_end || self.stream.gap_resume().is_some()) {
             return; // later events (answers, captured segments) call again
         }
         let s = &self.stream;
@@ -531,11 +539,18 @@ impl Session {
                 }
             }
         }
+        if to_end {
+            self.stream.skip_gap_to_end();
+            sh.stats.drops.capture_gap += u64::from(self.lead);
+            self.gap_since = None;
+            return; // `reconcile` ends the session as the client did
+        }
         if !self.stream.skip_gap() {
             return;
         }
         sh.stats.drops.capture_gap += u64::from(self.lead);
         self.gap_since = self.stream.has_held().then_some(now);
+        self.gap_next = self.stream.next;
         self.unit_acked_at = None;
         self.watch = Watch::default();
         if let Some(mut c) = self.cur.take() {
@@ -757,6 +772,10 @@ impl Session {
         match why {
             None => sh.stats.sessions_completed += 1,
             Some(r) => sh.stats.sessions_failed.bump(r),
+        }
+        if why.is_none() && self.stream.has_held() {
+            // The client ended with a hole not given up yet: what followed it dies here.
+            sh.stats.drops.capture_gap += u64::from(self.lead);
         }
         if let Some(c) = self.cur.take() {
             self.old.push(c);

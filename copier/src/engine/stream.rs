@@ -245,6 +245,9 @@ impl Stream {
         let last = self.last_ack?;
         let mut prev: Option<(SeqNum, Option<SeqNum>)> = None; // (end, ack) of the run so far
         for h in &self.held {
+            if h.fin && h.data.is_none() {
+                return Some(h.seq); // the client's FIN: nothing partial can follow
+            }
             let end = h.seq.add(h.data.as_ref().map_or(0, Chunk::len) as u32);
             match prev {
                 Some((pend, pack)) if h.seq == pend => {
@@ -262,6 +265,18 @@ impl Stream {
             }
         }
         None
+    }
+
+    /// Give up everything from the hole on (the client reset its connection: no later request
+    /// will come to resume at): the bytes before the hole count as carried, the held ones are
+    /// dropped.
+    pub(crate) fn skip_gap_to_end(&mut self) {
+        self.held.clear();
+        self.held_bytes = 0;
+        self.bounds.clear();
+        self.buf.consume(self.buf.len());
+        self.base = self.next;
+        self.cur_start = self.next;
     }
 
     /// Whether the hole at `next` is inside a unit: the first segment after it carries the

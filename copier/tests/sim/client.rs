@@ -150,6 +150,8 @@ struct Meta {
     /// Request index whose first byte this segment carries.
     starts_req: Option<u32>,
     data: bool,
+    /// Sequence number after the payload.
+    end: u32,
 }
 
 impl Gen<'_> {
@@ -176,7 +178,7 @@ impl Gen<'_> {
             ident: 0,
         }
         .emit(&mut out);
-        self.packets.push((self.t, out, Meta { seq, ack, starts_req, data: !payload.is_empty() }));
+        self.packets.push((self.t, out, Meta { seq, ack, starts_req, data: !payload.is_empty(), end: seq.wrapping_add(payload.len() as u32) }));
     }
 
     fn step(&mut self, lo_us: u64, hi_us: u64) {
@@ -184,7 +186,13 @@ impl Gen<'_> {
     }
 }
 
-pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
+/// `capture_drop`: the probability that the capture loses one data segment of the client (a
+/// hole the client never fills: the online server got it). Only for plain clients (from the
+/// SYN, no greeting, no pipelining, no server limit, ending with a FIN), where the requests
+/// the copy must carry follow from the engine's rule: the damaged request goes, and the copy
+/// resumes at the first captured segment that directly follows another captured one after the
+/// hole and acks more than it (or at the FIN).
+pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
     let mut g = Gen { c, rng, t: c.start, packets: Vec::new() };
     let a = TcpFlags::ACK;
     let pa = TcpFlags::ACK | TcpFlags::PSH;
@@ -241,7 +249,29 @@ pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
 
     // Which requests the copy must carry.
     let mut packets = g.packets;
+    let plain = c.midstream.is_none()
+        && c.greeting == 0
+        && c.end == End::Fin
+        && c.server_limit.is_none()
+        && c.reqs.iter().all(|r| !r.pipelined);
+    let mut gap_expected = None;
+    if capture_drop > 0.0 && plain && rng.random_bool(capture_drop) {
+        let data: Vec<usize> = (0..packets.len()).filter(|&i| packets[i].2.data).collect();
+        let j = data[rng.random_range(0..data.len())];
+        let k = (0..=j).rev().find_map(|i| packets[i].2.starts_req).unwrap();
+        let after: Vec<usize> = data.iter().copied().filter(|&i| i > j).collect();
+        let resume = after.windows(2).find(|w| (packets[w[1]].2.ack.wrapping_sub(packets[w[0]].2.ack) as i32) > 0).map(|w| w[1]);
+        let n = c.reqs.len() as u32;
+        let mut exp: Vec<u32> = (0..k).collect();
+        if let Some(r) = resume {
+            let r = packets[r].2.starts_req.expect("an ACK moves on only at a request start");
+            exp.extend(r..n);
+        }
+        packets.remove(j);
+        gap_expected = Some(exp);
+    }
     let (expected, copied) = match c.midstream {
+        None if gap_expected.is_some() => (gap_expected.unwrap_or_default(), true),
         None => ((0..c.reqs.len() as u32).collect(), true),
         Some(m) => {
             // Capture begins after the first segment of request m; the engine starts at the
@@ -276,7 +306,7 @@ pub fn script(c: &Client, rng: &mut SmallRng) -> Script {
         }
         if disorder && m.data && rng.random_bool(0.03) {
             // A retransmission repacketised over the previous segment and this one.
-            if let Some((_, pp, pm)) = prev.as_ref().filter(|x| x.2.data && x.2.ack == m.ack) {
+            if let Some((_, pp, pm)) = prev.as_ref().filter(|x| x.2.data && x.2.ack == m.ack && x.2.end == m.seq) {
                 let merged = merge(c, pp, &p, pm.seq, m.ack);
                 out.push((t2 + Duration::from_micros(rng.random_range(2000..9000)), merged));
             }

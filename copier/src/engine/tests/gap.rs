@@ -155,3 +155,39 @@ fn an_ack_of_our_syn_without_syn_is_not_a_time_wait() {
     assert!(h.out().is_empty());
     assert_eq!(h.e.stats().syn_time_wait_resets, 0);
 }
+
+#[test]
+fn hole_in_the_last_request_gives_way_to_the_fin() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(data(0, 0, b"req1"));
+    h.at(5);
+    h.rec(resp(0, 4, 50));
+    let _ = h.out();
+    h.at(60);
+    // req2 = "AAAABBBB": its first segment lost; then the client's FIN after the answer.
+    h.cap(data(8, 50, b"BBBB"));
+    h.cap(Seg { flags: TcpFlags::FIN | A, ..data(12, 90, b"") });
+    let (outs, _) = h.run_timers(2000);
+    assert!(!contains(&outs.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(), b"BBBB"));
+    let s = h.e.stats();
+    assert_eq!((s.drops.capture_gap, s.sessions_completed, s.sessions_failed.total()), (1, 1, 0), "{s:?}");
+}
+
+#[test]
+fn hole_before_the_clients_reset_ends_the_session_as_the_client_did() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(data(0, 0, b"req1"));
+    h.at(5);
+    h.rec(resp(0, 4, 50));
+    let _ = h.out();
+    h.at(20); // req1 not yet called answered (quiet rule): the RST waits for it
+    h.cap(data(8, 50, b"BBBB"));
+    h.cap(Seg { flags: TcpFlags::RST, ..data(12, 0, b"") });
+    let (outs, _) = h.run_timers(2000);
+    assert!(outs.iter().any(|(t, o)| o.has(TcpFlags::RST) && *t < 1000), "{outs:?}");
+    assert!(!outs.iter().any(|(_, o)| o.payload == b"BBBB"));
+    let s = h.e.stats();
+    assert_eq!((s.drops.capture_gap, s.sessions_completed, s.sessions_failed.total()), (1, 1, 0), "{s:?}");
+}
