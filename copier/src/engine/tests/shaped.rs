@@ -1,7 +1,9 @@
 //! `--profile`: the shaper decides the copies of each captured session (a fractional factor is
 //! met per session and on average, the same seed gives the same sessions in every engine),
 //! their virtual client addresses (inside the pools, in the pools' shares) and ports (the
-//! virtual port when free), and a session it samples out is not copied at all.
+//! virtual port when free), and a session it samples out is not copied at all; a request unit
+//! is held while its source is OFF and goes whole at the ON instant, and think time scales the
+//! gap before the next request.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -199,4 +201,26 @@ fn a_request_is_held_while_the_source_is_off_and_goes_whole_when_it_is_on() {
     assert!(sent[0].0 >= ms(on), "left at {} ms, ON at {} ms", sent[0].0, ms(on));
     let bytes: Vec<u8> = sent.iter().flat_map(|(_, o)| o.payload.to_vec()).collect();
     assert_eq!(bytes, b"GET /held HTTP/1.1\r\n\r\n");
+}
+
+#[test]
+fn think_time_scales_the_gap_before_the_next_request() {
+    // No gating; every gap between two requests of a copy is three times the online one.
+    let mut h = H::new(profile("[multiplication]\nfactor = 1\n\n[think]\nper_user = false\nfactor = 3.0\n"));
+    h.establish();
+    h.cap(data(0, 0, b"req1"));
+    assert_eq!(h.out().iter().map(|o| o.payload.clone()).collect::<Vec<_>>(), [b"req1".to_vec()], "the first request at once");
+    h.at(10);
+    h.rec(resp(0, 4, 100)); // answered as long as online (the client acked 100 before req2)
+    let _ = h.out();
+    // The second request arrives online 100 ms after the first: it may go 300 ms after it.
+    h.at(100);
+    h.cap(data(4, 100, b"req2"));
+    assert!(h.out().iter().all(|o| o.payload.is_empty()), "held: think time");
+    let (early, _) = h.run_timers(298);
+    assert!(early.iter().all(|(_, o)| o.payload.is_empty()), "{early:?}");
+    let (late, _) = h.run_timers(400);
+    let sent: Vec<&(u64, Out)> = late.iter().filter(|(_, o)| !o.payload.is_empty()).collect();
+    assert_eq!(sent.len(), 1, "{late:?}");
+    assert_eq!((sent[0].0 >= 300, sent[0].1.payload.as_slice()), (true, &b"req2"[..]), "left at {} ms", sent[0].0);
 }
