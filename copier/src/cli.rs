@@ -80,6 +80,10 @@ Examples:
   copier --map 80=198.18.1.2:80 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret \\
          --copies 10 --sample 25 --client-ip 198.19.0.0/24,198.19.1.0/24
 
+  # copies shaped by a profile (factor, load phases, user pools, ON/OFF gating, think time)
+  copier --map 80=198.18.1.2:80 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret \\
+         --profile /etc/tcopy/profile.toml --seed 7
+
   # replay a tcpdump capture ten times faster, twice over (the second pass on other client ports)
   copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
          --intercept 198.18.1.2 --secret-file /etc/tcopy/secret
@@ -960,7 +964,7 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         use clap::CommandFactory;
         let help = Args::command().render_long_help().to_string();
-        assert!(help.contains("--profile <FILE>") && help.contains("Shaping:"), "{help}");
+        assert!(help.contains("--profile <FILE>") && help.contains("Shaping:") && help.contains("--profile /etc/tcopy/profile.toml"), "{help}");
     }
 
     #[test]
