@@ -176,6 +176,9 @@ pub(crate) struct Session {
     units_asked: u32,
     /// The instant before which the current unit may not go (held, never dropped).
     gate: Option<Instant>,
+    /// With a shaper: when the first bytes of each unit not yet asked about were captured (the
+    /// online arrival `Shaper::release_at` scales think time from), by the unit's first byte.
+    arrivals: VecDeque<(SeqNum, Instant)>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -213,6 +216,7 @@ impl Session {
             gate_asked: None,
             units_asked: 0,
             gate: None,
+            arrivals: VecDeque::new(),
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
@@ -428,6 +432,9 @@ impl Session {
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo);
+        if self.shaper_id.is_some() && r.appended > 0 {
+            self.note_arrivals(now);
+        }
         let d = &mut sh.stats.drops;
         if r.duplicate {
             d.client_retransmission += lead;
@@ -686,7 +693,16 @@ impl Session {
         let start = self.stream.cur_start;
         if self.gate_asked != Some(start) && self.stream.next.gt(start) {
             self.gate_asked = Some(start);
-            let t = sh.shaper_now(now);
+            // The unit's online arrival: when its first bytes were captured (not later than
+            // now; earlier units' entries go).
+            while self.arrivals.front().is_some_and(|&(at, _)| start.gt(at)) {
+                self.arrivals.pop_front();
+            }
+            let arrived = match self.arrivals.front() {
+                Some(&(at, t)) if at == start => t,
+                _ => now,
+            };
+            let t = sh.shaper_now(arrived.min(now));
             let index = self.units_asked;
             self.units_asked += 1;
             let until = sh.shaper.as_mut().and_then(|s| s.release_at(t, id, index).ok());
@@ -694,6 +710,21 @@ impl Session {
         }
         if self.gate.is_some_and(|u| u <= now) {
             self.gate = None;
+        }
+    }
+
+    /// Notes the capture instant of the units whose first bytes just arrived (the current one
+    /// and the later ones the stream knows the starts of).
+    fn note_arrivals(&mut self, now: Instant) {
+        let known = |a: &VecDeque<(SeqNum, Instant)>, at: SeqNum| a.back().is_some_and(|&(b, _)| b.ge(at));
+        let cur = self.stream.cur_start;
+        if self.gate_asked != Some(cur) && !known(&self.arrivals, cur) {
+            self.arrivals.push_back((cur, now));
+        }
+        for b in &self.stream.bounds {
+            if b.at.gt(cur) && !known(&self.arrivals, b.at) {
+                self.arrivals.push_back((b.at, now));
+            }
         }
     }
 

@@ -224,3 +224,25 @@ fn think_time_scales_the_gap_before_the_next_request() {
     assert_eq!(sent.len(), 1, "{late:?}");
     assert_eq!((sent[0].0 >= 300, sent[0].1.payload.as_slice()), (true, &b"req2"[..]), "left at {} ms", sent[0].0);
 }
+
+#[test]
+fn think_time_counts_from_when_the_request_was_captured_not_when_pacing_let_it() {
+    let mut h = H::new(profile("[multiplication]\nfactor = 1\n\n[think]\nper_user = false\nfactor = 3.0\n"));
+    h.establish();
+    h.cap(data(0, 0, b"req1"));
+    let _ = h.out();
+    // Captured 100 ms after req1, while the test server is still answering req1 (slowly).
+    h.at(100);
+    h.cap(data(4, 100, b"req2"));
+    assert!(h.out().iter().all(|o| o.payload.is_empty()));
+    h.at(250);
+    h.rec(resp(0, 4, 100));
+    let mut sent: Vec<(u64, Out)> = h.out().into_iter().map(|o| (250, o)).collect();
+    sent.extend(h.run_timers(1000).0);
+    let req2: Vec<&(u64, Out)> = sent.iter().filter(|(_, o)| !o.payload.is_empty()).collect();
+    // 3 x the online gap of 100 ms after req1: 300 ms (not 3 x 250 ms from the answer). Later
+    // ones are retransmissions (no test server acks it here).
+    assert!(!req2.is_empty(), "{sent:?}");
+    assert!((300..=310).contains(&req2[0].0), "req2 first left at {} ms", req2[0].0);
+    assert!(req2.iter().all(|(_, o)| o.payload == b"req2"));
+}
