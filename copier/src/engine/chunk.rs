@@ -5,15 +5,24 @@
 //! it ([`Payload::keep`]); the other copies of the session take references to the same bytes. A
 //! [`ByteQueue`] is one stream's in-order bytes as a FIFO of such chunks. A chunk's bytes are
 //! counted by the engine's [`Meter`] from the moment they are copied in until the last reference
-//! goes, so the meter is what the engine really holds, however many copies share it.
+//! goes, so the meter is what the engine really holds, however many copies share it. The
+//! bookkeeping is counted too ([`BUF_OVERHEAD`] per buffer, [`SLOT_OVERHEAD`] per chunk in a
+//! queue), so that a client sending tiny segments cannot hold far more memory than the meter
+//! says.
 //!
 //! Invariants: a [`ByteQueue`]'s `len` is the bytes of its chunks minus the `head` bytes already
-//! consumed from the first one, and no chunk in it is empty; the meter's value is the length of
-//! every chunk buffer still alive.
+//! consumed from the first one, and no chunk in it is empty; the meter's value is, for every
+//! chunk buffer still alive, its length plus [`BUF_OVERHEAD`], plus [`SLOT_OVERHEAD`] for every
+//! chunk in a queue.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Bytes a buffer costs beyond its payload (its two allocations and their headers), as counted.
+pub(crate) const BUF_OVERHEAD: usize = 64;
+/// Bytes a chunk in a [`ByteQueue`] costs (its slot), as counted.
+pub(crate) const SLOT_OVERHEAD: usize = 32;
 
 /// Bytes held in chunk buffers, for one engine. Cloning shares the count.
 #[derive(Debug, Clone, Default)]
@@ -35,7 +44,7 @@ struct Buf {
 
 impl Drop for Buf {
     fn drop(&mut self) {
-        self.meter.0.fetch_sub(self.bytes.len(), Ordering::Relaxed);
+        self.meter.0.fetch_sub(self.bytes.len() + BUF_OVERHEAD, Ordering::Relaxed);
     }
 }
 
@@ -104,7 +113,7 @@ impl<'a> Payload<'a> {
         let whole = match self.chunk.take() {
             Some(c) => c,
             None => {
-                self.meter.0.fetch_add(self.bytes.len(), Ordering::Relaxed);
+                self.meter.0.fetch_add(self.bytes.len() + BUF_OVERHEAD, Ordering::Relaxed);
                 let buf = Arc::new(Buf { bytes: self.bytes.into(), meter: self.meter.clone() });
                 Chunk { end: buf.bytes.len(), buf, start: 0 }
             }
@@ -144,6 +153,7 @@ impl ByteQueue {
         if n == 0 {
             return;
         }
+        c.buf.meter.0.fetch_add(SLOT_OVERHEAD, Ordering::Relaxed);
         self.chunks.push_back((self.pushed, c));
         self.pushed += n as u64;
         self.len += n;
@@ -162,11 +172,16 @@ impl ByteQueue {
             }
             n -= rest;
             self.head = 0;
-            self.chunks.pop_front();
+            if let Some((_, c)) = self.chunks.pop_front() {
+                c.buf.meter.0.fetch_sub(SLOT_OVERHEAD, Ordering::Relaxed);
+            }
         }
     }
 
     pub(crate) fn free(&mut self) {
+        for (_, c) in &self.chunks {
+            c.buf.meter.0.fetch_sub(SLOT_OVERHEAD, Ordering::Relaxed);
+        }
         self.chunks = VecDeque::new();
         self.head = 0;
         self.len = 0;
@@ -181,8 +196,16 @@ impl ByteQueue {
         }
         let first = self.chunks.front()?.0 + self.head as u64;
         let at = first + off as u64;
-        // The last chunk starting at or before `at`.
-        let i = self.chunks.partition_point(|(p, _)| *p <= at) - 1;
+        // The last chunk starting at or before `at`: mostly the last one (new data) or the
+        // first (a retransmission), else a binary search.
+        let n = self.chunks.len();
+        let i = if self.chunks[n - 1].0 <= at {
+            n - 1
+        } else if n < 2 || self.chunks[1].0 > at {
+            0
+        } else {
+            self.chunks.partition_point(|(p, _)| *p <= at) - 1
+        };
         let (p, c) = &self.chunks[i];
         let s = &c.as_slice()[(at - p) as usize..];
         let want = max.min(self.len - off);
@@ -231,12 +254,12 @@ mod tests {
             b.push(p.keep(6).unwrap());
             assert!(p.keep(11).is_none());
         }
-        assert_eq!(meter.bytes(), 11, "one buffer for both copies");
+        assert_eq!(meter.bytes(), 11 + BUF_OVERHEAD + 2 * SLOT_OVERHEAD, "one buffer for both copies");
         assert_eq!((a.to_vec(), b.to_vec()), (b"hello world".to_vec(), b"world".to_vec()));
         a.free();
-        assert_eq!(meter.bytes(), 11);
+        assert_eq!(meter.bytes(), 11 + BUF_OVERHEAD + SLOT_OVERHEAD);
         b.consume(4);
-        assert_eq!((b.len(), meter.bytes()), (1, 11), "a chunk lives until wholly consumed");
+        assert_eq!((b.len(), meter.bytes()), (1, 11 + BUF_OVERHEAD + SLOT_OVERHEAD), "a chunk lives until wholly consumed");
         b.consume(1);
         assert_eq!((b.len(), meter.bytes()), (0, 0));
         // A payload nobody keeps costs nothing.

@@ -534,7 +534,8 @@ impl Engine {
         &self.sh.stats
     }
 
-    /// Captured client bytes the sessions hold (shared bytes counted once: see "Copies").
+    /// Captured client bytes the sessions hold, with their bookkeeping (shared bytes counted
+    /// once: see "Copies"); what `max_memory` bounds.
     #[must_use]
     pub fn memory_used(&self) -> usize {
         self.sh.meter.bytes()

@@ -7,7 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use super::*;
+use crate::engine::chunk::{BUF_OVERHEAD, SLOT_OVERHEAD};
 use crate::engine::{ClientIpPool, PortShare};
+
+/// What the meter counts for `bytes` in `bufs` buffers referred to from `slots` queue slots.
+fn held(bytes: usize, bufs: usize, slots: usize) -> usize {
+    bytes + bufs * BUF_OVERHEAD + slots * SLOT_OVERHEAD
+}
 
 fn copies(n: u16) -> EngineConfig {
     EngineConfig { copies: n, ..cfg() }
@@ -85,34 +91,34 @@ fn copies_share_the_captured_bytes_and_each_has_the_per_session_cap() {
     for i in 0..5u32 {
         h.cap(data(i * 5000, 0, &[i as u8; 5000]));
     }
-    assert_eq!(h.e.memory_used(), 25_000, "three copies, one buffer");
+    assert_eq!(h.e.memory_used(), held(25_000, 5, 15), "three copies, one buffer per segment");
     // Copy 1's test server takes it all; the others still hold every byte.
     syn_ack(&mut h, regs[1]);
     let _ = h.out();
     h.rec_to(regs[1], resp(0, 25_000, 0));
     let _ = h.out();
-    assert_eq!(h.e.memory_used(), 25_000);
+    assert_eq!(h.e.memory_used(), held(25_000, 5, 10));
     // Copies 0 and 2 go over their cap and fail; copy 1 goes on, alone holding what it needs.
     h.cap(data(25_000, 0, &[9; 6000]));
     let st = h.e.stats();
     assert_eq!((st.sessions_failed.buffer_cap, st.drops.buffer_cap, st.sessions_active), (2, 2, 1));
-    assert_eq!(h.e.memory_used(), 6000, "only what copy 1 still needs");
+    assert_eq!(h.e.memory_used(), held(6000, 1, 1), "only what copy 1 still needs");
     let out = h.out();
     assert!(out.iter().any(|o| o.tuple == regs[1] && o.payload == [9; 1460]), "copy 1 carries on: {out:?}");
 }
 
 #[test]
 fn memory_shedding_counts_shared_bytes_once() {
-    // 3 sessions x 3 copies x 4000 bytes: 12 000 bytes held, not 36 000. Shedding goes down to
-    // 90% of the cap: 12 060.
-    let mut h = H::new(EngineConfig { max_memory: 13_400, ..copies(3) });
+    // 3 sessions x 3 copies x 4000 bytes: 12 000 bytes held (and bookkeeping), not 36 000.
+    // Shedding goes down to 90% of the cap: 12 600.
+    let mut h = H::new(EngineConfig { max_memory: 14_000, ..copies(3) });
     for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
         h.at(i as u64 * 10);
         h.cap(Seg { src: from([203, 0, 113, 7], port), ..SYN });
         assert_eq!(h.out().len(), 3, "three SYNs");
         h.cap(Seg { src: from([203, 0, 113, 7], port), ..data(0, 0, &[1; 4000]) });
     }
-    assert_eq!(h.e.memory_used(), 12_000);
+    assert_eq!(h.e.memory_used(), held(12_000, 3, 9));
     assert_eq!(h.e.stats().sessions_shed, 0);
     // One more goes over: the oldest session's copies are shed until its bytes are freed.
     h.at(100);
@@ -120,7 +126,7 @@ fn memory_shedding_counts_shared_bytes_once() {
     let _ = h.out();
     h.cap(Seg { src: from([203, 0, 113, 7], 1004), ..data(0, 0, &[1; 4000]) });
     let st = h.e.stats();
-    assert_eq!((st.sessions_shed, h.e.memory_used()), (3, 12_000), "{st:?}");
+    assert_eq!((st.sessions_shed, h.e.memory_used()), (3, held(12_000, 3, 9)), "{st:?}");
     let rst: BTreeSet<u16> = h.out().iter().filter(|o| o.has(TcpFlags::RST)).map(|o| o.tuple.client.port()).collect();
     assert!(rst.contains(&1001) && rst.len() == 3, "the three copies of the oldest: {rst:?}");
 }
