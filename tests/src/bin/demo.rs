@@ -32,8 +32,10 @@ fn run() -> Result<()> {
     println!("building the lab: client -> online -> test (namespaces, 198.18.0.0/15)");
     let mut lab = Lab::new()?;
     let (online, test, _copying) = if copying {
-        let c = Copying::start(&mut lab, CopyOptions::default())?;
-        println!("copier on online, intercept on test: running");
+        // two copies of every session, each on its own 4-tuple
+        let opts = CopyOptions { copier_args: vec!["--copies".into(), "2".into()], ..CopyOptions::default() };
+        let c = Copying::start(&mut lab, opts)?;
+        println!("copier on online (--copies 2), intercept on test: running");
         (c.online.clone(), c.test().clone(), Some(c))
     } else {
         println!("NOTE: copying is not built yet (the copier and intercept binaries are placeholders);");
