@@ -1,64 +1,70 @@
 //! Captured client bytes, stored once and shared by every copy of a session (`--copies N`),
 //! and the meter that counts them.
 //!
-//! A captured payload becomes one reference-counted [`Chunk`] the first time a copy keeps any of
-//! it ([`Payload::keep`]); the other copies of the session take references to the same bytes. A
-//! [`ByteQueue`] is one stream's in-order bytes as a FIFO of such chunks. A chunk's bytes are
-//! counted by the engine's [`Meter`] from the moment they are copied in until the last reference
-//! goes, so the meter is what the engine really holds, however many copies share it. The
-//! bookkeeping is counted too ([`BUF_OVERHEAD`] per buffer, [`SLOT_OVERHEAD`] per chunk in a
-//! queue), so that a client sending tiny segments cannot hold far more memory than the meter
-//! says.
+//! A captured payload becomes one reference-counted buffer the first time a copy keeps any of
+//! it ([`Payload::keep`]); the other copies of the session take [`Chunk`]s (views) of the same
+//! buffer. A [`ByteQueue`] is one stream's in-order bytes as a FIFO of chunks. The engine's
+//! [`Meter`] counts a buffer's bytes from the moment they are copied in until its last chunk
+//! goes (the engine is single-threaded, so the chunk dropped while `Arc::strong_count` is 1 is
+//! the last), so the meter is what the engine really holds, however many copies share it. The
+//! bookkeeping is counted too ([`BUF_OVERHEAD`] per buffer, [`SLOT_OVERHEAD`] per chunk), so
+//! that a client sending tiny segments cannot hold far more memory than the meter says. One
+//! allocation per captured payload kept, whatever the number of copies.
 //!
 //! Invariants: a [`ByteQueue`]'s `len` is the bytes of its chunks minus the `head` bytes already
 //! consumed from the first one, and no chunk in it is empty; the meter's value is, for every
-//! chunk buffer still alive, its length plus [`BUF_OVERHEAD`], plus [`SLOT_OVERHEAD`] for every
-//! chunk in a queue.
+//! buffer still referred to, its length plus [`BUF_OVERHEAD`], plus [`SLOT_OVERHEAD`] for every
+//! chunk alive.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Bytes a buffer costs beyond its payload (its two allocations and their headers), as counted.
-pub(crate) const BUF_OVERHEAD: usize = 64;
-/// Bytes a chunk in a [`ByteQueue`] costs (its slot), as counted.
-pub(crate) const SLOT_OVERHEAD: usize = 32;
+/// Bytes a buffer costs beyond its payload (allocation header and rounding), as counted.
+pub(crate) const BUF_OVERHEAD: usize = 32;
+/// Bytes a chunk costs (the view itself and its slot in a queue or a held segment), as counted.
+pub(crate) const SLOT_OVERHEAD: usize = 64;
 
 /// Bytes held in chunk buffers, for one engine. Cloning shares the count.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Meter(Arc<AtomicUsize>);
 
 impl Meter {
-    /// Bytes of every live chunk buffer.
+    /// Bytes of every live chunk buffer, with the bookkeeping.
     pub(crate) fn bytes(&self) -> usize {
         self.0.load(Ordering::Relaxed)
     }
 }
 
-/// One captured payload's bytes; uncounted from the meter when dropped.
+/// A view of part of a shared buffer; the buffer is uncounted when its last chunk drops.
 #[derive(Debug)]
-struct Buf {
-    bytes: Box<[u8]>,
-    meter: Meter,
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        self.meter.0.fetch_sub(self.bytes.len() + BUF_OVERHEAD, Ordering::Relaxed);
-    }
-}
-
-/// A view of part of a shared buffer. Never empty once in a queue.
-#[derive(Debug, Clone)]
 pub(crate) struct Chunk {
-    buf: Arc<Buf>,
+    buf: Arc<[u8]>,
+    meter: Meter,
     start: usize,
     end: usize,
 }
 
+impl Clone for Chunk {
+    fn clone(&self) -> Chunk {
+        self.meter.0.fetch_add(SLOT_OVERHEAD, Ordering::Relaxed);
+        Chunk { buf: self.buf.clone(), meter: self.meter.clone(), start: self.start, end: self.end }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let mut n = SLOT_OVERHEAD;
+        if Arc::strong_count(&self.buf) == 1 {
+            n += self.buf.len() + BUF_OVERHEAD;
+        }
+        self.meter.0.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
 impl Chunk {
     pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.buf.bytes[self.start..self.end]
+        &self.buf[self.start..self.end]
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -67,10 +73,14 @@ impl Chunk {
 
     /// The view without its first `skip` bytes (`None` if nothing is left).
     pub(crate) fn tail(&self, skip: usize) -> Option<Chunk> {
-        (skip < self.len()).then(|| Chunk { buf: self.buf.clone(), start: self.start + skip, end: self.end })
+        (skip < self.len()).then(|| {
+            let mut c = self.clone();
+            c.start += skip;
+            c
+        })
     }
 
-    /// [`Chunk::tail`], consuming the view (no reference count change).
+    /// [`Chunk::tail`], consuming the view.
     fn into_tail(mut self, skip: usize) -> Option<Chunk> {
         (skip < self.len()).then(|| {
             self.start += skip;
@@ -113,9 +123,9 @@ impl<'a> Payload<'a> {
         let whole = match self.chunk.take() {
             Some(c) => c,
             None => {
-                self.meter.0.fetch_add(self.bytes.len() + BUF_OVERHEAD, Ordering::Relaxed);
-                let buf = Arc::new(Buf { bytes: self.bytes.into(), meter: self.meter.clone() });
-                Chunk { end: buf.bytes.len(), buf, start: 0 }
+                let n = self.bytes.len();
+                self.meter.0.fetch_add(n + BUF_OVERHEAD + SLOT_OVERHEAD, Ordering::Relaxed);
+                Chunk { buf: self.bytes.into(), meter: self.meter.clone(), start: 0, end: n }
             }
         };
         if self.last {
@@ -153,7 +163,6 @@ impl ByteQueue {
         if n == 0 {
             return;
         }
-        c.buf.meter.0.fetch_add(SLOT_OVERHEAD, Ordering::Relaxed);
         self.chunks.push_back((self.pushed, c));
         self.pushed += n as u64;
         self.len += n;
@@ -172,16 +181,11 @@ impl ByteQueue {
             }
             n -= rest;
             self.head = 0;
-            if let Some((_, c)) = self.chunks.pop_front() {
-                c.buf.meter.0.fetch_sub(SLOT_OVERHEAD, Ordering::Relaxed);
-            }
+            self.chunks.pop_front();
         }
     }
 
     pub(crate) fn free(&mut self) {
-        for (_, c) in &self.chunks {
-            c.buf.meter.0.fetch_sub(SLOT_OVERHEAD, Ordering::Relaxed);
-        }
         self.chunks = VecDeque::new();
         self.head = 0;
         self.len = 0;

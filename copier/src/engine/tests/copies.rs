@@ -110,8 +110,9 @@ fn copies_share_the_captured_bytes_and_each_has_the_per_session_cap() {
 #[test]
 fn memory_shedding_counts_shared_bytes_once() {
     // 3 sessions x 3 copies x 4000 bytes: 12 000 bytes held (and bookkeeping), not 36 000.
-    // Shedding goes down to 90% of the cap: 12 600.
-    let mut h = H::new(EngineConfig { max_memory: 14_000, ..copies(3) });
+    // Shedding goes down to 90% of the cap, just above three sessions.
+    let max_memory = held(12_000, 3, 9) * 10 / 9 + 10;
+    let mut h = H::new(EngineConfig { max_memory, ..copies(3) });
     for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
         h.at(i as u64 * 10);
         h.cap(Seg { src: from([203, 0, 113, 7], port), ..SYN });
