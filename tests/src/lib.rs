@@ -28,6 +28,7 @@
 
 mod capture;
 pub mod fake;
+pub mod http;
 mod nginx;
 mod proc;
 pub mod setup;

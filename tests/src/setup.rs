@@ -280,3 +280,29 @@ pub fn leak_filter() -> String {
         addr::FAKE_CLIENT_NET6
     )
 }
+
+/// Scrapes a Prometheus endpoint served inside host `h` (e.g. `127.0.0.1:9465`), after waiting
+/// 1.5 s: the daemons publish their counters about once a second. Empty when unreachable.
+pub fn scrape_metrics(lab: &Lab, h: Host, addr: &str) -> String {
+    std::thread::sleep(Duration::from_millis(1500));
+    lab.exec_ok(h, &["curl", "-sS", "--max-time", "3", &format!("http://{addr}/metrics")]).unwrap_or_default()
+}
+
+/// Sum of every sample of metric `name` (exact name, any labels) whose line contains all of
+/// `needles`.
+pub fn metric_sum(text: &str, name: &str, needles: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .filter(|l| needles.iter().all(|n| l.contains(n)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of one series, written exactly as exported (e.g.
+/// `copier_sessions_started_total{worker="1"}`); 0 when absent.
+pub fn metric_sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}

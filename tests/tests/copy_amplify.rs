@@ -6,10 +6,11 @@
 //! came from where they should (the pool; distinct tuples), and that no response left the test
 //! host toward a client.
 
+use lab::http::get;
+use lab::setup::{metric_sample, scrape_metrics};
 use lab::setup::{fingerprints, leak_filter, tail, CopyOptions, Copying};
 use lab::{addr, ifname, lab_or_skip, Host, Lab, LogEntry, NginxOptions};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::time::Duration;
 
@@ -59,44 +60,6 @@ fn assert_amplified(lab: &mut Lab, c: &Copying, n: usize) -> (Vec<LogEntry>, Vec
     (online, test)
 }
 
-fn metrics(lab: &Lab) -> String {
-    // exported about once a second
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
-        .unwrap_or_default()
-}
-
-/// The value of one sample, e.g. `copier_copies_requested`; 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// `GET path` on `s`, reading the whole answer (HTTP/1.1 with a Content-Length).
-fn get(s: &mut TcpStream, path: &str) {
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 16384];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                return;
-            }
-        }
-        let n = s.read(&mut tmp).expect("read response");
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&tmp[..n]);
-    }
-}
-
 /// `conns` keep-alive connections from the client to the online nginx, all open at once, each
 /// with `reqs` requests `/index.html?<tag>=<connection>&r=<request>` (round robin over the
 /// connections), then closed.
@@ -144,14 +107,14 @@ fn three_copies_of_keepalive_and_short_connections() {
         assert_eq!(from.len(), 3, "{uri}: {from:?}");
         assert!(from.iter().all(|(a, _)| *a == addr::CLIENT.to_string()), "{from:?}");
     }
-    let m = metrics(&lab);
-    assert_eq!(sample(&m, "copier_copies_requested"), 3.0, "{m}");
-    assert_eq!(sample(&m, "copier_copy_multiplier"), 3.0, "{m}");
-    assert_eq!(sample(&m, "copier_sessions_no_tuple_total"), 0.0, "{m}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(metric_sample(&m, "copier_copies_requested"), 3.0, "{m}");
+    assert_eq!(metric_sample(&m, "copier_copy_multiplier"), 3.0, "{m}");
+    assert_eq!(metric_sample(&m, "copier_sessions_no_tuple_total"), 0.0, "{m}");
     // 30 curl and 4 wrk connections (wrk may open one more to try the server first)
-    let captured = sample(&m, "copier_captured_sessions_started_total");
+    let captured = metric_sample(&m, "copier_captured_sessions_started_total");
     assert!((34.0..=36.0).contains(&captured), "{m}");
-    assert_eq!(sample(&m, "copier_sessions_started_total"), 3.0 * captured, "{m}");
+    assert_eq!(metric_sample(&m, "copier_sessions_started_total"), 3.0 * captured, "{m}");
 }
 
 #[test]
@@ -180,10 +143,10 @@ fn a_hundred_copies() {
         assert!(copies.len() >= 99, "connection {k}: {} copies", copies.len());
         assert!(copies.iter().all(|v| **v == want), "connection {k}: a copy out of order or short");
     }
-    let m = metrics(&lab);
-    assert_eq!(sample(&m, "copier_copies_requested"), 100.0, "{m}");
-    assert_eq!(sample(&m, "copier_copy_multiplier"), 100.0, "{m}");
-    assert_eq!(sample(&m, "copier_sessions_started_total"), 1400.0, "{m}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(metric_sample(&m, "copier_copies_requested"), 100.0, "{m}");
+    assert_eq!(metric_sample(&m, "copier_copy_multiplier"), 100.0, "{m}");
+    assert_eq!(metric_sample(&m, "copier_sessions_started_total"), 1400.0, "{m}");
 }
 
 #[test]
@@ -258,11 +221,11 @@ fn half_the_sessions_sampled_each_whole() {
     let chosen = per_session.len();
     println!("--sample 50: {chosen} of {SESSIONS} sessions copied");
     assert!((155..=245).contains(&chosen), "{chosen} of {SESSIONS} sessions copied at --sample 50");
-    let m = metrics(&lab);
-    let out = sample(&m, "copier_sessions_sampled_out_total");
-    let started = sample(&m, "copier_captured_sessions_started_total");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    let out = metric_sample(&m, "copier_sessions_sampled_out_total");
+    let started = metric_sample(&m, "copier_captured_sessions_started_total");
     assert_eq!((started, out), (chosen as f64, (SESSIONS - chosen) as f64), "{m}");
-    assert!(sample(&m, "copier_packets_dropped_total{reason=\"not_sampled\"}") >= 5.0 * out, "{m}");
+    assert!(metric_sample(&m, "copier_packets_dropped_total{reason=\"not_sampled\"}") >= 5.0 * out, "{m}");
     let pcap = lab.stop_link_capture().expect("link capture");
     assert_eq!(Lab::count_packets(&pcap, &leak_filter()).unwrap(), 0);
 }

@@ -4,9 +4,11 @@
 //! the clients made arrived at the test server (method, URI, request length and body hash), and
 //! that no response left the test host toward a client.
 
+use lab::http::{get_request, HttpReader};
+use lab::setup::{metric_sum, scrape_metrics};
 use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, lab_or_skip_with, Host, Lab, LabOptions, NginxOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::time::Duration;
 
@@ -82,58 +84,6 @@ fn http_conn(lab: &Lab, requests: &[String], pipelined: bool) -> usize {
     .unwrap()
 }
 
-fn get(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n")
-}
-
-/// Reads HTTP/1.1 responses with a Content-Length.
-#[derive(Default)]
-struct HttpReader {
-    buf: Vec<u8>,
-}
-
-impl HttpReader {
-    fn read_response(&mut self, s: &mut TcpStream) {
-        loop {
-            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().unwrap())
-                    .unwrap_or(0);
-                let total = end + 4 + len;
-                while self.buf.len() < total {
-                    self.fill(s);
-                }
-                self.buf.drain(..total);
-                return;
-            }
-            self.fill(s);
-        }
-    }
-
-    fn fill(&mut self, s: &mut TcpStream) {
-        let mut tmp = [0u8; 65536];
-        let n = s.read(&mut tmp).expect("read response");
-        assert!(n > 0, "connection closed early");
-        self.buf.extend_from_slice(&tmp[..n]);
-    }
-}
-
-fn metrics(lab: &Lab) -> String {
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
-        .unwrap_or_default()
-}
-
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{"))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn short_http10_connections_and_keepalive_wrk() {
     let Some(mut lab) = lab_or_skip("short_http10_connections_and_keepalive_wrk") else { return };
@@ -148,17 +98,17 @@ fn short_http10_connections_and_keepalive_wrk() {
     lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &online_url("/index.html")]).unwrap();
     let n = assert_copied_exactly(&mut lab, &c);
     assert!(n > 100, "too few requests to mean anything: {n}");
-    let m = metrics(&lab);
-    assert!(metric_sum(&m, "copier_sessions_started_total") >= 44.0, "{m}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert!(metric_sum(&m, "copier_sessions_started_total", &[]) >= 44.0, "{m}");
 }
 
 #[test]
 fn pipelined_requests() {
     let Some(mut lab) = lab_or_skip("pipelined_requests") else { return };
     let c = Copying::start(&mut lab, copier_opts()).unwrap();
-    let reqs: Vec<String> = (0..20).map(|i| get(&format!("/index.html?pipelined={i}"))).collect();
+    let reqs: Vec<String> = (0..20).map(|i| get_request(&format!("/index.html?pipelined={i}"))).collect();
     assert_eq!(http_conn(&lab, &reqs, true), 20);
-    let reqs: Vec<String> = (0..10).map(|i| get(&format!("/index.html?sequential={i}"))).collect();
+    let reqs: Vec<String> = (0..10).map(|i| get_request(&format!("/index.html?sequential={i}"))).collect();
     assert_eq!(http_conn(&lab, &reqs, false), 10);
     assert_eq!(assert_copied_exactly(&mut lab, &c), 30);
 }
@@ -189,7 +139,7 @@ fn responses_of_different_sizes_online_and_on_test() {
     opts.test = Some(NginxOptions { files: vec![("a".into(), 10 << 20), ("b".into(), 100)], ..NginxOptions::default() });
     let c = Copying::start(&mut lab, opts).unwrap();
     // one keep-alive connection: the session must carry on after each mismatch
-    let reqs = vec![get("/a"), get("/b"), get("/a?again"), get("/index.html")];
+    let reqs = vec![get_request("/a"), get_request("/b"), get_request("/a?again"), get_request("/index.html")];
     http_conn(&lab, &reqs, false);
     assert_copied_exactly(&mut lab, &c);
     let test = c.test().requests().unwrap();
@@ -215,12 +165,12 @@ fn copying_starts_in_the_middle_of_keepalive_connections() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut r = HttpReader::default();
         for i in 0..3 {
-            s.write_all(get(&format!("/index.html?before={i}")).as_bytes()).unwrap();
+            s.write_all(get_request(&format!("/index.html?before={i}")).as_bytes()).unwrap();
             r.read_response(&mut s);
         }
         rx.recv().unwrap();
         for i in 0..8 {
-            s.write_all(get(&format!("/index.html?after={i}")).as_bytes()).unwrap();
+            s.write_all(get_request(&format!("/index.html?after={i}")).as_bytes()).unwrap();
             r.read_response(&mut s);
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -255,7 +205,7 @@ fn test_server_closing_with_requests_queued() {
     // online serves all 9 requests on one connection; the test server closes after every 2
     opts.test = Some(NginxOptions { keepalive_requests: 2, ..NginxOptions::default() });
     let c = Copying::start(&mut lab, opts).unwrap();
-    let reqs: Vec<String> = (0..9).map(|i| get(&format!("/index.html?q={i}"))).collect();
+    let reqs: Vec<String> = (0..9).map(|i| get_request(&format!("/index.html?q={i}"))).collect();
     http_conn(&lab, &reqs, false);
     assert_copied_exactly(&mut lab, &c);
     let test = c.test().requests().unwrap();
@@ -274,8 +224,8 @@ fn test_server_down_copier_survives() {
     std::thread::sleep(Duration::from_secs(2));
     c.check_alive().unwrap();
     assert_eq!(c.online.request_count(), 10);
-    let m = metrics(&lab);
-    assert!(metric_sum(&m, "copier_sessions_failed_total") >= 1.0, "refused sessions should be counted as failed:\n{m}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert!(metric_sum(&m, "copier_sessions_failed_total", &[]) >= 1.0, "refused sessions should be counted as failed:\n{m}");
     assert_no_leak(&mut lab);
 }
 
@@ -292,7 +242,7 @@ fn loss_on_the_copier_to_test_link() {
     .unwrap();
     let script = format!("for i in $(seq 1 30); do curl -sS -o /dev/null {}?n=$i || exit 1; done", online_url("/index.html"));
     lab.sh(Host::Client, &script).unwrap();
-    let reqs: Vec<String> = (0..30).map(|i| get(&format!("/index.html?ka={i}"))).collect();
+    let reqs: Vec<String> = (0..30).map(|i| get_request(&format!("/index.html?ka={i}"))).collect();
     http_conn(&lab, &reqs, false);
     let f = lab.dir().join("upload.bin");
     std::fs::write(&f, lab::pattern_bytes(2 << 20)).unwrap();
@@ -319,12 +269,12 @@ fn intercept_restarted_during_a_run() {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut r = HttpReader::default();
         for i in 0..3 {
-            s.write_all(get(&format!("/index.html?open-before={i}")).as_bytes()).unwrap();
+            s.write_all(get_request(&format!("/index.html?open-before={i}")).as_bytes()).unwrap();
             r.read_response(&mut s);
         }
         go_rx.recv().unwrap();
         for i in 0..3 {
-            s.write_all(get(&format!("/index.html?open-after={i}")).as_bytes()).unwrap();
+            s.write_all(get_request(&format!("/index.html?open-after={i}")).as_bytes()).unwrap();
             r.read_response(&mut s);
         }
     });

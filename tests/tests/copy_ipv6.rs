@@ -5,6 +5,8 @@
 //! test server received exactly the online requests (per family, from the same client address)
 //! and that no response left the test host toward a client.
 
+use lab::http::{get_request, HttpReader};
+use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags};
@@ -12,7 +14,7 @@ use lab::fake::{record_flags, record_info, FakeCopier};
 use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, wait_log, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab, LogEntry, NginxOptions};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -82,19 +84,6 @@ fn assert_copied_exactly_but(lab: &mut Lab, c: &Copying, skip: Option<&str>) -> 
     (counts[0], counts[1])
 }
 
-fn metrics(lab: &Lab) -> String {
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
-        .unwrap_or_default()
-}
-
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{"))))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn ipv6_short_http10_connections_and_keepalive() {
     let Some(mut lab) = lab_or_skip("ipv6_short_http10_connections_and_keepalive") else { return };
@@ -120,9 +109,9 @@ fn ipv6_short_http10_connections_and_keepalive() {
     assert!(t > 100 && t <= o, "wrk: online {o}, test {t}");
     let wrk_request = online_wrk[0].fingerprint();
     assert!(online_wrk.iter().chain(&test_wrk).all(|e| e.fingerprint() == wrk_request), "altered wrk request");
-    let m = metrics(&lab);
-    assert!(metric_sum(&m, "copier_sessions_started_total") >= 36.0, "{m}");
-    assert_eq!(metric_sum(&m, "copier_sessions_failed_total"), 0.0, "{m}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert!(metric_sum(&m, "copier_sessions_started_total", &[]) >= 36.0, "{m}");
+    assert_eq!(metric_sum(&m, "copier_sessions_failed_total", &[]), 0.0, "{m}");
 }
 
 fn online6() -> SocketAddr {
@@ -154,13 +143,10 @@ fn keepalive_conns(lab: &Lab, to: &[SocketAddr], n: usize) -> usize {
                 .enumerate()
                 .map(|(c, mut s)| {
                     sc.spawn(move || {
-                        let mut buf = Vec::new();
+                        let mut r = HttpReader::default();
                         for i in 0..n {
-                            let req = format!(
-                                "GET /index.html?ka={c}.{i} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n"
-                            );
-                            s.write_all(req.as_bytes()).unwrap();
-                            read_response(&mut s, &mut buf);
+                            s.write_all(get_request(&format!("/index.html?ka={c}.{i}")).as_bytes()).unwrap();
+                            r.read_response(&mut s);
                         }
                         n
                     })
@@ -170,31 +156,6 @@ fn keepalive_conns(lab: &Lab, to: &[SocketAddr], n: usize) -> usize {
         })
     })
     .unwrap()
-}
-
-/// Reads one HTTP/1.1 response with a Content-Length from `s` (`buf` keeps what follows).
-fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) {
-    let mut tmp = [0u8; 65536];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut tmp).expect("read response");
-                assert!(n > 0, "connection closed early");
-                buf.extend_from_slice(&tmp[..n]);
-            }
-            buf.drain(..end + 4 + len);
-            return;
-        }
-        let n = s.read(&mut tmp).expect("read response");
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&tmp[..n]);
-    }
 }
 
 #[test]

@@ -5,9 +5,10 @@
 //! both workers must carry sessions, a restarted intercept must learn the sessions of both, and
 //! a stopped copier must reset every test connection it opened.
 
+use lab::http::get;
+use lab::setup::{metric_sample, scrape_metrics};
 use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab};
-use std::io::{Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -55,45 +56,6 @@ fn assert_no_leak(lab: &mut Lab) {
     let pcap = lab.stop_link_capture().expect("link capture");
     let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
     assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
-}
-
-fn metrics(lab: &Lab) -> String {
-    // the workers export once a second
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{COPIER_METRICS}/metrics")])
-        .unwrap_or_default()
-}
-
-/// The value of one sample, e.g. `copier_sessions_started_total{worker="1"}`; 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
-
-/// `GET path` on `s`, reading the whole answer (HTTP/1.1 with a Content-Length).
-fn get(s: &mut TcpStream, path: &str) {
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 16384];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                assert_eq!(buf.len(), end + 4 + len, "one answer at a time");
-                return;
-            }
-        }
-        let n = s.read(&mut tmp).expect("read response");
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&tmp[..n]);
-    }
 }
 
 /// `n` keep-alive connections from the client to the online nginx, each after one request
@@ -150,16 +112,16 @@ fn two_workers_copy_wrk_and_short_connections_exactly() {
     let n = assert_copied_exactly(&mut lab, &c);
     assert!(n > 500, "too few requests to mean anything: {n}");
 
-    let m = metrics(&lab);
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     let started: Vec<f64> =
-        (0..2).map(|w| sample(&m, &format!("copier_sessions_started_total{{worker=\"{w}\"}}"))).collect();
+        (0..2).map(|w| metric_sample(&m, &format!("copier_sessions_started_total{{worker=\"{w}\"}}"))).collect();
     assert!(started.iter().all(|&s| s >= 10.0), "both workers must carry sessions: {started:?}\n{m}");
     assert!(started.iter().sum::<f64>() >= 176.0, "{started:?}\n{m}");
     for w in 0..2 {
-        assert!(sample(&m, &format!("copier_packets_captured_total{{worker=\"{w}\"}}")) > 0.0, "{m}");
-        assert_eq!(sample(&m, &format!("copier_kernel_drops_total{{worker=\"{w}\"}}")), 0.0, "{m}");
+        assert!(metric_sample(&m, &format!("copier_packets_captured_total{{worker=\"{w}\"}}")) > 0.0, "{m}");
+        assert_eq!(metric_sample(&m, &format!("copier_kernel_drops_total{{worker=\"{w}\"}}")), 0.0, "{m}");
     }
-    assert_eq!(sample(&m, "copier_records_unroutable_total{reason=\"malformed\"}"), 0.0, "{m}");
+    assert_eq!(metric_sample(&m, "copier_records_unroutable_total{reason=\"malformed\"}"), 0.0, "{m}");
 }
 
 #[test]
@@ -192,8 +154,8 @@ fn two_workers_survive_an_intercept_restart() {
     // keep-alive connections that stay open across the restart, on both workers
     let mut conns = open_connections(&lab, 16, "before");
     c.test().wait_requests(16, Duration::from_secs(20));
-    let m = metrics(&lab);
-    let active: Vec<f64> = (0..2).map(|w| sample(&m, &format!("copier_sessions_active{{worker=\"{w}\"}}"))).collect();
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    let active: Vec<f64> = (0..2).map(|w| metric_sample(&m, &format!("copier_sessions_active{{worker=\"{w}\"}}"))).collect();
     assert!(active.iter().all(|&a| a >= 1.0), "both workers should hold open sessions: {active:?}\n{m}");
 
     c.restart_intercept(&mut lab).unwrap();

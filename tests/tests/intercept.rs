@@ -1,6 +1,7 @@
 //! The intercept in the lab, with real nginx as the test service and a hand-driven copier
 //! (real control protocol, raw spoofed segments) on `online`.
 
+use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
 use common::wire::TcpFlags;
 use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
@@ -30,21 +31,6 @@ fn start(lab: &mut Lab) -> Copying {
         ..CopyOptions::default()
     };
     Copying::start(lab, opts).expect("start nginx and intercept")
-}
-
-fn metrics(lab: &Lab) -> String {
-    // the router's counters are published about once a second
-    std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(Host::Test, &["curl", "-sS", "--max-time", "3", &format!("http://{METRICS}/metrics")]).unwrap()
-}
-
-/// Sum of the values of every sample of a metric whose line contains all of `needles`.
-fn metric_sum(text: &str, name: &str, needles: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#') && l.starts_with(name))
-        .filter(|l| needles.iter().all(|n| l.contains(n)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -97,13 +83,13 @@ fn spoofed_session_is_returned_to_its_copier_and_never_leaks() {
     let from_allowed = reqs.iter().filter(|r| r.remote_addr == addr::ONLINE_TO_TEST.to_string()).count();
     assert_eq!((from_fake, from_allowed), (1, 1), "{reqs:?}");
 
-    let m = metrics(&lab);
+    let m = scrape_metrics(&lab, Host::Test, METRICS);
     let pcap = lab.stop_link_capture().unwrap();
     let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
     let allowed = Lab::count_packets(&pcap, &format!("tcp src port 80 and dst host {}", addr::ONLINE_TO_TEST)).unwrap();
     assert_eq!(leaked, 0, "responses of the copied session left the test host");
     assert!(allowed > 0, "the capture saw no allowed response: it does not work");
-    assert!(metric_sum(&m, "intercept_packets_accepted", &[]) >= 1.0, "{m}");
+    assert!(metric_sum(&m, "intercept_packets_accepted_total", &[]) >= 1.0, "{m}");
     c.check_alive().unwrap();
 }
 
@@ -145,9 +131,9 @@ fn each_copier_gets_only_its_own_records_and_early_responses_wait_for_registrati
     .unwrap();
     // t4 was never registered: its responses were held, then dropped and counted
     std::thread::sleep(Duration::from_secs(3));
-    let m = metrics(&lab);
+    let m = scrape_metrics(&lab, Host::Test, METRICS);
     assert!(
-        metric_sum(&m, "intercept_packets_dropped", &["unregistered"]) >= 1.0,
+        metric_sum(&m, "intercept_packets_dropped_total", &["unregistered"]) >= 1.0,
         "no drop counted for the unregistered session:\n{m}"
     );
     let pcap = lab.stop_link_capture().unwrap();

@@ -4,10 +4,10 @@
 //! URI, length, body hash), from which client addresses, and that no response left the test
 //! host toward a client.
 
+use lab::http::get;
 use lab::setup::{fingerprints, leak_filter, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab, LogEntry};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,30 +28,6 @@ fn opts(profile: &PathBuf) -> CopyOptions {
         // the pools are IPv4
         ipv6: false,
         ..CopyOptions::default()
-    }
-}
-
-/// `GET path` on `s`, reading the whole answer (HTTP/1.1 with a Content-Length).
-fn get(s: &mut TcpStream, path: &str) {
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 16384];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                return;
-            }
-        }
-        let n = s.read(&mut tmp).expect("read response");
-        assert!(n > 0, "connection closed early");
-        buf.extend_from_slice(&tmp[..n]);
     }
 }
 
