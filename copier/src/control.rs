@@ -477,6 +477,8 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .map_err(|_| LinkError::EngineGone)?;
             }
             Some(Message::Pong { .. }) => {}
+            // Not acted on yet: the engine treats a registration as in force once sent.
+            Some(Message::Registered { .. }) => {}
             Some(Message::Error { code, message }) => {
                 return Err(ProtoError::Remote { code, message }.into())
             }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::proto::io::{server_handshake, Established, FrameReader, FrameWriter};
-use common::proto::{error_code, Message, ProtoError};
+use common::proto::{error_code, Message, ProtoError, RegVerdict};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
@@ -161,11 +161,12 @@ pub(crate) async fn run_copier<S>(
     shared.lock().outlets.insert(id, outlet.clone());
     gauge!(COPIERS_CONNECTED).increment(1.0);
 
-    let (pong_tx, pong_rx) = mpsc::channel(16);
+    // Pongs and Registered answers, written by the write loop after the records queued so far.
+    let (reply_tx, reply_rx) = mpsc::channel(64);
     let label = peer.ip().to_string();
     let end = tokio::select! {
-        e = read_loop(&mut reader, id, &shared, &outlet, &pong_tx) => e,
-        e = write_loop(&mut writer, &outlet, pong_rx, shutdown, &label) => e,
+        e = read_loop(&mut reader, id, &shared, &outlet, &reply_tx) => e,
+        e = write_loop(&mut writer, &outlet, reply_rx, shutdown, &label) => e,
     };
     if let End::Protocol(why) = &end {
         let msg = Message::Error {
@@ -202,7 +203,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     id: CopierId,
     shared: &Shared,
     outlet: &Outlet,
-    pong: &mpsc::Sender<u64>,
+    reply: &mpsc::Sender<Message>,
 ) -> End {
     loop {
         let msg = match reader.read_message().await {
@@ -221,13 +222,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     tracing::debug!(%id, n = released.len(), "held records released by a registration");
                     outlet.push(released.into_iter().map(|(_, r)| r));
                 }
+                // The registrations are in force: tell the copier, which sends a session's
+                // SYN only after this answer. Waiting for room here pushes back on a copier
+                // that registers faster than it reads.
+                let results = tuples.into_iter().map(|t| (t, RegVerdict::Accepted)).collect();
+                if reply.send(Message::Registered { results }).await.is_err() {
+                    return End::Shutdown;
+                }
             }
             Message::Unregister { tuples } => {
                 shared.lock().router.handle_unregister(id, &tuples);
             }
             Message::Ping { token } => {
                 // A copier that pings faster than we answer loses pongs, not memory.
-                let _ = pong.try_send(token);
+                let _ = reply.try_send(Message::Pong { token });
             }
             Message::Pong { .. } => {}
             Message::Error { code, message } => {
@@ -246,7 +254,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: &mut FrameWriter<W>,
     outlet: &Outlet,
-    mut pong: mpsc::Receiver<u64>,
+    mut reply: mpsc::Receiver<Message>,
     mut shutdown: watch::Receiver<bool>,
     label: &str,
 ) -> End {
@@ -255,7 +263,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let mut stopping = *shutdown.borrow();
     // When the last records were written: the next write waits until WRITE_INTERVAL after it.
     let mut last_write: Option<tokio::time::Instant> = None;
-    let mut pong_token = None;
+    let mut replies: Vec<Message> = Vec::new();
     loop {
         if !stopping {
             let due = last_write.map(|t| t + WRITE_INTERVAL);
@@ -269,9 +277,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                     }
                 }
                 () = outlet.ready(), if due.is_none() => {}
-                // A Pong goes out at once, after the records queued so far (a copier may use
-                // Ping as a barrier).
-                Some(token) = pong.recv() => pong_token = Some(token),
+                // A Pong or Registered goes out at once, after the records queued so far (a
+                // copier may use Ping as a barrier).
+                Some(m) = reply.recv() => {
+                    replies.push(m);
+                    while let Ok(m) = reply.try_recv() {
+                        replies.push(m);
+                    }
+                }
                 _ = shutdown.changed() => stopping = true,
             }
         }
@@ -287,10 +300,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             last_write = Some(tokio::time::Instant::now());
             sent.increment(batch.len() as u64);
         }
-        if let Some(token) = pong_token.take() {
-            if let Err(e) = writer.write_message(&Message::Pong { token }).await {
+        if !replies.is_empty() {
+            if let Err(e) = writer.write_messages(&replies).await {
                 return End::Io(e.to_string());
             }
+            replies.clear();
         }
         if stopping {
             let bye = Message::Error {

@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use common::flow::FourTuple;
 use common::proto::io::{client_handshake, Established};
-use common::proto::{Message, Record};
+use common::proto::{Message, Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -31,8 +31,26 @@ impl FakeCopier {
         Ok(FakeCopier { conn, inbox: Vec::new() })
     }
 
-    /// Registers 4-tuples.
-    pub async fn register(&mut self, tuples: &[FourTuple]) -> Result<()> {
+    /// Registers 4-tuples and waits (at most 5 s) for the intercept's verdict on each: the
+    /// registrations it accepted are in force when this returns. Records that arrive meanwhile
+    /// are kept in `inbox`.
+    pub async fn register(&mut self, tuples: &[FourTuple]) -> Result<Vec<(FourTuple, RegVerdict)>> {
+        self.conn.writer.write_message(&Message::Register { tuples: tuples.to_vec() }).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match tokio::time::timeout_at(deadline, self.conn.reader.read_message()).await {
+                Err(_) => bail!("no Registered answer within 5 s"),
+                Ok(Ok(Some(Message::Registered { results }))) => return Ok(results),
+                Ok(Ok(Some(Message::Records { records }))) => self.inbox.extend(records),
+                Ok(Ok(Some(_))) => {}
+                Ok(Ok(None)) => bail!("the intercept closed the control connection"),
+                Ok(Err(e)) => bail!("control connection: {e}"),
+            }
+        }
+    }
+
+    /// Sends a Register without waiting for its answer (the answer is skipped by the readers).
+    pub async fn register_nowait(&mut self, tuples: &[FourTuple]) -> Result<()> {
         self.conn.writer.write_message(&Message::Register { tuples: tuples.to_vec() }).await?;
         Ok(())
     }

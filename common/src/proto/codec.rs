@@ -17,6 +17,7 @@
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
 //! | 9    | Pong       | `u64 token` |
+//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
 //!
 //! Invariants: the decoder never panics, whatever the input; it allocates only for bytes it has
 //! actually received (a list count is checked against the bytes left in its frame before any
@@ -40,6 +41,7 @@ const T_UNREGISTER: u8 = 6;
 const T_RECORDS: u8 = 7;
 const T_PING: u8 = 8;
 const T_PONG: u8 = 9;
+const T_REGISTERED: u8 = 10;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -96,6 +98,64 @@ impl Hello {
             auth_required,
             nonce,
             software: software.to_string(),
+        }
+    }
+}
+
+/// The intercept's verdict on one registered tuple ([`Message::Registered`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RegVerdict {
+    /// The registration is in force: the intercept routes this session's responses to the
+    /// copier from now on.
+    Accepted,
+    /// The tuple's server port is not one the intercept guards (`--port`): its responses would
+    /// leave the test host, so the intercept refuses it.
+    PortNotGuarded,
+    /// The intercept has no NFQUEUE rule for the tuple's IP family (e.g. `--ipv4-only` and an
+    /// IPv6 tuple).
+    FamilyNotGuarded,
+    /// The copier holds as many registrations as the intercept allows one copier.
+    LimitReached,
+    /// A verdict code this build does not know (a newer intercept): treated as a refusal.
+    Other(u8),
+}
+
+impl RegVerdict {
+    /// The wire code.
+    pub fn code(self) -> u8 {
+        match self {
+            RegVerdict::Accepted => 0,
+            RegVerdict::PortNotGuarded => 1,
+            RegVerdict::FamilyNotGuarded => 2,
+            RegVerdict::LimitReached => 3,
+            RegVerdict::Other(c) => c,
+        }
+    }
+
+    /// From the wire code.
+    pub fn from_code(c: u8) -> RegVerdict {
+        match c {
+            0 => RegVerdict::Accepted,
+            1 => RegVerdict::PortNotGuarded,
+            2 => RegVerdict::FamilyNotGuarded,
+            3 => RegVerdict::LimitReached,
+            c => RegVerdict::Other(c),
+        }
+    }
+
+    /// Whether the registration is in force.
+    pub fn accepted(self) -> bool {
+        self == RegVerdict::Accepted
+    }
+
+    /// Short label for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegVerdict::Accepted => "accepted",
+            RegVerdict::PortNotGuarded => "port_not_guarded",
+            RegVerdict::FamilyNotGuarded => "family_not_guarded",
+            RegVerdict::LimitReached => "limit_reached",
+            RegVerdict::Other(_) => "unknown",
         }
     }
 }
@@ -254,6 +314,13 @@ pub enum Message {
         /// The Ping's token.
         token: u64,
     },
+    /// Intercept -> copier: the verdict on every tuple of a Register, sent after the
+    /// registrations it accepts are in force (a copier sends a session's SYN only after its
+    /// tuple was accepted).
+    Registered {
+        /// Each tuple of the Register with its verdict, in the Register's order.
+        results: Vec<(FourTuple, RegVerdict)>,
+    },
 }
 
 impl Message {
@@ -269,6 +336,7 @@ impl Message {
             Message::Records { .. } => "Records",
             Message::Ping { .. } => "Ping",
             Message::Pong { .. } => "Pong",
+            Message::Registered { .. } => "Registered",
         }
     }
 
@@ -311,6 +379,12 @@ impl Message {
                 encode_list(out, T_UNREGISTER, tuples, tuple_len, put_tuple)
             }
             Message::Records { records } => encode_records(records, out),
+            Message::Registered { results } => {
+                encode_list(out, T_REGISTERED, results, |(t, _)| tuple_len(t) + 1, |out, (t, v)| {
+                    put_tuple(out, t);
+                    out.push(v.code());
+                })
+            }
             Message::Ping { token } | Message::Pong { token } => {
                 let ty = if matches!(self, Message::Ping { .. }) {
                     T_PING
@@ -398,6 +472,15 @@ impl Message {
                     token: r.u64("token")?,
                 },
                 "Pong",
+            ),
+            T_REGISTERED => (
+                Message::Registered {
+                    results: r.list("registration result", MIN_TUPLE + 1, |r| {
+                        let t = get_tuple(r)?;
+                        Ok((t, RegVerdict::from_code(r.u8("registration verdict")?)))
+                    })?,
+                },
+                "Registered",
             ),
             other => return Err(ProtoError::UnknownType(other)),
         };

@@ -24,8 +24,8 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, parse_response_headers, FrameDecoder, Hello, Message, Record, ResponseHeaders,
-    Role,
+    encode_records, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
+    ResponseHeaders, Role,
 };
 
 use std::path::PathBuf;
@@ -34,7 +34,7 @@ use std::time::Duration;
 /// `b"TCPY"`, the first bytes of every [`Hello`].
 pub const MAGIC: [u8; 4] = *b"TCPY";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field, type byte included) either end accepts.

@@ -75,6 +75,9 @@ async fn send_synced(c: &mut Conn, msgs: &[Message], token: u64) -> Vec<Record> 
         match next(c).await {
             Message::Pong { token: t } if t == token => return records,
             Message::Records { records: r } => records.extend(r),
+            Message::Registered { results } => {
+                assert!(results.iter().all(|(_, v)| v.accepted()), "{results:?}")
+            }
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -94,6 +97,7 @@ async fn records(c: &mut Conn, n: usize) -> Vec<Record> {
     while out.len() < n {
         match next(c).await {
             Message::Records { records } => out.extend(records),
+            Message::Registered { .. } => {}
             other => panic!("unexpected {other:?}"),
         }
     }

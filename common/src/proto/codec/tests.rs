@@ -424,6 +424,9 @@ fn arb_message() -> impl Strategy<Value = Message> {
             .prop_map(|records| Message::Records { records }),
         any::<u64>().prop_map(|token| Message::Ping { token }),
         any::<u64>().prop_map(|token| Message::Pong { token }),
+        proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| Message::Registered {
+            results: v.into_iter().map(|(t, c)| (t, RegVerdict::from_code(c))).collect()
+        }),
     ]
 }
 

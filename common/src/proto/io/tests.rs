@@ -165,7 +165,7 @@ async fn version_mismatch_names_both_versions() {
     );
     let text = e.to_string();
     assert!(
-        text.contains("version 1") && text.contains("version 7"),
+        text.contains(&format!("version {VERSION}")) && text.contains("version 7"),
         "{text}"
     );
     drop(e);
@@ -175,7 +175,7 @@ async fn version_mismatch_names_both_versions() {
         Some(Message::Error { code, message }) => {
             assert_eq!(code, error_code::VERSION_MISMATCH);
             assert!(
-                message.contains("version 1") && message.contains("version 7"),
+                message.contains(&format!("version {VERSION}")) && message.contains("version 7"),
                 "{message}"
             );
         }
@@ -199,7 +199,7 @@ async fn copier_sees_the_intercept_version_refusal() {
     });
     let e = client_handshake(a, None, "copier-test").await.unwrap_err();
     assert!(
-        matches!(e, ProtoError::VersionMismatch { ours: 1, theirs: 0 }),
+        matches!(e, ProtoError::VersionMismatch { ours: VERSION, theirs: 0 }),
         "{e:?}"
     );
 }
