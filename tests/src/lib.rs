@@ -29,6 +29,7 @@
 mod capture;
 pub mod fake;
 pub mod http;
+pub mod leak;
 mod nginx;
 mod proc;
 pub mod setup;

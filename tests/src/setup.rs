@@ -3,6 +3,7 @@
 //! nginx: IPv4 clients to its IPv4 address, IPv6 clients to its IPv6 address. Shared by the demo
 //! and the end-to-end tests, so both run the system the same way.
 
+use crate::leak::LeakCounter;
 use crate::{addr, ifname, workspace_bin, Capture, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -54,6 +55,8 @@ pub struct Copying {
     pub intercept: Proc,
     /// The copier process, once started.
     pub copier: Option<Proc>,
+    /// Counts responses that leave the test host toward clients (see [`crate::leak`]).
+    pub leaks: LeakCounter,
     secret: PathBuf,
     opts: CopyOptions,
     intercept_runs: u32,
@@ -68,8 +71,10 @@ impl Copying {
             None => None,
         };
         let secret = lab.dir().join("secret");
-        std::fs::write(&secret, b"lab-shared-secret\n")?;
+        write_secret(&secret)?;
+        let leaks = LeakCounter::install(lab, Host::Test, &[80])?;
         let mut c = Copying {
+            leaks,
             online,
             test,
             intercept: start_intercept(lab, &secret, &opts.intercept_args, 0)?,
@@ -142,6 +147,12 @@ impl Copying {
         self.intercept = start_intercept(lab, &self.secret, &self.opts.intercept_args, self.intercept_runs)?;
         self.intercept_runs += 1;
         Ok(())
+    }
+
+    /// Response packets of the test service that left the test host toward a client so far
+    /// (a kernel counter: none can be missed). Panics if the counter cannot be read.
+    pub fn leaked(&self, lab: &Lab) -> u64 {
+        self.leaks.count(lab).expect("read the leak counter")
     }
 
     /// The test nginx (panics when the setup has none).
@@ -267,6 +278,17 @@ pub fn diff_fingerprints(online: &BTreeMap<String, usize>, test: &BTreeMap<Strin
         }
     }
     out
+}
+
+/// Writes the lab's shared secret to `path`, readable by its owner only (the daemons refuse a
+/// secret file that others can read).
+pub fn write_secret(path: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::io::Write;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(b"lab-shared-secret\n")?;
+    Ok(())
 }
 
 /// The tcpdump filter that matches a response of the test service on its way to a client, over

@@ -254,7 +254,7 @@ fn intercept_over_ipv6_control_and_nfqueue() {
     let Some(mut lab) = lab_or_skip("intercept_over_ipv6_control_and_nfqueue") else { return };
     let test = lab.nginx(Host::Test, NginxOptions::default()).unwrap();
     let secret = lab.dir().join("secret");
-    std::fs::write(&secret, b"lab-shared-secret\n").unwrap();
+    lab::setup::write_secret(&secret).unwrap();
     let control = SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 36524, 0, 0));
     let bin = workspace_bin("intercept").unwrap();
     let argv = [
