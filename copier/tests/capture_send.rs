@@ -397,11 +397,13 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
                 break;
             }
         }
+        // A block holding one small packet is handed over only when the kernel retires it
+        // (5 ms timeout): without that, ppoll would sleep its whole 2 s and `woke` stay None.
+        // No tight time bound: the condition is that ppoll woke with the block ready.
         let woke = woke.expect("ppoll never reported the retired block");
-        // Retire timeout is 5 ms; allow for a loaded machine, but far below a 100 ms poll cap.
         assert!(
-            woke < Duration::from_millis(60),
-            "round {round}: woke after {woke:?}"
+            woke < Duration::from_secs(1),
+            "round {round}: woke after {woke:?}, not at the block's retirement"
         );
         let mut n = 0;
         cap.drain(usize::MAX, |_| n += 1);

@@ -155,6 +155,15 @@ impl Copying {
         self.leaks.count(lab).expect("read the leak counter")
     }
 
+    /// Asserts that no response of the test service left the test host toward a client (the
+    /// kernel counter of [`Copying::leaked`]), and stops the link capture, whose pcap is kept
+    /// with the failed test's files.
+    pub fn assert_no_leak(&self, lab: &mut Lab) {
+        let leaked = self.leaked(lab);
+        let pcap = lab.stop_link_capture();
+        assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients (link capture: {pcap:?})");
+    }
+
     /// The test nginx (panics when the setup has none).
     pub fn test(&self) -> &Nginx {
         self.test.as_ref().expect("this setup has no test nginx")
@@ -230,6 +239,24 @@ pub fn capture_whole_packets(lab: &mut Lab, h: Host, iface: &str, filter: &str, 
     Capture::started(proc, pcap)
 }
 
+/// Waits until a process's log contains `needle` at least `n` times.
+pub fn wait_log_count(p: &Proc, needle: &str, n: usize, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let log = p.log();
+        if log.matches(needle).count() >= n {
+            return Ok(());
+        }
+        if let Some(st) = p.exited() {
+            bail!("{} exited ({st}):\n{}", p.name(), tail(&log, 40));
+        }
+        if Instant::now() > deadline {
+            bail!("{needle:?} not {n} times in the log of {} within {timeout:?}:\n{}", p.name(), tail(&log, 40));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits until a process's log contains `needle`.
 pub fn wait_log(p: &Proc, needle: &str, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
@@ -291,23 +318,28 @@ pub fn write_secret(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// The tcpdump filter that matches a response of the test service on its way to a client, over
-/// IPv4 or IPv6: any such packet on the test host's link is a leak.
-pub fn leak_filter() -> String {
-    format!(
-        "tcp src port 80 and (dst net {} or dst net {} or dst net {} or dst net {})",
-        addr::CLIENT_NET,
-        addr::FAKE_CLIENT_NET,
-        addr::CLIENT_NET6,
-        addr::FAKE_CLIENT_NET6
-    )
-}
-
 /// Scrapes a Prometheus endpoint served inside host `h` (e.g. `127.0.0.1:9465`), after waiting
 /// 1.5 s: the daemons publish their counters about once a second. Empty when unreachable.
 pub fn scrape_metrics(lab: &Lab, h: Host, addr: &str) -> String {
     std::thread::sleep(Duration::from_millis(1500));
     lab.exec_ok(h, &["curl", "-sS", "--max-time", "3", &format!("http://{addr}/metrics")]).unwrap_or_default()
+}
+
+/// Scrapes `addr` in host `h` until the sum of metric `name` over the lines containing all of
+/// `needles` reaches `min` (a condition, not a fixed wait); returns the last scrape. Fails with
+/// the last scrape after `timeout`.
+pub fn wait_metric(lab: &Lab, h: Host, addr: &str, name: &str, needles: &[&str], min: f64, timeout: Duration) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let text = lab.exec_ok(h, &["curl", "-sS", "--max-time", "3", &format!("http://{addr}/metrics")]).unwrap_or_default();
+        if metric_sum(&text, name, needles) >= min {
+            return Ok(text);
+        }
+        if Instant::now() > deadline {
+            bail!("{name}{needles:?} did not reach {min} within {timeout:?}:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Sum of every sample of metric `name` (exact name, any labels) whose line contains all of

@@ -1,8 +1,8 @@
 //! Cascades: a copier on the test host copies what reaches it (the copies from `online`) on to a
 //! second test host, `test2`, with its own intercept there: `online -> test -> test2`.
 
-use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, wait_log, CopyOptions, Copying, CONTROL_PORT};
-use lab::{addr, ifname, lab_or_skip, workspace_bin, Host, Lab, NginxOptions};
+use lab::setup::{diff_fingerprints, fingerprints, tail, wait_log, CopyOptions, Copying, CONTROL_PORT};
+use lab::{addr, ifname, lab_or_skip, workspace_bin, Host, NginxOptions};
 use std::time::Duration;
 
 #[test]
@@ -11,20 +11,21 @@ fn copy_of_a_copy_reaches_test2() {
     let c = Copying::start(&mut lab, CopyOptions { ipv6: false, ..CopyOptions::default() }).unwrap();
     let test2 = lab.nginx(Host::Test2, NginxOptions::default()).unwrap();
     let test2_link = lab.capture(Host::Test2, ifname::TEST2_TO_TEST, "tcp", "test2-link").unwrap();
+    let leaks2 = lab::leak::LeakCounter::install(&lab, Host::Test2, &[80]).unwrap();
 
     let secret = lab.dir().join("secret").to_string_lossy().into_owned();
     let intercept = workspace_bin("intercept").unwrap().to_string_lossy().into_owned();
     let copier = workspace_bin("copier").unwrap().to_string_lossy().into_owned();
     let listen2 = format!("{}:{CONTROL_PORT}", addr::TEST2);
     let allow2 = addr::TEST_TO_TEST2.to_string();
-    lab.spawn(
+    let icpt2 = lab.spawn(
         Host::Test2,
         "intercept-test2",
         &["env", "RUST_LOG=info", &intercept, "--port", "80", "--listen", &listen2, "--secret-file", &secret,
           "--allow", &allow2, "--install-rules", "--ipv4-only"],
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    wait_log(&icpt2, "listening for copiers", Duration::from_secs(10)).unwrap();
     // the second copier captures, on test's link toward online, the copies the first one sends
     let map2 = format!("80={}:80", addr::TEST2);
     let cop2 = lab
@@ -59,7 +60,6 @@ fn copy_of_a_copy_reaches_test2() {
     }
     // nothing left either test host toward a client
     let pcap2 = test2_link.stop();
-    assert_eq!(Lab::count_packets(&pcap2, &leak_filter()).unwrap(), 0, "test2 leaked responses");
-    let pcap = lab.stop_link_capture().unwrap();
-    assert_eq!(Lab::count_packets(&pcap, &leak_filter()).unwrap(), 0, "test leaked responses");
+    assert_eq!(leaks2.count(&lab).unwrap(), 0, "test2 leaked responses (link capture {})", pcap2.display());
+    c.assert_no_leak(&mut lab);
 }

@@ -8,7 +8,7 @@
 
 use lab::http::get;
 use lab::setup::{metric_sample, scrape_metrics};
-use lab::setup::{fingerprints, leak_filter, tail, CopyOptions, Copying};
+use lab::setup::{fingerprints, tail, CopyOptions, Copying};
 use lab::{addr, ifname, lab_or_skip, Host, Lab, LogEntry, NginxOptions};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -54,9 +54,7 @@ fn assert_amplified(lab: &mut Lab, c: &Copying, n: usize) -> (Vec<LogEntry>, Vec
     let conns = |v: &[LogEntry]| v.iter().map(|e| e.connection).collect::<BTreeSet<_>>().len();
     let (co, ct) = (conns(&online), conns(&test));
     assert!(ct <= n * co && ct as f64 >= 0.999 * (n * co) as f64, "{ct} test connections for {co} online x {n}");
-    let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
-    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
+    c.assert_no_leak(lab);
     (online, test)
 }
 
@@ -226,6 +224,5 @@ fn half_the_sessions_sampled_each_whole() {
     let started = metric_sample(&m, "copier_captured_sessions_started_total");
     assert_eq!((started, out), (chosen as f64, (SESSIONS - chosen) as f64), "{m}");
     assert!(metric_sample(&m, "copier_packets_dropped_total{reason=\"not_sampled\"}") >= 5.0 * out, "{m}");
-    let pcap = lab.stop_link_capture().expect("link capture");
-    assert_eq!(Lab::count_packets(&pcap, &leak_filter()).unwrap(), 0);
+    c.assert_no_leak(&mut lab);
 }

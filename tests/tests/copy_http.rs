@@ -6,7 +6,7 @@
 
 use lab::http::{get_request, HttpReader};
 use lab::setup::{metric_sum, scrape_metrics};
-use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying};
+use lab::setup::{diff_fingerprints, fingerprints, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, lab_or_skip_with, Host, Lab, LabOptions, NginxOptions};
 use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
@@ -44,14 +44,8 @@ fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
         test.len(),
         tail(&c.copier.as_ref().unwrap().log(), 30)
     );
-    assert_no_leak(lab);
+    c.assert_no_leak(lab);
     online.len()
-}
-
-fn assert_no_leak(lab: &mut Lab) {
-    let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
-    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
 }
 
 fn curl(lab: &Lab, args: &[&str]) -> String {
@@ -195,7 +189,7 @@ fn copying_starts_in_the_middle_of_keepalive_connections() {
     for e in &test {
         assert!(online.iter().any(|o| o.fingerprint() == e.fingerprint()), "partial or altered request {e:?}");
     }
-    assert_no_leak(&mut lab);
+    c.assert_no_leak(&mut lab);
 }
 
 #[test]
@@ -221,12 +215,11 @@ fn test_server_down_copier_survives() {
     let c = Copying::start(&mut lab, opts).unwrap();
     let script = format!("for i in $(seq 1 10); do curl -sS -o /dev/null {} || exit 1; done", online_url("/"));
     lab.sh(Host::Client, &script).unwrap();
-    std::thread::sleep(Duration::from_secs(2));
-    c.check_alive().unwrap();
     assert_eq!(c.online.request_count(), 10);
-    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
-    assert!(metric_sum(&m, "copier_sessions_failed_total", &[]) >= 1.0, "refused sessions should be counted as failed:\n{m}");
-    assert_no_leak(&mut lab);
+    lab::setup::wait_metric(&lab, Host::Online, COPIER_METRICS, "copier_sessions_failed_total", &[], 1.0, Duration::from_secs(30))
+        .expect("refused sessions should be counted as failed");
+    c.check_alive().unwrap();
+    c.assert_no_leak(&mut lab);
 }
 
 #[test]
@@ -281,8 +274,8 @@ fn intercept_restarted_during_a_run() {
     run(&lab, "before");
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
     c.restart_intercept(&mut lab).unwrap();
-    // the copier reconnects on its own
-    std::thread::sleep(Duration::from_secs(3));
+    // the copier reconnects on its own (its back-off decides when): wait for its second link
+    lab::setup::wait_log_count(c.copier.as_ref().unwrap(), "connected to intercept", 2, Duration::from_secs(30)).unwrap();
     go_tx.send(()).unwrap();
     client.join().unwrap();
     run(&lab, "after");
@@ -299,5 +292,5 @@ fn intercept_restarted_during_a_run() {
     let log = c.intercept.log();
     assert!(log.contains("adopted existing firewall rule"), "{log}");
     c.check_alive().unwrap();
-    assert_no_leak(&mut lab);
+    c.assert_no_leak(&mut lab);
 }

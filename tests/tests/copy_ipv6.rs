@@ -11,7 +11,7 @@ use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags};
 use lab::fake::{record_flags, record_info, FakeCopier};
-use lab::setup::{diff_fingerprints, fingerprints, leak_filter, tail, wait_log, CopyOptions, Copying};
+use lab::setup::{diff_fingerprints, fingerprints, tail, wait_log, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab, LogEntry, NginxOptions};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Write;
@@ -72,8 +72,8 @@ fn assert_copied_exactly_but(lab: &mut Lab, c: &Copying, skip: Option<&str>) -> 
         counts[usize::from(v6)] = o.len();
     }
     assert_eq!(online.len(), counts[0] + counts[1]);
+    let leaked = c.leaked(lab);
     let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
     assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
     if counts[1] > 0 {
         // the copies really went over IPv6, to the test server's IPv6 address
@@ -271,6 +271,7 @@ fn intercept_over_ipv6_control_and_nfqueue() {
     ];
     let icpt = lab.spawn(Host::Test, "intercept", &argv).unwrap();
     wait_log(&icpt, "listening for copiers", Duration::from_secs(10)).unwrap();
+    let leaks = lab::leak::LeakCounter::install(&lab, Host::Test, &[80]).unwrap();
 
     let fake_client: Ipv6Addr = "fd00:198:19::5".parse().unwrap();
     let t = FourTuple {
@@ -327,8 +328,8 @@ fn intercept_over_ipv6_control_and_nfqueue() {
     let allowed = addr::ONLINE_TO_TEST6.to_string();
     assert_eq!(who, vec![("fd00:198:19::5", "/index.html?fake6"), (allowed.as_str(), "/index.html?allowed")]);
 
+    let leaked = leaks.count(&lab).unwrap();
     let pcap = lab.stop_link_capture().unwrap();
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
     let answered = Lab::count_packets(&pcap, &format!("ip6 and tcp src port 80 and dst host {allowed}")).unwrap();
     assert_eq!(leaked, 0, "responses of the copied IPv6 session left the test host");
     assert!(answered > 0, "the capture saw no allowed IPv6 response: it does not work");

@@ -5,7 +5,7 @@ use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
 use common::wire::TcpFlags;
 use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
-use lab::setup::{leak_filter, CopyOptions, Copying, CONTROL_PORT};
+use lab::setup::{wait_metric, CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, lab_or_skip, Host, Lab};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
@@ -84,8 +84,8 @@ fn spoofed_session_is_returned_to_its_copier_and_never_leaks() {
     assert_eq!((from_fake, from_allowed), (1, 1), "{reqs:?}");
 
     let m = scrape_metrics(&lab, Host::Test, METRICS);
+    let leaked = c.leaked(&lab);
     let pcap = lab.stop_link_capture().unwrap();
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
     let allowed = Lab::count_packets(&pcap, &format!("tcp src port 80 and dst host {}", addr::ONLINE_TO_TEST)).unwrap();
     assert_eq!(leaked, 0, "responses of the copied session left the test host");
     assert!(allowed > 0, "the capture saw no allowed response: it does not work");
@@ -130,14 +130,9 @@ fn each_copier_gets_only_its_own_records_and_early_responses_wait_for_registrati
     .unwrap()
     .unwrap();
     // t4 was never registered: its responses were held, then dropped and counted
-    std::thread::sleep(Duration::from_secs(3));
-    let m = scrape_metrics(&lab, Host::Test, METRICS);
-    assert!(
-        metric_sum(&m, "intercept_packets_dropped_total", &["unregistered"]) >= 1.0,
-        "no drop counted for the unregistered session:\n{m}"
-    );
-    let pcap = lab.stop_link_capture().unwrap();
-    assert_eq!(Lab::count_packets(&pcap, &leak_filter()).unwrap(), 0);
+    wait_metric(&lab, Host::Test, METRICS, "intercept_packets_dropped_total", &["unregistered"], 1.0, Duration::from_secs(10))
+        .expect("a drop counted for the unregistered session");
+    c.assert_no_leak(&mut lab);
     c.check_alive().unwrap();
 }
 

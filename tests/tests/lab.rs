@@ -149,3 +149,27 @@ fn two_labs_side_by_side() {
     assert_eq!(na.request_count(), 1);
     assert_eq!(nb.request_count(), 2);
 }
+
+/// The leak counter that the end-to-end tests rely on counts every packet that leaves the test
+/// host from the service port toward a client range, and nothing else.
+#[test]
+fn leak_counter_counts_what_leaves_the_test_host() {
+    let Some(lab) = lab_or_skip("leak_counter_counts_what_leaves_the_test_host") else { return };
+    let leaks = lab::leak::LeakCounter::install(&lab, Host::Test, &[80]).unwrap();
+    assert_eq!(leaks.count(&lab).unwrap(), 0);
+    let fake_client: std::net::SocketAddr = "198.19.0.9:40000".parse().unwrap();
+    let test80 = std::net::SocketAddr::new(addr::TEST.into(), 80);
+    let test81 = std::net::SocketAddr::new(addr::TEST.into(), 81);
+    lab.in_ns(Host::Test, move || {
+        let mut raw = lab::fake::RawSender::new().unwrap();
+        // "client" and "server" as RawSender names them: it sends client -> server
+        let leak = common::flow::FourTuple { client: test80, server: fake_client };
+        let other_port = common::flow::FourTuple { client: test81, server: fake_client };
+        for i in 0..3 {
+            raw.send(leak, 100 + i, 0, common::wire::TcpFlags::ACK, b"x").unwrap();
+        }
+        raw.send(other_port, 100, 0, common::wire::TcpFlags::ACK, b"x").unwrap();
+    })
+    .unwrap();
+    assert_eq!(leaks.count(&lab).unwrap(), 3, "three packets from port 80 toward a client range left");
+}

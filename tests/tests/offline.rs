@@ -8,7 +8,7 @@
 //! names the cut record.
 
 use lab::setup::{
-    capture_whole_packets, diff_fingerprints, fingerprints, leak_filter, tail, CopyOptions, Copying,
+    capture_whole_packets, diff_fingerprints, fingerprints, tail, CopyOptions, Copying,
 };
 use lab::{addr, ifname, lab_or_skip, Host, Lab, LogEntry, Proc};
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,16 +117,6 @@ fn assert_same(want: &BTreeMap<String, usize>, got: &[LogEntry], what: &str, log
     assert!(diff.is_empty(), "{what}: the test server did not receive exactly the captured requests:\n{diff}\ncopier log:\n{}", tail(log, 30));
 }
 
-fn assert_no_leak(lab: &mut Lab) {
-    let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
-    assert_eq!(
-        leaked,
-        0,
-        "{leaked} response packets left the test host toward clients ({})",
-        pcap.display()
-    );
-}
 
 #[test]
 fn offline_replay_at_1x_and_10x_with_loops() {
@@ -207,7 +197,7 @@ fn offline_replay_at_1x_and_10x_with_loops() {
         assert!(log.contains("every session finished"), "{}", tail(log, 20));
         assert!(log.contains(" 0 failed"), "{}", tail(log, 5));
     }
-    assert_no_leak(&mut lab);
+    c.assert_no_leak(&mut lab);
 }
 
 /// Offsets of the records of a (little-endian) pcap file: (offset, record length with header).
@@ -303,5 +293,5 @@ fn offline_replay_of_a_truncated_capture() {
         got, held,
         "the test server should get exactly the requests before the cut"
     );
-    assert_no_leak(&mut lab);
+    c.assert_no_leak(&mut lab);
 }

@@ -5,7 +5,7 @@
 //! host toward a client.
 
 use lab::http::get;
-use lab::setup::{fingerprints, leak_filter, tail, CopyOptions, Copying};
+use lab::setup::{fingerprints, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab, LogEntry};
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -71,9 +71,7 @@ fn assert_shaped(lab: &mut Lab, c: &Copying, factor: f64) -> (Vec<LogEntry>, Vec
     let ratio = test.len() as f64 / online.len() as f64;
     println!("online {} requests, test {} ({ratio:.4} x, want {factor})", online.len(), test.len());
     assert!((ratio / factor - 1.0).abs() <= 0.02, "{ratio:.4} x the online requests, want {factor} within 2%\ncopier log:\n{}", log());
-    let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
-    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
+    c.assert_no_leak(lab);
     (online, test)
 }
 
@@ -225,8 +223,6 @@ horizon_s = 600
     println!("{table}online {} over {span:.1}s; {judged} requests judged; {on_secs} ON and {off_secs} OFF seconds", online.len());
     assert!(in_off.is_empty(), "{} requests logged in OFF periods: {:?}\n{table}", in_off.len(), &in_off[..in_off.len().min(10)]);
     assert!(on_secs >= 3 && off_secs >= 3, "the plan's first {span:.0}s should hold both ON and OFF seconds\n{table}");
-    let pcap = lab.stop_link_capture().expect("link capture");
-    let leaked = Lab::count_packets(&pcap, &leak_filter()).unwrap();
-    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients");
+    c.assert_no_leak(&mut lab);
     std::fs::remove_file(&profile).unwrap();
 }
