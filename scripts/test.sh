@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, the namespace (lab) tests included, after installing what
-# they need. Run as root: the lab tests need network namespaces, raw sockets and NFQUEUE.
-# Without root they skip with a loud message; under CI=true a skip is a failure.
+# they need; then the demo (which fails unless every request was copied exactly and nothing
+# leaked) and every fuzz target briefly (FUZZ_SECONDS, default 30). Run as root: the lab tests
+# need network namespaces, raw sockets and NFQUEUE. Without root they skip with a loud message; under CI=true a skip is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -10,7 +11,11 @@ echo "== build"
 cargo build --workspace --bins --all-targets
 echo "== tests"
 cargo test --workspace --no-fail-fast
-if [ -d fuzz ]; then
-  echo "== fuzz targets compile"
-  (cd fuzz && cargo check -q)
+echo "== demo (fails when copies per request are off or anything leaked)"
+if [ "$(id -u)" -eq 0 ] || [ "${CI:-}" = "true" ]; then
+  scripts/demo.sh
+else
+  echo "!! SKIPPED: the demo needs root (network namespaces); run as root to check it" >&2
 fi
+echo "== fuzz (every target, ${FUZZ_SECONDS:-30} s each)"
+scripts/fuzz.sh
