@@ -30,6 +30,7 @@ mod capture;
 pub mod fake;
 pub mod http;
 pub mod leak;
+pub mod procstat;
 mod nginx;
 mod proc;
 pub mod setup;

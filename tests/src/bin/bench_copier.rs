@@ -62,6 +62,7 @@
 //! `--keep-dir`).
 
 use anyhow::{bail, Context, Result};
+use lab::procstat::memory_kib;
 use lab::setup::{tail, CopyOptions, Copying};
 use lab::{addr, Host, Lab, LabOptions, LogEntry};
 use std::collections::BTreeMap;
@@ -643,18 +644,6 @@ impl Cpu {
     }
 }
 
-/// `VmRSS` and `VmHWM` of a process, in KiB.
-fn memory_kib(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 /// The copier's metrics (fetched from inside `online`), summed over label sets by name.
 fn copier_metrics(lab: &Lab) -> BTreeMap<String, f64> {
