@@ -790,12 +790,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("copier-cli-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("secret");
-        std::fs::write(&f, "hunter2\n").unwrap();
+        // The secret must be owner-only and at least 16 bytes (common::proto::auth).
+        std::fs::write(&f, "hunter2-hunter2-hunter2\n").unwrap();
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let v = args(&["--secret-file", f.to_str().unwrap()])
             .unwrap()
             .validate(1)
             .unwrap();
-        assert_eq!(v.secret.as_deref(), Some(&b"hunter2"[..]));
+        assert_eq!(v.secret.as_deref(), Some(&b"hunter2-hunter2-hunter2"[..]));
         std::fs::write(&f, "\n").unwrap();
         let e = args(&["--secret-file", f.to_str().unwrap()])
             .unwrap()
