@@ -382,11 +382,11 @@ async fn serve(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let ctl = Arc::new(ControlConfig {
+    let ctl = Arc::new(ControlConfig::new(
         secret,
-        outlet_capacity: cli.copier_queue,
-        software: format!("intercept {}", env!("CARGO_PKG_VERSION")),
-    });
+        cli.copier_queue,
+        format!("intercept {}", env!("CARGO_PKG_VERSION")),
+    ));
     let server = tokio::spawn(control::serve(
         listener,
         shared.clone(),

@@ -144,6 +144,14 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
         self.send_buf().await
     }
 
+    /// Write frames encoded elsewhere (whole `u32 len | type | body` frames, without tags),
+    /// tagged like every other frame if there is a session key, and flush. For tests that
+    /// need a frame [`Message`] cannot express, e.g. an unknown type.
+    pub async fn write_frames(&mut self, frames: &[u8]) -> Result<(), ProtoError> {
+        self.encode(|out| out.extend_from_slice(frames));
+        self.send_buf().await
+    }
+
     /// Fill `buf` with the frames `f` encodes, tagged if there is a session key.
     fn encode(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
         self.buf.clear();
