@@ -213,7 +213,7 @@ fn refused(adm: &SharedAdmission, reason: &'static str, line: impl FnOnce() -> S
     if let Some(held) = allowed {
         if held > 0 {
             tracing::warn!(
-                "{}; {held} more refusal(s) for {reason} in the last {REFUSAL_LOG_INTERVAL:?} not logged",
+                "{}; {held} more refusal(s) for {reason} since the last such line not logged",
                 line()
             );
         } else {
@@ -260,7 +260,7 @@ pub async fn serve(
                             let pending = lock(&adm).pending.total();
                             format!(
                                 "control connection from {peer} closed at once: too many unauthenticated connections \
-                                 ({pending} in all, at most {} in all and {} per address)",
+                                 ({pending} in their handshake now; at most {} in all and {} per address)",
                                 cfg.max_pending, cfg.max_pending_per_addr
                             )
                         });
