@@ -107,7 +107,8 @@ pub struct Args {
     #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = parse_intercept)]
     pub intercepts: Vec<InterceptAddr>,
 
-    /// File holding the secret shared with the intercepts (trailing newline ignored).
+    /// File holding the secret shared with the intercepts: at least 16 bytes (trailing newline
+    /// ignored), readable by its owner only (chmod 600).
     #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
     pub secret_file: Option<PathBuf>,
 

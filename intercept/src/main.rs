@@ -47,9 +47,10 @@ Examples:
   ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
   intercept --port 80 --listen 198.18.2.2:36524 --secret-file /etc/tcopy/secret
 
-The secret file holds any non-empty string (a trailing newline is ignored); the copier needs
-the same file. Logs go to stderr (RUST_LOG or --log-level set the level); metrics are served
-in Prometheus text format with --metrics ADDR:PORT.";
+The secret file holds a string of at least 16 bytes (a trailing newline is ignored) and must
+be readable by its owner only (chmod 600); the copier needs the same file. Logs go to stderr
+(RUST_LOG or --log-level set the level); metrics are served in Prometheus text format with
+--metrics ADDR:PORT.";
 
 /// Command line.
 #[derive(Debug, Parser)]

@@ -1,8 +1,13 @@
 //! The byte format of the control protocol: [`Message`] and its frames, and the sans-IO
 //! [`FrameDecoder`].
 //!
-//! Frame: `u32 len | u8 type | body`, `len` counts the type byte and the body and is at most
-//! [`MAX_FRAME`]. Integers are big-endian. Address: `u8 family (4|6) | 4 or 16 bytes | u16 port`;
+//! Frame: `u32 len | u8 type | body [| tag]`, `len` counts the type byte, the body and the tag;
+//! the type byte and body are at most [`MAX_FRAME`] bytes, or what
+//! [`FrameDecoder::set_max_frame`] allows (the handshake uses [`super::PRE_AUTH_MAX_FRAME`]).
+//! After an authenticated handshake every frame ends with a [`TAG_LEN`]-byte tag over a frame
+//! counter and the frame's bytes before the tag ([`seal_frames`], [`FrameDecoder::authenticate`];
+//! the keys and the tag are defined in [`super::auth`]); without a secret there is no tag.
+//! Integers are big-endian. Address: `u8 family (4|6) | 4 or 16 bytes | u16 port`;
 //! a 4-tuple is the client address then the server address, both of one family. A string is
 //! `u16 len | UTF-8 bytes`; a list is `u32 count | items`.
 //!
@@ -19,7 +24,8 @@
 //! | 9    | Pong       | `u64 token` |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
 //!
-//! Invariants: the decoder never panics, whatever the input; it allocates only for bytes it has
+//! Invariants: the decoder never panics, whatever the input; a tagged frame is decoded only
+//! after its tag verified, and the counter advances only then; it allocates only for bytes it has
 //! actually received (a list count is checked against the bytes left in its frame before any
 //! `Vec` is reserved); after the first error it stays failed ([`ProtoError::Poisoned`]) because
 //! the stream can no longer be resynchronised. Encoding never produces a frame larger than

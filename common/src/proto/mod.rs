@@ -2,15 +2,19 @@
 //! control protocol").
 //!
 //! One TCP connection per (copier, intercept) pair, default port [`DEFAULT_PORT`]. Every frame is
-//! `u32 length (big-endian, of what follows) | u8 type | body`, the length at most [`MAX_FRAME`].
-//! Both ends first exchange a [`Hello`], then the copier proves that it knows the shared secret
-//! ([`Message::Auth`]) and the intercept proves it back ([`Message::AuthOk`]); after that the
-//! copier registers and unregisters sessions and the intercept sends response [`Record`]s.
+//! `u32 length (big-endian, of what follows) | u8 type | body [| tag]`, type and body at most
+//! [`MAX_FRAME`] bytes ([`PRE_AUTH_MAX_FRAME`] during the handshake). Both ends first exchange a
+//! [`Hello`], then the copier proves that it knows the shared secret ([`Message::Auth`]) and the
+//! intercept proves it back ([`Message::AuthOk`]); after that every frame carries a 16-byte tag
+//! keyed per direction and numbered ([`auth`]), the copier registers and unregisters sessions
+//! and the intercept sends response [`Record`]s.
 //!
 //! This module owns:
-//! - [`codec`]: the byte format, [`Message::encode`] and the sans-IO [`FrameDecoder`], which never
-//!   panics on any input and never reserves memory from a length it has not yet received;
-//! - [`auth`]: nonces, the HMAC-SHA256 challenge/response and loading the secret file;
+//! - [`codec`]: the byte format, [`Message::encode`], [`codec::seal_frames`] and the sans-IO
+//!   [`FrameDecoder`], which never panics on any input, never reserves memory from a length it
+//!   has not yet received, and checks the tags;
+//! - [`auth`]: nonces, the HMAC-SHA256 challenge/response, the session keys and frame tags,
+//!   and loading the secret file;
 //! - `io` (feature `io`): the handshake and framed reading/writing over tokio streams, the only
 //!   part that touches a socket or a clock.
 //!
