@@ -107,7 +107,8 @@ pub struct Args {
     #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = parse_intercept)]
     pub intercepts: Vec<InterceptAddr>,
 
-    /// File holding the secret shared with the intercepts (trailing newline ignored).
+    /// File holding the secret shared with the intercepts: at least 16 bytes (trailing newline
+    /// ignored), readable by its owner only (chmod 600).
     #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
     pub secret_file: Option<PathBuf>,
 
@@ -790,12 +791,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("copier-cli-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("secret");
-        std::fs::write(&f, "hunter2\n").unwrap();
+        // The secret must be owner-only and at least 16 bytes (common::proto::auth).
+        std::fs::write(&f, "hunter2-hunter2-hunter2\n").unwrap();
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
         let v = args(&["--secret-file", f.to_str().unwrap()])
             .unwrap()
             .validate(1)
             .unwrap();
-        assert_eq!(v.secret.as_deref(), Some(&b"hunter2"[..]));
+        assert_eq!(v.secret.as_deref(), Some(&b"hunter2-hunter2-hunter2"[..]));
         std::fs::write(&f, "\n").unwrap();
         let e = args(&["--secret-file", f.to_str().unwrap()])
             .unwrap()

@@ -2,10 +2,23 @@
 //! and Unregister messages to the router and writes their records back in batches.
 //!
 //! Invariants:
+//! - at most [`ControlConfig::max_pending`] connections are in their handshake at once, and at
+//!   most [`ControlConfig::max_pending_per_addr`] from one source address ([`Pending`]); a
+//!   connection beyond either cap is closed at once, before a byte is read, and counted
+//!   (`intercept_control_refused_total{reason="pending_limit"|"pending_limit_addr"}`), so
+//!   peers that connect and say nothing cannot keep a copier out;
+//! - until the handshake is done, frames over `PRE_AUTH_MAX_FRAME` (4 KiB) are refused from
+//!   their length field (`common::proto::io`);
 //! - a connection that fails the handshake (wrong secret, wrong version, garbage, silence past
-//!   the handshake timeout) is logged with the peer address and closed; nothing else is touched;
-//! - a malformed or out-of-place message after the handshake closes that connection only, with
-//!   a log line naming the peer;
+//!   the handshake timeout) is counted and closed; nothing else is touched. Refusals are logged
+//!   with the peer address, at most one line per second per reason ([`LogLimiter`]), the next
+//!   line saying how many were not logged;
+//! - after the handshake every frame is authenticated (`common::proto::auth`, per-frame tags);
+//!   a frame whose tag fails, or any malformed or out-of-place message, closes that connection
+//!   only, with a log line naming the peer;
+//! - a copier not heard from for [`ControlConfig::idle_timeout`] (six of its pings) is closed
+//!   and counted (`intercept_control_closed_total{reason="idle"}`); the socket also has TCP
+//!   keepalive, so a vanished host is noticed even while we only write;
 //! - a copier's records wait in its bounded [`Outlet`]; the writer drains it in batches of
 //!   many records per frame, and the socket write is TCP-flow-controlled, so a slow copier costs
 //!   bounded memory (the oldest records are dropped and counted);
@@ -16,8 +29,9 @@
 //! - when a connection ends, its registrations are removed from the router and its outlet is
 //!   closed, so no later record is queued for it.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::proto::io::{server_handshake, Established, FrameReader, FrameWriter};
@@ -28,7 +42,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::metrics::{CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED, RECORDS_SENT};
+use crate::metrics::{
+    CONTROL_CLOSED, CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED, RECORDS_SENT,
+};
 use crate::outlet::{Outlet, Shared};
 use crate::router::CopierId;
 
@@ -41,6 +57,19 @@ const BATCH: usize = 4096;
 pub const WRITE_INTERVAL: Duration = Duration::from_millis(1);
 /// How long shutdown waits for connections to flush.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Default [`ControlConfig::max_pending`].
+pub const MAX_PENDING: usize = 64;
+/// Default [`ControlConfig::max_pending_per_addr`].
+pub const MAX_PENDING_PER_ADDR: usize = 8;
+/// Default [`ControlConfig::idle_timeout`]: six times the copier's ping interval (5 s).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Refusal log lines: at most one per reason per this interval.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(1);
+/// TCP keepalive of copier connections: first probe after this much silence, then one probe
+/// per interval, given up after the retries (about 40 s in all).
+const KEEPALIVE_TIME: Duration = Duration::from_secs(20);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_RETRIES: u32 = 4;
 
 /// Settings of the control listener.
 #[derive(Debug, Clone)]
@@ -51,6 +80,158 @@ pub struct ControlConfig {
     pub outlet_capacity: usize,
     /// What we announce in our Hello.
     pub software: String,
+    /// Connections in their handshake at once, in all ([`MAX_PENDING`]).
+    pub max_pending: usize,
+    /// Connections in their handshake at once from one source address
+    /// ([`MAX_PENDING_PER_ADDR`]).
+    pub max_pending_per_addr: usize,
+    /// An authenticated copier that sends no frame for this long is disconnected
+    /// ([`IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
+}
+
+impl ControlConfig {
+    /// A configuration with the default limits.
+    pub fn new(secret: Option<Vec<u8>>, outlet_capacity: usize, software: String) -> ControlConfig {
+        ControlConfig {
+            secret,
+            outlet_capacity,
+            software,
+            max_pending: MAX_PENDING,
+            max_pending_per_addr: MAX_PENDING_PER_ADDR,
+            idle_timeout: IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// The connections still in their handshake, in all and per source address.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    total: usize,
+    per_addr: HashMap<IpAddr, usize>,
+    max_total: usize,
+    max_per_addr: usize,
+}
+
+impl Pending {
+    pub(crate) fn new(max_total: usize, max_per_addr: usize) -> Pending {
+        Pending {
+            total: 0,
+            per_addr: HashMap::new(),
+            max_total,
+            max_per_addr,
+        }
+    }
+
+    /// Take a slot for a new connection from `ip`, or say which cap it hits (the metric's
+    /// reason label).
+    pub(crate) fn admit(&mut self, ip: IpAddr) -> Result<(), &'static str> {
+        if self.total >= self.max_total {
+            return Err("pending_limit");
+        }
+        let n = self.per_addr.entry(ip).or_insert(0);
+        if *n >= self.max_per_addr {
+            return Err("pending_limit_addr");
+        }
+        *n += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Give back the slot of a connection from `ip` whose handshake ended.
+    pub(crate) fn release(&mut self, ip: IpAddr) {
+        if let Some(n) = self.per_addr.get_mut(&ip) {
+            *n -= 1;
+            self.total -= 1;
+            if *n == 0 {
+                self.per_addr.remove(&ip);
+            }
+        }
+    }
+
+    /// Connections in their handshake now.
+    pub(crate) fn total(&self) -> usize {
+        self.total
+    }
+}
+
+/// Rate limit for log lines: at most one per key per interval, counting the ones held back.
+#[derive(Debug)]
+pub(crate) struct LogLimiter {
+    interval: Duration,
+    /// Per key: when the last line was logged, and how many were held back since.
+    last: HashMap<&'static str, (Instant, u64)>,
+}
+
+impl LogLimiter {
+    pub(crate) fn new(interval: Duration) -> LogLimiter {
+        LogLimiter {
+            interval,
+            last: HashMap::new(),
+        }
+    }
+
+    /// Whether a line for `key` may be logged at `now`: `Some(n)` with the number of lines held
+    /// back since the last one, or `None` (held back and counted).
+    pub(crate) fn allow(&mut self, now: Instant, key: &'static str) -> Option<u64> {
+        match self.last.get_mut(key) {
+            Some((at, held)) if now.saturating_duration_since(*at) < self.interval => {
+                *held += 1;
+                None
+            }
+            Some((at, held)) => {
+                let n = *held;
+                *at = now;
+                *held = 0;
+                Some(n)
+            }
+            None => {
+                self.last.insert(key, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+/// What the accept loop and the handshakes share: the pending slots and the refusal log limit.
+#[derive(Debug)]
+struct Admission {
+    pending: Pending,
+    logs: LogLimiter,
+}
+
+type SharedAdmission = Arc<Mutex<Admission>>;
+
+fn lock(a: &SharedAdmission) -> std::sync::MutexGuard<'_, Admission> {
+    a.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Count a refused connection and log it, rate-limited per reason.
+fn refused(adm: &SharedAdmission, reason: &'static str, line: impl FnOnce() -> String) {
+    counter!(CONTROL_REFUSED, "reason" => reason).increment(1);
+    let allowed = lock(adm).logs.allow(Instant::now(), reason);
+    if let Some(held) = allowed {
+        if held > 0 {
+            tracing::warn!(
+                "{}; {held} more refusal(s) for {reason} since the last such line not logged",
+                line()
+            );
+        } else {
+            tracing::warn!("{}", line());
+        }
+    }
+}
+
+/// A pending slot, given back when the handshake ends (whichever way).
+struct PendingSlot {
+    adm: SharedAdmission,
+    ip: IpAddr,
+}
+
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        lock(&self.adm).pending.release(self.ip);
+    }
 }
 
 /// Accept and serve copier connections until `shutdown` turns true, then let the connections
@@ -63,13 +244,32 @@ pub async fn serve(
 ) {
     let mut next_id = 1u64;
     let mut conns = JoinSet::new();
+    let adm = Arc::new(Mutex::new(Admission {
+        pending: Pending::new(cfg.max_pending, cfg.max_pending_per_addr),
+        logs: LogLimiter::new(REFUSAL_LOG_INTERVAL),
+    }));
     loop {
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((sock, peer)) => {
+                    let admitted = lock(&adm).pending.admit(peer.ip());
+                    if let Err(reason) = admitted {
+                        // Closed before a byte is read: costs no task and no buffer.
+                        drop(sock);
+                        refused(&adm, reason, || {
+                            let pending = lock(&adm).pending.total();
+                            format!(
+                                "control connection from {peer} closed at once: too many unauthenticated connections \
+                                 ({pending} in their handshake now; at most {} in all and {} per address)",
+                                cfg.max_pending, cfg.max_pending_per_addr
+                            )
+                        });
+                        continue;
+                    }
+                    let slot = PendingSlot { adm: adm.clone(), ip: peer.ip() };
                     let id = CopierId(next_id);
                     next_id += 1;
-                    conns.spawn(connection(sock, peer, id, shared.clone(), cfg.clone(), shutdown.clone()));
+                    conns.spawn(connection(sock, peer, id, slot, shared.clone(), cfg.clone(), shutdown.clone()));
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -102,10 +302,29 @@ enum End {
     PeerClosed,
     /// The copier broke the protocol: tell it, then close.
     Protocol(String),
+    /// A frame failed its authentication tag (modified, replayed, reordered or dropped on the
+    /// way, or injected): tell the peer, then close.
+    BadTag(String),
+    /// Nothing came from the copier for the idle timeout: tell it, then close.
+    Idle(Duration),
     /// The socket failed.
     Io(String),
     /// We are shutting down.
     Shutdown,
+}
+
+impl End {
+    /// Label of `intercept_control_closed_total`.
+    fn reason(&self) -> &'static str {
+        match self {
+            End::PeerClosed => "peer_closed",
+            End::Protocol(_) => "protocol",
+            End::BadTag(_) => "bad_tag",
+            End::Idle(_) => "idle",
+            End::Io(_) => "io",
+            End::Shutdown => "shutdown",
+        }
+    }
 }
 
 fn refusal_reason(e: &ProtoError) -> &'static str {
@@ -116,6 +335,7 @@ fn refusal_reason(e: &ProtoError) -> &'static str {
         ProtoError::Timeout(_) => "timeout",
         ProtoError::Io(_) | ProtoError::Closed(_) => "io",
         ProtoError::WrongRole { .. } => "role",
+        ProtoError::FrameTooLarge { .. } => "frame_too_large",
         _ => "garbage",
     }
 }
@@ -124,16 +344,29 @@ async fn connection(
     sock: TcpStream,
     peer: SocketAddr,
     id: CopierId,
+    slot: PendingSlot,
     shared: Arc<Shared>,
     cfg: Arc<ControlConfig>,
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = sock.set_nodelay(true);
-    let est = match server_handshake(sock, cfg.secret.as_deref(), &cfg.software).await {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_RETRIES);
+    if let Err(e) = socket2::SockRef::from(&sock).set_tcp_keepalive(&keepalive) {
+        tracing::debug!("TCP keepalive on the connection from {peer}: {e}");
+    }
+    let res = server_handshake(sock, cfg.secret.as_deref(), &cfg.software).await;
+    let adm = slot.adm.clone();
+    // Authenticated or not, this connection no longer counts as pending.
+    drop(slot);
+    let est = match res {
         Ok(e) => e,
         Err(e) => {
-            tracing::warn!("control connection from {peer} refused: {e}");
-            counter!(CONTROL_REFUSED, "reason" => refusal_reason(&e)).increment(1);
+            refused(&adm, refusal_reason(&e), || {
+                format!("control connection from {peer} refused: {e}")
+            });
             return;
         }
     };
@@ -156,6 +389,7 @@ pub(crate) async fn run_copier<S>(
         mut writer,
         peer: hello,
     } = est;
+    reader.set_idle_timeout(Some(cfg.idle_timeout));
     tracing::info!("copier {peer} connected as {id} ({})", hello.software);
     let outlet = Arc::new(Outlet::new(cfg.outlet_capacity));
     shared.lock().outlets.insert(id, outlet.clone());
@@ -168,13 +402,19 @@ pub(crate) async fn run_copier<S>(
         e = read_loop(&mut reader, id, &shared, &outlet, &reply_tx) => e,
         e = write_loop(&mut writer, &outlet, reply_rx, shutdown, &label) => e,
     };
-    if let End::Protocol(why) = &end {
+    let tell = match &end {
+        End::Protocol(why) | End::BadTag(why) => Some(why.clone()),
+        End::Idle(d) => Some(format!("intercept: nothing heard from this copier for {d:?}")),
+        _ => None,
+    };
+    if let Some(why) = tell {
         let msg = Message::Error {
             code: error_code::PROTOCOL,
-            message: why.clone(),
+            message: why,
         };
         let _ = tokio::time::timeout(Duration::from_millis(200), writer.write_message(&msg)).await;
     }
+    counter!(CONTROL_CLOSED, "reason" => end.reason()).increment(1);
     let _ = tokio::time::timeout(Duration::from_millis(200), writer.shutdown()).await;
 
     let removed = {
@@ -194,6 +434,12 @@ pub(crate) async fn run_copier<S>(
         End::Protocol(why) => {
             tracing::warn!("copier {peer} ({id}) broke the protocol: {why}; closed; {summary}")
         }
+        End::BadTag(why) => tracing::warn!(
+            "copier {peer} ({id}): {why}; closed (a man in the middle, or a broken path); {summary}"
+        ),
+        End::Idle(d) => tracing::warn!(
+            "copier {peer} ({id}) sent nothing for {d:?} (not even a ping); closed; {summary}"
+        ),
         End::Io(why) => tracing::warn!("copier {peer} ({id}) connection failed: {why}; {summary}"),
     }
 }
@@ -210,6 +456,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Ok(Some(m)) => m,
             Ok(None) => return End::PeerClosed,
             Err(ProtoError::Io(e)) => return End::Io(e.to_string()),
+            Err(ProtoError::Idle(d)) => return End::Idle(d),
+            Err(e @ ProtoError::BadTag { .. }) => return End::BadTag(e.to_string()),
             Err(e) => return End::Protocol(e.to_string()),
         };
         match msg {

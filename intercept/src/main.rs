@@ -47,9 +47,10 @@ Examples:
   ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
   intercept --port 80 --listen 198.18.2.2:36524 --secret-file /etc/tcopy/secret
 
-The secret file holds any non-empty string (a trailing newline is ignored); the copier needs
-the same file. Logs go to stderr (RUST_LOG or --log-level set the level); metrics are served
-in Prometheus text format with --metrics ADDR:PORT.";
+The secret file holds a string of at least 16 bytes (a trailing newline is ignored) and must
+be readable by its owner only (chmod 600); the copier needs the same file. Logs go to stderr
+(RUST_LOG or --log-level set the level); metrics are served in Prometheus text format with
+--metrics ADDR:PORT.";
 
 /// Command line.
 #[derive(Debug, Parser)]
@@ -382,11 +383,11 @@ async fn serve(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let ctl = Arc::new(ControlConfig {
+    let ctl = Arc::new(ControlConfig::new(
         secret,
-        outlet_capacity: cli.copier_queue,
-        software: format!("intercept {}", env!("CARGO_PKG_VERSION")),
-    });
+        cli.copier_queue,
+        format!("intercept {}", env!("CARGO_PKG_VERSION")),
+    ));
     let server = tokio::spawn(control::serve(
         listener,
         shared.clone(),

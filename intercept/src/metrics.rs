@@ -37,6 +37,9 @@ pub const REGISTER_CONFLICTS: &str = "intercept_register_conflicts_total";
 pub const COPIERS_CONNECTED: &str = "intercept_copiers_connected";
 /// Control connections refused (handshake failed), label `reason`.
 pub const CONTROL_REFUSED: &str = "intercept_control_refused_total";
+/// Authenticated copier connections that ended, label `reason` (`idle`, `bad_tag`,
+/// `protocol`, `io`, `peer_closed`, `shutdown`).
+pub const CONTROL_CLOSED: &str = "intercept_control_closed_total";
 /// ENOBUFS from the NFQUEUE socket: the kernel could not hand us packets (they were dropped),
 /// label `queue`.
 pub const NFQUEUE_OVERRUNS: &str = "intercept_nfqueue_overruns_total";
@@ -76,6 +79,10 @@ pub fn describe() {
     );
     describe_gauge!(COPIERS_CONNECTED, "Connected copiers");
     describe_counter!(CONTROL_REFUSED, "Control connections refused, by reason");
+    describe_counter!(
+        CONTROL_CLOSED,
+        "Authenticated copier connections that ended, by reason"
+    );
     describe_counter!(
         NFQUEUE_OVERRUNS,
         "ENOBUFS on the NFQUEUE socket (packets lost by the kernel)"

@@ -1,8 +1,13 @@
 //! The byte format of the control protocol: [`Message`] and its frames, and the sans-IO
 //! [`FrameDecoder`].
 //!
-//! Frame: `u32 len | u8 type | body`, `len` counts the type byte and the body and is at most
-//! [`MAX_FRAME`]. Integers are big-endian. Address: `u8 family (4|6) | 4 or 16 bytes | u16 port`;
+//! Frame: `u32 len | u8 type | body [| tag]`, `len` counts the type byte, the body and the tag;
+//! the type byte and body are at most [`MAX_FRAME`] bytes, or what
+//! [`FrameDecoder::set_max_frame`] allows (the handshake uses [`super::PRE_AUTH_MAX_FRAME`]).
+//! After an authenticated handshake every frame ends with a [`TAG_LEN`]-byte tag over a frame
+//! counter and the frame's bytes before the tag ([`seal_frames`], [`FrameDecoder::authenticate`];
+//! the keys and the tag are defined in [`super::auth`]); without a secret there is no tag.
+//! Integers are big-endian. Address: `u8 family (4|6) | 4 or 16 bytes | u16 port`;
 //! a 4-tuple is the client address then the server address, both of one family. A string is
 //! `u16 len | UTF-8 bytes`; a list is `u32 count | items`.
 //!
@@ -19,7 +24,8 @@
 //! | 9    | Pong       | `u64 token` |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
 //!
-//! Invariants: the decoder never panics, whatever the input; it allocates only for bytes it has
+//! Invariants: the decoder never panics, whatever the input; a tagged frame is decoded only
+//! after its tag verified, and the counter advances only then; it allocates only for bytes it has
 //! actually received (a list count is checked against the bytes left in its frame before any
 //! `Vec` is reserved); after the first error it stays failed ([`ProtoError::Poisoned`]) because
 //! the stream can no longer be resynchronised. Encoding never produces a frame larger than
@@ -30,6 +36,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use crate::flow::FourTuple;
 use crate::wire::{parse_tcp_packet, WireError};
 
+use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, MAGIC, MAX_FRAME, VERSION};
 
 const T_HELLO: u8 = 1;
@@ -58,6 +65,14 @@ pub enum Role {
 }
 
 impl Role {
+    /// `"copier"` or `"intercept"`, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Copier => "copier",
+            Role::Intercept => "intercept",
+        }
+    }
+
     fn to_byte(self) -> u8 {
         match self {
             Role::Copier => 1,
@@ -505,17 +520,68 @@ pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
 /// Call [`push`](Self::push) with whatever the socket returned, then [`next`](Self::next) until
 /// it returns `Ok(None)`. After an `Err` the stream is unusable and every later call returns
 /// [`ProtoError::Poisoned`]: close the connection.
-#[derive(Debug, Default)]
+///
+/// Two settings change between the handshake and the rest of the connection, and apply from
+/// the next frame [`next`](Self::next) returns (bytes already pushed included):
+/// [`set_max_frame`](Self::set_max_frame) (a length field above it is refused before its body
+/// arrives) and [`authenticate`](Self::authenticate) (every later frame must end with a valid
+/// tag, see [`super::auth`]).
+#[derive(Debug)]
 pub struct FrameDecoder {
     buf: Vec<u8>,
     start: usize,
     poisoned: bool,
+    max_frame: usize,
+    opener: Option<Opener>,
+}
+
+/// Verification state of the incoming direction.
+#[derive(Debug)]
+struct Opener {
+    key: FrameKey,
+    /// Number of the next tagged frame.
+    counter: u64,
+    /// The sender, for errors.
+    from: Role,
+}
+
+impl Default for FrameDecoder {
+    fn default() -> FrameDecoder {
+        FrameDecoder {
+            buf: Vec::new(),
+            start: 0,
+            poisoned: false,
+            max_frame: MAX_FRAME,
+            opener: None,
+        }
+    }
 }
 
 impl FrameDecoder {
-    /// An empty decoder.
+    /// An empty decoder that accepts frames up to [`MAX_FRAME`], without tags.
     pub fn new() -> FrameDecoder {
         FrameDecoder::default()
+    }
+
+    /// Refuse frames whose type and body exceed `max` bytes (at most [`MAX_FRAME`], which is
+    /// the default), e.g. [`super::PRE_AUTH_MAX_FRAME`] during the handshake.
+    pub fn set_max_frame(&mut self, max: usize) {
+        self.max_frame = max.min(MAX_FRAME);
+    }
+
+    /// The current frame limit (type and body, without the tag).
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// From the next frame on, every frame must end with the [`TAG_LEN`]-byte tag of `key`
+    /// over its counter and bytes (counting from 0); `from` names the sender in errors.
+    pub fn authenticate(&mut self, key: FrameKey, from: Role) {
+        self.opener = Some(Opener {
+            key,
+            counter: 0,
+            from,
+        });
     }
 
     /// Append received bytes.
@@ -538,34 +604,65 @@ impl FrameDecoder {
         if self.poisoned {
             return Err(ProtoError::Poisoned);
         }
+        let res = self.next_inner();
+        if res.is_err() {
+            self.poisoned = true;
+        }
+        res
+    }
+
+    fn next_inner(&mut self) -> Result<Option<Message>, ProtoError> {
         let avail = &self.buf[self.start..];
         let Some(len_bytes) = avail.get(..4) else {
             return Ok(None);
         };
         let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
-        if len as usize > MAX_FRAME {
-            self.poisoned = true;
-            return Err(ProtoError::FrameTooLarge {
-                len,
-                max: MAX_FRAME,
-            });
+        let tag_len = if self.opener.is_some() { TAG_LEN } else { 0 };
+        let max = self.max_frame + tag_len;
+        if len as usize > max {
+            return Err(ProtoError::FrameTooLarge { len, max });
         }
-        if len == 0 {
-            self.poisoned = true;
+        if len as usize <= tag_len {
+            // Not even a type byte before the tag.
             return Err(ProtoError::EmptyFrame);
         }
-        let Some(frame) = avail.get(4..4 + len as usize) else {
+        let Some(whole) = avail.get(..4 + len as usize) else {
             return Ok(None);
         };
-        let res = Message::decode_body(frame);
-        self.start += 4 + len as usize;
-        match res {
-            Ok(m) => Ok(Some(m)),
-            Err(e) => {
-                self.poisoned = true;
-                Err(e)
+        let (sealed, tag) = whole.split_at(whole.len() - tag_len);
+        if let Some(o) = &mut self.opener {
+            if !o.key.verify(o.counter, sealed, tag) {
+                return Err(ProtoError::BadTag {
+                    from: o.from.as_str(),
+                    frame: o.counter,
+                });
             }
+            o.counter += 1;
         }
+        let res = Message::decode_body(&sealed[4..]);
+        self.start += whole.len();
+        res.map(Some)
+    }
+}
+
+/// Append to `out` the frames of `plain` (whole frames as [`Message::encode`] writes them),
+/// each with its tag: the length field grows by [`TAG_LEN`], and the tag of `key` over
+/// `*counter` and the frame's bytes follows the body; `*counter` advances by one per frame.
+/// `plain` must hold whole frames (what this crate's encoder produced).
+pub fn seal_frames(key: &FrameKey, counter: &mut u64, plain: &[u8], out: &mut Vec<u8>) {
+    out.reserve(plain.len() + plain.len() / 64 + TAG_LEN);
+    let mut rest = plain;
+    while let Some(len_bytes) = rest.get(..4) {
+        let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
+        let end = (4 + len as usize).min(rest.len());
+        debug_assert_eq!(end, 4 + len as usize, "seal_frames got a partial frame");
+        let start = out.len();
+        out.extend_from_slice(&(len + TAG_LEN as u32).to_be_bytes());
+        out.extend_from_slice(&rest[4..end]);
+        let tag = key.tag(*counter, &out[start..]);
+        out.extend_from_slice(&tag);
+        *counter += 1;
+        rest = &rest[end..];
     }
 }
 

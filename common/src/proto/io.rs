@@ -3,17 +3,26 @@
 //!
 //! This is the only part of [`crate::proto`] that performs I/O or reads the clock. The handshake
 //! runs under a timeout ([`HANDSHAKE_TIMEOUT`] by default) so that a silent peer cannot hold a
-//! connection slot. A refusal (version mismatch, wrong role, authentication) is first told to the
-//! peer in an `Error` message naming the reason, then the write side is shut down and the
-//! function returns the matching [`ProtoError`]; dropping the returned halves closes the socket.
+//! connection slot, and reads frames of at most [`PRE_AUTH_MAX_FRAME`] bytes, so that an
+//! unauthenticated peer cannot make us buffer more. A refusal (version mismatch, wrong role,
+//! authentication) is first told to the peer in an `Error` message naming the reason, then the
+//! write side is shut down and the function returns the matching [`ProtoError`]; dropping the
+//! returned halves closes the socket.
+//!
+//! When the handshake succeeds with a secret, the [`Established`] halves carry the session keys
+//! ([`auth::session_keys`]): the writer tags every frame it sends and the reader refuses every
+//! frame whose tag does not verify ([`ProtoError::BadTag`]), so both daemons get per-frame
+//! authentication without doing anything. The reader's limit is back to [`MAX_FRAME`].
 
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 
-use super::auth;
-use super::codec::{encode_records, FrameDecoder, Hello, Message, Record, Role};
-use super::{error_code, ProtoError, HANDSHAKE_TIMEOUT, VERSION};
+use super::auth::{self, FrameKey};
+use super::codec::{encode_records, seal_frames, FrameDecoder, Hello, Message, Record, Role};
+use super::{
+    error_code, ProtoError, HANDSHAKE_TIMEOUT, MAX_FRAME, PRE_AUTH_MAX_FRAME, VERSION,
+};
 
 /// Reads whole messages from a byte stream.
 #[derive(Debug)]
@@ -21,16 +30,35 @@ pub struct FrameReader<R> {
     inner: R,
     decoder: FrameDecoder,
     buf: Box<[u8]>,
+    idle: Option<Duration>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    /// Wrap a stream.
+    /// Wrap a stream: frames up to [`MAX_FRAME`], no tags, no idle timeout.
     pub fn new(inner: R) -> FrameReader<R> {
         FrameReader {
             inner,
             decoder: FrameDecoder::new(),
             buf: vec![0u8; 64 * 1024].into_boxed_slice(),
+            idle: None,
         }
+    }
+
+    /// Refuse frames longer than `max` (see [`FrameDecoder::set_max_frame`]).
+    pub fn set_max_frame(&mut self, max: usize) {
+        self.decoder.set_max_frame(max);
+    }
+
+    /// Require a valid tag of `key` on every later frame (see [`FrameDecoder::authenticate`]).
+    /// The handshake functions do this themselves.
+    pub fn authenticate(&mut self, key: FrameKey, from: Role) {
+        self.decoder.authenticate(key, from);
+    }
+
+    /// Fail [`read_message`](Self::read_message) with [`ProtoError::Idle`] when no whole frame
+    /// arrives for `idle` (`None`: wait forever, the default).
+    pub fn set_idle_timeout(&mut self, idle: Option<Duration>) {
+        self.idle = idle;
     }
 
     /// The next message; `Ok(None)` when the peer closed the connection between two frames.
@@ -38,6 +66,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Cancel-safe: if the future is dropped before it completes, no byte is lost, so it can be
     /// used in `tokio::select!`.
     pub async fn read_message(&mut self) -> Result<Option<Message>, ProtoError> {
+        match self.idle {
+            None => self.read_inner().await,
+            Some(d) => tokio::time::timeout(d, self.read_inner())
+                .await
+                .map_err(|_| ProtoError::Idle(d))?,
+        }
+    }
+
+    async fn read_inner(&mut self) -> Result<Option<Message>, ProtoError> {
         loop {
             if let Some(m) = self.decoder.next()? {
                 return Ok(Some(m));
@@ -65,15 +102,25 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 pub struct FrameWriter<W> {
     inner: W,
     buf: Vec<u8>,
+    /// With a session key: the key, the number of the next frame, and where frames are encoded
+    /// before they are tagged into `buf`.
+    sealer: Option<(FrameKey, u64, Vec<u8>)>,
 }
 
 impl<W: AsyncWrite + Unpin> FrameWriter<W> {
-    /// Wrap a stream.
+    /// Wrap a stream (frames without tags).
     pub fn new(inner: W) -> FrameWriter<W> {
         FrameWriter {
             inner,
             buf: Vec::new(),
+            sealer: None,
         }
+    }
+
+    /// Tag every later frame with `key` (see [`seal_frames`]). The handshake functions do this
+    /// themselves.
+    pub fn authenticate(&mut self, key: FrameKey) {
+        self.sealer = Some((key, 0, Vec::new()));
     }
 
     /// Write one message and flush it.
@@ -83,25 +130,49 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
 
     /// Write several messages with one write (as far as the socket takes it) and flush.
     pub async fn write_messages(&mut self, msgs: &[Message]) -> Result<(), ProtoError> {
-        self.buf.clear();
-        for m in msgs {
-            m.encode(&mut self.buf);
-        }
+        self.encode(|out| {
+            for m in msgs {
+                m.encode(out);
+            }
+        });
         self.send_buf().await
     }
 
-    /// Write records as few Records frames as [`super::MAX_FRAME`] allows, and flush.
+    /// Write records as few Records frames as [`MAX_FRAME`] allows, and flush.
     pub async fn write_records(&mut self, records: &[Record]) -> Result<(), ProtoError> {
-        self.buf.clear();
-        encode_records(records, &mut self.buf);
+        self.encode(|out| encode_records(records, out));
         self.send_buf().await
+    }
+
+    /// Write frames encoded elsewhere (whole `u32 len | type | body` frames, without tags),
+    /// tagged like every other frame if there is a session key, and flush. For tests that
+    /// need a frame [`Message`] cannot express, e.g. an unknown type.
+    pub async fn write_frames(&mut self, frames: &[u8]) -> Result<(), ProtoError> {
+        self.encode(|out| out.extend_from_slice(frames));
+        self.send_buf().await
+    }
+
+    /// Fill `buf` with the frames `f` encodes, tagged if there is a session key.
+    fn encode(&mut self, f: impl FnOnce(&mut Vec<u8>)) {
+        self.buf.clear();
+        match &mut self.sealer {
+            None => f(&mut self.buf),
+            Some((key, counter, plain)) => {
+                plain.clear();
+                f(plain);
+                seal_frames(key, counter, plain, &mut self.buf);
+                if plain.capacity() > 4 * MAX_FRAME {
+                    *plain = Vec::new();
+                }
+            }
+        }
     }
 
     async fn send_buf(&mut self) -> Result<(), ProtoError> {
         self.inner.write_all(&self.buf).await?;
         self.inner.flush().await?;
         // Don't keep a huge buffer around after one big batch.
-        if self.buf.capacity() > 4 * super::MAX_FRAME {
+        if self.buf.capacity() > 4 * MAX_FRAME {
             self.buf = Vec::new();
         }
         Ok(())
@@ -167,11 +238,13 @@ where
 {
     let (r, w) = tokio::io::split(stream);
     let mut reader = FrameReader::new(r);
+    reader.set_max_frame(PRE_AUTH_MAX_FRAME);
     let mut writer = FrameWriter::new(w);
     let fut = client_steps(&mut reader, &mut writer, secret, software);
     let peer = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| ProtoError::Timeout(timeout))??;
+    reader.set_max_frame(MAX_FRAME);
     Ok(Established {
         reader,
         writer,
@@ -191,11 +264,13 @@ where
 {
     let (r, w) = tokio::io::split(stream);
     let mut reader = FrameReader::new(r);
+    reader.set_max_frame(PRE_AUTH_MAX_FRAME);
     let mut writer = FrameWriter::new(w);
     let fut = server_steps(&mut reader, &mut writer, secret, software);
     let peer = tokio::time::timeout(timeout, fut)
         .await
         .map_err(|_| ProtoError::Timeout(timeout))??;
+    reader.set_max_frame(MAX_FRAME);
     Ok(Established {
         reader,
         writer,
@@ -204,10 +279,7 @@ where
 }
 
 fn role_name(r: Role) -> &'static str {
-    match r {
-        Role::Copier => "copier",
-        Role::Intercept => "intercept",
-    }
+    r.as_str()
 }
 
 /// Tell the peer why we refuse, shut down our write side and hand back `err`.
@@ -333,6 +405,11 @@ where
                     )
                     .await);
                 }
+                // Every later frame, both ways, is tagged. Frames the intercept sent right
+                // after AuthOk may already be buffered: the decoder checks them too.
+                let keys = auth::session_keys(s, &ours.nonce, &peer.nonce);
+                writer.authenticate(keys.copier_to_intercept);
+                reader.authenticate(keys.intercept_to_copier, Role::Intercept);
             }
             Ok(peer)
         }
@@ -384,6 +461,12 @@ where
                 auth::intercept_mac(s, &peer.nonce, &ours.nonce)
             });
             writer.write_message(&Message::AuthOk { mac }).await?;
+            // Every later frame, both ways, is tagged.
+            if let Some(s) = secret {
+                let keys = auth::session_keys(s, &peer.nonce, &ours.nonce);
+                writer.authenticate(keys.intercept_to_copier);
+                reader.authenticate(keys.copier_to_intercept, Role::Copier);
+            }
             Ok(peer)
         }
         Some(Message::Error { code, message }) => Err(ProtoError::Remote { code, message }),

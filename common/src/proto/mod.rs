@@ -2,15 +2,19 @@
 //! control protocol").
 //!
 //! One TCP connection per (copier, intercept) pair, default port [`DEFAULT_PORT`]. Every frame is
-//! `u32 length (big-endian, of what follows) | u8 type | body`, the length at most [`MAX_FRAME`].
-//! Both ends first exchange a [`Hello`], then the copier proves that it knows the shared secret
-//! ([`Message::Auth`]) and the intercept proves it back ([`Message::AuthOk`]); after that the
-//! copier registers and unregisters sessions and the intercept sends response [`Record`]s.
+//! `u32 length (big-endian, of what follows) | u8 type | body [| tag]`, type and body at most
+//! [`MAX_FRAME`] bytes ([`PRE_AUTH_MAX_FRAME`] during the handshake). Both ends first exchange a
+//! [`Hello`], then the copier proves that it knows the shared secret ([`Message::Auth`]) and the
+//! intercept proves it back ([`Message::AuthOk`]); after that every frame carries a 16-byte tag
+//! keyed per direction and numbered ([`auth`]), the copier registers and unregisters sessions
+//! and the intercept sends response [`Record`]s.
 //!
 //! This module owns:
-//! - [`codec`]: the byte format, [`Message::encode`] and the sans-IO [`FrameDecoder`], which never
-//!   panics on any input and never reserves memory from a length it has not yet received;
-//! - [`auth`]: nonces, the HMAC-SHA256 challenge/response and loading the secret file;
+//! - [`codec`]: the byte format, [`Message::encode`], [`codec::seal_frames`] and the sans-IO
+//!   [`FrameDecoder`], which never panics on any input, never reserves memory from a length it
+//!   has not yet received, and checks the tags;
+//! - [`auth`]: nonces, the HMAC-SHA256 challenge/response, the session keys and frame tags,
+//!   and loading the secret file;
 //! - `io` (feature `io`): the handshake and framed reading/writing over tokio streams, the only
 //!   part that touches a socket or a clock.
 //!
@@ -37,8 +41,12 @@ pub const MAGIC: [u8; 4] = *b"TCPY";
 pub const VERSION: u16 = 2;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
-/// Largest frame length (the value of the length field, type byte included) either end accepts.
+/// Largest frame length (the value of the length field: type byte and body) either end accepts;
+/// a tagged frame (after an authenticated handshake) may be [`auth::TAG_LEN`] bytes longer.
 pub const MAX_FRAME: usize = 1 << 20;
+/// Largest frame length accepted before the handshake is complete: a Hello, Auth, AuthOk or
+/// Error is far smaller, so an unauthenticated peer cannot make either end buffer more.
+pub const PRE_AUTH_MAX_FRAME: usize = 4 << 10;
 /// How long a handshake may take before the connection is given up.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -180,6 +188,35 @@ pub enum ProtoError {
     /// The secret file is empty (after trimming the trailing newline).
     #[error("secret file {0} is empty; put a shared secret in it (e.g. `head -c 32 /dev/urandom | base64 > FILE`)")]
     SecretEmpty(PathBuf),
+    /// The secret is shorter than [`auth::MIN_SECRET_LEN`] bytes.
+    #[error("secret file {path} holds a secret of {len} bytes, at least {min} are required (e.g. `head -c 32 /dev/urandom | base64 > FILE`)", path = path.display(), min = auth::MIN_SECRET_LEN)]
+    SecretTooShort {
+        /// The file.
+        path: PathBuf,
+        /// The secret's length after trimming the trailing newline.
+        len: usize,
+    },
+    /// The secret file may be read or written by its group or by others.
+    #[error("secret file {path} has mode {mode:04o}: it must be readable by its owner only; run `chmod 600 {path}`", path = path.display())]
+    SecretPermissions {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A frame after the handshake carries a tag that does not verify: it was modified,
+    /// replayed, reordered, dropped or injected between the two ends.
+    #[error("frame {frame} from the {from} fails its authentication tag: the control stream was modified, replayed, reordered or cut in transit")]
+    BadTag {
+        /// The peer the frame claims to come from (`"copier"` or `"intercept"`).
+        from: &'static str,
+        /// The frame's number among the peer's tagged frames (0 is the first after the
+        /// handshake).
+        frame: u64,
+    },
+    /// Nothing arrived from the peer for longer than the reader's idle timeout.
+    #[error("no frame from the peer for {0:?}")]
+    Idle(Duration),
     /// Socket I/O failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -31,6 +31,15 @@ struct Harness {
 }
 
 async fn start(outlet_capacity: usize) -> Harness {
+    start_with(ControlConfig::new(
+        Some(SECRET.to_vec()),
+        outlet_capacity,
+        "intercept-test".into(),
+    ))
+    .await
+}
+
+async fn start_with(cfg: ControlConfig) -> Harness {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shared = Shared::new(
@@ -41,11 +50,7 @@ async fn start(outlet_capacity: usize) -> Harness {
         }),
         0,
     );
-    let cfg = Arc::new(ControlConfig {
-        secret: Some(SECRET.to_vec()),
-        outlet_capacity,
-        software: "intercept-test".into(),
-    });
+    let cfg = Arc::new(cfg);
     let (stop, rx) = watch::channel(false);
     let task = tokio::spawn(serve(listener, shared.clone(), cfg, rx));
     Harness {
@@ -288,10 +293,10 @@ async fn bad_peers_are_refused_and_the_others_keep_working() {
         1,
     )
     .await;
+    // (Through the writer, so that the frame carries a valid tag and only its type is wrong.)
     rogue
         .writer
-        .get_mut()
-        .write_all(&[0, 0, 0, 1, 200])
+        .write_frames(&[0, 0, 0, 1, 200])
         .await
         .unwrap();
     match tokio::time::timeout(Duration::from_secs(5), rogue.reader.read_message())
@@ -436,4 +441,246 @@ async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() 
         before_pong.iter().map(seq_of).collect::<Vec<_>>(),
         vec![700]
     );
+}
+
+// ---- unauthenticated peers, idle copiers, tampering ----
+
+#[test]
+fn pending_slots_are_capped_in_all_and_per_address_and_given_back() {
+    let a: std::net::IpAddr = "198.18.0.1".parse().unwrap();
+    let b: std::net::IpAddr = "198.18.0.2".parse().unwrap();
+    let mut p = super::Pending::new(3, 2);
+    assert_eq!(p.admit(a), Ok(()));
+    assert_eq!(p.admit(a), Ok(()));
+    assert_eq!(p.admit(a), Err("pending_limit_addr"));
+    assert_eq!(p.admit(b), Ok(()));
+    assert_eq!(p.admit(b), Err("pending_limit"));
+    assert_eq!(p.total(), 3);
+    p.release(a);
+    assert_eq!(p.admit(b), Ok(()));
+    p.release(b);
+    p.release(b);
+    p.release(a);
+    assert_eq!(p.total(), 0);
+    // Releasing an address that holds nothing changes nothing.
+    p.release(b);
+    assert_eq!(p.total(), 0);
+    assert_eq!(p.admit(a), Ok(()));
+}
+
+#[test]
+fn refusal_logs_are_limited_per_reason_and_count_what_they_held_back() {
+    let t0 = Instant::now();
+    let mut l = super::LogLimiter::new(Duration::from_secs(1));
+    assert_eq!(l.allow(t0, "timeout"), Some(0));
+    for ms in [1, 200, 999] {
+        assert_eq!(l.allow(t0 + Duration::from_millis(ms), "timeout"), None);
+    }
+    // Another reason has its own budget.
+    assert_eq!(l.allow(t0 + Duration::from_millis(5), "auth_failed"), Some(0));
+    // A second later: one line, saying three were held back.
+    assert_eq!(l.allow(t0 + Duration::from_millis(1000), "timeout"), Some(3));
+    assert_eq!(l.allow(t0 + Duration::from_millis(1001), "timeout"), None);
+    assert_eq!(l.allow(t0 + Duration::from_millis(2500), "timeout"), Some(1));
+}
+
+/// A TCP connection from `from` (any 127/8 address) that never speaks.
+async fn silent_from(h: &Harness, from: &str) -> TcpStream {
+    let s = tokio::net::TcpSocket::new_v4().unwrap();
+    s.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    s.connect(h.addr).await.unwrap()
+}
+
+/// Whether the intercept closes `s` within `within` (EOF or reset).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 1024];
+    tokio::time::timeout(within, async {
+        loop {
+            match tokio::io::AsyncReadExt::read(s, &mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => continue,
+            }
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
+async fn silent_peers_beyond_the_caps_are_closed_at_once_and_a_copier_still_gets_in() {
+    let mut cfg = ControlConfig::new(Some(SECRET.to_vec()), 100, "intercept-test".into());
+    cfg.max_pending = 6;
+    cfg.max_pending_per_addr = 4;
+    let h = start_with(cfg).await;
+    // Per address: 4 from 127.0.0.2 wait in their handshake, the next ones are closed at once.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(silent_from(&h, "127.0.0.2").await);
+    }
+    for i in 0..10 {
+        let mut s = silent_from(&h, "127.0.0.2").await;
+        assert!(
+            closed_within(&mut s, Duration::from_secs(1)).await,
+            "connection {i} over the per-address cap was kept open"
+        );
+    }
+    // In all: 2 more from another address fill the 6 slots; a third address is refused too.
+    for _ in 0..2 {
+        held.push(silent_from(&h, "127.0.0.3").await);
+    }
+    let mut s = silent_from(&h, "127.0.0.4").await;
+    assert!(closed_within(&mut s, Duration::from_secs(1)).await);
+    // The held ones are still open (they wait for the 5 s handshake timeout).
+    for s in &mut held[..1] {
+        assert!(!closed_within(s, Duration::from_millis(200)).await);
+    }
+    // Their slots come back when they go: a real copier then gets in and works.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut good = loop {
+        let s = TcpStream::connect(h.addr).await.unwrap();
+        match client_handshake(s, Some(SECRET), "copier-test").await {
+            Ok(c) => break c,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no slot came back: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let c = "198.19.0.9:7000";
+    send_synced(
+        &mut good,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
+    inject(&h, &response(c, 5));
+    assert_eq!(seq_of(&records(&mut good, 1).await[0]), 5);
+}
+
+#[tokio::test]
+async fn silent_copier_is_closed_after_the_idle_timeout_and_a_pinging_one_is_kept() {
+    let mut cfg = ControlConfig::new(Some(SECRET.to_vec()), 100, "intercept-test".into());
+    cfg.idle_timeout = Duration::from_millis(300);
+    let h = start_with(cfg).await;
+    let mut quiet = connect(&h).await;
+    let mut alive = connect(&h).await;
+    let (qc, ac) = ("198.19.0.10:7000", "198.19.0.11:7000");
+    send_synced(&mut quiet, &[Message::Register { tuples: vec![tuple(qc)] }], 1).await;
+    send_synced(&mut alive, &[Message::Register { tuples: vec![tuple(ac)] }], 1).await;
+    let t0 = Instant::now();
+    let pinger = async {
+        for token in 2..12 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            send_synced(&mut alive, &[], token).await;
+        }
+    };
+    let quiet_end = async {
+        let end = tokio::time::timeout(Duration::from_secs(3), quiet.reader.read_message())
+            .await
+            .expect("the silent copier is closed");
+        (end, t0.elapsed())
+    };
+    let ((end, after), ()) = tokio::join!(quiet_end, pinger);
+    match end {
+        Ok(Some(Message::Error { code, message })) => {
+            assert_eq!(code, error_code::PROTOCOL);
+            assert!(message.contains("nothing heard"), "{message}");
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    assert!(after >= Duration::from_millis(250), "closed too early: {after:?}");
+    assert_eq!(quiet.reader.read_message().await.unwrap(), None);
+    // Its registration is gone; the pinging copier (1 s, three timeouts) still gets records.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while h.shared.lock().router.route(&tuple(qc)).is_some() {
+        assert!(Instant::now() < deadline, "the idle copier's registration stayed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    inject(&h, &response(ac, 3));
+    assert_eq!(seq_of(&records(&mut alive, 1).await[0]), 3);
+}
+
+#[tokio::test]
+async fn a_register_frame_modified_in_transit_closes_the_connection() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Copier -> relay (a man in the middle) -> intercept. The relay passes the handshake, then
+    // flips one bit inside the first frame after it: a Register.
+    let h = start(100).await;
+    let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let mut hello = Vec::new();
+    Message::Hello(common::proto::Hello::new(
+        common::proto::Role::Copier,
+        true,
+        [0; 32],
+        "copier-test",
+    ))
+    .encode(&mut hello);
+    // Hello, then Auth (4 + 1 + 32 bytes); byte 12 of the next frame is inside its tuple.
+    let target = hello.len() + 37 + 12;
+    let flipped = Arc::new(AtomicUsize::new(0));
+    let f2 = flipped.clone();
+    let intercept_addr = h.addr;
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let (down, _) = relay.accept().await.unwrap();
+        let up = TcpStream::connect(intercept_addr).await.unwrap();
+        let (mut dr, mut dw) = down.into_split();
+        let (mut ur, mut uw) = up.into_split();
+        let to_intercept = async move {
+            let mut buf = vec![0u8; 65536];
+            let mut seen = 0;
+            loop {
+                let n = match dr.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if seen <= target && target < seen + n {
+                    buf[target - seen] ^= 0x01;
+                    f2.fetch_add(1, Ordering::SeqCst);
+                }
+                seen += n;
+                if uw.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            let _ = uw.shutdown().await;
+        };
+        let to_copier = async move {
+            let _ = tokio::io::copy(&mut ur, &mut dw).await;
+            let _ = dw.shutdown().await;
+        };
+        tokio::join!(to_intercept, to_copier);
+    });
+    let s = TcpStream::connect(relay_addr).await.unwrap();
+    let mut c = client_handshake(s, Some(SECRET), "copier-test").await.unwrap();
+    let t = "198.19.0.12:7000";
+    c.writer
+        .write_message(&Message::Register {
+            tuples: vec![tuple(t)],
+        })
+        .await
+        .unwrap();
+    // The copier is told why and the connection ends; no Registered comes back.
+    match next(&mut c).await {
+        Message::Error { code, message } => {
+            assert_eq!(code, error_code::PROTOCOL);
+            assert!(
+                message.contains("frame 0 from the copier fails its authentication tag"),
+                "{message}"
+            );
+        }
+        other => panic!("expected an Error, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(3), c.reader.read_message())
+        .await
+        .expect("the connection ends");
+    assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
+    assert_eq!(flipped.load(Ordering::SeqCst), 1, "the relay did not tamper");
+    // The tampered registration never took effect (neither the sent nor the altered tuple).
+    assert!(h.shared.lock().router.route(&tuple(t)).is_none());
+    assert_eq!(h.shared.lock().router.stats().registrations, 0);
 }

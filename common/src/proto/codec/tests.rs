@@ -494,3 +494,234 @@ proptest! {
         let _ = parse_response_headers(&bytes);
     }
 }
+
+// ---- frame limit and tags ----
+
+#[test]
+fn settable_limit_refuses_a_big_frame_from_its_length_alone() {
+    let mut d = FrameDecoder::new();
+    d.set_max_frame(crate::proto::PRE_AUTH_MAX_FRAME);
+    let mut f = encoded(&Message::Error {
+        code: 1,
+        message: "x".repeat(5000),
+    });
+    f.truncate(5); // only the length field and the type have arrived
+    d.push(&f);
+    assert!(matches!(
+        d.next(),
+        Err(ProtoError::FrameTooLarge { max: 4096, .. })
+    ));
+    // A small frame passes, and the limit can be raised again (never above MAX_FRAME).
+    let mut d = FrameDecoder::new();
+    d.set_max_frame(crate::proto::PRE_AUTH_MAX_FRAME);
+    d.push(&encoded(&Message::Ping { token: 1 }));
+    assert_eq!(d.next().unwrap(), Some(Message::Ping { token: 1 }));
+    d.set_max_frame(usize::MAX);
+    assert_eq!(d.max_frame(), MAX_FRAME);
+}
+
+use crate::proto::auth::{session_keys, SessionKeys};
+
+fn keys() -> SessionKeys {
+    session_keys(b"a-long-enough-shared-secret", &[1; 32], &[2; 32])
+}
+
+/// The frames of `msgs` as the copier sends them after the handshake, one Vec per frame.
+fn sealed_c2i(msgs: &[Message]) -> Vec<Vec<u8>> {
+    let k = keys();
+    let mut counter = 0;
+    msgs.iter()
+        .map(|m| {
+            let mut out = Vec::new();
+            seal_frames(&k.copier_to_intercept, &mut counter, &encoded(m), &mut out);
+            out
+        })
+        .collect()
+}
+
+/// An intercept-side decoder after the handshake.
+fn intercept_decoder() -> FrameDecoder {
+    let mut d = FrameDecoder::new();
+    d.authenticate(keys().copier_to_intercept, Role::Copier);
+    d
+}
+
+fn three() -> Vec<Message> {
+    vec![
+        Message::Register {
+            tuples: vec![t4("198.19.0.1:1000", "198.18.2.2:80")],
+        },
+        Message::Ping { token: 7 },
+        Message::Unregister {
+            tuples: vec![t4("198.19.0.1:1000", "198.18.2.2:80")],
+        },
+    ]
+}
+
+#[test]
+fn sealed_frames_decode_in_order_and_the_length_covers_the_tag() {
+    let frames = sealed_c2i(&three());
+    let plain = encoded(&three()[1]);
+    assert_eq!(frames[1].len(), plain.len() + TAG_LEN);
+    assert_eq!(
+        u32::from_be_bytes(frames[1][..4].try_into().unwrap()) as usize,
+        plain.len() - 4 + TAG_LEN
+    );
+    assert_eq!(frames[1][4..plain.len()], plain[4..]);
+    let mut d = intercept_decoder();
+    for f in &frames {
+        d.push(f);
+    }
+    let mut got = Vec::new();
+    drain(&mut d, &mut got).unwrap();
+    assert_eq!(got, three());
+    // Several frames sealed by one call are the same bytes as one call per frame.
+    let mut all = Vec::new();
+    for m in three() {
+        m.encode(&mut all);
+    }
+    let mut one_call = Vec::new();
+    let mut counter = 0;
+    seal_frames(&keys().copier_to_intercept, &mut counter, &all, &mut one_call);
+    assert_eq!(counter, 3);
+    assert_eq!(one_call, frames.concat());
+}
+
+fn refused(frames: &[&[u8]]) -> (usize, ProtoError) {
+    let mut d = intercept_decoder();
+    for (i, f) in frames.iter().enumerate() {
+        d.push(f);
+        match d.next() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("frame {i} incomplete"),
+            Err(e) => {
+                assert!(matches!(d.next(), Err(ProtoError::Poisoned)));
+                return (i, e);
+            }
+        }
+    }
+    panic!("every frame was accepted");
+}
+
+#[test]
+fn a_flipped_bit_anywhere_is_refused() {
+    let frames = sealed_c2i(&three());
+    for byte in 0..frames[0].len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = frames[0].clone();
+            bad[byte] ^= bit;
+            // A changed length may also ask for more bytes than there are: push the next
+            // frame too, the decoder must fail and never hand out the message.
+            let mut d = intercept_decoder();
+            d.push(&bad);
+            d.push(&frames[1]);
+            d.push(&frames[2]);
+            let mut out = Vec::new();
+            let r = drain(&mut d, &mut out);
+            assert!(
+                out.is_empty() && (r.is_err() || d.buffered() > 0),
+                "byte {byte} bit {bit:#x}: {out:?} {r:?}"
+            );
+            if byte >= 4 {
+                // Body or tag: a clear tag error naming the sender and the frame.
+                let e = r.unwrap_err();
+                assert!(
+                    matches!(e, ProtoError::BadTag { from: "copier", frame: 0 }),
+                    "{e:?}"
+                );
+                assert!(e.to_string().contains("from the copier"), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_replayed_frame_is_refused() {
+    let f = sealed_c2i(&three());
+    let (at, e) = refused(&[&f[0], &f[1], &f[1]]);
+    assert_eq!(at, 2);
+    assert!(matches!(e, ProtoError::BadTag { frame: 2, .. }), "{e:?}");
+    // Replaying the first frame later, too.
+    let (at, _) = refused(&[&f[0], &f[0]]);
+    assert_eq!(at, 1);
+}
+
+#[test]
+fn a_dropped_or_reordered_frame_is_refused() {
+    let f = sealed_c2i(&three());
+    let (at, e) = refused(&[&f[0], &f[2]]);
+    assert_eq!(at, 1);
+    assert!(matches!(e, ProtoError::BadTag { frame: 1, .. }), "{e:?}");
+    let (at, _) = refused(&[&f[1], &f[0]]);
+    assert_eq!(at, 0);
+}
+
+#[test]
+fn a_frame_from_the_other_direction_is_refused() {
+    // A frame the intercept sealed, reflected back to it as if the copier had sent it.
+    let k = keys();
+    let mut reflected = Vec::new();
+    seal_frames(
+        &k.intercept_to_copier,
+        &mut 0,
+        &encoded(&Message::Ping { token: 7 }),
+        &mut reflected,
+    );
+    let (at, e) = refused(&[&reflected]);
+    assert_eq!(at, 0);
+    assert!(matches!(e, ProtoError::BadTag { .. }), "{e:?}");
+}
+
+#[test]
+fn untagged_or_foreign_frames_are_refused_after_authentication() {
+    // A plain frame (no tag), a frame shorter than a tag, and one keyed with another secret.
+    let plain = encoded(&three()[0]);
+    assert!(matches!(refused(&[&plain]).1, ProtoError::BadTag { .. }));
+    // Shorter than a tag plus a type byte: refused without looking further.
+    let ping = encoded(&Message::Ping { token: 7 });
+    assert!(matches!(refused(&[&ping]).1, ProtoError::EmptyFrame));
+    let tiny = [0, 0, 0, TAG_LEN as u8];
+    let mut d = intercept_decoder();
+    d.push(&tiny);
+    assert!(matches!(d.next(), Err(ProtoError::EmptyFrame)));
+    let other = session_keys(b"another-long-enough-secret", &[1; 32], &[2; 32]);
+    let mut foreign = Vec::new();
+    seal_frames(&other.copier_to_intercept, &mut 0, &plain, &mut foreign);
+    assert!(matches!(refused(&[&foreign]).1, ProtoError::BadTag { .. }));
+}
+
+#[test]
+fn tagged_frames_may_exceed_max_frame_by_the_tag_only() {
+    let mut d = intercept_decoder();
+    d.push(&((MAX_FRAME + TAG_LEN) as u32).to_be_bytes());
+    assert!(d.next().unwrap().is_none());
+    let mut d = intercept_decoder();
+    d.push(&((MAX_FRAME + TAG_LEN + 1) as u32).to_be_bytes());
+    assert!(matches!(d.next(), Err(ProtoError::FrameTooLarge { .. })));
+}
+
+proptest! {
+    #[test]
+    fn sealed_messages_round_trip(ms in proptest::collection::vec(arb_message(), 1..5), chunk in 1usize..300) {
+        let frames = sealed_c2i(&ms).concat();
+        let mut d = intercept_decoder();
+        let mut out = Vec::new();
+        for piece in frames.chunks(chunk) {
+            d.push(piece);
+            drain(&mut d, &mut out).unwrap();
+        }
+        prop_assert_eq!(out, ms);
+    }
+
+    #[test]
+    fn corrupted_sealed_frames_never_decode(m in arb_message(), at in any::<usize>(), flip in 1u8..=255) {
+        let mut f = sealed_c2i(std::slice::from_ref(&m)).concat();
+        let i = 4 + at % (f.len() - 4);
+        f[i] ^= flip;
+        let mut d = intercept_decoder();
+        d.push(&f);
+        let mut out = Vec::new();
+        prop_assert!(drain(&mut d, &mut out).is_err());
+        prop_assert!(out.is_empty());
+    }
+}

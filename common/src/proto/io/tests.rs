@@ -285,3 +285,183 @@ async fn handshake_over_localhost_tcp() {
     );
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn oversized_frame_before_authentication_is_refused_at_once() {
+    // A 100 KB "Hello" announced in full but only partly sent: refused from its length alone,
+    // long before the handshake timeout.
+    let (a, mut b) = duplex(256 * 1024);
+    let mut f = (100_000u32).to_be_bytes().to_vec();
+    f.push(1);
+    f.extend_from_slice(&[0x55; 8000]);
+    b.write_all(&f).await.unwrap();
+    let t0 = std::time::Instant::now();
+    let e = server_handshake(a, Some(SECRET), "i").await.unwrap_err();
+    assert!(
+        matches!(e, ProtoError::FrameTooLarge { len: 100_000, max: crate::proto::PRE_AUTH_MAX_FRAME }),
+        "{e:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    // The peer gets the intercept's Hello, then is told why.
+    let mut r = FrameReader::new(b);
+    assert!(matches!(r.read_message().await.unwrap(), Some(Message::Hello(_))));
+    match r.read_message().await.unwrap() {
+        Some(Message::Error { code, message }) => {
+            assert_eq!(code, error_code::PROTOCOL);
+            assert!(message.contains("100000"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn big_frames_flow_after_the_handshake() {
+    // The pre-authentication limit is lifted once the handshake is done.
+    let (c, s) = pair(Some(SECRET), Some(SECRET)).await;
+    let mut c = c.unwrap();
+    let mut s = s.unwrap();
+    let recs = vec![
+        Record {
+            orig_len: 1500,
+            headers: vec![0x45; 52],
+            payload: vec![7; 1400],
+        };
+        700
+    ];
+    let writer = tokio::spawn(async move {
+        s.writer.write_records(&recs).await.unwrap();
+        (s, recs)
+    });
+    let mut got = Vec::new();
+    while got.len() < 700 {
+        match c.reader.read_message().await.unwrap() {
+            Some(Message::Records { records }) => got.extend(records),
+            other => panic!("{other:?}"),
+        }
+    }
+    let (_s, recs) = writer.await.unwrap();
+    assert_eq!(got, recs);
+}
+
+/// Relays bytes between `outer` and `inner`, handing every chunk from the copier to `tamper`
+/// with the number of bytes relayed that way before it.
+async fn relay(
+    outer: DuplexStream,
+    inner: DuplexStream,
+    mut tamper: impl FnMut(usize, &mut [u8]) + Send + 'static,
+) {
+    use tokio::io::AsyncReadExt;
+    let (mut or, mut ow) = tokio::io::split(outer);
+    let (mut ir, mut iw) = tokio::io::split(inner);
+    let up = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut seen = 0;
+        loop {
+            let n = match or.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            tamper(seen, &mut buf[..n]);
+            seen += n;
+            if iw.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = iw.shutdown().await;
+    };
+    let down = async move {
+        let _ = tokio::io::copy(&mut ir, &mut ow).await;
+        let _ = ow.shutdown().await;
+    };
+    tokio::join!(up, down);
+}
+
+#[tokio::test]
+async fn frames_after_the_handshake_carry_tags_and_a_changed_byte_is_caught() {
+    // Copier -> relay -> intercept; the relay learns where the handshake ends by counting the
+    // copier's Hello and Auth frames, then flips one byte in the body of the next frame.
+    let (copier_side, relay_outer) = duplex(64 * 1024);
+    let (relay_inner, intercept_side) = duplex(64 * 1024);
+    let handshake_len = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let hl = handshake_len.clone();
+    tokio::spawn(relay(relay_outer, relay_inner, move |seen, chunk| {
+        let at = hl.load(std::sync::atomic::Ordering::SeqCst);
+        // Byte 10 of the first frame after the handshake: inside a Register's tuple.
+        if at != usize::MAX && seen <= at + 10 && at + 10 < seen + chunk.len() {
+            chunk[at + 10 - seen] ^= 0x01;
+        }
+    }));
+    let server = tokio::spawn(async move {
+        let mut s = server_handshake(intercept_side, Some(SECRET), "intercept-test")
+            .await
+            .unwrap();
+        s.reader.read_message().await
+    });
+    let mut c = client_handshake(copier_side, Some(SECRET), "copier-test")
+        .await
+        .unwrap();
+    // The copier sent a Hello and an Auth (36 bytes).
+    let mut hello = Vec::new();
+    Message::Hello(Hello::new(Role::Copier, true, [0; 32], "copier-test")).encode(&mut hello);
+    handshake_len.store(hello.len() + 4 + 1 + 32, std::sync::atomic::Ordering::SeqCst);
+    let t = crate::flow::FourTuple::new(
+        "198.19.0.1:1000".parse().unwrap(),
+        "198.18.2.2:80".parse().unwrap(),
+    );
+    c.writer
+        .write_message(&Message::Register { tuples: vec![t] })
+        .await
+        .unwrap();
+    let e = server.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e, ProtoError::BadTag { from: "copier", frame: 0 }),
+        "{e:?}"
+    );
+}
+
+#[tokio::test]
+async fn frames_are_tagged_with_a_secret_and_plain_without() {
+    // Count the bytes of one Ping after the handshake, as the wire carries them.
+    async fn ping_bytes(secret: Option<&'static [u8]>) -> usize {
+        let (copier_side, relay_outer) = duplex(64 * 1024);
+        let (relay_inner, intercept_side) = duplex(64 * 1024);
+        let total = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let t2 = total.clone();
+        tokio::spawn(relay(relay_outer, relay_inner, move |_, chunk| {
+            t2.fetch_add(chunk.len(), std::sync::atomic::Ordering::SeqCst);
+        }));
+        let server = tokio::spawn(async move {
+            let mut s = server_handshake(intercept_side, secret, "i").await.unwrap();
+            let m = s.reader.read_message().await.unwrap();
+            (s, m)
+        });
+        let mut c = client_handshake(copier_side, secret, "c").await.unwrap();
+        let before = total.load(std::sync::atomic::Ordering::SeqCst);
+        c.writer
+            .write_message(&Message::Ping { token: 5 })
+            .await
+            .unwrap();
+        let (_s, m) = server.await.unwrap();
+        assert_eq!(m, Some(Message::Ping { token: 5 }));
+        total.load(std::sync::atomic::Ordering::SeqCst) - before
+    }
+    assert_eq!(ping_bytes(None).await, 4 + 1 + 8);
+    assert_eq!(ping_bytes(Some(SECRET)).await, 4 + 1 + 8 + crate::proto::auth::TAG_LEN);
+}
+
+#[tokio::test]
+async fn a_reader_with_an_idle_timeout_gives_up_on_a_silent_peer() {
+    let (a, mut b) = duplex(1024);
+    let mut r = FrameReader::new(a);
+    r.set_idle_timeout(Some(Duration::from_millis(100)));
+    // A frame in time is read; a partial frame does not count as activity.
+    let mut ping = Vec::new();
+    Message::Ping { token: 1 }.encode(&mut ping);
+    b.write_all(&ping).await.unwrap();
+    assert_eq!(r.read_message().await.unwrap(), Some(Message::Ping { token: 1 }));
+    b.write_all(&ping[..3]).await.unwrap();
+    let t0 = std::time::Instant::now();
+    let e = r.read_message().await.unwrap_err();
+    assert!(matches!(e, ProtoError::Idle(d) if d == Duration::from_millis(100)), "{e:?}");
+    assert!(t0.elapsed() >= Duration::from_millis(100));
+}
