@@ -5,13 +5,24 @@
 //! # Driving it
 //! [`Engine`] owns no socket, no clock and no global RNG. The I/O layer calls, in a loop:
 //! 1. [`Engine::handle_captured`] for every captured client packet, [`Engine::handle_record`]
-//!    for every record from an intercept, [`Engine::set_intercept_connected`] when the control
-//!    connection comes or goes, and [`Engine::handle_timeout`] once [`Engine::poll_timeout`]
-//!    has passed;
-//! 2. then [`Engine::poll_control`] until `None`, sending each event to the intercepts, and
-//!    only then [`Engine::poll_transmit`] until `None`, sending each packet. A connection's
-//!    packets are held back until its `Register` has been taken from `poll_control`, so the
-//!    intercept hears of a tuple before the test server can answer on it.
+//!    for every record from an intercept, [`Engine::handle_registered`] for every verdict of an
+//!    intercept on a registered tuple (`Message::Registered`), [`Engine::set_intercept_count`]
+//!    (or [`Engine::set_intercept_connected`]) when a control connection comes or goes, and
+//!    [`Engine::handle_timeout`] once [`Engine::poll_timeout`] has passed;
+//! 2. then [`Engine::poll_control`] until `None`, sending each event to the intercepts,
+//!    [`Engine::poll_refusal`] until `None`, logging each, and only then
+//!    [`Engine::poll_transmit`] until `None`, sending each packet. A connection's packets are
+//!    held back until an intercept accepted its `Register` (`handle_registered`), so no
+//!    packet of a tuple leaves before the intercept guards it; a tuple every connected
+//!    intercept refused fails its session (`registration_refused`) with nothing sent.
+//!
+//! # Handshakes first
+//! A captured SYN starts no session: it waits in a small pending table (its ISN and timestamp,
+//! [`PENDING_SYN_COST`] each, at most `max_pending_syns`, oldest shed when full, forgotten
+//! `syn_timeout` after its last retransmission) until the client's handshake ACK (ACK without
+//! SYN, seq = ISN + 1) or first data is captured; only then does the test session start. A
+//! spoofed SYN flood never reaches the test server (`EngineStats::syns_incomplete`). Sessions
+//! caught mid-stream start as they did.
 //!
 //! After reconnecting to an intercept, re-send a `Register` for every tuple of
 //! [`Engine::registered`].
@@ -57,7 +68,10 @@
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
 //! tuple to the session that owns it and `Shared::ports_used` counts them per client address
-//! and target; the meter (`memory_used`) counts the captured bytes any session still holds;
+//! and target; the meter counts the captured bytes any session still holds, and
+//! `memory_used` adds [`SESSION_COST`] per session and [`PENDING_SYN_COST`] per pending SYN;
+//! every `pending` entry has an entry with its `at` in `pending_fifo`; `closing` counts the
+//! sessions in the table that are done and linger;
 //! every live session with a deadline has a timer entry at or before it (`Session::armed`).
 
 mod answer;
