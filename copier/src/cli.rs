@@ -128,9 +128,30 @@ pub struct Args {
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
 
-    /// Most memory for buffered session data; above it the oldest idle sessions are shed.
+    /// Most memory for sessions: their buffered data plus a fixed cost per session (about
+    /// 2.4K, empty sessions included) and per captured SYN waiting for its handshake; above it
+    /// the oldest waiting SYNs, then the sessions idle longest, are shed (counted, and logged).
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
     pub max_memory: u64,
+
+    /// Most sessions in the table at once (per worker); more are not copied (counted as
+    /// copier_packets_dropped_total{reason="table_full"}). The default fits the default
+    /// --max-memory.
+    #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_MAX_SESSIONS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_sessions: usize,
+
+    /// Most captured SYNs waiting for the client's handshake ACK at once (per worker); a test
+    /// session starts only once the client completed its handshake online, so a flood of
+    /// spoofed SYNs never reaches the test server. The oldest goes when full.
+    #[arg(long, value_name = "N", default_value_t = 65536,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_pending_syns: usize,
+
+    /// How long a captured SYN waits for the client's handshake ACK (a retransmitted SYN
+    /// waits again).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub syn_timeout: Duration,
 
     /// A session with no packet and no response for this long is abandoned.
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
@@ -278,8 +299,12 @@ impl Args {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
             pace_requests: !self.no_pacing,
+            max_sessions: self.max_sessions,
+            max_pending_syns: self.max_pending_syns,
+            syn_timeout: self.syn_timeout,
             ..EngineConfig::default()
         };
+        check_targets_not_local(&self.maps, &local_addresses()?)?;
         if self.session_timeout < Duration::from_secs(1) {
             return Err(format!(
                 "--session-timeout {:?} is too short (at least 1s)",
@@ -437,6 +462,40 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
                 ));
             }
             _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The addresses of this host's interfaces (loopback included).
+pub fn local_addresses() -> Result<Vec<IpAddr>, String> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("cannot list this host's addresses (getifaddrs): {e}"))?;
+    Ok(addrs
+        .filter_map(|a| a.address)
+        .filter_map(|sa| {
+            sa.as_sockaddr_in()
+                .map(|v4| IpAddr::V4(v4.ip()))
+                .or_else(|| sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+        })
+        .collect())
+}
+
+/// Refuse a map whose target is this host itself (one of `local`, any loopback or the
+/// unspecified address): the copies would go to the production host.
+pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(), String> {
+    for m in maps {
+        let ip = m.target.ip();
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        if ip.is_loopback() || ip.is_unspecified() || local.contains(&ip) {
+            return Err(format!(
+                "--map {}: the target {} is an address of this host (the production host): the copies \
+                 would be sent here; give the test server's address",
+                show_map(m),
+                m.target.ip()
+            ));
         }
     }
     Ok(())
@@ -694,6 +753,45 @@ mod tests {
             .validate(1)
             .unwrap_err();
         assert!(three.contains("one map per family"), "{three}");
+    }
+
+    #[test]
+    fn session_caps_parse_and_default() {
+        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+        assert_eq!(v.engine.max_sessions, crate::engine::DEFAULT_MAX_SESSIONS);
+        assert_eq!((v.engine.max_pending_syns, v.engine.syn_timeout), (65536, Duration::from_secs(5)));
+        let v = args(&["--no-secret", "--max-sessions", "5000", "--max-pending-syns", "300", "--syn-timeout", "2s"])
+            .unwrap()
+            .validate(1)
+            .unwrap();
+        assert_eq!((v.engine.max_sessions, v.engine.max_pending_syns), (5000, 300));
+        assert_eq!(v.engine.syn_timeout, Duration::from_secs(2));
+        for bad in [["--max-sessions", "0"], ["--max-sessions", "many"], ["--max-pending-syns", "0"]] {
+            let e = args(&bad).unwrap_err().to_string();
+            assert!(e.contains(bad[0]), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_map_to_this_host_is_refused() {
+        let local: Vec<IpAddr> = vec!["198.18.1.2".parse().unwrap(), "fd00::5".parse().unwrap()];
+        for target in ["198.18.1.2:80", "127.0.0.1:80", "127.3.4.5:8080", "[::1]:80", "[fd00::5]:80", "[::ffff:198.18.1.2]:80"] {
+            let m = map(&format!("80={target}"));
+            let e = check_targets_not_local(&[map("81=198.18.2.2:81"), m], &local).unwrap_err();
+            assert!(e.contains(&format!("--map {}", show_map(&m))) && e.contains("this host"), "{target}: {e}");
+        }
+        check_targets_not_local(&[map("80=198.18.2.2:80"), map("81=[fd00::6]:80")], &local).unwrap();
+        // This machine's own addresses, as the copier reads them: loopback among them.
+        let mine = local_addresses().unwrap();
+        assert!(mine.iter().any(|a| a.is_loopback()), "{mine:?}");
+        let e = args(&["--no-secret", "--map", "81=127.0.0.1:80"]).unwrap().validate(1).unwrap_err();
+        assert!(e.contains("--map 81=127.0.0.1:80"), "{e}");
+        if let Some(a) = mine.iter().find(|a| !a.is_loopback()) {
+            let target = SocketAddr::new(*a, 80);
+            let flag = format!("81={target}");
+            let e = args(&["--no-secret", "--map", &flag]).unwrap().validate(1).unwrap_err();
+            assert!(e.contains("this host"), "{e}");
+        }
     }
 
     #[test]

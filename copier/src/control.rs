@@ -7,7 +7,9 @@
 //!   client sees each change exactly once after its snapshot.
 //! - [`run_client`]: connect (TCP_NODELAY, 5 s timeout), handshake with the shared secret, send
 //!   the whole registry (so a restarted intercept learns every live session again), then forward
-//!   registry changes and pings while reading records. Records go to the engine threads through
+//!   registry changes and pings while reading records and registration verdicts
+//!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
+//!   Both go to the engine threads through
 //!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels; when one is
 //!   full the client stops reading, which pushes back over TCP to the intercept (whose queue then
 //!   sheds the oldest records and counts them). With several workers, each applies its own
@@ -257,6 +259,9 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Seed of the back-off jitter.
     pub seed: u64,
+    /// Which intercept this is (its `--intercept` index): names the link's verdicts to the
+    /// engines (`Engine::handle_registered`).
+    pub id: u16,
 }
 
 impl ClientConfig {
@@ -270,6 +275,7 @@ impl ClientConfig {
             backoff_max: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),
             seed,
+            id: 0,
         }
     }
 }
@@ -477,8 +483,16 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .map_err(|_| LinkError::EngineGone)?;
             }
             Some(Message::Pong { .. }) => {}
-            // Not acted on yet: the engine treats a registration as in force once sent.
-            Some(Message::Registered { .. }) => {}
+            Some(Message::Registered { results }) => {
+                if results.is_empty() {
+                    continue;
+                }
+                links
+                    .records
+                    .deliver_verdicts(cfg.id, results)
+                    .await
+                    .map_err(|_| LinkError::EngineGone)?;
+            }
             Some(Message::Error { code, message }) => {
                 return Err(ProtoError::Remote { code, message }.into())
             }
@@ -562,8 +576,8 @@ async fn write_loop<S: AsyncWrite + Unpin>(
 mod tests {
     use super::*;
     use crate::sys::EventFd;
-    use crate::workers::{Inbox, Routes};
-    use common::proto::Record;
+    use crate::workers::{Inbound, Inbox, Routes};
+    use common::proto::{Record, RegVerdict};
     use tokio::sync::mpsc;
 
     fn t(c: u16) -> FourTuple {
@@ -649,7 +663,7 @@ mod tests {
         assert_eq!(out.len(), 2);
     }
 
-    fn links() -> (Links, mpsc::Receiver<Vec<Record>>) {
+    fn links() -> (Links, mpsc::Receiver<Inbound>) {
         let (tx, rx) = mpsc::channel(4);
         let links = Links {
             registry: Arc::new(Registry::new()),
@@ -699,6 +713,7 @@ mod tests {
             1,
         );
         cfg.ping_interval = Duration::from_millis(100);
+        cfg.id = 7;
         let (a, b) = tokio::io::duplex(64 * 1024);
         let client = async {
             let est = client_handshake(a, Some(b"s3cret"), "copier test")
@@ -751,7 +766,15 @@ mod tests {
                 .await
                 .unwrap();
             let got = records.recv().await.unwrap();
-            assert_eq!(got, vec![rec.clone(), rec]);
+            assert_eq!(got, Inbound::Records(vec![rec.clone(), rec]));
+
+            // The intercept's verdicts reach the engine, named by the link's id.
+            let results = vec![(t(3), RegVerdict::Accepted), (t(2), RegVerdict::PortNotGuarded)];
+            est.writer
+                .write_message(&Message::Registered { results: results.clone() })
+                .await
+                .unwrap();
+            assert_eq!(records.recv().await.unwrap(), Inbound::Verdicts { from: 7, results });
 
             // Stay silent (no Pong) past three ping intervals: the client must give up on us.
             tokio::time::sleep(Duration::from_millis(600)).await;

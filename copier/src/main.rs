@@ -208,7 +208,9 @@ fn run(args: Args) -> Result<RunSummary> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {
         for (i, addr) in v.intercepts.iter().enumerate() {
-            let cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
+            let mut cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
+            // Names this link's registration verdicts to the engines.
+            cfg.id = u16::try_from(i).unwrap_or(u16::MAX);
             tokio::spawn(run_client(cfg, links.clone(), shutdown_rx.clone()));
         }
         drop(links);

@@ -180,6 +180,14 @@ fn describe() {
         "copier_sessions_shed_total",
         "Sessions shed to stay under --max-memory"
     );
+    describe_gauge!(
+        "copier_syns_pending",
+        "Captured SYNs waiting for the client's handshake ACK (no test session yet)"
+    );
+    describe_counter!(
+        "copier_syns_incomplete_total",
+        "Captured SYNs whose handshake never completed (never copied), by what ended them"
+    );
     describe_counter!(
         "copier_connections_opened_total",
         "Connections opened to the test server"
@@ -220,7 +228,11 @@ fn describe() {
         "copier_packets_dropped_total",
         "Captured packets or records not carried, by reason"
     );
-    describe_gauge!("copier_memory_bytes", Unit::Bytes, "Bytes the engine holds");
+    describe_gauge!(
+        "copier_memory_bytes",
+        Unit::Bytes,
+        "What the engine holds against --max-memory: buffered bytes plus a fixed cost per session and pending SYN"
+    );
     describe_counter!(
         "copier_send_packets_total",
         "Packets the raw sockets accepted"
@@ -315,6 +327,10 @@ pub fn export(s: &Snapshot<'_>) {
     }
     counter!("copier_sessions_not_copied_total").absolute(e.sessions_not_copied);
     counter!("copier_sessions_shed_total").absolute(e.sessions_shed);
+    gauge!("copier_syns_pending").set(e.syns_pending as f64);
+    for (reason, v) in e.syns_incomplete.iter() {
+        counter!("copier_syns_incomplete_total", "reason" => reason).absolute(v);
+    }
     counter!("copier_connections_opened_total").absolute(e.connections_opened);
     counter!("copier_reconnects_total").absolute(e.reconnects);
     counter!("copier_segments_sent_total").absolute(e.segments_sent);

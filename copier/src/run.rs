@@ -1,8 +1,8 @@
 //! The engine thread: one OS thread owns the [`Engine`], the packet source (the capture ring, or
 //! a file with `--offline`) and the raw sender, and drives them with the clock.
 //!
-//! Each turn of the loop: note whether an intercept is connected, feed the records that the
-//! control clients queued, feed every ready ring block (or the file's packets that are due), fire
+//! Each turn of the loop: note how many intercepts are connected, feed the records and
+//! registration verdicts that the control clients queued, feed every ready ring block (or the file's packets that are due), fire
 //! the engine's timer, then drain the engine's outputs (registrations first, so they leave before
 //! the SYN they belong to; then packets to the sender, flushed in batches), and about once a
 //! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live) and an
@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::proto::Record;
+use common::proto::RegVerdict;
 use tokio::sync::mpsc;
 
 use crate::capture::{Capture, CaptureStats};
@@ -43,7 +43,7 @@ use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
 use crate::sys::{self, EventFd};
-use crate::workers::Routes;
+use crate::workers::{Inbound, Routes};
 
 /// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
 /// (the ring socket when the kernel retires a block, the eventfd for records and link changes,
@@ -60,6 +60,8 @@ const TRANSMITS_PER_TURN: usize = 8192;
 const SEND_HIGH_WATER: usize = 4096;
 /// File packets handed to the engine per turn (offline).
 const OFFLINE_PER_TURN: usize = 1024;
+/// Shortest interval between two warnings about shedding (sessions or pending SYNs).
+const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Longest time spent sending the RSTs of [`Engine::close_all`] when the loop ends.
 pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
 
@@ -98,8 +100,8 @@ pub struct LoopIo {
     pub source: Source,
     /// The raw sockets.
     pub sender: RawSender,
-    /// Records from the control clients.
-    pub records: mpsc::Receiver<Vec<Record>>,
+    /// Records and registration verdicts from the control clients.
+    pub records: mpsc::Receiver<Inbound>,
     /// Where registrations go.
     pub registry: Arc<Registry>,
     /// Intercept links that are up.
@@ -262,7 +264,12 @@ pub enum LoopError {
 }
 
 struct State {
-    up: Option<bool>,
+    /// Intercepts connected, as last told to the engine.
+    up: Option<usize>,
+    /// Sessions and pending SYNs shed, as last logged, and when (logged at most every
+    /// [`SHED_LOG_EVERY`]).
+    shed_logged: (u64, u64),
+    shed_log_at: Option<Instant>,
     next_report: Instant,
     panics: u64,
     poll_errors: u32,
@@ -288,6 +295,8 @@ pub fn run_engine_loop(
     let mut engine = Engine::new(config.clone(), seed);
     let mut st = State {
         up: None,
+        shed_logged: (0, 0),
+        shed_log_at: None,
         next_report: started,
         panics: 0,
         poll_errors: 0,
@@ -376,17 +385,23 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     io.wake.drain();
     let now = Instant::now();
 
-    let up = io.connected.load(Ordering::SeqCst) > 0;
-    if st.up != Some(up) {
-        engine.set_intercept_connected(now, up);
-        st.up = Some(up);
+    let n = io.connected.load(Ordering::SeqCst);
+    let up = n > 0;
+    if st.up != Some(n) {
+        engine.set_intercept_count(now, n);
+        st.up = Some(n);
     }
 
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
-            Ok(batch) => {
+            Ok(Inbound::Records(batch)) => {
                 for r in &batch {
                     engine.handle_record(now, r);
+                }
+            }
+            Ok(Inbound::Verdicts { from, results }) => {
+                for (t, v) in results {
+                    engine.handle_registered(now, from, t, v);
                 }
             }
             Err(_) => break,
@@ -441,6 +456,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
             }
         }
         export(engine, io, st);
+        log_shedding(engine, st, now);
     }
 
     if let Source::Offline(replay) = &io.source {
@@ -594,7 +610,49 @@ fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
     }
 }
 
+/// Log the intercepts' refusals the engine reports (once per map and verdict).
+fn log_refusals(engine: &mut Engine) {
+    while let Some(r) = engine.poll_refusal() {
+        let why = match r.verdict {
+            RegVerdict::PortNotGuarded => format!("its port {} is not guarded there (intercept --port)", r.tuple.server.port()),
+            RegVerdict::FamilyNotGuarded => "its IP family is not guarded there".to_string(),
+            RegVerdict::LimitReached => "the intercept's registration limit for this copier is reached".to_string(),
+            v => format!("verdict {}", v.code()),
+        };
+        tracing::error!(
+            "--map {}: the intercept refused to guard the test connections to {} (test port {}): {why} ({}); \
+             these sessions are not copied (nothing is sent to the test server for them); further refusals are \
+             only counted in copier_sessions_failed_total{{reason=\"registration_refused\"}}",
+            crate::cli::show_map(&r.map),
+            r.tuple.server,
+            r.tuple.server.port(),
+            r.verdict.as_str()
+        );
+    }
+}
+
+/// Warn when sessions or pending SYNs were shed to stay under `--max-memory`, at most every
+/// [`SHED_LOG_EVERY`].
+fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
+    let e = engine.stats();
+    let (sessions, syns) = (e.sessions_shed, e.syns_incomplete.shed);
+    if (sessions, syns) == st.shed_logged || st.shed_log_at.is_some_and(|t| now < t + SHED_LOG_EVERY) {
+        return;
+    }
+    tracing::warn!(
+        "over --max-memory / --max-pending-syns: shed {} session(s) (idle longest first) and {} captured SYN(s) \
+         waiting for their handshake (oldest first) since the last warning; {} byte(s) held now \
+         (copier_sessions_shed_total, copier_syns_incomplete_total{{reason=\"shed\"}})",
+        sessions.saturating_sub(st.shed_logged.0),
+        syns.saturating_sub(st.shed_logged.1),
+        engine.memory_used()
+    );
+    st.shed_logged = (sessions, syns);
+    st.shed_log_at = Some(now);
+}
+
 fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Instant) {
+    log_refusals(engine);
     drain_control(engine, io, st);
     for _ in 0..TRANSMITS_PER_TURN {
         if io.sender.pending() >= SEND_HIGH_WATER {

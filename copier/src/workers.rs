@@ -14,7 +14,8 @@
 //! cost 1.3 % of the copies, whose random ports met the test server's TIME_WAIT connections,
 //! where one worker, keeping the clients' ports, copied 100 %.
 //!
-//! Records come back from the intercepts on the control links, which know nothing of workers.
+//! Records and registration verdicts (`Message::Registered`) come back from the intercepts on
+//! the control links, which know nothing of workers.
 //! Owns:
 //! - [`Routes`]: the table test 4-tuple -> worker, filled by each worker from its engine's
 //!   Register/Unregister events (a Register is applied before the connection's first packet
@@ -24,7 +25,9 @@
 //!   batch on whole (no parsing: the engine judges every record); with several it parses each
 //!   record's test-side tuple, looks up its owner and sends per-worker batches. A record that
 //!   does not parse, or whose tuple no worker owns (the session has just ended), is counted
-//!   (`copier_records_unroutable_total{reason}`) and dropped.
+//!   (`copier_records_unroutable_total{reason}`) and dropped. Verdicts go the same way
+//!   ([`RecordRouter::deliver_verdicts`], by their tuple's owner; one not owned is dropped, its
+//!   session having ended), in the same channel, so a worker sees them in arrival order.
 //!
 //! Invariants: a route names the worker whose engine registered the tuple; a worker only
 //! removes its own routes. Every inbox is bounded (the control client waits on a full one,
@@ -36,7 +39,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use common::flow::FourTuple;
-use common::proto::Record;
+use common::proto::{Record, RegVerdict};
 use tokio::sync::mpsc;
 
 use crate::control::RegEvent;
@@ -154,11 +157,25 @@ pub fn route_records(routes: &Routes, records: Vec<Record>, out: &mut [Vec<Recor
     lost
 }
 
+/// What a control link hands an engine thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Inbound {
+    /// Records of the test server's answers.
+    Records(Vec<Record>),
+    /// Intercept `from`'s verdicts on registered tuples (`Message::Registered`).
+    Verdicts {
+        /// Which intercept (its `--intercept` index).
+        from: u16,
+        /// The verdicts.
+        results: Vec<(FourTuple, RegVerdict)>,
+    },
+}
+
 /// Where one worker's records go.
 #[derive(Clone, Debug)]
 pub struct Inbox {
-    /// The worker's bounded record channel.
-    pub records: mpsc::Sender<Vec<Record>>,
+    /// The worker's bounded channel of records and verdicts.
+    pub records: mpsc::Sender<Inbound>,
     /// The worker's eventfd.
     pub wake: Arc<EventFd>,
 }
@@ -204,7 +221,7 @@ impl RecordRouter {
     /// full.
     pub async fn deliver(&self, records: Vec<Record>) -> Result<(), InboxClosed> {
         if let [only] = &*self.inboxes {
-            only.records.send(records).await.map_err(|_| InboxClosed)?;
+            only.records.send(Inbound::Records(records)).await.map_err(|_| InboxClosed)?;
             only.wake.notify();
             return Ok(());
         }
@@ -223,7 +240,32 @@ impl RecordRouter {
             if batch.is_empty() {
                 continue;
             }
-            inbox.records.send(batch).await.map_err(|_| InboxClosed)?;
+            inbox.records.send(Inbound::Records(batch)).await.map_err(|_| InboxClosed)?;
+            inbox.wake.notify();
+        }
+        Ok(())
+    }
+
+    /// Deliver intercept `from`'s registration verdicts to the workers that own their tuples
+    /// (all to the one worker when there is one), waiting while an inbox is full. A verdict on
+    /// a tuple no worker owns (its session ended) is dropped.
+    pub async fn deliver_verdicts(&self, from: u16, results: Vec<(FourTuple, RegVerdict)>) -> Result<(), InboxClosed> {
+        if let [only] = &*self.inboxes {
+            only.records.send(Inbound::Verdicts { from, results }).await.map_err(|_| InboxClosed)?;
+            only.wake.notify();
+            return Ok(());
+        }
+        let mut out: Vec<Vec<(FourTuple, RegVerdict)>> = vec![Vec::new(); self.inboxes.len()];
+        for (t, v) in results {
+            if let Some(w) = self.routes.owner(&t).map(usize::from).filter(|&w| w < out.len()) {
+                out[w].push((t, v));
+            }
+        }
+        for (inbox, results) in self.inboxes.iter().zip(out) {
+            if results.is_empty() {
+                continue;
+            }
+            inbox.records.send(Inbound::Verdicts { from, results }).await.map_err(|_| InboxClosed)?;
             inbox.wake.notify();
         }
         Ok(())
@@ -368,7 +410,7 @@ mod tests {
             .deliver(vec![record(t(2)), record(t(5)), record(t(2))])
             .await
             .unwrap();
-        assert_eq!(rxs[1].try_recv().unwrap().len(), 2);
+        assert!(matches!(rxs[1].try_recv().unwrap(), Inbound::Records(v) if v.len() == 2));
         assert!(rxs[0].try_recv().is_err(), "nothing for worker 0");
         let ready = |i: usize| {
             crate::sys::poll_readable(&[inboxes[i].wake.fd()], std::time::Duration::ZERO).unwrap()
@@ -376,6 +418,19 @@ mod tests {
         assert_eq!((ready(0), ready(1)), (0, 1));
         router.wake_all();
         assert_eq!(ready(0), 1);
+        // Verdicts go to the owner of their tuple; unowned ones are dropped.
+        inboxes[0].wake.drain();
+        inboxes[1].wake.drain();
+        router
+            .deliver_verdicts(3, vec![(t(2), RegVerdict::Accepted), (t(5), RegVerdict::PortNotGuarded)])
+            .await
+            .unwrap();
+        assert_eq!(
+            rxs[1].try_recv().unwrap(),
+            Inbound::Verdicts { from: 3, results: vec![(t(2), RegVerdict::Accepted)] }
+        );
+        assert!(rxs[0].try_recv().is_err(), "nothing for worker 0");
+        assert_eq!((ready(0), ready(1)), (0, 1));
 
         // One worker: batches pass whole, unparsed.
         let (tx, mut rx) = mpsc::channel(1);
@@ -392,7 +447,7 @@ mod tests {
             payload: Vec::new(),
         };
         one.deliver(vec![odd.clone()]).await.unwrap();
-        assert_eq!(rx.try_recv().unwrap(), vec![odd]);
+        assert_eq!(rx.try_recv().unwrap(), Inbound::Records(vec![odd]));
         drop(rx);
         assert_eq!(one.deliver(vec![]).await, Err(InboxClosed));
     }

@@ -11,7 +11,8 @@
 //! client ended; that every session finishes; that, on a clean network, no client FIN reaches
 //! the model server before it finished answering; and that the test server is left with no
 //! half-open connection and no registration. Control messages (Register/Unregister) travel in
-//! order, as on TCP.
+//! order, as on TCP; the intercept answers each Register with an acceptance, on the same
+//! path as records but never lost (the engine sends nothing of a tuple before it).
 //!
 //! With `capture_drop` the capture loses one data segment of some clients (a hole the client
 //! never fills): each such session must deliver exactly the requests before the damaged one and
@@ -45,6 +46,8 @@ enum Kind {
     ToServer(Vec<u8>),
     Record(Record),
     Control(ControlEvent),
+    /// The intercept's answer to a Register (in order on the control link, never lost).
+    Accepted(common::flow::FourTuple),
 }
 
 #[derive(Debug)]
@@ -209,6 +212,7 @@ impl Sim {
                     }
                 }
             }
+            Kind::Accepted(_) => {}
         }
         match ev.kind {
             Kind::Captured(p) => self.engine.handle_captured(self.now, &p),
@@ -218,6 +222,12 @@ impl Sim {
                 for (_, r) in self.router.handle_register(self.now, COPIER, &[t]) {
                     self.deliver_record(r);
                 }
+                // The intercept answers once the registration is in force (`Registered`).
+                let at = self.now + self.cfg.records.delay;
+                self.push(at, Kind::Accepted(t));
+            }
+            Kind::Accepted(t) => {
+                self.engine.handle_registered(self.now, 0, t, common::proto::RegVerdict::Accepted);
             }
             Kind::Control(ControlEvent::Unregister(t)) => {
                 self.router.handle_unregister(COPIER, &[t]);

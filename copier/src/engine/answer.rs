@@ -77,7 +77,10 @@ impl Watch {
             }
         }
         if h.has(TcpFlags::FIN) || h.has(TcpFlags::RST) {
-            if self.first.is_none() && h.seq.gt(rcv_nxt) && h.seq.diff(rcv_nxt) < (1 << 30) {
+            // Only a FIN says the bytes before it were an answer: a RST beyond `rcv_nxt` may
+            // follow the lost end (and FIN) of an earlier answer, the server having closed
+            // before it had the unit (so the unit is carried again on a new connection).
+            if self.first.is_none() && h.has(TcpFlags::FIN) && h.seq.gt(rcv_nxt) && h.seq.diff(rcv_nxt) < (1 << 30) {
                 self.first = Some(rcv_nxt);
                 self.last = h.seq;
                 self.at = Some(now);

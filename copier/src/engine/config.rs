@@ -49,7 +49,10 @@ pub struct EngineConfig {
     pub sample_percent: f64,
     /// A session with no captured packet and no record for this long is abandoned.
     pub session_timeout: Duration,
-    /// Global cap on buffered bytes; above it the oldest idle sessions are shed.
+    /// Global cap on what the engine holds: buffered bytes, plus a fixed cost per session
+    /// ([`crate::engine::SESSION_COST`], empty sessions included) and per pending SYN
+    /// ([`crate::engine::PENDING_SYN_COST`]); above it the oldest pending SYNs, then the
+    /// sessions idle longest, are shed.
     pub max_memory: usize,
     /// Per-session cap on buffered bytes; a session above it fails (`buffer_cap`).
     pub per_session_cap: usize,
@@ -75,6 +78,12 @@ pub struct EngineConfig {
     pub close_linger: Duration,
     /// Most sessions in the table (including ones waiting to synchronise); more are dropped.
     pub max_sessions: usize,
+    /// How long a captured SYN waits for the client's handshake ACK (or first data) before it
+    /// is forgotten; a retransmission of the SYN starts the wait again. No test session starts
+    /// before the handshake completes.
+    pub syn_timeout: Duration,
+    /// Most captured SYNs waiting for their handshake at once; the oldest goes when full.
+    pub max_pending_syns: usize,
     /// Per-session cap on client bytes held out of order.
     pub max_out_of_order: usize,
     /// Bytes of an acknowledged but unanswered request kept to replay it on a new connection
@@ -187,7 +196,9 @@ impl Default for EngineConfig {
             max_rto: Duration::from_secs(10),
             max_retries: 8,
             close_linger: Duration::from_secs(5),
-            max_sessions: 1 << 20,
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            syn_timeout: Duration::from_secs(5),
+            max_pending_syns: 1 << 16,
             max_out_of_order: 256 << 10,
             replay_keep: 64 << 10,
             recv_window: 4 << 20,
@@ -198,6 +209,10 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Default of [`EngineConfig::max_sessions`]: about what the default `max_memory` (512 MiB)
+/// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 2.4 KB on x86_64).
+pub const DEFAULT_MAX_SESSIONS: usize = 200_000;
 
 /// A configuration the engine would have to bend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -253,6 +268,7 @@ impl EngineConfig {
             ("max_memory", self.max_memory),
             ("per_session_cap", self.per_session_cap),
             ("max_sessions", self.max_sessions),
+            ("max_pending_syns", self.max_pending_syns),
             ("copies", usize::from(self.copies)),
         ] {
             if v == 0 {
@@ -295,6 +311,8 @@ pub(crate) struct Params {
     pub max_retries: u32,
     pub linger: Duration,
     pub max_sessions: usize,
+    pub syn_timeout: Duration,
+    pub max_pending_syns: usize,
     pub max_ooo: usize,
     pub replay_keep: u32,
     /// Window scale we announce.
@@ -336,6 +354,8 @@ impl Params {
             max_retries: c.max_retries,
             linger: c.close_linger,
             max_sessions: c.max_sessions.max(1),
+            syn_timeout: c.syn_timeout.max(Duration::from_millis(1)),
+            max_pending_syns: c.max_pending_syns.max(1),
             max_ooo: c.max_out_of_order,
             replay_keep: u32::try_from(c.replay_keep).unwrap_or(u32::MAX),
             wscale,

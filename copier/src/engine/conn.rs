@@ -150,8 +150,11 @@ pub(crate) struct Conn {
     pub rto_at: Option<Instant>,
     rtt_probe: Option<(SeqNum, Instant)>,
     pub linger_until: Option<Instant>,
-    /// Its Register has not been handed to the I/O layer yet: send nothing.
+    /// No intercept has accepted its registration yet (`Engine::handle_registered`): send
+    /// nothing.
     pub reg_pending: bool,
+    /// Intercepts (bit `from % 64`) that refused its registration.
+    pub refused_by: u64,
     pub dead: bool,
     /// The handshake completed once.
     synced: bool,
@@ -211,6 +214,7 @@ impl Conn {
             rtt_probe: None,
             linger_until: None,
             reg_pending: true,
+            refused_by: 0,
             dead: false,
             synced: false,
             ident: (start.0 >> 16) as u16 ^ start.0 as u16,

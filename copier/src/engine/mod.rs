@@ -5,13 +5,24 @@
 //! # Driving it
 //! [`Engine`] owns no socket, no clock and no global RNG. The I/O layer calls, in a loop:
 //! 1. [`Engine::handle_captured`] for every captured client packet, [`Engine::handle_record`]
-//!    for every record from an intercept, [`Engine::set_intercept_connected`] when the control
-//!    connection comes or goes, and [`Engine::handle_timeout`] once [`Engine::poll_timeout`]
-//!    has passed;
-//! 2. then [`Engine::poll_control`] until `None`, sending each event to the intercepts, and
-//!    only then [`Engine::poll_transmit`] until `None`, sending each packet. A connection's
-//!    packets are held back until its `Register` has been taken from `poll_control`, so the
-//!    intercept hears of a tuple before the test server can answer on it.
+//!    for every record from an intercept, [`Engine::handle_registered`] for every verdict of an
+//!    intercept on a registered tuple (`Message::Registered`), [`Engine::set_intercept_count`]
+//!    (or [`Engine::set_intercept_connected`]) when a control connection comes or goes, and
+//!    [`Engine::handle_timeout`] once [`Engine::poll_timeout`] has passed;
+//! 2. then [`Engine::poll_control`] until `None`, sending each event to the intercepts,
+//!    [`Engine::poll_refusal`] until `None`, logging each, and only then
+//!    [`Engine::poll_transmit`] until `None`, sending each packet. A connection's packets are
+//!    held back until an intercept accepted its `Register` (`handle_registered`), so no
+//!    packet of a tuple leaves before the intercept guards it; a tuple every connected
+//!    intercept refused fails its session (`registration_refused`) with nothing sent.
+//!
+//! # Handshakes first
+//! A captured SYN starts no session: it waits in a small pending table (its ISN and timestamp,
+//! [`PENDING_SYN_COST`] each, at most `max_pending_syns`, oldest shed when full, forgotten
+//! `syn_timeout` after its last retransmission) until the client's handshake ACK (ACK without
+//! SYN, seq = ISN + 1) or first data is captured; only then does the test session start. A
+//! spoofed SYN flood never reaches the test server (`EngineStats::syns_incomplete`). Sessions
+//! caught mid-stream start as they did.
 //!
 //! After reconnecting to an intercept, re-send a `Register` for every tuple of
 //! [`Engine::registered`].
@@ -57,7 +68,10 @@
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
 //! tuple to the session that owns it and `Shared::ports_used` counts them per client address
-//! and target; the meter (`memory_used`) counts the captured bytes any session still holds;
+//! and target; the meter counts the captured bytes any session still holds, and
+//! `memory_used` adds [`SESSION_COST`] per session and [`PENDING_SYN_COST`] per pending SYN;
+//! every `pending` entry has an entry with its `at` in `pending_fifo`; `closing` counts the
+//! sessions in the table that are done and linger;
 //! every live session with a deadline has a timer entry at or before it (`Session::armed`).
 
 mod answer;
@@ -80,14 +94,15 @@ use std::net::IpAddr;
 use std::time::Instant;
 
 use common::flow::FourTuple;
-use common::proto::Record;
+use common::proto::{Record, RegVerdict};
+use common::seq::SeqNum;
 use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use config::{ConfigError, EngineConfig, PortMap, PortShare};
+pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS};
 pub use pool::{ClientIpPool, IpRange, PoolParseError};
-pub use stats::{DropCounts, EngineStats, FailCounts, FailReason};
+pub use stats::{DropCounts, EngineStats, FailCounts, FailReason, SynCounts};
 
 use chunk::{Meter, Payload};
 use config::Params;
@@ -101,6 +116,58 @@ pub enum ControlEvent {
     Register(FourTuple),
     /// Send `Unregister { tuples: [t] }`.
     Unregister(FourTuple),
+}
+
+/// An intercept refused to guard a test tuple, and with it the session it belonged to (see
+/// [`Engine::handle_registered`]); reported once per map and verdict by
+/// [`Engine::poll_refusal`] (later ones are only counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The map of the session.
+    pub map: PortMap,
+    /// The refused test tuple.
+    pub tuple: FourTuple,
+    /// The intercept's verdict.
+    pub verdict: RegVerdict,
+}
+
+/// What one session costs against `max_memory` besides the bytes it buffers: its slot, one
+/// test connection, its entries in the engine's tables (`by_key`, `by_test`, `ports_used`,
+/// the timer heap) and in the I/O layer's (the registry, each control client's set of sent
+/// tuples, the worker routes), hash tables counted at twice their entry size (their load
+/// factor and growth by doubling).
+pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
+    + std::mem::size_of::<conn::Conn>()
+    + 2 * (std::mem::size_of::<(FourTuple, Group)>()
+        + std::mem::size_of::<u32>()
+        + std::mem::size_of::<(FourTuple, SlotRef)>()
+        + std::mem::size_of::<((IpAddr, std::net::SocketAddr), u32)>()
+        + 4 * std::mem::size_of::<FourTuple>()
+        + std::mem::size_of::<(FourTuple, u16)>())
+    + std::mem::size_of::<Reverse<(Instant, u32, u32)>>();
+
+/// What one captured SYN waiting for its handshake costs against `max_memory`: its table
+/// entry (twice, as above) and two places in the expiry queue.
+pub const PENDING_SYN_COST: usize =
+    2 * std::mem::size_of::<(FourTuple, PendingSyn)>() + 2 * std::mem::size_of::<(Instant, FourTuple)>();
+
+/// A captured SYN waiting for the client's handshake ACK (or first data) before its test
+/// session starts: what the test SYN needs of it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PendingSyn {
+    isn: SeqNum,
+    tsval: Option<u32>,
+    /// When its SYN was last seen (a retransmission refreshes it).
+    at: Instant,
+}
+
+/// How a new session starts.
+#[derive(Debug, Clone, Copy)]
+enum Start {
+    /// From the client's SYN (its ISN and timestamp), the handshake having completed.
+    Syn { isn: SeqNum, tsval: Option<u32> },
+    /// From a packet caught mid-stream.
+    Midstream,
 }
 
 /// One packet to send, written into the caller's buffer by [`Engine::poll_transmit`].
@@ -133,6 +200,18 @@ pub struct Engine {
     shutdown_tx: VecDeque<(FourTuple, Vec<u8>)>,
     /// Tuples to unregister once `shutdown_tx` is empty.
     shutdown_unreg: Vec<FourTuple>,
+    /// Captured SYNs waiting for their handshake (see "Handshakes first").
+    pending: HashMap<FourTuple, PendingSyn, FastHash>,
+    /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
+    /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
+    pending_fifo: VecDeque<(Instant, FourTuple)>,
+    /// Intercepts connected now (how many refusals fail a registration).
+    intercepts: usize,
+    /// Refusals to report, and the (map, verdict) pairs reported already.
+    refusals: VecDeque<Refusal>,
+    refusals_seen: Vec<(PortMap, RegVerdict)>,
+    /// Sessions in the table that are done and only linger (`Session::closing_counted`).
+    closing: usize,
 }
 
 #[derive(Debug)]
@@ -190,6 +269,12 @@ impl Engine {
             payload_meter: Some(meter),
             shutdown_tx: VecDeque::new(),
             shutdown_unreg: Vec::new(),
+            pending: HashMap::with_hasher(hash),
+            pending_fifo: VecDeque::new(),
+            intercepts: 1,
+            refusals: VecDeque::new(),
+            refusals_seen: Vec::new(),
+            closing: 0,
         }
     }
 
@@ -248,8 +333,85 @@ impl Engine {
             }
             self.by_key.remove(&c.key);
         }
-        self.new_session(now, &c, map.target);
+        if syn {
+            self.hold_syn(now, &c);
+            self.check_memory(now);
+            return;
+        }
+        if let Some(p) = self.pending.get(&c.key).copied() {
+            let h = &c.hdr;
+            if h.has(TcpFlags::RST) {
+                self.pending.remove(&c.key);
+                self.sh.stats.syns_incomplete.reset += 1;
+                self.sh.stats.drops.no_session += 1;
+            } else if h.has(TcpFlags::ACK) && h.seq == p.isn.add(1) {
+                // The handshake completed (its ACK, or first data if the ACK was not seen).
+                self.pending.remove(&c.key);
+                self.new_session(now, &c, map.target, Start::Syn { isn: p.isn, tsval: p.tsval });
+                self.dispatch(now, &c);
+            } else {
+                // Not of this handshake (a stray segment): no session to carry it.
+                self.sh.stats.drops.no_session += 1;
+            }
+            self.sh.stats.syns_pending = self.pending.len() as u64;
+            self.check_memory(now);
+            return;
+        }
+        self.new_session(now, &c, map.target, Start::Midstream);
         self.check_memory(now);
+    }
+
+    /// Keep a captured SYN until its handshake completes (a retransmission refreshes it, a
+    /// new ISN replaces it); the oldest goes when `max_pending_syns` are waiting.
+    fn hold_syn(&mut self, now: Instant, c: &Captured<'_>) {
+        let h = &c.hdr;
+        let entry = PendingSyn { isn: h.seq, tsval: h.opts.ts.map(|t| t.0), at: now };
+        match self.pending.insert(c.key, entry) {
+            Some(old) if old.isn != h.seq => self.sh.stats.syns_incomplete.replaced += 1,
+            Some(_) => {}
+            None => {
+                while self.pending.len() > self.sh.p.max_pending_syns {
+                    if !self.shed_oldest_syn() {
+                        break;
+                    }
+                }
+            }
+        }
+        self.pending_fifo.push_back((now, c.key));
+        if self.pending_fifo.len() > 2 * self.pending.len() + 64 {
+            let pending = &self.pending;
+            self.pending_fifo.retain(|(at, k)| pending.get(k).is_some_and(|p| p.at == *at));
+        }
+        self.sh.stats.syns_pending = self.pending.len() as u64;
+    }
+
+    /// Forget the oldest pending SYN (counted as shed). `false` if none is left.
+    fn shed_oldest_syn(&mut self) -> bool {
+        while let Some((at, k)) = self.pending_fifo.pop_front() {
+            if self.pending.get(&k).is_some_and(|p| p.at == at) {
+                self.pending.remove(&k);
+                self.sh.stats.syns_incomplete.shed += 1;
+                self.sh.stats.syns_pending = self.pending.len() as u64;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Forget the pending SYNs whose handshake did not come within `syn_timeout`.
+    fn expire_syns(&mut self, now: Instant) {
+        let ttl = self.sh.p.syn_timeout;
+        while let Some(&(at, k)) = self.pending_fifo.front() {
+            if at + ttl > now {
+                break;
+            }
+            self.pending_fifo.pop_front();
+            if self.pending.get(&k).is_some_and(|p| p.at == at) {
+                self.pending.remove(&k);
+                self.sh.stats.syns_incomplete.expired += 1;
+            }
+        }
+        self.sh.stats.syns_pending = self.pending.len() as u64;
     }
 
     /// Hand a captured packet of a known session to each of its copies.
@@ -278,10 +440,10 @@ impl Engine {
         }
     }
 
-    fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr) {
+    fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr, how: Start) {
         let h = &c.hdr;
         let st = &mut self.sh.stats;
-        let syn = h.has(TcpFlags::SYN) && !h.has(TcpFlags::ACK);
+        let syn = matches!(how, Start::Syn { .. });
         if !syn
             && (h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) || !h.has(TcpFlags::ACK))
         {
@@ -363,10 +525,9 @@ impl Engine {
                 s.want_port = plan.client.port();
                 s.shaper_id = Some(plan.session);
             }
-            if syn {
-                s.start_syn(&mut self.sh, now, c);
-            } else {
-                s.start_syncing(&mut self.sh, c, k == 0);
+            match how {
+                Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
+                Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
             }
             self.slots[idx as usize].s = Some(s);
             if let Some(g) = self.by_key.get_mut(&c.key) {
@@ -402,9 +563,18 @@ impl Engine {
     }
 
     /// Tell the engine whether at least one intercept is connected (while none is, new sessions
-    /// are not started: counted as not copied).
-    pub fn set_intercept_connected(&mut self, _now: Instant, connected: bool) {
-        self.sh.intercept_up = connected;
+    /// are not started: counted as not copied). Same as [`Engine::set_intercept_count`] with
+    /// 0 or 1.
+    pub fn set_intercept_connected(&mut self, now: Instant, connected: bool) {
+        self.set_intercept_count(now, usize::from(connected));
+    }
+
+    /// Tell the engine how many intercepts are connected: none stops new sessions (see
+    /// [`Engine::set_intercept_connected`]); with several, a registration fails only once
+    /// that many of them refused it ([`Engine::handle_registered`]).
+    pub fn set_intercept_count(&mut self, _now: Instant, n: usize) {
+        self.sh.intercept_up = n > 0;
+        self.intercepts = n;
     }
 
     /// Next packet to send: writes a complete IP packet (fresh checksums) into `out` (cleared).
@@ -448,29 +618,53 @@ impl Engine {
 
     /// Next change of the registered tuples, for the intercepts.
     pub fn poll_control(&mut self) -> Option<ControlEvent> {
-        let ev = self.sh.control.pop_front()?;
-        if let ControlEvent::Register(t) = ev {
-            if let Some(slot) = self.sh.by_test.get(&t).copied().filter(|s| self.live(*s)) {
-                if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
-                    s.registered(t);
-                    if !s.in_ready {
-                        s.in_ready = true;
-                        self.ready.push_back(slot);
-                    }
-                }
+        self.sh.control.pop_front()
+    }
+
+    /// An intercept's verdict on a registered test tuple (`Message::Registered`); `from`
+    /// names the intercept (any number stable for the link's life, e.g. its `--intercept`
+    /// index). A tuple is in force once any intercept accepted it: only then do its packets
+    /// leave. A refusal counts only while no intercept accepted it; once as many different
+    /// intercepts refused it as are connected (at least one), the session it belongs to fails
+    /// (`registration_refused`) having sent nothing on it, and the refusal is reported
+    /// ([`Engine::poll_refusal`]). Verdicts on tuples no session holds (ended meanwhile) and
+    /// repeated ones (after a reconnection) are ignored.
+    pub fn handle_registered(&mut self, now: Instant, from: u16, tuple: FourTuple, verdict: RegVerdict) {
+        let Some(slot) = self.sh.by_test.get(&tuple).copied().filter(|s| self.live(*s)) else { return };
+        let need = self.intercepts.max(1);
+        let Some(key) = self.slots[slot.idx as usize].s.as_ref().map(|s| s.key) else { return };
+        let mut refused = false;
+        self.with_session(slot.idx, now, |s, sh| refused = s.on_verdict(sh, now, tuple, from, verdict, need));
+        if refused {
+            self.sh.stats.drops.registration_refused += 1;
+            let Some(map) = self.sh.p.map_for(key.server).copied() else { return };
+            if !self.refusals_seen.contains(&(map, verdict)) && self.refusals_seen.len() < 256 {
+                self.refusals_seen.push((map, verdict));
+                self.refusals.push_back(Refusal { map, tuple, verdict });
             }
         }
-        Some(ev)
+    }
+
+    /// The next refusal to report (the first of each map and verdict; see
+    /// [`Engine::handle_registered`]).
+    pub fn poll_refusal(&mut self) -> Option<Refusal> {
+        self.refusals.pop_front()
     }
 
     /// When [`Engine::handle_timeout`] should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _, _))| *t)
+        let syn = self.pending_fifo.front().map(|(at, _)| *at + self.sh.p.syn_timeout);
+        let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        match (t, syn) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.expire_syns(now);
         let mut due = std::mem::take(&mut self.due);
         due.clear();
         while let Some(&Reverse(e)) = self.timers.peek() {
@@ -515,6 +709,10 @@ impl Engine {
         }
         self.timers.clear();
         self.ready.clear();
+        self.pending.clear();
+        self.pending_fifo.clear();
+        self.sh.stats.syns_pending = 0;
+        self.closing = 0;
         self.shutdown_tx.extend(out);
         self.shutdown_unreg.extend(unreg);
         if self.shutdown_tx.is_empty() {
@@ -534,11 +732,28 @@ impl Engine {
         &self.sh.stats
     }
 
-    /// Captured client bytes the sessions hold, with their bookkeeping (shared bytes counted
-    /// once: see "Copies"); what `max_memory` bounds.
+    /// What `max_memory` bounds: the captured client bytes the sessions hold, with their
+    /// bookkeeping (shared bytes counted once: see "Copies"), plus [`SESSION_COST`] per session
+    /// in the table and [`PENDING_SYN_COST`] per captured SYN waiting for its handshake. Sessions
+    /// that are done and only linger (for `close_linger`, answering the test server's last
+    /// segments) count here but are not shed: over `max_memory`, shedding stops once the rest
+    /// is under it, so the true total may exceed it by their cost for up to `close_linger`.
     #[must_use]
     pub fn memory_used(&self) -> usize {
+        self.sh.meter.bytes() + self.session_count() * SESSION_COST + self.pending.len() * PENDING_SYN_COST
+    }
+
+    /// Captured client bytes the sessions hold, with their bookkeeping: the part of
+    /// [`Engine::memory_used`] that is not a fixed cost.
+    #[must_use]
+    pub fn buffered_bytes(&self) -> usize {
         self.sh.meter.bytes()
+    }
+
+    /// Captured SYNs waiting for their handshake.
+    #[must_use]
+    pub fn pending_syns(&self) -> usize {
+        self.pending.len()
     }
 
     /// Every test tuple registered now (to re-register after an intercept reconnects).
@@ -569,6 +784,10 @@ impl Engine {
             self.remove(idx);
             return;
         }
+        if s.phase == Phase::Done && !s.closing_counted {
+            s.closing_counted = true;
+            self.closing += 1;
+        }
         if !s.in_ready {
             s.in_ready = true;
             self.ready.push_back(s.slot);
@@ -598,6 +817,9 @@ impl Engine {
     fn remove(&mut self, idx: u32) {
         let slot = &mut self.slots[idx as usize];
         let Some(s) = slot.s.take() else { return };
+        if s.closing_counted {
+            self.closing = self.closing.saturating_sub(1);
+        }
         if let (Some(id), Some(shaper)) = (s.shaper_id, self.sh.shaper.as_mut()) {
             shaper.end_session(id);
         }
@@ -617,24 +839,40 @@ impl Engine {
         }
     }
 
-    /// Over `max_memory`, shed the sessions idle longest until 90% of it. A copy shed frees
-    /// only the bytes no other copy holds: the copies of one session go one by one, oldest
-    /// first, until their bytes are freed.
+    /// What shedding can free: [`Engine::memory_used`] but for the sessions that are done
+    /// and only linger (they leave by themselves within `close_linger`).
+    fn sheddable_memory(&self) -> usize {
+        self.memory_used().saturating_sub(self.closing * SESSION_COST)
+    }
+
+    /// Over `max_memory` (what shedding can free: see `sheddable_memory`), shed until 90% of
+    /// it: first the oldest pending SYNs (a flood of SYNs that never complete goes before any
+    /// session), then the sessions idle longest, empty ones included. A copy shed frees only
+    /// the bytes no other copy holds: the copies of one session go one by one, oldest first,
+    /// until their bytes are freed.
     fn check_memory(&mut self, now: Instant) {
-        if self.memory_used() <= self.sh.p.max_memory {
+        if self.sheddable_memory() <= self.sh.p.max_memory {
             return;
         }
         // Shed down to 90% so that a busy engine does not scan on every packet.
         let target = self.sh.p.max_memory - self.sh.p.max_memory / 10;
+        while self.sheddable_memory() > target && !self.pending.is_empty() {
+            if !self.shed_oldest_syn() {
+                break;
+            }
+        }
+        if self.sheddable_memory() <= target {
+            return;
+        }
         let mut cands: Vec<(Instant, u32)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase == Phase::Active && s.mem() > 0).map(|s| (s.last_activity, i as u32)))
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.last_activity, i as u32)))
             .collect();
         cands.sort_unstable();
         for (_, idx) in cands {
-            if self.memory_used() <= target {
+            if self.sheddable_memory() <= target {
                 break;
             }
             self.sh.stats.sessions_shed += 1;

@@ -202,6 +202,8 @@ pub(crate) struct Session {
     lead: bool,
     pub armed: Option<Instant>,
     pub in_ready: bool,
+    /// Counted in the engine's sessions that are done and only linger.
+    pub closing_counted: bool,
 }
 
 impl Session {
@@ -235,14 +237,15 @@ impl Session {
             lead: true,
             armed: None,
             in_ready: false,
+            closing_counted: false,
         }
     }
 
-    /// Start from the client's SYN.
-    pub(crate) fn start_syn(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
-        self.isn = c.hdr.seq;
+    /// Start from the client's SYN (its ISN and timestamp value), its handshake completed.
+    pub(crate) fn start_syn(&mut self, sh: &mut Shared, now: Instant, isn: SeqNum, tsval: Option<u32>) {
+        self.isn = isn;
         self.stream = Stream::new(self.isn);
-        self.tsval = c.hdr.opts.ts.map(|t| t.0);
+        self.tsval = tsval;
         self.start(sh, now);
     }
 
@@ -281,11 +284,6 @@ impl Session {
         sh.register(tuple, self.slot);
         self.cur = Some(conn);
         self.unit_acked_at = None;
-    }
-
-    /// Buffered bytes.
-    pub(crate) fn mem(&self) -> usize {
-        self.stream.mem()
     }
 
     pub(crate) fn removable(&self) -> bool {
@@ -863,13 +861,40 @@ impl Session {
         }
     }
 
-    /// The I/O layer took this connection's Register: its packets may go.
-    pub(crate) fn registered(&mut self, tuple: FourTuple) {
-        if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == tuple) {
-            c.reg_pending = false;
-        } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == tuple) {
-            c.reg_pending = false;
+    /// An intercept's verdict on one of this session's tuples (see
+    /// `Engine::handle_registered`): accepted, the connection's packets may go; refused by
+    /// `need` different intercepts before any accepted it, the connection is dropped unsent
+    /// and, if it is the current one, the session fails (`registration_refused`). Returns
+    /// whether this verdict was such a refusal.
+    pub(crate) fn on_verdict(
+        &mut self,
+        sh: &mut Shared,
+        now: Instant,
+        tuple: FourTuple,
+        from: u16,
+        verdict: common::proto::RegVerdict,
+        need: usize,
+    ) -> bool {
+        let is_cur = self.cur.as_ref().is_some_and(|c| c.tuple == tuple);
+        let Some(c) = self.cur.iter_mut().chain(self.old.iter_mut()).find(|c| c.tuple == tuple) else { return false };
+        if !c.reg_pending {
+            return false; // in force already
         }
+        if verdict.accepted() {
+            c.reg_pending = false;
+            return false;
+        }
+        c.refused_by |= 1u64 << (from % 64);
+        if (c.refused_by.count_ones() as usize) < need.min(64) {
+            return false;
+        }
+        if is_cur {
+            self.finish(sh, now, Some(FailReason::RegistrationRefused));
+        } else {
+            c.dead = true; // never sent anything
+            self.sweep(sh);
+        }
+        true
     }
 }
 

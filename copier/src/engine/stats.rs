@@ -33,6 +33,9 @@ pub enum FailReason {
     Shutdown,
     /// A new connection was needed and every test 4-tuple it could use was taken.
     NoTuple,
+    /// Every connected intercept refused to guard one of its test tuples (the port or family
+    /// is not guarded there, or its registration limit is reached): nothing of it was sent.
+    RegistrationRefused,
 }
 
 /// Sessions that failed, by reason.
@@ -56,6 +59,8 @@ pub struct FailCounts {
     pub shutdown: u64,
     /// See [`FailReason::NoTuple`].
     pub no_tuple: u64,
+    /// See [`FailReason::RegistrationRefused`].
+    pub registration_refused: u64,
 }
 
 impl FailCounts {
@@ -70,6 +75,7 @@ impl FailCounts {
             FailReason::Superseded => &mut self.superseded,
             FailReason::Shutdown => &mut self.shutdown,
             FailReason::NoTuple => &mut self.no_tuple,
+            FailReason::RegistrationRefused => &mut self.registration_refused,
         } += 1;
     }
 
@@ -85,6 +91,7 @@ impl FailCounts {
             ("superseded", self.superseded),
             ("shutdown", self.shutdown),
             ("no_tuple", self.no_tuple),
+            ("registration_refused", self.registration_refused),
         ]
         .into_iter()
     }
@@ -93,6 +100,27 @@ impl FailCounts {
     #[must_use]
     pub fn total(&self) -> u64 {
         self.iter().map(|(_, v)| v).sum()
+    }
+}
+
+/// Captured SYNs whose handshake never completed (no test session was started for them), by
+/// what ended their pending entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SynCounts {
+    /// No handshake ACK nor data within `syn_timeout` of the last SYN.
+    pub expired: u64,
+    /// Shed: the pending table was full (`max_pending_syns`) or over `max_memory`.
+    pub shed: u64,
+    /// The client reset the connection before completing it.
+    pub reset: u64,
+    /// A SYN with another ISN replaced it (the client started over).
+    pub replaced: u64,
+}
+
+impl SynCounts {
+    /// `(reason label, count)` pairs.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [("expired", self.expired), ("shed", self.shed), ("reset", self.reset), ("replaced", self.replaced)].into_iter()
     }
 }
 
@@ -135,6 +163,9 @@ pub struct DropCounts {
     pub record_malformed: u64,
     /// Records of no registered connection.
     pub record_unknown: u64,
+    /// Test tuples the intercepts refused to guard: the session each belonged to failed
+    /// (`registration_refused`) and nothing of it was sent on that tuple.
+    pub registration_refused: u64,
 }
 
 impl DropCounts {
@@ -158,6 +189,7 @@ impl DropCounts {
             ("capture_gap", self.capture_gap),
             ("record_malformed", self.record_malformed),
             ("record_unknown", self.record_unknown),
+            ("registration_refused", self.registration_refused),
         ]
         .into_iter()
     }
@@ -211,8 +243,13 @@ pub struct EngineStats {
     pub syn_time_wait_resets: u64,
     /// Test connections moved to another port because the SYN met a TIME_WAIT socket twice.
     pub syn_port_moves: u64,
-    /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`).
+    /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`; pending
+    /// SYNs shed for it are in `syns_incomplete.shed`).
     pub sessions_shed: u64,
+    /// Captured SYNs waiting for the client's handshake ACK now (a gauge).
+    pub syns_pending: u64,
+    /// Captured SYNs whose handshake never completed, by what ended them.
+    pub syns_incomplete: SynCounts,
     /// Packets and records dropped, by reason.
     pub drops: DropCounts,
 }

@@ -140,6 +140,25 @@ fn a_test_server_resetting_after_a_short_answer_answered_it() {
 }
 
 #[test]
+fn a_reset_beyond_what_was_seen_does_not_answer_the_unit() {
+    // The test server's RST comes with a sequence number beyond what we saw of it (the end of
+    // an earlier answer, and its FIN, were lost): nothing says it answered req1, which is
+    // carried again on a new connection.
+    let mut h = three_requests();
+    h.at(10);
+    h.rec(Seg { seq: TISN + 421, ack: CISN + 5, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    let ev = h.control();
+    let Some(ControlEvent::Register(t2)) = ev.iter().copied().find(|e| matches!(e, ControlEvent::Register(_))) else {
+        panic!("{ev:?}")
+    };
+    let out = h.packets();
+    let syn = out.iter().find(|o| o.tuple == t2).expect("SYN of the new connection");
+    assert_eq!((syn.flags, syn.seq), (TcpFlags::SYN, CISN), "starts at req1 again");
+    h.rec_to(t2, Seg { seq: 90_000, ack: CISN + 1, ..SYN_ACK });
+    assert_eq!(payloads(&h.out()), vec![b"req1"]);
+}
+
+#[test]
 fn the_fin_waits_for_the_quiet_even_after_an_answer_of_the_online_size() {
     let mut h = H::default();
     h.establish();

@@ -318,7 +318,7 @@ fn client_rst_with_data_that_cannot_be_carried_fails_after_the_session_timeout()
 fn a_new_connection_on_the_port_of_a_reset_one_leaves_it_carrying() {
     let mut h = reset_with_requests_queued(cfg());
     let _ = h.out();
-    h.cap(Seg { seq: CISN + 777_777, ..SYN });
+    h.syn(Seg { seq: CISN + 777_777, ..SYN });
     let ev = h.control();
     let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_ne!(t2, test_tuple(), "the old session still holds the client's port");

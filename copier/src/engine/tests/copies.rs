@@ -44,7 +44,7 @@ fn streams(outs: &[Out]) -> BTreeMap<FourTuple, Vec<u8>> {
 #[test]
 fn three_copies_get_three_tuples_and_each_gets_every_byte() {
     let mut h = H::new(copies(3));
-    h.cap(SYN);
+    h.syn(SYN);
     let regs = registers(&h.control());
     assert_eq!(regs.len(), 3, "{regs:?}");
     assert_eq!(regs.iter().collect::<BTreeSet<_>>().len(), 3, "distinct: {regs:?}");
@@ -84,25 +84,25 @@ fn three_copies_get_three_tuples_and_each_gets_every_byte() {
 fn copies_share_the_captured_bytes_and_each_has_the_per_session_cap() {
     // A short replay window, so that a copy drops what its test server acknowledged.
     let mut h = H::new(EngineConfig { per_session_cap: 30_000, replay_keep: 1000, ..copies(3) });
-    h.cap(SYN);
+    h.syn(SYN);
     let regs = registers(&h.control());
     let _ = h.packets();
     // No SYN-ACK yet: everything stays buffered, once.
     for i in 0..5u32 {
         h.cap(data(i * 5000, 0, &[i as u8; 5000]));
     }
-    assert_eq!(h.e.memory_used(), held(25_000, 5, 15), "three copies, one buffer per segment");
+    assert_eq!(h.e.buffered_bytes(), held(25_000, 5, 15), "three copies, one buffer per segment");
     // Copy 1's test server takes it all; the others still hold every byte.
     syn_ack(&mut h, regs[1]);
     let _ = h.out();
     h.rec_to(regs[1], resp(0, 25_000, 0));
     let _ = h.out();
-    assert_eq!(h.e.memory_used(), held(25_000, 5, 10));
+    assert_eq!(h.e.buffered_bytes(), held(25_000, 5, 10));
     // Copies 0 and 2 go over their cap and fail; copy 1 goes on, alone holding what it needs.
     h.cap(data(25_000, 0, &[9; 6000]));
     let st = h.e.stats();
     assert_eq!((st.sessions_failed.buffer_cap, st.drops.buffer_cap, st.sessions_active), (2, 2, 1));
-    assert_eq!(h.e.memory_used(), held(6000, 1, 1), "only what copy 1 still needs");
+    assert_eq!(h.e.buffered_bytes(), held(6000, 1, 1), "only what copy 1 still needs");
     let out = h.out();
     assert!(out.iter().any(|o| o.tuple == regs[1] && o.payload == [9; 1460]), "copy 1 carries on: {out:?}");
 }
@@ -111,24 +111,27 @@ fn copies_share_the_captured_bytes_and_each_has_the_per_session_cap() {
 fn memory_shedding_counts_shared_bytes_once() {
     // 3 sessions x 3 copies x 4000 bytes: 12 000 bytes held (and bookkeeping), not 36 000.
     // Shedding goes down to 90% of the cap, just above three sessions.
-    let max_memory = held(12_000, 3, 9) * 10 / 9 + 10;
+    // Every copy session also costs SESSION_COST: room for nine of them on top.
+    let max_memory = (held(12_000, 3, 9) + 9 * crate::engine::SESSION_COST) * 10 / 9 + 10;
     let mut h = H::new(EngineConfig { max_memory, ..copies(3) });
     for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
         h.at(i as u64 * 10);
-        h.cap(Seg { src: from([203, 0, 113, 7], port), ..SYN });
+        h.syn(Seg { src: from([203, 0, 113, 7], port), ..SYN });
         assert_eq!(h.out().len(), 3, "three SYNs");
         h.cap(Seg { src: from([203, 0, 113, 7], port), ..data(0, 0, &[1; 4000]) });
     }
-    assert_eq!(h.e.memory_used(), held(12_000, 3, 9));
+    assert_eq!(h.e.buffered_bytes(), held(12_000, 3, 9));
     assert_eq!(h.e.stats().sessions_shed, 0);
     // One more goes over: the oldest session's copies are shed until its bytes are freed.
     h.at(100);
-    h.cap(Seg { src: from([203, 0, 113, 7], 1004), ..SYN });
-    let _ = h.out();
+    h.syn(Seg { src: from([203, 0, 113, 7], 1004), ..SYN });
+    // (The new copies' own cost may shed before their data comes.)
+    let mut out = h.out();
     h.cap(Seg { src: from([203, 0, 113, 7], 1004), ..data(0, 0, &[1; 4000]) });
     let st = h.e.stats();
-    assert_eq!((st.sessions_shed, h.e.memory_used()), (3, held(12_000, 3, 9)), "{st:?}");
-    let rst: BTreeSet<u16> = h.out().iter().filter(|o| o.has(TcpFlags::RST)).map(|o| o.tuple.client.port()).collect();
+    assert_eq!((st.sessions_shed, h.e.buffered_bytes()), (3, held(12_000, 3, 9)), "{st:?}");
+    out.extend(h.out());
+    let rst: BTreeSet<u16> = out.iter().filter(|o| o.has(TcpFlags::RST)).map(|o| o.tuple.client.port()).collect();
     assert!(rst.contains(&1001) && rst.len() == 3, "the three copies of the oldest: {rst:?}");
 }
 
@@ -139,7 +142,7 @@ fn a_pool_gives_each_copy_its_own_address_from_every_range() {
     let mut per_session = Vec::new();
     for i in 0..300u32 {
         let src = from([10, 1, (i >> 8) as u8, i as u8], 40000 + i as u16);
-        h.cap(Seg { src, ..SYN });
+        h.syn(Seg { src, ..SYN });
         per_session.push(registers(&h.control()));
     }
     let mut octets = BTreeSet::new();
@@ -159,7 +162,7 @@ fn a_pool_gives_each_copy_its_own_address_from_every_range() {
     }
     assert_eq!(octets, [0u8, 1].into(), "both ranges used");
     // Sticky: another session of the first client gets the same four addresses.
-    h.cap(Seg { src: from([10, 1, 0, 0], 50000), ..SYN });
+    h.syn(Seg { src: from([10, 1, 0, 0], 50000), ..SYN });
     let again: BTreeSet<IpAddr> = registers(&h.control()).iter().map(|t| t.client.ip()).collect();
     assert_eq!(again, per_session[0].iter().map(|t| t.client.ip()).collect());
 }
@@ -172,7 +175,7 @@ fn a_hundred_copies_of_thousands_of_sessions_never_collide() {
     let mut seen = BTreeSet::new();
     for i in 0..2000u32 {
         // Few real clients, many ports each: the pool addresses of their copies overlap a lot.
-        h.cap(Seg { src: from([10, 2, 0, (i % 5) as u8], 20000 + (i / 5) as u16), ..SYN });
+        h.syn(Seg { src: from([10, 2, 0, (i % 5) as u8], 20000 + (i / 5) as u16), ..SYN });
         for t in registers(&h.control()) {
             assert!(pool.contains(t.client.ip()));
             assert!(seen.insert(t), "collision on {t}");
@@ -193,7 +196,7 @@ fn without_a_pool_copies_use_other_ports_until_none_is_left() {
     let mut seen = BTreeSet::new();
     let mut ports = std::collections::HashSet::new();
     for i in 0..700u16 {
-        h.cap(Seg { src: from([203, 0, 113, 7], 30000 + i), ..SYN });
+        h.syn(Seg { src: from([203, 0, 113, 7], 30000 + i), ..SYN });
         let regs = registers(&h.control());
         if !ports.contains(&(30000 + i)) && !regs.is_empty() {
             assert_eq!(regs[0].client.port(), 30000 + i, "copy 0 keeps the client's port while free");
@@ -216,7 +219,7 @@ fn without_a_pool_copies_use_other_ports_until_none_is_left() {
     let first = *seen.iter().find(|t| t.client.port() == 30000).unwrap();
     h.rec_to(first, Seg { flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ack: CISN + 1, ..SYN_ACK });
     let _ = h.out();
-    h.cap(Seg { src: from([203, 0, 113, 7], 31000), ..SYN });
+    h.syn(Seg { src: from([203, 0, 113, 7], 31000), ..SYN });
     assert_eq!(registers(&h.control()).len(), 1, "the one freed tuple");
 }
 
@@ -227,7 +230,7 @@ fn copies_of_several_workers_stay_in_their_port_shares() {
         let share = PortShare { index, count: 3 };
         let mut h = H::new(EngineConfig { port_share: share, ..copies(5) });
         for port in 40000..40030u16 {
-            h.cap(Seg { src: from([203, 0, 113, 7], port), ..SYN });
+            h.syn(Seg { src: from([203, 0, 113, 7], port), ..SYN });
         }
         for t in registers(&h.control()) {
             assert!(share.contains(t.client.port()), "worker {index}: {t}");
@@ -267,13 +270,13 @@ fn a_session_caught_mid_stream_starts_all_its_copies_at_the_boundary() {
 #[test]
 fn a_new_syn_supersedes_every_copy_and_a_repeated_one_does_not() {
     let mut h = H::new(copies(3));
-    h.cap(SYN);
+    h.syn(SYN);
     let first = registers(&h.control());
     let _ = h.packets();
     h.cap(SYN); // the client's SYN again
     assert!(h.out().is_empty());
     assert_eq!(h.e.stats().drops.client_retransmission, 1);
-    h.cap(Seg { seq: CISN + 777_777, ..SYN }); // a new connection on the same port
+    h.syn(Seg { seq: CISN + 777_777, ..SYN }); // a new connection on the same port
     let second = registers(&h.control());
     let st = h.e.stats();
     assert_eq!((st.sessions_failed.superseded, st.sessions_started, st.captured_sessions_started), (3, 6, 2));
@@ -294,14 +297,15 @@ fn sampling_is_consistent_per_session_and_near_the_percentage() {
         let mut mine = BTreeSet::new();
         for i in 0..sessions {
             let src = from([10, 3, (i >> 8) as u8, i as u8], 1024 + (i % 50_000) as u16);
+            // The test session starts at the client's handshake ACK.
             h.cap(Seg { src, ..SYN });
+            h.cap(Seg { src, ..HS_ACK });
             let regs = registers(&h.control());
             let copied = !regs.is_empty();
             let _ = h.packets();
             if let Some(t) = regs.first() {
                 h.rec_to(*t, SYN_ACK);
             }
-            h.cap(Seg { src, ..HS_ACK });
             h.cap(Seg { src, ..data(0, 0, b"GET / HTTP/1.1\r\n\r\n") });
             let out = h.out();
             // Every segment of a chosen session goes; none of the others.
@@ -326,9 +330,11 @@ fn sampling_is_consistent_per_session_and_near_the_percentage() {
         let mut buf = Vec::new();
         let mut picked = BTreeSet::new();
         for i in 0..sessions {
-            let p = build(&SYN, SocketAddr::from(([10, 3, (i >> 8) as u8, i as u8], 1024 + i as u16)), ONLINE.parse().unwrap());
+            let src = SocketAddr::from(([10, 3, (i >> 8) as u8, i as u8], 1024 + i as u16));
+            let p = build(&SYN, src, ONLINE.parse().unwrap());
             let before = e.stats().sessions_started;
             e.handle_captured(Instant::now(), &p);
+            e.handle_captured(Instant::now(), &build(&HS_ACK, src, ONLINE.parse().unwrap()));
             if e.stats().sessions_started > before {
                 picked.insert(i);
             }

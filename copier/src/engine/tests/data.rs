@@ -31,7 +31,7 @@ fn window_field_is_generous_and_scaled() {
     let out = h.establish();
     assert_eq!(out[1].window, ((4u32 << 20) >> 7) as u16);
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.rec(Seg { wscale: None, ..SYN_ACK });
     assert_eq!(h.out()[0].window, 65535, "no scaling agreed");
@@ -92,7 +92,7 @@ fn without_pacing_everything_goes_at_once() {
 #[test]
 fn the_test_servers_window_is_respected() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.rec(Seg { window: 1000, wscale: None, ..SYN_ACK });
     h.cap(data(0, 0, &[1; 3000]));

@@ -114,7 +114,7 @@ fn a_hole_filled_in_time_is_no_gap() {
 #[test]
 fn bare_ack_to_our_syn_is_reset_and_the_syn_resent_then_the_port_moves() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let out = h.out();
     assert_eq!((out.len(), out[0].flags), (1, TcpFlags::SYN));
     // A TIME_WAIT socket of the test server on the tuple: a challenge ACK.
@@ -149,7 +149,7 @@ fn bare_ack_to_our_syn_is_reset_and_the_syn_resent_then_the_port_moves() {
 #[test]
 fn an_ack_of_our_syn_without_syn_is_not_a_time_wait() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.rec(Seg { seq: 9_999, ack: CISN + 1, ..BASE });
     assert!(h.out().is_empty());

@@ -7,7 +7,7 @@ use crate::engine::ClientIpPool;
 #[test]
 fn syn_registers_then_sends_our_own_syn() {
     let mut h = H::default();
-    h.cap(Seg { ts: Some((1000, 0)), ..SYN });
+    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
     // Nothing leaves before the I/O layer has taken the Register.
     assert!(h.packets().is_empty());
     assert_eq!(h.control(), vec![ControlEvent::Register(test_tuple())]);
@@ -34,7 +34,7 @@ fn syn_without_timestamps_offers_none_and_ipv6_mss() {
     });
     let c6: SocketAddr = "[2001:db8:1::7]:4000".parse().unwrap();
     let o6: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
-    h.cap(Seg { src: Some(c6), dst: Some(o6), ..SYN });
+    h.syn(Seg { src: Some(c6), dst: Some(o6), ..SYN });
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].mss, Some(1440));
@@ -45,7 +45,7 @@ fn syn_without_timestamps_offers_none_and_ipv6_mss() {
 #[test]
 fn data_is_held_until_the_syn_ack_record() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     h.cap(HS_ACK);
     h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
     let out = h.out();
@@ -80,7 +80,7 @@ fn handshake_ack_alone_when_no_data_waits() {
 #[test]
 fn timestamps_are_translated() {
     let mut h = H::default();
-    h.cap(Seg { ts: Some((1000, 0)), ..SYN });
+    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
     h.cap(Seg { ts: Some((1001, 90_000)), ..HS_ACK });
     let _ = h.out();
     h.rec(Seg { ts: Some((5000, 1000)), ..SYN_ACK });
@@ -103,7 +103,7 @@ fn timestamps_are_translated() {
 #[test]
 fn no_timestamps_when_the_test_server_declines_them() {
     let mut h = H::default();
-    h.cap(Seg { ts: Some((1000, 0)), ..SYN });
+    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
     let _ = h.out();
     h.rec(SYN_ACK); // no TS option
     h.cap(Seg { ts: Some((1010, 1)), ..data(0, 0, b"x") });
@@ -114,7 +114,7 @@ fn no_timestamps_when_the_test_server_declines_them() {
 #[test]
 fn mss_is_cut_to_the_test_servers_and_timestamps() {
     let mut h = H::default();
-    h.cap(Seg { ts: Some((1, 0)), ..SYN });
+    h.syn(Seg { ts: Some((1, 0)), ..SYN });
     let _ = h.out();
     h.rec(Seg { mss: Some(1000), ts: Some((9, 1)), ..SYN_ACK });
     h.cap(Seg { ts: Some((2, 0)), ..data(0, 0, &[7; 3000]) });
@@ -181,7 +181,7 @@ fn greeting_wait_gives_up_after_the_answer_timeout() {
 #[test]
 fn syn_is_retransmitted_with_backoff_then_the_session_fails() {
     let mut h = H::new(EngineConfig { max_retries: 3, ..cfg() });
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     let (outs, ctl) = h.run_timers(60_000);
     let times: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
@@ -201,7 +201,7 @@ fn syn_is_retransmitted_with_backoff_then_the_session_fails() {
 #[test]
 fn refused_connection_fails_the_session() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.rec(Seg { seq: 0, ack: CISN + 1, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
     assert_eq!(h.e.stats().sessions_failed.refused, 1);
@@ -212,7 +212,7 @@ fn refused_connection_fails_the_session() {
 #[test]
 fn stale_syn_ack_is_reset() {
     let mut h = H::default();
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.rec(Seg { ack: 12345, ..SYN_ACK });
     let out = h.out();
@@ -226,7 +226,7 @@ fn stale_syn_ack_is_reset() {
 fn no_intercept_no_new_session() {
     let mut h = H::default();
     h.e.set_intercept_connected(h.now, false);
-    h.cap(SYN);
+    h.syn(SYN);
     h.cap(HS_ACK);
     assert!(h.out().is_empty());
     let s = h.e.stats();
@@ -239,7 +239,7 @@ fn no_intercept_no_new_session() {
 fn client_addresses_are_rewritten_into_the_pool() {
     let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
     let mut h = H::new(EngineConfig { client_ip: Some(pool.clone()), ..cfg() });
-    h.cap(SYN);
+    h.syn(SYN);
     let ev = h.control();
     let ControlEvent::Register(t) = ev[0] else { panic!("{ev:?}") };
     assert!(pool.contains(t.client.ip()), "{t}");
@@ -247,7 +247,7 @@ fn client_addresses_are_rewritten_into_the_pool() {
     let out = h.packets();
     assert_eq!(out[0].tuple, t);
     // Sticky: the same client on another port gets the same address.
-    h.cap(Seg { src: Some("203.0.113.7:40001".parse().unwrap()), ..SYN });
+    h.syn(Seg { src: Some("203.0.113.7:40001".parse().unwrap()), ..SYN });
     let ev = h.control();
     let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_eq!(t2.client.ip(), t.client.ip());
@@ -301,7 +301,7 @@ fn engines_of_several_workers_never_share_a_test_port_and_keep_the_pool_sticky()
         // The client's port 40000 is in share 0 of 2 ((40000 >> 1) % 2 == 0): worker 0 keeps
         // it, worker 1 must not.
         for port in [40000u16, 40001, 40002] {
-            h.cap(Seg { src: Some(SocketAddr::new(client().ip(), port)), ..SYN });
+            h.syn(Seg { src: Some(SocketAddr::new(client().ip(), port)), ..SYN });
         }
         let ev = h.control();
         assert_eq!(ev.len(), 3, "{ev:?}");

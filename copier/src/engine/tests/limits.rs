@@ -9,16 +9,17 @@ fn from_port(port: u16) -> Option<SocketAddr> {
 
 #[test]
 fn oldest_idle_sessions_are_shed_over_max_memory() {
-    let mut h = H::new(EngineConfig { max_memory: 10_000, ..cfg() });
+    // Each session also costs SESSION_COST: room for three of them on top.
+    let mut h = H::new(EngineConfig { max_memory: 10_000 + 3 * crate::engine::SESSION_COST, ..cfg() });
     for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
         h.at(i as u64 * 10);
-        h.cap(Seg { src: from_port(port), ..SYN });
+        h.syn(Seg { src: from_port(port), ..SYN });
         assert_eq!(h.out().len(), 1, "our SYN");
         // No SYN-ACK comes: the data stays buffered.
         h.cap(Seg { src: from_port(port), ..data(0, 0, &[1; 4000]) });
     }
     use crate::engine::chunk::{BUF_OVERHEAD, SLOT_OVERHEAD};
-    assert_eq!(h.e.memory_used(), 8000 + 2 * (BUF_OVERHEAD + SLOT_OVERHEAD), "payload and bookkeeping");
+    assert_eq!(h.e.buffered_bytes(), 8000 + 2 * (BUF_OVERHEAD + SLOT_OVERHEAD), "payload and bookkeeping");
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.memory, s.sessions_shed, s.sessions_active), (1, 1, 2));
     let out = h.out();
@@ -30,13 +31,13 @@ fn oldest_idle_sessions_are_shed_over_max_memory() {
 #[test]
 fn per_session_cap_fails_the_session() {
     let mut h = H::new(EngineConfig { per_session_cap: 5000, ..cfg() });
-    h.cap(SYN);
+    h.syn(SYN);
     let _ = h.out();
     h.cap(data(0, 0, &[1; 3000]));
     h.cap(data(3000, 0, &[1; 3000]));
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.buffer_cap, s.drops.buffer_cap), (1, 1));
-    assert_eq!(h.e.memory_used(), 0);
+    assert_eq!(h.e.buffered_bytes(), 0);
     let out = h.out();
     assert_eq!((out.len(), out[0].flags), (1, TcpFlags::RST));
     h.cap(data(6000, 0, &[1; 10]));
@@ -51,7 +52,7 @@ fn out_of_order_beyond_the_cap_is_dropped() {
     h.cap(data(200, 0, &[1; 80]));
     assert_eq!(h.e.stats().drops.out_of_order_overflow, 1);
     use crate::engine::chunk::{BUF_OVERHEAD, SLOT_OVERHEAD};
-    assert_eq!(h.e.memory_used(), 80 + BUF_OVERHEAD + SLOT_OVERHEAD, "one held segment");
+    assert_eq!(h.e.buffered_bytes(), 80 + BUF_OVERHEAD + SLOT_OVERHEAD, "one held segment");
     h.cap(data(0, 0, &[1; 10]));
     assert_eq!(stream_of(&h.out(), CISN + 1), vec![1; 90]);
 }
@@ -87,7 +88,7 @@ fn a_new_syn_on_a_live_session_supersedes_it() {
     h.cap(SYN); // retransmission: ignored
     assert!(h.out().is_empty());
     assert_eq!(h.e.stats().drops.client_retransmission, 1);
-    h.cap(Seg { seq: CISN + 999_999, ..SYN });
+    h.syn(Seg { seq: CISN + 999_999, ..SYN });
     let ev = h.control();
     let out = h.packets();
     assert_eq!(h.e.stats().sessions_failed.superseded, 1);

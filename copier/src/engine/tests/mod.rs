@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
-use common::proto::Record;
+use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 
@@ -20,6 +20,7 @@ mod data;
 mod gap;
 mod handshake;
 mod limits;
+mod registration;
 mod shaped;
 mod shutdown;
 
@@ -125,6 +126,9 @@ pub(super) struct H {
     pub t0: Instant,
     pub now: Instant,
     buf: Vec<u8>,
+    /// `control()` answers every Register it takes with an intercept's `Accepted` at once (as
+    /// a connected intercept would); off, the test gives verdicts itself.
+    pub auto_accept: bool,
 }
 
 pub(super) fn client() -> SocketAddr {
@@ -175,7 +179,7 @@ pub(super) fn build(s: &Seg, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
 impl H {
     pub fn new(c: EngineConfig) -> H {
         let t0 = Instant::now();
-        H { e: Engine::new(c, 7), t0, now: t0, buf: Vec::new() }
+        H { e: Engine::new(c, 7), t0, now: t0, buf: Vec::new(), auto_accept: true }
     }
 
     pub fn default() -> H {
@@ -220,8 +224,25 @@ impl H {
         self.e.handle_record(self.now, &r);
     }
 
+    /// Take every control event; with `auto_accept`, answer each Register with `Accepted`.
     pub fn control(&mut self) -> Vec<ControlEvent> {
-        std::iter::from_fn(|| self.e.poll_control()).collect()
+        let v: Vec<ControlEvent> = std::iter::from_fn(|| self.e.poll_control()).collect();
+        if self.auto_accept {
+            for ev in &v {
+                if let ControlEvent::Register(t) = ev {
+                    self.e.handle_registered(self.now, 0, *t, RegVerdict::Accepted);
+                }
+            }
+        }
+        v
+    }
+
+    /// Feed a captured SYN and the client's handshake ACK after it (same addresses, the next
+    /// sequence number, the same timestamp): the handshake completed, the test session starts.
+    pub fn syn(&mut self, s: Seg) {
+        let ack = Seg { seq: s.seq.wrapping_add(1), ack: OISN + 1, flags: A, mss: None, wscale: None, ..s.clone() };
+        self.cap(s);
+        self.cap(ack);
     }
 
     /// Take every pending control event, then every packet.

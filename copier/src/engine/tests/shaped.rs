@@ -50,7 +50,7 @@ fn syns(h: &mut H, n: u32) -> Vec<Vec<FourTuple>> {
         .map(|i| {
             h.at(u64::from(i) * 10);
             let src = SocketAddr::from(([10, 4, (i >> 8) as u8, i as u8], 1024 + (i % 60_000) as u16));
-            h.cap(Seg { src: Some(src), ..SYN });
+            h.syn(Seg { src: Some(src), ..SYN });
             let regs = registers(&h.control());
             let _ = h.packets();
             regs
@@ -124,7 +124,7 @@ fn a_factor_below_one_is_a_consistent_sample_and_keeps_the_real_address() {
 #[test]
 fn copies_carry_every_byte_on_their_virtual_tuples_and_end_in_the_shaper() {
     let mut h = H::new(profile("[multiplication]\nfactor = 3\n"));
-    h.cap(SYN);
+    h.syn(SYN);
     let regs = registers(&h.control());
     assert_eq!(regs.len(), 3);
     let _ = h.packets();
@@ -182,7 +182,7 @@ fn a_request_is_held_while_the_source_is_off_and_goes_whole_when_it_is_on() {
     // The session starts while the source is ON (the first packet sets the shaper's clock);
     // its request is captured 20 ms into the OFF period.
     h.at(0);
-    h.cap(SYN);
+    h.syn(SYN);
     let t = registers(&h.control())[0];
     let _ = h.packets();
     h.cap(HS_ACK);

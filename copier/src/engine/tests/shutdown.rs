@@ -16,17 +16,17 @@ fn tuple(port: u16) -> FourTuple {
 fn close_all_resets_every_connection_then_unregisters() {
     let mut h = H::default();
     // 1001: established, "req" sent, acked up to 2 of its 3 bytes.
-    h.cap(Seg { src: from_port(1001), ..SYN });
+    h.syn(Seg { src: from_port(1001), ..SYN });
     h.cap(Seg { src: from_port(1001), ..data(0, 0, b"req") });
     let _ = h.out();
     h.rec_to(tuple(1001), SYN_ACK);
     let _ = h.out();
     h.rec_to(tuple(1001), resp(0, 2, 0));
     // 1002: our SYN sent, no SYN-ACK yet.
-    h.cap(Seg { src: from_port(1002), ..SYN });
+    h.syn(Seg { src: from_port(1002), ..SYN });
     let _ = h.out();
     // 1003: closed gracefully both ways, lingering.
-    h.cap(Seg { src: from_port(1003), ..SYN });
+    h.syn(Seg { src: from_port(1003), ..SYN });
     let _ = h.out();
     h.rec_to(tuple(1003), SYN_ACK);
     h.cap(Seg { src: from_port(1003), seq: CISN + 1, ack: OISN + 1, flags: TcpFlags(TcpFlags::FIN.0 | A.0), ..BASE });
@@ -35,7 +35,7 @@ fn close_all_resets_every_connection_then_unregisters() {
     let _ = h.out();
     assert_eq!(h.e.stats().sessions_completed, 1);
     // 1004: its Register not taken yet (nothing sent).
-    h.cap(Seg { src: from_port(1004), ..SYN });
+    h.syn(Seg { src: from_port(1004), ..SYN });
     // 1005: caught mid-stream, waiting to synchronise.
     h.cap(Seg { src: from_port(1005), ..data(50, 0, b"middle") });
     assert_eq!(h.e.session_count(), 5);
