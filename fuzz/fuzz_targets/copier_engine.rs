@@ -1,14 +1,16 @@
 //! Fuzz the copier's session engine with structured input: sequences of captured client
 //! segments (a few clients, plausible sequence numbers, any flags and sizes, options), records
-//! of the test server's answers on the tuples the engine registered, raw garbage, clock steps,
-//! intercept links going up and down, and a stop.
+//! of the test server's answers on the tuples the engine registered, the intercepts' verdicts
+//! on those registrations (accepted, refused, from one of two intercepts, or never), raw
+//! garbage, clock steps, intercept links going up and down, and a stop.
 //!
 //! Checked after every step:
 //! - no panic;
 //! - every packet the engine emits parses, carries valid checksums and goes to a map target,
-//!   on a tuple the intercept was told about (registered and not yet unregistered);
+//!   on a tuple an intercept accepted (and that was not unregistered since);
 //! - the bytes the engine holds stay within `max_memory` (plus one captured segment, which is
-//!   accounted before the shedding that follows it).
+//!   accounted before the shedding that follows it, and the fixed cost of sessions that only
+//!   linger after their end, which cannot be shed).
 #![no_main]
 
 use std::collections::{HashMap, HashSet};
@@ -21,7 +23,8 @@ use common::flow::FourTuple;
 use common::proto::Record;
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
-use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap};
+use common::proto::RegVerdict;
+use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap, SESSION_COST};
 use libfuzzer_sys::fuzz_target;
 
 const ONLINE_PORT: u16 = 80;
@@ -29,6 +32,8 @@ const T4: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 2, 2)),
 const T6: SocketAddr = SocketAddr::new(IpAddr::V6(Ipv6Addr::new(0xfd00, 0x198, 0x18, 2, 0, 0, 0, 2)), 8080);
 /// Largest captured segment the fuzzer builds (a GRO super-segment's size).
 const MAX_SEGMENT: usize = 64 << 10;
+/// The engine's session cap here.
+const MAX_SESSIONS: usize = 64;
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -36,6 +41,10 @@ struct Input {
     pacing: bool,
     /// `max_memory` in KiB (at least 64 KiB).
     mem_kib: u16,
+    /// Answer every registration at once with an acceptance (else only `Verdict` ops answer).
+    auto_accept: bool,
+    /// Two intercepts connected instead of one.
+    two_intercepts: bool,
     ops: Vec<Op>,
 }
 
@@ -45,6 +54,8 @@ enum Op {
     Client { who: u8, flags: u8, seq_off: u16, ack_off: u16, len: u16, options: u8, far: bool },
     /// A record from the test server on the `conn`-th registered tuple.
     Server { conn: u8, flags: u8, seq_off: u16, ack_delta: i16, len: u16, window: u16 },
+    /// An intercept's verdict on the `conn`-th registration not yet answered.
+    Verdict { conn: u8, from: u8, code: u8 },
     /// Raw bytes as a captured packet.
     Raw(Vec<u8>),
     /// Raw bytes as a record.
@@ -88,6 +99,11 @@ struct Harness {
     now: Instant,
     /// Tuples registered with the intercepts and not yet unregistered.
     registered: HashSet<FourTuple>,
+    /// Of those, the ones an intercept accepted: the only ones packets may use.
+    accepted: HashSet<FourTuple>,
+    /// Registrations not answered yet, in order.
+    unanswered: Vec<FourTuple>,
+    auto_accept: bool,
     /// Registration order, to pick a tuple by index.
     order: Vec<FourTuple>,
     /// Per tuple: the next sequence number after what the engine sent, and the SYN's seq + 1.
@@ -108,7 +124,7 @@ impl Harness {
         }
         // One captured segment may be counted before the shedding that follows it.
         assert!(
-            self.engine.memory_used() <= self.max_memory + 2 * MAX_SEGMENT,
+            self.engine.memory_used() <= self.max_memory + 2 * MAX_SEGMENT + MAX_SESSIONS * SESSION_COST,
             "{} bytes held, max_memory {}",
             self.engine.memory_used(),
             self.max_memory
@@ -123,6 +139,15 @@ impl Harness {
                 ControlEvent::Register(t) => {
                     assert!(t.server == T4 || t.server == T6, "registered a tuple toward {}", t.server);
                     self.registered.insert(t);
+                    if self.auto_accept {
+                        self.accepted.insert(t);
+                        self.engine.handle_registered(self.now, 0, t, RegVerdict::Accepted);
+                    } else {
+                        self.unanswered.push(t);
+                        if self.unanswered.len() > 64 {
+                            self.unanswered.remove(0);
+                        }
+                    }
                     self.order.push(t);
                     if self.order.len() > 64 {
                         self.order.remove(0);
@@ -130,6 +155,8 @@ impl Harness {
                 }
                 ControlEvent::Unregister(t) => {
                     self.registered.remove(&t);
+                    self.accepted.remove(&t);
+                    self.unanswered.retain(|u| *u != t);
                 }
             }
         }
@@ -142,7 +169,7 @@ impl Harness {
             assert_eq!(p.dst, tx.dst);
             assert_eq!(SocketAddr::new(p.dst, p.tcp.dst_port()), tx.tuple.server);
             assert_eq!(SocketAddr::new(p.src, p.tcp.src_port()), tx.tuple.client);
-            assert!(self.registered.contains(&tx.tuple), "sent on {} before it was registered (or after it was unregistered)", tx.tuple);
+            assert!(self.accepted.contains(&tx.tuple), "sent on {} before an intercept accepted it (or after it was unregistered)", tx.tuple);
             let seg = &pkt[p.ip_header_len..];
             assert!(checksum::verify_transport(p.src, p.dst, 6, seg), "bad TCP checksum");
             let f = p.tcp.flags();
@@ -193,18 +220,24 @@ fuzz_target!(|input: Input| {
         pace_requests: input.pacing,
         max_memory,
         per_session_cap: max_memory.min(1 << 20),
-        max_sessions: 64,
+        max_sessions: MAX_SESSIONS,
         ..EngineConfig::default()
     };
     let mut h = Harness {
         engine: Engine::new(config, 7),
         now: Instant::now(),
         registered: HashSet::new(),
+        accepted: HashSet::new(),
+        unanswered: Vec::new(),
+        auto_accept: input.auto_accept,
         order: Vec::new(),
         sent: HashMap::new(),
         max_memory,
         buf: Vec::new(),
     };
+    if input.two_intercepts {
+        h.engine.set_intercept_count(h.now, 2);
+    }
     let clients = clients();
     let mut pkt = Vec::new();
     for op in input.ops.into_iter().take(400) {
@@ -253,13 +286,26 @@ fuzz_target!(|input: Input| {
                     h.engine.handle_record(h.now, &r);
                 }
             }
+            Op::Verdict { conn, from, code } => {
+                if h.unanswered.is_empty() {
+                    continue;
+                }
+                let i = usize::from(conn) % h.unanswered.len();
+                let t = h.unanswered[i];
+                let verdict = RegVerdict::from_code(code % 5);
+                if verdict.accepted() {
+                    h.unanswered.remove(i);
+                    h.accepted.insert(t);
+                }
+                h.engine.handle_registered(h.now, u16::from(from % 3), t, verdict);
+            }
             Op::Raw(bytes) => h.engine.handle_captured(h.now, &bytes),
             Op::RawRecord(bytes) => {
                 let r = Record { orig_len: bytes.len() as u32, headers: bytes, payload: Vec::new() };
                 h.engine.handle_record(h.now, &r);
             }
             Op::Tick(ms) => h.tick(u64::from(ms)),
-            Op::Link(up) => h.engine.set_intercept_connected(h.now, up),
+            Op::Link(up) => h.engine.set_intercept_count(h.now, usize::from(up) * (1 + usize::from(input.two_intercepts))),
             Op::Stop => {
                 h.engine.close_all(h.now);
                 h.drain();
