@@ -8,6 +8,8 @@ pub mod hold;
 pub mod metrics;
 pub mod nfqueue;
 pub mod outlet;
+pub mod refusal;
 pub mod router;
+pub mod tombstone;
 pub mod rules;
 pub mod sys;
