@@ -218,12 +218,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let (reg, warning) = {
                     let mut core = shared.lock();
                     let reg = core.router.handle_register(now, id, &tuples);
-                    let results: Vec<(_, RegVerdict)> = tuples.iter().copied().zip(reg.verdicts.iter().copied()).collect();
+                    let results: Vec<(_, RegVerdict)> = tuples
+                        .iter()
+                        .copied()
+                        .zip(reg.verdicts.iter().copied())
+                        .collect();
                     let warning = if reg.all_accepted() {
                         None
                     } else {
                         let guard = core.router.guard().clone();
-                        core.refusals.consider(now, &id.to_string(), &guard, &results)
+                        core.refusals
+                            .consider(now, &id.to_string(), &guard, &results)
                     };
                     ((results, reg.released), warning)
                 };

@@ -107,18 +107,30 @@ mod tests {
             ipv6: false,
         };
         let mut l = RefusalLog::new();
-        let bad = [(t(1), RegVerdict::PortNotGuarded), (t(2), RegVerdict::PortNotGuarded)];
+        let bad = [
+            (t(1), RegVerdict::PortNotGuarded),
+            (t(2), RegVerdict::PortNotGuarded),
+        ];
         assert_eq!(
             l.consider(t0, "c", &guard, &[(t(9), RegVerdict::Accepted)]),
             None
         );
-        let w = l.consider(t0, "198.18.2.1 (copier#1)", &guard, &bad).unwrap();
-        assert!(w.text.contains("198.19.0.1:1 -> 198.18.2.2:80"), "{}", w.text);
+        let w = l
+            .consider(t0, "198.18.2.1 (copier#1)", &guard, &bad)
+            .unwrap();
+        assert!(
+            w.text.contains("198.19.0.1:1 -> 198.18.2.2:80"),
+            "{}",
+            w.text
+        );
         assert!(w.text.contains("copier#1"), "{}", w.text);
         assert!(w.text.contains("port(s) 8080"), "{}", w.text);
         assert!(w.text.contains("1 more"), "{}", w.text);
         for i in 0..1000 {
-            assert_eq!(l.consider(t0 + Duration::from_millis(i), "c", &guard, &bad), None);
+            assert_eq!(
+                l.consider(t0 + Duration::from_millis(i), "c", &guard, &bad),
+                None
+            );
         }
         let w = l.consider(t0 + INTERVAL, "c", &guard, &bad).unwrap();
         assert!(w.text.contains("2001 more"), "{}", w.text);

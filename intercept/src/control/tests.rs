@@ -239,7 +239,10 @@ async fn allowed_address_is_accepted_and_unregister_stops_delivery() {
     assert!(!inject(&h, &response(c, 2)));
     assert!(send_synced(&mut a, &[], 3).await.is_empty());
     // The unregistered tuple is a tombstone: its response is dropped, not held.
-    assert_eq!(h.shared.lock().router.stats().dropped_recently_unregistered, 1);
+    assert_eq!(
+        h.shared.lock().router.stats().dropped_recently_unregistered,
+        1
+    );
 }
 
 #[tokio::test]

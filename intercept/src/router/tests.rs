@@ -444,9 +444,7 @@ fn registrations_per_copier_are_limited() {
         max_registrations: 2,
         ..config()
     });
-    let ts: Vec<FourTuple> = (1..=3)
-        .map(|p| tuple(&format!("198.19.7.1:{p}")))
-        .collect();
+    let ts: Vec<FourTuple> = (1..=3).map(|p| tuple(&format!("198.19.7.1:{p}"))).collect();
     let reg = r.handle_register(t0, A, &ts);
     assert_eq!(
         reg.verdicts,
@@ -492,7 +490,11 @@ fn unregistered_tuple_stays_blocked_for_the_linger_even_when_allowed() {
     // The test server's retransmitted SYN-ACKs: dropped, counted, never accepted.
     for s in [1, 3, 7, 60] {
         let d = r.handle_packet(t0 + Duration::from_secs(s), &syn_ack(&c), 0);
-        assert_eq!(d, Decision::Drop(DropReason::RecentlyUnregistered), "after {s} s");
+        assert_eq!(
+            d,
+            Decision::Drop(DropReason::RecentlyUnregistered),
+            "after {s} s"
+        );
     }
     assert_eq!(r.stats().dropped_recently_unregistered, 4);
     assert_eq!(r.stats().accepted, 0);
@@ -538,9 +540,7 @@ fn tombstones_are_bounded_oldest_first() {
         tombstone_capacity: 2,
         ..config()
     });
-    let ts: Vec<FourTuple> = (1..=3)
-        .map(|p| tuple(&format!("198.19.7.1:{p}")))
-        .collect();
+    let ts: Vec<FourTuple> = (1..=3).map(|p| tuple(&format!("198.19.7.1:{p}"))).collect();
     r.handle_register(t0, A, &ts);
     r.handle_unregister(A, &ts);
     assert_eq!(r.stats().tombstones, 2);
