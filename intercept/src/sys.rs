@@ -23,15 +23,7 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `val` and `len` are valid for writes of the sizes given; a bad fd only makes the
     // call fail with EBADF/ENOTSOCK.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            (&mut val as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut val as *mut libc::c_int).cast(), &mut len) };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
