@@ -462,18 +462,36 @@ async fn read_loop<R: AsyncRead + Unpin>(
         };
         match msg {
             Message::Register { tuples } => {
-                let released = shared
-                    .lock()
-                    .router
-                    .handle_register(Instant::now(), id, &tuples);
+                let now = Instant::now();
+                let (reg, warning) = {
+                    let mut core = shared.lock();
+                    let reg = core.router.handle_register(now, id, &tuples);
+                    let results: Vec<(_, RegVerdict)> = tuples
+                        .iter()
+                        .copied()
+                        .zip(reg.verdicts.iter().copied())
+                        .collect();
+                    let warning = if reg.all_accepted() {
+                        None
+                    } else {
+                        let guard = core.router.guard().clone();
+                        core.refusals
+                            .consider(now, &id.to_string(), &guard, &results)
+                    };
+                    ((results, reg.released), warning)
+                };
+                if let Some(w) = warning {
+                    tracing::warn!("{}", w.text);
+                }
+                let (results, released) = reg;
                 if !released.is_empty() {
                     tracing::debug!(%id, n = released.len(), "held records released by a registration");
                     outlet.push(released.into_iter().map(|(_, r)| r));
                 }
-                // The registrations are in force: tell the copier, which sends a session's
-                // SYN only after this answer. Waiting for room here pushes back on a copier
-                // that registers faster than it reads.
-                let results = tuples.into_iter().map(|t| (t, RegVerdict::Accepted)).collect();
+                // The accepted registrations are in force: tell the copier, which sends a
+                // session's SYN only after this answer; refused tuples carry their reason.
+                // Waiting for room here pushes back on a copier that registers faster than
+                // it reads.
                 if reply.send(Message::Registered { results }).await.is_err() {
                     return End::Shutdown;
                 }

@@ -1,13 +1,18 @@
-//! Intercept library: the routing decision logic ([`router`], sans-IO, with [`allow`] and
-//! [`hold`]) and its I/O layer: [`nfqueue`] workers, the [`outlet`] queues shared with the
-//! [`control`] connections, the iptables [`rules`], and the [`metrics`] names.
+//! Intercept library: the routing decision logic ([`router`], sans-IO, with [`allow`],
+//! [`hold`] and [`tombstone`]) and its I/O layer: [`nfqueue`] workers, the [`outlet`] queues shared with the
+//! [`control`] connections, the iptables [`rules`] (and what becomes of them at [`exit`]),
+//! this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`] names.
 
 pub mod allow;
 pub mod control;
+pub mod exit;
 pub mod hold;
+pub mod local;
 pub mod metrics;
 pub mod nfqueue;
 pub mod outlet;
+pub mod refusal;
 pub mod router;
 pub mod rules;
 pub mod sys;
+pub mod tombstone;

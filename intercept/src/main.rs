@@ -3,8 +3,10 @@
 //! allowed addresses through, and drops everything else (fail closed).
 //!
 //! This file owns the command line, start-up order (bind the queues, then add or check the
-//! firewall rules, then listen for copiers), and the clean stop on SIGTERM/SIGINT that removes
-//! the rules it added and says what it leaves behind.
+//! firewall rules, then listen for copiers), and the stop on SIGTERM/SIGINT or an error (a dead
+//! NFQUEUE worker): it waits up to `--exit-grace` for the router to become quiet, then removes
+//! the rules it added only if nothing is registered, held or recently unregistered
+//! ([`intercept::exit`]), and says what it leaves behind.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -17,10 +19,13 @@ use clap::{ArgAction, Parser};
 use common::proto::{auth, DEFAULT_PORT};
 use intercept::allow::{AllowList, IpNet};
 use intercept::control::{self, ControlConfig};
+use intercept::exit::{self, RulesAtExit};
 use intercept::outlet::Shared;
-use intercept::router::{Router, RouterConfig};
+use intercept::router::{
+    Guard, Router, RouterConfig, DEFAULT_MAX_REGISTRATIONS, DEFAULT_TOMBSTONE_CAPACITY,
+};
 use intercept::rules::{self, QueueTarget, SystemRunner};
-use intercept::{metrics as names, nfqueue};
+use intercept::{local, metrics as names, nfqueue};
 use tokio::sync::{mpsc, watch};
 
 const ABOUT: &str = "Keeps the responses of copied sessions on the test host and returns their headers to the copier";
@@ -31,9 +36,19 @@ given --port(s) is handed to this daemon by an iptables NFQUEUE rule. For each p
   - it belongs to a session a copier registered: its IP+TCP headers go to that copier, and the
     packet is dropped (it never reaches the network);
   - it goes to an address on the --allow list: it is accepted (operators, health checks);
+  - its session was unregistered less than --linger ago (the copier is done with it, or its
+    connection ended): it is dropped and counted, even for an allowed address (the test
+    server's retransmissions);
+  - it goes to this host itself (loopback or an address of one of its interfaces, re-read
+    every 2 s): it is accepted, as it cannot leave the host (a curl or redis-cli on the test
+    host gets its answer); --no-local-answers turns this off;
   - anything else is held for --hold-time in case its registration is on its way, then dropped
     and counted (fail closed).
-Copiers connect to --listen and authenticate with the shared secret in --secret-file.";
+Copiers connect to --listen and authenticate with the shared secret in --secret-file. A copier's
+registration of a session this intercept cannot guard (a server port that is not a --port, an
+IPv6 session with --ipv4-only, more than --max-registrations) is refused, and the copier told.
+With --install-rules, the rules are removed at exit only when nothing is registered, held or
+recently unregistered (after waiting up to --exit-grace); otherwise they stay (fail closed).";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -42,7 +57,9 @@ Examples:
   intercept --port 80 --listen 198.18.2.2 --secret-file /etc/tcopy/secret \\
             --allow 198.18.2.1 --install-rules
 
-  # rules managed by you (the daemon checks they exist and prints the command if not):
+  # rules managed by you (the daemon checks that each is exactly this, without
+  # --queue-bypass, and comes before any rule of OUTPUT that could accept the responses;
+  # otherwise it names the rule and prints the command to fix it):
   iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
   ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0
   intercept --port 80 --listen 198.18.2.2:36524 --secret-file /etc/tcopy/secret
@@ -57,7 +74,7 @@ be readable by its owner only (chmod 600); the copier needs the same file. Logs 
 #[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
 struct Cli {
     /// Source port of the test service's responses to intercept; repeat for several ports.
-    #[arg(long = "port", value_name = "PORT", required = true)]
+    #[arg(long = "port", value_name = "PORT", required = true, value_parser = parse_port)]
     ports: Vec<u16>,
 
     /// Where copiers connect: an address of this host, with or without a port (default port
@@ -110,9 +127,9 @@ struct Cli {
     install_rules: bool,
 
     /// With --install-rules: remove the rules at exit even when copied sessions are still open
-    /// (their later responses then leave this host). By default the rules are left in place
-    /// in that case, so the kernel drops those responses (fail closed), and a restarted
-    /// intercept adopts them.
+    /// or recently ended (their later responses then leave this host). By default the rules
+    /// are left in place in that case, so the kernel drops those responses (fail closed), and
+    /// a restarted intercept adopts them.
     #[arg(long, requires = "install_rules")]
     always_remove_rules: bool,
 
@@ -129,13 +146,39 @@ struct Cli {
     metrics: Option<SocketAddr>,
 
     /// How long a response waits for its session's registration before it is dropped
-    /// (e.g. 2s, 500ms).
+    /// (e.g. 2s, 500ms; at most 1h).
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     hold_time: Duration,
 
     /// How many responses may wait for a registration at once; beyond, the oldest is dropped.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     hold_capacity: usize,
+
+    /// Registrations one copier connection may hold at once; beyond, they are refused (the
+    /// copier is told).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REGISTRATIONS, value_parser = parse_positive)]
+    max_registrations: usize,
+
+    /// How long an unregistered session's responses are still dropped (the test server
+    /// retransmits a SYN-ACK for about 63 s with tcp_synack_retries=5), at most 1h.
+    #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
+    linger: Duration,
+
+    /// How many recently unregistered sessions are remembered; beyond, the oldest is forgotten
+    /// early (counted). About 100 bytes each.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TOMBSTONE_CAPACITY)]
+    tombstone_capacity: usize,
+
+    /// At exit, how long to wait for copiers to unregister and held responses to expire before
+    /// deciding whether the rules can go (they go only when nothing is registered, held or
+    /// recently unregistered). A second signal ends the wait.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    exit_grace: Duration,
+
+    /// Do not accept answers to this host's own addresses (loopback, interface addresses):
+    /// they are then held and dropped like any other unregistered response.
+    #[arg(long)]
+    no_local_answers: bool,
 
     /// Records queued per copier before the oldest are dropped (a slow copier).
     #[arg(long, value_name = "N", default_value_t = 65536)]
@@ -176,6 +219,25 @@ fn parse_balance(s: &str) -> Result<(u16, u16), String> {
     Ok((a, b))
 }
 
+/// The longest duration a flag takes.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+fn parse_port(s: &str) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(0) => Err("port 0 is not a port a service answers from (1 to 65535)".to_string()),
+        Ok(p) => Ok(p),
+        Err(_) => Err(format!("{s:?} is not a port number (1 to 65535)")),
+    }
+}
+
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("{s:?} is not a duration like 2s, 1.5s or 500ms");
     let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
@@ -189,7 +251,11 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     if !v.is_finite() || v < 0.0 {
         return Err(err());
     }
-    Ok(Duration::from_secs_f64(v * scale))
+    let secs = v * scale;
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("{s:?} is too long (at most 1h = 3600s)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 fn init_logging(cli: &Cli) {
@@ -244,11 +310,28 @@ fn run(cli: Cli) -> Result<()> {
     let queues = target.queues();
     let rules = rules::rules_for(&cli.ports, target, cli.ipv4_only);
 
-    let router = Router::new(RouterConfig {
+    let mut router = Router::new(RouterConfig {
         allow: AllowList::new(cli.allow.clone()),
         hold_time: cli.hold_time,
         hold_capacity: cli.hold_capacity,
+        guard: Guard {
+            ports: Some(cli.ports.clone()),
+            ipv4: true,
+            ipv6: !cli.ipv4_only,
+        },
+        max_registrations: cli.max_registrations,
+        linger: cli.linger,
+        tombstone_capacity: cli.tombstone_capacity,
+        accept_local: !cli.no_local_answers,
     });
+    if !cli.no_local_answers {
+        let addrs = local::interface_addrs()?;
+        tracing::info!(
+            "answers to this host pass (loopback and {addrs:?}; re-read every {:?})",
+            local::REFRESH
+        );
+        router.set_local_addrs(addrs);
+    }
     let shared = Shared::new(router, cli.payload_bytes);
 
     // The queues first: once a rule exists, packets wait for a reader.
@@ -266,7 +349,7 @@ fn run(cli: Cli) -> Result<()> {
     if cli.install_rules {
         let g = rules::install(SystemRunner, &rules).context("--install-rules")?;
         for r in g.rules() {
-            tracing::info!("added firewall rule: {}", r.command("-I"));
+            tracing::info!("firewall rule in place: {}", r.command("-I"));
         }
         installed = Some(g);
     } else if cli.no_rule_check {
@@ -282,43 +365,66 @@ fn run(cli: Cli) -> Result<()> {
         left_behind = report.found;
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    // From here on, every way out (a signal, an error) comes back here, where the rules are
+    // removed only if the router is quiet; a panic leaves them in place (the guard's Drop).
+    let outcome = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("intercept-ctl")
         .enable_all()
         .build()
-        .context("start the tokio runtime")?;
-    let outcome = rt.block_on(serve(&cli, secret, shared.clone(), bound, &queues));
+        .context("start the tokio runtime")
+        .and_then(|rt| {
+            let r = rt.block_on(serve(&cli, secret, shared.clone(), bound, &queues));
+            rt.shutdown_timeout(Duration::from_millis(500));
+            r
+        });
+    if let Err(e) = &outcome {
+        tracing::error!("stopping on an error: {e:#}");
+    }
 
-    // Stop queueing new packets before anything else closes, unless copied sessions are still
-    // open: then the rules stay (fail closed) and a restarted intercept adopts them.
+    let activity = {
+        let mut core = shared.lock();
+        core.router.handle_timeout(Instant::now());
+        core.router.quiet()
+    };
     let mut report = Vec::new();
-    let open = *outcome.as_ref().unwrap_or(&0);
     let mut kept = false;
     if let Some(mut g) = installed.take() {
-        if open > 0 && !cli.always_remove_rules {
-            eprintln!(
-                "intercept: {open} copied session(s) were still open: leaving the NFQUEUE rules in place, so the \
-                 kernel drops their responses instead of sending them to clients; a restarted intercept with \
-                 --install-rules adopts them (use --always-remove-rules to remove them anyway)"
-            );
-            report = g.keep();
-            kept = true;
-        } else {
-            report = g.remove();
+        match exit::decide(activity, cli.always_remove_rules) {
+            RulesAtExit::Remove => {
+                if !activity.is_quiet() {
+                    eprintln!(
+                        "intercept: --always-remove-rules: removing the rules although {activity}; their later responses leave this host"
+                    );
+                }
+                report = g.remove();
+            }
+            RulesAtExit::Keep(a) => {
+                eprintln!(
+                    "intercept: copied sessions were still open or recently ended ({a}): leaving the NFQUEUE rules in place, so the \
+                     kernel drops their responses instead of sending them to clients; a restarted intercept with \
+                     --install-rules adopts them (use --always-remove-rules to remove them anyway)"
+                );
+                report = g.keep();
+                kept = true;
+            }
         }
     }
     let s = shared.lock().router.stats().clone();
     eprintln!(
-        "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted, {} dropped unregistered, \
-         {} dropped as hold overflow, {} malformed",
+        "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted ({} more to this host), \
+         {} dropped unregistered, {} dropped as recently unregistered, {} dropped as hold overflow, {} malformed; \
+         {} registrations refused",
         s.packets,
         s.delivered + s.released,
         s.released,
         s.accepted,
+        s.accepted_local,
         s.dropped_unregistered,
+        s.dropped_recently_unregistered,
         s.dropped_hold_overflow,
-        s.dropped_malformed
+        s.dropped_malformed,
+        s.refused_port + s.refused_family + s.refused_limit
     );
     for line in &report {
         eprintln!("intercept: {line}");
@@ -334,22 +440,21 @@ fn run(cli: Cli) -> Result<()> {
         eprintln!(
             "intercept: while no intercept reads queue(s) {queues:?}, the kernel drops the packets these rules queue"
         );
-    } else {
+    } else if !cli.install_rules {
         eprintln!("intercept: did not check or touch firewall rules");
     }
-    rt.shutdown_timeout(Duration::from_millis(500));
-    outcome.map(|_| ())
+    outcome
 }
 
 /// Everything that runs until a signal (or a fatal error): metrics, NFQUEUE workers, control
-/// listener, timers.
+/// listener, timers; then the exit grace, with all of them still running.
 async fn serve(
     cli: &Cli,
     secret: Option<Vec<u8>>,
     shared: Arc<Shared>,
     bound: Vec<nfqueue::BoundQueue>,
     queues: &[u16],
-) -> Result<u64> {
+) -> Result<()> {
     if let Some(addr) = cli.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
@@ -364,20 +469,18 @@ async fn serve(
         .with_context(|| format!("listen for copiers on {} (--listen)", cli.listen))?;
 
     // Workers are plain threads blocked in recv(); at exit the process ends them (the kernel
-    // then drops whatever is still queued: fail closed).
+    // then drops whatever is still queued: fail closed). A worker that ends or panics is
+    // reported (log, metric) and stops the daemon.
     let (dead_tx, mut dead_rx) = mpsc::unbounded_channel::<String>();
     for b in bound {
         let shared = shared.clone();
         let dead = dead_tx.clone();
-        let name = format!("{b:?}");
+        let num = b.num();
         std::thread::Builder::new()
             .name("nfqueue".into())
             .spawn(move || {
-                let why = match nfqueue::run(b, shared) {
-                    Ok(()) => "stopped".to_string(),
-                    Err(e) => format!("{e:#}"),
-                };
-                let _ = dead.send(format!("{name}: {why}"));
+                let why = nfqueue::run_supervised(num, || nfqueue::run(b, shared));
+                let _ = dead.send(why);
             })
             .context("start an NFQUEUE worker thread")?;
     }
@@ -409,7 +512,12 @@ async fn serve(
         }
     );
 
-    let ticker = tokio::spawn(tick(shared.clone(), queues.to_vec(), stop_rx));
+    let ticker = tokio::spawn(tick(
+        shared.clone(),
+        queues.to_vec(),
+        !cli.no_local_answers,
+        stop_rx,
+    ));
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("install the SIGTERM handler")?;
@@ -418,10 +526,29 @@ async fn serve(
         r = tokio::signal::ctrl_c() => { r.context("wait for SIGINT")?; tracing::info!("SIGINT: stopping"); Ok(()) }
         Some(why) = dead_rx.recv() => Err(anyhow::anyhow!("NFQUEUE worker died: {why}")),
     };
-    // Copied sessions still open now would send their responses to real clients if the rules
-    // went away with us: note how many, before the copiers' connections close.
-    let open = shared.lock().router.stats().registrations;
-    let outcome = outcome.map(|()| open);
+
+    // The exit grace: copiers may still unregister, held records expire. Everything keeps
+    // running meanwhile, so responses still get their verdicts.
+    let deadline = tokio::time::Instant::now() + cli.exit_grace;
+    loop {
+        let activity = {
+            let mut core = shared.lock();
+            core.router.handle_timeout(Instant::now());
+            core.router.quiet()
+        };
+        if activity.is_quiet() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::info!("exit grace over: {activity}");
+            break;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            _ = term.recv() => { tracing::info!("second SIGTERM: ending the exit grace"); break; }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("second SIGINT: ending the exit grace"); break; }
+        }
+    }
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = ticker.await;
@@ -429,10 +556,18 @@ async fn serve(
     outcome
 }
 
-/// Expire held records and publish counters, until told to stop.
-async fn tick(shared: Arc<Shared>, queues: Vec<u16>, mut stop: watch::Receiver<bool>) {
-    let mut every = tokio::time::interval(Duration::from_millis(100));
+/// Expire held records and tombstones, publish counters, re-read this host's addresses, until
+/// told to stop.
+async fn tick(
+    shared: Arc<Shared>,
+    queues: Vec<u16>,
+    local_answers: bool,
+    mut stop: watch::Receiver<bool>,
+) {
+    const EVERY: Duration = Duration::from_millis(100);
+    let mut every = tokio::time::interval(EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let local_every = (local::REFRESH.as_millis() / EVERY.as_millis()) as u64;
     let mut n = 0u64;
     loop {
         tokio::select! {
@@ -446,9 +581,14 @@ async fn tick(shared: Arc<Shared>, queues: Vec<u16>, mut stop: watch::Receiver<b
         };
         names::publish_router(&stats);
         n += 1;
-        if n == 10 {
-            n = 0;
+        if n % 10 == 0 {
             names::publish_kernel_queues(&queues);
+        }
+        if local_answers && n % local_every == 0 {
+            match local::interface_addrs() {
+                Ok(a) => shared.lock().router.set_local_addrs(a),
+                Err(e) => tracing::warn!("{e:#}; keeping the last known addresses"),
+            }
         }
     }
 }
@@ -484,6 +624,39 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("3600s").unwrap(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn huge_durations_and_port_zero_are_refused_clearly() {
+        let base = ["intercept", "--listen", "127.0.0.1", "--no-secret"];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        // Used to panic in Duration::from_secs_f64.
+        for flag in ["--hold-time", "--linger", "--exit-grace"] {
+            let e = parse(&["--port", "80", flag, "1e30"])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(flag) && e.contains("too long") && e.contains("3600s"),
+                "{e}"
+            );
+            assert!(parse(&["--port", "80", flag, "3601s"]).is_err());
+        }
+        let e = parse(&["--port", "0"]).unwrap_err().to_string();
+        assert!(e.contains("--port") && e.contains("port 0"), "{e}");
+        let e = parse(&["--port", "80", "--port", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port 0"), "{e}");
+        let e = parse(&["--port", "80", "--max-registrations", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--max-registrations"), "{e}");
+        let c = parse(&["--port", "80", "--port", "8080", "--linger", "5s"]).unwrap();
+        assert_eq!(c.ports, vec![80, 8080]);
+        assert_eq!(c.linger, Duration::from_secs(5));
+        assert_eq!(c.exit_grace, Duration::from_secs(2));
+        assert_eq!(c.max_registrations, DEFAULT_MAX_REGISTRATIONS);
     }
 
     #[test]

@@ -14,6 +14,18 @@ use crate::router::Stats;
 pub const PACKETS_QUEUED: &str = "intercept_packets_queued_total";
 /// Packets given an ACCEPT verdict (allow list).
 pub const PACKETS_ACCEPTED: &str = "intercept_packets_accepted_total";
+/// Packets given an ACCEPT verdict because they go to this host itself (loopback or an
+/// interface address).
+pub const PACKETS_ACCEPTED_LOCAL: &str = "intercept_packets_accepted_local_total";
+/// Registrations refused, label `reason` (`port_not_guarded`, `family_not_guarded`,
+/// `limit_reached`).
+pub const REGISTRATIONS_REFUSED: &str = "intercept_registrations_refused_total";
+/// Gauge: recently unregistered tuples whose packets are dropped (tombstones).
+pub const TOMBSTONES: &str = "intercept_tombstones";
+/// Tombstones evicted from a full set before their linger was over.
+pub const TOMBSTONES_EVICTED: &str = "intercept_tombstones_evicted_total";
+/// NFQUEUE worker threads that died (error or panic), label `queue`; the daemon then exits.
+pub const WORKERS_DIED: &str = "intercept_nfqueue_workers_died_total";
 /// Packets or records that reached no copier, label `reason` (see
 /// [`DropReason`](crate::router::DropReason)).
 pub const PACKETS_DROPPED: &str = "intercept_packets_dropped_total";
@@ -60,6 +72,20 @@ pub fn describe() {
         PACKETS_DROPPED,
         "Packets or records that reached no copier, by reason"
     );
+    describe_counter!(
+        PACKETS_ACCEPTED_LOCAL,
+        "Packets accepted because they go to this host itself"
+    );
+    describe_counter!(REGISTRATIONS_REFUSED, "Registrations refused, by reason");
+    describe_gauge!(
+        TOMBSTONES,
+        "Recently unregistered sessions whose packets are dropped"
+    );
+    describe_counter!(
+        TOMBSTONES_EVICTED,
+        "Tombstones evicted from a full set before their linger was over"
+    );
+    describe_counter!(WORKERS_DIED, "NFQUEUE worker threads that died");
     describe_counter!(RECORDS_ROUTED, "Records routed to a copier");
     describe_counter!(RECORDS_SENT, "Records written to a copier connection");
     describe_counter!(RECORDS_DROPPED, "Records dropped from a full copier queue");
@@ -100,6 +126,14 @@ pub fn publish_router(s: &Stats) {
     counter!(PACKETS_DROPPED, "reason" => "malformed").absolute(s.dropped_malformed);
     counter!(PACKETS_DROPPED, "reason" => "unregistered").absolute(s.dropped_unregistered);
     counter!(PACKETS_DROPPED, "reason" => "hold_overflow").absolute(s.dropped_hold_overflow);
+    counter!(PACKETS_DROPPED, "reason" => "recently_unregistered")
+        .absolute(s.dropped_recently_unregistered);
+    counter!(PACKETS_ACCEPTED_LOCAL).absolute(s.accepted_local);
+    counter!(REGISTRATIONS_REFUSED, "reason" => "port_not_guarded").absolute(s.refused_port);
+    counter!(REGISTRATIONS_REFUSED, "reason" => "family_not_guarded").absolute(s.refused_family);
+    counter!(REGISTRATIONS_REFUSED, "reason" => "limit_reached").absolute(s.refused_limit);
+    counter!(TOMBSTONES_EVICTED).absolute(s.tombstones_evicted);
+    gauge!(TOMBSTONES).set(s.tombstones as f64);
     counter!(REGISTER_CONFLICTS).absolute(s.register_conflicts);
     gauge!(HOLDING).set(s.holding as f64);
     gauge!(REGISTRATIONS).set(s.registrations as f64);

@@ -9,7 +9,10 @@
 //!   rather than accepts; ENOBUFS (the kernel could not deliver to us) is counted as an overrun;
 //! - the copy range is headers only (128 bytes, enough for 60-byte IP and TCP headers) plus the
 //!   payload asked for, and GSO delivery stays off so packets arrive no larger than the MTU;
-//! - the router lock is held only for the decision, never during the verdict or a push.
+//! - the router lock is held only for the decision, never during the verdict or a push;
+//! - a worker that ends (an error or a panic) is reported loudly by [`run_supervised`]: an
+//!   error log line, `intercept_nfqueue_workers_died_total{queue}`, and the reason returned to
+//!   the daemon, which then stops with a non-zero exit status.
 
 use std::io;
 use std::sync::Arc;
@@ -19,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use metrics::counter;
 use nfq::{Queue, Verdict};
 
-use crate::metrics::{NFQUEUE_OVERRUNS, PACKETS_QUEUED, VERDICT_ERRORS};
+use crate::metrics::{NFQUEUE_OVERRUNS, PACKETS_QUEUED, VERDICT_ERRORS, WORKERS_DIED};
 use crate::outlet::Shared;
 
 /// Bytes copied per packet when no payload is asked for: IPv4 (≤ 60) + TCP (≤ 60) headers.
@@ -47,6 +50,38 @@ impl std::fmt::Debug for BoundQueue {
             .field("num", &self.num)
             .finish()
     }
+}
+
+impl BoundQueue {
+    /// The queue number.
+    pub fn num(&self) -> u16 {
+        self.num
+    }
+}
+
+/// Run a worker's body (normally [`run`]) and report its end, whether it returned or
+/// panicked: an error log line and `intercept_nfqueue_workers_died_total{queue}`. Returns the
+/// reason, for the daemon to stop on.
+pub fn run_supervised(queue: u16, body: impl FnOnce() -> Result<()>) -> String {
+    let why = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(Ok(())) => "stopped".to_string(),
+        Ok(Err(e)) => format!("{e:#}"),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".to_string());
+            format!("panicked: {msg}")
+        }
+    };
+    counter!(WORKERS_DIED, "queue" => queue.to_string()).increment(1);
+    tracing::error!(
+        queue,
+        "NFQUEUE worker of queue {queue} died: {why}; the packets of this queue get no verdict any more \
+         (the kernel drops them); the intercept stops with an error"
+    );
+    format!("queue {queue}: {why}")
 }
 
 /// The copy range for `payload_bytes` of payload.
@@ -138,5 +173,24 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
         if let Some(d) = delivery {
             d.push();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dying_worker_is_reported_with_its_reason() {
+        let why = run_supervised(3, || bail!("receive failed"));
+        assert_eq!(why, "queue 3: receive failed");
+        let why = run_supervised(4, || panic!("index out of bounds"));
+        assert!(
+            why.starts_with("queue 4: panicked: index out of bounds"),
+            "{why}"
+        );
+        let n = 5;
+        let why = run_supervised(5, move || panic!("boom {n}"));
+        assert!(why.contains("panicked: boom 5"), "{why}");
     }
 }

@@ -19,6 +19,7 @@ use metrics::counter;
 use tokio::sync::Notify;
 
 use crate::metrics::{PACKETS_DROPPED, RECORDS_DROPPED};
+use crate::refusal::RefusalLog;
 use crate::router::{CopierId, Decision, Router};
 
 /// What the core mutex protects.
@@ -28,6 +29,8 @@ pub struct Core {
     pub router: Router,
     /// Outgoing queues of the connected copiers.
     pub outlets: HashMap<CopierId, Arc<Outlet>>,
+    /// Rate limiter of the warnings about refused registrations.
+    pub refusals: RefusalLog,
 }
 
 /// The router and outlets, shared by all threads and tasks.
@@ -45,6 +48,7 @@ impl Shared {
             core: Mutex::new(Core {
                 router,
                 outlets: HashMap::new(),
+                refusals: RefusalLog::new(),
             }),
             payload_bytes,
         })

@@ -7,7 +7,9 @@
 //!   ACCEPT only for [`Decision::Accept`], DROP for everything else;
 //! - [`Router::handle_register`] / [`Router::handle_unregister`] / [`Router::handle_copier_gone`]
 //!   for what the control connections say;
-//! - [`Router::poll_timeout`] and [`Router::handle_timeout`] to expire held records.
+//! - [`Router::poll_timeout`] and [`Router::handle_timeout`] to expire held records and
+//!   tombstones;
+//! - [`Router::set_local_addrs`] with this host's interface addresses (refreshed periodically).
 //!
 //! Invariants:
 //! - routing is by the exact [`FourTuple`] as the test server sees it (client = the response's
@@ -20,17 +22,37 @@
 //!   `hold_overflow`);
 //! - a tuple belongs to one copier at a time; a later registration of the same tuple by another
 //!   copier takes it over (a reconnecting copier wins over its dead previous connection) and is
-//!   counted as a conflict.
+//!   counted as a conflict;
+//! - only enforceable registrations are taken: a tuple whose server port is not guarded (no
+//!   NFQUEUE rule for it), whose IP family has no rule (`--ipv4-only`), or that would take a
+//!   copier past `max_registrations` is refused ([`RegVerdict`]) and not inserted, because the
+//!   intercept could not keep its responses off the network;
+//! - a tuple that was unregistered (or whose copier's connection ended) stays a *tombstone*
+//!   for `linger`: its packets (the test server's retransmissions) are dropped and counted as
+//!   `recently_unregistered`, never accepted, not even for an allowed or local address; a new
+//!   registration of the tuple clears it. Tombstones are bounded (`tombstone_capacity`, the
+//!   oldest go first) and expire through [`Router::handle_timeout`];
+//! - answers to this host's own addresses (loopback and the interfaces' addresses) cannot
+//!   leave the host and are accepted (unless `accept_local` is off), after the registered and
+//!   tombstoned checks and before the allow list;
+//! - the router is *quiet* ([`Router::quiet`]) when nothing is registered, held or
+//!   tombstoned: only then may the NFQUEUE rules go away at exit.
+//!
+//! The router's clock is the latest `now` it was given: [`Router::handle_unregister`] and
+//! [`Router::handle_copier_gone`] take no time and start a tombstone's linger at that clock (in
+//! the daemon at most one timer tick old, which only shortens a linger by that tick).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
-use common::proto::{parse_response_headers, Record};
+use common::proto::{parse_response_headers, Record, RegVerdict};
 
 use crate::allow::AllowList;
 use crate::hold::HoldBuffer;
+use crate::tombstone::Tombstones;
 
 /// Identifies one control connection (one copier connection) for the lifetime of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,6 +73,8 @@ pub enum DropReason {
     Unregistered,
     /// Evicted from a full hold buffer.
     HoldOverflow,
+    /// Its tuple was unregistered within the linger time (a tombstone).
+    RecentlyUnregistered,
     /// The copier's outgoing queue was full (decided by the I/O layer).
     CopierSlow,
     /// The copier went away between the decision and the delivery (decided by the I/O layer).
@@ -64,6 +88,7 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::Unregistered => "unregistered",
             DropReason::HoldOverflow => "hold_overflow",
+            DropReason::RecentlyUnregistered => "recently_unregistered",
             DropReason::CopierSlow => "copier_slow",
             DropReason::CopierGone => "copier_gone",
         }
@@ -73,7 +98,7 @@ impl DropReason {
 /// What to do with one packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Verdict ACCEPT: the packet goes to an allowed address.
+    /// Verdict ACCEPT: the packet goes to an allowed address or to this host itself.
     Accept,
     /// Verdict DROP, nothing else to do.
     Drop(DropReason),
@@ -95,6 +120,67 @@ impl Decision {
     }
 }
 
+/// What the NFQUEUE rules guard: the server ports and IP families whose responses reach the
+/// intercept. A registration outside them could not be enforced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    /// The guarded server ports (`--port`); `None` means every port (simulations and tests
+    /// that have no rules).
+    pub ports: Option<Vec<u16>>,
+    /// An iptables rule exists.
+    pub ipv4: bool,
+    /// An ip6tables rule exists (not with `--ipv4-only`).
+    pub ipv6: bool,
+}
+
+impl Guard {
+    /// Every port, both families.
+    pub fn everything() -> Guard {
+        Guard {
+            ports: None,
+            ipv4: true,
+            ipv6: true,
+        }
+    }
+
+    /// The verdict on registering `t` as far as the rules go (not the limit).
+    pub fn verdict(&self, t: &FourTuple) -> RegVerdict {
+        if let Some(ports) = &self.ports {
+            if !ports.contains(&t.server.port()) {
+                return RegVerdict::PortNotGuarded;
+            }
+        }
+        let family_ok = if t.server.is_ipv4() {
+            self.ipv4
+        } else {
+            self.ipv6
+        };
+        if !family_ok {
+            return RegVerdict::FamilyNotGuarded;
+        }
+        RegVerdict::Accepted
+    }
+}
+
+impl fmt::Display for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.ports {
+            None => write!(f, "every port")?,
+            Some(p) => write!(
+                f,
+                "port(s) {}",
+                p.iter().map(u16::to_string).collect::<Vec<_>>().join(",")
+            )?,
+        }
+        match (self.ipv4, self.ipv6) {
+            (true, true) => write!(f, ", IPv4 and IPv6"),
+            (true, false) => write!(f, ", IPv4 only"),
+            (false, true) => write!(f, ", IPv6 only"),
+            (false, false) => write!(f, ", no IP family"),
+        }
+    }
+}
+
 /// Settings of a [`Router`].
 #[derive(Debug, Clone)]
 pub struct RouterConfig {
@@ -104,25 +190,53 @@ pub struct RouterConfig {
     pub hold_time: Duration,
     /// How many records may wait at once.
     pub hold_capacity: usize,
+    /// What the NFQUEUE rules guard; registrations outside it are refused.
+    pub guard: Guard,
+    /// Registrations one copier connection may hold at once.
+    pub max_registrations: usize,
+    /// How long an unregistered tuple stays a tombstone.
+    pub linger: Duration,
+    /// How many tombstones at most (the oldest go first).
+    pub tombstone_capacity: usize,
+    /// Accept answers to this host's own addresses (loopback and [`Router::set_local_addrs`]).
+    pub accept_local: bool,
 }
 
+/// Default of [`RouterConfig::max_registrations`] (and `--max-registrations`).
+pub const DEFAULT_MAX_REGISTRATIONS: usize = 1_000_000;
+/// Default of [`RouterConfig::linger`] (and `--linger`): the test server retries a SYN-ACK for
+/// about 63 s with `tcp_synack_retries=5`.
+pub const DEFAULT_LINGER: Duration = Duration::from_secs(120);
+/// Default of [`RouterConfig::tombstone_capacity`] (and `--tombstone-capacity`): about 100 MB
+/// when full.
+pub const DEFAULT_TOMBSTONE_CAPACITY: usize = 1 << 20;
+
 impl Default for RouterConfig {
+    /// Guards every port and both families (for tests and simulations; the daemon passes what
+    /// its rules guard).
     fn default() -> Self {
         RouterConfig {
             allow: AllowList::default(),
             hold_time: Duration::from_secs(2),
             hold_capacity: 4096,
+            guard: Guard::everything(),
+            max_registrations: DEFAULT_MAX_REGISTRATIONS,
+            linger: DEFAULT_LINGER,
+            tombstone_capacity: DEFAULT_TOMBSTONE_CAPACITY,
+            accept_local: true,
         }
     }
 }
 
-/// Counters, all monotonic except the two gauges at the end.
+/// Counters, all monotonic except the gauges at the end.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Packets handled.
     pub packets: u64,
     /// Packets accepted (allow list).
     pub accepted: u64,
+    /// Packets accepted because they go to this host itself.
+    pub accepted_local: u64,
     /// Records handed to copiers straight away.
     pub delivered: u64,
     /// Records put in the hold buffer.
@@ -135,21 +249,102 @@ pub struct Stats {
     pub dropped_unregistered: u64,
     /// Held records evicted from a full hold buffer.
     pub dropped_hold_overflow: u64,
+    /// Packets of tombstoned tuples dropped.
+    pub dropped_recently_unregistered: u64,
     /// Registrations of a tuple already registered by another copier.
     pub register_conflicts: u64,
+    /// Registrations refused: server port not guarded.
+    pub refused_port: u64,
+    /// Registrations refused: IP family not guarded.
+    pub refused_family: u64,
+    /// Registrations refused: the copier's limit was reached.
+    pub refused_limit: u64,
+    /// Tombstones evicted from a full set before their linger was over.
+    pub tombstones_evicted: u64,
     /// Gauge: registered tuples now.
     pub registrations: u64,
     /// Gauge: records held now.
     pub holding: u64,
+    /// Gauge: tombstones now.
+    pub tombstones: u64,
 }
 
-/// The routing table and hold buffer; see the module doc.
+/// What a registration did: a verdict per tuple (in the order given) and the held records
+/// now due to the copier. Iterating it yields the released records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registration {
+    /// One verdict per registered tuple, in the order of the request.
+    pub verdicts: Vec<RegVerdict>,
+    /// Held records released by the accepted tuples, in arrival order per tuple.
+    pub released: Vec<(CopierId, Record)>,
+}
+
+impl Registration {
+    /// Whether every tuple was accepted.
+    pub fn all_accepted(&self) -> bool {
+        self.verdicts.iter().all(|v| v.accepted())
+    }
+}
+
+impl IntoIterator for Registration {
+    type Item = (CopierId, Record);
+    type IntoIter = std::vec::IntoIter<(CopierId, Record)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.released.into_iter()
+    }
+}
+
+/// What keeps the router from being quiet (see [`Router::quiet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Activity {
+    /// Registered tuples.
+    pub registered: usize,
+    /// Held records.
+    pub held: usize,
+    /// Tombstones.
+    pub tombstoned: usize,
+}
+
+impl Activity {
+    /// Nothing registered, held or tombstoned.
+    pub fn is_quiet(&self) -> bool {
+        self.registered == 0 && self.held == 0 && self.tombstoned == 0
+    }
+}
+
+impl fmt::Display for Activity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} registered, {} held, {} recently unregistered",
+            self.registered, self.held, self.tombstoned
+        )
+    }
+}
+
+/// The routing table, hold buffer and tombstones; see the module doc.
 #[derive(Debug)]
 pub struct Router {
     allow: AllowList,
+    guard: Guard,
+    max_registrations: usize,
+    accept_local: bool,
+    local: HashSet<IpAddr>,
     routes: HashMap<FourTuple, CopierId>,
+    per_copier: HashMap<CopierId, usize>,
     hold: HoldBuffer,
+    tombstones: Tombstones,
+    clock: Option<Instant>,
     stats: Stats,
+}
+
+/// Whether `ip` is a loopback address (127.0.0.0/8, ::1, or ::ffff:127.x.y.z).
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_loopback(),
+        IpAddr::V6(a) => a.is_loopback() || a.to_ipv4_mapped().is_some_and(|m| m.is_loopback()),
+    }
 }
 
 impl Router {
@@ -157,10 +352,21 @@ impl Router {
     pub fn new(config: RouterConfig) -> Router {
         Router {
             allow: config.allow,
+            guard: config.guard,
+            max_registrations: config.max_registrations,
+            accept_local: config.accept_local,
+            local: HashSet::new(),
             routes: HashMap::new(),
+            per_copier: HashMap::new(),
             hold: HoldBuffer::new(config.hold_capacity, config.hold_time),
+            tombstones: Tombstones::new(config.tombstone_capacity, config.linger),
+            clock: None,
             stats: Stats::default(),
         }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.clock = Some(self.clock.map_or(now, |c| c.max(now)));
     }
 
     /// Decide about one server -> client IP packet, which may be cut short after its TCP header
@@ -184,7 +390,16 @@ impl Router {
                 record: Record::from_parsed(ip_packet, &h, payload_bytes),
             };
         }
-        if self.allow.contains(h.tuple.client.ip()) {
+        if self.tombstones.contains(&h.tuple) {
+            self.stats.dropped_recently_unregistered += 1;
+            return Decision::Drop(DropReason::RecentlyUnregistered);
+        }
+        let client = h.tuple.client.ip();
+        if self.accept_local && (is_loopback(client) || self.local.contains(&client)) {
+            self.stats.accepted_local += 1;
+            return Decision::Accept;
+        }
+        if self.allow.contains(client) {
             self.stats.accepted += 1;
             return Decision::Accept;
         }
@@ -195,73 +410,166 @@ impl Router {
         Decision::Held
     }
 
-    /// `copier` registers these sessions; returns the held records now due to it, in arrival
-    /// order per tuple.
+    /// `copier` registers these sessions. Each tuple gets a verdict (see the module doc);
+    /// accepted ones are routed to `copier` from now on, clear their tombstone and release
+    /// their held records; refused ones are left alone.
     pub fn handle_register(
         &mut self,
         now: Instant,
         copier: CopierId,
         tuples: &[FourTuple],
-    ) -> Vec<(CopierId, Record)> {
+    ) -> Registration {
+        self.tick(now);
         self.expire(now);
-        let mut out = Vec::new();
+        let mut out = Registration {
+            verdicts: Vec::with_capacity(tuples.len()),
+            released: Vec::new(),
+        };
         for t in tuples {
-            if let Some(old) = self.routes.insert(*t, copier) {
-                if old != copier {
-                    self.stats.register_conflicts += 1;
+            let verdict = self.register_one(copier, t);
+            match verdict {
+                RegVerdict::Accepted => {
+                    self.tombstones.clear(t);
+                    for r in self.hold.take(t) {
+                        out.released.push((copier, r));
+                    }
                 }
+                RegVerdict::PortNotGuarded => self.stats.refused_port += 1,
+                RegVerdict::FamilyNotGuarded => self.stats.refused_family += 1,
+                RegVerdict::LimitReached | RegVerdict::Other(_) => self.stats.refused_limit += 1,
             }
-            for r in self.hold.take(t) {
-                out.push((copier, r));
-            }
+            out.verdicts.push(verdict);
         }
-        self.stats.released += out.len() as u64;
-        self.stats.registrations = self.routes.len() as u64;
-        self.stats.holding = self.hold.len() as u64;
+        self.stats.released += out.released.len() as u64;
+        self.update_gauges();
         out
     }
 
-    /// `copier` is done with these sessions; tuples it does not own are left alone. Returns how
-    /// many registrations were removed.
+    fn register_one(&mut self, copier: CopierId, t: &FourTuple) -> RegVerdict {
+        let v = self.guard.verdict(t);
+        if !v.accepted() {
+            return v;
+        }
+        let old = self.routes.get(t).copied();
+        if old == Some(copier) {
+            return RegVerdict::Accepted;
+        }
+        let mine = self.per_copier.get(&copier).copied().unwrap_or(0);
+        if mine >= self.max_registrations {
+            return RegVerdict::LimitReached;
+        }
+        if let Some(old) = old {
+            self.stats.register_conflicts += 1;
+            self.uncount(old);
+        }
+        self.routes.insert(*t, copier);
+        *self.per_copier.entry(copier).or_insert(0) += 1;
+        RegVerdict::Accepted
+    }
+
+    fn uncount(&mut self, copier: CopierId) {
+        if let Some(n) = self.per_copier.get_mut(&copier) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_copier.remove(&copier);
+            }
+        }
+    }
+
+    fn lay_tombstone(&mut self, t: FourTuple) {
+        if let Some(now) = self.clock {
+            self.stats.tombstones_evicted += self.tombstones.lay(now, t) as u64;
+        }
+    }
+
+    /// `copier` is done with these sessions; tuples it does not own are left alone. Each
+    /// removed registration becomes a tombstone. Returns how many registrations were removed.
     pub fn handle_unregister(&mut self, copier: CopierId, tuples: &[FourTuple]) -> usize {
         let mut n = 0;
         for t in tuples {
             if self.routes.get(t) == Some(&copier) {
                 self.routes.remove(t);
+                self.uncount(copier);
+                self.lay_tombstone(*t);
                 n += 1;
             }
         }
-        self.stats.registrations = self.routes.len() as u64;
+        self.update_gauges();
         n
     }
 
-    /// `copier`'s connection ended: forget its registrations (their later responses are held,
-    /// so a copier that reconnects and registers again within the hold time gets them). Returns
-    /// how many registrations were removed.
+    /// `copier`'s connection ended: its registrations become tombstones, so the responses
+    /// that still come for them are dropped (never held for someone else or accepted); a
+    /// copier that reconnects and registers them again takes them back (the test server
+    /// retransmits what was dropped meanwhile). Returns how many registrations were removed.
     pub fn handle_copier_gone(&mut self, copier: CopierId) -> usize {
-        let before = self.routes.len();
-        self.routes.retain(|_, c| *c != copier);
-        self.stats.registrations = self.routes.len() as u64;
-        before - self.routes.len()
+        let gone: Vec<FourTuple> = self
+            .routes
+            .iter()
+            .filter(|(_, c)| **c == copier)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in &gone {
+            self.routes.remove(t);
+            self.lay_tombstone(*t);
+        }
+        self.per_copier.remove(&copier);
+        self.update_gauges();
+        gone.len()
+    }
+
+    /// This host's own addresses (its interfaces'; loopback is always local). Replaces the
+    /// previous set.
+    pub fn set_local_addrs(&mut self, addrs: impl IntoIterator<Item = IpAddr>) {
+        self.local = addrs.into_iter().collect();
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.hold.next_expiry()
+        match (self.hold.next_expiry(), self.tombstones.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Expire held records whose time is over; returns how many were dropped.
+    /// Expire held records and tombstones whose time is over; returns how many held records
+    /// were dropped.
     pub fn handle_timeout(&mut self, now: Instant) -> usize {
+        self.tick(now);
         self.expire(now)
     }
 
     fn expire(&mut self, now: Instant) -> usize {
+        self.tick(now);
         let n = self.hold.expire(now);
         if n > 0 {
             self.stats.dropped_unregistered += n as u64;
-            self.stats.holding = self.hold.len() as u64;
         }
+        self.tombstones.expire(now);
+        self.update_gauges();
         n
+    }
+
+    fn update_gauges(&mut self) {
+        self.stats.registrations = self.routes.len() as u64;
+        self.stats.holding = self.hold.len() as u64;
+        self.stats.tombstones = self.tombstones.len() as u64;
+    }
+
+    /// What is registered, held or tombstoned now (call [`handle_timeout`](Self::handle_timeout)
+    /// first to expire what is over). The router is quiet when all three are zero: no response
+    /// of a copied or unknown session can still come, so the NFQUEUE rules may go.
+    pub fn quiet(&self) -> Activity {
+        Activity {
+            registered: self.routes.len(),
+            held: self.hold.len(),
+            tombstoned: self.tombstones.len(),
+        }
+    }
+
+    /// What the rules guard.
+    pub fn guard(&self) -> &Guard {
+        &self.guard
     }
 
     /// The counters.
@@ -272,6 +580,16 @@ impl Router {
     /// Which copier a tuple is registered to.
     pub fn route(&self, tuple: &FourTuple) -> Option<CopierId> {
         self.routes.get(tuple).copied()
+    }
+
+    /// Whether a tuple is a tombstone now.
+    pub fn is_tombstoned(&self, tuple: &FourTuple) -> bool {
+        self.tombstones.contains(tuple)
+    }
+
+    /// How many registrations `copier` holds.
+    pub fn registrations_of(&self, copier: CopierId) -> usize {
+        self.per_copier.get(&copier).copied().unwrap_or(0)
     }
 }
 

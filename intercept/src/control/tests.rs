@@ -47,6 +47,7 @@ async fn start_with(cfg: ControlConfig) -> Harness {
             allow: AllowList::new(vec!["198.18.2.1".parse().unwrap()]),
             hold_time: Duration::from_secs(2),
             hold_capacity: 100,
+            ..RouterConfig::default()
         }),
         0,
     );
@@ -242,7 +243,11 @@ async fn allowed_address_is_accepted_and_unregister_stops_delivery() {
     .await;
     assert!(!inject(&h, &response(c, 2)));
     assert!(send_synced(&mut a, &[], 3).await.is_empty());
-    assert_eq!(h.shared.lock().router.stats().holding, 1);
+    // The unregistered tuple is a tombstone: its response is dropped, not held.
+    assert_eq!(
+        h.shared.lock().router.stats().dropped_recently_unregistered,
+        1
+    );
 }
 
 #[tokio::test]

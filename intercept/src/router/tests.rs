@@ -42,12 +42,27 @@ fn tuple(client: &str) -> FourTuple {
     FourTuple::new(client.parse().unwrap(), SERVER.parse().unwrap())
 }
 
-fn router() -> Router {
-    Router::new(RouterConfig {
+const LINGER: Duration = Duration::from_secs(120);
+
+fn config() -> RouterConfig {
+    RouterConfig {
         allow: AllowList::new(vec![ALLOWED.parse::<IpNet>().unwrap()]),
         hold_time: HOLD,
         hold_capacity: 4,
-    })
+        guard: Guard {
+            ports: Some(vec![80]),
+            ipv4: true,
+            ipv6: true,
+        },
+        max_registrations: 100,
+        linger: LINGER,
+        tombstone_capacity: 100,
+        accept_local: true,
+    }
+}
+
+fn router() -> Router {
+    Router::new(config())
 }
 
 fn record_of(d: Decision) -> (CopierId, Record) {
@@ -62,7 +77,7 @@ fn registered_session_is_delivered_with_full_headers() {
     let t0 = Instant::now();
     let mut r = router();
     let c = "198.19.7.1:40000";
-    assert!(r.handle_register(t0, A, &[tuple(c)]).is_empty());
+    assert!(r.handle_register(t0, A, &[tuple(c)]).released.is_empty());
     let pkt = syn_ack(c);
     let (who, rec) = record_of(r.handle_packet(t0, &pkt, 0));
     assert_eq!(who, A);
@@ -157,8 +172,11 @@ fn early_response_is_released_by_its_registration() {
     // Another session's registration releases nothing.
     assert!(r
         .handle_register(t0, A, &[tuple("198.19.7.1:40001")])
+        .released
         .is_empty());
-    let out = r.handle_register(t0 + Duration::from_millis(300), B, &[tuple(c)]);
+    let out = r
+        .handle_register(t0 + Duration::from_millis(300), B, &[tuple(c)])
+        .released;
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, B);
     assert_eq!(out[0].1.headers, sa);
@@ -199,7 +217,10 @@ fn unregistered_response_is_dropped_after_the_hold_time() {
     assert_eq!(r.stats().dropped_unregistered, 1);
     assert_eq!(r.poll_timeout(), None);
     // A registration after that finds nothing.
-    assert!(r.handle_register(t0 + HOLD, A, &[tuple(c)]).is_empty());
+    assert!(r
+        .handle_register(t0 + HOLD, A, &[tuple(c)])
+        .released
+        .is_empty());
 }
 
 #[test]
@@ -226,8 +247,14 @@ fn hold_buffer_is_bounded_and_evicts_the_oldest() {
     assert_eq!(r.stats().dropped_hold_overflow, 2);
     assert!(r
         .handle_register(t0, A, &[tuple("198.19.7.1:1"), tuple("198.19.7.1:2")])
+        .released
         .is_empty());
-    assert_eq!(r.handle_register(t0, A, &[tuple("198.19.7.1:6")]).len(), 1);
+    assert_eq!(
+        r.handle_register(t0, A, &[tuple("198.19.7.1:6")])
+            .released
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -283,11 +310,10 @@ fn unregister_and_copier_gone_only_touch_own_tuples() {
     assert_eq!(r.route(&t2), None);
     assert_eq!(r.route(&t3), Some(B));
     assert_eq!(r.stats().registrations, 1);
-    // A's responses are now held (fail closed), not accepted.
-    assert_eq!(
-        r.handle_packet(t0, &syn_ack("198.19.7.1:2"), 0),
-        Decision::Held
-    );
+    // A's responses are not accepted (fail closed): dropped, as the tuple is now a tombstone.
+    let d = r.handle_packet(t0, &syn_ack("198.19.7.1:2"), 0);
+    assert!(!d.accepts());
+    assert_eq!(d, Decision::Drop(DropReason::RecentlyUnregistered));
 }
 
 #[test]
@@ -330,7 +356,7 @@ fn ipv6_sessions_route_too() {
         "[2001:db8:9::1]:40000".parse().unwrap(),
         "[2001:db8::2]:80".parse().unwrap(),
     );
-    let out = r.handle_register(t0, A, &[t]);
+    let out = r.handle_register(t0, A, &[t]).released;
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].1.headers, pkt);
 }
@@ -352,4 +378,264 @@ fn counters_add_up() {
         s.packets
     );
     assert_eq!(s.dropped_unregistered, 1);
+}
+
+fn tuple_to(client: &str, server: &str) -> FourTuple {
+    FourTuple::new(client.parse().unwrap(), server.parse().unwrap())
+}
+
+#[test]
+fn unenforceable_registrations_are_refused_and_not_inserted() {
+    let t0 = Instant::now();
+    let mut r = Router::new(RouterConfig {
+        guard: Guard {
+            ports: Some(vec![80, 443]),
+            ipv4: true,
+            ipv6: false,
+        },
+        ..config()
+    });
+    let ok = tuple("198.19.7.1:1");
+    let other_port = tuple_to("198.19.7.1:2", "198.18.2.2:8080");
+    let v6 = tuple_to("[2001:db8:9::1]:3", "[2001:db8::2]:80");
+    let tls = tuple_to("198.19.7.1:4", "198.18.2.2:443");
+    let reg = r.handle_register(t0, A, &[ok, other_port, v6, tls]);
+    assert_eq!(
+        reg.verdicts,
+        vec![
+            RegVerdict::Accepted,
+            RegVerdict::PortNotGuarded,
+            RegVerdict::FamilyNotGuarded,
+            RegVerdict::Accepted
+        ]
+    );
+    assert!(!reg.all_accepted());
+    assert_eq!(r.route(&ok), Some(A));
+    assert_eq!(r.route(&other_port), None);
+    assert_eq!(r.route(&v6), None);
+    assert_eq!(r.stats().registrations, 2);
+    assert_eq!((r.stats().refused_port, r.stats().refused_family), (1, 1));
+    // A refused tuple does not release held records either.
+    let mut pkt = Vec::new();
+    TcpBuilder {
+        src: "198.18.2.2:8080".parse().unwrap(),
+        dst: "198.19.7.1:2".parse().unwrap(),
+        seq: SeqNum(1),
+        ack: SeqNum(1),
+        flags: TcpFlags::ACK,
+        window: 1,
+        options: &[],
+        payload: b"",
+        ttl: 64,
+        ident: 0,
+    }
+    .emit(&mut pkt);
+    assert_eq!(r.handle_packet(t0, &pkt, 0), Decision::Held);
+    let again = r.handle_register(t0, A, &[other_port]);
+    assert_eq!(again.verdicts, vec![RegVerdict::PortNotGuarded]);
+    assert!(again.released.is_empty());
+    assert_eq!(r.stats().holding, 1);
+}
+
+#[test]
+fn registrations_per_copier_are_limited() {
+    let t0 = Instant::now();
+    let mut r = Router::new(RouterConfig {
+        max_registrations: 2,
+        ..config()
+    });
+    let ts: Vec<FourTuple> = (1..=3).map(|p| tuple(&format!("198.19.7.1:{p}"))).collect();
+    let reg = r.handle_register(t0, A, &ts);
+    assert_eq!(
+        reg.verdicts,
+        vec![
+            RegVerdict::Accepted,
+            RegVerdict::Accepted,
+            RegVerdict::LimitReached
+        ]
+    );
+    assert_eq!(r.route(&ts[2]), None);
+    assert_eq!(r.stats().refused_limit, 1);
+    assert_eq!(r.registrations_of(A), 2);
+    // Re-registering an own tuple is not a new registration.
+    assert!(r.handle_register(t0, A, &[ts[0]]).all_accepted());
+    // The limit is per copier: B may register, and a takeover moves the count.
+    assert!(r.handle_register(t0, B, &[ts[2], ts[0]]).all_accepted());
+    assert_eq!(r.registrations_of(A), 1);
+    assert_eq!(r.registrations_of(B), 2);
+    assert!(r.handle_register(t0, A, &[ts[2]]).all_accepted());
+    // Unregistering frees room.
+    assert_eq!(
+        r.handle_register(t0, A, &[tuple("198.19.7.1:9")]).verdicts,
+        vec![RegVerdict::LimitReached]
+    );
+    r.handle_unregister(A, &[ts[1]]);
+    assert!(r
+        .handle_register(t0, A, &[tuple("198.19.7.1:9")])
+        .all_accepted());
+    r.handle_copier_gone(A);
+    assert_eq!(r.registrations_of(A), 0);
+}
+
+#[test]
+fn unregistered_tuple_stays_blocked_for_the_linger_even_when_allowed() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let c = format!("{ALLOWED}:7000"); // on the allow list
+    let t = tuple(&c);
+    r.handle_register(t0, A, &[t]);
+    assert_eq!(r.handle_unregister(A, &[t]), 1);
+    assert!(r.is_tombstoned(&t));
+    assert_eq!(r.poll_timeout(), Some(t0 + LINGER));
+    // The test server's retransmitted SYN-ACKs: dropped, counted, never accepted.
+    for s in [1, 3, 7, 60] {
+        let d = r.handle_packet(t0 + Duration::from_secs(s), &syn_ack(&c), 0);
+        assert_eq!(
+            d,
+            Decision::Drop(DropReason::RecentlyUnregistered),
+            "after {s} s"
+        );
+    }
+    assert_eq!(r.stats().dropped_recently_unregistered, 4);
+    assert_eq!(r.stats().accepted, 0);
+    assert_eq!(r.stats().tombstones, 1);
+    // After the linger, the allow list applies again.
+    assert_eq!(r.handle_timeout(t0 + LINGER), 0);
+    assert!(!r.is_tombstoned(&t));
+    assert_eq!(r.stats().tombstones, 0);
+    assert_eq!(
+        r.handle_packet(t0 + LINGER, &syn_ack(&c), 0),
+        Decision::Accept
+    );
+}
+
+#[test]
+fn copier_gone_lays_tombstones_and_a_new_registration_clears_them() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let c = "198.19.7.1:7001";
+    let t = tuple(c);
+    r.handle_register(t0, A, &[t]);
+    assert_eq!(r.handle_copier_gone(A), 1);
+    assert!(r.is_tombstoned(&t));
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack(c), 0),
+        Decision::Drop(DropReason::RecentlyUnregistered)
+    );
+    // The reconnected copier registers it again: its records flow again.
+    assert!(r
+        .handle_register(t0 + Duration::from_secs(1), B, &[t])
+        .all_accepted());
+    assert!(!r.is_tombstoned(&t));
+    assert_eq!(record_of(r.handle_packet(t0, &syn_ack(c), 0)).0, B);
+    // Another copier cannot lay a tombstone over someone else's tuple.
+    assert_eq!(r.handle_unregister(A, &[t]), 0);
+    assert!(!r.is_tombstoned(&t));
+}
+
+#[test]
+fn tombstones_are_bounded_oldest_first() {
+    let t0 = Instant::now();
+    let mut r = Router::new(RouterConfig {
+        tombstone_capacity: 2,
+        ..config()
+    });
+    let ts: Vec<FourTuple> = (1..=3).map(|p| tuple(&format!("198.19.7.1:{p}"))).collect();
+    r.handle_register(t0, A, &ts);
+    r.handle_unregister(A, &ts);
+    assert_eq!(r.stats().tombstones, 2);
+    assert_eq!(r.stats().tombstones_evicted, 1);
+    assert!(!r.is_tombstoned(&ts[0]));
+    assert!(r.is_tombstoned(&ts[1]) && r.is_tombstoned(&ts[2]));
+}
+
+#[test]
+fn answers_to_this_host_are_accepted_unless_registered_or_tombstoned() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let own = "198.18.2.2";
+    // Loopback is always local; an interface address once it is known.
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack("127.0.0.1:5000"), 0),
+        Decision::Accept
+    );
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack(&format!("{own}:5000")), 0),
+        Decision::Held
+    );
+    r.set_local_addrs(vec![own.parse().unwrap()]);
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack(&format!("{own}:5001")), 0),
+        Decision::Accept
+    );
+    assert_eq!(r.stats().accepted_local, 2);
+    assert_eq!(r.stats().accepted, 0);
+    // IPv6 loopback.
+    let mut pkt = Vec::new();
+    TcpBuilder {
+        src: "[::1]:80".parse().unwrap(),
+        dst: "[::1]:5002".parse().unwrap(),
+        seq: SeqNum(1),
+        ack: SeqNum(1),
+        flags: TcpFlags::ACK,
+        window: 1,
+        options: &[],
+        payload: b"",
+        ttl: 64,
+        ident: 0,
+    }
+    .emit(&mut pkt);
+    assert_eq!(r.handle_packet(t0, &pkt, 0), Decision::Accept);
+    // A registered or tombstoned local tuple is not accepted.
+    let reg = tuple("127.0.0.1:6000");
+    r.handle_register(t0, A, &[reg]);
+    assert_eq!(
+        record_of(r.handle_packet(t0, &syn_ack("127.0.0.1:6000"), 0)).0,
+        A
+    );
+    r.handle_unregister(A, &[reg]);
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack("127.0.0.1:6000"), 0),
+        Decision::Drop(DropReason::RecentlyUnregistered)
+    );
+    // A refreshed list replaces the old one.
+    r.set_local_addrs(vec![]);
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack(&format!("{own}:5003")), 0),
+        Decision::Held
+    );
+    // Turned off: loopback is held like anything else.
+    let mut off = Router::new(RouterConfig {
+        accept_local: false,
+        ..config()
+    });
+    assert_eq!(
+        off.handle_packet(t0, &syn_ack("127.0.0.1:5000"), 0),
+        Decision::Held
+    );
+}
+
+#[test]
+fn quiet_only_when_nothing_is_registered_held_or_tombstoned() {
+    let t0 = Instant::now();
+    let mut r = router();
+    assert!(r.quiet().is_quiet());
+    let t = tuple("198.19.7.1:1");
+    r.handle_register(t0, A, &[t]);
+    assert_eq!(r.quiet().registered, 1);
+    assert!(!r.quiet().is_quiet());
+    r.handle_unregister(A, &[t]);
+    let q = r.quiet();
+    assert_eq!((q.registered, q.tombstoned), (0, 1));
+    assert!(!q.is_quiet());
+    r.handle_packet(t0, &syn_ack("198.19.7.2:1"), 0); // held
+    r.handle_timeout(t0 + HOLD);
+    assert_eq!(r.quiet().held, 0);
+    assert!(!r.quiet().is_quiet(), "the tombstone lingers");
+    r.handle_timeout(t0 + LINGER);
+    assert!(r.quiet().is_quiet(), "{}", r.quiet());
+    // A held record alone keeps it busy.
+    r.handle_packet(t0 + LINGER, &syn_ack("198.19.7.2:2"), 0);
+    assert_eq!(r.quiet().held, 1);
+    assert!(!r.quiet().is_quiet());
 }
