@@ -122,7 +122,6 @@ fn a_map_to_this_host_is_refused_at_start() {
 }
 
 #[test]
-#[ignore = "needs the intercept's registration verdicts (merge)"]
 fn a_tuple_the_intercept_does_not_guard_is_never_sent() {
     let Some(mut lab) = lab_or_skip("a_tuple_the_intercept_does_not_guard_is_never_sent") else { return };
     let opts = CopyOptions { start_copier: false, ..CopyOptions::default() };
