@@ -1,0 +1,215 @@
+//! Fuzz the intercept's router with structured input: response packets (IPv4 and IPv6, a few
+//! clients among them allowed, local and loopback addresses, guarded and unguarded ports, any
+//! flags and sizes), garbage, registrations and unregistrations by three copiers, copiers that
+//! go away, and clock steps; checked against a model of what must never happen.
+//!
+//! Checked after every step:
+//! - no panic;
+//! - a packet of a tuple that is registered, or was unregistered (or whose copier went away)
+//!   less than `linger` ago, is never accepted: it goes to its copier or is dropped;
+//! - a delivered record goes to the copier that registered the tuple last, and describes the
+//!   packet's tuple;
+//! - a registration is accepted only for a guarded port and family; an accepted one routes the
+//!   tuple to its copier, a refused one changes nothing;
+//! - the hold buffer stays within its capacity.
+#![no_main]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use arbitrary::Arbitrary;
+use common::flow::FourTuple;
+use common::seq::SeqNum;
+use common::wire::{TcpBuilder, TcpFlags};
+use intercept::allow::{AllowList, IpNet};
+use intercept::router::{CopierId, Decision, Guard, Router, RouterConfig};
+use libfuzzer_sys::fuzz_target;
+
+const PORTS: [u16; 3] = [80, 443, 8080];
+const HOLD_CAPACITY: usize = 16;
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// Guard only ports 80 and 443 (else every port).
+    guard_ports: bool,
+    /// Guard IPv6 too.
+    ipv6: bool,
+    /// Registrations per copier (1..=8).
+    max_registrations: u8,
+    /// Linger in 100 ms steps (1..=64).
+    linger: u8,
+    accept_local: bool,
+    ops: Vec<Op>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// A response from the test server: `server` port index, to client `who`.
+    Packet { who: u8, port: u8, flags: u8, len: u16 },
+    /// Garbage from NFQUEUE.
+    Raw(Vec<u8>),
+    Register { copier: u8, who: Vec<(u8, u8)> },
+    Unregister { copier: u8, who: Vec<(u8, u8)> },
+    Gone { copier: u8 },
+    /// Time passes (in 10 ms), then the timers run.
+    Tick(u8),
+}
+
+fn clients() -> Vec<IpAddr> {
+    vec![
+        IpAddr::V4(Ipv4Addr::new(198, 19, 0, 5)),   // allowed
+        IpAddr::V4(Ipv4Addr::new(198, 19, 0, 6)),   // allowed
+        IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7)),  // neither
+        IpAddr::V4(Ipv4Addr::new(198, 18, 2, 2)),   // this host
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),    // loopback
+        IpAddr::V6("fd00:198:19::5".parse::<Ipv6Addr>().unwrap()), // allowed
+        IpAddr::V6("2001:db8::7".parse::<Ipv6Addr>().unwrap()),    // neither
+        IpAddr::V6(Ipv6Addr::LOCALHOST),                           // loopback
+    ]
+}
+
+fn tuple(clients: &[IpAddr], who: u8, port: u8) -> FourTuple {
+    let c = clients[usize::from(who) % clients.len()];
+    let server = match c {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(198, 18, 2, 2)),
+        IpAddr::V6(_) => IpAddr::V6("fd00:198:18:2::2".parse().unwrap()),
+    };
+    FourTuple {
+        client: SocketAddr::new(c, 40000 + u16::from(who % 4)),
+        server: SocketAddr::new(server, PORTS[usize::from(port) % PORTS.len()]),
+    }
+}
+
+/// What the model knows of a tuple.
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Registered(CopierId),
+    /// Unregistered at the router's clock then: blocked until `at + linger`.
+    Unregistered { at: Instant },
+}
+
+fuzz_target!(|input: Input| {
+    let linger = Duration::from_millis(100 * u64::from(input.linger.clamp(1, 64)));
+    let guard = Guard { ports: input.guard_ports.then(|| vec![80, 443]), ipv4: true, ipv6: input.ipv6 };
+    let mut router = Router::new(RouterConfig {
+        allow: AllowList::new(vec![
+            IpNet::new(IpAddr::V4(Ipv4Addr::new(198, 19, 0, 0)), 24).unwrap(),
+            IpNet::new(IpAddr::V6("fd00:198:19::".parse().unwrap()), 48).unwrap(),
+        ]),
+        hold_time: Duration::from_millis(500),
+        hold_capacity: HOLD_CAPACITY,
+        guard: guard.clone(),
+        max_registrations: usize::from(input.max_registrations.clamp(1, 8)),
+        linger,
+        tombstone_capacity: 1 << 16,
+        accept_local: input.accept_local,
+    });
+    router.set_local_addrs([IpAddr::V4(Ipv4Addr::new(198, 18, 2, 2))]);
+    let clients = clients();
+    let mut model: HashMap<FourTuple, State> = HashMap::new();
+    let mut now = Instant::now();
+    // The router's clock: the last `now` it was given.
+    let mut clock: Option<Instant> = None;
+    let mut pkt = Vec::new();
+    for op in input.ops.into_iter().take(500) {
+        match op {
+            Op::Packet { who, port, flags, len } => {
+                let t = tuple(&clients, who, port);
+                let data = vec![0x5a; usize::from(len) % 2000];
+                TcpBuilder {
+                    src: t.server,
+                    dst: t.client,
+                    seq: SeqNum(1000),
+                    ack: SeqNum(2000),
+                    flags: TcpFlags(flags),
+                    window: 1000,
+                    options: &[],
+                    payload: &data,
+                    ttl: 64,
+                    ident: 1,
+                }
+                .emit(&mut pkt);
+                clock = Some(now);
+                let d = router.handle_packet(now, &pkt, 0);
+                match model.get(&t).copied() {
+                    Some(State::Registered(c)) => match &d {
+                        Decision::Deliver { copier, record } => {
+                            assert_eq!(*copier, c, "{t} delivered to {copier}, registered to {c}");
+                            assert_eq!(record.tuple().unwrap(), t);
+                        }
+                        other => panic!("{t} is registered to {c} but the router said {other:?}"),
+                    },
+                    Some(State::Unregistered { at }) if now < at + linger => {
+                        assert!(!d.accepts(), "{t} was unregistered {:?} ago (linger {linger:?}) and was accepted", now - at);
+                        assert!(!matches!(d, Decision::Deliver { .. }), "{t} delivered after its unregistration");
+                    }
+                    _ => assert!(!matches!(d, Decision::Deliver { .. }), "{t} delivered but never registered: {d:?}"),
+                }
+            }
+            Op::Raw(bytes) => {
+                clock = Some(now);
+                let d = router.handle_packet(now, &bytes, 0);
+                // Garbage may happen to be a valid packet; it may never be accepted unless it is.
+                if d.accepts() {
+                    assert!(common::proto::parse_response_headers(&bytes).is_ok());
+                }
+            }
+            Op::Register { copier, who } => {
+                let c = CopierId(u64::from(copier % 3));
+                let tuples: Vec<FourTuple> = who.iter().take(16).map(|&(w, p)| tuple(&clients, w, p)).collect();
+                clock = Some(now);
+                let reg = router.handle_register(now, c, &tuples);
+                assert_eq!(reg.verdicts.len(), tuples.len());
+                for (t, v) in tuples.iter().zip(&reg.verdicts) {
+                    if v.accepted() {
+                        assert!(guard.verdict(t).accepted(), "{t} accepted outside the guard ({guard})");
+                        model.insert(*t, State::Registered(c));
+                    }
+                    // Refused: the model (and the router) keep what they had.
+                    match model.get(t) {
+                        Some(State::Registered(owner)) => assert_eq!(router.route(t), Some(*owner)),
+                        _ => assert_eq!(router.route(t), None),
+                    }
+                }
+                for (c2, r) in &reg.released {
+                    assert_eq!(*c2, c);
+                    let t = r.tuple().unwrap();
+                    assert!(tuples.contains(&t));
+                }
+            }
+            Op::Unregister { copier, who } => {
+                let c = CopierId(u64::from(copier % 3));
+                let tuples: Vec<FourTuple> = who.iter().take(16).map(|&(w, p)| tuple(&clients, w, p)).collect();
+                router.handle_unregister(c, &tuples);
+                for t in &tuples {
+                    if let Some(State::Registered(owner)) = model.get(t) {
+                        if *owner == c {
+                            if let Some(at) = clock {
+                                model.insert(*t, State::Unregistered { at });
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Gone { copier } => {
+                let c = CopierId(u64::from(copier % 3));
+                router.handle_copier_gone(c);
+                for s in model.values_mut() {
+                    if matches!(s, State::Registered(owner) if *owner == c) {
+                        if let Some(at) = clock {
+                            *s = State::Unregistered { at };
+                        }
+                    }
+                }
+            }
+            Op::Tick(steps) => {
+                now += Duration::from_millis(10 * u64::from(steps));
+                clock = Some(now);
+                router.handle_timeout(now);
+            }
+        }
+        assert!(router.stats().holding as usize <= HOLD_CAPACITY);
+        assert!(router.quiet().held <= HOLD_CAPACITY);
+    }
+});
