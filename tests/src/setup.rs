@@ -164,6 +164,29 @@ impl Copying {
         assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients (link capture: {pcap:?})");
     }
 
+    /// Waits for the test server to have as many requests as online, then for quiet (to catch
+    /// any extra copy), and asserts that it received exactly the online requests (method, URI,
+    /// length, body hash; see [`fingerprints`]) and that nothing leaked. nginx logs a request
+    /// when its response is complete, so a 10 MB answer through NFQUEUE takes seconds: the
+    /// count is waited for first. Returns the number of requests compared.
+    pub fn assert_copied_exactly(&self, lab: &mut Lab) -> usize {
+        self.test().wait_requests(self.online.request_count(), Duration::from_secs(60));
+        self.settle(Duration::from_secs(1), Duration::from_secs(30));
+        self.check_alive().unwrap();
+        let online = self.online.requests().unwrap();
+        let test = self.test().requests().unwrap();
+        let diff = diff_fingerprints(&fingerprints(&online), &fingerprints(&test));
+        let log = self.copier.as_ref().map(|p| tail(&p.log(), 30)).unwrap_or_default();
+        assert!(
+            diff.is_empty(),
+            "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{log}",
+            online.len(),
+            test.len(),
+        );
+        self.assert_no_leak(lab);
+        online.len()
+    }
+
     /// The test nginx (panics when the setup has none).
     pub fn test(&self) -> &Nginx {
         self.test.as_ref().expect("this setup has no test nginx")

@@ -6,7 +6,7 @@
 
 use lab::http::{get_request, HttpReader};
 use lab::setup::{metric_sum, scrape_metrics};
-use lab::setup::{diff_fingerprints, fingerprints, tail, CopyOptions, Copying};
+use lab::setup::{tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, lab_or_skip_with, Host, Lab, LabOptions, NginxOptions};
 use std::io::Write;
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
@@ -25,28 +25,6 @@ fn online_url(path: &str) -> String {
     format!("http://{}{path}", addr::ONLINE)
 }
 
-/// Waits for the test server to go quiet, then asserts that it received exactly the online
-/// requests and that nothing leaked. Returns the number of requests compared.
-fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
-    // nginx logs a request when its response is complete: wait for the count first (a 10 MB
-    // answer through NFQUEUE takes seconds), then for quiet, to catch any extra copy
-    c.test().wait_requests(c.online.request_count(), Duration::from_secs(60));
-    c.settle(Duration::from_secs(1), Duration::from_secs(30));
-    c.check_alive().unwrap();
-    let online = c.online.requests().unwrap();
-    let test = c.test().requests().unwrap();
-    let (fo, ft) = (fingerprints(&online), fingerprints(&test));
-    let diff = diff_fingerprints(&fo, &ft);
-    assert!(
-        diff.is_empty(),
-        "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{}",
-        online.len(),
-        test.len(),
-        tail(&c.copier.as_ref().unwrap().log(), 30)
-    );
-    c.assert_no_leak(lab);
-    online.len()
-}
 
 fn curl(lab: &Lab, args: &[&str]) -> String {
     let mut argv = vec!["curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code}\n"];
@@ -90,7 +68,7 @@ fn short_http10_connections_and_keepalive_wrk() {
     lab.sh(Host::Client, &script).unwrap();
     // keep-alive HTTP/1.1 connections driven by wrk
     lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &online_url("/index.html")]).unwrap();
-    let n = assert_copied_exactly(&mut lab, &c);
+    let n = c.assert_copied_exactly(&mut lab);
     assert!(n > 100, "too few requests to mean anything: {n}");
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     assert!(metric_sum(&m, "copier_sessions_started_total", &[]) >= 44.0, "{m}");
@@ -104,7 +82,7 @@ fn pipelined_requests() {
     assert_eq!(http_conn(&lab, &reqs, true), 20);
     let reqs: Vec<String> = (0..10).map(|i| get_request(&format!("/index.html?sequential={i}"))).collect();
     assert_eq!(http_conn(&lab, &reqs, false), 10);
-    assert_eq!(assert_copied_exactly(&mut lab, &c), 30);
+    assert_eq!(c.assert_copied_exactly(&mut lab), 30);
 }
 
 #[test]
@@ -118,7 +96,7 @@ fn uploads_of_1mb_and_10mb_with_offloads_on() {
         let code = curl(&lab, &["--data-binary", &format!("@{}", f.display()), &online_url(&format!("/upload/{name}"))]);
         assert_eq!(code.trim(), "200");
     }
-    assert_eq!(assert_copied_exactly(&mut lab, &c), 2);
+    assert_eq!(c.assert_copied_exactly(&mut lab), 2);
     let test = c.test().requests().unwrap();
     let sizes: Vec<u64> = test.iter().filter_map(|e| e.body.as_ref().map(|b| b.0)).collect();
     assert_eq!(sizes, vec![1 << 20, 10 << 20]);
@@ -135,7 +113,7 @@ fn responses_of_different_sizes_online_and_on_test() {
     // one keep-alive connection: the session must carry on after each mismatch
     let reqs = vec![get_request("/a"), get_request("/b"), get_request("/a?again"), get_request("/index.html")];
     http_conn(&lab, &reqs, false);
-    assert_copied_exactly(&mut lab, &c);
+    c.assert_copied_exactly(&mut lab);
     let test = c.test().requests().unwrap();
     let big: Vec<u64> = test.iter().map(|e| e.body_bytes_sent).collect();
     assert_eq!(big[0], 10 << 20, "the test server should have sent its 10 MB answer in full: {test:?}");
@@ -201,7 +179,7 @@ fn test_server_closing_with_requests_queued() {
     let c = Copying::start(&mut lab, opts).unwrap();
     let reqs: Vec<String> = (0..9).map(|i| get_request(&format!("/index.html?q={i}"))).collect();
     http_conn(&lab, &reqs, false);
-    assert_copied_exactly(&mut lab, &c);
+    c.assert_copied_exactly(&mut lab);
     let test = c.test().requests().unwrap();
     let conns: std::collections::BTreeSet<u64> = test.iter().map(|e| e.connection).collect();
     assert!(conns.len() >= 5, "the requests should have been carried over >= 5 connections: {test:?}");
@@ -240,7 +218,7 @@ fn loss_on_the_copier_to_test_link() {
     let f = lab.dir().join("upload.bin");
     std::fs::write(&f, lab::pattern_bytes(2 << 20)).unwrap();
     curl(&lab, &["--data-binary", &format!("@{}", f.display()), &online_url("/upload/lossy")]);
-    assert_eq!(assert_copied_exactly(&mut lab, &c), 61);
+    assert_eq!(c.assert_copied_exactly(&mut lab), 61);
 }
 
 #[test]

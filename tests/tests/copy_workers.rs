@@ -7,7 +7,7 @@
 
 use lab::http::get;
 use lab::setup::{metric_sample, scrape_metrics};
-use lab::setup::{diff_fingerprints, fingerprints, tail, CopyOptions, Copying};
+use lab::setup::{tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
@@ -32,25 +32,6 @@ fn online_url(path: &str) -> String {
     format!("http://{}{path}", addr::ONLINE)
 }
 
-/// Waits for the test server to go quiet, then asserts that it received exactly the online
-/// requests and that nothing leaked. Returns the number of requests compared.
-fn assert_copied_exactly(lab: &mut Lab, c: &Copying) -> usize {
-    c.test().wait_requests(c.online.request_count(), Duration::from_secs(60));
-    c.settle(Duration::from_secs(1), Duration::from_secs(30));
-    c.check_alive().unwrap();
-    let online = c.online.requests().unwrap();
-    let test = c.test().requests().unwrap();
-    let diff = diff_fingerprints(&fingerprints(&online), &fingerprints(&test));
-    assert!(
-        diff.is_empty(),
-        "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{}",
-        online.len(),
-        test.len(),
-        tail(&c.copier.as_ref().unwrap().log(), 30)
-    );
-    c.assert_no_leak(lab);
-    online.len()
-}
 
 /// `n` keep-alive connections from the client to the online nginx, each after one request
 /// tagged `tag`. They stay open while the streams live.
@@ -103,7 +84,7 @@ fn two_workers_copy_wrk_and_short_connections_exactly() {
     lab.sh(Host::Client, &script).unwrap();
     // keep-alive connections driven by wrk, two threads
     lab.exec_ok(Host::Client, &["wrk", "-t2", "-c16", "-d3s", &online_url("/index.html")]).unwrap();
-    let n = assert_copied_exactly(&mut lab, &c);
+    let n = c.assert_copied_exactly(&mut lab);
     assert!(n > 500, "too few requests to mean anything: {n}");
 
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
