@@ -16,15 +16,9 @@ fn online_url(path: &str) -> String {
     format!("http://{}{path}", addr::ONLINE)
 }
 
-/// Resident memory of a process, in bytes (`VmRSS` of /proc/PID/status).
+/// Resident memory of a process, in bytes.
 fn rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status");
-    kb * 1024
+    lab::procstat::memory_kib(pid).0 * 1024
 }
 
 /// Packets counted by the test host's INPUT rule for SYNs from `net`.
@@ -87,6 +81,7 @@ fn a_spoofed_syn_flood_is_not_copied_and_real_sessions_are() {
     assert_eq!(syns_from(&lab, addr::FAKE_CLIENT_NET), 0, "SYNs of the flood reached the test server");
     // Before: +106 MB for 60 000 SYNs; now each costs a pending entry of about 100 bytes at most.
     let grown = rss(pid).saturating_sub(rss_before);
+    println!("copier RSS {} KiB before the flood of {FLOOD} SYNs, grew by {} KiB", rss_before >> 10, grown >> 10);
     assert!(grown < 24 << 20, "the copier grew by {} MB", grown >> 20);
     assert_eq!(c.leaked(&lab), 0);
 }
