@@ -56,8 +56,15 @@ pub struct EngineConfig {
     pub max_memory: usize,
     /// Per-session cap on buffered bytes; a session above it fails (`buffer_cap`).
     pub per_session_cap: usize,
-    /// Send a request only after the test server answered the previous one.
+    /// Send a request only after the test server answered the previous one (with
+    /// `pace_window` > 1: only while at most that many are unanswered).
     pub pace_requests: bool,
+    /// With pacing, how many request units a test connection may have sent and not yet seen
+    /// answered: 1 is strict lock-step; above 1 the window adapts (it starts at 1, grows by one
+    /// with each unit answered, and falls back to 1 when the test server closes with units in
+    /// flight or an answer times out; three timeouts keep the session lock-step). Sessions of
+    /// server-speaks-first protocols and shaped sessions (`--profile`) are always lock-step.
+    pub pace_window: u32,
     /// How long pacing waits for an answer before releasing the next request anyway.
     pub answer_timeout: Duration,
     /// With pacing, a request whose answer from the test server is shorter than the online one
@@ -189,6 +196,7 @@ impl Default for EngineConfig {
             max_memory: 512 << 20,
             per_session_cap: 16 << 20,
             pace_requests: true,
+            pace_window: DEFAULT_PACE_WINDOW,
             answer_timeout: Duration::from_secs(3),
             answer_quiet: Duration::from_millis(50),
             initial_rto: Duration::from_millis(300),
@@ -214,6 +222,13 @@ impl Default for EngineConfig {
 /// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 2.4 KB on x86_64).
 pub const DEFAULT_MAX_SESSIONS: usize = 200_000;
 
+/// Default of [`EngineConfig::pace_window`]: enough units in flight for one connection at
+/// tens of thousands of requests a second over a pacing round trip of a millisecond or two.
+pub const DEFAULT_PACE_WINDOW: u32 = 64;
+
+/// Largest [`EngineConfig::pace_window`] accepted.
+pub const MAX_PACE_WINDOW: u32 = 1024;
+
 /// A configuration the engine would have to bend.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -234,6 +249,9 @@ pub enum ConfigError {
     /// A cap is zero.
     #[error("{0} must be above zero")]
     Zero(&'static str),
+    /// The pacing window is above [`MAX_PACE_WINDOW`].
+    #[error("pace window {0} is above the largest accepted, {MAX_PACE_WINDOW}")]
+    PaceWindow(u32),
     /// The sample percentage is not in (0, 100].
     #[error("sample percentage {0} is not above 0 and at most 100")]
     Sample(String),
@@ -270,10 +288,14 @@ impl EngineConfig {
             ("max_sessions", self.max_sessions),
             ("max_pending_syns", self.max_pending_syns),
             ("copies", usize::from(self.copies)),
+            ("pace_window", self.pace_window as usize),
         ] {
             if v == 0 {
                 return Err(ConfigError::Zero(name));
             }
+        }
+        if self.pace_window > MAX_PACE_WINDOW {
+            return Err(ConfigError::PaceWindow(self.pace_window));
         }
         if !(self.sample_percent > 0.0 && self.sample_percent <= 100.0) {
             return Err(ConfigError::Sample(self.sample_percent.to_string()));
@@ -303,6 +325,8 @@ pub(crate) struct Params {
     pub max_memory: usize,
     pub per_session_cap: usize,
     pub pace: bool,
+    /// Most request units in flight per test connection with pacing (at least 1).
+    pub pace_window: u32,
     pub answer_timeout: Duration,
     pub answer_quiet: Duration,
     pub initial_rto: Duration,
@@ -346,6 +370,7 @@ impl Params {
             max_memory: c.max_memory.max(1),
             per_session_cap: c.per_session_cap.max(1),
             pace: c.pace_requests,
+            pace_window: c.pace_window.clamp(1, MAX_PACE_WINDOW),
             answer_timeout: c.answer_timeout,
             answer_quiet: c.answer_quiet.min(c.answer_timeout),
             initial_rto: c.initial_rto.clamp(min_rto, max_rto),

@@ -100,9 +100,9 @@ use common::wire::TcpFlags;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS};
+pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use pool::{ClientIpPool, IpRange, PoolParseError};
-pub use stats::{DropCounts, EngineStats, FailCounts, FailReason, SynCounts};
+pub use stats::{DropCounts, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
 use config::Params;

@@ -57,6 +57,9 @@ use super::ControlEvent;
 /// unit is given up (when a later request is known).
 const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// Answer timeouts after which a session's pacing stays lock-step (window 1).
+const STRIKES_LOCKSTEP: u8 = 3;
+
 /// A session's place in the engine's slab: index and generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SlotRef {
@@ -190,6 +193,14 @@ pub(crate) struct Session {
     unit_acked_at: Option<Instant>,
     /// How far the test server answered the unit pacing waits on.
     watch: Watch,
+    /// Request units the current connection may have in flight (windowed pacing: see
+    /// [`Session::window`]).
+    win: u32,
+    /// Answers that timed out with pacing; from [`STRIKES_LOCKSTEP`] on the session stays
+    /// lock-step (set at once when the test server closes a connection with requests left).
+    strikes: u8,
+    /// The start of the last request unit whose replay lag was counted.
+    lag_done: Option<SeqNum>,
     /// When the client reset the connection while requests were still to be carried.
     client_reset: Option<Instant>,
     reconnects: u32,
@@ -229,6 +240,9 @@ impl Session {
             last_activity: now,
             unit_acked_at: None,
             watch: Watch::default(),
+            win: 1,
+            strikes: 0,
+            lag_done: None,
             client_reset: None,
             reconnects: 0,
             gap_since: None,
@@ -429,6 +443,7 @@ impl Session {
             return;
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
+        self.stream.now = Some(now);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo);
         if self.shaper_id.is_some() && r.appended > 0 {
             self.note_arrivals(now);
@@ -629,6 +644,7 @@ impl Session {
         // The test server closed while requests remain: close this one, open another.
         if let Some(c) = self.cur.as_mut() {
             if c.peer_fin && unanswered && c.state != State::Linger && !c.fin_sent() {
+
                 let drop_now = c.abandon(now, &sh.p);
                 if let Some(c) = self.cur.take() {
                     self.old.push(c);
@@ -648,6 +664,12 @@ impl Session {
                 sh.stats.drops.replay_skipped += 1;
             }
             if self.stream.unanswered() {
+                // The test server closed (or reset) a connection while requests remained: one
+                // that ends connections by itself may also reset one with unread requests in
+                // it, losing the answer to the last it served, so the rest of this session
+                // goes lock-step (nothing is sent ahead of an answer again).
+                self.win = 1;
+                self.strikes = STRIKES_LOCKSTEP;
                 let Some(tuple) = sh.free_tuple(self.client_ip, self.target, None) else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
@@ -668,17 +690,28 @@ impl Session {
                 return;
             }
         }
+        let limit = self.send_limit(&sh.p);
         if let Some(c) = self.cur.as_mut() {
-            let pending = {
-                let limit = send_limit(&self.stream, &sh.p);
-                limit.gt(c.snd_nxt)
-            };
+            let pending = limit.gt(c.snd_nxt);
             c.arm_persist(now, &sh.p, pending);
         }
     }
 
     fn send_limit(&self, p: &Params) -> SeqNum {
-        send_limit(&self.stream, p)
+        send_limit(&self.stream, p, self.window(p))
+    }
+
+    /// Request units the current connection may have in flight: 1 (lock-step) without a
+    /// window, for server-speaks-first protocols (their exchanges are usually lock-step), for
+    /// shaped sessions (think time and ON/OFF gating count from each answer), and once
+    /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
+    /// `pace_window`.
+    fn window(&self, p: &Params) -> u32 {
+        if !p.pace || self.shaper_id.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+            1
+        } else {
+            self.win.clamp(1, p.pace_window)
+        }
     }
 
     /// With a shaper: once the current unit's first bytes are there, asks when it may go
@@ -761,27 +794,112 @@ impl Session {
         self.stream.trim(acked, p.replay_keep);
     }
 
-    /// Release the first unanswered unit if the [`Watch`] rule says it is answered, or by
+    /// Release the unanswered units the [`Watch`] rule says are answered, or the first by
     /// `timed_out`. Returns `(released, by_timeout)`.
+    ///
+    /// With several units in flight the test server answers them in order: a unit answered
+    /// by size passes the bytes beyond its online size on to the next one ([`Watch::carry`]),
+    /// which may then be answered at once. A unit answered by quiet (a shorter answer) also
+    /// releases the later units the test server had received before its last answer bytes and
+    /// then went quiet on: it answered them too. Each unit answered opens the window by one;
+    /// a timeout closes it to one (and counts a strike).
     fn release_watched(&mut self, now: Instant, p: &Params, acked: SeqNum, tuple: FourTuple, timed_out: bool) -> (usize, bool) {
-        let Some(end) = self.stream.waiting_end() else { return (0, false) };
-        self.watch.aim(tuple, end);
-        if !(acked.ge(end) || self.watch.bytes() > 0) {
-            return (0, false);
+        let mut n = 0;
+        loop {
+            let Some(end) = self.stream.waiting_end() else { return (n, false) };
+            self.watch.aim(tuple, end);
+            if !(acked.ge(end) || self.watch.bytes() > 0) {
+                return (n, false);
+            }
+            let open = self.stream.bounds.is_empty();
+            let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
+            // The online size is exact only between two units; the close waits for quiet.
+            let need = if open || closing { None } else { self.stream.online_len() };
+            if let Some(used) = need.filter(|_| self.watch.by_size(need)) {
+                self.stream.release_one();
+                n += 1;
+                self.open_window(p);
+                // An online size of 0 (a greeting gate again on a new connection) says
+                // nothing of where the test answer ends: all of it was this unit's.
+                let used = if used == 0 { self.watch.bytes() } else { used };
+                match self.stream.waiting_end() {
+                    Some(next) => {
+                        if self.watch.carry(tuple, next, used) {
+                            self.sizes_differ();
+                        }
+                    }
+                    None => return (n, false),
+                }
+                continue;
+            }
+            if self.watch.answered(now, need, p.answer_quiet) {
+                self.stream.release_one();
+                n += 1;
+                if need.is_some() && !self.watch.closed() {
+                    self.sizes_differ(); // shorter than online
+                }
+                if !self.watch.closed() {
+                    let upto = self.watch.max_ack().map_or(acked, |a| a.min(acked));
+                    while let Some(b) = self.stream.bounds.front() {
+                        if !b.at.le(upto) || self.stream.before_fin() {
+                            break;
+                        }
+                        self.stream.release_one();
+                        n += 1;
+                    }
+                }
+                return (n, false);
+            }
+            if timed_out && n == 0 && (!open || closing) {
+                self.stream.release_one();
+                self.win = 1;
+                self.strikes = self.strikes.saturating_add(1);
+                return (1, true);
+            }
+            return (n, false);
         }
-        let open = self.stream.bounds.is_empty();
-        let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
-        // The online size is exact only between two units; the close waits for quiet.
-        let need = if open || closing { None } else { self.stream.online_len() };
-        if self.watch.answered(now, need, p.answer_quiet) {
-            self.stream.release_one();
-            return (1, false);
+    }
+
+    /// A test answer was shorter or longer than the online one: with several units in flight
+    /// the sizes of the online answers would no longer tell where one test answer ends and
+    /// the next begins (and a unit taken as answered might be lost if the test server then
+    /// closed), so the rest of the session goes lock-step.
+    fn sizes_differ(&mut self) {
+        self.win = 1;
+        self.strikes = STRIKES_LOCKSTEP;
+    }
+
+    /// A unit was answered: one more may be in flight (up to `pace_window`).
+    fn open_window(&mut self, p: &Params) {
+        self.win = (self.win + 1).min(p.pace_window);
+    }
+
+    /// Count the replay lag of every request unit whose first byte the current connection has
+    /// now sent for the first time (`snd_max` passed its start).
+    fn note_sent(&mut self, sh: &mut Shared, now: Instant, snd_max: SeqNum) {
+        let s = &self.stream;
+        let fresh = |at: SeqNum, done: Option<SeqNum>| done.is_none_or(|d| at.gt(d)) && snd_max.gt(at);
+        if fresh(s.cur_start, self.lag_done) {
+            if let Some(t) = s.cur_t {
+                sh.stats.replay_lag.record(now.saturating_duration_since(t));
+            }
+            sh.stats.units_sent += 1;
+            self.lag_done = Some(s.cur_start);
         }
-        if timed_out && (!open || closing) {
-            self.stream.release_one();
-            return (1, true);
+        let done = self.lag_done;
+        let from = s.bounds.partition_point(|b| done.is_some_and(|d| !b.at.gt(d)));
+        for b in s.bounds.range(from..) {
+            if !fresh(b.at, self.lag_done) {
+                break;
+            }
+            if let Some(t) = b.t {
+                sh.stats.replay_lag.record(now.saturating_duration_since(t));
+            }
+            sh.stats.units_sent += 1;
+            // The current unit is not answered yet: this one goes ahead of an answer.
+            sh.stats.units_ahead += u64::from(b.at.gt(s.cur_start));
+            self.lag_done = Some(b.at);
         }
-        (0, false)
     }
 
     /// End the session: `None` = as the client ended it (FIN carried, or its RST), otherwise
@@ -825,7 +943,7 @@ impl Session {
             }
         }
         self.gate(sh, now);
-        let mut limit = send_limit(&self.stream, &sh.p);
+        let mut limit = self.send_limit(&sh.p);
         if self.held() && limit.gt(self.stream.cur_start) {
             limit = self.stream.cur_start;
         }
@@ -837,7 +955,12 @@ impl Session {
         let mut tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval, scratch };
         let sent = c.poll(now, &sh.p, &mut tx, out);
         sh.scratch = tx.scratch;
-        Some((c.tuple, sent?))
+        let (tuple, snd_max) = (c.tuple, c.snd_max);
+        let sent = sent?;
+        if sent.payload > 0 && !sent.retransmit {
+            self.note_sent(sh, now, snd_max);
+        }
+        Some((tuple, sent))
     }
 
     /// The copier stops: end the session (failed, `shutdown`, if it was being copied) and make
@@ -898,11 +1021,33 @@ impl Session {
     }
 }
 
-/// How far the current connection may send: pacing stops at the first unanswered boundary;
-/// without pacing only a greeting gate stops it.
-fn send_limit(s: &Stream, p: &Params) -> SeqNum {
+/// How far the current connection may send. Pacing stops at the end of the `win`-th
+/// unanswered unit (the first boundary in lock-step), taking a later unit only whole and only
+/// while everything in flight stays within `replay_keep` of the first unanswered byte (so it
+/// can all be carried again on a new connection); without pacing only a greeting gate stops it.
+fn send_limit(s: &Stream, p: &Params, win: u32) -> SeqNum {
     match s.bounds.front() {
-        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => b.at.min(s.next),
+        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => {
+            let mut limit = b.at.min(s.next);
+            if !p.pace || win <= 1 {
+                return limit;
+            }
+            let cap = s.cur_start.add(p.replay_keep);
+            let more = s.bounds.iter().skip(1).take(win as usize - 1);
+            let mut taken = 1;
+            for x in more {
+                if x.at.gt(cap) {
+                    return limit;
+                }
+                limit = x.at.min(s.next);
+                taken += 1;
+            }
+            // Fewer boundaries than the window: the last, open unit goes as captured.
+            if taken < win && !s.next.gt(cap) {
+                limit = s.next;
+            }
+            limit
+        }
         _ => s.next,
     }
 }

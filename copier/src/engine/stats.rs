@@ -236,6 +236,11 @@ pub struct EngineStats {
     pub retransmissions: u64,
     /// Records received from intercepts.
     pub records_received: u64,
+    /// Request units sent (their first byte sent the first time), every copy counted.
+    pub units_sent: u64,
+    /// Of those, units sent before the test server answered the one before (windowed pacing,
+    /// or no pacing).
+    pub units_ahead: u64,
     /// Requests released by pacing because no answer came in time.
     pub answer_timeouts: u64,
     /// Our SYN was answered by a bare ACK (a TIME_WAIT socket of the test server on the
@@ -252,6 +257,9 @@ pub struct EngineStats {
     pub syns_incomplete: SynCounts,
     /// Packets and records dropped, by reason.
     pub drops: DropCounts,
+    /// Replay lag of every request unit sent: from the capture of its first byte to the first
+    /// send of that byte toward the test server.
+    pub replay_lag: LagHistogram,
 }
 
 impl EngineStats {
@@ -263,5 +271,62 @@ impl EngineStats {
             return 0.0;
         }
         self.sessions_started as f64 / self.captured_sessions_started as f64
+    }
+}
+
+/// Upper bounds of the [`LagHistogram`] buckets, in seconds (a last bucket takes the rest).
+pub const LAG_BOUNDS: [f64; 16] =
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
+
+/// A histogram of durations over fixed buckets ([`LAG_BOUNDS`]), with the exact sum of each
+/// bucket, so the exporter can replay it into a Prometheus histogram of the same buckets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LagHistogram {
+    /// Samples per bucket (not cumulative); the last one is above every bound.
+    pub counts: [u64; LAG_BOUNDS.len() + 1],
+    /// Sum of each bucket's samples, in nanoseconds.
+    pub sums_ns: [u64; LAG_BOUNDS.len() + 1],
+}
+
+impl LagHistogram {
+    /// Count one duration.
+    pub fn record(&mut self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let i = LAG_BOUNDS.partition_point(|&b| b < secs);
+        self.counts[i] += 1;
+        self.sums_ns[i] = self.sums_ns[i].saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Samples in all.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Add another histogram's samples (several workers).
+    pub fn merge(&mut self, o: &LagHistogram) {
+        for i in 0..self.counts.len() {
+            self.counts[i] += o.counts[i];
+            self.sums_ns[i] = self.sums_ns[i].saturating_add(o.sums_ns[i]);
+        }
+    }
+
+    /// The upper bound of the bucket holding quantile `q` (0..=1), in seconds; `None` without
+    /// samples, infinity when it falls in the last bucket.
+    #[must_use]
+    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let want = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(LAG_BOUNDS.get(i).copied().unwrap_or(f64::INFINITY));
+            }
+        }
+        Some(f64::INFINITY)
     }
 }

@@ -31,6 +31,7 @@
 //! still open, is measured up to the highest ACK the client sent (`max_ack`).
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use common::seq::SeqNum;
 
@@ -55,6 +56,8 @@ pub(crate) struct Bound {
     pub at: SeqNum,
     /// The client's ACK number there (the online answers it had received), if it sent one.
     pub ack: Option<SeqNum>,
+    /// When its first byte was captured (the stream's `now` then), for the replay lag.
+    pub t: Option<Instant>,
 }
 
 /// What [`Stream::push`] did with a segment.
@@ -99,6 +102,11 @@ pub(crate) struct Stream {
     gate_ok: bool,
     /// A greeting gate was set (the server spoke first).
     pub server_first: bool,
+    /// When the current unit's first byte was captured.
+    pub cur_t: Option<Instant>,
+    /// The capture instant of the segment being pushed (set by the session before
+    /// [`Stream::push`]; `None` in tests that do not care): units started by it carry it.
+    pub now: Option<Instant>,
 }
 
 impl Stream {
@@ -120,6 +128,8 @@ impl Stream {
             seen_data: false,
             gate_ok: true,
             server_first: false,
+            cur_t: None,
+            now: None,
         }
     }
 
@@ -340,6 +350,9 @@ impl Stream {
                     }
                 }
             }
+            if self.next == self.cur_start && n > 0 {
+                self.cur_t = self.now;
+            }
             self.buf.push(data);
             self.next = self.next.add(n as u32);
             self.seen_data = true;
@@ -359,8 +372,9 @@ impl Stream {
         if self.bounds.back().is_some_and(|x| at.le(x.at)) {
             return;
         }
+        let t = self.now;
         if at.gt(self.cur_start) {
-            self.bounds.push_back(Bound { at, ack });
+            self.bounds.push_back(Bound { at, ack, t });
         } else if at == self.cur_start {
             if self.seen_data {
                 // Everything before was answered already: a new unit starts here.
@@ -369,7 +383,7 @@ impl Stream {
                 }
             } else {
                 // The client acked server bytes before sending anything: a greeting.
-                self.bounds.push_back(Bound { at, ack });
+                self.bounds.push_back(Bound { at, ack, t });
                 self.server_first = true;
             }
         }
@@ -410,6 +424,7 @@ impl Stream {
         match self.bounds.pop_front() {
             Some(b) => {
                 self.cur_start = b.at;
+                self.cur_t = b.t;
                 if b.ack.is_some() {
                     self.cur_ack = b.ack;
                 }
@@ -481,14 +496,17 @@ impl Stream {
             skipped = true;
             let mut to = self.next;
             let mut ack = self.last_ack;
+            let mut t = None;
             while let Some(b) = self.bounds.pop_front() {
                 if b.at.ge(self.base) {
                     to = b.at;
                     ack = b.ack;
+                    t = b.t;
                     break;
                 }
             }
             self.cur_start = to;
+            self.cur_t = t;
             if ack.is_some() {
                 self.cur_ack = ack;
             }
@@ -500,7 +518,7 @@ impl Stream {
         }
         if self.server_first && self.bounds.front().map(|b| b.at) != Some(start) {
             // The new connection's greeting comes first (any of it will do).
-            self.bounds.push_front(Bound { at: start, ack: self.cur_ack });
+            self.bounds.push_front(Bound { at: start, ack: self.cur_ack, t: self.cur_t });
         }
         (start, skipped)
     }

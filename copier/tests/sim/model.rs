@@ -105,6 +105,10 @@ pub struct Model {
     pub listeners: HashMap<u16, u32>,
     /// Keep-alive limit per client id.
     pub limits: HashMap<u32, u32>,
+    /// Whether a connection whose application closed reads and discards what still comes (a
+    /// lingering close, as HTTP servers do) instead of answering it with RST (and losing the
+    /// answers it had not sent yet).
+    pub linger_close: bool,
     /// Request indices served, per client id, in order.
     pub delivered: HashMap<u32, Vec<u32>>,
     /// The same per client id and test client address (one address per copy of a session
@@ -435,7 +439,7 @@ impl Model {
         }
         let data = &payload[skip.min(payload.len())..skip.min(payload.len()) + take];
         if !data.is_empty() {
-            if c.app_closed {
+            if c.app_closed && !self.linger_close {
                 // Data for a closed socket: RST.
                 let (s, a) = (c.snd_nxt, c.rcv_nxt.add(take as u32));
                 let (server, client) = (c.server, c.client);
@@ -451,7 +455,10 @@ impl Model {
                 return true;
             }
             c.rcv_nxt = c.rcv_nxt.add(take as u32);
-            c.app.extend_from_slice(data);
+            if !c.app_closed {
+                c.app.extend_from_slice(data);
+            }
+            // (A lingering close, RFC 9112 9.6: what comes after the close is read and discarded.)
         }
         let c = &mut self.conns[i];
         if fin && c.rcv_nxt == end {

@@ -23,6 +23,7 @@ mod limits;
 mod registration;
 mod shaped;
 mod shutdown;
+mod window;
 
 pub(super) const CLIENT: &str = "203.0.113.7:40000";
 pub(super) const ONLINE: &str = "192.0.2.1:80";
@@ -141,9 +142,12 @@ pub(super) fn test_tuple() -> FourTuple {
     FourTuple::new(client(), target())
 }
 
+/// The engine's defaults, but strict lock-step pacing (one request unit in flight), which
+/// most session tests are written against; `tests::window` covers the adaptive window.
 pub(super) fn cfg() -> EngineConfig {
     EngineConfig {
         maps: vec![PortMap { online_ip: None, online_port: 80, target: target() }],
+        pace_window: 1,
         ..EngineConfig::default()
     }
 }
