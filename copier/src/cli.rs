@@ -65,7 +65,23 @@ profile's factor (2.5 = every session twice and half of them a third time, 0.3 =
 30% sample, decided per session from the seed) times its load schedule at the session's start
 gives each session's copies; each copy comes from a virtual user of the profile's pools (its
 address, and its port when free) and, with ON/OFF gating or think time, its requests wait until
-the shaper releases them (held, never dropped; a session is never cut).";
+the shaper releases them (held, never dropped; a session is never cut).
+
+Pacing: the test server must get each request of a session after the one before was answered
+(or it would see pipelining that production never sent, and a slow test server would be
+flooded), but a copy that waits a whole round trip (NFQUEUE -> intercept -> copier) per
+request falls behind fast keep-alive clients. --pacing adaptive (the default) lets a test
+connection run ahead by a window of whole requests (at most --pace-window, 64, and at most
+64 KB, so that everything in flight can be sent again): the window starts at one, opens by one
+with each request answered, and answers that arrive together release their requests in order
+by the online answers' sizes. A session goes back to one request at a time for good when a test
+answer's size differs from the online one (the sizes would no longer say where each answer
+ends), when the test server closes a connection with requests left (those go again on a new
+connection), or after three answer timeouts; server-speaks-first protocols (a greeting) and
+shaped sessions (--profile) are always one at a time. Choose strict for a test server that
+must never see two requests of a connection at once, off (--no-pacing) for a load test where
+only the request rate matters. copier_replay_lag_seconds tells how far behind production the
+copies run; copier_units_ahead_total counts requests sent ahead of an answer.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -90,6 +106,18 @@ Examples:
 
 Sizes accept 512M, 2G, 64K or plain bytes; durations accept 500ms, 30s, 5m, 2h or plain seconds.
 Logs go to stderr: -v for debug, -vv for trace; without -v, RUST_LOG (e.g. RUST_LOG=debug) applies.";
+
+/// `--pacing`: how requests wait for the test server's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PacingMode {
+    /// Up to --pace-window requests of a connection in flight while the test server's answers
+    /// match the online sizes; one at a time otherwise.
+    Adaptive,
+    /// One request at a time: each waits for the answer to the one before.
+    Strict,
+    /// No waiting: requests go as fast as they are captured.
+    Off,
+}
 
 /// The copier's command line.
 #[derive(Debug, Parser)]
@@ -180,10 +208,20 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["copies", "sample", "client_ip"])]
     pub profile: Option<PathBuf>,
 
-    /// Send each request as soon as possible instead of after the test server answered the
-    /// previous one.
-    #[arg(long)]
+    /// How requests wait for the test server's answers (see "Pacing" in --help): adaptive
+    /// (several requests of a connection in flight while the answers keep pace), strict (one
+    /// at a time) or off (as fast as captured).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = PacingMode::Adaptive)]
+    pub pacing: PacingMode,
+
+    /// The same as --pacing off.
+    #[arg(long, conflicts_with = "pacing")]
     pub no_pacing: bool,
+
+    /// With --pacing adaptive, most request units one test connection may have in flight.
+    #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_PACE_WINDOW,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::MAX_PACE_WINDOW)))]
+    pub pace_window: u32,
 
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
@@ -298,7 +336,8 @@ impl Args {
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
-            pace_requests: !self.no_pacing,
+            pace_requests: !self.no_pacing && self.pacing != PacingMode::Off,
+            pace_window: if self.pacing == PacingMode::Strict { 1 } else { self.pace_window },
             max_sessions: self.max_sessions,
             max_pending_syns: self.max_pending_syns,
             syn_timeout: self.syn_timeout,
@@ -833,6 +872,25 @@ mod tests {
         ];
         v.extend_from_slice(extra);
         Args::try_parse_from(v)
+    }
+
+    #[test]
+    fn pacing_modes() {
+        let mode = |extra: &[&str]| {
+            let mut v = vec!["--no-secret"];
+            v.extend_from_slice(extra);
+            let e = args(&v).unwrap().validate(1).unwrap().engine;
+            (e.pace_requests, e.pace_window)
+        };
+        assert_eq!(mode(&[]), (true, crate::engine::DEFAULT_PACE_WINDOW), "adaptive by default");
+        assert_eq!(mode(&["--pace-window", "8"]), (true, 8));
+        assert_eq!(mode(&["--pacing", "strict"]), (true, 1));
+        assert!(!mode(&["--pacing", "off"]).0);
+        assert!(!mode(&["--no-pacing"]).0);
+        assert!(args(&["--no-secret", "--pace-window", "0"]).is_err());
+        assert!(args(&["--no-secret", "--pace-window", "5000"]).is_err());
+        assert!(args(&["--no-secret", "--pacing", "fast"]).is_err());
+        assert!(args(&["--no-secret", "--pacing", "strict", "--no-pacing"]).is_err());
     }
 
     #[test]

@@ -16,12 +16,12 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 
 use ::metrics::{
-    counter, describe_counter, describe_gauge, gauge, Counter, Gauge, Histogram, Key, KeyName,
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Key, KeyName,
     Label, Metadata, Recorder, SharedString, Unit,
 };
 
 use crate::capture::CaptureStats;
-use crate::engine::EngineStats;
+use crate::engine::{EngineStats, LagHistogram};
 use crate::send::SendStats;
 
 /// Why the exporter could not start.
@@ -40,6 +40,10 @@ pub enum MetricsError {
 pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
     let (recorder, exporter) = metrics_exporter_prometheus::PrometheusBuilder::new()
         .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full(REPLAY_LAG.to_string()),
+            &crate::engine::LAG_BOUNDS,
+        )?
         .build()?;
     tokio::spawn(exporter);
     ::metrics::set_global_recorder(WorkerLabels(recorder))
@@ -51,8 +55,37 @@ pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
 /// Gauges that describe the whole process, not one worker: never labelled by worker.
 pub const PROCESS_WIDE: [&str; 2] = ["copier_intercepts_connected", "copier_registered_sessions"];
 
+/// The histogram of each request unit's replay lag (capture to first send), in seconds.
+pub const REPLAY_LAG: &str = "copier_replay_lag_seconds";
+
 thread_local! {
     static WORKER: Cell<Option<u16>> = const { Cell::new(None) };
+    /// The replay-lag histogram as last exported from this thread (each engine thread exports
+    /// its own engine's): the export records only what is new since.
+    static LAG_EXPORTED: std::cell::RefCell<LagHistogram> = std::cell::RefCell::new(LagHistogram::default());
+}
+
+/// Record into the `copier_replay_lag_seconds` histogram what `now` has more than the last
+/// export from this thread (all of it when the engine was rebuilt and its counts restarted):
+/// each bucket's new samples at their mean, so the sum stays exact and every sample lands in
+/// the bucket it was counted in.
+fn export_lag(now: &LagHistogram) {
+    LAG_EXPORTED.with(|last| {
+        let mut last = last.borrow_mut();
+        let restarted = now.counts.iter().zip(&last.counts).any(|(n, l)| n < l);
+        if restarted {
+            *last = LagHistogram::default();
+        }
+        let h = histogram!(REPLAY_LAG);
+        for i in 0..now.counts.len() {
+            let n = now.counts[i] - last.counts[i];
+            if n > 0 {
+                let sum = now.sums_ns[i].saturating_sub(last.sums_ns[i]);
+                h.record_many(sum as f64 / n as f64 / 1e9, usize::try_from(n).unwrap_or(usize::MAX));
+            }
+        }
+        *last = now.clone();
+    });
 }
 
 /// Label every metric recorded from this thread with `worker="index"` (`None`: no label).
@@ -198,6 +231,20 @@ fn describe() {
     );
     describe_counter!("copier_segments_sent_total", "Segments the engine sent");
     describe_counter!(
+        "copier_units_sent_total",
+        "Request units sent to the test server (first send of their first byte), every copy counted"
+    );
+    describe_counter!(
+        "copier_units_ahead_total",
+        "Request units sent before the test server answered the one before (windowed pacing)"
+    );
+    describe_histogram!(
+        REPLAY_LAG,
+        Unit::Seconds,
+        "Replay lag of each request unit: from the capture of its first byte to its first send \
+         toward the test server"
+    );
+    describe_counter!(
         "copier_bytes_sent_total",
         Unit::Bytes,
         "IP bytes the engine sent"
@@ -339,6 +386,9 @@ pub fn export(s: &Snapshot<'_>) {
     counter!("copier_retransmissions_total").absolute(e.retransmissions);
     counter!("copier_records_received_total").absolute(e.records_received);
     counter!("copier_answer_timeouts_total").absolute(e.answer_timeouts);
+    counter!("copier_units_sent_total").absolute(e.units_sent);
+    counter!("copier_units_ahead_total").absolute(e.units_ahead);
+    export_lag(&e.replay_lag);
     counter!("copier_syn_time_wait_resets_total").absolute(e.syn_time_wait_resets);
     counter!("copier_syn_port_moves_total").absolute(e.syn_port_moves);
     for (reason, v) in e.drops.iter() {
@@ -417,6 +467,55 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want} missing in:\n{text}");
         }
+    }
+
+    #[test]
+    fn the_replay_lag_is_a_histogram_fed_with_what_is_new() {
+        let prom = PrometheusBuilder::new()
+            .set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full(REPLAY_LAG.to_string()),
+                &crate::engine::LAG_BOUNDS,
+            )
+            .unwrap()
+            .build_recorder();
+        let handle = prom.handle();
+        let mut engine = EngineStats::default();
+        let snap = |e: &EngineStats| {
+            export(&Snapshot {
+                engine: e,
+                memory: 0,
+                capture: CaptureStats::default(),
+                send: &SendStats::default(),
+                send_queue: 0,
+                intercepts: 1,
+                registered: 0,
+                panics: 0,
+            });
+        };
+        ::metrics::with_local_recorder(&prom, || {
+            for ms in [0.3, 0.4, 3.0] {
+                engine.replay_lag.record(std::time::Duration::from_secs_f64(ms / 1e3));
+            }
+            snap(&engine);
+            engine.replay_lag.record(std::time::Duration::from_millis(700));
+            snap(&engine); // only the new sample is recorded again
+        });
+        let text = handle.render();
+        for want in [
+            "copier_replay_lag_seconds_bucket{le=\"0.0005\"} 2",
+            "copier_replay_lag_seconds_bucket{le=\"0.005\"} 3",
+            "copier_replay_lag_seconds_bucket{le=\"1\"} 4",
+            "copier_replay_lag_seconds_count 4",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
+        }
+        let sum: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("copier_replay_lag_seconds_sum "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((sum - 0.7037).abs() < 1e-6, "{sum}");
     }
 
     #[test]

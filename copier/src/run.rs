@@ -149,6 +149,9 @@ struct Line {
     send_errors: u64,
     records: u64,
     panics: u64,
+    units: u64,
+    ahead: u64,
+    lag: crate::engine::LagHistogram,
 }
 
 impl Line {
@@ -168,6 +171,9 @@ impl Line {
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
             l.panics += p.panics;
+            l.units += e.units_sent;
+            l.ahead += e.units_ahead;
+            l.lag.merge(&e.replay_lag);
         }
         l
     }
@@ -190,6 +196,20 @@ impl Line {
             self.send_errors,
             self.records,
         )?;
+        if self.units > 0 {
+            let ms = |q: f64| match self.lag.quantile_bound(q) {
+                Some(b) if b.is_finite() => format!("<= {} ms", (b * 1e6).round() / 1e3),
+                _ => format!("> {} s", crate::engine::LAG_BOUNDS[crate::engine::LAG_BOUNDS.len() - 1]),
+            };
+            write!(
+                f,
+                "; {} requests sent ({} ahead of an answer), replay lag p50 {}, p99 {}",
+                self.units,
+                self.ahead,
+                ms(0.5),
+                ms(0.99)
+            )?;
+        }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
         }
@@ -692,4 +712,35 @@ fn export(engine: &Engine, io: &LoopIo, st: &State) {
         registered: io.registry.len(),
         panics: st.panics,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(lags_ms: &[f64], ahead: u64) -> Summary {
+        let mut engine = EngineStats { units_sent: lags_ms.len() as u64, units_ahead: ahead, ..EngineStats::default() };
+        for &ms in lags_ms {
+            engine.replay_lag.record(Duration::from_secs_f64(ms / 1e3));
+        }
+        Summary {
+            engine,
+            capture: CaptureStats::default(),
+            send: SendStats::default(),
+            panics: 0,
+            elapsed: Duration::from_secs(2),
+            offline: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_line_says_how_far_behind_the_copies_ran() {
+        let mut lags = vec![0.3; 98];
+        lags.extend([15.0, 15.0]);
+        let line = summary(&lags, 40).to_string();
+        assert!(line.contains("100 requests sent (40 ahead of an answer), replay lag p50 <= 0.5 ms, p99 <= 20 ms"), "{line}");
+        let two = RunSummary { workers: vec![summary(&[0.3], 0), summary(&[70_000.0], 1)] }.to_string();
+        assert!(two.contains("2 requests sent (1 ahead of an answer), replay lag p50 <= 0.5 ms, p99 > 60 s"), "{two}");
+        assert!(!summary(&[], 0).to_string().contains("replay lag"), "no figure without requests");
+    }
 }
