@@ -5,7 +5,17 @@
 //!
 //! Pacing: the next request unit goes once the test server acknowledged the current one and
 //! answered it, by the rule of [`Watch`] (as many bytes as the online answer, or some and then
-//! quiet, or some and a close), or `answer_timeout` after it acknowledged it. The last unit
+//! quiet, or some and a close), or `answer_timeout` after it acknowledged it. With a window
+//! (`pace_window` > 1) a connection may have up to `win` whole units in flight, all within
+//! `replay_keep` of the first unanswered byte (so they can go again on a new connection):
+//! `win` starts at 1 and opens by one with each unit answered; answers are matched to units
+//! in order by the online sizes ([`Watch::carry`]). Lock-step (window 1) for the rest of the
+//! session once a test answer's size differed from the online one, the test server closed a
+//! connection with requests left, or `STRIKES_LOCKSTEP` answers timed out; always for
+//! server-speaks-first sessions and shaped ones.
+//!
+//! Replay lag: when a unit's first byte is first sent, the time since it was captured goes
+//! into `EngineStats::replay_lag` (once per unit and copy; resends do not count). The last unit
 //! before the client's FIN or RST is never called answered by size alone: the close waits for
 //! the test server to go quiet, so that a test answer longer than the online one is not cut.
 //!
