@@ -75,6 +75,25 @@ fn short_http10_connections_and_keepalive_wrk() {
 }
 
 #[test]
+fn full_speed_keepalive_runs_requests_ahead_of_the_answers() {
+    // wrk at full speed on 16 keep-alive connections: each connection's next request is
+    // captured before the copy of the one before is answered, so adaptive pacing (the
+    // default) sends requests ahead of the answers; the test server still gets exactly the
+    // online requests, and every request's replay lag is counted once.
+    let Some(mut lab) = lab_or_skip("full_speed_keepalive_runs_requests_ahead_of_the_answers") else { return };
+    let c = Copying::start(&mut lab, copier_opts()).unwrap();
+    lab.exec_ok(Host::Client, &["wrk", "-t2", "-c16", "-d3s", &online_url("/index.html")]).unwrap();
+    let n = c.assert_copied_exactly(&mut lab);
+    assert!(n > 3000, "too few requests to mean anything: {n}");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    let ahead = metric_sum(&m, "copier_units_ahead_total", &[]);
+    assert!(ahead > 0.0, "no request went ahead of an answer:\n{m}");
+    assert_eq!(metric_sum(&m, "copier_units_sent_total", &[]), n as f64, "{m}");
+    assert_eq!(metric_sum(&m, "copier_replay_lag_seconds_count", &[]), n as f64, "{m}");
+    println!("{n} requests, {ahead} sent ahead of an answer");
+}
+
+#[test]
 fn pipelined_requests() {
     let Some(mut lab) = lab_or_skip("pipelined_requests") else { return };
     let c = Copying::start(&mut lab, copier_opts()).unwrap();
