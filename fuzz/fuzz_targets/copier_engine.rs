@@ -39,6 +39,8 @@ const MAX_SESSIONS: usize = 64;
 struct Input {
     copies: u8,
     pacing: bool,
+    /// The pacing window (1: lock-step, else adaptive up to 1 + window % 8).
+    window: u8,
     /// `max_memory` in KiB (at least 64 KiB).
     mem_kib: u16,
     /// Answer every registration at once with an acceptance (else only `Verdict` ops answer).
@@ -218,6 +220,7 @@ fuzz_target!(|input: Input| {
         ],
         copies: u16::from(input.copies % 4).max(1),
         pace_requests: input.pacing,
+        pace_window: 1 + u32::from(input.window % 8),
         max_memory,
         per_session_cap: max_memory.min(1 << 20),
         max_sessions: MAX_SESSIONS,
