@@ -241,8 +241,9 @@ fn describe() {
     describe_histogram!(
         REPLAY_LAG,
         Unit::Seconds,
-        "Replay lag of each request unit: from the capture of its first byte to its first send \
-         toward the test server"
+        "Replay lag of each request unit: from the engine's receipt of its first captured byte \
+         (the capture ring adds up to its 10 ms block timeout before) to its first send toward \
+         the test server"
     );
     describe_counter!(
         "copier_bytes_sent_total",

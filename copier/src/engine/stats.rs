@@ -257,8 +257,9 @@ pub struct EngineStats {
     pub syns_incomplete: SynCounts,
     /// Packets and records dropped, by reason.
     pub drops: DropCounts,
-    /// Replay lag of every request unit sent: from the capture of its first byte to the first
-    /// send of that byte toward the test server.
+    /// Replay lag of every request unit sent: from the engine's receipt of the captured
+    /// segment with its first byte (the `now` of `handle_captured`) to the first send of that
+    /// byte toward the test server.
     pub replay_lag: LagHistogram,
 }
 
