@@ -864,6 +864,8 @@ struct Row {
     final_ms: Option<u64>,
     /// Scenarios: the wait ended at its cap, with copies still arriving.
     capped: bool,
+    /// Copied sessions that failed during the step (`copier_sessions_failed_total`).
+    failed: u64,
     /// What the load generator said (redis-benchmark's summary).
     note: String,
 }
@@ -943,6 +945,7 @@ impl Before {
             window_secs,
             final_ms: None,
             capped: false,
+            failed: metric(&m1, "copier_sessions_failed_total").saturating_sub(metric(&self.copier_m, "copier_sessions_failed_total")),
             note: String::new(),
         })
     }
@@ -1436,9 +1439,9 @@ fn print_scenarios(rows: &[Row]) {
     println!(
         "| scenario | conns | online req/s | online requests | copied by load end % | within 1 s % | final % | \
          copy lag p50/p99/max ms | copier CPU s/1000 req | intercept CPU s/1000 req | copier CPU % | intercept CPU % | \
-         records/req | NFQUEUE packets/req | capture drops | NFQUEUE drops | extra | leaks | client p50/p99 ms | drain s |"
+         records/req | NFQUEUE packets/req | capture drops | NFQUEUE drops | failed sessions | extra | leaks | client p50/p99 ms | drain s |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let opt = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
     for r in rows {
         let rt = &r.rt;
@@ -1451,7 +1454,7 @@ fn print_scenarios(rows: &[Row]) {
         };
         let pct = |cpu: &Cpu| 100.0 * cpu.secs() / r.window_secs.max(1e-9);
         println!(
-            "| {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+            "| {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.1} |",
             r.label,
             r.conns,
             r.online as f64 / r.secs,
@@ -1468,6 +1471,7 @@ fn print_scenarios(rows: &[Row]) {
             r.queued as f64 / copied,
             r.kernel_drops,
             r.nfq_drops,
+            r.failed,
             r.extra,
             r.leaks,
             client,
@@ -1478,7 +1482,8 @@ fn print_scenarios(rows: &[Row]) {
     println!("(\"copied by load end\": the share of the online requests the test server had logged when the load generator");
     println!("stopped sending; nginx logs a request when its answer is out, at both servers, and the lag is test minus online");
     println!("log time; CPU % is over the load and the drain after it; records and packets are the intercept's");
-    println!("intercept_records_sent_total and intercept_packets_queued_total per copied request.)");
+    println!("intercept_records_sent_total and intercept_packets_queued_total per copied request; failed sessions: the");
+    println!("copier's copier_sessions_failed_total in the step, by reason in its counters at the end.)");
     for r in rows.iter().filter(|r| !r.note.is_empty()) {
         println!("{}: {}", r.label, r.note);
     }
