@@ -1227,8 +1227,8 @@ impl Scenario {
 
     fn what(self) -> &'static str {
         match self {
-            Scenario::Full16 => "HTTP keep-alive, 16 connections at full speed (next request as soon as the answer is in, like wrk -c 16), --scenario-secs",
-            Scenario::Full1 => "HTTP keep-alive, 1 connection at full speed, --scenario-secs",
+            Scenario::Full16 => "HTTP keep-alive, 16 connections at full speed (next request as soon as the answer is in, like wrk -c 16), for --scenario-secs",
+            Scenario::Full1 => "HTTP keep-alive, 1 connection at full speed, for --scenario-secs",
             Scenario::Redis => "redis GET: redis-benchmark -h 198.18.1.1 -c 16 -n REQUESTS -t get (no pipelining; --redis-requests, default 200000); counted with INFO commandstats, no lag (no access log)",
             Scenario::ThinkKeepAlive => "HTTP keep-alive, 16 connections, 4 ms think time after each answer (CPU per request)",
             Scenario::ThinkClose => "HTTP Connection: close, 16 clients each opening one connection per request, 4 ms think time",
