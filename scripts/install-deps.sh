@@ -7,6 +7,7 @@ set -euo pipefail
 declare -A PKG=(
   [ip]=iproute2 [ss]=iproute2 [nginx]=nginx [curl]=curl [wrk]=wrk [iptables]=iptables
   [ip6tables]=iptables [tcpdump]=tcpdump [ethtool]=ethtool [ping]=iputils-ping [pkill]=procps
+  [redis-server]=redis-server [redis-benchmark]=redis-tools [redis-cli]=redis-tools
 )
 missing=()
 for cmd in "${!PKG[@]}"; do

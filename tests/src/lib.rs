@@ -26,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bench;
 mod capture;
 pub mod fake;
 pub mod http;

@@ -24,6 +24,10 @@ pub struct CopyOptions {
     pub copier_args: Vec<String>,
     /// Extra arguments for the intercept.
     pub intercept_args: Vec<String>,
+    /// Service ports on the test host besides nginx's 80 (e.g. a redis on 6379): the intercept
+    /// guards each (`--port`), and the leak counter counts responses from each. The copier's
+    /// `--map` for them goes in `copier_args`.
+    pub extra_ports: Vec<u16>,
     /// Start the copier right away (otherwise call [`Copying::start_copier`]).
     pub start_copier: bool,
     /// Also copy IPv6 clients (a second `--map` to the test server's IPv6 address). Turn it off
@@ -38,6 +42,7 @@ impl Default for CopyOptions {
             test: Some(NginxOptions::default()),
             copier_args: Vec::new(),
             intercept_args: Vec::new(),
+            extra_ports: Vec::new(),
             start_copier: true,
             ipv6: true,
         }
@@ -72,12 +77,13 @@ impl Copying {
         };
         let secret = lab.dir().join("secret");
         write_secret(&secret)?;
-        let leaks = LeakCounter::install(lab, Host::Test, &[80])?;
+        let ports: Vec<u16> = std::iter::once(80).chain(opts.extra_ports.iter().copied()).collect();
+        let leaks = LeakCounter::install(lab, Host::Test, &ports)?;
         let mut c = Copying {
             leaks,
             online,
             test,
-            intercept: start_intercept(lab, &secret, &opts.intercept_args, 0)?,
+            intercept: start_intercept(lab, &secret, &intercept_args(&opts), 0)?,
             copier: None,
             secret,
             opts,
@@ -144,7 +150,7 @@ impl Copying {
     /// Stops the intercept and starts it again (for restart tests).
     pub fn restart_intercept(&mut self, lab: &mut Lab) -> Result<()> {
         self.intercept.stop();
-        self.intercept = start_intercept(lab, &self.secret, &self.opts.intercept_args, self.intercept_runs)?;
+        self.intercept = start_intercept(lab, &self.secret, &intercept_args(&self.opts), self.intercept_runs)?;
         self.intercept_runs += 1;
         Ok(())
     }
@@ -207,6 +213,12 @@ impl Copying {
         }
         Ok(())
     }
+}
+
+/// The intercept's extra arguments: a `--port` per extra port, then `intercept_args`.
+fn intercept_args(opts: &CopyOptions) -> Vec<String> {
+    let ports = opts.extra_ports.iter().flat_map(|p| ["--port".to_owned(), p.to_string()]);
+    ports.chain(opts.intercept_args.iter().cloned()).collect()
 }
 
 fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], run: u32) -> Result<Proc> {

@@ -27,8 +27,24 @@
 //!   from its metrics), the sessions left in its table once the step settled
 //!   (`copier_sessions_active`), the intercept's CPU, and the test host's NFQUEUE drops
 //!   (`/proc/net/netfilter/nfnetlink_queue`);
-//! - leaks: a mangle POSTROUTING rule on `test` counts packets from port 80 to the client ranges
-//!   that got past the intercept's NFQUEUE rule in OUTPUT; it must stay 0.
+//! - leaks: the setup's leak counter (`lab::leak`: mangle POSTROUTING rules on `test`) counts
+//!   packets from port 80 (and 6379 with the redis scenario) to the client ranges, IPv4 and IPv6,
+//!   that got past the intercept's NFQUEUE rules in OUTPUT; it must stay 0.
+//!
+//! - real time: the share of the step's online requests whose copy the test server had logged
+//!   when the load generator stopped sending (the last request written, from the bench's wall
+//!   clock), 1 s later, and in all; and the copy lag, test minus online `$msec` of the same request
+//!   (matched by fingerprint; nginx logs a request when its answer is out, at 1 ms resolution).
+//!
+//! Then the issue-10 scenarios (`--scenarios`, default all; `bench_copier --help` lists them):
+//! fixed-rate CPU scenarios (16 connections with a 4 ms think time after each answer: keep-alive,
+//! `Connection: close`, 100 KB answers; copier and intercept CPU s per 1,000 copied requests, the
+//! intercept's records and NFQUEUE packets per request from its metrics), redis GET from
+//! `redis-benchmark -c 16` (redis-server on `online` and `test`, the copier mapping 6379, the
+//! intercept guarding it; counted with `INFO commandstats` at the end of the load, 1 s later, and
+//! once stable), and HTTP keep-alive at full speed on 16 and on 1 connection. Each scenario waits
+//! for its copies until the test server has them all, none came for 3 s, or `--final-wait` passed.
+//! A last table prints the figures against the issue's targets, PASS/FAIL (informative only).
 //!
 //! CPU % is CPU time over the step's sending time, the drain after it included (the copier works
 //! until the test server has everything); CPU s per 1000 copied requests divides the same CPU time
@@ -40,6 +56,8 @@
 //! target/release/bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300]
 //!                             [--step 4] [--conns 64] [--perf] [--perf-short] [--perf-rate 4300]
 //!                             [--keep-dir] [--pcap] [--kernel-ports] [--copier-args 'ARGS']
+//!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
+//!                             [--final-wait 60]
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
 //! (`none` skips the short connections), `--step` (seconds per rate), `--conns` (keep-alive
@@ -62,18 +80,23 @@
 //! `--keep-dir`).
 
 use anyhow::{bail, Context, Result};
+use lab::bench::{realtime, wall_ms, Cpu, RealTime, RedisConn, TICK_NS};
 use lab::procstat::memory_kib;
-use lab::setup::{tail, CopyOptions, Copying};
-use lab::{addr, Host, Lab, LabOptions, LogEntry};
+use lab::setup::{metric_sum, tail, CopyOptions, Copying};
+use lab::{addr, Host, Lab, LabOptions, LogEntry, NginxOptions};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Where the copier serves its metrics (inside `online`).
 const COPIER_METRICS: &str = "127.0.0.1:9465";
+/// Where the intercept serves its metrics (inside `test`).
+const INTERCEPT_METRICS: &str = "127.0.0.1:9466";
 /// Most short connections open at once.
 const SHORT_IN_FLIGHT: usize = 1000;
 /// After a step, the longest wait for the test server to reach the online count.
@@ -84,8 +107,6 @@ const QUIET: Duration = Duration::from_millis(700);
 const EXPORT_LAG: Duration = Duration::from_millis(400);
 /// Fidelity that counts as "copied" for the summary line.
 const GOOD_FIDELITY: f64 = 99.9;
-/// USER_HZ: the unit of utime/stime in /proc/PID/stat.
-const TICK_NS: f64 = 1e9 / 100.0;
 
 fn main() {
     match run() {
@@ -120,6 +141,14 @@ struct Args {
     kernel_ports: bool,
     /// Extra arguments for the copier.
     copier_args: Vec<String>,
+    /// The issue-10 scenarios to run, in order.
+    scenarios: Vec<Scenario>,
+    /// Load time of each HTTP scenario.
+    scenario_step: Duration,
+    /// Requests of the redis scenario (`redis-benchmark -n`).
+    redis_requests: u64,
+    /// Longest wait for a scenario's copies after its load.
+    final_wait: Duration,
 }
 
 fn parse_rate(s: &str) -> Result<Option<u64>> {
@@ -153,6 +182,10 @@ fn parse_args() -> Result<Args> {
     let mut pcap = env("BENCH_PCAP").is_some();
     let mut kernel_ports = env("BENCH_KERNEL_PORTS").is_some();
     let mut copier_args = env("BENCH_COPIER_ARGS").unwrap_or_default();
+    let mut scenarios = env("BENCH_SCENARIOS").unwrap_or_else(|| "all".into());
+    let mut scenario_step = env("BENCH_SCENARIO_SECS").unwrap_or_else(|| "8".into());
+    let mut redis_requests = env("BENCH_REDIS_REQUESTS").unwrap_or_else(|| "200000".into());
+    let mut final_wait = env("BENCH_FINAL_WAIT").unwrap_or_else(|| "60".into());
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -168,14 +201,33 @@ fn parse_args() -> Result<Args> {
             "--pcap" => pcap = true,
             "--kernel-ports" => kernel_ports = true,
             "--copier-args" => copier_args = val("--copier-args")?,
+            "--scenarios" => scenarios = val("--scenarios")?,
+            "--scenario-secs" => scenario_step = val("--scenario-secs")?,
+            "--redis-requests" => redis_requests = val("--redis-requests")?,
+            "--final-wait" => final_wait = val("--final-wait")?,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
-                     [--kernel-ports] [--copier-args 'ARGS']\n\
+                     [--kernel-ports] [--copier-args 'ARGS'] [--scenarios all|none|LIST] [--scenario-secs 8] \
+                     [--redis-requests 200000] [--final-wait 60]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
-                     BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS)"
+                     BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT)\n\n\
+                     Every step also prints how close to real time the copy was: the share of its online requests the test \
+                     server had logged when the load generator stopped sending, 1 s later, and in all, and the copy lag \
+                     (test minus online log time of each request, p50/p99/max ms).\n\n\
+                     After the rate steps come the issue-10 scenarios (default all; --scenarios none skips them, \
+                     --rates none --short-rates none runs only them; a scenario waits for its copies until the test \
+                     server has them all, none came for 3 s, or --final-wait seconds passed: \"final\" is by then):\n{}\n\
+                     and at the end a PASS/FAIL summary against the issue's targets (informative: the exit status is 0 \
+                     unless a response leaked, a process died or the test server got a request nobody sent).",
+                    Scenario::ALL
+                        .iter()
+                        .map(|s| format!("  {:<12} {}", s.name(), s.what()))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 );
                 std::process::exit(0);
             }
@@ -200,6 +252,15 @@ fn parse_args() -> Result<Args> {
         .iter()
         .map(|r| parse_rate(r)?.context("short connections need a fixed rate, not max"))
         .collect::<Result<Vec<u64>>>()?;
+    let scenarios: Vec<Scenario> = match scenarios.trim() {
+        "all" => Scenario::ALL.to_vec(),
+        "none" => Vec::new(),
+        l => l.split(',').filter(|p| !p.trim().is_empty()).map(Scenario::parse).collect::<Result<_>>()?,
+    };
+    let scenario_step: f64 = scenario_step.parse().context("--scenario-secs is seconds, e.g. 8")?;
+    if !(0.5..=15.0).contains(&scenario_step) {
+        bail!("--scenario-secs must be between 0.5 and 15 seconds (think-close walks one client port range)");
+    }
     let args = Args {
         rates: list(&rates)
             .iter()
@@ -215,6 +276,10 @@ fn parse_args() -> Result<Args> {
         pcap,
         kernel_ports,
         copier_args: copier_args.split_whitespace().map(str::to_owned).collect(),
+        scenarios,
+        scenario_step: Duration::from_secs_f64(scenario_step),
+        redis_requests: redis_requests.parse().context("--redis-requests")?,
+        final_wait: Duration::from_secs_f64(final_wait.parse().context("--final-wait is seconds, e.g. 60")?),
     };
     if args.conns == 0 || args.conns > 4000 {
         bail!("--conns must be 1..=4000");
@@ -240,6 +305,9 @@ struct Load {
     lat_us: Vec<u32>,
     /// Time from the first due request to the last answer.
     secs: f64,
+    /// When the last request was written (wall clock, ms since the epoch; 0: none was): "the
+    /// end of the load" of the real-time figures.
+    last_send_ms: u64,
 }
 
 impl Load {
@@ -251,6 +319,7 @@ impl Load {
             *self.errors.entry(k).or_default() += v;
         }
         self.lat_us.extend(o.lat_us);
+        self.last_send_ms = self.last_send_ms.max(o.last_send_ms);
     }
 
     fn error(&mut self, what: impl std::fmt::Display) {
@@ -293,7 +362,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// its status.
 async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Result<u16> {
     buf.clear();
-    let mut tmp = [0u8; 4096];
+    let mut tmp = [0u8; 16384];
     let (head_end, need) = loop {
         if let Some(h) = find(buf, b"\r\n\r\n") {
             let head = std::str::from_utf8(&buf[..h]).context("response head is not UTF-8")?;
@@ -344,11 +413,11 @@ async fn connect() -> Result<tokio::net::TcpStream> {
     Ok(s)
 }
 
-/// Connects from a given client port.
-async fn connect_from(port: u16) -> Result<tokio::net::TcpStream> {
+/// Connects from a given client address and port.
+async fn connect_from(from: SocketAddrV4) -> Result<tokio::net::TcpStream> {
     let sock = tokio::net::TcpSocket::new_v4()?;
-    sock.bind(SocketAddr::V4(SocketAddrV4::new(addr::CLIENT, port)))
-        .with_context(|| format!("bind port {port}"))?;
+    sock.bind(SocketAddr::V4(from))
+        .with_context(|| format!("bind {from}"))?;
     let s = tokio::time::timeout(Duration::from_secs(3), sock.connect(online()))
         .await
         .context("connect timed out")??;
@@ -356,14 +425,28 @@ async fn connect_from(port: u16) -> Result<tokio::net::TcpStream> {
     Ok(s)
 }
 
-/// One keep-alive connection's part of a step.
+/// When a keep-alive connection sends its next request.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// Open loop: request j is due at `start + phase + j x interval` (or as soon as the previous
+    /// answer is in, when that is later).
+    Schedule { phase: Duration, interval: Duration },
+    /// As soon as the previous answer is in (like `wrk`).
+    Full,
+    /// `think` after the previous answer is in.
+    Think(Duration),
+}
+
+/// One keep-alive connection's part of a step: requests for `path` (tagged with the step and the
+/// connection) until `end`.
 async fn keepalive_conn(
     i: usize,
     stream: Option<tokio::net::TcpStream>,
     tag: String,
+    path: &'static str,
     start: tokio::time::Instant,
     end: tokio::time::Instant,
-    pace: Option<(Duration, Duration)>,
+    pace: Pace,
 ) -> (Option<tokio::net::TcpStream>, Load) {
     let mut load = Load::default();
     let mut s = match stream {
@@ -380,7 +463,7 @@ async fn keepalive_conn(
     let mut j: u64 = 0;
     loop {
         let due = match pace {
-            Some((phase, interval)) => {
+            Pace::Schedule { phase, interval } => {
                 let due = start + phase + interval * (j as u32);
                 if due >= end {
                     break;
@@ -388,7 +471,7 @@ async fn keepalive_conn(
                 tokio::time::sleep_until(due).await;
                 due
             }
-            None => {
+            Pace::Full | Pace::Think(_) => {
                 let now = tokio::time::Instant::now();
                 if now >= end {
                     break;
@@ -397,7 +480,7 @@ async fn keepalive_conn(
             }
         };
         let req = format!(
-            "GET /index.html?s={tag}&c={i}&n={j} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bench_copier\r\nAccept: */*\r\n\r\n",
+            "GET {path}?s={tag}&c={i}&n={j} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bench_copier\r\nAccept: */*\r\n\r\n",
             addr::ONLINE
         );
         j += 1;
@@ -406,6 +489,7 @@ async fn keepalive_conn(
             return (None, load);
         }
         load.sent += 1;
+        load.last_send_ms = wall_ms();
         match tokio::time::timeout(Duration::from_secs(5), read_response(&mut s, &mut buf)).await {
             Ok(Ok(200)) => {
                 load.ok += 1;
@@ -422,16 +506,20 @@ async fn keepalive_conn(
                 return (None, load);
             }
         }
+        if let Pace::Think(t) = pace {
+            tokio::time::sleep(t).await;
+        }
     }
     (Some(s), load)
 }
 
 /// One short connection: connect, one request, read until the server closes.
-async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, port: Option<u16>) -> Load {
+async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, from: Option<SocketAddrV4>) -> Load {
     let mut load = Load::default();
+    let mut sent_ms = 0;
     let r: Result<u16> = async {
-        let mut s = match port {
-            Some(p) => connect_from(p).await?,
+        let mut s = match from {
+            Some(a) => connect_from(a).await?,
             None => connect().await?,
         };
         let req = format!(
@@ -439,6 +527,7 @@ async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, port: Option
             addr::ONLINE
         );
         s.write_all(req.as_bytes()).await.context("write")?;
+        sent_ms = wall_ms();
         let mut all = Vec::with_capacity(1024);
         tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut all))
             .await
@@ -449,6 +538,7 @@ async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, port: Option
     }
     .await;
     load.sent = 1;
+    load.last_send_ms = sent_ms;
     match r {
         Ok(200) => {
             load.ok = 1;
@@ -491,19 +581,36 @@ impl Generator {
     fn keepalive(&mut self, tag: &str, rate: Option<u64>, dur: Duration) -> Load {
         let k = self.conns.len();
         let conns = std::mem::take(&mut self.conns);
+        let pace = |i: usize| match rate {
+            Some(r) => {
+                let interval = Duration::from_secs_f64(k as f64 / r as f64);
+                Pace::Schedule { phase: interval.mul_f64(i as f64 / k as f64), interval }
+            }
+            None => Pace::Full,
+        };
+        let (conns, total) = self.keepalive_set(conns, tag, "/index.html", pace, dur);
+        self.conns = conns;
+        total
+    }
+
+    /// Runs keep-alive connections `conns` for `dur`, each asking for `path` at its own pace
+    /// (call inside `client`); returns them (`None` for one that broke) and what they did.
+    fn keepalive_set(
+        &mut self,
+        conns: Vec<Option<tokio::net::TcpStream>>,
+        tag: &str,
+        path: &'static str,
+        pace: impl Fn(usize) -> Pace,
+        dur: Duration,
+    ) -> (Vec<Option<tokio::net::TcpStream>>, Load) {
+        let k = conns.len();
         let (conns, mut total) = self.rt.block_on(async {
             let start = tokio::time::Instant::now() + Duration::from_millis(5);
             let end = start + dur;
             let handles: Vec<_> = conns
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    let pace = rate.map(|r| {
-                        let interval = Duration::from_secs_f64(k as f64 / r as f64);
-                        (interval.mul_f64(i as f64 / k as f64), interval)
-                    });
-                    tokio::spawn(keepalive_conn(i, s, tag.to_owned(), start, end, pace))
-                })
+                .map(|(i, s)| tokio::spawn(keepalive_conn(i, s, tag.to_owned(), path, start, end, pace(i))))
                 .collect();
             let mut conns = Vec::with_capacity(k);
             let mut total = Load::default();
@@ -522,12 +629,68 @@ impl Generator {
             total.secs = start.elapsed().as_secs_f64();
             (conns, total)
         });
-        self.conns = conns;
         // a connection that broke is opened again for the next step (a new session to copy)
-        let broken = self.conns.iter().filter(|c| c.is_none()).count();
+        let broken = conns.iter().filter(|c| c.is_none()).count();
         if broken > 0 {
             total.error(format!("{broken} connection(s) broke"));
         }
+        (conns, total)
+    }
+
+    /// Closes connections of a scenario (inside the runtime that owns them).
+    fn close_set(&mut self, conns: Vec<Option<tokio::net::TcpStream>>) {
+        let _rt = self.rt.enter();
+        drop(conns);
+    }
+
+    /// Opens `n` keep-alive connections for one scenario (call inside `client`).
+    fn open_set(&mut self, n: usize) -> Result<Vec<Option<tokio::net::TcpStream>>> {
+        self.rt.block_on(async {
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(Some(connect().await?));
+            }
+            Ok(v)
+        })
+    }
+
+    /// `loops` clients, each opening a connection from `src`, sending one request
+    /// (`Connection: close`), reading the answer until the server closes, waiting `think`, and
+    /// again, for `dur` (call inside `client`). Client ports walk through [`SHORT_PORTS`] from
+    /// `*next`, which is advanced.
+    fn close_loops(&mut self, tag: &str, loops: usize, src: Ipv4Addr, next: &mut u64, think: Duration, dur: Duration) -> Load {
+        let seq = Arc::new(AtomicU64::new(*next));
+        let total = self.rt.block_on(async {
+            let start = tokio::time::Instant::now();
+            let end = start + dur;
+            let handles: Vec<_> = (0..loops)
+                .map(|_| {
+                    let (seq, tag) = (seq.clone(), tag.to_owned());
+                    tokio::spawn(async move {
+                        let mut load = Load::default();
+                        let span = u64::from(*SHORT_PORTS.end() - *SHORT_PORTS.start()) + 1;
+                        while tokio::time::Instant::now() < end {
+                            let n = seq.fetch_add(1, Ordering::Relaxed);
+                            let port = *SHORT_PORTS.start() + (n % span) as u16;
+                            let due = tokio::time::Instant::now();
+                            load.merge(short_conn(tag.clone(), n, due, Some(SocketAddrV4::new(src, port))).await);
+                            tokio::time::sleep(think).await;
+                        }
+                        load
+                    })
+                })
+                .collect();
+            let mut total = Load::default();
+            for h in handles {
+                match h.await {
+                    Ok(l) => total.merge(l),
+                    Err(e) => total.error(format!("task: {e}")),
+                }
+            }
+            total.secs = start.elapsed().as_secs_f64();
+            total
+        });
+        *next = seq.load(Ordering::Relaxed);
         total
     }
 
@@ -563,7 +726,8 @@ impl Generator {
                             *p + 1
                         };
                     }
-                    set.spawn(short_conn(tag.to_owned(), n, due, port));
+                    let from = port.map(|p| SocketAddrV4::new(addr::CLIENT, p));
+                    set.spawn(short_conn(tag.to_owned(), n, due, from));
                 }
                 n += 1;
             }
@@ -582,69 +746,6 @@ impl Generator {
 // ---------------------------------------------------------------------------------------------
 // What we read about the processes.
 
-/// CPU time of a process: per-thread ns on CPU (schedstat) by thread name, and user/system ticks.
-#[derive(Debug, Clone, Default)]
-struct Cpu {
-    by_thread: BTreeMap<String, u64>,
-    user_ticks: u64,
-    sys_ticks: u64,
-}
-
-impl Cpu {
-    fn read(pid: u32) -> Result<Cpu> {
-        let mut cpu = Cpu::default();
-        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).context("/proc/PID/task")?;
-        for dir in tasks.filter_map(|e| e.ok().map(|e| e.path())) {
-            let (Ok(comm), Ok(ss)) = (
-                std::fs::read_to_string(dir.join("comm")),
-                std::fs::read_to_string(dir.join("schedstat")),
-            ) else {
-                continue; // the thread ended meanwhile
-            };
-            let ns: u64 = ss
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            *cpu.by_thread.entry(comm.trim().to_owned()).or_default() += ns;
-        }
-        let stat =
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).context("read /proc/PID/stat")?;
-        // fields after "(comm)": utime is field 14, stime 15
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        cpu.user_ticks = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-        cpu.sys_ticks = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-        Ok(cpu)
-    }
-
-    fn total(&self) -> u64 {
-        self.by_thread.values().sum()
-    }
-
-    /// CPU of the threads whose name starts with `prefix` (`engine`, `engine-0`, ...).
-    fn threads(&self, prefix: &str) -> u64 {
-        self.by_thread
-            .iter()
-            .filter(|(k, _)| k.starts_with(prefix))
-            .map(|(_, v)| v)
-            .sum()
-    }
-
-    fn minus(&self, before: &Cpu) -> Cpu {
-        let mut by_thread = self.by_thread.clone();
-        for (k, v) in by_thread.iter_mut() {
-            *v = v.saturating_sub(before.by_thread.get(k).copied().unwrap_or(0));
-        }
-        Cpu {
-            by_thread,
-            user_ticks: self.user_ticks.saturating_sub(before.user_ticks),
-            sys_ticks: self.sys_ticks.saturating_sub(before.sys_ticks),
-        }
-    }
-}
-
-
 /// The copier's metrics (fetched from inside `online`), summed over label sets by name.
 fn copier_metrics(lab: &Lab) -> BTreeMap<String, f64> {
     let mut m = BTreeMap::new();
@@ -655,22 +756,29 @@ fn copier_metrics(lab: &Lab) -> BTreeMap<String, f64> {
     m
 }
 
+/// A Prometheus endpoint's text, fetched from inside host `h` (empty when unreachable).
+fn fetch_metrics(lab: &Lab, h: Host, at: &str) -> String {
+    lab.in_ns(h, || -> Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&at.parse()?, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    })
+    .and_then(|r| r)
+    .unwrap_or_default()
+}
+
+/// The intercept's counters that the steps read: (records sent to copiers, packets queued).
+fn intercept_counters(lab: &Lab) -> (f64, f64) {
+    let text = fetch_metrics(lab, Host::Test, INTERCEPT_METRICS);
+    (metric_sum(&text, "intercept_records_sent_total", &[]), metric_sum(&text, "intercept_packets_queued_total", &[]))
+}
+
 /// The copier's metrics as `(name{labels}, value)` lines.
 fn copier_metric_lines(lab: &Lab) -> Vec<(String, f64)> {
-    let text = lab
-        .in_ns(Host::Online, || -> Result<String> {
-            let mut s = std::net::TcpStream::connect_timeout(
-                &COPIER_METRICS.parse()?,
-                Duration::from_secs(2),
-            )?;
-            s.set_read_timeout(Some(Duration::from_secs(3)))?;
-            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-            let mut out = String::new();
-            s.read_to_string(&mut out)?;
-            Ok(out)
-        })
-        .and_then(|r| r)
-        .unwrap_or_default();
+    let text = fetch_metrics(lab, Host::Online, COPIER_METRICS);
     text.lines()
         .filter(|l| l.starts_with("copier_"))
         .filter_map(|l| {
@@ -689,33 +797,6 @@ fn metric(m: &BTreeMap<String, f64>, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-/// Counting rules on `test`: packets from port 80 to the client ranges that got past the OUTPUT
-/// chain (where the intercept's NFQUEUE rule is). Any is a response that left the test host.
-const LEAK_NETS: [&str; 2] = [addr::CLIENT_NET, addr::FAKE_CLIENT_NET];
-
-fn add_leak_rules(lab: &Lab) -> Result<()> {
-    for net in LEAK_NETS {
-        lab.exec_ok(
-            Host::Test,
-            &[
-                "iptables",
-                "-t",
-                "mangle",
-                "-A",
-                "POSTROUTING",
-                "-p",
-                "tcp",
-                "--sport",
-                "80",
-                "-d",
-                net,
-            ],
-        )
-        .context("add a leak-counting rule")?;
-    }
-    Ok(())
-}
-
 /// Packets the test host's NFQUEUE queue 0 dropped so far (queue full + socket full), from
 /// `/proc/net/netfilter/nfnetlink_queue` inside `test`.
 fn nfqueue_drops(lab: &Lab) -> Result<u64> {
@@ -729,39 +810,6 @@ fn nfqueue_drops(lab: &Lab) -> Result<u64> {
     bail!("queue 0 is not bound in the test namespace:\n{text}")
 }
 
-fn leaked(lab: &Lab) -> Result<u64> {
-    let out = lab.exec_ok(
-        Host::Test,
-        &[
-            "iptables",
-            "-t",
-            "mangle",
-            "-L",
-            "POSTROUTING",
-            "-v",
-            "-x",
-            "-n",
-        ],
-    )?;
-    let mut total = 0;
-    let mut found = 0;
-    for l in out
-        .lines()
-        .filter(|l| LEAK_NETS.iter().any(|n| l.contains(n)))
-    {
-        found += 1;
-        total += l
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .context("leak counter")?;
-    }
-    if found != LEAK_NETS.len() {
-        bail!("the leak-counting rules are gone:\n{out}");
-    }
-    Ok(total)
-}
-
 // ---------------------------------------------------------------------------------------------
 // Steps.
 
@@ -770,6 +818,8 @@ enum Kind {
     Idle,
     KeepAlive,
     Short,
+    /// One of the issue-10 scenarios.
+    Scenario(Scenario),
 }
 
 /// One step's figures.
@@ -798,6 +848,107 @@ struct Row {
     leaks: u64,
     /// Time from the end of the load to the settled test server.
     drain_secs: f64,
+    /// When the load ended: the last request written (wall clock, ms since the epoch).
+    end_ms: u64,
+    /// How close to real time the copy was (from the final logs; for redis from its counters).
+    rt: RealTime,
+    /// Records the intercept sent to copiers, and packets it read from NFQUEUE, in the step.
+    records: u64,
+    queued: u64,
+    /// Client connections (scenarios; 0 for the rate steps).
+    conns: usize,
+    /// The time the CPU was measured over: the load and the drain after it.
+    window_secs: f64,
+    /// Scenarios: when the wait for the copies ended (wall clock ms); copies after it do not
+    /// count for the step. `None`: every copy in the final logs counts.
+    final_ms: Option<u64>,
+    /// Scenarios: the wait ended at its cap, with copies still arriving.
+    capped: bool,
+    /// Copied sessions that failed during the step (`copier_sessions_failed_total`).
+    failed: u64,
+    /// What the load generator said (redis-benchmark's summary).
+    note: String,
+}
+
+/// What a step reads before its load, to subtract.
+#[derive(Debug)]
+struct Before {
+    online: u64,
+    test: u64,
+    leaks: u64,
+    copier_m: BTreeMap<String, f64>,
+    nfq: u64,
+    copier: Cpu,
+    intercept: Cpu,
+    /// The intercept's (records sent, packets queued).
+    icpt: (f64, f64),
+    at: Instant,
+}
+
+impl Before {
+    fn take(ctx: Ctx<'_>) -> Result<Before> {
+        let Ctx { lab, c, pids } = ctx;
+        Ok(Before {
+            online: c.online.request_count() as u64,
+            test: c.test().request_count() as u64,
+            leaks: c.leaks.count(lab)?,
+            copier_m: copier_metrics(lab),
+            nfq: nfqueue_drops(lab)?,
+            icpt: intercept_counters(lab),
+            copier: Cpu::read(pids.copier, None)?,
+            intercept: Cpu::read(pids.intercept, None)?,
+            at: Instant::now(),
+        })
+    }
+
+    /// The step's row, once its load ended (`load_end`) and the test server settled: reads the
+    /// CPU now, then (after [`EXPORT_LAG`]) the counters.
+    #[allow(clippy::too_many_arguments)]
+    fn finish(&self, ctx: Ctx<'_>, kind: Kind, label: String, tag: String, secs: f64, load: Load, online: u64, load_end: Instant) -> Result<Row> {
+        let Ctx { lab, c, pids } = ctx;
+        let drain_secs = load_end.elapsed().as_secs_f64();
+        let window_secs = self.at.elapsed().as_secs_f64();
+        let t1 = c.test().request_count() as u64;
+        let (cc1, ic1) = (Cpu::read(pids.copier, None)?, Cpu::read(pids.intercept, None)?);
+        let (rss_kib, hwm_kib) = memory_kib(pids.copier);
+        // the daemons export their counters about once a second: with the quiet time, more than
+        // a second has passed since the last copy, so an export came after it
+        std::thread::sleep(EXPORT_LAG);
+        let (l1, m1, q1, i1) = (c.leaks.count(lab)?, copier_metrics(lab), nfqueue_drops(lab)?, intercept_counters(lab));
+        let drops = |m: &BTreeMap<String, f64>| metric(m, "copier_kernel_drops_total");
+        c.check_alive()?;
+        let end_ms = if load.last_send_ms > 0 { load.last_send_ms } else { wall_ms() };
+        Ok(Row {
+            kind,
+            label,
+            tag,
+            secs,
+            load,
+            online,
+            test: t1.saturating_sub(self.test),
+            matched: 0,
+            extra: 0,
+            copier: cc1.minus(&self.copier),
+            intercept: ic1.minus(&self.intercept),
+            rss_kib,
+            hwm_kib,
+            kernel_drops: drops(&m1).saturating_sub(drops(&self.copier_m)),
+            nfq_drops: q1.saturating_sub(self.nfq),
+            sessions_open: metric(&m1, "copier_sessions_active"),
+            leaks: l1 - self.leaks,
+            drain_secs,
+            end_ms,
+            rt: RealTime::default(),
+            records: (i1.0 - self.icpt.0).max(0.0) as u64,
+            queued: (i1.1 - self.icpt.1).max(0.0) as u64,
+            conns: 0,
+            window_secs,
+            final_ms: None,
+            capped: false,
+            failed: metric(&m1, "copier_sessions_failed_total").saturating_sub(metric(&self.copier_m, "copier_sessions_failed_total")),
+            note: String::new(),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -823,13 +974,12 @@ fn run_step(
     rate: Option<u64>,
     dur: Duration,
 ) -> Result<Row> {
-    let Ctx { lab, c, pids } = ctx;
+    let Ctx { lab, c, .. } = ctx;
     let test = c.test();
-    let (o0, t0) = (c.online.request_count() as u64, test.request_count() as u64);
-    let (l0, m0, q0) = (leaked(lab)?, copier_metrics(lab), nfqueue_drops(lab)?);
-    let (cc0, ic0) = (Cpu::read(pids.copier)?, Cpu::read(pids.intercept)?);
+    let before = Before::take(ctx)?;
+    let (o0, t0) = (before.online, before.test);
     let load = match kind {
-        Kind::Idle => {
+        Kind::Idle | Kind::Scenario(_) => {
             std::thread::sleep(dur);
             Load {
                 secs: dur.as_secs_f64(),
@@ -852,36 +1002,8 @@ fn run_step(
     let o1 = c.online.request_count() as u64;
     let want = (t0 + (o1 - o0)) as usize;
     test.wait_requests(want, DRAIN_WAIT);
-    let t1 = test.wait_settled(QUIET, Duration::from_secs(5)) as u64;
-    let drain_secs = load_end.elapsed().as_secs_f64();
-    let (cc1, ic1) = (Cpu::read(pids.copier)?, Cpu::read(pids.intercept)?);
-    let (rss_kib, hwm_kib) = memory_kib(pids.copier);
-    // the copier exports its counters about once a second: with the quiet time, more than a
-    // second has passed since the last copy, so an export came after it
-    std::thread::sleep(EXPORT_LAG);
-    let (l1, m1, q1) = (leaked(lab)?, copier_metrics(lab), nfqueue_drops(lab)?);
-    let drops = |m: &BTreeMap<String, f64>| metric(m, "copier_kernel_drops_total");
-    c.check_alive()?;
-    Ok(Row {
-        kind,
-        label,
-        tag,
-        secs: dur.as_secs_f64(),
-        load,
-        online: o1 - o0,
-        test: t1.saturating_sub(t0),
-        matched: 0,
-        extra: 0,
-        copier: cc1.minus(&cc0),
-        intercept: ic1.minus(&ic0),
-        rss_kib,
-        hwm_kib,
-        kernel_drops: drops(&m1).saturating_sub(drops(&m0)),
-        nfq_drops: q1.saturating_sub(q0),
-        sessions_open: metric(&m1, "copier_sessions_active"),
-        leaks: l1 - l0,
-        drain_secs,
-    })
+    test.wait_settled(QUIET, Duration::from_secs(5));
+    before.finish(ctx, kind, label, tag, dur.as_secs_f64(), load, o1 - o0, load_end)
 }
 
 /// The step tag of a logged URI (`...?s=TAG&...`).
@@ -890,14 +1012,17 @@ fn tag_of(uri: &str) -> Option<&str> {
     q.split('&').find_map(|kv| kv.strip_prefix("s="))
 }
 
-/// Fills in `matched` and `extra` of every row from the final logs; returns the test requests
-/// that carry no step tag of ours (must be 0).
+/// Fills in `matched`, `extra` and the real-time figures of every row from the final logs;
+/// returns the test requests that carry no step tag of ours (must be 0).
 fn match_logs(rows: &mut [Row], online: &[LogEntry], test: &[LogEntry]) -> u64 {
     // per step tag: (online, test) request fingerprints with their counts
     type Multiset = BTreeMap<String, u64>;
     let mut by_tag: BTreeMap<String, (Multiset, Multiset)> = BTreeMap::new();
+    type Entries<'a> = (Vec<&'a LogEntry>, Vec<&'a LogEntry>);
+    let mut entries: BTreeMap<&str, Entries> = BTreeMap::new();
     for e in online {
         if let Some(t) = tag_of(&e.uri) {
+            entries.entry(t).or_default().0.push(e);
             *by_tag
                 .entry(t.to_owned())
                 .or_default()
@@ -910,6 +1035,7 @@ fn match_logs(rows: &mut [Row], online: &[LogEntry], test: &[LogEntry]) -> u64 {
     for e in test {
         match tag_of(&e.uri) {
             Some(t) => {
+                entries.entry(t).or_default().1.push(e);
                 *by_tag
                     .entry(t.to_owned())
                     .or_default()
@@ -932,6 +1058,9 @@ fn match_logs(rows: &mut [Row], online: &[LogEntry], test: &[LogEntry]) -> u64 {
         r.matched = matched;
         r.extra = test_total - matched;
         r.online = on.values().sum();
+        if let Some((on, te)) = entries.get(r.tag.as_str()) {
+            r.rt = realtime(on, te, r.end_ms, r.final_ms.unwrap_or(u64::MAX));
+        }
     }
     foreign
 }
@@ -948,9 +1077,10 @@ fn print_table(rows: &mut [Row]) {
     println!(
         "| step | offered req/s | online req/s | online requests | test requests | fidelity % | loss % | extra | \
          copier CPU s/1000 req | copier CPU % | user % | sys % | engine thr(s) % | copier RSS MiB (peak) | \
-         intercept CPU % | capture drops | NFQUEUE drops | sessions open after | leaks | client p50/p99 ms | drain s |"
+         intercept CPU % | capture drops | NFQUEUE drops | sessions open after | leaks | client p50/p99 ms | drain s | \
+         copied by load end / +1 s / final % | copy lag p50/p99/max ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows.iter_mut() {
         let pct = |ns: f64| 100.0 * ns / (r.secs * 1e9);
         let cpu_ns = r.copier.total() as f64;
@@ -967,7 +1097,7 @@ fn print_table(rows: &mut [Row]) {
             r.load.sent as f64 / r.secs
         };
         println!(
-            "| {} | {:.0} | {:.0} | {} | {} | {:.3} | {:.4} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} ({:.1}) | {:.1} | {} | {} | {} | {} | {:.2}/{:.2} | {:.1} |",
+            "| {} | {:.0} | {:.0} | {} | {} | {:.3} | {:.4} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} ({:.1}) | {:.1} | {} | {} | {} | {} | {:.2}/{:.2} | {:.1} | {} | {} |",
             r.label,
             offered,
             r.online as f64 / r.secs,
@@ -991,6 +1121,8 @@ fn print_table(rows: &mut [Row]) {
             p50,
             p99,
             r.drain_secs,
+            r.rt.shares_cell(),
+            r.rt.lag_cell(),
         );
     }
 }
@@ -1013,6 +1145,422 @@ fn best_rate(rows: &[Row], kind: Kind) -> String {
         ),
         None => format!("none of the {} steps reached {GOOD_FIDELITY} %", ok.len()),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 10: real time at full speed, and CPU per copied request at the C tool's comparison points.
+
+/// Think time of the fixed-rate CPU scenarios: 16 connections, each waiting this long after
+/// every answer (about 3,500 requests/s when answers are quick).
+const THINK: Duration = Duration::from_millis(4);
+/// The 100 KB answer of `think-100k`, in both document roots.
+const BIG_PATH: &str = "/big.bin";
+const BIG_SIZE: usize = 100 * 1024;
+/// A second client address for `think-close`: its client ports walk on their own, so no copy
+/// meets a TIME_WAIT left at the test server by the short-connection steps.
+const CLIENT_B: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 3);
+const REDIS_PORT: u16 = 6379;
+/// The time without a new copy that ends the wait for a scenario's copies before its cap
+/// (`--final-wait`).
+const STALL: Duration = Duration::from_secs(3);
+
+/// The C tool's CPU seconds per 1,000 copied requests (copier, intercept) in the issue's
+/// comparison: keep-alive, `Connection: close`, 100 KB answers. The target is a third of each.
+const C_TOOL_CPU: [(Scenario, f64, f64); 3] = [
+    (Scenario::ThinkKeepAlive, 0.025, 0.016),
+    (Scenario::ThinkClose, 0.071, 0.054),
+    (Scenario::Think100k, 0.150, 0.584),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    Full16,
+    Full1,
+    Redis,
+    ThinkKeepAlive,
+    ThinkClose,
+    Think100k,
+}
+
+impl Scenario {
+    /// The default order: the fixed-rate CPU scenarios first, the full-speed ones last (their
+    /// lock-step copies may still arrive after the wait for them ends, and would otherwise
+    /// load the next scenario), the one connection at the very end.
+    const ALL: [Scenario; 6] = [
+        Scenario::ThinkKeepAlive,
+        Scenario::ThinkClose,
+        Scenario::Think100k,
+        Scenario::Redis,
+        Scenario::Full16,
+        Scenario::Full1,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Full16 => "full16",
+            Scenario::Full1 => "full1",
+            Scenario::Redis => "redis",
+            Scenario::ThinkKeepAlive => "think-ka",
+            Scenario::ThinkClose => "think-close",
+            Scenario::Think100k => "think-100k",
+        }
+    }
+
+    /// The step tag in the URIs.
+    fn tag(self) -> &'static str {
+        match self {
+            Scenario::Full16 => "f16",
+            Scenario::Full1 => "f1",
+            Scenario::Redis => "rd",
+            Scenario::ThinkKeepAlive => "tk",
+            Scenario::ThinkClose => "tc",
+            Scenario::Think100k => "tb",
+        }
+    }
+
+    fn conns(self) -> usize {
+        match self {
+            Scenario::Full1 => 1,
+            _ => 16,
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Scenario::Full16 => "HTTP keep-alive, 16 connections at full speed (next request as soon as the answer is in, like wrk -c 16), for --scenario-secs",
+            Scenario::Full1 => "HTTP keep-alive, 1 connection at full speed, for --scenario-secs",
+            Scenario::Redis => "redis GET: redis-benchmark -h 198.18.1.1 -c 16 -n REQUESTS -t get (no pipelining; --redis-requests, default 200000); counted with INFO commandstats, no lag (no access log)",
+            Scenario::ThinkKeepAlive => "HTTP keep-alive, 16 connections, 4 ms think time after each answer (CPU per request)",
+            Scenario::ThinkClose => "HTTP Connection: close, 16 clients each opening one connection per request, 4 ms think time",
+            Scenario::Think100k => "HTTP keep-alive, 100 KB answers, 16 connections, 4 ms think time (CPU, records per answer)",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Scenario> {
+        let s = s.trim();
+        Scenario::ALL.into_iter().find(|c| c.name() == s).with_context(|| {
+            let names: Vec<&str> = Scenario::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown scenario {s:?} (all, none, or a list of {})", names.join(", "))
+        })
+    }
+}
+
+/// The redis servers of the `redis` scenario and a connection to each that reads its counters.
+#[derive(Debug)]
+struct Redis {
+    procs: Vec<lab::Proc>,
+    online: RedisConn,
+    test: RedisConn,
+}
+
+impl Redis {
+    fn start(lab: &mut Lab) -> Result<Redis> {
+        let mut procs = Vec::new();
+        for h in [Host::Online, Host::Test] {
+            let dir = lab.dir().join(format!("redis-{}", h.name()));
+            std::fs::create_dir_all(&dir)?;
+            let d = dir.to_string_lossy().into_owned();
+            let port = REDIS_PORT.to_string();
+            let argv = [
+                "redis-server", "--port", &port, "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "",
+                "--appendonly", "no", "--dir", &d,
+            ];
+            procs.push(lab.spawn(h, &format!("redis-{}", h.name()), &argv)?);
+        }
+        let at = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, REDIS_PORT));
+        let wait = Duration::from_secs(10);
+        let online = lab.in_ns(Host::Online, || RedisConn::connect(at, wait))?.context("redis on online")?;
+        let test = lab.in_ns(Host::Test, || RedisConn::connect(at, wait))?.context("redis on test")?;
+        Ok(Redis { procs, online, test })
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        for p in &self.procs {
+            if let Some(st) = p.exited() {
+                bail!("{} exited ({st}):\n{}", p.name(), tail(&p.log(), 20));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Waits until `count()` reaches `want` or stops growing for [`STALL`], at most `cap`; returns
+/// the last count and whether the cap ended the wait.
+fn wait_final(mut count: impl FnMut() -> u64, want: u64, cap: Duration) -> (u64, bool) {
+    let deadline = Instant::now() + cap;
+    let mut last = count();
+    let mut since = Instant::now();
+    loop {
+        if last >= want || since.elapsed() >= STALL {
+            return (last, false);
+        }
+        if Instant::now() >= deadline {
+            return (last, true);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let c = count();
+        if c != last {
+            last = c;
+            since = Instant::now();
+        }
+    }
+}
+
+/// What the scenarios keep between them.
+#[derive(Debug)]
+struct ScenarioState {
+    redis: Option<Redis>,
+    redis_requests: u64,
+    /// Longest wait for a scenario's copies after its load (`--final-wait`).
+    final_wait: Duration,
+    /// The next port sequence number of `think-close` (from [`CLIENT_B`]).
+    close_next: u64,
+}
+
+fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur: Duration, st: &mut ScenarioState) -> Result<Row> {
+    if sc == Scenario::Redis {
+        let (n, wait) = (st.redis_requests, st.final_wait);
+        let r = st.redis.as_mut().context("redis is not running")?;
+        let row = run_redis(ctx, r, n, wait)?;
+        r.check_alive()?;
+        return Ok(row);
+    }
+    let Ctx { lab, c, .. } = ctx;
+    let test = c.test();
+    let kind = Kind::Scenario(sc);
+    // fresh keep-alive connections, each copied and registered before the load
+    let mut set = None;
+    if sc != Scenario::ThinkClose {
+        let conns = lab.in_ns(Host::Client, || gen.open_set(sc.conns()))??;
+        let (o0, t0) = (c.online.request_count(), test.request_count());
+        let warm = |_| Pace::Think(Duration::from_millis(20));
+        let (conns, _) = lab.in_ns(Host::Client, || gen.keepalive_set(conns, "warm", "/index.html", warm, Duration::from_millis(200)))?;
+        std::thread::sleep(Duration::from_millis(100));
+        test.wait_requests(t0 + (c.online.request_count() - o0), DRAIN_WAIT);
+        test.wait_settled(Duration::from_millis(300), Duration::from_secs(3));
+        set = Some(conns);
+    }
+    let before = Before::take(ctx)?;
+    let tag = sc.tag();
+    let load = match set.take() {
+        None => {
+            let mut next = st.close_next;
+            let l = lab.in_ns(Host::Client, || gen.close_loops(tag, sc.conns(), CLIENT_B, &mut next, THINK, dur))?;
+            st.close_next = next;
+            l
+        }
+        Some(conns) => {
+            let pace = match sc {
+                Scenario::Full16 | Scenario::Full1 => Pace::Full,
+                _ => Pace::Think(THINK),
+            };
+            let path = if sc == Scenario::Think100k { BIG_PATH } else { "/index.html" };
+            let (conns, l) = lab.in_ns(Host::Client, || gen.keepalive_set(conns, tag, path, |_| pace, dur))?;
+            set = Some(conns);
+            l
+        }
+    };
+    let load_end = Instant::now();
+    // nginx logs a request once its answer is out: the client may have it a moment before
+    std::thread::sleep(Duration::from_millis(100));
+    let online = c.online.request_count() as u64 - before.online;
+    let (_, capped) = wait_final(|| test.request_count() as u64, before.test + online, st.final_wait);
+    if !capped {
+        test.wait_settled(QUIET, Duration::from_secs(5));
+    }
+    let final_ms = wall_ms();
+    let mut row = before.finish(ctx, kind, sc.name().into(), tag.into(), dur.as_secs_f64(), load, online, load_end)?;
+    row.conns = sc.conns();
+    row.final_ms = Some(final_ms);
+    row.capped = capped;
+    if let Some(conns) = set {
+        gen.close_set(conns);
+    }
+    Ok(row)
+}
+
+/// The redis scenario: redis-benchmark from `client` against the online redis, the copier
+/// mapping 6379 to the test redis; `cmdstat_get` calls at both servers when redis-benchmark
+/// ended (it sends its last request just before it exits), 1 s later, and once they stop
+/// growing. redis has no access log, so there is no per-request lag.
+fn run_redis(ctx: Ctx<'_>, r: &mut Redis, n: u64, final_wait: Duration) -> Result<Row> {
+    let Ctx { lab, .. } = ctx;
+    let (on0, te0) = (r.online.calls("get")?, r.test.calls("get")?);
+    let before = Before::take(ctx)?;
+    let (host, port, n_s) = (addr::ONLINE.to_string(), REDIS_PORT.to_string(), n.to_string());
+    let out = lab.exec(
+        Host::Client,
+        &["redis-benchmark", "-h", &host, "-p", &port, "-c", "16", "-n", &n_s, "-t", "get", "-q"],
+    )?;
+    let end_ms = wall_ms();
+    let load_end = Instant::now();
+    let te_end = r.test.calls("get")?;
+    let on1 = r.online.calls("get")?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("redis-benchmark failed ({}): {} {}", out.status, stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let online = on1 - on0;
+    std::thread::sleep((load_end + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+    let te_1s = r.test.calls("get")?;
+    let test_conn = &mut r.test;
+    let (mut last, capped) = wait_final(|| test_conn.calls("get").unwrap_or(0), te0 + online, final_wait);
+    // then quiet, to see any extra copy
+    let quiet_until = Instant::now() + if capped { Duration::ZERO } else { QUIET };
+    while Instant::now() < quiet_until {
+        std::thread::sleep(Duration::from_millis(100));
+        last = last.max(r.test.calls("get")?);
+    }
+    let copied = (last - te0).min(online);
+    let secs = load_end.duration_since(before.at).as_secs_f64();
+    let load = Load { sent: online, ok: online, secs, last_send_ms: end_ms, ..Load::default() };
+    let mut row = before.finish(ctx, Kind::Scenario(Scenario::Redis), "redis".into(), "rd".into(), secs, load, online, load_end)?;
+    row.rt = RealTime {
+        online,
+        at_end: (te_end - te0).min(online),
+        within_1s: (te_1s - te0).min(online),
+        copied,
+        lags_ms: Vec::new(),
+    };
+    row.matched = copied;
+    row.test = last - te0;
+    row.capped = capped;
+    row.extra = (last - te0).saturating_sub(online);
+    row.conns = 16;
+    row.note = stdout.rsplit(['\r', '\n']).find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
+    Ok(row)
+}
+
+fn per_thousand(cpu: &Cpu, copied: u64) -> Option<f64> {
+    (copied > 0).then(|| cpu.secs() / (copied as f64 / 1000.0))
+}
+
+fn print_scenarios(rows: &[Row]) {
+    println!(
+        "| scenario | conns | online req/s | online requests | copied by load end % | within 1 s % | final % | \
+         copy lag p50/p99/max ms | copier CPU s/1000 req | intercept CPU s/1000 req | copier CPU % | intercept CPU % | \
+         records/req | NFQUEUE packets/req | capture drops | NFQUEUE drops | failed sessions | extra | leaks | client p50/p99 ms | drain s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into());
+    for r in rows {
+        let rt = &r.rt;
+        let copied = rt.copied.max(1) as f64;
+        let mut load = Load { lat_us: r.load.lat_us.clone(), ..Load::default() };
+        let client = if load.lat_us.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.2}/{:.2}", load.percentile_ms(0.5), load.percentile_ms(0.99))
+        };
+        let pct = |cpu: &Cpu| 100.0 * cpu.secs() / r.window_secs.max(1e-9);
+        println!(
+            "| {} | {} | {:.0} | {} | {:.1} | {:.1} | {:.2} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            r.label,
+            r.conns,
+            r.online as f64 / r.secs,
+            r.online,
+            rt.pct(rt.at_end),
+            rt.pct(rt.within_1s),
+            rt.pct(rt.copied),
+            rt.lag_cell(),
+            opt(per_thousand(&r.copier, rt.copied)),
+            opt(per_thousand(&r.intercept, rt.copied)),
+            pct(&r.copier),
+            pct(&r.intercept),
+            r.records as f64 / copied,
+            r.queued as f64 / copied,
+            r.kernel_drops,
+            r.nfq_drops,
+            r.failed,
+            r.extra,
+            r.leaks,
+            client,
+            r.drain_secs,
+        );
+    }
+    println!();
+    println!("(\"copied by load end\": the share of the online requests the test server had logged when the load generator");
+    println!("stopped sending; nginx logs a request when its answer is out, at both servers, and the lag is test minus online");
+    println!("log time; CPU % is over the load and the drain after it; records and packets are the intercept's");
+    println!("intercept_records_sent_total and intercept_packets_queued_total per copied request; failed sessions: the");
+    println!("copier's copier_sessions_failed_total in the step, by reason in its counters at the end.)");
+    for r in rows.iter().filter(|r| !r.note.is_empty()) {
+        println!("{}: {}", r.label, r.note);
+    }
+    for r in rows.iter().filter(|r| r.capped) {
+        println!(
+            "{}: copies were still arriving when the wait for them ended ({:.0} s after the load): \"final\" and the lag \
+             count the copies up to then",
+            r.label, r.drain_secs
+        );
+    }
+}
+
+/// The issue's targets against what the scenarios measured.
+fn print_targets(rows: &[Row]) {
+    let find = |sc: Scenario| rows.iter().find(|r| r.kind == Kind::Scenario(sc));
+    // (what, measured, goal, at least?, goal text)
+    let mut t: Vec<(String, Option<f64>, f64, bool, String)> = Vec::new();
+    for (sc, what) in [(Scenario::Full16, "HTTP keep-alive full speed (16 conns)"), (Scenario::Redis, "redis GET full speed (16 conns)")] {
+        let r = find(sc);
+        t.push((format!("{what}: copied within 1 s of the load's end"), r.map(|r| r.rt.pct(r.rt.within_1s)), 95.0, true, ">= 95 %".into()));
+        t.push((format!("{what}: copied in all"), r.map(|r| r.rt.pct(r.rt.copied)), 99.9, true, ">= 99.9 %".into()));
+    }
+    let r = find(Scenario::Full1);
+    t.push((
+        "HTTP keep-alive full speed (1 conn): copied within 1 s of the load's end".into(),
+        r.map(|r| r.rt.pct(r.rt.within_1s)),
+        90.0,
+        true,
+        ">= 90 %".into(),
+    ));
+    for (sc, c_copier, c_icpt) in C_TOOL_CPU {
+        let r = find(sc);
+        let what = match sc {
+            Scenario::ThinkKeepAlive => "keep-alive",
+            Scenario::ThinkClose => "Connection: close",
+            _ => "100 KB answers",
+        };
+        for (who, c_tool, cpu) in [("copier", c_copier, r.map(|r| &r.copier)), ("intercept", c_icpt, r.map(|r| &r.intercept))] {
+            let measured = r.zip(cpu).and_then(|(r, cpu)| per_thousand(cpu, r.rt.copied));
+            t.push((
+                format!("{who} CPU s per 1000 copied requests, {what} (4 ms think)"),
+                measured,
+                c_tool / 3.0,
+                false,
+                format!("<= {:.4} (C tool {c_tool} / 3)", c_tool / 3.0),
+            ));
+        }
+    }
+    let r = find(Scenario::Think100k);
+    t.push((
+        "intercept records per 100 KB answer".into(),
+        r.filter(|r| r.rt.copied > 0).map(|r| r.records as f64 / r.rt.copied as f64),
+        4.0,
+        false,
+        "<= 4".into(),
+    ));
+    println!("| target | measured | goal | result |");
+    println!("|---|---:|---|---|");
+    let (mut pass, mut fail) = (0, 0);
+    for (what, m, goal, at_least, goal_text) in t {
+        let (shown, verdict) = match m {
+            None => ("-".to_string(), "not run"),
+            Some(v) => {
+                let ok = if at_least { v >= goal } else { v <= goal };
+                if ok {
+                    pass += 1;
+                } else {
+                    fail += 1;
+                }
+                let shown = if goal_text.contains('%') { format!("{v:.2} %") } else { format!("{v:.4}") };
+                (shown, if ok { "PASS" } else { "FAIL" })
+            }
+        };
+        println!("| {what} | {shown} | {goal_text} | {verdict} |");
+    }
+    println!();
+    println!("issue 10 targets: {pass} PASS, {fail} FAIL (informative: the exit status does not depend on them)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1201,6 +1749,14 @@ fn rate_label(rate: Option<u64>) -> String {
 fn run() -> Result<()> {
     let args = parse_args()?;
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let redis = args.scenarios.contains(&Scenario::Redis);
+    if redis {
+        for tool in ["redis-server", "redis-benchmark"] {
+            if lab::which(tool).is_none() {
+                bail!("the redis scenario needs `{tool}` (scripts/install-deps.sh installs it), or leave it out of --scenarios");
+            }
+        }
+    }
     let started = Instant::now();
     let mut lab = Lab::with(LabOptions {
         offloads: true,
@@ -1221,12 +1777,22 @@ fn run() -> Result<()> {
         Host::Client,
         &format!("sysctl -qw net.ipv4.ip_local_port_range='{range}'"),
     )?;
+    // both nginx serve the 100 KB file of think-100k; the intercept exports its counters; with
+    // the redis scenario the copier also maps 6379 and the intercept guards it
+    let nginx = NginxOptions { files: vec![(BIG_PATH.into(), BIG_SIZE)], ..NginxOptions::default() };
+    let redis_map = format!("{REDIS_PORT}={}:{REDIS_PORT}", addr::TEST);
+    let mut copier_args: Vec<String> = ["--metrics", COPIER_METRICS, "--seed", "7"].iter().map(|a| a.to_string()).collect();
+    let intercept_args: Vec<String> = vec!["--metrics".into(), INTERCEPT_METRICS.into()];
+    if redis {
+        copier_args.extend(["--map".into(), redis_map]);
+    }
+    copier_args.extend(args.copier_args.iter().cloned());
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS, "--seed", "7"]
-            .iter()
-            .map(|a| a.to_string())
-            .chain(args.copier_args.iter().cloned())
-            .collect(),
+        online: nginx.clone(),
+        test: Some(nginx),
+        copier_args,
+        intercept_args,
+        extra_ports: if redis { vec![REDIS_PORT] } else { Vec::new() },
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).context("start the copying setup")?;
@@ -1244,7 +1810,15 @@ fn run() -> Result<()> {
             bail!("pid {pid} is {comm:?}, not the {want} (ip netns exec and env should exec)");
         }
     }
-    add_leak_rules(&lab)?;
+    let mut scen = ScenarioState {
+        redis: if redis { Some(Redis::start(&mut lab).context("start redis on online and test")?) } else { None },
+        redis_requests: args.redis_requests,
+        final_wait: args.final_wait,
+        close_next: 0,
+    };
+    if args.scenarios.contains(&Scenario::ThinkClose) {
+        lab.exec_ok(Host::Client, &["ip", "addr", "add", &format!("{CLIENT_B}/24"), "dev", lab::ifname::CLIENT_TO_ONLINE])?;
+    }
 
     let mut gen = Generator::new()?;
     if !args.kernel_ports {
@@ -1313,6 +1887,10 @@ fn run() -> Result<()> {
             args.step,
         )?);
     }
+    for &sc in &args.scenarios {
+        eprintln!("scenario {} ...", sc.name());
+        rows.push(run_scenario(ctx, &mut gen, sc, args.scenario_step, &mut scen)?);
+    }
     // Every step's fidelity from the final logs.
     c.test()
         .wait_settled(Duration::from_millis(500), Duration::from_secs(3));
@@ -1322,6 +1900,7 @@ fn run() -> Result<()> {
     println!();
     println!("## keep-alive: {} connections, one request outstanding each, open-loop pacing per connection", args.conns);
     println!();
+    let (scenarios, rows): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| matches!(r.kind, Kind::Scenario(_)));
     let (ka, short): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.kind != Kind::Short);
     let mut ka = ka;
     let mut short = short;
@@ -1338,7 +1917,19 @@ fn run() -> Result<()> {
     if !short.is_empty() {
         println!("  short connections: {}", best_rate(&short, Kind::Short));
     }
-    let all: Vec<&Row> = ka.iter().chain(short.iter()).collect();
+    if !scenarios.is_empty() {
+        println!();
+        println!("## issue 10 scenarios ({:.1} s of load each; redis: {} requests)", args.scenario_step.as_secs_f64(), args.redis_requests);
+        println!();
+        for r in &scenarios {
+            if let Kind::Scenario(sc) = r.kind {
+                println!("- {}: {}", sc.name(), sc.what());
+            }
+        }
+        println!();
+        print_scenarios(&scenarios);
+    }
+    let all: Vec<&Row> = ka.iter().chain(short.iter()).chain(scenarios.iter()).collect();
     for r in &all {
         if !r.load.errors.is_empty() || r.load.skipped > 0 {
             println!(
@@ -1346,7 +1937,7 @@ fn run() -> Result<()> {
                 r.label, r.kind, r.load.errors, r.load.skipped
             );
         }
-        if r.test < r.matched + r.extra {
+        if r.test < r.matched + r.extra && !matches!(r.kind, Kind::Scenario(_)) {
             println!(
                 "  step {}: {} copies reached the test server after the step had settled (counted for it)",
                 r.label,
@@ -1443,6 +2034,12 @@ fn run() -> Result<()> {
                 10
             )
         );
+    }
+    if !scenarios.is_empty() {
+        println!();
+        println!("## issue 10: the targets");
+        println!();
+        print_targets(&scenarios);
     }
     let leaks: u64 = all.iter().map(|r| r.leaks).sum();
     let extra: u64 = all.iter().map(|r| r.extra).sum();

@@ -34,6 +34,7 @@ use common::proto::io::client_handshake;
 use common::proto::Message;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
+use lab::bench::{Cpu, TICK_NS};
 use lab::setup::{CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, Host, Lab, LabOptions};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -295,66 +296,6 @@ impl Sender {
 // ---------------------------------------------------------------------------------------------
 // What we read about the intercept and the kernel.
 
-/// CPU time of the intercept: per-thread ns on CPU (schedstat), grouped by thread name, and the
-/// process's user and system ticks.
-#[derive(Debug, Clone, Default)]
-struct Cpu {
-    by_thread: BTreeMap<String, u64>,
-    user_ticks: u64,
-    sys_ticks: u64,
-}
-
-impl Cpu {
-    /// All threads of process `pid`, or only thread `tid` of it.
-    fn read(pid: u32, tid: Option<u32>) -> Result<Cpu> {
-        let mut cpu = Cpu::default();
-        let dirs: Vec<std::path::PathBuf> = match tid {
-            Some(t) => vec![format!("/proc/{pid}/task/{t}").into()],
-            None => std::fs::read_dir(format!("/proc/{pid}/task"))
-                .context("/proc/PID/task")?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .collect(),
-        };
-        for dir in dirs {
-            let (Ok(comm), Ok(ss)) = (
-                std::fs::read_to_string(dir.join("comm")),
-                std::fs::read_to_string(dir.join("schedstat")),
-            ) else {
-                continue; // the thread ended meanwhile
-            };
-            let ns: u64 = ss.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
-            *cpu.by_thread.entry(comm.trim().to_owned()).or_default() += ns;
-        }
-        let stat_path = match tid {
-            Some(t) => format!("/proc/{pid}/task/{t}/stat"),
-            None => format!("/proc/{pid}/stat"),
-        };
-        let stat = std::fs::read_to_string(&stat_path).with_context(|| format!("read {stat_path}"))?;
-        // fields after "(comm)": state is field 3, utime 14, stime 15
-        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        cpu.user_ticks = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-        cpu.sys_ticks = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-        Ok(cpu)
-    }
-
-    fn total(&self) -> u64 {
-        self.by_thread.values().sum()
-    }
-
-    fn minus(&self, before: &Cpu) -> Cpu {
-        let mut by_thread = self.by_thread.clone();
-        for (k, v) in by_thread.iter_mut() {
-            *v = v.saturating_sub(before.by_thread.get(k).copied().unwrap_or(0));
-        }
-        Cpu {
-            by_thread,
-            user_ticks: self.user_ticks.saturating_sub(before.user_ticks),
-            sys_ticks: self.sys_ticks.saturating_sub(before.sys_ticks),
-        }
-    }
-}
-
 /// A queue's line of `/proc/net/netfilter/nfnetlink_queue` in the test namespace.
 #[derive(Debug, Clone, Copy, Default)]
 struct KernelQueue {
@@ -463,7 +404,7 @@ fn step(
 }
 
 fn print_table(rows: &[Row]) {
-    let tick_ns = 1e9 / 100.0; // USER_HZ
+    let tick_ns = TICK_NS;
     println!(
         "| step | offered pps | queued pps | records/s | loss % | kernel drops | CPU % | user % | sys % | nfqueue thr % | control thr % | CPU µs/record | leaks |"
     );
@@ -811,7 +752,7 @@ fn bare_reader(st: &BareState) -> Result<()> {
 }
 
 fn print_baseline(rows: &[Row]) {
-    let tick_ns = 1e9 / 100.0; // USER_HZ
+    let tick_ns = TICK_NS;
     println!("| step | offered pps | queued pps | verdicts/s | loss % | kernel drops | CPU % | user % | sys % | CPU µs/packet |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
