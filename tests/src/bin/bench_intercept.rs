@@ -31,7 +31,7 @@
 use anyhow::{bail, Context, Result};
 use common::flow::FourTuple;
 use common::proto::io::client_handshake;
-use common::proto::Message;
+use common::proto::{Message, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
 use lab::bench::{Cpu, TICK_NS};
@@ -198,6 +198,13 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
                     state.received.fetch_add(records.len() as u64, Ordering::Relaxed);
                 }
                 Ok(Ok(Some(Message::Pong { token: 7 }))) => state.ready.store(true, Ordering::Release),
+                // the intercept's verdicts on the Register (it answers every Register)
+                Ok(Ok(Some(Message::Registered { results }))) => {
+                    let refused: Vec<_> = results.iter().filter(|(_, v)| *v != RegVerdict::Accepted).collect();
+                    if let Some((t, v)) = refused.first() {
+                        bail!("the intercept refused {} of {} registrations (first: {t:?}: {v:?})", refused.len(), results.len());
+                    }
+                }
                 Ok(Ok(Some(other))) => bail!("unexpected {} message from the intercept", other.name()),
                 Ok(Ok(None)) => bail!("the intercept closed the control connection"),
                 Ok(Err(e)) => bail!("control connection: {e}"),
