@@ -68,7 +68,9 @@ impl Bench {
             e.handle_captured(now, &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]));
             e.handle_captured(now, &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]));
             while let Some(ev) = e.poll_control() {
-                assert!(matches!(ev, ControlEvent::Register(_)));
+                let ControlEvent::Register(t) = ev else { panic!("not a Register: {ev:?}") };
+                // As a connected intercept does: the registration is in force.
+                e.handle_registered(now, 0, t, common::proto::RegVerdict::Accepted);
             }
             while e.poll_transmit(now, &mut out).is_some() {}
             let sa = packet(target, c, TISN, ISN + 1, TcpFlags::SYN | TcpFlags::ACK, 65535, &syn_opts, &[]);
@@ -126,7 +128,7 @@ fn plain_figure(sessions: u32, seg: usize) {
     }
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let s = b.e.stats();
-    assert!(s.segments_sent >= u64::from(n), "every segment went out");
+    assert!(s.segments_sent >= u64::from(n), "every segment went out: {s:?}");
     assert_eq!(s.sessions_failed.total(), 0);
     println!(
         "engine: {ns:.0} ns/segment ({sessions} sessions, {seg}-byte segments, an ACK record per 4 segments; {} KiB buffered)",
