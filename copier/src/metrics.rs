@@ -444,6 +444,20 @@ mod tests {
     use super::*;
     use metrics_exporter_prometheus::PrometheusBuilder;
 
+    /// Export `engine` with everything else empty (one intercept connected).
+    fn export_engine(engine: &EngineStats) {
+        export(&Snapshot {
+            engine,
+            memory: 0,
+            capture: CaptureStats::default(),
+            send: &SendStats::default(),
+            send_queue: 0,
+            intercepts: 1,
+            registered: 0,
+            panics: 0,
+        });
+    }
+
     #[test]
     fn the_multiplier_is_exported_next_to_the_request() {
         let prom = PrometheusBuilder::new().build_recorder();
@@ -457,16 +471,7 @@ mod tests {
             ..EngineStats::default()
         };
         ::metrics::with_local_recorder(&prom, || {
-            export(&Snapshot {
-                engine: &engine,
-                memory: 0,
-                capture: CaptureStats::default(),
-                send: &SendStats::default(),
-                send_queue: 0,
-                intercepts: 1,
-                registered: 0,
-                panics: 0,
-            });
+            export_engine(&engine);
         });
         let text = handle.render();
         for want in [
@@ -494,25 +499,13 @@ mod tests {
             .build_recorder();
         let handle = prom.handle();
         let mut engine = EngineStats::default();
-        let snap = |e: &EngineStats| {
-            export(&Snapshot {
-                engine: e,
-                memory: 0,
-                capture: CaptureStats::default(),
-                send: &SendStats::default(),
-                send_queue: 0,
-                intercepts: 1,
-                registered: 0,
-                panics: 0,
-            });
-        };
         ::metrics::with_local_recorder(&prom, || {
             for ms in [0.3, 0.4, 3.0] {
                 engine.replay_lag.record(std::time::Duration::from_secs_f64(ms / 1e3));
             }
-            snap(&engine);
+            export_engine(&engine);
             engine.replay_lag.record(std::time::Duration::from_millis(700));
-            snap(&engine); // only the new sample is recorded again
+            export_engine(&engine); // only the new sample is recorded again
         });
         let text = handle.render();
         for want in [
