@@ -368,7 +368,7 @@ fn run(cli: Cli) -> Result<()> {
     // From here on, every way out (a signal, an error) comes back here, where the rules are
     // removed only if the router is quiet; a panic leaves them in place (the guard's Drop).
     let outcome = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("intercept-ctl")
         .enable_all()
         .build()
