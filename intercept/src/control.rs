@@ -22,10 +22,11 @@
 //! - a copier's records wait in its bounded [`Outlet`]; the writer drains it in batches of
 //!   many records per frame, and the socket write is TCP-flow-controlled, so a slow copier costs
 //!   bounded memory (the oldest records are dropped and counted);
-//! - writes to one copier are at least [`WRITE_INTERVAL`] apart: a record that finds the writer
-//!   idle goes out at once, records that come while it has just written wait for the next write
-//!   (at most one interval, plus the timer's rounding), so a busy connection costs one wake-up
-//!   and one write per interval instead of one per record;
+//! - no clock in the record path: a record that finds the writer idle is written at once; the
+//!   records that arrive while a write is in progress are all taken by the next write, so a
+//!   busy connection batches by itself (one wake-up and one write per turn of the writer, not
+//!   per record) and an idle one adds no delay. The outlet wakes the writer only when it goes
+//!   from empty to non-empty, and the NFQUEUE worker pushes each receive batch at once;
 //! - when a connection ends, its registrations are removed from the router and its outlet is
 //!   closed, so no later record is queued for it.
 
@@ -48,13 +49,8 @@ use crate::metrics::{
 use crate::outlet::{Outlet, Shared};
 use crate::router::CopierId;
 
-/// Records written per batch (several frames if they do not fit in one).
+/// Most records taken from the outlet per write (several frames if they do not fit in one).
 const BATCH: usize = 4096;
-/// Least time between two record writes to one copier (see the module doc). Measured with
-/// `bench_intercept` (BENCHMARKS.md): writing every record as it came cost the control thread
-/// about 5 µs of CPU per record at 20k records/s (a wake-up, a futex and a `send` for every few
-/// records); with 1 ms it costs 1 to 2 µs, and the writer wakes about once per millisecond.
-pub const WRITE_INTERVAL: Duration = Duration::from_millis(1);
 /// How long shutdown waits for connections to flush.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Default [`ControlConfig::max_pending`].
@@ -527,44 +523,44 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let sent = counter!(RECORDS_SENT, "copier" => label.to_string());
     let mut batch = Vec::with_capacity(BATCH);
     let mut stopping = *shutdown.borrow();
-    // When the last records were written: the next write waits until WRITE_INTERVAL after it.
-    let mut last_write: Option<tokio::time::Instant> = None;
     let mut replies: Vec<Message> = Vec::new();
     loop {
-        if !stopping {
-            let due = last_write.map(|t| t + WRITE_INTERVAL);
+        // Idle: sleep until a record is queued (the outlet wakes us only when it goes from
+        // empty to non-empty), a reply is due or we stop. Busy: no waiting at all.
+        if !stopping && outlet.is_empty() && replies.is_empty() {
             tokio::select! {
-                // Within the interval after a write: sleep it out, then write whatever came
-                // meanwhile without waiting for (and being woken by) each record.
-                () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
-                    last_write = None;
-                    if outlet.is_empty() {
-                        continue;
-                    }
-                }
-                () = outlet.ready(), if due.is_none() => {}
-                // A Pong or Registered goes out at once, after the records queued so far (a
-                // copier may use Ping as a barrier).
-                Some(m) = reply.recv() => {
-                    replies.push(m);
-                    while let Ok(m) = reply.try_recv() {
-                        replies.push(m);
-                    }
-                }
+                () = outlet.ready() => {}
+                Some(m) = reply.recv() => replies.push(m),
                 _ = shutdown.changed() => stopping = true,
             }
         }
+        while let Ok(m) = reply.try_recv() {
+            replies.push(m);
+        }
+        if !stopping && shutdown.has_changed().unwrap_or(true) {
+            stopping = true;
+        }
+        // Everything queued now goes in one write (several frames if it is large). Records that
+        // arrive during the write wait for the next turn of the loop, which takes them all at
+        // once: batches grow with the load, and a record that finds the writer idle goes at
+        // once. A Pong or Registered goes out after the records queued before it (a copier may
+        // use Ping as a barrier); on shutdown everything queued is flushed first.
+        let flush_all = stopping || !replies.is_empty();
+        let mut left = if flush_all { outlet.len() } else { BATCH };
         loop {
             batch.clear();
-            outlet.drain_into(&mut batch, BATCH);
+            outlet.drain_into(&mut batch, left.min(BATCH));
             if batch.is_empty() {
                 break;
             }
             if let Err(e) = writer.write_records(&batch).await {
                 return End::Io(e.to_string());
             }
-            last_write = Some(tokio::time::Instant::now());
             sent.increment(batch.len() as u64);
+            left = left.saturating_sub(batch.len());
+            if !flush_all || left == 0 {
+                break;
+            }
         }
         if !replies.is_empty() {
             if let Err(e) = writer.write_messages(&replies).await {

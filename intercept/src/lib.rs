@@ -1,5 +1,5 @@
 //! Intercept library: the routing decision logic ([`router`], sans-IO, with [`allow`],
-//! [`hold`] and [`tombstone`]) and its I/O layer: [`nfqueue`] workers, the [`outlet`] queues shared with the
+//! [`hold`] and [`tombstone`]) and its I/O layer: [`nfqueue`] workers (over our own [`netlink`] messages), the [`outlet`] queues shared with the
 //! [`control`] connections, the iptables [`rules`] (and what becomes of them at [`exit`]),
 //! this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`] names.
 
@@ -9,6 +9,7 @@ pub mod exit;
 pub mod hold;
 pub mod local;
 pub mod metrics;
+pub mod netlink;
 pub mod nfqueue;
 pub mod outlet;
 pub mod refusal;

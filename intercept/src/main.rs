@@ -44,6 +44,11 @@ given --port(s) is handed to this daemon by an iptables NFQUEUE rule. For each p
     host gets its answer); --no-local-answers turns this off;
   - anything else is held for --hold-time in case its registration is on its way, then dropped
     and counted (fail closed).
+The queue hands over segmentation-offload super-segments whole (NFQUEUE GSO delivery), so a
+large answer is a few packets and a few records, not one per MTU; an accepted one is cut by the
+kernel after the verdict. Packets are read several per system call when several wait, and
+dropped with one batch verdict; records go to the copier as soon as its connection is idle,
+batched while it is busy.
 Copiers connect to --listen and authenticate with the shared secret in --secret-file. A copier's
 registration of a session this intercept cannot guard (a server port that is not a --port, an
 IPv6 session with --ipv4-only, more than --max-registrations) is refused, and the copier told.
@@ -117,7 +122,7 @@ struct Cli {
     queue_balance: Option<(u16, u16)>,
 
     /// Also send the first K bytes of each response's TCP payload to the copier (default:
-    /// headers only).
+    /// headers only). Of a super-segment, the first K bytes of the whole super-segment.
     #[arg(long, value_name = "K", default_value_t = 0)]
     payload_bytes: usize,
 
@@ -340,7 +345,7 @@ fn run(cli: Cli) -> Result<()> {
         bound.push(nfqueue::bind(q, cli.payload_bytes)?);
     }
     tracing::info!(
-        "bound NFQUEUE queue(s) {queues:?}, copy range {} bytes, fail-open off",
+        "bound NFQUEUE queue(s) {queues:?}, copy range {} bytes, fail-open off, GSO delivery on",
         nfqueue::copy_range(cli.payload_bytes)
     );
 
@@ -368,7 +373,7 @@ fn run(cli: Cli) -> Result<()> {
     // From here on, every way out (a signal, an error) comes back here, where the rules are
     // removed only if the router is quiet; a panic leaves them in place (the guard's Drop).
     let outcome = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("intercept-ctl")
         .enable_all()
         .build()
@@ -468,7 +473,7 @@ async fn serve(
         .await
         .with_context(|| format!("listen for copiers on {} (--listen)", cli.listen))?;
 
-    // Workers are plain threads blocked in recv(); at exit the process ends them (the kernel
+    // Workers are plain threads blocked in recvmmsg(); at exit the process ends them (the kernel
     // then drops whatever is still queued: fail closed). A worker that ends or panics is
     // reported (log, metric) and stops the daemon.
     let (dead_tx, mut dead_rx) = mpsc::unbounded_channel::<String>();

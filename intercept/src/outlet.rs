@@ -76,6 +76,34 @@ impl Shared {
         }
     }
 
+    /// Decide about the packets of one NFQUEUE receive batch under one lock: `packets` are
+    /// (bytes copied, whole length) pairs, and `decided(i, accept, delivery)` is called for
+    /// each, in order, with the lock held (it must only store the outcome; the caller gives
+    /// the verdicts and then [`push_all`]s the deliveries, with no lock held).
+    pub fn route_batch<'p>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = (&'p [u8], usize)>,
+        mut decided: impl FnMut(usize, bool, Option<Delivery>),
+    ) {
+        let mut core = self.lock();
+        for (i, (bytes, len)) in packets.into_iter().enumerate() {
+            let (accept, d) = match core.router.handle_packet_len(now, bytes, len, self.payload_bytes) {
+                Decision::Accept => (true, None),
+                Decision::Deliver { copier, record } => (
+                    false,
+                    Some(Delivery {
+                        copier,
+                        outlet: core.outlets.get(&copier).cloned(),
+                        record,
+                    }),
+                ),
+                Decision::Drop(_) | Decision::Held => (false, None),
+            };
+            decided(i, accept, d);
+        }
+    }
+
     /// Lock the core. A poisoned lock (a panic while holding it) is taken over: the router's
     /// state stays consistent between calls, and refusing would stop every verdict.
     pub fn lock(&self) -> MutexGuard<'_, Core> {
@@ -104,6 +132,37 @@ impl Delivery {
             None => {
                 counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(1);
                 tracing::debug!(copier = %self.copier, "record for a copier that just left: dropped");
+            }
+        }
+    }
+}
+
+/// Queue the records of one receive batch: one push (one lock, at most one wake-up of the
+/// writer) per copier, each copier's records in the order they came. Empties `deliveries`.
+pub fn push_all(deliveries: &mut Vec<Delivery>) {
+    if deliveries.len() == 1 {
+        if let Some(d) = deliveries.pop() {
+            d.push();
+        }
+        return;
+    }
+    // Stable: a copier's records keep their order.
+    deliveries.sort_by_key(|d| d.copier);
+    let mut it = deliveries.drain(..).peekable();
+    while let Some(first) = it.next() {
+        let copier = first.copier;
+        let outlet = first.outlet;
+        let mut records = vec![first.record];
+        while let Some(d) = it.next_if(|d| d.copier == copier) {
+            records.push(d.record);
+        }
+        match outlet {
+            Some(o) => {
+                o.push(records);
+            }
+            None => {
+                counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(records.len() as u64);
+                tracing::debug!(%copier, n = records.len(), "records for a copier that just left: dropped");
             }
         }
     }
@@ -141,8 +200,10 @@ impl Outlet {
             return 0;
         }
         let mut dropped = 0;
+        let was_empty;
         {
             let mut q = self.lock();
+            was_empty = q.is_empty();
             for r in records {
                 if q.len() >= self.capacity {
                     q.pop_front();
@@ -154,7 +215,12 @@ impl Outlet {
         if dropped > 0 {
             counter!(RECORDS_DROPPED, "reason" => "copier_slow").increment(dropped as u64);
         }
-        self.notify.notify_one();
+        // Only the push that makes the queue non-empty wakes the writer: while records wait,
+        // the writer has a wake-up pending or is busy writing, and it drains the queue until
+        // it finds it empty before it waits again, so later pushes need no wake-up of their own.
+        if was_empty {
+            self.notify.notify_one();
+        }
         dropped
     }
 
@@ -175,8 +241,10 @@ impl Outlet {
         self.len() == 0
     }
 
-    /// Wait until records may have been pushed since the last wait (a push before the wait
-    /// started is not lost: `Notify` keeps one permit).
+    /// Wait until the queue may have gone from empty to non-empty since the last wait (a push
+    /// before the wait started is not lost: `Notify` keeps one permit). The waiter must drain
+    /// the queue until it is empty before it waits again: pushes into a non-empty queue do not
+    /// wake it.
     pub async fn ready(&self) {
         self.notify.notified().await;
     }
@@ -217,6 +285,31 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_goes_to_each_outlet_in_one_push_and_in_order() {
+        let a = Arc::new(Outlet::new(100));
+        let b = Arc::new(Outlet::new(100));
+        let d = |c: u64, o: &Arc<Outlet>, n: u32| Delivery {
+            copier: CopierId(c),
+            outlet: Some(o.clone()),
+            record: rec(n),
+        };
+        let gone = Delivery {
+            copier: CopierId(3),
+            outlet: None,
+            record: rec(99),
+        };
+        let mut batch = vec![d(2, &b, 1), d(1, &a, 2), d(2, &b, 3), gone, d(1, &a, 4), d(2, &b, 5)];
+        push_all(&mut batch);
+        assert!(batch.is_empty());
+        let mut out = Vec::new();
+        a.drain_into(&mut out, 100);
+        assert_eq!(out, vec![rec(2), rec(4)]);
+        out.clear();
+        b.drain_into(&mut out, 100);
+        assert_eq!(out, vec![rec(1), rec(3), rec(5)]);
+    }
+
+    #[test]
     fn closed_outlet_refuses() {
         let o = Outlet::new(3);
         o.push([rec(1)]);
@@ -226,12 +319,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn only_the_push_into_an_empty_queue_wakes_the_writer() {
+        let o = Outlet::new(10);
+        o.push([rec(1)]);
+        o.push([rec(2)]);
+        o.push([rec(3), rec(4)]);
+        // One permit for the first push; the later ones found the queue non-empty.
+        tokio::time::timeout(std::time::Duration::from_secs(1), o.ready())
+            .await
+            .unwrap();
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), o.ready())
+                .await
+                .is_err(),
+            "pushes into a non-empty queue woke the writer again"
+        );
+        let mut out = Vec::new();
+        o.drain_into(&mut out, 100);
+        assert_eq!(out.len(), 4);
+        // Empty again: the next push wakes it.
+        o.push([rec(5)]);
+        tokio::time::timeout(std::time::Duration::from_secs(1), o.ready())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
     async fn push_before_wait_is_not_lost() {
         let o = Arc::new(Outlet::new(3));
         o.push([rec(1)]);
         tokio::time::timeout(std::time::Duration::from_secs(1), o.ready())
             .await
             .unwrap();
+        o.drain_into(&mut Vec::new(), 10);
         let o2 = o.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(50));

@@ -377,12 +377,29 @@ impl Router {
         ip_packet: &[u8],
         payload_bytes: usize,
     ) -> Decision {
+        self.handle_packet_len(now, ip_packet, ip_packet.len(), payload_bytes)
+    }
+
+    /// [`Router::handle_packet`] for a packet of `wire_len` bytes of which `ip_packet` holds
+    /// the first ones (NFQUEUE's `NFQA_CAP_LEN`). The record's length comes from the IP header;
+    /// `wire_len` fills it in only where the header has none (an IPv4 length field of 0, a
+    /// GSO super-segment larger than 64 KB).
+    pub fn handle_packet_len(
+        &mut self,
+        now: Instant,
+        ip_packet: &[u8],
+        wire_len: usize,
+        payload_bytes: usize,
+    ) -> Decision {
         self.stats.packets += 1;
         self.expire(now);
-        let Ok(h) = parse_response_headers(ip_packet) else {
+        let Ok(mut h) = parse_response_headers(ip_packet) else {
             self.stats.dropped_malformed += 1;
             return Decision::Drop(DropReason::Malformed);
         };
+        if h.orig_len == ip_packet.len() && wire_len > ip_packet.len() {
+            h.orig_len = wire_len;
+        }
         if let Some(&copier) = self.routes.get(&h.tuple) {
             self.stats.delivered += 1;
             return Decision::Deliver {

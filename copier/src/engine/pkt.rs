@@ -107,3 +107,48 @@ pub(crate) fn parse_record(rec: &Record) -> Result<RecordInfo, WireError> {
     let data_len = u32::try_from(total.saturating_sub(h.headers_len)).unwrap_or(u32::MAX);
     Ok(RecordInfo { tuple: h.tuple, hdr: Header::of(&tcp), data_len })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::wire::TcpBuilder;
+
+    /// A GSO super-segment as the intercept records it with GSO delivery on: only the headers
+    /// are copied, the IP header says how long the whole packet was.
+    fn super_segment_record(data: usize, zero_ip_len: bool) -> Record {
+        let payload = vec![b'x'; data];
+        let mut pkt = Vec::new();
+        TcpBuilder {
+            src: "198.18.2.2:80".parse().unwrap(),
+            dst: "198.19.0.5:40000".parse().unwrap(),
+            seq: SeqNum(1000),
+            ack: SeqNum(1),
+            flags: TcpFlags::ACK,
+            window: 100,
+            options: &[],
+            payload: &payload,
+            ttl: 64,
+            ident: 0,
+        }
+        .emit(&mut pkt);
+        let orig_len = pkt.len() as u32;
+        let (_, mut rec) = Record::from_packet(&pkt[..128], 0).unwrap();
+        if zero_ip_len {
+            // over 64 KB (BIG TCP) the IP length field is 0: the intercept's orig_len counts
+            rec.headers[2..4].copy_from_slice(&[0, 0]);
+        }
+        assert_eq!(rec.orig_len, orig_len);
+        assert_eq!(rec.headers.len(), 40);
+        rec
+    }
+
+    #[test]
+    fn a_super_segments_length_comes_from_its_ip_header_not_the_copied_bytes() {
+        let r = parse_record(&super_segment_record(65_000, false)).unwrap();
+        assert_eq!(r.data_len, 65_000);
+        assert_eq!(r.seq_len(), 65_000);
+        assert_eq!(r.hdr.seq, SeqNum(1000));
+        let r = parse_record(&super_segment_record(30_000, true)).unwrap();
+        assert_eq!(r.data_len, 30_000, "IP length 0: the record's orig_len");
+    }
+}

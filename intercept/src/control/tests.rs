@@ -381,7 +381,24 @@ async fn shutdown_tells_the_copiers() {
     assert!(h.shared.lock().outlets.is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Read Records frames until `n` records came; returns the number of frames and the records'
+/// sequence numbers.
+async fn read_frames(c: &mut Conn, n: usize) -> (usize, Vec<u32>) {
+    let mut frames = 0;
+    let mut got = Vec::new();
+    while got.len() < n {
+        match next(c).await {
+            Message::Records { records } => {
+                frames += 1;
+                got.extend(records.iter().map(seq_of));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (frames, got)
+}
+
+#[tokio::test]
 async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() {
     let h = start(10_000).await;
     let mut a = connect(&h).await;
@@ -394,8 +411,8 @@ async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() 
         1,
     )
     .await;
-    // A lone record after a quiet spell goes out at once (no interval to wait out).
-    tokio::time::sleep(super::WRITE_INTERVAL * 5).await;
+    // A lone record after a quiet spell goes out at once.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let t0 = Instant::now();
     inject(&h, &response(c, 1));
     assert_eq!(records(&mut a, 1).await.len(), 1);
@@ -404,40 +421,34 @@ async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() 
         "a lone record waited {:?}",
         t0.elapsed()
     );
-    // 500 records 50 µs apart from another thread, as an NFQUEUE worker pushes them: the writer
-    // (on another thread) would keep up and write nearly every one on its own.
+    // 500 records pushed one by one while the writer cannot run (it shares this test's
+    // thread: a current-thread runtime), as a burst piles up while the writer is busy: only
+    // the first push into the empty outlet wakes it, and its next write takes them all.
+    for i in 0..500 {
+        inject(&h, &response(c, 100 + i));
+    }
+    let (frames, got) = read_frames(&mut a, 500).await;
+    assert_eq!(got, (100..600).collect::<Vec<_>>(), "all records, in order");
+    assert!(
+        frames <= 2,
+        "{frames} frames for a burst of 500 records queued at once"
+    );
+    // 500 more from another thread as fast as it goes, as an NFQUEUE worker pushes them while
+    // the writer runs: each write takes what came during the previous one.
     let shared = h.shared.clone();
     let pusher = std::thread::spawn(move || {
         for i in 0..500 {
-            let (_, d) = shared.route(Instant::now(), &response(c, 100 + i));
+            let (_, d) = shared.route(Instant::now(), &response(c, 1000 + i));
             d.expect("registered").push();
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_micros(50) {
-                std::hint::spin_loop();
-            }
         }
     });
-    let mut frames = 0;
-    let mut got = Vec::new();
-    while got.len() < 500 {
-        match next(&mut a).await {
-            Message::Records { records } => {
-                frames += 1;
-                got.extend(records);
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    let (frames, got) = read_frames(&mut a, 500).await;
     pusher.join().unwrap();
-    let seqs: Vec<u32> = got.iter().map(seq_of).collect();
-    assert_eq!(
-        seqs,
-        (100..600).collect::<Vec<_>>(),
-        "all records, in order"
-    );
+    assert_eq!(got, (1000..1500).collect::<Vec<_>>(), "all records, in order");
+    eprintln!("500 records pushed back to back from another thread: {frames} frames");
     assert!(
         frames <= 100,
-        "{frames} frames for 500 records: writes are not coalesced"
+        "{frames} frames for 500 records pushed back to back: writes are not coalesced"
     );
     // A Ping is answered after the records queued before it.
     inject(&h, &response(c, 700));
@@ -688,4 +699,49 @@ async fn a_register_frame_modified_in_transit_closes_the_connection() {
     // The tampered registration never took effect (neither the sent nor the altered tuple).
     assert!(h.shared.lock().router.route(&tuple(t)).is_none());
     assert_eq!(h.shared.lock().router.stats().registrations, 0);
+}
+
+/// A record queued right after a write leaves with the next write, not after a timer: on a
+/// paused clock (which only moves when a timer is waited for), the writer sends it without the
+/// clock moving at all.
+#[tokio::test(start_paused = true)]
+async fn a_record_arriving_right_after_a_write_is_not_held_for_a_timer() {
+    use crate::outlet::Outlet;
+    use common::proto::io::{FrameReader, FrameWriter};
+    let (near, far) = tokio::io::duplex(1 << 20);
+    let mut reader = FrameReader::new(far);
+    let outlet = Arc::new(Outlet::new(100));
+    let (_reply_tx, reply_rx) = tokio::sync::mpsc::channel(4);
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    let o = outlet.clone();
+    let writer = tokio::spawn(async move {
+        let mut w = FrameWriter::new(near);
+        super::write_loop(&mut w, &o, reply_rx, stop_rx, "paused-test").await
+    });
+    let rec = |n: u32| Record {
+        orig_len: n,
+        headers: vec![],
+        payload: vec![],
+    };
+    async fn read(r: &mut FrameReader<tokio::io::DuplexStream>) -> Vec<u32> {
+        match r.read_message().await.unwrap().expect("open") {
+            Message::Records { records } => records.iter().map(|r| r.orig_len).collect(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let t0 = tokio::time::Instant::now();
+    outlet.push([rec(1)]);
+    assert_eq!(read(&mut reader).await, vec![1]);
+    // Right after that write, with no time passing:
+    outlet.push([rec(2)]);
+    assert_eq!(read(&mut reader).await, vec![2]);
+    outlet.push([rec(3), rec(4)]);
+    outlet.push([rec(5)]);
+    assert_eq!(read(&mut reader).await, vec![3, 4, 5]);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::ZERO,
+        "the writer waited for a timer before writing"
+    );
+    writer.abort();
 }

@@ -31,7 +31,7 @@
 use anyhow::{bail, Context, Result};
 use common::flow::FourTuple;
 use common::proto::io::client_handshake;
-use common::proto::{Message, RegVerdict};
+use common::proto::Message;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
 use lab::bench::{Cpu, TICK_NS};
@@ -186,7 +186,13 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
         // The intercept handles a connection's messages in order: the Pong means the
         // registrations are in the router.
         est.writer.write_message(&Message::Ping { token: 7 }).await?;
+        // Ping like the copier does (every 5 s): the intercept closes a copier silent for 30 s.
+        let mut last_ping = std::time::Instant::now();
         while !state.stop.load(Ordering::Relaxed) {
+            if last_ping.elapsed() >= Duration::from_secs(5) {
+                est.writer.write_message(&Message::Ping { token: 8 }).await?;
+                last_ping = std::time::Instant::now();
+            }
             match tokio::time::timeout(Duration::from_millis(50), est.reader.read_message()).await {
                 Err(_) => {}
                 Ok(Ok(Some(Message::Records { records }))) => {
@@ -198,11 +204,11 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
                     state.received.fetch_add(records.len() as u64, Ordering::Relaxed);
                 }
                 Ok(Ok(Some(Message::Pong { token: 7 }))) => state.ready.store(true, Ordering::Release),
-                // the intercept's verdicts on the Register (it answers every Register)
+                Ok(Ok(Some(Message::Pong { .. }))) => {}
+                // The intercept's verdict on each registered tuple (acknowledged registration).
                 Ok(Ok(Some(Message::Registered { results }))) => {
-                    let refused: Vec<_> = results.iter().filter(|(_, v)| *v != RegVerdict::Accepted).collect();
-                    if let Some((t, v)) = refused.first() {
-                        bail!("the intercept refused {} of {} registrations (first: {t:?}: {v:?})", refused.len(), results.len());
+                    if let Some((t, v)) = results.iter().find(|(_, v)| !v.accepted()) {
+                        bail!("the intercept refused the registration of {t}: {v:?}");
                     }
                 }
                 Ok(Ok(Some(other))) => bail!("unexpected {} message from the intercept", other.name()),
