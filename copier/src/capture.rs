@@ -11,15 +11,6 @@
 //! client port, so each TCP connection is read by one worker only, worker
 //! `(client port >> 1) % N`.
 //!
-//! A ring sized to the traffic: a single ring (no fanout group) starts with
-//! [`CaptureConfig::initial_blocks`] and doubles, up to `block_count`, when a drain finds at
-//! least half of it handed over and unread (the engine fell behind by that much) or the kernel
-//! counted drops. Growing opens a second socket with the larger ring and the same filter; for
-//! [`OVERLAP_TICKS`] block timeouts only the old ring is read (both receive every packet
-//! meanwhile), then the old one is closed and the new one read, skipping (for [`DEDUP_FOR`]) the packets
-//! the old one already delivered (recognised by a hash of their first bytes and length), so
-//! every packet is delivered once and in order. It never shrinks: the size reached is what the host's peaks needed.
-//!
 //! Invariants: a frame whose header points outside its block ends the walk of that block (the
 //! block is still given back); a frame that the kernel cut short (`snaplen < len`) is counted
 //! and not delivered, because a copy with missing bytes would corrupt the session. The members of
@@ -27,11 +18,9 @@
 //! drops everything and get the real one last), so no connection is split between workers by a
 //! group that was still growing.
 
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::bpf::Insn;
 use crate::sys::{self, KernelStats, RingParams, RxRing};
@@ -159,11 +148,8 @@ pub struct CaptureConfig {
     pub interface: Option<String>,
     /// Bytes per ring block (a multiple of the page size; a whole block is the largest packet).
     pub block_size: u32,
-    /// Number of ring blocks: the most the ring grows to.
+    /// Number of ring blocks.
     pub block_count: u32,
-    /// Blocks the ring starts with (at most `block_count`; equal: a fixed ring). Rings of a
-    /// fanout group (several workers) are fixed at `block_count`.
-    pub initial_blocks: u32,
     /// After this long a partly filled block is handed over anyway: the capture latency bound
     /// at low packet rates.
     pub retire: Duration,
@@ -175,7 +161,6 @@ impl Default for CaptureConfig {
             interface: None,
             block_size: 4 << 20,
             block_count: 8,
-            initial_blocks: 8,
             retire: Duration::from_millis(10),
         }
     }
@@ -200,12 +185,6 @@ pub struct CaptureStats {
     pub kernel_drops: u64,
     /// Kernel: times the queue froze on a full ring (`tp_freeze_q_cnt`).
     pub kernel_freezes: u64,
-    /// Bytes of the ring(s) mapped now (a gauge).
-    pub ring_bytes: u64,
-    /// Times the ring grew.
-    pub ring_grows: u64,
-    /// Packets of the new ring skipped after a growth: the old ring had delivered them.
-    pub ring_overlap_skipped: u64,
 }
 
 /// Why the capture could not start.
@@ -249,25 +228,6 @@ const DROP_ALL: [Insn; 1] = [Insn {
     k: 0,
 }];
 
-/// Block timeouts during which, after a growth, only the old ring is read.
-pub const OVERLAP_TICKS: u32 = 3;
-
-/// How long after the overlap the new ring's packets are checked against the old ring's (long
-/// enough for the new ring's blocks of that time to be handed over and read).
-const DEDUP_FOR: Duration = Duration::from_secs(1);
-
-/// Most packet hashes kept to recognise the overlap of a growth (beyond, no more are kept and
-/// a packet may come twice; the engine skips a repeated segment as a retransmission).
-const OVERLAP_MAX: usize = 1 << 16;
-
-/// A ring being replaced by a larger one: read alone until `until`.
-#[derive(Debug)]
-struct Retiring {
-    ring: RxRing,
-    next: usize,
-    until: Instant,
-}
-
 /// An open capture ring.
 #[derive(Debug)]
 pub struct Capture {
@@ -275,34 +235,12 @@ pub struct Capture {
     next: usize,
     stats: CaptureStats,
     fanout: Option<u16>,
-    /// How it was opened (for a growth: same interface, block size, timeout).
-    cfg: CaptureConfig,
-    filter: Vec<Insn>,
-    old: Option<Retiring>,
-    /// Hashes of the packets the old ring delivered during the overlap, and until when the new
-    /// ring's packets are checked against them.
-    seen: HashSet<u64>,
-    dedup_until: Option<Instant>,
-    /// Grow at the next drain (the kernel dropped packets).
-    want_grow: bool,
-}
-
-/// What identifies a packet in both rings: its first bytes (IP and TCP headers) and length.
-fn packet_key(pkt: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    pkt.len().hash(&mut h);
-    pkt[..pkt.len().min(96)].hash(&mut h);
-    h.finish()
 }
 
 impl Capture {
     /// Open the ring with `filter` attached; needs CAP_NET_RAW.
     pub fn open(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
-        let start = cfg.initial_blocks.clamp(1, cfg.block_count.max(1));
-        Capture::open_ring(&CaptureConfig { block_count: start, ..cfg.clone() }, filter).map(|mut c| {
-            c.cfg = cfg.clone();
-            c
-        })
+        Capture::open_ring(cfg, filter)
     }
 
     /// Open `members` rings (each as `cfg` says: the memory is `members` times one ring's) joined
@@ -326,7 +264,6 @@ impl Capture {
         let mut group = None;
         for member in 0..members {
             let mut c = Capture::open_ring(cfg, &DROP_ALL)?;
-            c.filter = filter.to_vec();
             let joined = sys::join_fanout(c.ring.fd(), group)
                 .map_err(|source| CaptureError::Fanout { member, source })?;
             group = Some(joined);
@@ -375,50 +312,12 @@ impl Capture {
             blocks: cfg.block_count,
             source,
         })?;
-        let stats = CaptureStats { ring_bytes: u64::from(cfg.block_size) * u64::from(cfg.block_count), ..CaptureStats::default() };
         Ok(Capture {
             ring,
             next: 0,
-            stats,
+            stats: CaptureStats::default(),
             fanout: None,
-            cfg: cfg.clone(),
-            filter: filter.to_vec(),
-            old: None,
-            seen: HashSet::new(),
-            dedup_until: None,
-            want_grow: false,
         })
-    }
-
-    /// Whether the ring may still grow.
-    fn can_grow(&self) -> bool {
-        self.fanout.is_none() && self.old.is_none() && self.ring.block_count() < self.cfg.block_count as usize
-    }
-
-    /// Replace the ring by one twice as large (at most `block_count`): the old one is read alone
-    /// for the overlap, then closed. A failure (memory) keeps the current ring and says so.
-    fn grow(&mut self, now: Instant, why: &str) {
-        let blocks = (self.ring.block_count() as u32 * 2).min(self.cfg.block_count);
-        let cfg = CaptureConfig { block_count: blocks, ..self.cfg.clone() };
-        match Capture::open_ring(&cfg, &self.filter) {
-            Ok(new) => {
-                let old = std::mem::replace(&mut self.ring, new.ring);
-                let next = std::mem::replace(&mut self.next, 0);
-                self.old = Some(Retiring { ring: old, next, until: now + self.cfg.retire * OVERLAP_TICKS });
-                self.seen.clear();
-                self.stats.ring_grows += 1;
-                self.stats.ring_bytes += new.stats.ring_bytes;
-                tracing::info!(
-                    "capture ring grown to {blocks} x {} KiB ({} MiB): {why}",
-                    self.cfg.block_size >> 10,
-                    (u64::from(blocks) * u64::from(self.cfg.block_size)) >> 20
-                );
-            }
-            Err(e) => {
-                self.cfg.block_count = self.ring.block_count() as u32; // do not try again
-                tracing::warn!("capture ring: could not grow to {blocks} blocks ({why}): {e}");
-            }
-        }
     }
 
     /// The socket, for `poll`.
@@ -433,76 +332,44 @@ impl Capture {
 
     /// Is the next block in ring order ready?
     pub fn has_ready(&self) -> bool {
-        match &self.old {
-            Some(o) => o.ring.block_ready(o.next) || Instant::now() >= o.until,
-            None => self.ring.block_ready(self.next),
-        }
-    }
-
-    /// While a growth's overlap lasts: when it ends (the old ring is read until then).
-    pub fn overlap_until(&self) -> Option<Instant> {
-        self.old.as_ref().map(|o| o.until)
-    }
-
-    /// Blocks in a row from the next one that the kernel handed over and nobody read yet.
-    pub fn ready_run(&self) -> usize {
-        let n = self.ring.block_count();
-        (0..n).take_while(|i| self.ring.block_ready((self.next + i) % n)).count()
+        self.ring.block_ready(self.next)
     }
 
     /// Hand the IP packets of up to `max_blocks` ready blocks, in ring order, to `f`. Returns the
     /// number of blocks processed.
     pub fn drain(&mut self, max_blocks: usize, mut f: impl FnMut(&[u8])) -> usize {
-        let now = Instant::now();
-        if let Some(mut old) = self.old.take() {
-            // The overlap after a growth: the old ring alone, noting what it delivers.
-            let seen = &mut self.seen;
-            let done = drain_ring(&mut old.ring, &mut old.next, &mut self.stats, max_blocks, |pkt| {
-                if seen.len() < OVERLAP_MAX {
-                    seen.insert(packet_key(pkt));
-                }
-                f(pkt);
-            });
-            if now < old.until || old.ring.block_ready(old.next) {
-                self.old = Some(old);
-            } else {
-                self.stats.ring_bytes -= (old.ring.block_count() * self.cfg.block_size as usize) as u64;
-                self.dedup_until = Some(now + DEDUP_FOR.max(self.cfg.retire * 8 * OVERLAP_TICKS));
-            }
-            return done;
-        }
-        if self.can_grow() {
-            if self.want_grow {
-                self.want_grow = false;
-                self.grow(now, "the kernel dropped packets");
-                return 0;
-            }
-            let run = self.ready_run();
-            if run * 2 >= self.ring.block_count() && run >= 2 {
-                self.grow(now, "the engine found half of it full");
-                return 0;
-            }
-        }
-        if self.dedup_until.is_some_and(|t| now >= t) || (self.dedup_until.is_some() && self.seen.is_empty()) {
-            self.dedup_until = None;
-            self.seen = HashSet::new();
-        }
-        if self.dedup_until.is_some() {
-            let (seen, skipped) = (&mut self.seen, &mut 0u64);
-            let done = drain_ring(&mut self.ring, &mut self.next, &mut self.stats, max_blocks, |pkt| {
-                if seen.remove(&packet_key(pkt)) {
-                    *skipped += 1;
-                } else {
+        let mut done = 0;
+        while done < max_blocks {
+            let stats = &mut self.stats;
+            let walked = self.ring.with_block(self.next, |bytes| {
+                walk_block(bytes, |fr| {
+                    if (fr.data.len() as u64) < u64::from(fr.wire_len) {
+                        stats.truncated += 1;
+                        return;
+                    }
+                    let pkt = trim_to_ip_len(fr.data);
+                    stats.packets += 1;
+                    stats.bytes += pkt.len() as u64;
                     f(pkt);
-                }
+                })
             });
-            self.stats.ring_overlap_skipped += *skipped;
-            self.stats.packets -= *skipped;
-            return done;
+            match walked {
+                None => break,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    self.stats.bad_blocks += 1;
+                    tracing::warn!(
+                        block = self.next,
+                        "capture ring: {e}; rest of the block skipped"
+                    );
+                }
+            }
+            self.stats.blocks += 1;
+            done += 1;
+            self.next = (self.next + 1) % self.ring.block_count();
         }
-        drain_ring(&mut self.ring, &mut self.next, &mut self.stats, max_blocks, f)
+        done
     }
-
 
     /// Read and clear the socket's pending error (e.g. `ENETDOWN` when the interface went down;
     /// the ring resumes by itself when it comes back up). Call it when `poll` says the socket is
@@ -520,9 +387,6 @@ impl Capture {
         } = self.ring.statistics()?;
         self.stats.kernel_packets += u64::from(packets);
         self.stats.kernel_drops += u64::from(drops);
-        if drops > 0 {
-            self.want_grow = true;
-        }
         self.stats.kernel_freezes += u64::from(freeze_q_cnt);
         Ok(())
     }
@@ -531,40 +395,6 @@ impl Capture {
     pub fn stats(&self) -> CaptureStats {
         self.stats
     }
-}
-
-/// Hand the IP packets of up to `max_blocks` ready blocks of `ring`, from `next` on, to `f`.
-fn drain_ring(ring: &mut RxRing, next: &mut usize, stats: &mut CaptureStats, max_blocks: usize, mut f: impl FnMut(&[u8])) -> usize {
-    let mut done = 0;
-    while done < max_blocks {
-        let walked = ring.with_block(*next, |bytes| {
-            walk_block(bytes, |fr| {
-                if (fr.data.len() as u64) < u64::from(fr.wire_len) {
-                    stats.truncated += 1;
-                    return;
-                }
-                let pkt = trim_to_ip_len(fr.data);
-                stats.packets += 1;
-                stats.bytes += pkt.len() as u64;
-                f(pkt);
-            })
-        });
-        match walked {
-            None => break,
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                stats.bad_blocks += 1;
-                tracing::warn!(
-                    block = *next,
-                    "capture ring: {e}; rest of the block skipped"
-                );
-            }
-        }
-        stats.blocks += 1;
-        done += 1;
-        *next = (*next + 1) % ring.block_count();
-    }
-    done
 }
 
 #[cfg(test)]

@@ -262,17 +262,8 @@ pub struct Args {
     /// hands a block over when it is full or 10 ms old, so at ordinary rates every block holds
     /// only 10 ms of traffic, and 8 blocks would absorb an 80 ms stall at most (measured: a
     /// 200 ms stall dropped ~1,100 packets with 8 x 4M, none with 256 x 128K).
-    /// This is the most the ring grows to: it starts at --ring-start-blocks.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
-
-    /// Capture ring: blocks it starts with (4 MiB with the default block size), so that a quiet
-    /// service does not pay for the whole ring. It doubles, up to --ring-blocks, whenever the
-    /// engine finds half of it full or the kernel drops packets, without losing or repeating a
-    /// packet, and never shrinks (copier_capture_ring_bytes). With --workers above 1 every ring
-    /// has --ring-blocks from the start. Equal to --ring-blocks: a fixed ring.
-    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
-    pub ring_start_blocks: u32,
 
     /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
     /// connections over the rings by client port, so each connection stays with one worker), its
@@ -394,7 +385,6 @@ impl Args {
             interface: self.interface.clone(),
             block_size: self.ring_block_size as u32,
             block_count: self.ring_blocks,
-            initial_blocks: self.ring_start_blocks.min(self.ring_blocks),
             ..CaptureConfig::default()
         };
         let secret = match (&self.secret_file, self.no_secret) {

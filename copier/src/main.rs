@@ -94,7 +94,7 @@ fn run(args: Args) -> Result<RunSummary> {
             Capture::open_fanout(&v.capture, &filter, workers)
                 .context("starting the capture (run as root or with CAP_NET_RAW)")?
                 .into_iter()
-                .map(|c| Source::Live(Box::new(c)))
+                .map(Source::Live)
                 .collect()
         }
         Some(cfg) => vec![Source::Offline(Box::new(Replay::open(

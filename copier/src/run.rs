@@ -69,7 +69,7 @@ pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub enum Source {
     /// The live capture ring.
-    Live(Box<Capture>),
+    Live(Capture),
     /// A capture file (`--offline`).
     Offline(Box<Replay>),
 }
@@ -496,9 +496,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     let mut deadline = now + MAX_WAIT;
     let file_due = match &io.source {
         Source::Offline(replay) => replay.next_due(),
-        // While a grown ring replaces the old one, the old one is read on a short clock (its
-        // socket is not polled).
-        Source::Live(capture) => capture.overlap_until().map(|t| t.min(now + Duration::from_millis(2))),
+        Source::Live(_) => None,
     };
     for t in [
         engine.poll_timeout(),
