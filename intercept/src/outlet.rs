@@ -58,22 +58,9 @@ impl Shared {
     /// when it belongs to a connected copier, the record with that copier's outlet; the caller
     /// gives the verdict first and then [`Delivery::push`]es, so no lock is held meanwhile.
     pub fn route(&self, now: Instant, packet: &[u8]) -> (bool, Option<Delivery>) {
-        let mut core = self.lock();
-        match core.router.handle_packet(now, packet, self.payload_bytes) {
-            Decision::Accept => (true, None),
-            Decision::Deliver { copier, record } => {
-                let outlet = core.outlets.get(&copier).cloned();
-                (
-                    false,
-                    Some(Delivery {
-                        copier,
-                        outlet,
-                        record,
-                    }),
-                )
-            }
-            Decision::Drop(_) | Decision::Held => (false, None),
-        }
+        let mut out = (false, None);
+        self.route_batch(now, [(packet, packet.len())], |_, accept, d| out = (accept, d));
+        out
     }
 
     /// Decide about the packets of one NFQUEUE receive batch under one lock: `packets` are

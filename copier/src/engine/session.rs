@@ -453,8 +453,7 @@ impl Session {
             return;
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
-        self.stream.now = Some(now);
-        let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo);
+        let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
         if self.shaper_id.is_some() && r.appended > 0 {
             self.note_arrivals(now);
         }
@@ -575,7 +574,7 @@ impl Session {
             self.gap_since = None;
             return; // `reconcile` ends the session as the client did
         }
-        if !self.stream.skip_gap() {
+        if !self.stream.skip_gap(now) {
             return;
         }
         sh.stats.drops.capture_gap += u64::from(self.lead);
@@ -678,8 +677,7 @@ impl Session {
                 // that ends connections by itself may also reset one with unread requests in
                 // it, losing the answer to the last it served, so the rest of this session
                 // goes lock-step (nothing is sent ahead of an answer again).
-                self.win = 1;
-                self.strikes = STRIKES_LOCKSTEP;
+                self.lock_step();
                 let Some(tuple) = sh.free_tuple(self.client_ip, self.target, None) else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
@@ -835,7 +833,7 @@ impl Session {
                 match self.stream.waiting_end() {
                     Some(next) => {
                         if self.watch.carry(tuple, next, used) {
-                            self.sizes_differ();
+                            self.lock_step();
                         }
                     }
                     None => return (n, false),
@@ -846,7 +844,7 @@ impl Session {
                 self.stream.release_one();
                 n += 1;
                 if need.is_some() && !self.watch.closed() {
-                    self.sizes_differ(); // shorter than online
+                    self.lock_step(); // shorter than online
                 }
                 if !self.watch.closed() {
                     let upto = self.watch.max_ack().map_or(acked, |a| a.min(acked));
@@ -870,11 +868,11 @@ impl Session {
         }
     }
 
-    /// A test answer was shorter or longer than the online one: with several units in flight
-    /// the sizes of the online answers would no longer tell where one test answer ends and
-    /// the next begins (and a unit taken as answered might be lost if the test server then
-    /// closed), so the rest of the session goes lock-step.
-    fn sizes_differ(&mut self) {
+    /// The rest of the session goes lock-step: a test answer was shorter or longer than the
+    /// online one (with several units in flight the online sizes would no longer tell where one
+    /// test answer ends and the next begins), or the test server closed a connection with
+    /// requests left (one that ends connections may reset one with unread requests in it).
+    fn lock_step(&mut self) {
         self.win = 1;
         self.strikes = STRIKES_LOCKSTEP;
     }

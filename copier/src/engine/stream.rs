@@ -104,9 +104,6 @@ pub(crate) struct Stream {
     pub server_first: bool,
     /// When the current unit's first byte was captured.
     pub cur_t: Option<Instant>,
-    /// The capture instant of the segment being pushed (set by the session before
-    /// [`Stream::push`]; `None` in tests that do not care): units started by it carry it.
-    pub now: Option<Instant>,
 }
 
 impl Stream {
@@ -129,7 +126,6 @@ impl Stream {
             gate_ok: true,
             server_first: false,
             cur_t: None,
-            now: None,
         }
     }
 
@@ -183,6 +179,7 @@ impl Stream {
         payload: &mut Payload<'_>,
         fin: bool,
         max_held: usize,
+        now: Instant,
     ) -> Pushed {
         let mut r = Pushed::default();
         if self.fin.is_some() {
@@ -209,13 +206,13 @@ impl Stream {
         }
         let skip = self.next.diff(seq) as usize;
         r.trimmed = skip;
-        r.appended += self.append(ack, payload.keep(skip), fin);
-        r.appended += self.drain_held();
+        r.appended += self.append(ack, payload.keep(skip), fin, now);
+        r.appended += self.drain_held(now);
         r
     }
 
     /// Append the held segments that became in order. Returns the bytes appended.
-    fn drain_held(&mut self) -> usize {
+    fn drain_held(&mut self, now: Instant) -> usize {
         let mut appended = 0;
         while self.fin.is_none() {
             let Some(h) = self.held.first() else { break };
@@ -230,7 +227,7 @@ impl Stream {
                 continue;
             }
             let skip = self.next.diff(h.seq) as usize;
-            appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin);
+            appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin, now);
         }
         if self.fin.is_some() && !self.held.is_empty() {
             self.held_bytes = 0;
@@ -303,7 +300,7 @@ impl Stream {
     /// starts. Drops the unit's bytes (in order and held) and restarts the stream there, as a
     /// mid-stream session would: `cur_start == base == next == ` the resume point, then
     /// appends what was held after it. Returns whether it did.
-    pub(crate) fn skip_gap(&mut self) -> bool {
+    pub(crate) fn skip_gap(&mut self, now: Instant) -> bool {
         if !self.bounds.is_empty() || self.fin.is_some() {
             return false;
         }
@@ -321,11 +318,11 @@ impl Stream {
         self.last_ack = ack;
         self.seen_data = true;
         self.gate_ok = false;
-        self.drain_held();
+        self.drain_held(now);
         true
     }
 
-    fn append(&mut self, ack: Option<SeqNum>, data: Option<Chunk>, fin: bool) -> usize {
+    fn append(&mut self, ack: Option<SeqNum>, data: Option<Chunk>, fin: bool, now: Instant) -> usize {
         if let Some(a) = ack {
             self.note_ack(a);
         }
@@ -335,7 +332,7 @@ impl Stream {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
                         if self.seen_data || self.gate_ok {
-                            self.push_bound(self.next, Some(a));
+                            self.push_bound(self.next, Some(a), now);
                         } else {
                             // Mid-stream: the client was still acking the answer before this
                             // request; this request's answer starts where it acks now.
@@ -351,7 +348,7 @@ impl Stream {
                 }
             }
             if self.next == self.cur_start && n > 0 {
-                self.cur_t = self.now;
+                self.cur_t = Some(now);
             }
             self.buf.push(data);
             self.next = self.next.add(n as u32);
@@ -362,17 +359,17 @@ impl Stream {
             // A FIN before any data waits only for a greeting the client got online.
             let greeted = self.gate_ok && self.last_ack.zip(ack).is_some_and(|(l, a)| a.gt(l));
             if self.seen_data || greeted {
-                self.push_bound(self.next, ack.or(self.max_ack));
+                self.push_bound(self.next, ack.or(self.max_ack), now);
             }
         }
         n
     }
 
-    fn push_bound(&mut self, at: SeqNum, ack: Option<SeqNum>) {
+    fn push_bound(&mut self, at: SeqNum, ack: Option<SeqNum>, now: Instant) {
         if self.bounds.back().is_some_and(|x| at.le(x.at)) {
             return;
         }
-        let t = self.now;
+        let t = Some(now);
         if at.gt(self.cur_start) {
             self.bounds.push_back(Bound { at, ack, t });
         } else if at == self.cur_start {

@@ -327,12 +327,8 @@ impl Load {
     }
 
     fn percentile_ms(&mut self, p: f64) -> f64 {
-        if self.lat_us.is_empty() {
-            return 0.0;
-        }
         self.lat_us.sort_unstable();
-        let i = ((self.lat_us.len() - 1) as f64 * p).round() as usize;
-        self.lat_us[i] as f64 / 1000.0
+        lab::bench::quantile(&self.lat_us, p).map_or(0.0, |us| us as f64 / 1000.0)
     }
 }
 
