@@ -252,18 +252,29 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s", requires = "offline", value_parser = parse_duration)]
     pub max_gap: Duration,
 
-    /// Capture ring: bytes per block (also the largest packet that can be captured whole). The
-    /// ring (blocks x size, 32 MiB by default) absorbs bursts while the engine catches up;
-    /// copier_kernel_drops_total counts what did not fit.
-    #[arg(long, value_name = "SIZE", default_value = "128K", value_parser = parse_size, hide_short_help = true)]
+    /// Capture ring: bytes per block (also the largest packet that can be captured whole).
+    /// 256K holds three 64 KB offload super-segments (128K would hold one). A thread of its own
+    /// reads the ring as soon as the kernel hands a block over and keeps what the engine has not
+    /// taken yet in memory (at most the ring's largest size, blocks x size), so the ring only
+    /// has to absorb that thread's scheduling delays; copier_kernel_drops_total counts what did
+    /// not fit.
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size, hide_short_help = true)]
     pub ring_block_size: u64,
 
-    /// Capture ring: number of blocks. Many small blocks rather than a few big ones: the kernel
-    /// hands a block over when it is full or 10 ms old, so at ordinary rates every block holds
-    /// only 10 ms of traffic, and 8 blocks would absorb an 80 ms stall at most (measured: a
-    /// 200 ms stall dropped ~1,100 packets with 8 x 4M, none with 256 x 128K).
-    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    /// Capture ring: the most blocks it grows to (32 MiB with the default block size). The
+    /// kernel hands a block over when it is full or 10 ms old, so at ordinary rates every block
+    /// holds only 10 ms of traffic: many small blocks rather than a few big ones.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
+
+    /// Capture ring: blocks it starts with (4 MiB with the default block size), so that a quiet
+    /// service does not pay for the whole ring. When a quarter of it waits to be read, or the
+    /// kernel drops a packet, it grows four times larger, up to --ring-blocks, without losing or
+    /// repeating a packet (a new ring takes every packet from that instant; the old one is read
+    /// to its end first), and never shrinks (copier_capture_ring_bytes). With --workers above 1
+    /// every ring has --ring-blocks from the start. Equal to --ring-blocks: a fixed ring.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    pub ring_start_blocks: u32,
 
     /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
     /// connections over the rings by client port, so each connection stays with one worker), its
@@ -385,6 +396,7 @@ impl Args {
             interface: self.interface.clone(),
             block_size: self.ring_block_size as u32,
             block_count: self.ring_blocks,
+            initial_blocks: self.ring_start_blocks.min(self.ring_blocks),
             ..CaptureConfig::default()
         };
         let secret = match (&self.secret_file, self.no_secret) {
