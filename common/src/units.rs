@@ -272,8 +272,13 @@ mod tests {
         let hour = Duration::from_secs(3600);
         assert_eq!(parse_duration_at_most("3600s", hour).unwrap(), hour);
         assert_eq!(parse_duration_at_most("1h", hour).unwrap(), hour);
-        let e = parse_duration_at_most("1e30", hour).unwrap_err().to_string();
-        assert!(e.contains("too long") && e.contains("3600s") && e.contains("1h"), "{e}");
+        let e = parse_duration_at_most("1e30", hour)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("too long") && e.contains("3600s") && e.contains("1h"),
+            "{e}"
+        );
         assert!(parse_duration_at_most("3601s", hour).is_err());
         assert!(parse_duration_at_most("3600.001", hour).is_err());
     }

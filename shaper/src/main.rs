@@ -34,7 +34,12 @@ use shaper::Profile;
 
 /// Plans and checks traffic-shaping profiles for the copier (`copier --profile FILE`).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    after_help = "Durations (--duration, --window): plain seconds or a number with ms, s, m, h or d \
+                  (500ms, 1.5s, 90m, 2h, 1d)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -46,7 +51,7 @@ enum Cmd {
     Plan {
         /// The profile (TOML).
         profile: PathBuf,
-        /// Length of the plan: seconds, or with a unit s, m, h, d (e.g. 90m).
+        /// Length of the plan: seconds, or a number with ms, s, m, h or d (e.g. 90m, 1d).
         #[arg(long, value_parser = parse_duration)]
         duration: f64,
         /// Seed of every random draw.
@@ -351,25 +356,16 @@ fn plot_cmd(
     Ok(())
 }
 
-/// Parses `90`, `90s`, `15m`, `2h`, `1d` into seconds.
+/// A positive duration in `common::units`' grammar (`90`, `90s`, `15m`, `2h`, `1d`), in seconds.
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let s = s.trim();
-    let (num, unit) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
-        _ => (s, 's'),
-    };
-    let mult = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86400.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use s, m, h or d")),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * mult),
-        _ => Err(format!(
-            "{s:?}: expected a positive number of seconds, or a number with s, m, h or d"
+    // Plans may be longer than the daemons' year: up to a century.
+    const MAX: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+    match common::units::parse_duration_at_most(s, MAX) {
+        Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
+        Ok(_) => Err(format!(
+            "duration {s:?} is zero: the plan needs a length above 0"
         )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -586,8 +582,14 @@ mod tests {
         assert_eq!(parse_duration("1.5m"), Ok(90.0));
         assert_eq!(parse_duration("2h"), Ok(7200.0));
         assert_eq!(parse_duration("1d"), Ok(86400.0));
+        assert_eq!(parse_duration("400d"), Ok(400.0 * 86400.0));
+        assert_eq!(parse_duration("500ms"), Ok(0.5));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("m").is_err());
+        for bad in ["0", "5y", "m", "-1h"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        }
     }
 }

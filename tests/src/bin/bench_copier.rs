@@ -80,7 +80,7 @@
 //! `--keep-dir`).
 
 use anyhow::{bail, Context, Result};
-use lab::bench::{realtime, wall_ms, Cpu, RealTime, RedisConn, TICK_NS};
+use lab::bench::{fetch_metrics, parse_rate, perf, rate_label, realtime, wall_ms, Cpu, RealTime, RedisConn, TICK_NS};
 use lab::procstat::memory_kib;
 use lab::setup::{metric_sum, tail, CopyOptions, Copying};
 use lab::{addr, Host, Lab, LabOptions, LogEntry, NginxOptions};
@@ -149,24 +149,6 @@ struct Args {
     redis_requests: u64,
     /// Longest wait for a scenario's copies after its load.
     final_wait: Duration,
-}
-
-fn parse_rate(s: &str) -> Result<Option<u64>> {
-    let s = s.trim();
-    if s == "max" {
-        return Ok(None);
-    }
-    let (n, mult) = match s.strip_suffix('k') {
-        Some(n) => (n, 1000.0),
-        None => (s, 1.0),
-    };
-    let v: f64 = n
-        .parse()
-        .with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
-    if v.is_nan() || v < 1.0 {
-        bail!("rate {s:?} must be at least 1");
-    }
-    Ok(Some((v * mult) as u64))
 }
 
 fn parse_args() -> Result<Args> {
@@ -750,20 +732,6 @@ fn copier_metrics(lab: &Lab) -> BTreeMap<String, f64> {
         *m.entry(name).or_default() += v;
     }
     m
-}
-
-/// A Prometheus endpoint's text, fetched from inside host `h` (empty when unreachable).
-fn fetch_metrics(lab: &Lab, h: Host, at: &str) -> String {
-    lab.in_ns(h, || -> Result<String> {
-        let mut s = std::net::TcpStream::connect_timeout(&at.parse()?, Duration::from_secs(2))?;
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-        let mut out = String::new();
-        s.read_to_string(&mut out)?;
-        Ok(out)
-    })
-    .and_then(|r| r)
-    .unwrap_or_default()
 }
 
 /// The intercept's counters that the steps read: (records sent to copiers, packets queued).
@@ -1562,15 +1530,6 @@ fn print_targets(rows: &[Row]) {
 // ---------------------------------------------------------------------------------------------
 // perf (optional): where the copier's time goes at one rate.
 
-fn perf_works() -> bool {
-    Command::new("perf")
-        .args(["stat", "-e", "task-clock", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn perf_step(
     ctx: Ctx<'_>,
     gen: &mut Generator,
@@ -1579,32 +1538,12 @@ fn perf_step(
     dur: Duration,
 ) -> Result<()> {
     let Ctx { lab, c, pids } = ctx;
-    let dir = lab.dir();
-    let data = dir.join("perf-copier.data");
-    let stat_out = dir.join("perf-copier-stat.txt");
     let secs = format!("{:.2}", dur.as_secs_f64());
-    let pid_s = pids.copier.to_string();
     let events = "task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_ppoll,\
                   syscalls:sys_enter_sendmmsg,syscalls:sys_enter_sendmsg,syscalls:sys_enter_sendto,\
                   syscalls:sys_enter_recvfrom,syscalls:sys_enter_read,syscalls:sys_enter_write,\
                   syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_getsockopt";
-    let mut stat = Command::new("perf")
-        .args(["stat", "--per-thread", "-x", ",", "-e", events, "-o"])
-        .arg(&stat_out)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-copier-stat.err"))?)
-        .spawn()
-        .context("perf stat")?;
-    let mut rec = Command::new("perf")
-        .args(["record", "-g", "-F", "1999", "-o"])
-        .arg(&data)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-copier-record.err"))?)
-        .spawn()
-        .context("perf record")?;
-    std::thread::sleep(Duration::from_millis(150)); // let both attach
+    let mut session = perf::Session::start(lab.dir(), "perf-copier", pids.copier, events, dur)?;
     let t0 = c.test().request_count();
     let load_dur = dur.saturating_sub(Duration::from_millis(300));
     let load = if short {
@@ -1617,8 +1556,7 @@ fn perf_step(
     } else {
         format!("{} keep-alive connections", gen.conns.len())
     };
-    let _ = stat.wait();
-    let _ = rec.wait();
+    session.wait();
     c.test().wait_settled(QUIET, Duration::from_secs(5));
     let copied = (c.test().request_count() - t0).max(1) as f64;
     println!();
@@ -1629,101 +1567,28 @@ fn perf_step(
     );
     println!();
     // perf stat, per thread, per copied request
-    let text = std::fs::read_to_string(&stat_out).unwrap_or_default();
-    let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for l in text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-    {
-        let f: Vec<&str> = l.split(',').collect();
-        if f.len() < 4 {
-            continue;
-        }
-        let thread = f[0]
-            .trim()
-            .rsplit_once('-')
-            .map(|(c, _)| c)
-            .unwrap_or(f[0].trim())
-            .to_owned();
-        let Ok(v) = f[1].parse::<f64>() else { continue };
-        let ev = f[3]
-            .trim()
-            .trim_start_matches("syscalls:sys_enter_")
-            .trim_start_matches("raw_syscalls:")
-            .to_owned();
-        *by.entry(thread).or_default().entry(ev).or_default() += v;
-    }
+    let by = perf::stat_per_thread(&std::fs::read_to_string(session.stat_path()).unwrap_or_default());
     if by.is_empty() {
-        println!(
-            "(perf stat gave nothing; its stderr: {})",
-            std::fs::read_to_string(dir.join("perf-copier-stat.err"))
-                .unwrap_or_default()
-                .trim()
-        );
+        println!("(perf stat gave nothing; its stderr: {})", session.stderr_of("stat"));
     } else {
-        let mut events: Vec<String> = by.values().flat_map(|m| m.keys().cloned()).collect();
-        events.sort();
-        events.dedup();
-        println!(
-            "perf stat per thread, per copied request (task-clock in µs, the rest in counts):"
-        );
+        println!("perf stat per thread, per copied request (task-clock in µs, the rest in counts):");
         println!();
-        println!("| thread | {} |", events.join(" | "));
-        println!("|---|{}", "---:|".repeat(events.len()));
-        for (t, m) in &by {
-            let cells: Vec<String> = events
-                .iter()
-                .map(|e| {
-                    let v = m.get(e).copied().unwrap_or(0.0);
-                    let v = if e == "task-clock" { v * 1e3 } else { v };
-                    format!("{:.3}", v / copied)
-                })
-                .collect();
-            println!("| {t} | {} |", cells.join(" | "));
-        }
+        perf::print_stat_table(&by, copied);
     }
+    let data = session.data_path();
     if !data.exists() {
-        println!(
-            "(perf record gave nothing; its stderr: {})",
-            std::fs::read_to_string(dir.join("perf-copier-record.err"))
-                .unwrap_or_default()
-                .trim()
-        );
+        println!("(perf record gave nothing; its stderr: {})", session.stderr_of("record"));
         return Ok(());
     }
-    for (title, children, sort) in [
-        ("by thread and binary (self)", "--no-children", "comm,dso"),
-        ("top symbols (self)", "--no-children", "comm,dso,sym"),
-        ("top symbols (inclusive)", "--children", "comm,sym"),
-    ] {
-        let out = Command::new("perf")
-            .args([
-                "report",
-                "--stdio",
-                children,
-                "-g",
-                "none",
-                "--percent-limit",
-                "1.5",
-                "--sort",
-                sort,
-                "-i",
-            ])
-            .arg(&data)
-            .output()
-            .context("perf report")?;
-        println!();
-        println!("perf record, {title} (samples of on-CPU time, >= 1.5 %):");
-        println!("```");
-        for l in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .take(40)
-        {
-            println!("{l}");
-        }
-        println!("```");
-    }
+    perf::print_reports(
+        &data,
+        &[
+            ("by thread and binary (self)", "--no-children", "comm,dso"),
+            ("top symbols (self)", "--no-children", "comm,dso,sym"),
+            ("top symbols (inclusive)", "--children", "comm,sym"),
+        ],
+        40,
+    )?;
     println!("(perf data: {})", data.display());
     Ok(())
 }
@@ -1735,11 +1600,6 @@ fn proc_comm(pid: u32) -> String {
         .unwrap_or_default()
         .trim()
         .to_owned()
-}
-
-fn rate_label(rate: Option<u64>) -> String {
-    rate.map(|r| format!("{r}/s"))
-        .unwrap_or_else(|| "max".into())
 }
 
 fn run() -> Result<()> {
@@ -1858,13 +1718,13 @@ fn run() -> Result<()> {
         Duration::from_secs(1),
     )?];
     for (i, &rate) in args.rates.iter().enumerate() {
-        eprintln!("keep-alive: step {} ...", rate_label(rate));
+        eprintln!("keep-alive: step {} ...", rate_label("/s", rate));
         let tag = format!("k{i}");
         rows.push(run_step(
             ctx,
             &mut gen,
             Kind::KeepAlive,
-            rate_label(rate),
+            rate_label("/s", rate),
             tag,
             rate,
             args.step,
@@ -1949,7 +1809,7 @@ fn run() -> Result<()> {
     }
 
     if args.perf {
-        if perf_works() {
+        if perf::works() {
             let dur = args.step.max(Duration::from_secs(3));
             perf_step(ctx, &mut gen, args.perf_short, args.perf_rate, dur)?;
         } else {

@@ -34,7 +34,7 @@ use common::proto::io::client_handshake;
 use common::proto::Message;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
-use lab::bench::{Cpu, TICK_NS};
+use lab::bench::{fetch_metrics, parse_rate, perf, rate_label, Cpu, TICK_NS};
 use lab::setup::{CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, Host, Lab, LabOptions};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -71,24 +71,6 @@ struct Args {
     perf_rate: u64,
     perf: bool,
     baseline: bool,
-}
-
-fn parse_rate(s: &str) -> Result<Option<u64>> {
-    let s = s.trim();
-    if s == "max" {
-        return Ok(None);
-    }
-    let (n, mult) = match s.strip_suffix('k') {
-        Some(n) => (n, 1000.0),
-        None => (s, 1.0),
-    };
-    let v: f64 = n
-        .parse()
-        .with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
-    if v.is_nan() || v <= 0.0 {
-        bail!("rate {s:?} must be positive");
-    }
-    Ok(Some((v * mult) as u64))
 }
 
 fn parse_args() -> Result<Args> {
@@ -464,46 +446,16 @@ fn print_table(rows: &[Row]) {
 
 // ---------------------------------------------------------------------------------------------
 
-fn perf_works() -> bool {
-    Command::new("perf")
-        .args(["stat", "-e", "task-clock", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rate: u64, dur: Duration) -> Result<()> {
-    let dir = lab.dir();
-    let stat_out = dir.join("perf-stat.txt");
-    let data = dir.join("perf.data");
     let secs = format!("{:.2}", dur.as_secs_f64());
-    let pid_s = pid.to_string();
     let events = "task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
                   syscalls:sys_enter_sendto,syscalls:sys_enter_write,syscalls:sys_enter_writev,\
                   syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait";
-    let mut stat = Command::new("perf")
-        .args(["stat", "--per-thread", "-x", ",", "-e", events, "-o"])
-        .arg(&stat_out)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-stat.err"))?)
-        .spawn()
-        .context("perf stat")?;
-    let mut rec = Command::new("perf")
-        .args(["record", "-g", "-F", "1999", "-o"])
-        .arg(&data)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-record.err"))?)
-        .spawn()
-        .context("perf record")?;
-    std::thread::sleep(Duration::from_millis(150)); // let both attach
+    let mut session = perf::Session::start(lab.dir(), "perf", pid, events, dur)?;
     let (r0, c0) = (copier.received.load(Ordering::Relaxed), Cpu::read(pid, None)?);
     let sent = sender.blast(Some(rate), dur.saturating_sub(Duration::from_millis(300)));
     let c1 = Cpu::read(pid, None)?;
-    let _ = stat.wait();
-    let _ = rec.wait();
+    session.wait();
     std::thread::sleep(Duration::from_millis(300));
     let records = copier.received.load(Ordering::Relaxed) - r0;
     let cpu = c1.minus(&c0);
@@ -511,54 +463,21 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
     println!("## where the time goes: {rate} pps offered for {secs} s under perf ({sent} sent, {records} records)");
     println!();
     // perf is a diagnostic: when it fails, say why and go on.
-    let err_of = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let stat_out = session.stat_path();
     if let Err(e) = print_perf_stat(&stat_out, records.max(1)) {
-        println!(
-            "(perf stat gave nothing: {e:#}; its stderr: {})",
-            err_of("perf-stat.err").trim()
-        );
+        println!("(perf stat gave nothing: {e:#}; its stderr: {})", session.stderr_of("stat"));
     }
+    let data = session.data_path();
     if !data.exists() {
-        println!(
-            "(perf record gave nothing; its stderr: {})",
-            err_of("perf-record.err").trim()
-        );
+        println!("(perf record gave nothing; its stderr: {})", session.stderr_of("record"));
         return Ok(());
     }
     print_paths(&data, &cpu, records.max(1))?;
-    for (title, sort) in [
-        ("by thread and binary", "comm,dso"),
-        ("top symbols (self)", "comm,dso,sym"),
-    ] {
-        let out = Command::new("perf")
-            .args([
-                "report",
-                "--stdio",
-                "--no-children",
-                "-g",
-                "none",
-                "--percent-limit",
-                "1.5",
-                "--sort",
-                sort,
-                "-i",
-            ])
-            .arg(&data)
-            .output()
-            .context("perf report")?;
-        println!();
-        println!("perf record, {title} (samples of on-CPU time, >= 1.5 %):");
-        println!("```");
-        for l in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .take(30)
-        {
-            println!("{l}");
-        }
-        println!("```");
-    }
-    Ok(())
+    perf::print_reports(
+        &data,
+        &[("by thread and binary", "--no-children", "comm,dso"), ("top symbols (self)", "--no-children", "comm,dso,sym")],
+        30,
+    )
 }
 
 /// Kernel entry points whose inclusive share of the samples says where a thread's time goes.
@@ -578,23 +497,7 @@ const PATHS: &[(&str, &str)] = &[
 /// Prints, per thread, the inclusive share of the samples of a few kernel paths, and what that
 /// is in CPU µs per record (the share times the CPU time the threads used in the window).
 fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
-    let out = Command::new("perf")
-        .args([
-            "report",
-            "--stdio",
-            "--children",
-            "-g",
-            "none",
-            "--percent-limit",
-            "0",
-            "--sort",
-            "comm,sym",
-            "-i",
-        ])
-        .arg(data)
-        .output()
-        .context("perf report --children")?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let lines = perf::report(data, "--children", "comm,sym", "0")?;
     let total_us = cpu.total() as f64 / 1e3;
     println!();
     println!(
@@ -606,7 +509,7 @@ fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
     println!("| thread | path | % of samples | µs/record |");
     println!("|---|---|---:|---:|");
     let mut rows = Vec::new();
-    for l in text.lines().filter(|l| !l.starts_with('#')) {
+    for l in &lines {
         // "    45.00%     0.50%  nfqueue        [k] __x64_sys_recvfrom"
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() < 5 {
@@ -634,66 +537,19 @@ fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
 /// Prints perf stat's per-thread counters, per record.
 fn print_perf_stat(path: &Path, records: u64) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    // --per-thread -x, lines: "comm-tid,value,unit,event,..."
-    let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let f: Vec<&str> = l.split(',').collect();
-        if f.len() < 4 {
-            continue;
-        }
-        let thread = f[0]
-            .trim()
-            .rsplit_once('-')
-            .map(|(c, _)| c)
-            .unwrap_or(f[0].trim())
-            .to_owned();
-        let Ok(v) = f[1].parse::<f64>() else { continue };
-        let ev = f[3]
-            .trim()
-            .trim_start_matches("syscalls:sys_enter_")
-            .trim_start_matches("raw_syscalls:")
-            .to_owned();
-        *by.entry(thread).or_default().entry(ev).or_default() += v;
-    }
+    let by = perf::stat_per_thread(&text);
     if by.is_empty() {
         println!("(perf stat gave nothing:\n{text})");
         return Ok(());
     }
-    let events: Vec<String> = {
-        let mut s: Vec<String> = by
-            .values()
-            .flat_map(|m| m.keys().cloned())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        s.sort();
-        s
-    };
     println!("perf stat per thread, per record ({records} records; task-clock in µs, the rest in counts):");
     println!();
-    println!("| thread | {} |", events.join(" | "));
-    println!("|---|{}", "---:|".repeat(events.len()));
-    for (t, m) in &by {
-        let cells: Vec<String> = events
-            .iter()
-            .map(|e| {
-                let v = m.get(e).copied().unwrap_or(0.0);
-                let v = if e == "task-clock" { v * 1e3 } else { v }; // msec -> µs
-                format!("{:.3}", v / records as f64)
-            })
-            .collect();
-        println!("| {t} | {} |", cells.join(" | "));
-    }
+    perf::print_stat_table(&by, records as f64);
     Ok(())
 }
 
 fn intercept_metrics(lab: &Lab) -> String {
-    let text = lab
-        .exec_ok(
-            Host::Test,
-            &["curl", "-sS", "--max-time", "3", &format!("http://{METRICS}/metrics")],
-        )
-        .unwrap_or_default();
+    let text = fetch_metrics(lab, Host::Test, METRICS);
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {
@@ -795,10 +651,6 @@ fn print_baseline(rows: &[Row]) {
             per,
         );
     }
-}
-
-fn rate_label(rate: Option<u64>) -> String {
-    rate.map(|r| format!("{r} pps")).unwrap_or_else(|| "max".into())
 }
 
 fn run() -> Result<()> {
@@ -904,8 +756,8 @@ fn run() -> Result<()> {
                 };
                 let mut out = Ok(());
                 for &rate in &args.rates {
-                    eprintln!("bare reader: step {} ...", rate_label(rate));
-                    match step(&lab, &target, &mut sender, &rate_label(rate), rate, args.step) {
+                    eprintln!("bare reader: step {} ...", rate_label(" pps", rate));
+                    match step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step) {
                         Ok(r) => baseline.push(r),
                         Err(e) => {
                             out = Err(e);
@@ -944,8 +796,8 @@ fn run() -> Result<()> {
                 Duration::from_secs(1),
             )?];
             for &rate in &args.rates {
-                eprintln!("intercept: step {} ...", rate_label(rate));
-                rows.push(step(&lab, &target, &mut sender, &rate_label(rate), rate, args.step)?);
+                eprintln!("intercept: step {} ...", rate_label(" pps", rate));
+                rows.push(step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step)?);
                 if let Some(e) = copier_error() {
                     bail!("fake copier: {e}");
                 }
@@ -961,7 +813,7 @@ fn run() -> Result<()> {
             println!();
             print_table(&rows);
             if args.perf {
-                if perf_works() {
+                if perf::works() {
                     perf_step(
                         &lab,
                         pid,
