@@ -222,6 +222,17 @@ fn number(
 mod tests {
     use super::*;
 
+    /// `parse` refuses `bad` with an error that quotes it and contains `needle`.
+    fn refused<T: std::fmt::Debug>(
+        parse: fn(&str) -> Result<T, UnitError>,
+        bad: &str,
+        needle: &str,
+    ) {
+        let e = parse(bad).unwrap_err().to_string();
+        assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        assert!(e.contains(needle), "{bad:?} -> {e} (wanted {needle:?})");
+    }
+
     fn secs(s: &str) -> f64 {
         parse_duration(s).unwrap().as_secs_f64()
     }
@@ -248,7 +259,7 @@ mod tests {
 
     #[test]
     fn bad_durations_name_the_value() {
-        for (bad, needle) in [
+        [
             ("", "no number"),
             ("s", "no number"),
             ("abc", "unknown unit \"abc\""),
@@ -260,11 +271,9 @@ mod tests {
             ("366d", "too long (at most 365d = 31536000s)"),
             ("inf", "unknown unit"),
             ("NaN", "unknown unit"),
-        ] {
-            let e = parse_duration(bad).unwrap_err().to_string();
-            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
-            assert!(e.contains(needle), "{bad:?} -> {e} (wanted {needle:?})");
-        }
+        ]
+        .into_iter()
+        .for_each(|(bad, needle)| refused(parse_duration, bad, needle));
     }
 
     #[test]
@@ -301,7 +310,7 @@ mod tests {
 
     #[test]
     fn bad_sizes_name_the_value() {
-        for (bad, needle) in [
+        [
             ("", "no number"),
             ("M", "no number"),
             ("12Q", "unknown unit \"Q\""),
@@ -310,11 +319,9 @@ mod tests {
             ("99999999999T", "too large"),
             ("1e30", "too large"),
             ("18446744073709551616", "too large"),
-        ] {
-            let e = parse_size(bad).unwrap_err().to_string();
-            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
-            assert!(e.contains(needle), "{bad:?} -> {e} (wanted {needle:?})");
-        }
+        ]
+        .into_iter()
+        .for_each(|(bad, needle)| refused(parse_size, bad, needle));
     }
 
     #[test]

@@ -37,8 +37,8 @@ use shaper::Profile;
 #[command(
     version,
     about,
-    after_help = "Durations (--duration, --window): plain seconds or a number with ms, s, m, h or d \
-                  (500ms, 1.5s, 90m, 2h, 1d)."
+    after_help = "Durations (--duration, --window, --bin, --idle): plain seconds or a number with ms, \
+                  s, m, h or d (500ms, 1.5s, 90m, 2h, 1d)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -78,10 +78,10 @@ enum Cmd {
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Bin width of the count series, seconds (default 4 x onoff.beta_on_s, or 1 s).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         bin: Option<f64>,
         /// For --trace: a gap longer than this (seconds) ends an ON period (default 2 x beta_on_s).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         idle: Option<f64>,
     },
     /// Measure a capture of one service and write a starting profile.
@@ -95,7 +95,7 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// The longest gap between two requests of one ON period, seconds.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
         idle: f64,
     },
     /// Draw a picture: rates at several time scales, ON/OFF timeline, user activity, pools.
@@ -121,7 +121,7 @@ enum Cmd {
         #[arg(long)]
         port: Option<u16>,
         /// Finest bin of the rate panels, seconds (default: about span / 10000, 1-2-5).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         bin: Option<f64>,
         /// Number of time scales of the rate (x1, x10, x100, ...), 1 to 5.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=5))]
@@ -133,7 +133,7 @@ enum Cmd {
         #[arg(long, value_parser = parse_duration)]
         window: Option<f64>,
         /// For a trace or a capture: a gap longer than this (seconds) ends an ON period.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
         idle: f64,
     },
 }
@@ -354,6 +354,11 @@ fn plot_cmd(
         bytes.len()
     );
     Ok(())
+}
+
+/// A duration in `common::units`' grammar (`0.5`, `500ms`, `2s`), in seconds; zero allowed.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    common::units::parse_duration(s).map(|d| d.as_secs_f64()).map_err(|e| e.to_string())
 }
 
 /// A positive duration in `common::units`' grammar (`90`, `90s`, `15m`, `2h`, `1d`), in seconds.
@@ -584,6 +589,9 @@ mod tests {
         assert_eq!(parse_duration("1d"), Ok(86400.0));
         assert_eq!(parse_duration("400d"), Ok(400.0 * 86400.0));
         assert_eq!(parse_duration("500ms"), Ok(0.5));
+        assert_eq!(parse_seconds("250ms"), Ok(0.25));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        assert!(parse_seconds("1x").unwrap_err().contains("\"1x\""));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("m").is_err());

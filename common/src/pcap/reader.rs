@@ -7,6 +7,11 @@
 //! with its capture timestamp, or a [`Skip`] that names the record (its index and file offset)
 //! and says why it was not delivered.
 //!
+//! Split by format: `reader/pcap.rs` reads classic pcap headers and records, `reader/pcapng.rs`
+//! pcapng blocks; each says how a resynchronisation recognises its records. This file keeps what
+//! both share: the window, the events and counters, the recovery (scan, garbage, truncation) and
+//! the judgement of a frame's IP packet.
+//!
 //! Invariants:
 //! - Nothing here panics on any input; bad input becomes a [`Skip`] and the reading goes on.
 //! - A record whose own content is bad (a short link header, a packet cut by the snap length,
@@ -488,6 +493,22 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// Starts the next record, whose fixed header is `header` bytes long: its index and file
+    /// offset, or the step to return instead (the end of the file, or a truncated header).
+    fn start_record(&mut self, header: usize) -> io::Result<Result<(u64, u64), Step>> {
+        let offset = self.w.offset();
+        let have = self.w.fill(header)?;
+        if have == 0 {
+            return Ok(Err(Step::End));
+        }
+        self.index += 1;
+        let index = self.index;
+        if have < header {
+            return Ok(Err(self.truncated(index, offset, header, have)));
+        }
+        Ok(Ok((index, offset)))
+    }
+
     /// The file ends inside the record at the current position.
     fn truncated(&mut self, index: u64, offset: u64, need: usize, have: usize) -> Step {
         self.w.consume(have);
@@ -512,8 +533,20 @@ impl<R: Read> Reader<R> {
                 (self.w.avail(), false)
             }
         };
+        Ok(self.garbage(index, offset, why, skip, resumed))
+    }
+
+    /// Skips `skip` bytes of garbage found at the record `index` (at `offset`).
+    fn garbage(
+        &mut self,
+        index: u64,
+        offset: u64,
+        why: String,
+        skip: usize,
+        resumed: bool,
+    ) -> Step {
         self.w.consume(skip);
-        Ok(Step::Skip(Skip {
+        Step::Skip(Skip {
             unit: self.unit(),
             index,
             offset,
@@ -522,7 +555,7 @@ impl<R: Read> Reader<R> {
                 skipped: skip as u64,
                 resumed,
             },
-        }))
+        })
     }
 
     /// The record at the current position says it is `need` bytes long but the file ends after
@@ -531,18 +564,8 @@ impl<R: Read> Reader<R> {
     fn past_end(&mut self, index: u64, offset: u64, need: usize, have: usize) -> io::Result<Step> {
         match self.scan(true)? {
             Some(skip) => {
-                self.w.consume(skip);
                 let why = format!("its length ({need} bytes) runs past the end of the file");
-                Ok(Step::Skip(Skip {
-                    unit: self.unit(),
-                    index,
-                    offset,
-                    kind: SkipKind::Garbage {
-                        why,
-                        skipped: skip as u64,
-                        resumed: true,
-                    },
-                }))
+                Ok(self.garbage(index, offset, why, skip, true))
             }
             None => Ok(self.truncated(index, offset, need, have)),
         }

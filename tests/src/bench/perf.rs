@@ -37,22 +37,21 @@ impl Session {
     pub fn start(dir: &Path, prefix: &str, pid: u32, events: &str, dur: Duration) -> Result<Session> {
         let secs = format!("{:.2}", dur.as_secs_f64());
         let pid_s = pid.to_string();
-        let stat = Command::new("perf")
-            .args(["stat", "--per-thread", "-x", ",", "-e", events, "-o"])
-            .arg(dir.join(format!("{prefix}-stat.txt")))
-            .args(["-p", &pid_s, "--", "sleep", &secs])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{prefix}-stat.err")))?)
-            .spawn()
-            .context("perf stat")?;
-        let record = Command::new("perf")
-            .args(["record", "-g", "-F", "1999", "-o"])
-            .arg(dir.join(format!("{prefix}.data")))
-            .args(["-p", &pid_s, "--", "sleep", &secs])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(dir.join(format!("{prefix}-record.err")))?)
-            .spawn()
-            .context("perf record")?;
+        // `perf WHAT ARGS -o OUT -p PID -- sleep SECS`, its stderr to `{prefix}-WHAT.err`
+        let perf = |what: &str, args: &[&str], out: PathBuf| -> Result<Child> {
+            Command::new("perf")
+                .arg(what)
+                .args(args)
+                .arg("-o")
+                .arg(out)
+                .args(["-p", &pid_s, "--", "sleep", &secs])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join(format!("{prefix}-{what}.err")))?)
+                .spawn()
+                .with_context(|| format!("perf {what}"))
+        };
+        let stat = perf("stat", &["--per-thread", "-x", ",", "-e", events], dir.join(format!("{prefix}-stat.txt")))?;
+        let record = perf("record", &["-g", "-F", "1999"], dir.join(format!("{prefix}.data")))?;
         std::thread::sleep(Duration::from_millis(150)); // let both attach
         Ok(Session { stat, record, dir: dir.to_owned(), prefix: prefix.to_owned() })
     }

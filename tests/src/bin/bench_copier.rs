@@ -81,15 +81,14 @@
 
 use anyhow::{bail, Context, Result};
 use lab::bench::{fetch_metrics, parse_rate, perf, rate_label, realtime, wall_ms, Cpu, RealTime, RedisConn, TICK_NS};
+use lab::http::Head;
 use lab::procstat::memory_kib;
 use lab::setup::{metric_sum, tail, CopyOptions, Copying};
 use lab::{addr, Host, Lab, LabOptions, LogEntry, NginxOptions};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -332,25 +331,15 @@ fn online() -> SocketAddr {
     SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80))
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
 /// Reads one HTTP/1.1 response with a Content-Length (nginx's static files) into `buf`; returns
 /// its status.
 async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Result<u16> {
     buf.clear();
     let mut tmp = [0u8; 16384];
-    let (head_end, need) = loop {
-        if let Some(h) = find(buf, b"\r\n\r\n") {
-            let head = std::str::from_utf8(&buf[..h]).context("response head is not UTF-8")?;
-            let cl = head
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
-                .context("response without Content-Length")?;
-            break (h, h + 4 + cl);
+    let head = loop {
+        if let Some(h) = Head::parse(buf) {
+            h.content_length.context("response without Content-Length")?;
+            break h;
         }
         let n = s.read(&mut tmp).await?;
         if n == 0 {
@@ -358,6 +347,7 @@ async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Resu
         }
         buf.extend_from_slice(&tmp[..n]);
     };
+    let need = head.total();
     while buf.len() < need {
         let n = s.read(&mut tmp).await?;
         if n == 0 {
@@ -368,16 +358,15 @@ async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Resu
     if buf.len() > need {
         bail!("more bytes than one response (nothing was pipelined)");
     }
-    status_of(&buf[..head_end])
+    status_of(&head, buf)
 }
 
-fn status_of(head: &[u8]) -> Result<u16> {
-    let line = head.split(|&b| b == b'\r').next().unwrap_or(&[]);
-    let line = std::str::from_utf8(line).context("status line")?;
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("bad status line {line:?}"))
+/// The status of a response whose head is `head`, or an error quoting its first line.
+fn status_of(head: &Head, buf: &[u8]) -> Result<u16> {
+    head.status.with_context(|| {
+        let line = buf[..head.end].split(|&b| b == b'\r').next().unwrap_or(&[]);
+        format!("bad status line {:?}", String::from_utf8_lossy(line))
+    })
 }
 
 async fn connect() -> Result<tokio::net::TcpStream> {
@@ -511,8 +500,8 @@ async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, from: Option
             .await
             .context("no answer within 5 s")?
             .context("read")?;
-        let h = find(&all, b"\r\n\r\n").context("truncated response")?;
-        status_of(&all[..h])
+        let h = Head::parse(&all).context("truncated response")?;
+        status_of(&h, &all)
     }
     .await;
     load.sent = 1;

@@ -41,7 +41,6 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -398,47 +397,54 @@ fn step(
     })
 }
 
+impl Row {
+    /// Percent of one core over the step.
+    fn pct(&self, ns: f64) -> f64 {
+        100.0 * ns / (self.secs * 1e9)
+    }
+
+    /// The cells both tables share: offered pps, queued pps, records (verdicts) per second,
+    /// loss %, kernel drops, CPU %, user %, sys %.
+    fn shared_cells(&self) -> String {
+        let loss = if self.sent == 0 { 0.0 } else { 100.0 * (1.0 - self.records as f64 / self.sent as f64) };
+        format!(
+            "{:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1}",
+            self.sent as f64 / self.secs,
+            self.queued as f64 / self.secs,
+            self.records as f64 / self.secs,
+            loss.max(0.0),
+            self.kernel_drops,
+            self.pct(self.cpu.total() as f64),
+            self.pct(self.cpu.user_ticks as f64 * TICK_NS),
+            self.pct(self.cpu.sys_ticks as f64 * TICK_NS),
+        )
+    }
+
+    /// CPU µs per record, or `-` without records.
+    fn per_record(&self) -> String {
+        if self.records == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", self.cpu.total() as f64 / 1e3 / self.records as f64)
+        }
+    }
+}
+
 fn print_table(rows: &[Row]) {
-    let tick_ns = TICK_NS;
     println!(
         "| step | offered pps | queued pps | records/s | loss % | kernel drops | CPU % | user % | sys % | nfqueue thr % | control thr % | CPU µs/record | leaks |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let cpu_ns = r.cpu.total() as f64;
-        let pct = |ns: f64| 100.0 * ns / (r.secs * 1e9);
         let nfq = r.cpu.by_thread.get("nfqueue").copied().unwrap_or(0) as f64;
-        let ctl = r
-            .cpu
-            .by_thread
-            .iter()
-            .filter(|(k, _)| k.starts_with("intercept-ctl"))
-            .map(|(_, v)| *v)
-            .sum::<u64>() as f64;
-        let loss = if r.sent == 0 {
-            0.0
-        } else {
-            100.0 * (1.0 - r.records as f64 / r.sent as f64)
-        };
-        let per = if r.records == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.2}", cpu_ns / 1e3 / r.records as f64)
-        };
+        let ctl = r.cpu.threads("intercept-ctl") as f64;
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {} | {} |",
             r.label,
-            r.sent as f64 / r.secs,
-            r.queued as f64 / r.secs,
-            r.records as f64 / r.secs,
-            loss.max(0.0),
-            r.kernel_drops,
-            pct(cpu_ns),
-            pct(r.cpu.user_ticks as f64 * tick_ns),
-            pct(r.cpu.sys_ticks as f64 * tick_ns),
-            pct(nfq),
-            pct(ctl),
-            per,
+            r.shared_cells(),
+            r.pct(nfq),
+            r.pct(ctl),
+            r.per_record(),
             r.leaks,
         );
     }
@@ -621,35 +627,10 @@ fn bare_reader(st: &BareState) -> Result<()> {
 }
 
 fn print_baseline(rows: &[Row]) {
-    let tick_ns = TICK_NS;
     println!("| step | offered pps | queued pps | verdicts/s | loss % | kernel drops | CPU % | user % | sys % | CPU µs/packet |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let cpu_ns = r.cpu.total() as f64;
-        let pct = |ns: f64| 100.0 * ns / (r.secs * 1e9);
-        let loss = if r.sent == 0 {
-            0.0
-        } else {
-            100.0 * (1.0 - r.records as f64 / r.sent as f64)
-        };
-        let per = if r.records == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.2}", cpu_ns / 1e3 / r.records as f64)
-        };
-        println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1} | {} |",
-            r.label,
-            r.sent as f64 / r.secs,
-            r.queued as f64 / r.secs,
-            r.records as f64 / r.secs,
-            loss.max(0.0),
-            r.kernel_drops,
-            pct(cpu_ns),
-            pct(r.cpu.user_ticks as f64 * tick_ns),
-            pct(r.cpu.sys_ticks as f64 * tick_ns),
-            per,
-        );
+        println!("| {} | {} | {} |", r.label, r.shared_cells(), r.per_record());
     }
 }
 

@@ -52,16 +52,10 @@ impl<R: Read> Reader<R> {
         else {
             return Ok(Step::End);
         };
-        let offset = self.w.offset();
-        let have = self.w.fill(16)?;
-        if have == 0 {
-            return Ok(Step::End);
-        }
-        self.index += 1;
-        let index = self.index;
-        if have < 16 {
-            return Ok(self.truncated(index, offset, 16, have));
-        }
+        let (index, offset) = match self.start_record(16)? {
+            Ok(at) => at,
+            Err(step) => return Ok(step),
+        };
         let h = pcap_header(&self.w.bytes()[..16], be, nanos);
         if let Some(why) = h.implausible(limit) {
             return self.resync(index, offset, why);

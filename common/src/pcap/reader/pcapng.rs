@@ -66,16 +66,10 @@ impl<R: Read> Reader<R> {
         let Format::Pcapng { be, .. } = self.fmt else {
             return Ok(Step::End);
         };
-        let offset = self.w.offset();
-        let have = self.w.fill(12)?;
-        if have == 0 {
-            return Ok(Step::End);
-        }
-        self.index += 1;
-        let index = self.index;
-        if have < 12 {
-            return Ok(self.truncated(index, offset, 12, have));
-        }
+        let (index, offset) = match self.start_record(12)? {
+            Ok(at) => at,
+            Err(step) => return Ok(step),
+        };
         let b = self.w.bytes();
         let ty = u32_at(b, 0, be).unwrap_or(0);
         let mut be = be;
