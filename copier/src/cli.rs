@@ -1,9 +1,10 @@
 //! The command line of the `copier` binary: flags, parsing of their values, and the checks that
 //! run before anything starts.
 //!
-//! Owns: the [`Args`] type (clap), the value parsers (`--map`, sizes, durations), and
-//! [`Args::validate`], which turns the flags into the configurations of the engine, capture,
-//! sender and control clients or says precisely which flag is wrong. Nothing here opens a socket.
+//! Owns: the [`Args`] type (clap), the value parsers (`--map`, percentages, speeds; sizes and
+//! durations are `common::units`'), and [`Args::validate`], which turns the flags into the
+//! configurations of the engine, capture, sender and control clients or says precisely which
+//! flag is wrong. Nothing here opens a socket. Its tests are in `cli/tests.rs`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};

@@ -1,4 +1,4 @@
-//! Shared pieces of the lab benchmarks (`bench_copier`, `bench_intercept`, `soak`): CPU accounting
+//! Shared pieces of the lab benchmarks (`bench_copier`, `bench_intercept`): CPU accounting
 //! from `/proc`, [`perf`] around a step, the offered rates of their command lines, a daemon's
 //! Prometheus text read from inside a namespace, the wall clock that nginx's `$msec` uses, and the
 //! real-time figures of a copy (how much of the online traffic had reached the test server by a
