@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::seq::SeqNum;
+use common::testkit;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::{Capture, CaptureConfig};
@@ -117,22 +118,9 @@ impl Drop for Lab {
     }
 }
 
+/// The template segment (`common::testkit`) from `src` to `dst` at `seq`, acking 1.
 fn tcp_packet(src: SocketAddr, dst: SocketAddr, seq: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
-        src,
-        dst,
-        seq: SeqNum(seq),
-        ack: SeqNum(1),
-        flags: TcpFlags::ACK | TcpFlags::PSH,
-        window: 1000,
-        options: &[],
-        payload,
-        ttl: 64,
-        ident: 1,
-    }
-    .emit(&mut out);
-    out
+    testkit::emit(&TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(1), payload, ident: 1, ..testkit::SEGMENT })
 }
 
 fn sa(ip: &str, port: u16) -> SocketAddr {
@@ -172,6 +160,13 @@ fn open_capture(lab: &Lab, interface: Option<&str>, targets: Vec<FilterTarget>) 
     })
 }
 
+/// A capture on `b0` of everything sent to port 80, and a raw sender in `a`.
+fn port80_capture_and_sender(lab: &Lab) -> (Capture, RawSender) {
+    let cap = open_capture(lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    (cap, sender)
+}
+
 fn tuple(src: SocketAddr, dst: SocketAddr) -> FourTuple {
     FourTuple::new(src, dst)
 }
@@ -182,17 +177,7 @@ fn capture_sees_only_mapped_tcp_and_sender_delivers() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || {
-        RawSender::open(SendConfig::default()).expect("raw sockets in a")
-    });
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
 
     let wanted: Vec<Vec<u8>> = (0..3u32)
         .map(|i| {
@@ -313,15 +298,7 @@ fn sender_splits_when_the_route_mtu_is_smaller() {
     }
     let lab = Lab::new();
     ip(&["-n", &lab.a, "link", "set", "a0", "mtu", "1400"]);
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
 
     let body: Vec<u8> = (0..2400u32).map(|i| (i % 251) as u8).collect();
     let (src, dst) = (sa(A_V4, 41000), sa(B_V4, 80));
@@ -366,15 +343,7 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
     // Warm up ARP so the measured packet goes out at once.
     lab.within(&lab.a, || {
         let _ = UdpSocket::bind(sa(A_V4, 0))
