@@ -18,17 +18,20 @@ use support::Bench;
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+static BLOCKS: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: every call is passed on to the system allocator unchanged; only a counter is added.
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size(), Ordering::Relaxed);
+        BLOCKS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: as the caller promised for `l`.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        BLOCKS.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: `p` came from `alloc` with `l`.
         unsafe { System.dealloc(p, l) }
     }
@@ -53,7 +56,7 @@ fn rss_kib() -> u64 {
 
 fn main() {
     const SESSIONS: u32 = 10_000;
-    let (heap0, rss0) = (LIVE.load(Ordering::Relaxed), rss_kib());
+    let (heap0, blocks0, rss0) = (LIVE.load(Ordering::Relaxed), BLOCKS.load(Ordering::Relaxed), rss_kib());
     let mut b = Bench::new(SESSIONS, 100);
     for _ in 0..10 * SESSIONS {
         b.step();
@@ -61,13 +64,16 @@ fn main() {
     b.ack_all();
     let heap = LIVE.load(Ordering::Relaxed) - heap0 - b.template_bytes();
     let rss = rss_kib().saturating_sub(rss0);
+    // The templates: one data packet and one record (two vectors) per session.
+    let blocks = BLOCKS.load(Ordering::Relaxed) - blocks0 - 3 * SESSIONS as usize;
     let s = b.e.stats();
     assert_eq!(s.sessions_active, u64::from(SESSIONS));
     println!(
-        "engine at {SESSIONS} live sessions: heap {:.1} MiB ({} bytes/session, templates excluded), \
+        "engine at {SESSIONS} live sessions: heap {:.1} MiB ({} bytes/session, templates excluded; {:.1} allocations/session), \
          process RSS +{:.1} MiB (templates included), memory_used {:.1} MiB",
         heap as f64 / f64::from(1 << 20),
         heap / SESSIONS as usize,
+        blocks as f64 / f64::from(SESSIONS),
         rss as f64 / 1024.0,
         b.e.memory_used() as f64 / f64::from(1 << 20),
     );
