@@ -1,6 +1,6 @@
 //! Engine memory at 10,000 live sessions: each session established (handshake, registration,
-//! the test server's SYN-ACK) and carrying keep-alive traffic (ten 100-byte segments each, the
-//! test server acknowledging as it goes), then idle (everything acknowledged). Prints the heap the engine holds (a
+//! the test server's SYN-ACK) and carrying keep-alive traffic (ten requests of 100 bytes, each
+//! answered with 200 bytes online and on test), then idle between requests. Prints the heap the engine holds (a
 //! counting allocator; the bench's own packet templates subtracted), per session, the process's
 //! RSS growth, and what the engine's own accounting (`memory_used`, the figure `--max-memory`
 //! caps) says.
@@ -58,10 +58,14 @@ fn main() {
     const SESSIONS: u32 = 10_000;
     let (heap0, blocks0, rss0) = (LIVE.load(Ordering::Relaxed), BLOCKS.load(Ordering::Relaxed), rss_kib());
     let mut b = Bench::new(SESSIONS, 100);
-    for _ in 0..10 * SESSIONS {
-        b.step();
+    let mut sent = 0;
+    for r in 0..10 {
+        for i in 0..SESSIONS as usize {
+            sent += b.exchange(i, r, 100, 200);
+        }
     }
-    b.ack_all();
+    // Every request and every answer went out (the answers' acknowledgements).
+    assert!(sent >= 2 * 10 * SESSIONS as usize, "sent {sent}");
     let heap = LIVE.load(Ordering::Relaxed) - heap0 - b.template_bytes();
     let rss = rss_kib().saturating_sub(rss0);
     // The templates: one data packet and one record (two vectors) per session.
@@ -70,11 +74,12 @@ fn main() {
     assert_eq!(s.sessions_active, u64::from(SESSIONS));
     println!(
         "engine at {SESSIONS} live sessions: heap {:.1} MiB ({} bytes/session, templates excluded; {:.1} allocations/session), \
-         process RSS +{:.1} MiB (templates included), memory_used {:.1} MiB",
+         process RSS +{:.1} MiB (templates included), memory_used {:.1} MiB (of it buffered client bytes {:.1} MiB)",
         heap as f64 / f64::from(1 << 20),
         heap / SESSIONS as usize,
         blocks as f64 / f64::from(SESSIONS),
         rss as f64 / 1024.0,
         b.e.memory_used() as f64 / f64::from(1 << 20),
+        b.e.buffered_bytes() as f64 / f64::from(1 << 20),
     );
 }

@@ -81,6 +81,33 @@ impl Bench {
         Bench { e, now, out, data, acks, next: vec![ISN + 1; sessions as usize], i: 0, a: 0, n: 0, seg: seg as u32 }
     }
 
+    /// One request of `len` bytes on session `i` and its answer of `answer` bytes, online and
+    /// on test: the client's segment (acknowledging the online answers so far), then the test
+    /// server's answer as a record, which the engine acknowledges. `r` numbers the session's
+    /// requests from 0. Returns the engine's packets sent.
+    pub fn exchange(&mut self, i: usize, r: u32, len: u32, answer: u32) -> usize {
+        let c = client(i as u32);
+        let (online, target): (SocketAddr, SocketAddr) = (ONLINE.parse().unwrap(), TARGET.parse().unwrap());
+        let ts = [TcpOption::Timestamps { tsval: 77 + r, tsecr: 5 }];
+        let seq = self.next[i];
+        self.next[i] = seq.wrapping_add(len);
+        self.now += Duration::from_micros(50);
+        let req = packet(c, online, seq, 9 + answer * r, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; len as usize]);
+        self.e.handle_captured(self.now, &req);
+        let mut sent = 0;
+        while self.e.poll_transmit(self.now, &mut self.out).is_some() {
+            sent += 1;
+        }
+        let ans = packet(target, c, TISN + 1 + answer * r, seq.wrapping_add(len), TcpFlags::ACK | TcpFlags::PSH, 20_000, &ts, &vec![0x62; answer as usize]);
+        let (_, rec) = Record::from_packet(&ans, 0).unwrap();
+        self.now += Duration::from_micros(50);
+        self.e.handle_record(self.now, &rec);
+        while self.e.poll_transmit(self.now, &mut self.out).is_some() {
+            sent += 1;
+        }
+        sent
+    }
+
     /// The test server acknowledges everything every session sent: the sessions go idle.
     pub fn ack_all(&mut self) {
         for a in 0..self.acks.len() {
