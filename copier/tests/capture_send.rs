@@ -572,49 +572,71 @@ fn fanout_gives_each_ring_whole_flows() {
     );
 }
 
+/// A raw sender in `a`, with `b`'s neighbour entry resolved.
+fn sender_in_a(lab: &Lab) -> RawSender {
+    let sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    lab.within(&lab.a, || {
+        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    sender
+}
+
+/// Send `total` numbered TCP segments of about 1 KB from `a:port` to `b:80`, `batch` at a time
+/// with `pause` between batches; returns them as sent.
+fn send_numbered(sender: &mut RawSender, port: u16, total: u32, batch: u32, pause: Duration) -> Vec<Vec<u8>> {
+    let mut sent = Vec::new();
+    for seq in 0..total {
+        let body = format!("packet {seq:06} {}", "x".repeat(1000));
+        let p = tcp_packet(sa(A_V4, port), sa(B_V4, 80), seq, body.as_bytes());
+        let parsed = parse_tcp_packet(&p).unwrap();
+        let mut buf = sender.buffer();
+        buf.extend_from_slice(&p);
+        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+        sent.push(p);
+        if seq % batch == batch - 1 {
+            sender.flush(Instant::now());
+            std::thread::sleep(pause);
+        }
+    }
+    sender.flush(Instant::now());
+    sent
+}
+
+/// A ring in `b` on `b0` for port 80, of 64 KiB blocks with a 5 ms timeout.
+fn ring_in_b(lab: &Lab, block_count: u32, initial_blocks: u32) -> Capture {
+    let cfg = CaptureConfig {
+        interface: Some("b0".into()),
+        block_size: 1 << 16,
+        block_count,
+        initial_blocks,
+        retire: Duration::from_millis(5),
+    };
+    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
+    lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"))
+}
+
+/// No kernel drop, and `got` is `sent`: every packet once, in order, byte for byte.
+fn assert_exact(got: &[Vec<u8>], sent: &[Vec<u8>], st: &copier::capture::CaptureStats) {
+    assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
+    assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
+    assert_eq!(got.iter().zip(sent).position(|(g, s)| g != s), None, "in order, byte for byte");
+}
+
 #[test]
 fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
     if !root_or_skip("the_ring_grows_under_pressure_without_losing_or_repeating_a_packet") {
         return;
     }
     let lab = Lab::new();
-    let cfg = CaptureConfig {
-        interface: Some("b0".into()),
-        block_size: 1 << 16,
-        block_count: 64,
-        initial_blocks: 8,
-        retire: Duration::from_millis(5),
-    };
-    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
-    let cap = lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"));
+    let cap = ring_in_b(&lab, 64, 8);
     assert_eq!(cap.stats().ring_bytes, 8 << 16, "it starts small");
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
-    lab.within(&lab.a, || {
-        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
-    });
-    std::thread::sleep(Duration::from_millis(100));
+    let mut sender = sender_in_a(&lab);
     // A sender that keeps going, a batch every 2 ms, while the capture grows (twice: 8 -> 32 ->
-    // 64 blocks), so packets arrive before, during and after each switch of rings.
+    // 64 blocks), so packets arrive before, during and after each switch of rings. Payloads
+    // are large enough that a few dozen fill a 64 KiB block.
     const TOTAL: u32 = 6000;
-    let sending = std::thread::spawn(move || {
-        let mut sent = Vec::new();
-        for seq in 0..TOTAL {
-            // Payloads large enough that a few dozen fill a 64 KiB block.
-            let body = format!("packet {seq:06} {}", "x".repeat(1000));
-            let p = tcp_packet(sa(A_V4, 40000), sa(B_V4, 80), seq, body.as_bytes());
-            let parsed = parse_tcp_packet(&p).unwrap();
-            let mut buf = sender.buffer();
-            buf.extend_from_slice(&p);
-            sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
-            sent.push(p);
-            if seq % 20 == 19 {
-                sender.flush(Instant::now());
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        sender.flush(Instant::now());
-        sent
-    });
+    let sending = std::thread::spawn(move || send_numbered(&mut sender, 40000, TOTAL, 20, Duration::from_millis(2)));
     // The reader is slow at first (nothing read for 25 ms: about five of the eight blocks pile
     // up, the 5 ms block timeout handing one over each time), then reads in small steps; the
     // larger rings are new sockets, opened in the reader's namespace.
@@ -647,10 +669,7 @@ fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
     let sent = sending.join().unwrap();
     eprintln!("{st:?}");
     assert!(st.ring_grows >= 1, "under pressure it grows: {st:?}");
-    assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
-    assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
-    let first_bad = got.iter().zip(&sent).position(|(g, s)| g != s);
-    assert_eq!(first_bad, None, "in order, byte for byte");
+    assert_exact(&got, &sent, &st);
     let blocks = if st.ring_grows == 1 { 32 } else { 64 };
     assert_eq!(st.ring_bytes, blocks << 16, "only the newest ring stays mapped: {st:?}");
 }
@@ -662,37 +681,11 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
     }
     let lab = Lab::new();
     // A fixed ring of 4 x 64 KiB: about 240 of the packets below fit in it.
-    let cfg = CaptureConfig {
-        interface: Some("b0".into()),
-        block_size: 1 << 16,
-        block_count: 4,
-        initial_blocks: 4,
-        retire: Duration::from_millis(5),
-    };
-    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
-    let cap = lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"));
+    let cap = ring_in_b(&lab, 4, 4);
     let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
-    lab.within(&lab.a, || {
-        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
-    });
-    std::thread::sleep(Duration::from_millis(100));
+    let mut sender = sender_in_a(&lab);
     // 3000 packets of 1 KB (3 MB, twelve times the ring) while the engine takes nothing.
-    let mut sent = Vec::new();
-    for seq in 0..3000u32 {
-        let body = format!("packet {seq:06} {}", "y".repeat(1000));
-        let p = tcp_packet(sa(A_V4, 40001), sa(B_V4, 80), seq, body.as_bytes());
-        let parsed = parse_tcp_packet(&p).unwrap();
-        let mut buf = sender.buffer();
-        buf.extend_from_slice(&p);
-        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
-        sent.push(p);
-        if seq % 50 == 49 {
-            sender.flush(Instant::now());
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    sender.flush(Instant::now());
+    let sent = send_numbered(&mut sender, 40001, 3000, 50, Duration::from_millis(1));
     std::thread::sleep(Duration::from_millis(300));
     assert!(feed.queued_bytes() > 1 << 20, "the thread holds what the engine did not take: {}", feed.queued_bytes());
     let mut got: Vec<Vec<u8>> = Vec::new();
@@ -704,8 +697,6 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
     }
     std::thread::sleep(Duration::from_millis(250));
     let st = feed.stats();
-    assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
-    assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
-    assert_eq!(got.iter().zip(&sent).position(|(g, s)| g != s), None, "in order, byte for byte");
+    assert_exact(&got, &sent, &st);
     assert_eq!(feed.queued_bytes(), 0);
 }
