@@ -10,7 +10,9 @@
 //! - [`users`]: pools, alias-table choice, the NAT-like translation table.
 //! - [`schedule`]: load phases or curves, the factor at an instant, copies per session.
 //! - [`profile`]: the TOML profile and its validation.
-//! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`).
+//! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`),
+//!   built from a profile or from the copier's flags ([`FlagPlan`]).
+//! - [`pool`]: the client address pool of the flags (`--client-ip`) and its sticky pick.
 //! - [`check`]: the statistics of a plan or a trace against a profile's targets.
 //! - [`fit`]: sessions, requests and ON/OFF periods measured in a capture; a starting profile.
 //! - [`plot`]: pictures (SVG, PNG) of a plan, a trace or a capture.
@@ -26,10 +28,12 @@ mod hash;
 pub mod onoff;
 pub mod pareto;
 pub mod plot;
+pub mod pool;
 pub mod profile;
 pub mod schedule;
 pub mod stats;
 pub mod users;
 
-pub use engine::{CopyPlan, SessionId, Shaper, ShaperError};
+pub use engine::{CopyPlan, FlagPlan, SessionId, Shaper, ShaperError};
+pub use pool::{ClientIpPool, IpRange, PoolParseError};
 pub use profile::Profile;

@@ -45,23 +45,22 @@
 //! - `Phase::Done` sessions hold no stream bytes and no `cur`; the engine removes them once
 //!   `old` is empty.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
-use rand::rngs::SmallRng;
 
 use super::answer::Watch;
-use super::chunk::{Meter, Payload};
+use super::chunk::Payload;
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
+use super::gate::Gate;
 use super::pkt::{Captured, RecordInfo};
-use super::stats::{EngineStats, FailReason};
+use super::shared::{Shared, SlotRef};
+use super::stats::FailReason;
 use super::stream::Stream;
-use super::ControlEvent;
 
 /// How long a hole in the captured stream may wait for its bytes before the damaged request
 /// unit is given up (when a later request is known).
@@ -69,99 +68,6 @@ const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Answer timeouts after which a session's pacing stays lock-step (window 1).
 const STRIKES_LOCKSTEP: u8 = 3;
-
-/// A session's place in the engine's slab: index and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SlotRef {
-    pub idx: u32,
-    pub gen: u32,
-}
-
-/// What sessions share: parameters, counters, the control queue, the test-side index, the RNG.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub p: Params,
-    pub stats: EngineStats,
-    pub control: VecDeque<ControlEvent>,
-    pub by_test: HashMap<FourTuple, SlotRef, super::FastHash>,
-    /// Test tuples in `by_test` per (client address, test server): how full that port space is.
-    pub ports_used: HashMap<(IpAddr, SocketAddr), u32, super::FastHash>,
-    pub rng: SmallRng,
-    pub seed: u64,
-    pub intercept_up: bool,
-    /// Counts the captured bytes the sessions hold.
-    pub meter: Meter,
-    /// Kept between polls so that gathering a segment does not allocate each time.
-    pub scratch: Vec<u8>,
-    /// The shaper of `--profile` (see the engine's module documentation).
-    pub shaper: Option<shaper::Shaper>,
-    /// The first `now` the engine saw: the shaper's clock is the time since it.
-    pub run_start: Option<Instant>,
-}
-
-impl Shared {
-    /// The shaper's clock: the time since the first `now` the engine saw.
-    pub(crate) fn shaper_now(&mut self, now: Instant) -> std::time::Duration {
-        now.saturating_duration_since(*self.run_start.get_or_insert(now))
-    }
-
-    fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
-        if self.by_test.insert(tuple, slot).is_none() {
-            *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
-        }
-        self.control.push_back(ControlEvent::Register(tuple));
-        self.stats.connections_opened += 1;
-    }
-
-    fn unregister(&mut self, tuple: FourTuple) {
-        self.unindex(tuple);
-        self.control.push_back(ControlEvent::Unregister(tuple));
-    }
-
-    /// Take `tuple` out of `by_test` (the caller tells the intercepts).
-    pub(crate) fn unindex(&mut self, tuple: FourTuple) {
-        if self.by_test.remove(&tuple).is_some() {
-            let k = (tuple.client.ip(), tuple.server);
-            if let Some(n) = self.ports_used.get_mut(&k) {
-                *n -= 1;
-                if *n == 0 {
-                    self.ports_used.remove(&k);
-                }
-            }
-        }
-    }
-
-    /// A test tuple from `ip` to `target` that no live connection uses, with a port of this
-    /// engine's share: `want` if it qualifies, else a random one, else the first free one
-    /// from a random place. `None` when every port of the share is taken.
-    pub(crate) fn free_tuple(&mut self, ip: IpAddr, target: SocketAddr, want: Option<u16>) -> Option<FourTuple> {
-        let share = self.p.port_share;
-        let mut t = FourTuple::new(SocketAddr::new(ip, want.unwrap_or(0)), target);
-        if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
-            return Some(t);
-        }
-        let used = self.ports_used.get(&(ip, target)).copied().unwrap_or(0);
-        if used >= share.size() {
-            return None;
-        }
-        for _ in 0..32 {
-            t.client.set_port(share.random(&mut self.rng));
-            if !self.by_test.contains_key(&t) {
-                return Some(t);
-            }
-        }
-        // Crowded: walk the share from a random port (a free one is near unless the space is
-        // almost full; a full one was refused above).
-        let start = share.random(&mut self.rng);
-        for port in share.walk(start) {
-            t.client.set_port(port);
-            if !self.by_test.contains_key(&t) {
-                return Some(t);
-            }
-        }
-        None
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -178,20 +84,13 @@ pub(crate) struct Session {
     pub slot: SlotRef,
     target: SocketAddr,
     client_ip: IpAddr,
-    /// The client port the first test connection takes when free (the captured client's, or
-    /// the shaper's virtual port).
+    /// The client port the first test connection takes when free (the plan's: the captured
+    /// client's, or the profile's virtual port).
     pub want_port: u16,
-    /// The shaper's id of this copy, with `--profile`.
-    pub shaper_id: Option<shaper::SessionId>,
-    /// With a shaper: the start of the unit it was last asked about (`Shaper::release_at`),
-    /// and how many units were asked about.
-    gate_asked: Option<SeqNum>,
-    units_asked: u32,
-    /// The instant before which the current unit may not go (held, never dropped).
-    gate: Option<Instant>,
-    /// With a shaper: when the first bytes of each unit not yet asked about were captured (the
-    /// online arrival `Shaper::release_at` scales think time from), by the unit's first byte.
-    arrivals: VecDeque<(SeqNum, Instant)>,
+    /// The planner's id of this copy (ended in the planner when the engine removes the copy).
+    pub plan_id: Option<shaper::SessionId>,
+    /// The planner's hold on the request units, when it gates them (a profile).
+    pub gate: Option<Gate>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -235,11 +134,8 @@ impl Session {
             target,
             client_ip,
             want_port: key.client.port(),
-            shaper_id: None,
-            gate_asked: None,
-            units_asked: 0,
+            plan_id: None,
             gate: None,
-            arrivals: VecDeque::new(),
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
@@ -286,7 +182,7 @@ impl Session {
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(tuple) = sh.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
+        let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
             sh.stats.sessions_no_tuple += 1;
             self.phase = Phase::Done;
             return;
@@ -343,7 +239,7 @@ impl Session {
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
-            take(self.gate);
+            take(self.gate.as_ref().and_then(Gate::until));
             take(self.gap_due);
         }
         d
@@ -454,8 +350,8 @@ impl Session {
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
-        if self.shaper_id.is_some() && r.appended > 0 {
-            self.note_arrivals(now);
+        if let Some(g) = self.gate.as_mut().filter(|_| r.appended > 0) {
+            g.note_arrivals(&self.stream, now);
         }
         let d = &mut sh.stats.drops;
         if r.duplicate {
@@ -518,7 +414,7 @@ impl Session {
         let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
         c.abandon(now, &sh.p);
         self.old.push(c);
-        match sh.free_tuple(self.client_ip, self.target, None) {
+        match sh.tuples.free_tuple(self.client_ip, self.target, None) {
             Some(t) => {
                 sh.stats.syn_port_moves += 1;
                 self.open_conn(sh, now, t, start);
@@ -678,7 +574,7 @@ impl Session {
                 // it, losing the answer to the last it served, so the rest of this session
                 // goes lock-step (nothing is sent ahead of an answer again).
                 self.lock_step();
-                let Some(tuple) = sh.free_tuple(self.client_ip, self.target, None) else {
+                let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, None) else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
                 };
@@ -715,62 +611,23 @@ impl Session {
     /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
     /// `pace_window`.
     fn window(&self, p: &Params) -> u32 {
-        if !p.pace || self.shaper_id.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+        if !p.pace || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
             1
         } else {
             self.win.clamp(1, p.pace_window)
         }
     }
 
-    /// With a shaper: once the current unit's first bytes are there, asks when it may go
-    /// (`Shaper::release_at`, unit index counted per copy, the shaper's clock at `now`) and
-    /// holds it until then; lifts the hold once that instant has passed. A unit is held only
-    /// before its first byte goes, so a request is never cut; a shaper that no longer knows the
-    /// copy (its translation expired) holds nothing.
+    /// Ask the planner about the current unit, or lift its hold (see [`Gate::update`]).
     fn gate(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(id) = self.shaper_id else { return };
-        let start = self.stream.cur_start;
-        if self.gate_asked != Some(start) && self.stream.next.gt(start) {
-            self.gate_asked = Some(start);
-            // The unit's online arrival: when its first bytes were captured (not later than
-            // now; earlier units' entries go).
-            while self.arrivals.front().is_some_and(|&(at, _)| start.gt(at)) {
-                self.arrivals.pop_front();
-            }
-            let arrived = match self.arrivals.front() {
-                Some(&(at, t)) if at == start => t,
-                _ => now,
-            };
-            let t = sh.shaper_now(arrived.min(now));
-            let index = self.units_asked;
-            self.units_asked += 1;
-            let until = sh.shaper.as_mut().and_then(|s| s.release_at(t, id, index).ok());
-            self.gate = until.and_then(|d| sh.run_start.map(|r| r + d));
-        }
-        if self.gate.is_some_and(|u| u <= now) {
-            self.gate = None;
+        if let Some(g) = self.gate.as_mut() {
+            g.update(&self.stream, &mut sh.plan, now);
         }
     }
 
-    /// Notes the capture instant of the units whose first bytes just arrived (the current one
-    /// and the later ones the stream knows the starts of).
-    fn note_arrivals(&mut self, now: Instant) {
-        let known = |a: &VecDeque<(SeqNum, Instant)>, at: SeqNum| a.back().is_some_and(|&(b, _)| b.ge(at));
-        let cur = self.stream.cur_start;
-        if self.gate_asked != Some(cur) && !known(&self.arrivals, cur) {
-            self.arrivals.push_back((cur, now));
-        }
-        for b in &self.stream.bounds {
-            if b.at.gt(cur) && !known(&self.arrivals, b.at) {
-                self.arrivals.push_back((b.at, now));
-            }
-        }
-    }
-
-    /// Whether the current unit is held by the shaper (asked about and not yet due, or not
-    /// asked about yet).
+    /// Whether the planner holds the current unit back.
     fn held(&self) -> bool {
-        self.shaper_id.is_some() && (self.gate.is_some() || self.gate_asked != Some(self.stream.cur_start))
+        self.gate.as_ref().is_some_and(|g| g.held(self.stream.cur_start))
     }
 
     /// Move past the units the current connection got answered, and run the answer clock.
