@@ -45,30 +45,33 @@
 //! the rules.
 //!
 //! # Copies and sampling
-//! With `copies` = N (`--copies N`) a captured session fans out to N copy sessions, each a
-//! [`session`] of its own with its own test 4-tuple, connections, pacing and failures, fed the
-//! same captured packets; they share the captured bytes (`chunk`: a 10 MB upload copied 100
-//! times is held once, plus what the slowest copy still needs), so `max_memory` bounds what is
-//! really held while `per_session_cap` bounds each copy's backlog. Copy `k` of a session gets
-//! the `k`-th pool address after the client's own ([`ClientIpPool::pick`]) and a port no live
-//! test tuple of this engine uses (the client's own when free and in the port share, else
-//! random, else the first free one): no two live test tuples ever collide, whatever N, and with
-//! port shares none of another worker's either. A copy that finds no free tuple does not start
-//! (`sessions_no_tuple`). With `sample_percent` < 100 only the sessions the keyed hash picks
-//! are copied, every packet of them and none of the others (`Params::sampled`).
+//! One planner decides the copies of every captured session: a [`shaper::Shaper`], built from
+//! the profile (`EngineConfig::profile`, `--profile`) or, without one, from the flags
+//! `copies`, `sample_percent` and `client_ip` as the trivial profile [`shaper::FlagPlan`]
+//! ([`EngineConfig::planner`]; same seed in every worker, so every worker plans alike). At a
+//! session's first packet `Shaper::on_session_to` (clock: `now` minus the first `now` the
+//! engine saw) gives its copies, none when the sample leaves it out; copy `k` goes from the
+//! plan's client address, and from its port when free in `by_test` and the port share (else a
+//! random port of the share, else the first free one): no two live test tuples ever collide,
+//! whatever N, and with port shares none of another worker's either. A copy that finds no free
+//! tuple does not start (`sessions_no_tuple`). The flags' plan keeps the client's address (or
+//! the `k`-th pool address after its pick, `ClientIpPool::pick`) and port; its sample, a keyed
+//! hash of the seed and the client's address and port that does not change in time, is asked
+//! for every packet (`Shaper::samples_out`: every packet of a kept session and none of the
+//! others); a profile's factor changes in time, so its sample is decided once, in
+//! `on_session_to`. A copy's planner state ends when the engine removes the copy.
 //!
-//! With a shaping profile (`EngineConfig::profile`, `--profile`) a [`shaper::Shaper`] built
-//! from it and the seed replaces `copies`, `sample_percent` and `client_ip`: at a session's
-//! first packet `Shaper::on_session` (clock: `now` minus the first `now` the engine saw) gives
-//! its copies, none when the factor samples it out (the same answer in every worker, since
-//! the decision is a keyed hash of the seed and the client's address and port); copy `k` takes
-//! the plan's virtual address, and its virtual port when free in `by_test` and the port share
-//! (else the rule above). A copy's shaper state ends when the engine removes the copy.
+//! Each copy is a [`session`] of its own with its own test 4-tuple, connections, pacing and
+//! failures, fed the same captured packets; the copies share the captured bytes (`chunk`: a
+//! 10 MB upload copied 100 times is held once, plus what the slowest copy still needs), so
+//! `max_memory` bounds what is really held while `per_session_cap` bounds each copy's backlog.
+//! A planner that gates requests (`Shaper::gates`: a profile's think time and ON/OFF periods)
+//! gives each copy a `gate`, and its sessions go lock-step; the flags' plan gates nothing, and
+//! its sessions pace with the adaptive window.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
-//! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
-//! tuple to the session that owns it and `Shared::ports_used` counts them per client address
-//! and target; the meter counts the captured bytes any session still holds, and
+//! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
+//! tuple to the session that owns it and counts them per client address and target (`shared`); the meter counts the captured bytes any session still holds, and
 //! `memory_used` adds [`SESSION_COST`] per session and [`PENDING_SYN_COST`] per pending SYN;
 //! every `pending` entry has an entry with its `at` in `pending_fifo`; `closing` counts the
 //! sessions in the table that are done and linger;
