@@ -14,7 +14,7 @@ use common::flow::FourTuple;
 use common::proto::Record;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
-use copier::engine::{RegEvent, Engine, EngineConfig, PortMap};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 const ONLINE: &str = "192.0.2.1:80";

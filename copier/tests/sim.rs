@@ -32,7 +32,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use common::proto::Record;
-use copier::engine::{RegEvent, Engine, EngineConfig, PortMap};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 use intercept::router::{CopierId, Decision, DropReason, Router, RouterConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -24,7 +24,7 @@ use common::proto::Record;
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 use common::proto::RegVerdict;
-use copier::engine::{RegEvent, Engine, EngineConfig, PortMap, SESSION_COST};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent, SESSION_COST};
 use libfuzzer_sys::fuzz_target;
 
 const ONLINE_PORT: u16 = 80;

@@ -10,7 +10,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 
-use super::{RegEvent, Engine, EngineConfig, PortMap};
+use super::{Engine, EngineConfig, PortMap, RegEvent};
 use crate::engine::pkt::read_options;
 
 mod answer;
