@@ -14,6 +14,7 @@ pub mod capture;
 pub mod cli;
 pub mod control;
 pub mod engine;
+pub mod feed;
 pub mod metrics;
 pub mod offline;
 pub mod run;

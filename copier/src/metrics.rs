@@ -66,6 +66,8 @@ pub mod names {
     pub const BYTES_SENT_TOTAL: &str = "copier_bytes_sent_total";
     pub const CAPTURE_BAD_BLOCKS_TOTAL: &str = "copier_capture_bad_blocks_total";
     pub const CAPTURE_BYTES_TOTAL: &str = "copier_capture_bytes_total";
+    pub const CAPTURE_RING_BYTES: &str = "copier_capture_ring_bytes";
+    pub const CAPTURE_RING_GROWS_TOTAL: &str = "copier_capture_ring_grows_total";
     pub const CAPTURE_TRUNCATED_TOTAL: &str = "copier_capture_truncated_total";
     pub const CAPTURED_SESSIONS_STARTED_TOTAL: &str = "copier_captured_sessions_started_total";
     pub const CONNECTIONS_OPENED_TOTAL: &str = "copier_connections_opened_total";
@@ -223,6 +225,13 @@ fn describe() {
         "Times the capture queue froze on a full ring (tp_freeze_q_cnt)"
     );
     describe_gauge!(names::SESSIONS_ACTIVE, "Sessions in the engine's table");
+    describe_gauge!(
+        names::CAPTURE_RING_BYTES,
+        Unit::Bytes,
+        "Bytes of the capture ring(s) mapped now (the ring grows with the traffic)"
+    );
+    describe_counter!(names::CAPTURE_RING_GROWS_TOTAL, "Times the capture ring grew");
+
     describe_counter!(
         names::SESSIONS_STARTED_TOTAL,
         "Copy sessions started (up to --copies per captured session)"
@@ -415,6 +424,8 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::KERNEL_PACKETS_TOTAL).absolute(c.kernel_packets);
     counter!(names::KERNEL_DROPS_TOTAL).absolute(c.kernel_drops);
     counter!(names::KERNEL_FREEZES_TOTAL).absolute(c.kernel_freezes);
+    gauge!(names::CAPTURE_RING_BYTES).set(c.ring_bytes as f64);
+    counter!(names::CAPTURE_RING_GROWS_TOTAL).absolute(c.ring_grows);
 
     gauge!(names::SESSIONS_ACTIVE).set(e.sessions_active as f64);
     counter!(names::SESSIONS_STARTED_TOTAL).absolute(e.sessions_started);
