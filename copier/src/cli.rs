@@ -58,8 +58,8 @@ concurrent sessions give a pool of at least N x S / 64512 addresses (and the tes
 back to it). The multiplier achieved is exported next to the one asked for
 (copier_copy_multiplier, copier_copies_requested). The captured bytes are held once for all the
 copies of a session. --sample P copies only P% of the sessions: a keyed hash of the seed and the
-session's addresses and ports picks them, so a session is copied whole or not at all, and the
-same --seed picks the same sessions.
+client's address and port picks them (the hash a profile's factor samples by), so a session is
+copied whole or not at all, and the same --seed picks the same sessions.
 
 Shaping: --profile FILE (a TOML shaping profile, see shaper/examples/profile.toml; checked at
 start, errors name the key) replaces --copies, --sample and --client-ip (refused together): the

@@ -116,14 +116,8 @@ impl fmt::Display for InterceptAddr {
     }
 }
 
-/// A change of the registry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RegEvent {
-    /// Route this session's responses to us.
-    Register(FourTuple),
-    /// This session is over.
-    Unregister(FourTuple),
-}
+/// A change of the registry: the engine's event, applied as it comes.
+pub use crate::engine::RegEvent;
 
 #[derive(Debug)]
 struct RegistryInner {
@@ -346,7 +340,7 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
                     r = serve(&cfg, &links, est) => r,
                     _ = shutdown.changed() => return,
                 };
-                ::metrics::counter!("copier_control_losses_total", "intercept" => name.clone())
+                ::metrics::counter!(crate::metrics::names::CONTROL_LOSSES_TOTAL, "intercept" => name.clone())
                     .increment(1);
                 let up = links.connected.load(Ordering::SeqCst);
                 let err = outcome
@@ -430,7 +424,7 @@ where
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     links.records.wake_all();
-    ::metrics::counter!("copier_control_connects_total", "intercept" => cfg.addr.to_string())
+    ::metrics::counter!(crate::metrics::names::CONTROL_CONNECTS_TOTAL, "intercept" => cfg.addr.to_string())
         .increment(1);
     tracing::info!(
         "connected to intercept {} ({}); {} live session(s) registered",
@@ -463,7 +457,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
     let counter =
-        ::metrics::counter!("copier_control_records_total", "intercept" => cfg.addr.to_string());
+        ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
     loop {
         let msg = tokio::time::timeout(silence, reader.read_message())
             .await

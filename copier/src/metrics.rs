@@ -53,10 +53,67 @@ pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
 }
 
 /// Gauges that describe the whole process, not one worker: never labelled by worker.
-pub const PROCESS_WIDE: [&str; 2] = ["copier_intercepts_connected", "copier_registered_sessions"];
+pub const PROCESS_WIDE: [&str; 2] = [names::INTERCEPTS_CONNECTED, names::REGISTERED_SESSIONS];
 
 /// The histogram of each request unit's replay lag (capture to first send), in seconds.
 pub const REPLAY_LAG: &str = "copier_replay_lag_seconds";
+
+/// Every metric name of the copier, in one place: the exporter, the control clients and the
+/// worker routes write metrics only under these names.
+#[allow(missing_docs)] // each name is described where `describe` registers it
+pub mod names {
+    pub const ANSWER_TIMEOUTS_TOTAL: &str = "copier_answer_timeouts_total";
+    pub const BYTES_SENT_TOTAL: &str = "copier_bytes_sent_total";
+    pub const CAPTURE_BAD_BLOCKS_TOTAL: &str = "copier_capture_bad_blocks_total";
+    pub const CAPTURE_BYTES_TOTAL: &str = "copier_capture_bytes_total";
+    pub const CAPTURE_RING_BYTES: &str = "copier_capture_ring_bytes";
+    pub const CAPTURE_RING_GROWS_TOTAL: &str = "copier_capture_ring_grows_total";
+    pub const CAPTURE_TRUNCATED_TOTAL: &str = "copier_capture_truncated_total";
+    pub const CAPTURED_SESSIONS_STARTED_TOTAL: &str = "copier_captured_sessions_started_total";
+    pub const CONNECTIONS_OPENED_TOTAL: &str = "copier_connections_opened_total";
+    pub const CONTROL_CONNECTS_TOTAL: &str = "copier_control_connects_total";
+    pub const CONTROL_LOSSES_TOTAL: &str = "copier_control_losses_total";
+    pub const CONTROL_RECORDS_TOTAL: &str = "copier_control_records_total";
+    pub const COPIES_REQUESTED: &str = "copier_copies_requested";
+    pub const COPY_MULTIPLIER: &str = "copier_copy_multiplier";
+    pub const ENGINE_PANICS_TOTAL: &str = "copier_engine_panics_total";
+    pub const INTERCEPTS_CONNECTED: &str = "copier_intercepts_connected";
+    pub const KERNEL_DROPS_TOTAL: &str = "copier_kernel_drops_total";
+    pub const KERNEL_FREEZES_TOTAL: &str = "copier_kernel_freezes_total";
+    pub const KERNEL_PACKETS_TOTAL: &str = "copier_kernel_packets_total";
+    pub const MEMORY_BYTES: &str = "copier_memory_bytes";
+    pub const PACKETS_CAPTURED_TOTAL: &str = "copier_packets_captured_total";
+    pub const PACKETS_DROPPED_TOTAL: &str = "copier_packets_dropped_total";
+    pub const PAYLOAD_BYTES_SENT_TOTAL: &str = "copier_payload_bytes_sent_total";
+    pub const RECONNECTS_TOTAL: &str = "copier_reconnects_total";
+    pub const RECORDS_RECEIVED_TOTAL: &str = "copier_records_received_total";
+    pub const RECORDS_UNROUTABLE_TOTAL: &str = "copier_records_unroutable_total";
+    pub const REGISTERED_SESSIONS: &str = "copier_registered_sessions";
+    pub const RETRANSMISSIONS_TOTAL: &str = "copier_retransmissions_total";
+    pub const SEGMENTS_SENT_TOTAL: &str = "copier_segments_sent_total";
+    pub const SEND_BYTES_TOTAL: &str = "copier_send_bytes_total";
+    pub const SEND_DROPPED_TOTAL: &str = "copier_send_dropped_total";
+    pub const SEND_ERRORS_TOTAL: &str = "copier_send_errors_total";
+    pub const SEND_PACKETS_TOTAL: &str = "copier_send_packets_total";
+    pub const SEND_QUEUE: &str = "copier_send_queue";
+    pub const SEND_SPLIT_EXTRA_TOTAL: &str = "copier_send_split_extra_total";
+    pub const SESSIONS_ACTIVE: &str = "copier_sessions_active";
+    pub const SESSIONS_COMPLETED_TOTAL: &str = "copier_sessions_completed_total";
+    pub const SESSIONS_FAILED_TOTAL: &str = "copier_sessions_failed_total";
+    pub const SESSIONS_MIDSTREAM_TOTAL: &str = "copier_sessions_midstream_total";
+    pub const SESSIONS_NO_TUPLE_TOTAL: &str = "copier_sessions_no_tuple_total";
+    pub const SESSIONS_NOT_COPIED_TOTAL: &str = "copier_sessions_not_copied_total";
+    pub const SESSIONS_SAMPLED_OUT_TOTAL: &str = "copier_sessions_sampled_out_total";
+    pub const SESSIONS_SHED_TOTAL: &str = "copier_sessions_shed_total";
+    pub const SESSIONS_STARTED_TOTAL: &str = "copier_sessions_started_total";
+    pub const SYN_PORT_MOVES_TOTAL: &str = "copier_syn_port_moves_total";
+    pub const SYN_TIME_WAIT_RESETS_TOTAL: &str = "copier_syn_time_wait_resets_total";
+    pub const SYNS_INCOMPLETE_TOTAL: &str = "copier_syns_incomplete_total";
+    pub const SYNS_PENDING: &str = "copier_syns_pending";
+    pub const UNITS_AHEAD_TOTAL: &str = "copier_units_ahead_total";
+    pub const UNITS_SENT_TOTAL: &str = "copier_units_sent_total";
+    pub use super::REPLAY_LAG;
+}
 
 thread_local! {
     static WORKER: Cell<Option<u16>> = const { Cell::new(None) };
@@ -139,110 +196,110 @@ impl<R: Recorder> Recorder for WorkerLabels<R> {
 
 fn describe() {
     describe_counter!(
-        "copier_packets_captured_total",
+        names::PACKETS_CAPTURED_TOTAL,
         "IP packets read from the capture ring"
     );
     describe_counter!(
-        "copier_capture_bytes_total",
+        names::CAPTURE_BYTES_TOTAL,
         Unit::Bytes,
         "Bytes of the captured IP packets"
     );
     describe_counter!(
-        "copier_capture_truncated_total",
+        names::CAPTURE_TRUNCATED_TOTAL,
         "Captured packets cut short by the ring (larger than a block), not copied"
     );
     describe_counter!(
-        "copier_capture_bad_blocks_total",
+        names::CAPTURE_BAD_BLOCKS_TOTAL,
         "Ring blocks with inconsistent headers"
     );
     describe_counter!(
-        "copier_kernel_packets_total",
+        names::KERNEL_PACKETS_TOTAL,
         "Packets that passed the kernel filter (PACKET_STATISTICS tp_packets)"
     );
     describe_counter!(
-        "copier_kernel_drops_total",
+        names::KERNEL_DROPS_TOTAL,
         "Packets the kernel dropped because the capture ring was full (tp_drops)"
     );
     describe_counter!(
-        "copier_kernel_freezes_total",
+        names::KERNEL_FREEZES_TOTAL,
         "Times the capture queue froze on a full ring (tp_freeze_q_cnt)"
     );
-    describe_gauge!("copier_sessions_active", "Sessions in the engine's table");
+    describe_gauge!(names::SESSIONS_ACTIVE, "Sessions in the engine's table");
     describe_gauge!(
-        "copier_capture_ring_bytes",
+        names::CAPTURE_RING_BYTES,
         Unit::Bytes,
         "Bytes of the capture ring(s) mapped now (the ring grows with the traffic)"
     );
-    describe_counter!("copier_capture_ring_grows_total", "Times the capture ring grew");
+    describe_counter!(names::CAPTURE_RING_GROWS_TOTAL, "Times the capture ring grew");
 
     describe_counter!(
-        "copier_sessions_started_total",
+        names::SESSIONS_STARTED_TOTAL,
         "Copy sessions started (up to --copies per captured session)"
     );
     describe_gauge!(
-        "copier_copies_requested",
+        names::COPIES_REQUESTED,
         "Copies asked for per captured session (--copies)"
     );
     describe_counter!(
-        "copier_captured_sessions_started_total",
+        names::CAPTURED_SESSIONS_STARTED_TOTAL,
         "Captured sessions of which at least one copy started"
     );
     describe_gauge!(
-        "copier_copy_multiplier",
+        names::COPY_MULTIPLIER,
         "Copy sessions started per captured session started, since the start (compare with \
          copier_copies_requested; the ratio of the rates of the two counters gives it over a window)"
     );
     describe_counter!(
-        "copier_sessions_no_tuple_total",
+        names::SESSIONS_NO_TUPLE_TOTAL,
         "Copy sessions not started because every client port of their address was taken"
     );
     describe_counter!(
-        "copier_sessions_sampled_out_total",
+        names::SESSIONS_SAMPLED_OUT_TOTAL,
         "Captured sessions left out by --sample"
     );
     describe_counter!(
-        "copier_sessions_midstream_total",
+        names::SESSIONS_MIDSTREAM_TOTAL,
         "Sessions caught in the middle and started with a handshake of our own"
     );
     describe_counter!(
-        "copier_sessions_completed_total",
+        names::SESSIONS_COMPLETED_TOTAL,
         "Sessions that ended as the client ended them"
     );
     describe_counter!(
-        "copier_sessions_failed_total",
+        names::SESSIONS_FAILED_TOTAL,
         "Sessions that ended otherwise, by reason"
     );
     describe_counter!(
-        "copier_sessions_not_copied_total",
+        names::SESSIONS_NOT_COPIED_TOTAL,
         "Sessions not copied because no intercept was connected"
     );
     describe_counter!(
-        "copier_sessions_shed_total",
+        names::SESSIONS_SHED_TOTAL,
         "Sessions shed to stay under --max-memory"
     );
     describe_gauge!(
-        "copier_syns_pending",
+        names::SYNS_PENDING,
         "Captured SYNs waiting for the client's handshake ACK (no test session yet)"
     );
     describe_counter!(
-        "copier_syns_incomplete_total",
+        names::SYNS_INCOMPLETE_TOTAL,
         "Captured SYNs whose handshake never completed (never copied), by what ended them"
     );
     describe_counter!(
-        "copier_connections_opened_total",
+        names::CONNECTIONS_OPENED_TOTAL,
         "Connections opened to the test server"
     );
     describe_counter!(
-        "copier_reconnects_total",
+        names::RECONNECTS_TOTAL,
         "Connections opened to carry requests after the test server closed"
     );
-    describe_counter!("copier_segments_sent_total", "Segments the engine sent");
+    describe_counter!(names::SEGMENTS_SENT_TOTAL, "Segments the engine sent");
     describe_counter!(
-        "copier_units_sent_total",
+        names::UNITS_SENT_TOTAL,
         "Request units sent to the test server (first send of their first byte), every copy counted"
     );
     describe_counter!(
-        "copier_units_ahead_total",
+        names::UNITS_AHEAD_TOTAL,
         "Request units sent before the test server answered the one before (windowed pacing)"
     );
     describe_histogram!(
@@ -253,83 +310,83 @@ fn describe() {
          the test server"
     );
     describe_counter!(
-        "copier_bytes_sent_total",
+        names::BYTES_SENT_TOTAL,
         Unit::Bytes,
         "IP bytes the engine sent"
     );
     describe_counter!(
-        "copier_payload_bytes_sent_total",
+        names::PAYLOAD_BYTES_SENT_TOTAL,
         Unit::Bytes,
         "Client payload bytes sent, retransmissions included"
     );
-    describe_counter!("copier_retransmissions_total", "Segments sent again");
+    describe_counter!(names::RETRANSMISSIONS_TOTAL, "Segments sent again");
     describe_counter!(
-        "copier_records_received_total",
+        names::RECORDS_RECEIVED_TOTAL,
         "Response records received from intercepts"
     );
     describe_counter!(
-        "copier_answer_timeouts_total",
+        names::ANSWER_TIMEOUTS_TOTAL,
         "Requests released by pacing without an answer"
     );
     describe_counter!(
-        "copier_syn_time_wait_resets_total",
+        names::SYN_TIME_WAIT_RESETS_TOTAL,
         "SYNs answered by a bare ACK of a TIME_WAIT socket, reset and sent again"
     );
     describe_counter!(
-        "copier_syn_port_moves_total",
+        names::SYN_PORT_MOVES_TOTAL,
         "Test connections moved to another port after meeting a TIME_WAIT socket twice"
     );
     describe_counter!(
-        "copier_packets_dropped_total",
+        names::PACKETS_DROPPED_TOTAL,
         "Captured packets or records not carried, by reason"
     );
     describe_gauge!(
-        "copier_memory_bytes",
+        names::MEMORY_BYTES,
         Unit::Bytes,
         "What the engine holds against --max-memory: buffered bytes plus a fixed cost per session and pending SYN"
     );
     describe_counter!(
-        "copier_send_packets_total",
+        names::SEND_PACKETS_TOTAL,
         "Packets the raw sockets accepted"
     );
     describe_counter!(
-        "copier_send_bytes_total",
+        names::SEND_BYTES_TOTAL,
         Unit::Bytes,
         "Bytes the raw sockets accepted"
     );
-    describe_counter!("copier_send_errors_total", "Send errors, by errno kind");
+    describe_counter!(names::SEND_ERRORS_TOTAL, "Send errors, by errno kind");
     describe_counter!(
-        "copier_send_dropped_total",
+        names::SEND_DROPPED_TOTAL,
         "Packets the sender dropped, by reason"
     );
     describe_counter!(
-        "copier_send_split_extra_total",
+        names::SEND_SPLIT_EXTRA_TOTAL,
         "Extra packets made by splitting after EMSGSIZE"
     );
-    describe_gauge!("copier_send_queue", "Packets waiting in the send queue");
-    describe_gauge!("copier_intercepts_connected", "Intercepts connected now");
+    describe_gauge!(names::SEND_QUEUE, "Packets waiting in the send queue");
+    describe_gauge!(names::INTERCEPTS_CONNECTED, "Intercepts connected now");
     describe_gauge!(
-        "copier_registered_sessions",
+        names::REGISTERED_SESSIONS,
         "Sessions registered with the intercepts"
     );
     describe_counter!(
-        "copier_control_connects_total",
+        names::CONTROL_CONNECTS_TOTAL,
         "Successful handshakes with an intercept"
     );
     describe_counter!(
-        "copier_control_losses_total",
+        names::CONTROL_LOSSES_TOTAL,
         "Connections to an intercept lost"
     );
     describe_counter!(
-        "copier_control_records_total",
+        names::CONTROL_RECORDS_TOTAL,
         "Records received, per intercept"
     );
     describe_counter!(
-        "copier_engine_panics_total",
+        names::ENGINE_PANICS_TOTAL,
         "Engine panics survived (the session table was rebuilt)"
     );
     describe_counter!(
-        "copier_records_unroutable_total",
+        names::RECORDS_UNROUTABLE_TOTAL,
         "Records dropped before reaching a worker (several workers): headers that do not parse, \
          or a session no worker owns, by reason"
     );
@@ -360,55 +417,55 @@ pub struct Snapshot<'a> {
 pub fn export(s: &Snapshot<'_>) {
     let e = s.engine;
     let c = &s.capture;
-    counter!("copier_packets_captured_total").absolute(c.packets);
-    counter!("copier_capture_bytes_total").absolute(c.bytes);
-    counter!("copier_capture_truncated_total").absolute(c.truncated);
-    counter!("copier_capture_bad_blocks_total").absolute(c.bad_blocks);
-    counter!("copier_kernel_packets_total").absolute(c.kernel_packets);
-    counter!("copier_kernel_drops_total").absolute(c.kernel_drops);
-    counter!("copier_kernel_freezes_total").absolute(c.kernel_freezes);
-    gauge!("copier_capture_ring_bytes").set(c.ring_bytes as f64);
-    counter!("copier_capture_ring_grows_total").absolute(c.ring_grows);
+    counter!(names::PACKETS_CAPTURED_TOTAL).absolute(c.packets);
+    counter!(names::CAPTURE_BYTES_TOTAL).absolute(c.bytes);
+    counter!(names::CAPTURE_TRUNCATED_TOTAL).absolute(c.truncated);
+    counter!(names::CAPTURE_BAD_BLOCKS_TOTAL).absolute(c.bad_blocks);
+    counter!(names::KERNEL_PACKETS_TOTAL).absolute(c.kernel_packets);
+    counter!(names::KERNEL_DROPS_TOTAL).absolute(c.kernel_drops);
+    counter!(names::KERNEL_FREEZES_TOTAL).absolute(c.kernel_freezes);
+    gauge!(names::CAPTURE_RING_BYTES).set(c.ring_bytes as f64);
+    counter!(names::CAPTURE_RING_GROWS_TOTAL).absolute(c.ring_grows);
 
-    gauge!("copier_sessions_active").set(e.sessions_active as f64);
-    counter!("copier_sessions_started_total").absolute(e.sessions_started);
-    gauge!("copier_copies_requested").set(e.copies_requested as f64);
-    counter!("copier_captured_sessions_started_total").absolute(e.captured_sessions_started);
-    gauge!("copier_copy_multiplier").set(e.copy_multiplier());
-    counter!("copier_sessions_no_tuple_total").absolute(e.sessions_no_tuple);
-    counter!("copier_sessions_sampled_out_total").absolute(e.sessions_sampled_out);
-    counter!("copier_sessions_midstream_total").absolute(e.sessions_midstream);
-    counter!("copier_sessions_completed_total").absolute(e.sessions_completed);
+    gauge!(names::SESSIONS_ACTIVE).set(e.sessions_active as f64);
+    counter!(names::SESSIONS_STARTED_TOTAL).absolute(e.sessions_started);
+    gauge!(names::COPIES_REQUESTED).set(e.copies_requested as f64);
+    counter!(names::CAPTURED_SESSIONS_STARTED_TOTAL).absolute(e.captured_sessions_started);
+    gauge!(names::COPY_MULTIPLIER).set(e.copy_multiplier());
+    counter!(names::SESSIONS_NO_TUPLE_TOTAL).absolute(e.sessions_no_tuple);
+    counter!(names::SESSIONS_SAMPLED_OUT_TOTAL).absolute(e.sessions_sampled_out);
+    counter!(names::SESSIONS_MIDSTREAM_TOTAL).absolute(e.sessions_midstream);
+    counter!(names::SESSIONS_COMPLETED_TOTAL).absolute(e.sessions_completed);
     for (reason, v) in e.sessions_failed.iter() {
-        counter!("copier_sessions_failed_total", "reason" => reason).absolute(v);
+        counter!(names::SESSIONS_FAILED_TOTAL, "reason" => reason).absolute(v);
     }
-    counter!("copier_sessions_not_copied_total").absolute(e.sessions_not_copied);
-    counter!("copier_sessions_shed_total").absolute(e.sessions_shed);
-    gauge!("copier_syns_pending").set(e.syns_pending as f64);
+    counter!(names::SESSIONS_NOT_COPIED_TOTAL).absolute(e.sessions_not_copied);
+    counter!(names::SESSIONS_SHED_TOTAL).absolute(e.sessions_shed);
+    gauge!(names::SYNS_PENDING).set(e.syns_pending as f64);
     for (reason, v) in e.syns_incomplete.iter() {
-        counter!("copier_syns_incomplete_total", "reason" => reason).absolute(v);
+        counter!(names::SYNS_INCOMPLETE_TOTAL, "reason" => reason).absolute(v);
     }
-    counter!("copier_connections_opened_total").absolute(e.connections_opened);
-    counter!("copier_reconnects_total").absolute(e.reconnects);
-    counter!("copier_segments_sent_total").absolute(e.segments_sent);
-    counter!("copier_bytes_sent_total").absolute(e.bytes_sent);
-    counter!("copier_payload_bytes_sent_total").absolute(e.payload_bytes_sent);
-    counter!("copier_retransmissions_total").absolute(e.retransmissions);
-    counter!("copier_records_received_total").absolute(e.records_received);
-    counter!("copier_answer_timeouts_total").absolute(e.answer_timeouts);
-    counter!("copier_units_sent_total").absolute(e.units_sent);
-    counter!("copier_units_ahead_total").absolute(e.units_ahead);
+    counter!(names::CONNECTIONS_OPENED_TOTAL).absolute(e.connections_opened);
+    counter!(names::RECONNECTS_TOTAL).absolute(e.reconnects);
+    counter!(names::SEGMENTS_SENT_TOTAL).absolute(e.segments_sent);
+    counter!(names::BYTES_SENT_TOTAL).absolute(e.bytes_sent);
+    counter!(names::PAYLOAD_BYTES_SENT_TOTAL).absolute(e.payload_bytes_sent);
+    counter!(names::RETRANSMISSIONS_TOTAL).absolute(e.retransmissions);
+    counter!(names::RECORDS_RECEIVED_TOTAL).absolute(e.records_received);
+    counter!(names::ANSWER_TIMEOUTS_TOTAL).absolute(e.answer_timeouts);
+    counter!(names::UNITS_SENT_TOTAL).absolute(e.units_sent);
+    counter!(names::UNITS_AHEAD_TOTAL).absolute(e.units_ahead);
     export_lag(&e.replay_lag);
-    counter!("copier_syn_time_wait_resets_total").absolute(e.syn_time_wait_resets);
-    counter!("copier_syn_port_moves_total").absolute(e.syn_port_moves);
+    counter!(names::SYN_TIME_WAIT_RESETS_TOTAL).absolute(e.syn_time_wait_resets);
+    counter!(names::SYN_PORT_MOVES_TOTAL).absolute(e.syn_port_moves);
     for (reason, v) in e.drops.iter() {
-        counter!("copier_packets_dropped_total", "reason" => reason).absolute(v);
+        counter!(names::PACKETS_DROPPED_TOTAL, "reason" => reason).absolute(v);
     }
-    gauge!("copier_memory_bytes").set(s.memory as f64);
+    gauge!(names::MEMORY_BYTES).set(s.memory as f64);
 
     let t = s.send;
-    counter!("copier_send_packets_total").absolute(t.packets);
-    counter!("copier_send_bytes_total").absolute(t.bytes);
+    counter!(names::SEND_PACKETS_TOTAL).absolute(t.packets);
+    counter!(names::SEND_BYTES_TOTAL).absolute(t.bytes);
     for (kind, v) in [
         ("emsgsize", t.err_msgsize),
         ("enobufs", t.err_nobufs),
@@ -416,7 +473,7 @@ pub fn export(s: &Snapshot<'_>) {
         ("eperm", t.err_perm),
         ("other", t.err_other),
     ] {
-        counter!("copier_send_errors_total", "kind" => kind).absolute(v);
+        counter!(names::SEND_ERRORS_TOTAL, "kind" => kind).absolute(v);
     }
     for (reason, v) in [
         ("queue_full", t.dropped_queue_full),
@@ -425,14 +482,14 @@ pub fn export(s: &Snapshot<'_>) {
         ("eperm", t.err_perm),
         ("other_error", t.err_other),
     ] {
-        counter!("copier_send_dropped_total", "reason" => reason).absolute(v);
+        counter!(names::SEND_DROPPED_TOTAL, "reason" => reason).absolute(v);
     }
-    counter!("copier_send_split_extra_total").absolute(t.split_extra);
-    gauge!("copier_send_queue").set(s.send_queue as f64);
+    counter!(names::SEND_SPLIT_EXTRA_TOTAL).absolute(t.split_extra);
+    gauge!(names::SEND_QUEUE).set(s.send_queue as f64);
 
-    gauge!("copier_intercepts_connected").set(s.intercepts as f64);
-    gauge!("copier_registered_sessions").set(s.registered as f64);
-    counter!("copier_engine_panics_total").absolute(s.panics);
+    gauge!(names::INTERCEPTS_CONNECTED).set(s.intercepts as f64);
+    gauge!(names::REGISTERED_SESSIONS).set(s.registered as f64);
+    counter!(names::ENGINE_PANICS_TOTAL).absolute(s.panics);
 }
 
 #[cfg(test)]

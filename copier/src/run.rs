@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 use crate::capture::CaptureStats;
 use crate::feed::Feed;
 use crate::control::{RegEvent, Registry};
-use crate::engine::{ControlEvent, Engine, EngineConfig, EngineStats};
+use crate::engine::{Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
@@ -618,10 +618,7 @@ fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> b
 fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
     st.events.clear();
     while let Some(ev) = engine.poll_control() {
-        st.events.push(match ev {
-            ControlEvent::Register(t) => RegEvent::Register(t),
-            ControlEvent::Unregister(t) => RegEvent::Unregister(t),
-        });
+        st.events.push(ev);
     }
     if !st.events.is_empty() {
         // Routes first: a record may follow the registration as soon as the intercept has it.

@@ -232,7 +232,7 @@ impl RecordRouter {
             ("unknown_tuple", lost.unknown),
         ] {
             if n > 0 {
-                ::metrics::counter!("copier_records_unroutable_total", "reason" => reason)
+                ::metrics::counter!(crate::metrics::names::RECORDS_UNROUTABLE_TOTAL, "reason" => reason)
                     .increment(n);
             }
         }

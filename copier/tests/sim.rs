@@ -32,7 +32,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use common::proto::Record;
-use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 use intercept::router::{CopierId, Decision, DropReason, Router, RouterConfig};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -45,7 +45,7 @@ enum Kind {
     Captured(Vec<u8>),
     ToServer(Vec<u8>),
     Record(Record),
-    Control(ControlEvent),
+    Control(RegEvent),
     /// The intercept's answer to a Register (in order on the control link, never lost).
     Accepted(common::flow::FourTuple),
 }
@@ -212,7 +212,7 @@ impl Sim {
             }
             Kind::Control(c) => {
                 if let Some(ip) = &self.trace {
-                    let (ControlEvent::Register(t) | ControlEvent::Unregister(t)) = c;
+                    let (RegEvent::Register(t) | RegEvent::Unregister(t)) = c;
                     if t.client.ip().to_string() == *ip {
                         println!("{:10.3} control  {c:?}", (self.now - self.t0).as_secs_f64() * 1000.0);
                     }
@@ -224,7 +224,7 @@ impl Sim {
             Kind::Captured(p) => self.engine.handle_captured(self.now, &p),
             Kind::ToServer(p) => self.model.handle_packet(self.now, &p),
             Kind::Record(r) => self.engine.handle_record(self.now, &r),
-            Kind::Control(ControlEvent::Register(t)) => {
+            Kind::Control(RegEvent::Register(t)) => {
                 for (_, r) in self.router.handle_register(self.now, COPIER, &[t]) {
                     self.deliver_record(r);
                 }
@@ -235,7 +235,7 @@ impl Sim {
             Kind::Accepted(t) => {
                 self.engine.handle_registered(self.now, 0, t, common::proto::RegVerdict::Accepted);
             }
-            Kind::Control(ControlEvent::Unregister(t)) => {
+            Kind::Control(RegEvent::Unregister(t)) => {
                 self.router.handle_unregister(COPIER, &[t]);
             }
         }

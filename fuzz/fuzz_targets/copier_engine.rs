@@ -24,7 +24,7 @@ use common::proto::Record;
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 use common::proto::RegVerdict;
-use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap, SESSION_COST};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent, SESSION_COST};
 use libfuzzer_sys::fuzz_target;
 
 const ONLINE_PORT: u16 = 80;
@@ -138,7 +138,7 @@ impl Harness {
         while let Some(ev) = self.engine.poll_control() {
             events += 1;
             match ev {
-                ControlEvent::Register(t) => {
+                RegEvent::Register(t) => {
                     assert!(t.server == T4 || t.server == T6, "registered a tuple toward {}", t.server);
                     self.registered.insert(t);
                     if self.auto_accept {
@@ -155,7 +155,7 @@ impl Harness {
                         self.order.remove(0);
                     }
                 }
-                ControlEvent::Unregister(t) => {
+                RegEvent::Unregister(t) => {
                     self.registered.remove(&t);
                     self.accepted.remove(&t);
                     self.unanswered.retain(|u| *u != t);

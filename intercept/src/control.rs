@@ -419,7 +419,7 @@ pub(crate) async fn run_copier<S>(
         core.router.handle_copier_gone(id)
     };
     let lost = outlet.close();
-    counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(lost as u64);
+    counter!(PACKETS_DROPPED, "reason" => crate::router::DropReason::CopierGone.as_str()).increment(lost as u64);
     gauge!(COPIERS_CONNECTED).decrement(1.0);
     let summary = format!("forgot {removed} registrations, dropped {lost} unsent records");
     match end {

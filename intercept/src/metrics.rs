@@ -6,9 +6,10 @@
 //! I/O layer (queued packets, records sent, copier queues, overruns) are incremented where the
 //! event happens.
 
+use common::proto::RegVerdict;
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
-use crate::router::Stats;
+use crate::router::{DropReason, Stats};
 
 /// Packets read from NFQUEUE, label `queue`.
 pub const PACKETS_QUEUED: &str = "intercept_packets_queued_total";
@@ -33,7 +34,8 @@ pub const PACKETS_DROPPED: &str = "intercept_packets_dropped_total";
 pub const RECORDS_ROUTED: &str = "intercept_records_routed_total";
 /// Records written to a copier's connection, label `copier` (its address).
 pub const RECORDS_SENT: &str = "intercept_records_sent_total";
-/// Records dropped from a full copier queue (DESIGN.md), label `reason="copier_slow"`.
+/// Records dropped from a full copier queue (DESIGN.md), label `reason` =
+/// [`DropReason::CopierSlow`]'s label.
 pub const RECORDS_DROPPED: &str = "intercept_records_dropped_total";
 /// Records put in the hold buffer because no registration was known yet.
 pub const HELD: &str = "intercept_held_total";
@@ -123,15 +125,22 @@ pub fn publish_router(s: &Stats) {
     counter!(RECORDS_ROUTED).absolute(s.delivered + s.released);
     counter!(HELD).absolute(s.held);
     counter!(RELEASED).absolute(s.released);
-    counter!(PACKETS_DROPPED, "reason" => "malformed").absolute(s.dropped_malformed);
-    counter!(PACKETS_DROPPED, "reason" => "unregistered").absolute(s.dropped_unregistered);
-    counter!(PACKETS_DROPPED, "reason" => "hold_overflow").absolute(s.dropped_hold_overflow);
-    counter!(PACKETS_DROPPED, "reason" => "recently_unregistered")
-        .absolute(s.dropped_recently_unregistered);
+    for (reason, n) in [
+        (DropReason::Malformed, s.dropped_malformed),
+        (DropReason::Unregistered, s.dropped_unregistered),
+        (DropReason::HoldOverflow, s.dropped_hold_overflow),
+        (DropReason::RecentlyUnregistered, s.dropped_recently_unregistered),
+    ] {
+        counter!(PACKETS_DROPPED, "reason" => reason.as_str()).absolute(n);
+    }
     counter!(PACKETS_ACCEPTED_LOCAL).absolute(s.accepted_local);
-    counter!(REGISTRATIONS_REFUSED, "reason" => "port_not_guarded").absolute(s.refused_port);
-    counter!(REGISTRATIONS_REFUSED, "reason" => "family_not_guarded").absolute(s.refused_family);
-    counter!(REGISTRATIONS_REFUSED, "reason" => "limit_reached").absolute(s.refused_limit);
+    for (verdict, n) in [
+        (RegVerdict::PortNotGuarded, s.refused_port),
+        (RegVerdict::FamilyNotGuarded, s.refused_family),
+        (RegVerdict::LimitReached, s.refused_limit),
+    ] {
+        counter!(REGISTRATIONS_REFUSED, "reason" => verdict.as_str()).absolute(n);
+    }
     counter!(TOMBSTONES_EVICTED).absolute(s.tombstones_evicted);
     gauge!(TOMBSTONES).set(s.tombstones as f64);
     counter!(REGISTER_CONFLICTS).absolute(s.register_conflicts);

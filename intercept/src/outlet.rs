@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 
 use crate::metrics::{PACKETS_DROPPED, RECORDS_DROPPED};
 use crate::refusal::RefusalLog;
-use crate::router::{CopierId, Decision, Router};
+use crate::router::{CopierId, Decision, DropReason, Router};
 
 /// What the core mutex protects.
 #[derive(Debug)]
@@ -117,7 +117,7 @@ impl Delivery {
                 o.push([self.record]);
             }
             None => {
-                counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(1);
+                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(1);
                 tracing::debug!(copier = %self.copier, "record for a copier that just left: dropped");
             }
         }
@@ -148,7 +148,7 @@ pub fn push_all(deliveries: &mut Vec<Delivery>) {
                 o.push(records);
             }
             None => {
-                counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(records.len() as u64);
+                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(records.len() as u64);
                 tracing::debug!(%copier, n = records.len(), "records for a copier that just left: dropped");
             }
         }
@@ -183,7 +183,7 @@ impl Outlet {
     pub fn push(&self, records: impl IntoIterator<Item = Record>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             let n = records.into_iter().count();
-            counter!(PACKETS_DROPPED, "reason" => "copier_gone").increment(n as u64);
+            counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(n as u64);
             return 0;
         }
         let mut dropped = 0;
@@ -200,7 +200,7 @@ impl Outlet {
             }
         }
         if dropped > 0 {
-            counter!(RECORDS_DROPPED, "reason" => "copier_slow").increment(dropped as u64);
+            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str()).increment(dropped as u64);
         }
         // Only the push that makes the queue non-empty wakes the writer: while records wait,
         // the writer has a wake-up pending or is busy writing, and it drains the queue until

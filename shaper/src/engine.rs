@@ -15,6 +15,13 @@
 //! 3. `end_session(session)` when the copy is over (FIN/RST), freeing its virtual port.
 //! 4. `handle_timeout(now)` at or after `poll_timeout()`, which expires idle translations.
 //!
+//! The copier's plain flags (`--copies`, `--sample`, `--client-ip`) are the trivial profile
+//! [`FlagPlan`] ([`Shaper::from_flags`]): a fixed number of copies of each sampled session, on
+//! the client's own address or a pool address ([`ClientIpPool::pick`]) and the client's own
+//! port, never gated (`gates()` is false: requests go as the copier's pacing lets them). Its
+//! sampling is a keyed hash of the seed and the client's address and port that does not change
+//! in time, so [`Shaper::samples_out`] answers it for every packet, without a table.
+//!
 //! Invariants: releases of one copy never go backwards and never precede the online arrival;
 //! two live copies never share a virtual `(address, port)`; the same profile, seed and call
 //! sequence give the same answers.
@@ -28,6 +35,7 @@ use rand::SeedableRng;
 
 use crate::hash;
 use crate::onoff::{OnOffError, Plan};
+use crate::pool::ClientIpPool;
 use crate::profile::Profile;
 use crate::schedule::{copies, Schedule, ScheduleError};
 use crate::users::{NatConfig, NatTable, UserId, UserTable, UsersError};
@@ -96,6 +104,37 @@ struct CopyState {
     last: Option<(u32, Duration, Duration)>, // (index, online arrival, release)
 }
 
+/// The trivial profile of the copier's flags: `copies` copies of every session the sample keeps
+/// (`sample_percent` of them, by a keyed hash of the client), copy `k` on the `k`-th address of
+/// `client_ip` after the client's own pick (or on the client's own address), all on the
+/// client's port.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlagPlan {
+    /// Copies of each kept session (at least 1).
+    pub copies: u16,
+    /// Percentage of the sessions kept, in (0, 100].
+    pub sample_percent: f64,
+    /// The client address pool, if any.
+    pub client_ip: Option<ClientIpPool>,
+}
+
+impl Default for FlagPlan {
+    fn default() -> Self {
+        FlagPlan { copies: 1, sample_percent: 100.0, client_ip: None }
+    }
+}
+
+impl FlagPlan {
+    /// The fraction of sessions kept, in [0, 1] (NaN and out-of-range values clamped: 100 %).
+    fn keep(&self) -> f64 {
+        if self.sample_percent >= 100.0 || self.sample_percent.is_nan() {
+            1.0
+        } else {
+            self.sample_percent.max(0.0) / 100.0
+        }
+    }
+}
+
 /// Hash tag of the source choice.
 const TAG_SOURCE: u8 = 0x50;
 
@@ -113,6 +152,8 @@ pub struct Shaper {
     by_client: HashMap<SocketAddr, Vec<SessionId>>,
     next_id: u64,
     pool_sessions: Vec<u64>,
+    /// Set when built from the copier's flags (see the module documentation).
+    flags: Option<FlagPlan>,
 }
 
 impl Shaper {
@@ -177,7 +218,56 @@ impl Shaper {
             by_client: HashMap::new(),
             next_id: 0,
             pool_sessions: vec![0; pools],
+            flags: None,
         })
+    }
+
+    /// The trivial profile of the copier's flags (see [`FlagPlan`]) under `seed`.
+    pub fn from_flags(flags: FlagPlan, seed: u64) -> Shaper {
+        let profile = Profile::default();
+        let mut s = Shaper::with_tables(&profile, None, None, seed)
+            .expect("the default profile builds");
+        s.flags = Some(FlagPlan { copies: flags.copies.max(1), ..flags });
+        s
+    }
+
+    /// Whether the shaper holds requests back (`release_at`): true for a profile (think time
+    /// and ON/OFF gating count from each answer), false for the flags' plan.
+    pub fn gates(&self) -> bool {
+        self.flags.is_none()
+    }
+
+    /// Whether a packet of the session of `client` is left out by a sample that does not change
+    /// in time (the flags' plan): the same answer for every packet, every call and every
+    /// shaper of the same seed. A profile decides in `on_session` (its factor changes in time):
+    /// always false here.
+    pub fn samples_out(&self, client: SocketAddr) -> bool {
+        match &self.flags {
+            Some(f) => f.keep() < 1.0 && copies(self.seed, client, f.keep()) == 0,
+            None => false,
+        }
+    }
+
+    /// The flags' plans for a session of `client` toward a target of the IPv6 family when `v6`.
+    fn flag_plans(&mut self, f: &FlagPlan, client: SocketAddr, v6: bool) -> Vec<CopyPlan> {
+        if copies(self.seed, client, f.keep()) == 0 {
+            return Vec::new();
+        }
+        (0..f.copies)
+            .map(|k| {
+                let ip = f.client_ip.as_ref().and_then(|p| p.pick(client.ip(), self.seed, k, v6));
+                let plan = CopyPlan {
+                    session: SessionId(self.next_id),
+                    copy: u32::from(k),
+                    user: None,
+                    client: SocketAddr::new(ip.unwrap_or(client.ip()), client.port()),
+                    source: None,
+                    think: 1.0,
+                };
+                self.next_id += 1;
+                plan
+            })
+            .collect()
     }
 
     /// The multiplication factor at `now`.
@@ -185,12 +275,30 @@ impl Shaper {
         self.schedule.factor_at(now.as_secs_f64())
     }
 
-    /// A real client's session starts: the copies to make (see [`CopyPlan`]).
+    /// A real client's session starts: the copies to make (see [`CopyPlan`]); the flags'
+    /// pool picks in the client's own family (see [`Shaper::on_session_to`]).
     pub fn on_session(
         &mut self,
         now: Duration,
         client: SocketAddr,
     ) -> Result<Vec<CopyPlan>, ShaperError> {
+        self.on_session_to(now, client, client.is_ipv6())
+    }
+
+    /// [`Shaper::on_session`] toward a target of the IPv6 family when `v6`: a profile's
+    /// virtual addresses are what its pools say (the caller checks their family); the flags'
+    /// pool picks in the target's family.
+    pub fn on_session_to(
+        &mut self,
+        now: Duration,
+        client: SocketAddr,
+        v6: bool,
+    ) -> Result<Vec<CopyPlan>, ShaperError> {
+        if let Some(f) = self.flags.take() {
+            let plans = self.flag_plans(&f, client, v6);
+            self.flags = Some(f);
+            return Ok(plans);
+        }
         self.handle_timeout(now);
         if let Some(ids) = self.by_client.get(&client) {
             let plans: Vec<CopyPlan> = ids

@@ -11,7 +11,9 @@
 //! - [`users`]: pools, alias-table choice, the NAT-like translation table.
 //! - [`schedule`]: load phases or curves, the factor at an instant, copies per session.
 //! - [`profile`]: the TOML profile and its validation.
-//! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`).
+//! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`),
+//!   built from a profile or from the copier's flags ([`FlagPlan`]).
+//! - [`pool`]: the client address pool of the flags (`--client-ip`) and its sticky pick.
 //!
 //! The tools of the `shaper` binary (feature `tools`, on by default; only they read captures and
 //! draw pictures):
@@ -29,6 +31,7 @@ pub mod engine;
 mod hash;
 pub mod onoff;
 pub mod pareto;
+pub mod pool;
 pub mod profile;
 pub mod schedule;
 pub mod users;
@@ -42,5 +45,6 @@ pub mod plot;
 #[cfg(feature = "tools")]
 pub mod stats;
 
-pub use engine::{CopyPlan, SessionId, Shaper, ShaperError};
+pub use engine::{CopyPlan, FlagPlan, SessionId, Shaper, ShaperError};
+pub use pool::{ClientIpPool, IpRange, PoolParseError};
 pub use profile::Profile;

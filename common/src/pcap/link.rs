@@ -12,15 +12,9 @@
 /// exactly the IP packet its header describes. Slices that are shorter than their IP length, or
 /// not IP, are returned unchanged for the parser to judge.
 pub fn trim_to_ip_len(data: &[u8]) -> &[u8] {
-    let want = match data.first().map(|b| b >> 4) {
-        Some(4) if data.len() >= 4 => usize::from(u16::from_be_bytes([data[2], data[3]])),
-        Some(6) if data.len() >= 6 => 40 + usize::from(u16::from_be_bytes([data[4], data[5]])),
-        _ => return data,
-    };
-    if want >= 20 && want < data.len() {
-        &data[..want]
-    } else {
-        data
+    match crate::wire::declared_ip_len(data) {
+        Some(want) if want < data.len() => &data[..want],
+        _ => data,
     }
 }
 

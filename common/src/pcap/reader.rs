@@ -30,6 +30,7 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use super::link::{ip_payload, LinkError, LinkType, SUPPORTED};
+use crate::wire::declared_ip_len;
 
 mod pcap;
 mod pcapng;
@@ -625,22 +626,6 @@ fn judge(link: LinkType, frame: &[u8], wire_len: u64) -> Result<std::ops::Range<
     // `ip` is a sub-slice of `frame`: its position is the distance between their starts.
     let at = ip.as_ptr() as usize - frame.as_ptr() as usize;
     Ok(at..at + ip.len())
-}
-
-/// The IP packet's length by its header, when the header says (an IPv4 total length of 0, as
-/// offloaded segments carry, and an IPv6 payload length of 0 say nothing).
-fn declared_ip_len(ip: &[u8]) -> Option<usize> {
-    match ip.first()? >> 4 {
-        4 => {
-            let n = usize::from(u16::from_be_bytes([*ip.get(2)?, *ip.get(3)?]));
-            (n >= 20).then_some(n)
-        }
-        6 => {
-            let n = usize::from(u16::from_be_bytes([*ip.get(4)?, *ip.get(5)?]));
-            (n > 0).then_some(40 + n)
-        }
-        _ => None,
-    }
 }
 
 fn hex(b: &[u8]) -> String {

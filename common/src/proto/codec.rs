@@ -34,7 +34,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crate::flow::FourTuple;
-use crate::wire::{parse_tcp_packet, WireError};
+use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, MAGIC, MAX_FRAME, VERSION};
@@ -186,15 +186,14 @@ pub struct Record {
     pub payload: Vec<u8>,
 }
 
-/// Longest IP + TCP header: IPv4 with options (60) plus TCP with options (60).
-const MAX_HEADERS: usize = 60 + 60;
-
 /// What the intercept needs from a response packet whose bytes may stop anywhere after its TCP
 /// header: NFQUEUE's copy range cuts packets short, and a [`Record`] keeps only the headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHeaders {
     /// The session, as the test server sees it ([`FourTuple::of_response`]).
     pub tuple: FourTuple,
+    /// The IP header's length.
+    pub ip_header_len: usize,
     /// IP header plus full TCP header.
     pub headers_len: usize,
     /// Length of the whole original packet, from the IP length field.
@@ -202,37 +201,16 @@ pub struct ResponseHeaders {
 }
 
 /// Parse the IP and TCP headers of a server -> client packet that may be truncated after its
-/// TCP header. Everything that [`parse_tcp_packet`] refuses in the header part (bad version,
-/// impossible lengths, fragments, non-TCP, a TCP header cut short) is refused here too; only
-/// "the IP length says more bytes follow than the buffer holds" is accepted.
+/// TCP header (the wire view [`parse_tcp_headers`]: everything [`crate::wire::parse_tcp_packet`] refuses in
+/// the header part is refused here too; only "the IP length says more bytes follow than the
+/// buffer holds" is accepted).
 pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> {
-    // parse_tcp_packet insists on the whole packet; give it a copy of the header prefix whose
-    // IP length field is cut to what the copy holds (never raised above the original).
-    let n = buf.len().min(MAX_HEADERS);
-    let mut copy = [0u8; MAX_HEADERS];
-    copy[..n].copy_from_slice(&buf[..n]);
-    let mut orig_len = buf.len();
-    match buf.first().map(|b| b >> 4) {
-        Some(4) if n >= 20 => {
-            let tl = usize::from(u16::from_be_bytes([buf[2], buf[3]]));
-            if tl != 0 {
-                // tl == 0 is an offloaded super-segment: the buffer is the packet.
-                orig_len = tl;
-                copy[2..4].copy_from_slice(&(tl.min(n) as u16).to_be_bytes());
-            }
-        }
-        Some(6) if n >= 40 => {
-            let pl = usize::from(u16::from_be_bytes([buf[4], buf[5]]));
-            orig_len = 40 + pl;
-            copy[4..6].copy_from_slice(&(pl.min(n - 40) as u16).to_be_bytes());
-        }
-        _ => {} // too short or bad version: parse_tcp_packet says which
-    }
-    let pkt = parse_tcp_packet(&copy[..n])?;
+    let h = parse_tcp_headers(buf)?;
     Ok(ResponseHeaders {
-        tuple: FourTuple::of_response(&pkt),
-        headers_len: pkt.ip_header_len + pkt.tcp.header_len(),
-        orig_len,
+        tuple: FourTuple::of_response(&h.packet),
+        ip_header_len: h.packet.ip_header_len,
+        headers_len: h.packet.headers_len(),
+        orig_len: h.declared_len,
     })
 }
 

@@ -38,6 +38,23 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// Validate the buffer: what [`new_checked`](Self::new_checked) runs.
     pub fn check_len(&self) -> Result<(), WireError> {
+        self.check_header()?;
+        let buf = self.buffer.as_ref();
+        let tl = usize::from(self.total_len());
+        if tl > buf.len() {
+            return Err(WireError::Truncated {
+                what: "IPv4 packet",
+                need: tl,
+                have: buf.len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Validate the header alone, accepting a buffer that ends before the total length says
+    /// (a packet cut short after its headers): every check of [`check_len`](Self::check_len)
+    /// but that one. The getters stay panic-free; the payload is what the buffer holds.
+    pub fn check_header(&self) -> Result<(), WireError> {
         let buf = self.buffer.as_ref();
         if buf.len() < MIN_HEADER_LEN {
             return Err(WireError::Truncated {
@@ -71,13 +88,6 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             return Err(WireError::BadHeaderLen {
                 what: "IPv4 total length",
                 len: tl,
-            });
-        }
-        if tl > buf.len() {
-            return Err(WireError::Truncated {
-                what: "IPv4 packet",
-                need: tl,
-                have: buf.len(),
             });
         }
         Ok(())

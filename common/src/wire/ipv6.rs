@@ -35,6 +35,23 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// Validate the buffer: what [`new_checked`](Self::new_checked) runs.
     pub fn check_len(&self) -> Result<(), WireError> {
+        self.check_header()?;
+        let len = self.buffer.as_ref().len();
+        let pl = usize::from(self.payload_len());
+        if HEADER_LEN + pl > len {
+            return Err(WireError::Truncated {
+                what: "IPv6 packet",
+                need: HEADER_LEN + pl,
+                have: len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Validate the fixed header alone, accepting a buffer that ends before the payload length
+    /// says (a packet cut short after its headers): every check of
+    /// [`check_len`](Self::check_len) but that one.
+    pub fn check_header(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < HEADER_LEN {
             return Err(WireError::Truncated {
@@ -51,13 +68,6 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             return Err(WireError::BadHeaderLen {
                 what: "IPv6 payload length (jumbogram?)",
                 len: 0,
-            });
-        }
-        if HEADER_LEN + pl > len {
-            return Err(WireError::Truncated {
-                what: "IPv6 packet",
-                need: HEADER_LEN + pl,
-                have: len,
             });
         }
         Ok(())

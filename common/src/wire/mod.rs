@@ -7,6 +7,9 @@
 //! changes a length field may make a later `payload()` shorter (variable-length accessors clamp
 //! to the buffer), but never makes it panic.
 //!
+//! [`parse_tcp_headers`] reads the headers of a packet cut short after them (NFQUEUE's copy
+//! range, the intercept's records), and [`declared_ip_len`] the length an IP header declares.
+//!
 //! [`parse_tcp_packet`] is the entry point for bytes from outside (capture, NFQUEUE): it
 //! accepts IPv4 or IPv6 carrying TCP, and fails with a [`WireError`] on anything truncated,
 //! impossible, fragmented or not TCP. Trailing bytes after the IP total length (Ethernet
@@ -138,6 +141,53 @@ impl<'a> TcpPacketRef<'a> {
 /// Parse an IPv4 or IPv6 packet carrying TCP. Fails (never panics) on truncated or impossible
 /// input, on IPv4 fragments, on IPv6 extension headers and on non-TCP.
 pub fn parse_tcp_packet(buf: &[u8]) -> Result<TcpPacketRef<'_>, WireError> {
+    parse(buf, true)
+}
+
+/// A TCP packet whose bytes may stop anywhere after its TCP header, as returned by
+/// [`parse_tcp_headers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpHeadersRef<'a> {
+    /// The packet as far as the buffer holds it: every header whole, the payload (and
+    /// `ip_total_len`) cut where the buffer ends.
+    pub packet: TcpPacketRef<'a>,
+    /// The length of the whole packet by its IP header (an IPv4 total length of 0, an
+    /// offloaded super-segment, reads as the buffer's length).
+    pub declared_len: usize,
+}
+
+/// Parse the IP and TCP headers of a packet that may be cut short after its TCP header (as
+/// NFQUEUE's copy range and the intercept's records cut packets). Everything that
+/// [`parse_tcp_packet`] refuses in the header part (bad version, impossible lengths, fragments,
+/// non-TCP, a TCP header cut short) is refused here too; only "the IP length says more bytes
+/// follow than the buffer holds" is accepted.
+pub fn parse_tcp_headers(buf: &[u8]) -> Result<TcpHeadersRef<'_>, WireError> {
+    let packet = parse(buf, false)?;
+    let declared_len = declared_ip_len(buf).unwrap_or(buf.len());
+    Ok(TcpHeadersRef { packet, declared_len })
+}
+
+/// The IP packet's length by its header, when the header says: an IPv4 total length of at
+/// least 20 bytes, or 40 plus a non-zero IPv6 payload length (an IPv4 total length of 0, as
+/// offloaded segments carry, and an IPv6 payload length of 0 say nothing). Reads only the
+/// length field: the rest of the header is not checked.
+#[must_use]
+pub fn declared_ip_len(ip: &[u8]) -> Option<usize> {
+    match ip.first()? >> 4 {
+        4 if ip.len() >= 4 => {
+            let n = usize::from(Ipv4Packet::new_unchecked(ip).total_len());
+            (n >= ipv4::MIN_HEADER_LEN).then_some(n)
+        }
+        6 if ip.len() >= 6 => {
+            let n = usize::from(Ipv6Packet::new_unchecked(ip).payload_len());
+            (n > 0).then_some(ipv6::HEADER_LEN + n)
+        }
+        _ => None,
+    }
+}
+
+/// [`parse_tcp_packet`] (`whole`) or [`parse_tcp_headers`].
+fn parse(buf: &[u8], whole: bool) -> Result<TcpPacketRef<'_>, WireError> {
     let Some(&first) = buf.first() else {
         return Err(WireError::Truncated {
             what: "IP packet",
@@ -147,7 +197,12 @@ pub fn parse_tcp_packet(buf: &[u8]) -> Result<TcpPacketRef<'_>, WireError> {
     };
     match first >> 4 {
         4 => {
-            let ip = Ipv4Packet::new_checked(buf)?;
+            let ip = Ipv4Packet::new_unchecked(buf);
+            if whole {
+                ip.check_len()?;
+            } else {
+                ip.check_header()?;
+            }
             if ip.protocol() != IPPROTO_TCP {
                 return Err(WireError::NotTcp(ip.protocol()));
             }
@@ -165,7 +220,12 @@ pub fn parse_tcp_packet(buf: &[u8]) -> Result<TcpPacketRef<'_>, WireError> {
             })
         }
         6 => {
-            let ip = Ipv6Packet::new_checked(buf)?;
+            let ip = Ipv6Packet::new_unchecked(buf);
+            if whole {
+                ip.check_len()?;
+            } else {
+                ip.check_header()?;
+            }
             if ip.next_header() != IPPROTO_TCP {
                 return Err(WireError::NotTcp(ip.next_header()));
             }
@@ -327,6 +387,32 @@ mod tests {
         let p = parse_tcp_packet(&b).unwrap();
         assert_eq!(p.ip_total_len, 45);
         assert_eq!(p.payload(), b"hello");
+    }
+
+    #[test]
+    fn the_headers_view_takes_a_packet_cut_after_its_headers() {
+        // IPv4: 45 bytes declared, 42 held (the TCP header whole, 2 payload bytes).
+        let h = parse_tcp_headers(&V4[..42]).unwrap();
+        assert_eq!((h.declared_len, h.packet.headers_len(), h.packet.payload()), (45, 40, &b"he"[..]));
+        assert_eq!(h.packet.dst_socket(), "198.19.0.1:80".parse().unwrap());
+        assert!(parse_tcp_packet(&V4[..42]).is_err(), "the whole-packet parser refuses it");
+        // The TCP header cut: refused by both.
+        assert!(matches!(parse_tcp_headers(&V4[..30]), Err(WireError::Truncated { .. })));
+        // IPv6: 64 bytes declared, all headers (its TCP header has an option); cut inside it.
+        let h = parse_tcp_headers(&V6).unwrap();
+        assert_eq!((h.declared_len, h.packet.headers_len()), (64, 64));
+        assert!(matches!(parse_tcp_headers(&V6[..60]), Err(WireError::Truncated { .. })));
+        // An offloaded super-segment (IPv4 total length 0): the buffer is the packet.
+        let mut b = V4;
+        b[2..4].fill(0);
+        assert_eq!(parse_tcp_headers(&b).unwrap().declared_len, 45);
+        // What the lengths declare, and when they say nothing.
+        assert_eq!((declared_ip_len(&V4), declared_ip_len(&V6[..6])), (Some(45), Some(64)));
+        assert_eq!((declared_ip_len(&b), declared_ip_len(&[0x45, 0, 0])), (None, None));
+        let mut bad = V4;
+        bad[1] = 0;
+        bad[2..4].copy_from_slice(&19u16.to_be_bytes());
+        assert_eq!(declared_ip_len(&bad), None, "shorter than any IPv4 header");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use common::flow::FourTuple;
 use common::proto::Record;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
-use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap};
+use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 
 const ONLINE: &str = "192.0.2.1:80";
 const TARGET: &str = "198.18.0.2:8080";
@@ -63,7 +63,7 @@ impl Bench {
             e.handle_captured(now, &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]));
             e.handle_captured(now, &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]));
             while let Some(ev) = e.poll_control() {
-                let ControlEvent::Register(t) = ev else { panic!("not a Register: {ev:?}") };
+                let RegEvent::Register(t) = ev else { panic!("not a Register: {ev:?}") };
                 // As a connected intercept does: the registration is in force.
                 e.handle_registered(now, 0, t, common::proto::RegVerdict::Accepted);
             }

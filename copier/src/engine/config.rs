@@ -1,11 +1,7 @@
-//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`PortShare`]) and the derived,
-//! clamped parameters ([`Params`]) the rest of the engine reads, among them the per-session
-//! sampling rule ([`Params::sampled`]).
-//!
-//! Sampling (`sample_percent` < 100) keeps a session or not by a keyed hash of the engine seed
-//! and the captured 4-tuple, so every packet of a session gets the same answer without a
-//! table, every worker (same seed) agrees, and a run with the same `--seed` picks the same
-//! sessions.
+//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`PortShare`]), the copy plan it
+//! stands for ([`EngineConfig::planner`]: a [`shaper::Shaper`] from the profile, or from the
+//! flags `copies`, `sample_percent` and `client_ip` as the trivial profile [`FlagPlan`]), and the
+//! derived, clamped parameters ([`Params`]) the rest of the engine reads.
 //!
 //! Invariant: [`Params`] holds only values the engine can work with (MSS >= 64, RTO bounds
 //! ordered, caps >= 1), whatever the configuration said; [`EngineConfig::validate`] reports what
@@ -14,9 +10,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::flow::FourTuple;
-
-use super::pool::ClientIpPool;
+use shaper::{ClientIpPool, FlagPlan, Shaper};
 
 /// One mapping of an online service onto a test server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +39,7 @@ pub struct EngineConfig {
     /// the client's address and another port.
     pub copies: u16,
     /// Percentage of the captured sessions that are copied (0 < p <= 100), chosen per session
-    /// (see the module documentation).
+    /// by a keyed hash of the seed and the client's address and port (see [`FlagPlan`]).
     pub sample_percent: f64,
     /// A session with no captured packet and no record for this long is abandoned.
     pub session_timeout: Duration,
@@ -130,6 +124,15 @@ pub struct PortShare {
     pub index: u16,
     /// Number of shares (engines).
     pub count: u16,
+}
+
+impl PortShare {
+    /// The share clamped to one that exists (at least one share; the index wrapped into them).
+    #[must_use]
+    pub(crate) fn clamped(self) -> PortShare {
+        let count = self.count.max(1);
+        PortShare { index: self.index % count, count }
+    }
 }
 
 impl Default for PortShare {
@@ -308,15 +311,28 @@ impl EngineConfig {
     }
 }
 
+impl EngineConfig {
+    /// The copy planner of this configuration under `seed`: the profile's shaper, or the
+    /// trivial profile of the flags (`copies`, `sample_percent`, `client_ip`). Every engine of
+    /// a run builds it from the same seed, so all plan alike. A profile that does not build
+    /// (refused by the caller's validation) plans as the flags say.
+    #[must_use]
+    pub fn planner(&self, seed: u64) -> Shaper {
+        let flags = || {
+            let plan = FlagPlan { copies: self.copies.max(1), sample_percent: self.sample_percent, client_ip: self.client_ip.clone() };
+            Shaper::from_flags(plan, seed)
+        };
+        match self.profile.as_deref() {
+            Some(p) => Shaper::new(p, seed).unwrap_or_else(|_| flags()),
+            None => flags(),
+        }
+    }
+}
+
 /// Clamped parameters, derived once from [`EngineConfig`].
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub maps: Vec<PortMap>,
-    pub client_ip: Option<ClientIpPool>,
-    pub copies: u16,
-    /// A session is copied when the top 32 bits of its sample hash are below this (`1 << 32`:
-    /// every session).
-    pub sample_below: u64,
     /// MSS we announce: MTU minus IPv4 and TCP headers.
     pub mss_v4: u16,
     /// MSS we announce over IPv6.
@@ -345,7 +361,6 @@ pub(crate) struct Params {
     pub window: u16,
     pub max_reconnects: u32,
     pub ttl: u8,
-    pub port_share: PortShare,
 }
 
 impl Params {
@@ -357,13 +372,6 @@ impl Params {
         let window = (c.recv_window >> wscale).clamp(1, 65535) as u16;
         Params {
             maps: c.maps.clone(),
-            client_ip: c.client_ip.clone(),
-            copies: c.copies.max(1),
-            sample_below: if c.sample_percent >= 100.0 || c.sample_percent.is_nan() {
-                1 << 32
-            } else {
-                (c.sample_percent.max(0.0) / 100.0 * 4_294_967_296.0).round() as u64
-            },
             mss_v4: (mtu - 40).max(64),
             mss_v6: mtu.saturating_sub(60).max(64),
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
@@ -387,10 +395,6 @@ impl Params {
             window,
             max_reconnects: c.max_reconnects,
             ttl: c.ttl.max(1),
-            port_share: {
-                let count = c.port_share.count.max(1);
-                PortShare { index: c.port_share.index % count, count }
-            },
         }
     }
 
@@ -408,37 +412,6 @@ impl Params {
         }
         fits.find(|m| m.target.is_ipv6() == dst.is_ipv6()).or(Some(first))
     }
-
-    /// Whether the captured session `key` (client -> online service) is copied under the
-    /// sample rule, for the engine seed `seed`.
-    pub(crate) fn sampled(&self, seed: u64, key: &FourTuple) -> bool {
-        self.sample_below >= 1 << 32 || (sample_hash(seed, key) >> 32) < self.sample_below
-    }
-}
-
-/// A keyed hash of a captured session: the seed, then the client's and the online service's
-/// address and port.
-pub(crate) fn sample_hash(seed: u64, key: &FourTuple) -> u64 {
-    let mut h = mix(seed ^ 0x5a3b_1e5e_ed00_0001);
-    for end in [key.client, key.server] {
-        match end.ip() {
-            IpAddr::V4(a) => h = mix(h ^ u64::from(u32::from(a))),
-            IpAddr::V6(a) => {
-                let v = u128::from(a);
-                h = mix(mix(h ^ (v as u64)) ^ ((v >> 64) as u64) ^ (6 << 56));
-            }
-        }
-        h = mix(h ^ u64::from(end.port()));
-    }
-    h
-}
-
-/// splitmix64's finaliser: a cheap, well-spread 64-bit hash.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

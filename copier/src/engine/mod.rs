@@ -45,30 +45,33 @@
 //! the rules.
 //!
 //! # Copies and sampling
-//! With `copies` = N (`--copies N`) a captured session fans out to N copy sessions, each a
-//! [`session`] of its own with its own test 4-tuple, connections, pacing and failures, fed the
-//! same captured packets; they share the captured bytes (`chunk`: a 10 MB upload copied 100
-//! times is held once, plus what the slowest copy still needs), so `max_memory` bounds what is
-//! really held while `per_session_cap` bounds each copy's backlog. Copy `k` of a session gets
-//! the `k`-th pool address after the client's own ([`ClientIpPool::pick`]) and a port no live
-//! test tuple of this engine uses (the client's own when free and in the port share, else
-//! random, else the first free one): no two live test tuples ever collide, whatever N, and with
-//! port shares none of another worker's either. A copy that finds no free tuple does not start
-//! (`sessions_no_tuple`). With `sample_percent` < 100 only the sessions the keyed hash picks
-//! are copied, every packet of them and none of the others (`Params::sampled`).
+//! One planner decides the copies of every captured session: a [`shaper::Shaper`], built from
+//! the profile (`EngineConfig::profile`, `--profile`) or, without one, from the flags
+//! `copies`, `sample_percent` and `client_ip` as the trivial profile [`shaper::FlagPlan`]
+//! ([`EngineConfig::planner`]; same seed in every worker, so every worker plans alike). At a
+//! session's first packet `Shaper::on_session_to` (clock: `now` minus the first `now` the
+//! engine saw) gives its copies, none when the sample leaves it out; copy `k` goes from the
+//! plan's client address, and from its port when free in `by_test` and the port share (else a
+//! random port of the share, else the first free one): no two live test tuples ever collide,
+//! whatever N, and with port shares none of another worker's either. A copy that finds no free
+//! tuple does not start (`sessions_no_tuple`). The flags' plan keeps the client's address (or
+//! the `k`-th pool address after its pick, `ClientIpPool::pick`) and port; its sample, a keyed
+//! hash of the seed and the client's address and port that does not change in time, is asked
+//! for every packet (`Shaper::samples_out`: every packet of a kept session and none of the
+//! others); a profile's factor changes in time, so its sample is decided once, in
+//! `on_session_to`. A copy's planner state ends when the engine removes the copy.
 //!
-//! With a shaping profile (`EngineConfig::profile`, `--profile`) a [`shaper::Shaper`] built
-//! from it and the seed replaces `copies`, `sample_percent` and `client_ip`: at a session's
-//! first packet `Shaper::on_session` (clock: `now` minus the first `now` the engine saw) gives
-//! its copies, none when the factor samples it out (the same answer in every worker, since
-//! the decision is a keyed hash of the seed and the client's address and port); copy `k` takes
-//! the plan's virtual address, and its virtual port when free in `by_test` and the port share
-//! (else the rule above). A copy's shaper state ends when the engine removes the copy.
+//! Each copy is a [`session`] of its own with its own test 4-tuple, connections, pacing and
+//! failures, fed the same captured packets; the copies share the captured bytes (`chunk`: a
+//! 10 MB upload copied 100 times is held once, plus what the slowest copy still needs), so
+//! `max_memory` bounds what is really held while `per_session_cap` bounds each copy's backlog.
+//! A planner that gates requests (`Shaper::gates`: a profile's think time and ON/OFF periods)
+//! gives each copy a `gate`, and its sessions go lock-step; the flags' plan gates nothing, and
+//! its sessions pace with the adaptive window.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
-//! sessions for it (the copies not yet removed); `Shared::by_test` maps every registered test
-//! tuple to the session that owns it and `Shared::ports_used` counts them per client address
-//! and target; the meter counts the captured bytes any session still holds, and
+//! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
+//! tuple to the session that owns it and counts them per client address and target (`shared`); the meter counts the captured bytes any session still holds, and
 //! `memory_used` adds [`SESSION_COST`] per session and [`PENDING_SYN_COST`] per pending SYN;
 //! every `pending` entry has an entry with its `at` in `pending_fifo`; `closing` counts the
 //! sessions in the table that are done and linger;
@@ -78,9 +81,11 @@ mod answer;
 mod chunk;
 mod config;
 mod conn;
+mod gate;
+mod hash;
 mod pkt;
-mod pool;
 mod session;
+mod shared;
 mod stats;
 mod stream;
 
@@ -89,7 +94,6 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -97,21 +101,24 @@ use common::flow::FourTuple;
 use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
 
 pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
-pub use pool::{ClientIpPool, IpRange, PoolParseError};
-pub use stats::{DropCounts, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, LAG_BOUNDS};
+pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, SynEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
 use config::Params;
+use gate::Gate;
+use hash::FastHash;
 use pkt::{parse_captured, parse_record, Captured};
-use session::{Phase, Session, Shared, SlotRef};
+use session::{Phase, Session};
+use shared::{Planner, Shared, SlotRef, Tuples};
 
-/// A change of the set of test tuples the intercepts must answer for.
+/// A change of the set of test tuples the intercepts must answer for: what the engine emits
+/// ([`Engine::poll_control`]) and what the copier's registry applies and its control clients
+/// send (`crate::control::Registry`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ControlEvent {
+pub enum RegEvent {
     /// Send `Register { tuples: [t] }` (before any packet of `t` goes out).
     Register(FourTuple),
     /// Send `Unregister { tuples: [t] }`.
@@ -234,31 +241,14 @@ impl Engine {
     /// connections, the client address hash), so the same inputs give the same outputs.
     #[must_use]
     pub fn new(config: EngineConfig, seed: u64) -> Engine {
-        let hash = FastHash { seed: config::mix(seed ^ 0x5eed) };
+        let hash = FastHash::new(seed);
         let p = Params::new(&config);
         let meter = Meter::default();
+        let stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        // The same seed in every worker: the same sessions get the same copies.
+        let plan = Planner::new(config.planner(seed));
         Engine {
-            sh: Shared {
-                stats: EngineStats { copies_requested: u64::from(p.copies), ..EngineStats::default() },
-                p,
-                control: VecDeque::new(),
-                by_test: HashMap::with_hasher(hash),
-                ports_used: HashMap::with_hasher(hash),
-                // One engine per worker: the same seed (the client pool stays sticky across
-                // workers), different random choices.
-                rng: SmallRng::seed_from_u64(match config.port_share.index {
-                    0 => seed,
-                    i => config::mix(seed.wrapping_add(u64::from(i))),
-                }),
-                seed,
-                intercept_up: true,
-                meter: meter.clone(),
-                scratch: Vec::new(),
-                // The same seed in every worker: the same sessions get the same number of
-                // copies. A profile that does not build was refused by `EngineConfig::validate`.
-                shaper: config.profile.as_deref().and_then(|pr| shaper::Shaper::new(pr, seed).ok()),
-                run_start: None,
-            },
+            sh: Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone()),
             slots: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::with_hasher(hash),
@@ -283,7 +273,7 @@ impl Engine {
     /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
         self.sh.stats.packets_captured += 1;
-        self.sh.shaper_now(now);
+        self.sh.plan.clock(now);
         let Ok(c) = parse_captured(packet) else {
             self.sh.stats.drops.malformed += 1;
             return;
@@ -293,7 +283,7 @@ impl Engine {
             return;
         };
         let syn = c.hdr.has(TcpFlags::SYN) && !c.hdr.has(TcpFlags::ACK);
-        if !self.sh.p.sampled(self.sh.seed, &c.key) {
+        if self.sh.plan.shaper.samples_out(c.key.client) {
             self.sh.stats.drops.not_sampled += 1;
             if syn {
                 self.sh.stats.sessions_sampled_out += 1;
@@ -316,11 +306,9 @@ impl Engine {
             for i in 0..self.members.len() {
                 let idx = self.members[i];
                 let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
-                // The old copy's shaper state goes: the new session gets copies of its own.
-                if let Some(s) = self.slots[idx as usize].s.as_mut() {
-                    if let (Some(id), Some(shaper)) = (s.shaper_id.take(), self.sh.shaper.as_mut()) {
-                        shaper.end_session(id);
-                    }
+                // The old copy's plan goes: the new session gets copies of its own.
+                if let Some(id) = self.slots[idx as usize].s.as_mut().and_then(|s| s.plan_id.take()) {
+                    self.sh.plan.shaper.end_session(id);
                 }
                 if !closed {
                     // A new connection from the same client port while the old one was live:
@@ -457,61 +445,43 @@ impl Engine {
             }
             return;
         }
-        // With a profile, the shaper says how many copies and on which virtual clients.
-        let plans = match self.sh.shaper.is_some() {
-            true => {
-                let t = self.sh.shaper_now(now);
-                let Some(shaper) = self.sh.shaper.as_mut() else { return };
-                match shaper.on_session(t, c.key.client) {
-                    Ok(p) if p.is_empty() => {
-                        self.sh.stats.drops.not_sampled += 1;
-                        if syn {
-                            self.sh.stats.sessions_sampled_out += 1;
-                        }
-                        return;
-                    }
-                    Ok(p) => Some(p),
-                    Err(_) => {
-                        // No virtual port left for this client: not copied.
-                        self.sh.stats.sessions_no_tuple += 1;
-                        return;
-                    }
+        // The planner says how many copies and on which clients (see "Copies and sampling").
+        let t = self.sh.plan.clock(now);
+        let v6 = target.is_ipv6();
+        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client, v6) {
+            Ok(p) if p.is_empty() => {
+                self.sh.stats.drops.not_sampled += 1;
+                if syn {
+                    self.sh.stats.sessions_sampled_out += 1;
                 }
+                return;
             }
-            false => None,
+            Ok(p) => p,
+            Err(_) => {
+                // No virtual port left for this client: not copied.
+                self.sh.stats.sessions_no_tuple += 1;
+                return;
+            }
         };
-        let copies = plans.as_ref().map_or(self.sh.p.copies, |p| u16::try_from(p.len()).unwrap_or(u16::MAX));
-        if self.session_count() + usize::from(copies) > self.sh.p.max_sessions {
+        if self.session_count() + plans.len() > self.sh.p.max_sessions {
             self.sh.stats.drops.table_full += 1;
-            self.end_plans(plans.as_deref());
+            self.end_plans(&plans);
             return;
         }
-        let real = c.key.client.ip();
-        let v6 = target.is_ipv6();
-        let pick = |k: u16, sh: &Shared| match (&plans, &sh.p.client_ip) {
-            (Some(p), _) => p.get(usize::from(k)).map(|p| p.client.ip()).filter(|ip| ip.is_ipv6() == v6),
-            (None, Some(pool)) => pool.pick(real, sh.seed, k, v6),
-            (None, None) => Some(real).filter(|ip| ip.is_ipv6() == v6),
-        };
-        if pick(0, &self.sh).is_none() {
-            self.end_plans(plans.as_deref());
+        if plans[0].client.is_ipv6() != v6 {
+            self.end_plans(&plans);
             self.sh.stats.drops.family_mismatch += 1;
             return;
         }
         let started = self.sh.stats.sessions_started;
-        self.by_key.insert(c.key, Group { members: Vec::with_capacity(usize::from(copies)), started: false });
-        for k in 0..copies {
-            let Some(client_ip) = pick(k, &self.sh) else {
-                if let Some(p) = plans.as_ref().and_then(|p| p.get(usize::from(k))) {
-                    // A virtual address of the other family than the target's: that copy only.
-                    self.sh.stats.drops.family_mismatch += 1;
-                    if let Some(shaper) = self.sh.shaper.as_mut() {
-                        shaper.end_session(p.session);
-                    }
-                    continue;
-                }
-                break;
-            };
+        self.by_key.insert(c.key, Group { members: Vec::with_capacity(plans.len()), started: false });
+        for (k, plan) in plans.iter().enumerate() {
+            if plan.client.is_ipv6() != v6 {
+                // A virtual address of the other family than the target's: that copy only.
+                self.sh.stats.drops.family_mismatch += 1;
+                self.sh.plan.shaper.end_session(plan.session);
+                continue;
+            }
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
@@ -520,11 +490,10 @@ impl Engine {
                 }
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
-            let mut s = Session::new(c.key, slot, target, client_ip, now);
-            if let Some(plan) = plans.as_ref().and_then(|p| p.get(usize::from(k))) {
-                s.want_port = plan.client.port();
-                s.shaper_id = Some(plan.session);
-            }
+            let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
+            s.want_port = plan.client.port();
+            s.plan_id = Some(plan.session);
+            s.gate = self.sh.plan.gates.then(|| Gate::new(plan.session));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
@@ -554,7 +523,7 @@ impl Engine {
             self.sh.stats.drops.record_malformed += 1;
             return;
         };
-        match self.sh.by_test.get(&r.tuple).copied() {
+        match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
             }
@@ -617,7 +586,7 @@ impl Engine {
     }
 
     /// Next change of the registered tuples, for the intercepts.
-    pub fn poll_control(&mut self) -> Option<ControlEvent> {
+    pub fn poll_control(&mut self) -> Option<RegEvent> {
         self.sh.control.pop_front()
     }
 
@@ -630,7 +599,7 @@ impl Engine {
     /// ([`Engine::poll_refusal`]). Verdicts on tuples no session holds (ended meanwhile) and
     /// repeated ones (after a reconnection) are ignored.
     pub fn handle_registered(&mut self, now: Instant, from: u16, tuple: FourTuple, verdict: RegVerdict) {
-        let Some(slot) = self.sh.by_test.get(&tuple).copied().filter(|s| self.live(*s)) else { return };
+        let Some(slot) = self.sh.tuples.get(&tuple).filter(|s| self.live(*s)) else { return };
         let need = self.intercepts.max(1);
         let Some(key) = self.slots[slot.idx as usize].s.as_ref().map(|s| s.key) else { return };
         let mut refused = false;
@@ -722,7 +691,7 @@ impl Engine {
 
     fn release_shutdown_unreg(&mut self) {
         for t in self.shutdown_unreg.drain(..) {
-            self.sh.control.push_back(ControlEvent::Unregister(t));
+            self.sh.control.push_back(RegEvent::Unregister(t));
         }
     }
 
@@ -758,7 +727,7 @@ impl Engine {
 
     /// Every test tuple registered now (to re-register after an intercept reconnects).
     pub fn registered(&self) -> impl Iterator<Item = FourTuple> + '_ {
-        self.sh.by_test.keys().copied()
+        self.sh.tuples.by_test.keys().copied()
     }
 
     /// Sessions in the table (started, waiting to synchronise, or closing).
@@ -805,12 +774,10 @@ impl Engine {
         }
     }
 
-    /// Ends the shaper's copies of a session the engine does not start.
-    fn end_plans(&mut self, plans: Option<&[shaper::CopyPlan]>) {
-        if let Some(shaper) = self.sh.shaper.as_mut() {
-            for p in plans.unwrap_or_default() {
-                shaper.end_session(p.session);
-            }
+    /// Ends the planner's copies of a session the engine does not start.
+    fn end_plans(&mut self, plans: &[shaper::CopyPlan]) {
+        for p in plans {
+            self.sh.plan.shaper.end_session(p.session);
         }
     }
 
@@ -820,14 +787,14 @@ impl Engine {
         if s.closing_counted {
             self.closing = self.closing.saturating_sub(1);
         }
-        if let (Some(id), Some(shaper)) = (s.shaper_id, self.sh.shaper.as_mut()) {
-            shaper.end_session(id);
+        if let Some(id) = s.plan_id {
+            self.sh.plan.shaper.end_session(id);
         }
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
         for c in s.cur.iter().chain(&s.old) {
             self.sh.unindex(c.tuple);
-            self.sh.control.push_back(ControlEvent::Unregister(c.tuple));
+            self.sh.control.push_back(RegEvent::Unregister(c.tuple));
         }
         if let Some(g) = self.by_key.get_mut(&s.key) {
             if let Some(i) = g.members.iter().position(|&m| m == idx) {
@@ -878,75 +845,5 @@ impl Engine {
             self.sh.stats.sessions_shed += 1;
             self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Memory)));
         }
-    }
-}
-
-/// A seeded FxHash-style hasher: fast on small keys such as [`FourTuple`], deterministic for a
-/// given engine seed (so runs repeat), and keyed so that outsiders cannot aim collisions at it
-/// without knowing the seed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FastHash {
-    seed: u64,
-}
-
-impl BuildHasher for FastHash {
-    type Hasher = FxHasher;
-    fn build_hasher(&self) -> FxHasher {
-        FxHasher { h: self.seed }
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct FxHasher {
-    h: u64,
-}
-
-const FX_K: u64 = 0x517c_c1b7_2722_0a95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.h = (self.h.rotate_left(5) ^ w).wrapping_mul(FX_K);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(b));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u16(&mut self, i: u16) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        // Spread the high bits down too: hashbrown takes its tag from the top seven.
-        self.h ^ (self.h >> 29)
     }
 }

@@ -4,9 +4,9 @@
 //! Nothing here panics on any input: every failure is a `WireError` for the caller to count.
 
 use common::flow::FourTuple;
-use common::proto::{parse_response_headers, Record};
+use common::proto::Record;
 use common::seq::SeqNum;
-use common::wire::{parse_tcp_packet, tcp_options, TcpFlags, TcpOption, TcpSegment, WireError};
+use common::wire::{parse_tcp_headers, parse_tcp_packet, tcp_options, TcpFlags, TcpOption, TcpSegment, WireError};
 
 /// The TCP options the engine cares about.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -95,17 +95,12 @@ impl RecordInfo {
 }
 
 pub(crate) fn parse_record(rec: &Record) -> Result<RecordInfo, WireError> {
-    let h = parse_response_headers(&rec.headers)?;
-    // parse_response_headers accepted the IP header, so its length is one of these.
-    let ip_hl = match rec.headers[0] >> 4 {
-        4 => usize::from(rec.headers[0] & 0x0f) * 4,
-        _ => 40,
-    };
-    let tcp = TcpSegment::new_checked(&rec.headers[ip_hl..h.headers_len])?;
+    let h = parse_tcp_headers(&rec.headers)?;
+    let headers_len = h.packet.headers_len();
     // The IP length field, unless it was 0 (offloaded): then the intercept's orig_len.
-    let total = if h.orig_len > h.headers_len { h.orig_len } else { rec.orig_len as usize };
-    let data_len = u32::try_from(total.saturating_sub(h.headers_len)).unwrap_or(u32::MAX);
-    Ok(RecordInfo { tuple: h.tuple, hdr: Header::of(&tcp), data_len })
+    let total = if h.declared_len > headers_len { h.declared_len } else { rec.orig_len as usize };
+    let data_len = u32::try_from(total.saturating_sub(headers_len)).unwrap_or(u32::MAX);
+    Ok(RecordInfo { tuple: FourTuple::of_response(&h.packet), hdr: Header::of(&h.packet.tcp), data_len })
 }
 
 #[cfg(test)]

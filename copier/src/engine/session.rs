@@ -3,16 +3,8 @@
 //! it may send (pacing, the greeting gate, the client's FIN), when the test server's close
 //! means "carry the rest on a new connection", and how a session ends.
 //!
-//! Pacing: the next request unit goes once the test server acknowledged the current one and
-//! answered it, by the rule of [`Watch`] (as many bytes as the online answer, or some and then
-//! quiet, or some and a close), or `answer_timeout` after it acknowledged it. With a window
-//! (`pace_window` > 1) a connection may have up to `win` whole units in flight, all within
-//! `replay_keep` of the first unanswered byte (so they can go again on a new connection):
-//! `win` starts at 1 and opens by one with each unit answered; answers are matched to units
-//! in order by the online sizes ([`Watch::carry`]). Lock-step (window 1) for the rest of the
-//! session once a test answer's size differed from the online one, the test server closed a
-//! connection with requests left, or `STRIKES_LOCKSTEP` answers timed out; always for
-//! server-speaks-first sessions and shaped ones.
+//! Pacing (which units the current connection may send, and when the test server answered
+//! them) is in [`pacing`]; the planner's hold on units in `gate`.
 //!
 //! Replay lag: when a unit's first byte is first sent, the time since it was captured goes
 //! into `EngineStats::replay_lag` (once per unit and copy; resends do not count). The last unit
@@ -45,23 +37,24 @@
 //! - `Phase::Done` sessions hold no stream bytes and no `cur`; the engine removes them once
 //!   `old` is empty.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
 use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
-use rand::rngs::SmallRng;
 
 use super::answer::Watch;
-use super::chunk::{Meter, Payload};
+use super::chunk::Payload;
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
+use super::gate::Gate;
 use super::pkt::{Captured, RecordInfo};
-use super::stats::{EngineStats, FailReason};
+use super::shared::{Shared, SlotRef};
+use super::stats::FailReason;
 use super::stream::Stream;
-use super::ControlEvent;
+
+mod pacing;
 
 /// How long a hole in the captured stream may wait for its bytes before the damaged request
 /// unit is given up (when a later request is known).
@@ -69,99 +62,6 @@ const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Answer timeouts after which a session's pacing stays lock-step (window 1).
 const STRIKES_LOCKSTEP: u8 = 3;
-
-/// A session's place in the engine's slab: index and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SlotRef {
-    pub idx: u32,
-    pub gen: u32,
-}
-
-/// What sessions share: parameters, counters, the control queue, the test-side index, the RNG.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub p: Params,
-    pub stats: EngineStats,
-    pub control: VecDeque<ControlEvent>,
-    pub by_test: HashMap<FourTuple, SlotRef, super::FastHash>,
-    /// Test tuples in `by_test` per (client address, test server): how full that port space is.
-    pub ports_used: HashMap<(IpAddr, SocketAddr), u32, super::FastHash>,
-    pub rng: SmallRng,
-    pub seed: u64,
-    pub intercept_up: bool,
-    /// Counts the captured bytes the sessions hold.
-    pub meter: Meter,
-    /// Kept between polls so that gathering a segment does not allocate each time.
-    pub scratch: Vec<u8>,
-    /// The shaper of `--profile` (see the engine's module documentation).
-    pub shaper: Option<shaper::Shaper>,
-    /// The first `now` the engine saw: the shaper's clock is the time since it.
-    pub run_start: Option<Instant>,
-}
-
-impl Shared {
-    /// The shaper's clock: the time since the first `now` the engine saw.
-    pub(crate) fn shaper_now(&mut self, now: Instant) -> std::time::Duration {
-        now.saturating_duration_since(*self.run_start.get_or_insert(now))
-    }
-
-    fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
-        if self.by_test.insert(tuple, slot).is_none() {
-            *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
-        }
-        self.control.push_back(ControlEvent::Register(tuple));
-        self.stats.connections_opened += 1;
-    }
-
-    fn unregister(&mut self, tuple: FourTuple) {
-        self.unindex(tuple);
-        self.control.push_back(ControlEvent::Unregister(tuple));
-    }
-
-    /// Take `tuple` out of `by_test` (the caller tells the intercepts).
-    pub(crate) fn unindex(&mut self, tuple: FourTuple) {
-        if self.by_test.remove(&tuple).is_some() {
-            let k = (tuple.client.ip(), tuple.server);
-            if let Some(n) = self.ports_used.get_mut(&k) {
-                *n -= 1;
-                if *n == 0 {
-                    self.ports_used.remove(&k);
-                }
-            }
-        }
-    }
-
-    /// A test tuple from `ip` to `target` that no live connection uses, with a port of this
-    /// engine's share: `want` if it qualifies, else a random one, else the first free one
-    /// from a random place. `None` when every port of the share is taken.
-    pub(crate) fn free_tuple(&mut self, ip: IpAddr, target: SocketAddr, want: Option<u16>) -> Option<FourTuple> {
-        let share = self.p.port_share;
-        let mut t = FourTuple::new(SocketAddr::new(ip, want.unwrap_or(0)), target);
-        if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
-            return Some(t);
-        }
-        let used = self.ports_used.get(&(ip, target)).copied().unwrap_or(0);
-        if used >= share.size() {
-            return None;
-        }
-        for _ in 0..32 {
-            t.client.set_port(share.random(&mut self.rng));
-            if !self.by_test.contains_key(&t) {
-                return Some(t);
-            }
-        }
-        // Crowded: walk the share from a random port (a free one is near unless the space is
-        // almost full; a full one was refused above).
-        let start = share.random(&mut self.rng);
-        for port in share.walk(start) {
-            t.client.set_port(port);
-            if !self.by_test.contains_key(&t) {
-                return Some(t);
-            }
-        }
-        None
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -178,20 +78,13 @@ pub(crate) struct Session {
     pub slot: SlotRef,
     target: SocketAddr,
     client_ip: IpAddr,
-    /// The client port the first test connection takes when free (the captured client's, or
-    /// the shaper's virtual port).
+    /// The client port the first test connection takes when free (the plan's: the captured
+    /// client's, or the profile's virtual port).
     pub want_port: u16,
-    /// The shaper's id of this copy, with `--profile`.
-    pub shaper_id: Option<shaper::SessionId>,
-    /// With a shaper: the start of the unit it was last asked about (`Shaper::release_at`),
-    /// and how many units were asked about.
-    gate_asked: Option<SeqNum>,
-    units_asked: u32,
-    /// The instant before which the current unit may not go (held, never dropped).
-    gate: Option<Instant>,
-    /// With a shaper: when the first bytes of each unit not yet asked about were captured (the
-    /// online arrival `Shaper::release_at` scales think time from), by the unit's first byte.
-    arrivals: VecDeque<(SeqNum, Instant)>,
+    /// The planner's id of this copy (ended in the planner when the engine removes the copy).
+    pub plan_id: Option<shaper::SessionId>,
+    /// The planner's hold on the request units, when it gates them (a profile).
+    pub gate: Option<Gate>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -235,11 +128,8 @@ impl Session {
             target,
             client_ip,
             want_port: key.client.port(),
-            shaper_id: None,
-            gate_asked: None,
-            units_asked: 0,
+            plan_id: None,
             gate: None,
-            arrivals: VecDeque::new(),
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
@@ -286,7 +176,7 @@ impl Session {
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(tuple) = sh.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
+        let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
             sh.stats.sessions_no_tuple += 1;
             self.phase = Phase::Done;
             return;
@@ -343,35 +233,10 @@ impl Session {
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
-            take(self.gate);
+            take(self.gate.as_ref().and_then(Gate::until));
             take(self.gap_due);
         }
         d
-    }
-
-    /// When the quiet rule will call the unit pacing waits on answered.
-    fn quiet_deadline(&self, p: &Params) -> Option<Instant> {
-        let c = self.cur.as_ref()?;
-        let end = self.stream.waiting_end()?;
-        if !self.watched(p) || !self.watch.aimed_at(c.tuple, end) {
-            return None;
-        }
-        self.watch.quiet_at(p.answer_quiet)
-    }
-
-    /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
-    /// pacing; without, only the last unit of a session closing by reset.
-    fn watched(&self, p: &Params) -> bool {
-        p.pace || (self.client_reset.is_some() && self.stream.bounds.is_empty())
-    }
-
-    /// Whether the first unanswered unit was acknowledged and waits for its answer (the
-    /// `answer_timeout` clock runs). The last, open unit waits only when the client reset.
-    fn waiting(&self, acked: SeqNum) -> bool {
-        match self.stream.waiting_end() {
-            Some(end) => acked.ge(end) && (!self.stream.bounds.is_empty() || self.client_reset.is_some()),
-            None => false,
-        }
     }
 
     /// A captured client packet of this session; `payload` is its payload, shared with the
@@ -454,8 +319,8 @@ impl Session {
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
-        if self.shaper_id.is_some() && r.appended > 0 {
-            self.note_arrivals(now);
+        if let Some(g) = self.gate.as_mut().filter(|_| r.appended > 0) {
+            g.note_arrivals(&self.stream, now);
         }
         let d = &mut sh.stats.drops;
         if r.duplicate {
@@ -518,7 +383,7 @@ impl Session {
         let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
         c.abandon(now, &sh.p);
         self.old.push(c);
-        match sh.free_tuple(self.client_ip, self.target, None) {
+        match sh.tuples.free_tuple(self.client_ip, self.target, None) {
             Some(t) => {
                 sh.stats.syn_port_moves += 1;
                 self.open_conn(sh, now, t, start);
@@ -678,7 +543,7 @@ impl Session {
                 // it, losing the answer to the last it served, so the rest of this session
                 // goes lock-step (nothing is sent ahead of an answer again).
                 self.lock_step();
-                let Some(tuple) = sh.free_tuple(self.client_ip, self.target, None) else {
+                let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, None) else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
                 };
@@ -703,183 +568,6 @@ impl Session {
             let pending = limit.gt(c.snd_nxt);
             c.arm_persist(now, &sh.p, pending);
         }
-    }
-
-    fn send_limit(&self, p: &Params) -> SeqNum {
-        send_limit(&self.stream, p, self.window(p))
-    }
-
-    /// Request units the current connection may have in flight: 1 (lock-step) without a
-    /// window, for server-speaks-first protocols (their exchanges are usually lock-step), for
-    /// shaped sessions (think time and ON/OFF gating count from each answer), and once
-    /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
-    /// `pace_window`.
-    fn window(&self, p: &Params) -> u32 {
-        if !p.pace || self.shaper_id.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
-            1
-        } else {
-            self.win.clamp(1, p.pace_window)
-        }
-    }
-
-    /// With a shaper: once the current unit's first bytes are there, asks when it may go
-    /// (`Shaper::release_at`, unit index counted per copy, the shaper's clock at `now`) and
-    /// holds it until then; lifts the hold once that instant has passed. A unit is held only
-    /// before its first byte goes, so a request is never cut; a shaper that no longer knows the
-    /// copy (its translation expired) holds nothing.
-    fn gate(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(id) = self.shaper_id else { return };
-        let start = self.stream.cur_start;
-        if self.gate_asked != Some(start) && self.stream.next.gt(start) {
-            self.gate_asked = Some(start);
-            // The unit's online arrival: when its first bytes were captured (not later than
-            // now; earlier units' entries go).
-            while self.arrivals.front().is_some_and(|&(at, _)| start.gt(at)) {
-                self.arrivals.pop_front();
-            }
-            let arrived = match self.arrivals.front() {
-                Some(&(at, t)) if at == start => t,
-                _ => now,
-            };
-            let t = sh.shaper_now(arrived.min(now));
-            let index = self.units_asked;
-            self.units_asked += 1;
-            let until = sh.shaper.as_mut().and_then(|s| s.release_at(t, id, index).ok());
-            self.gate = until.and_then(|d| sh.run_start.map(|r| r + d));
-        }
-        if self.gate.is_some_and(|u| u <= now) {
-            self.gate = None;
-        }
-    }
-
-    /// Notes the capture instant of the units whose first bytes just arrived (the current one
-    /// and the later ones the stream knows the starts of).
-    fn note_arrivals(&mut self, now: Instant) {
-        let known = |a: &VecDeque<(SeqNum, Instant)>, at: SeqNum| a.back().is_some_and(|&(b, _)| b.ge(at));
-        let cur = self.stream.cur_start;
-        if self.gate_asked != Some(cur) && !known(&self.arrivals, cur) {
-            self.arrivals.push_back((cur, now));
-        }
-        for b in &self.stream.bounds {
-            if b.at.gt(cur) && !known(&self.arrivals, b.at) {
-                self.arrivals.push_back((b.at, now));
-            }
-        }
-    }
-
-    /// Whether the current unit is held by the shaper (asked about and not yet due, or not
-    /// asked about yet).
-    fn held(&self) -> bool {
-        self.shaper_id.is_some() && (self.gate.is_some() || self.gate_asked != Some(self.stream.cur_start))
-    }
-
-    /// Move past the units the current connection got answered, and run the answer clock.
-    fn release(&mut self, sh: &mut Shared, now: Instant) {
-        let p = &sh.p;
-        let Some(c) = &self.cur else { return };
-        let (acked, answered, tuple) = (c.acked(), c.answered, c.tuple);
-        let before = self.stream.cur_start;
-        let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
-        let (mut n, mut by_timeout) = (0, false);
-        if !p.pace {
-            (n, by_timeout) = self.stream.release(acked, answered, timed_out);
-        }
-        if n == 0 && self.watched(p) {
-            (n, by_timeout) = self.release_watched(now, p, acked, tuple, timed_out);
-        }
-        if n > 0 {
-            self.unit_acked_at = None;
-            if by_timeout {
-                sh.stats.answer_timeouts += 1;
-            }
-        }
-        if self.stream.cur_start != before && !by_timeout {
-            self.reconnects = 0;
-        }
-        if self.unit_acked_at.is_none() && self.waiting(acked) {
-            self.unit_acked_at = Some(now);
-        }
-        self.stream.trim(acked, p.replay_keep);
-    }
-
-    /// Release the unanswered units the [`Watch`] rule says are answered, or the first by
-    /// `timed_out`. Returns `(released, by_timeout)`.
-    ///
-    /// With several units in flight the test server answers them in order: a unit answered
-    /// by size passes the bytes beyond its online size on to the next one ([`Watch::carry`]),
-    /// which may then be answered at once. A unit answered by quiet (a shorter answer) also
-    /// releases the later units the test server had received before its last answer bytes and
-    /// then went quiet on: it answered them too. Each unit answered opens the window by one;
-    /// a timeout closes it to one (and counts a strike).
-    fn release_watched(&mut self, now: Instant, p: &Params, acked: SeqNum, tuple: FourTuple, timed_out: bool) -> (usize, bool) {
-        let mut n = 0;
-        loop {
-            let Some(end) = self.stream.waiting_end() else { return (n, false) };
-            self.watch.aim(tuple, end);
-            if !(acked.ge(end) || self.watch.bytes() > 0) {
-                return (n, false);
-            }
-            let open = self.stream.bounds.is_empty();
-            let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
-            // The online size is exact only between two units; the close waits for quiet.
-            let need = if open || closing { None } else { self.stream.online_len() };
-            if let Some(used) = need.filter(|_| self.watch.by_size(need)) {
-                self.stream.release_one();
-                n += 1;
-                self.open_window(p);
-                // An online size of 0 (a greeting gate again on a new connection) says
-                // nothing of where the test answer ends: all of it was this unit's.
-                let used = if used == 0 { self.watch.bytes() } else { used };
-                match self.stream.waiting_end() {
-                    Some(next) => {
-                        if self.watch.carry(tuple, next, used) {
-                            self.lock_step();
-                        }
-                    }
-                    None => return (n, false),
-                }
-                continue;
-            }
-            if self.watch.answered(now, need, p.answer_quiet) {
-                self.stream.release_one();
-                n += 1;
-                if need.is_some() && !self.watch.closed() {
-                    self.lock_step(); // shorter than online
-                }
-                if !self.watch.closed() {
-                    let upto = self.watch.max_ack().map_or(acked, |a| a.min(acked));
-                    while let Some(b) = self.stream.bounds.front() {
-                        if !b.at.le(upto) || self.stream.before_fin() {
-                            break;
-                        }
-                        self.stream.release_one();
-                        n += 1;
-                    }
-                }
-                return (n, false);
-            }
-            if timed_out && n == 0 && (!open || closing) {
-                self.stream.release_one();
-                self.win = 1;
-                self.strikes = self.strikes.saturating_add(1);
-                return (1, true);
-            }
-            return (n, false);
-        }
-    }
-
-    /// The rest of the session goes lock-step: a test answer was shorter or longer than the
-    /// online one (with several units in flight the online sizes would no longer tell where one
-    /// test answer ends and the next begins), or the test server closed a connection with
-    /// requests left (one that ends connections may reset one with unread requests in it).
-    fn lock_step(&mut self) {
-        self.win = 1;
-        self.strikes = STRIKES_LOCKSTEP;
-    }
-
-    /// A unit was answered: one more may be in flight (up to `pace_window`).
-    fn open_window(&mut self, p: &Params) {
-        self.win = (self.win + 1).min(p.pace_window);
     }
 
     /// Count the replay lag of every request unit whose first byte the current connection has
@@ -1026,36 +714,5 @@ impl Session {
             self.sweep(sh);
         }
         true
-    }
-}
-
-/// How far the current connection may send. Pacing stops at the end of the `win`-th
-/// unanswered unit (the first boundary in lock-step), taking a later unit only whole and only
-/// while everything in flight stays within `replay_keep` of the first unanswered byte (so it
-/// can all be carried again on a new connection); without pacing only a greeting gate stops it.
-fn send_limit(s: &Stream, p: &Params, win: u32) -> SeqNum {
-    match s.bounds.front() {
-        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => {
-            let mut limit = b.at.min(s.next);
-            if !p.pace || win <= 1 {
-                return limit;
-            }
-            let cap = s.cur_start.add(p.replay_keep);
-            let more = s.bounds.iter().skip(1).take(win as usize - 1);
-            let mut taken = 1;
-            for x in more {
-                if x.at.gt(cap) {
-                    return limit;
-                }
-                limit = x.at.min(s.next);
-                taken += 1;
-            }
-            // Fewer boundaries than the window: the last, open unit goes as captured.
-            if taken < win && !s.next.gt(cap) {
-                limit = s.next;
-            }
-            limit
-        }
-        _ => s.next,
     }
 }

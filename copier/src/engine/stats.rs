@@ -2,8 +2,10 @@
 //! by the I/O layer and exported as Prometheus metrics.
 //!
 //! Every packet, record or session the engine does not carry through is counted once, under
-//! one reason, in [`DropCounts`] or [`FailCounts`]. Reason names (the `&'static str` of the
-//! `iter` methods) are stable: they become metric labels.
+//! one reason ([`DropReason`], [`FailReason`], [`SynEnd`]), in [`DropCounts`], [`FailCounts`] or
+//! [`SynCounts`]. Each reason and its counter are declared together, with its label (the
+//! counter's name, stable: it becomes the metric label), so a reason cannot be counted without
+//! being exported: `iter` yields every one.
 //!
 //! With `--copies N` a session's counters (`sessions_*`, [`FailCounts`]) count copy sessions,
 //! one per copy; a captured packet's drop is counted once (by the first copy of its session
@@ -12,88 +14,99 @@
 //! `sessions_started / captured_sessions_started` is the multiplier achieved
 //! ([`EngineStats::copy_multiplier`]), to compare with `copies_requested`.
 
-/// Why a session ended without completing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailReason {
-    /// The test server did not acknowledge a segment (or the SYN) after every retransmission.
-    RetransmitLimit,
-    /// The session buffered more than the per-session cap.
-    BufferCap,
-    /// Shed to keep the engine under `max_memory`.
-    Memory,
-    /// No packet and no record for `session_timeout`.
-    Timeout,
-    /// The test server refused the connection (RST to our SYN).
-    Refused,
-    /// The test server kept closing connections without answering.
-    ReconnectLimit,
-    /// The client started a new connection on the same port.
-    Superseded,
-    /// The copier stopped ([`crate::engine::Engine::close_all`]).
-    Shutdown,
-    /// A new connection was needed and every test 4-tuple it could use was taken.
-    NoTuple,
-    /// Every connected intercept refused to guard one of its test tuples (the port or family
-    /// is not guarded there, or its registration limit is reached): nothing of it was sent.
-    RegistrationRefused,
+/// Declares a reason enum and its counts struct from one list, so that every reason has a
+/// counter and a label and every counter is exported under its label: `ALL` lists the reasons,
+/// `label` is the field's name, `iter` gives `(label, count)` for each.
+macro_rules! reasons {
+    (
+        $(#[$em:meta])* enum $enum:ident;
+        $(#[$cm:meta])* struct $counts:ident;
+        $( $(#[$fm:meta])* $variant:ident => $field:ident, )*
+    ) => {
+        $(#[$em])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $enum {
+            $( $(#[$fm])* $variant, )*
+        }
+
+        impl $enum {
+            /// Every reason, in export order.
+            pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
+
+            /// The metric label.
+            #[must_use]
+            pub fn label(self) -> &'static str {
+                match self {
+                    $($enum::$variant => stringify!($field),)*
+                }
+            }
+        }
+
+        $(#[$cm])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct $counts {
+            $( $(#[$fm])* pub $field: u64, )*
+        }
+
+        impl $counts {
+            /// Count `n` more for `r`.
+            pub fn add(&mut self, r: $enum, n: u64) {
+                *self.get_mut(r) += n;
+            }
+
+            /// The count of `r`.
+            #[must_use]
+            pub fn get(&self, r: $enum) -> u64 {
+                match r {
+                    $($enum::$variant => self.$field,)*
+                }
+            }
+
+            fn get_mut(&mut self, r: $enum) -> &mut u64 {
+                match r {
+                    $($enum::$variant => &mut self.$field,)*
+                }
+            }
+
+            /// `(reason label, count)` pairs, every reason.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                $enum::ALL.iter().map(move |&r| (r.label(), self.get(r)))
+            }
+        }
+    };
 }
 
-/// Sessions that failed, by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FailCounts {
-    /// See [`FailReason::RetransmitLimit`].
-    pub retransmit_limit: u64,
-    /// See [`FailReason::BufferCap`].
-    pub buffer_cap: u64,
-    /// See [`FailReason::Memory`].
-    pub memory: u64,
-    /// See [`FailReason::Timeout`].
-    pub timeout: u64,
-    /// See [`FailReason::Refused`].
-    pub refused: u64,
-    /// See [`FailReason::ReconnectLimit`].
-    pub reconnect_limit: u64,
-    /// See [`FailReason::Superseded`].
-    pub superseded: u64,
-    /// See [`FailReason::Shutdown`].
-    pub shutdown: u64,
-    /// See [`FailReason::NoTuple`].
-    pub no_tuple: u64,
-    /// See [`FailReason::RegistrationRefused`].
-    pub registration_refused: u64,
+reasons! {
+    /// Why a session ended without completing.
+    enum FailReason;
+    /// Sessions that failed, by reason.
+    struct FailCounts;
+    /// The test server did not acknowledge a segment (or the SYN) after every retransmission.
+    RetransmitLimit => retransmit_limit,
+    /// The session buffered more than the per-session cap.
+    BufferCap => buffer_cap,
+    /// Shed to keep the engine under `max_memory`.
+    Memory => memory,
+    /// No packet and no record for `session_timeout`.
+    Timeout => timeout,
+    /// The test server refused the connection (RST to our SYN).
+    Refused => refused,
+    /// The test server kept closing connections without answering.
+    ReconnectLimit => reconnect_limit,
+    /// The client started a new connection on the same port.
+    Superseded => superseded,
+    /// The copier stopped ([`crate::engine::Engine::close_all`]).
+    Shutdown => shutdown,
+    /// A new connection was needed and every test 4-tuple it could use was taken.
+    NoTuple => no_tuple,
+    /// Every connected intercept refused to guard one of its test tuples (the port or family
+    /// is not guarded there, or its registration limit is reached): nothing of it was sent.
+    RegistrationRefused => registration_refused,
 }
 
 impl FailCounts {
     pub(crate) fn bump(&mut self, r: FailReason) {
-        *match r {
-            FailReason::RetransmitLimit => &mut self.retransmit_limit,
-            FailReason::BufferCap => &mut self.buffer_cap,
-            FailReason::Memory => &mut self.memory,
-            FailReason::Timeout => &mut self.timeout,
-            FailReason::Refused => &mut self.refused,
-            FailReason::ReconnectLimit => &mut self.reconnect_limit,
-            FailReason::Superseded => &mut self.superseded,
-            FailReason::Shutdown => &mut self.shutdown,
-            FailReason::NoTuple => &mut self.no_tuple,
-            FailReason::RegistrationRefused => &mut self.registration_refused,
-        } += 1;
-    }
-
-    /// `(reason label, count)` pairs.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("retransmit_limit", self.retransmit_limit),
-            ("buffer_cap", self.buffer_cap),
-            ("memory", self.memory),
-            ("timeout", self.timeout),
-            ("refused", self.refused),
-            ("reconnect_limit", self.reconnect_limit),
-            ("superseded", self.superseded),
-            ("shutdown", self.shutdown),
-            ("no_tuple", self.no_tuple),
-            ("registration_refused", self.registration_refused),
-        ]
-        .into_iter()
+        self.add(r, 1);
     }
 
     /// All failed sessions.
@@ -103,96 +116,66 @@ impl FailCounts {
     }
 }
 
-/// Captured SYNs whose handshake never completed (no test session was started for them), by
-/// what ended their pending entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SynCounts {
+reasons! {
+    /// What ended a captured SYN's wait for its handshake.
+    enum SynEnd;
+    /// Captured SYNs whose handshake never completed (no test session was started for them), by
+    /// what ended their pending entry.
+    struct SynCounts;
     /// No handshake ACK nor data within `syn_timeout` of the last SYN.
-    pub expired: u64,
+    Expired => expired,
     /// Shed: the pending table was full (`max_pending_syns`) or over `max_memory`.
-    pub shed: u64,
+    Shed => shed,
     /// The client reset the connection before completing it.
-    pub reset: u64,
+    Reset => reset,
     /// A SYN with another ISN replaced it (the client started over).
-    pub replaced: u64,
+    Replaced => replaced,
 }
 
-impl SynCounts {
-    /// `(reason label, count)` pairs.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [("expired", self.expired), ("shed", self.shed), ("reset", self.reset), ("replaced", self.replaced)].into_iter()
-    }
-}
-
-/// Captured packets (or records) not carried, by reason.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DropCounts {
+reasons! {
+    /// Why a captured packet (or a record) was not carried.
+    enum DropReason;
+    /// Captured packets (or records) not carried, by reason.
+    struct DropCounts;
     /// Captured bytes that are not an IPv4/IPv6 TCP packet.
-    pub malformed: u64,
+    Malformed => malformed,
     /// Captured packets to no mapped service.
-    pub no_map: u64,
-    /// Captured packets of sessions the sample (`--sample`) leaves out.
-    pub not_sampled: u64,
+    NoMap => no_map,
+    /// Captured packets of sessions the sample (`--sample`, or a profile's factor) leaves out.
+    NotSampled => not_sampled,
     /// Packets of new sessions while no intercept is connected.
-    pub no_intercept: u64,
+    NoIntercept => no_intercept,
     /// Packets of new sessions while the session table is full.
-    pub table_full: u64,
+    TableFull => table_full,
     /// The client address family differs from the target's (and no pool fixes it).
-    pub family_mismatch: u64,
+    FamilyMismatch => family_mismatch,
     /// RST/FIN/SYN-less packets of no known session that cannot start one.
-    pub no_session: u64,
+    NoSession => no_session,
     /// Data of a session caught mid-stream, before its first request boundary.
-    pub midstream_skip: u64,
+    MidstreamSkip => midstream_skip,
     /// Client retransmissions: segments with nothing new.
-    pub client_retransmission: u64,
+    ClientRetransmission => client_retransmission,
     /// Segments whose start overlapped bytes already held (the overlap was trimmed, the rest kept).
-    pub overlap_trimmed: u64,
+    OverlapTrimmed => overlap_trimmed,
     /// Out-of-order segments beyond the per-session out-of-order cap.
-    pub out_of_order_overflow: u64,
+    OutOfOrderOverflow => out_of_order_overflow,
     /// Packets of a session that has already ended (or failed).
-    pub after_close: u64,
+    AfterClose => after_close,
     /// Packets of a session that went over its buffer cap.
-    pub buffer_cap: u64,
+    BufferCap => buffer_cap,
     /// Requests skipped when a new connection could not replay a partly discarded request.
-    pub replay_skipped: u64,
+    ReplaySkipped => replay_skipped,
     /// Request units given up because the capture lost some of their bytes (a hole the
     /// client never filled: the online server had them); the session resumed at the next
     /// request after the hole, on a new connection.
-    pub capture_gap: u64,
+    CaptureGap => capture_gap,
     /// Records that do not parse.
-    pub record_malformed: u64,
+    RecordMalformed => record_malformed,
     /// Records of no registered connection.
-    pub record_unknown: u64,
+    RecordUnknown => record_unknown,
     /// Test tuples the intercepts refused to guard: the session each belonged to failed
     /// (`registration_refused`) and nothing of it was sent on that tuple.
-    pub registration_refused: u64,
-}
-
-impl DropCounts {
-    /// `(reason label, count)` pairs.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("malformed", self.malformed),
-            ("no_map", self.no_map),
-            ("not_sampled", self.not_sampled),
-            ("no_intercept", self.no_intercept),
-            ("table_full", self.table_full),
-            ("family_mismatch", self.family_mismatch),
-            ("no_session", self.no_session),
-            ("midstream_skip", self.midstream_skip),
-            ("client_retransmission", self.client_retransmission),
-            ("overlap_trimmed", self.overlap_trimmed),
-            ("out_of_order_overflow", self.out_of_order_overflow),
-            ("after_close", self.after_close),
-            ("buffer_cap", self.buffer_cap),
-            ("replay_skipped", self.replay_skipped),
-            ("capture_gap", self.capture_gap),
-            ("record_malformed", self.record_malformed),
-            ("record_unknown", self.record_unknown),
-            ("registration_refused", self.registration_refused),
-        ]
-        .into_iter()
-    }
+    RegistrationRefused => registration_refused,
 }
 
 /// Everything the engine counts.

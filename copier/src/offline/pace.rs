@@ -13,8 +13,10 @@
 //!   of this pass) used with it, while the port space lasts.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+use common::wire::{Ipv4Packet, Ipv6Packet, TcpSegment, IPPROTO_TCP};
 
 use crate::engine::PortMap;
 
@@ -135,34 +137,27 @@ impl PortFilter {
     /// to a mapped port, and to a mapped address when that port was mapped with addresses.
     #[must_use]
     pub fn accept(&self, ip: &[u8]) -> Option<Accepted> {
+        // The fixed headers only, through the wire views (nothing past them is checked: the
+        // engine judges and counts the rest).
         let (src, dst, off): (IpAddr, IpAddr, usize) = match ip.first()? >> 4 {
             4 => {
-                let h = ip.get(..20)?;
-                let frag = u16::from_be_bytes([h[6], h[7]]) & 0x1fff;
-                if h[9] != 6 || frag != 0 {
+                let h = Ipv4Packet::new_unchecked(ip.get(..20)?);
+                if h.protocol() != IPPROTO_TCP || h.frag_offset() != 0 {
                     return None;
                 }
-                let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
-                let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-                (src.into(), dst.into(), usize::from(h[0] & 0x0f) * 4)
+                (h.src_addr().into(), h.dst_addr().into(), h.header_len())
             }
             6 => {
-                let h = ip.get(..40)?;
-                if h[6] != 6 {
+                let h = Ipv6Packet::new_unchecked(ip.get(..40)?);
+                if h.next_header() != IPPROTO_TCP {
                     return None;
                 }
-                let a = |o: usize| {
-                    let mut b = [0u8; 16];
-                    b.copy_from_slice(&h[o..o + 16]);
-                    Ipv6Addr::from(b)
-                };
-                (a(8).into(), a(24).into(), 40)
+                (h.src_addr().into(), h.dst_addr().into(), 40)
             }
             _ => return None,
         };
-        let ports = ip.get(off..off + 4)?;
-        let sport = u16::from_be_bytes([ports[0], ports[1]]);
-        let dport = u16::from_be_bytes([ports[2], ports[3]]);
+        let ports = TcpSegment::new_unchecked(ip.get(off..off + 4)?);
+        let (sport, dport) = (ports.src_port(), ports.dst_port());
         let hit = self
             .maps
             .iter()
@@ -252,12 +247,9 @@ impl LoopPorts {
 /// Rewrite the TCP source port of `pkt` (an accepted packet, TCP header at `tcp_offset`) and
 /// patch its checksum incrementally. Does nothing when the header is not all there.
 pub fn set_source_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
-    if pkt.len() < tcp_offset + 18 {
-        return;
-    }
-    let old = u16::from_be_bytes([pkt[tcp_offset], pkt[tcp_offset + 1]]);
-    let csum = u16::from_be_bytes([pkt[tcp_offset + 16], pkt[tcp_offset + 17]]);
-    let new_csum = common::checksum::update_u16(csum, old, port);
-    pkt[tcp_offset..tcp_offset + 2].copy_from_slice(&port.to_be_bytes());
-    pkt[tcp_offset + 16..tcp_offset + 18].copy_from_slice(&new_csum.to_be_bytes());
+    let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
+    let mut tcp = TcpSegment::new_unchecked(tcp);
+    let csum = common::checksum::update_u16(tcp.checksum(), tcp.src_port(), port);
+    tcp.set_src_port(port);
+    tcp.set_checksum(csum);
 }

@@ -118,7 +118,7 @@ fn a_test_server_closing_after_a_short_answer_answered_it() {
     // is not sent again.
     h.rec(Seg { seq: TISN + 1, ack: CISN + 5, flags: TcpFlags(FA.0 | TcpFlags::PSH.0), data_len: 10, ..BASE });
     let ev = h.control();
-    let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     let out = h.packets();
     let syn = out.iter().find(|o| o.tuple == t2).expect("SYN of the new connection");
     assert_eq!((syn.flags, syn.seq), (TcpFlags::SYN, CISN + 4), "starts at req2");
@@ -133,8 +133,8 @@ fn a_test_server_resetting_after_a_short_answer_answered_it() {
     h.rec(resp(0, 4, 10));
     h.rec(Seg { seq: TISN + 11, ack: CISN + 5, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
     let ev = h.control();
-    assert_eq!(ev[0], ControlEvent::Unregister(test_tuple()));
-    let ControlEvent::Register(t2) = ev[1] else { panic!("{ev:?}") };
+    assert_eq!(ev[0], RegEvent::Unregister(test_tuple()));
+    let RegEvent::Register(t2) = ev[1] else { panic!("{ev:?}") };
     let out = h.packets();
     assert_eq!((out.len(), out[0].tuple, out[0].seq), (1, t2, CISN + 4), "starts at req2: {out:?}");
 }
@@ -148,7 +148,7 @@ fn a_reset_beyond_what_was_seen_does_not_answer_the_unit() {
     h.at(10);
     h.rec(Seg { seq: TISN + 421, ack: CISN + 5, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
     let ev = h.control();
-    let Some(ControlEvent::Register(t2)) = ev.iter().copied().find(|e| matches!(e, ControlEvent::Register(_))) else {
+    let Some(RegEvent::Register(t2)) = ev.iter().copied().find(|e| matches!(e, RegEvent::Register(_))) else {
         panic!("{ev:?}")
     };
     let out = h.packets();

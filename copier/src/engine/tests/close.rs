@@ -44,7 +44,7 @@ fn client_fin_then_server_fin() {
     let (outs, ctl) = h.run_timers(60_000);
     assert!(outs.is_empty());
     assert_eq!(h.ms(), 11_000, "unregistered after the linger, restarted (and doubled) by the FIN at 1 s");
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
@@ -105,7 +105,7 @@ fn client_rst_with_nothing_left_is_carried_at_once() {
     let (outs, ctl) = h.run_timers(60_000);
     let v: Vec<(u64, TcpFlags, u32)> = outs.iter().map(|(t, o)| (*t, o.flags, o.seq)).collect();
     assert_eq!(v, vec![(300, RA, CISN + 4), (700, RA, CISN + 4), (1500, RA, CISN + 4), (3100, RA, CISN + 4)]);
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
@@ -137,7 +137,7 @@ fn a_reset_with_data_in_flight_follows_challenge_acks() {
     let (outs, ctl) = h.run_timers(60_000);
     let v: Vec<(u64, TcpFlags, u32)> = outs.iter().map(|(t, o)| (*t, o.flags, o.seq)).collect();
     assert_eq!(v, vec![(t + 800, RA, CISN + 3), (t + 2400, RA, CISN + 3)], "RTO 800 ms after two retransmissions");
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
@@ -157,12 +157,12 @@ fn server_rst_without_pending_requests_just_ends_that_connection() {
     let mut h = answered();
     h.rec(Seg { seq: TISN + 11, ack: CISN + 4, flags: RA, ..BASE });
     assert!(h.packets().is_empty(), "no RST back to a RST");
-    assert_eq!(h.control(), vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
     // The client's next request goes on a new connection.
     h.cap(data(3, 10, b"req2"));
     let ev = h.control();
     assert_eq!(ev.len(), 1);
-    let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_ne!(t2, test_tuple());
     let out = h.packets();
     assert_eq!((out.len(), out[0].flags, out[0].seq, out[0].tuple), (1, TcpFlags::SYN, CISN + 3, t2));
@@ -183,7 +183,7 @@ fn test_server_closing_with_queued_requests_moves_them_to_a_new_connection() {
     h.rec(Seg { seq: TISN + 101, ack: CISN + 9, flags: FA, ..BASE });
     let ev = h.control();
     assert_eq!(ev.len(), 1, "{ev:?}");
-    let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_eq!((t2.client.ip(), t2.server), (client().ip(), target()));
     assert_ne!(t2.client.port(), client().port());
     let out = h.packets();
@@ -201,7 +201,7 @@ fn test_server_closing_with_queued_requests_moves_them_to_a_new_connection() {
     assert_eq!((s.reconnects, s.connections_opened), (1, 2));
     // The old connection is unregistered once its linger is over.
     let (_, ctl) = h.run_timers(6_000);
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
 }
 
 #[test]
@@ -213,8 +213,8 @@ fn test_server_reset_with_a_request_in_flight_replays_it() {
     h.rec(Seg { seq: TISN + 1, ack: CISN + 5, flags: RA, ..BASE });
     let ev = h.control();
     assert_eq!(ev.len(), 2, "{ev:?}");
-    assert_eq!(ev[0], ControlEvent::Unregister(test_tuple()));
-    let ControlEvent::Register(t2) = ev[1] else { panic!("{ev:?}") };
+    assert_eq!(ev[0], RegEvent::Unregister(test_tuple()));
+    let RegEvent::Register(t2) = ev[1] else { panic!("{ev:?}") };
     let out = h.packets();
     assert_eq!((out.len(), out[0].tuple, out[0].flags, out[0].seq), (1, t2, TcpFlags::SYN, CISN));
 }
@@ -229,7 +229,7 @@ fn a_server_that_keeps_closing_fails_the_session() {
     for _ in 0..3 {
         let _ = h.out();
         h.rec_to(tuple, Seg { seq: 1, ack: iss + 1, flags: RA, ..BASE });
-        if let Some(ControlEvent::Register(t)) = h.control().into_iter().find(|e| matches!(e, ControlEvent::Register(_))) {
+        if let Some(RegEvent::Register(t)) = h.control().into_iter().find(|e| matches!(e, RegEvent::Register(_))) {
             tuple = t;
             let _ = h.packets();
             h.rec_to(tuple, Seg { ack: CISN + 1, ..SYN_ACK });
@@ -320,7 +320,7 @@ fn a_new_connection_on_the_port_of_a_reset_one_leaves_it_carrying() {
     let _ = h.out();
     h.syn(Seg { seq: CISN + 777_777, ..SYN });
     let ev = h.control();
-    let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_ne!(t2, test_tuple(), "the old session still holds the client's port");
     assert_eq!(h.e.stats().sessions_failed.total(), 0, "not superseded");
     let out = h.packets();

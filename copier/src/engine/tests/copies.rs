@@ -19,8 +19,8 @@ fn copies(n: u16) -> EngineConfig {
     EngineConfig { copies: n, ..cfg() }
 }
 
-fn registers(ev: &[ControlEvent]) -> Vec<FourTuple> {
-    ev.iter().filter_map(|e| if let ControlEvent::Register(t) = e { Some(*t) } else { None }).collect()
+fn registers(ev: &[RegEvent]) -> Vec<FourTuple> {
+    ev.iter().filter_map(|e| if let RegEvent::Register(t) = e { Some(*t) } else { None }).collect()
 }
 
 fn from(ip: [u8; 4], port: u16) -> Option<SocketAddr> {

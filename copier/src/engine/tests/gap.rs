@@ -5,10 +5,10 @@
 use super::*;
 
 /// The tuple of the connection registered after the first one.
-fn new_tuple(ctl: &[ControlEvent]) -> FourTuple {
+fn new_tuple(ctl: &[RegEvent]) -> FourTuple {
     ctl.iter()
         .find_map(|c| match c {
-            ControlEvent::Register(t) if *t != test_tuple() => Some(*t),
+            RegEvent::Register(t) if *t != test_tuple() => Some(*t),
             _ => None,
         })
         .expect("a new connection is registered")
@@ -143,7 +143,7 @@ fn bare_ack_to_our_syn_is_reset_and_the_syn_resent_then_the_port_moves() {
     assert_eq!(stream_of(&out, CISN + 1), b"req1");
     // The old tuple lingers, then goes.
     let (_, ctl) = h.run_timers(60_000);
-    assert!(ctl.iter().any(|c| matches!(c, ControlEvent::Unregister(t) if *t == test_tuple())), "{ctl:?}");
+    assert!(ctl.iter().any(|c| matches!(c, RegEvent::Unregister(t) if *t == test_tuple())), "{ctl:?}");
 }
 
 #[test]

@@ -10,7 +10,7 @@ fn syn_registers_then_sends_our_own_syn() {
     h.syn(Seg { ts: Some((1000, 0)), ..SYN });
     // Nothing leaves before the I/O layer has taken the Register.
     assert!(h.packets().is_empty());
-    assert_eq!(h.control(), vec![ControlEvent::Register(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
     let out = h.packets();
     assert_eq!(out.len(), 1);
     let syn = &out[0];
@@ -135,7 +135,7 @@ fn mid_stream_session_starts_at_the_next_request() {
     assert_eq!(h.e.stats().sessions_started, 0);
     // The client acks the response: the next data starts a request.
     h.cap(Seg { seq: 5_000_032, ack: 9_000_500, ..BASE });
-    assert_eq!(h.control(), vec![ControlEvent::Register(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
     let out = h.packets();
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].flags, out[0].seq), (TcpFlags::SYN, 5_000_031), "synthetic ISN: first byte - 1");
@@ -194,7 +194,7 @@ fn syn_is_retransmitted_with_backoff_then_the_session_fails() {
     assert_eq!(s.retransmissions, 3);
     assert_eq!(s.sessions_failed.retransmit_limit, 1);
     assert_eq!(s.sessions_active, 0);
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
@@ -205,7 +205,7 @@ fn refused_connection_fails_the_session() {
     let _ = h.out();
     h.rec(Seg { seq: 0, ack: CISN + 1, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
     assert_eq!(h.e.stats().sessions_failed.refused, 1);
-    assert_eq!(h.control(), vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
     assert!(h.packets().is_empty(), "nothing to reset");
 }
 
@@ -241,7 +241,7 @@ fn client_addresses_are_rewritten_into_the_pool() {
     let mut h = H::new(EngineConfig { client_ip: Some(pool.clone()), ..cfg() });
     h.syn(SYN);
     let ev = h.control();
-    let ControlEvent::Register(t) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t) = ev[0] else { panic!("{ev:?}") };
     assert!(pool.contains(t.client.ip()), "{t}");
     assert_eq!(t.client.port(), 40000);
     let out = h.packets();
@@ -249,7 +249,7 @@ fn client_addresses_are_rewritten_into_the_pool() {
     // Sticky: the same client on another port gets the same address.
     h.syn(Seg { src: Some("203.0.113.7:40001".parse().unwrap()), ..SYN });
     let ev = h.control();
-    let ControlEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
     assert_eq!(t2.client.ip(), t.client.ip());
 }
 
@@ -306,7 +306,7 @@ fn engines_of_several_workers_never_share_a_test_port_and_keep_the_pool_sticky()
         let ev = h.control();
         assert_eq!(ev.len(), 3, "{ev:?}");
         for e in ev {
-            let ControlEvent::Register(t) = e else { panic!("{e:?}") };
+            let RegEvent::Register(t) = e else { panic!("{e:?}") };
             assert!(share.contains(t.client.port()), "worker {index}: {t} outside its share");
             regs.push((index, t));
         }

@@ -66,7 +66,7 @@ fn idle_sessions_time_out_with_a_reset() {
     let ra = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
     assert_eq!(v, vec![(10_000, ra), (10_200, ra), (10_600, ra), (11_400, ra), (13_000, ra)], "RST, repeated with backoff in case it is lost");
     assert_eq!(h.e.stats().sessions_failed.timeout, 1);
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
@@ -96,7 +96,7 @@ fn a_new_syn_on_a_live_session_supersedes_it() {
     let syn = out.iter().find(|o| o.flags == TcpFlags::SYN).expect("new SYN");
     assert_eq!(syn.seq, CISN + 999_999);
     assert_ne!(syn.tuple, test_tuple(), "the old tuple is still lingering");
-    assert_eq!(ev, vec![ControlEvent::Register(syn.tuple)]);
+    assert_eq!(ev, vec![RegEvent::Register(syn.tuple)]);
 }
 
 #[test]

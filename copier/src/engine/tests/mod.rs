@@ -10,7 +10,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 
-use super::{ControlEvent, Engine, EngineConfig, PortMap};
+use super::{Engine, EngineConfig, PortMap, RegEvent};
 use crate::engine::pkt::read_options;
 
 mod answer;
@@ -229,11 +229,11 @@ impl H {
     }
 
     /// Take every control event; with `auto_accept`, answer each Register with `Accepted`.
-    pub fn control(&mut self) -> Vec<ControlEvent> {
-        let v: Vec<ControlEvent> = std::iter::from_fn(|| self.e.poll_control()).collect();
+    pub fn control(&mut self) -> Vec<RegEvent> {
+        let v: Vec<RegEvent> = std::iter::from_fn(|| self.e.poll_control()).collect();
         if self.auto_accept {
             for ev in &v {
-                if let ControlEvent::Register(t) = ev {
+                if let RegEvent::Register(t) = ev {
                     self.e.handle_registered(self.now, 0, *t, RegVerdict::Accepted);
                 }
             }
@@ -301,7 +301,7 @@ impl H {
 
     /// Run every timer up to `limit_ms`, sending what they produce: the packets with the time
     /// they left, and the control events.
-    pub fn run_timers(&mut self, limit_ms: u64) -> (Vec<(u64, Out)>, Vec<ControlEvent>) {
+    pub fn run_timers(&mut self, limit_ms: u64) -> (Vec<(u64, Out)>, Vec<RegEvent>) {
         let (mut outs, mut ctl) = (Vec::new(), Vec::new());
         while self.fire(limit_ms) {
             ctl.extend(self.control());

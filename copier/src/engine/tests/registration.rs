@@ -15,7 +15,7 @@ fn nothing_leaves_before_an_intercept_accepted_the_tuple() {
     h.auto_accept = false;
     h.syn(SYN);
     h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
-    assert_eq!(h.control(), vec![ControlEvent::Register(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
     // The Register was sent, but no verdict came: nothing goes, timers or not.
     assert!(h.packets().is_empty());
     let (outs, _) = h.run_timers(2_000);
@@ -46,10 +46,10 @@ fn a_refused_session_never_sends_and_is_reported_once_per_map_and_reason() {
         h.cap(Seg { src: from_port(port), ..data(0, 0, b"GET / HTTP/1.1\r\n\r\n") });
         let ctl = h.control();
         let t = FourTuple::new(from_port(port).unwrap(), target());
-        assert_eq!(ctl, vec![ControlEvent::Register(t)]);
+        assert_eq!(ctl, vec![RegEvent::Register(t)]);
         h.e.handle_registered(h.now, 0, t, RegVerdict::PortNotGuarded);
         assert!(h.packets().is_empty(), "nothing of a refused tuple leaves");
-        assert_eq!(h.control(), vec![ControlEvent::Unregister(t)], "and it is withdrawn");
+        assert_eq!(h.control(), vec![RegEvent::Unregister(t)], "and it is withdrawn");
     }
     let s = h.e.stats();
     assert_eq!(s.sessions_failed.registration_refused, 2);
@@ -115,7 +115,7 @@ fn an_unanswered_registration_ends_with_the_session_timeout() {
     let _ = h.control();
     let (outs, ctl) = h.run_timers(11_000);
     assert!(outs.is_empty());
-    assert_eq!(ctl, vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.stats().sessions_failed.timeout, 1);
     assert_eq!(h.e.session_count(), 0);
 }
@@ -134,7 +134,7 @@ fn a_syn_alone_starts_nothing_until_its_handshake_completes() {
     // The handshake ACK: registration, then our SYN with the client's ISN and timestamp.
     h.at(20);
     h.cap(Seg { ts: Some((1001, 77)), ..HS_ACK });
-    assert_eq!(h.control(), vec![ControlEvent::Register(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
     let out = h.packets();
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].flags, out[0].seq, out[0].mss, out[0].wscale), (TcpFlags::SYN, CISN, Some(1460), Some(7)));

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use super::*;
 use crate::engine::PortShare;
 
-fn registers(ev: &[ControlEvent]) -> Vec<FourTuple> {
-    ev.iter().filter_map(|e| if let ControlEvent::Register(t) = e { Some(*t) } else { None }).collect()
+fn registers(ev: &[RegEvent]) -> Vec<FourTuple> {
+    ev.iter().filter_map(|e| if let RegEvent::Register(t) = e { Some(*t) } else { None }).collect()
 }
 
 fn profile(text: &str) -> EngineConfig {
@@ -139,13 +139,13 @@ fn copies_carry_every_byte_on_their_virtual_tuples_and_end_in_the_shaper() {
         let v: Vec<u8> = outs.iter().filter(|o| o.tuple == *t).flat_map(|o| o.payload.to_vec()).collect();
         assert_eq!(v, b"GET /x HTTP/1.1\r\n\r\n", "{t}");
     }
-    assert_eq!(h.e.sh.shaper.as_ref().map(shaper::Shaper::live_copies), Some(3));
+    assert_eq!(Some(h.e.sh.plan.shaper.live_copies()), Some(3));
     // The client resets: every copy ends, and so does its shaper state.
     h.cap(Seg { seq: CISN + 20, flags: TcpFlags::RST, ..BASE });
     let _ = h.run_timers(300_000);
     let _ = h.out();
     assert_eq!(h.e.session_count(), 0);
-    assert_eq!(h.e.sh.shaper.as_ref().map(shaper::Shaper::live_copies), Some(0));
+    assert_eq!(Some(h.e.sh.plan.shaper.live_copies()), Some(0));
 }
 
 /// A profile with ON/OFF gating over one source.

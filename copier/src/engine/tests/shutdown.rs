@@ -45,7 +45,7 @@ fn close_all_resets_every_connection_then_unregisters() {
     // The RSTs come first; only the tuple that never sent anything is unregistered at once
     // (after its pending Register).
     let ctl = h.control();
-    assert_eq!(ctl, vec![ControlEvent::Register(tuple(1004)), ControlEvent::Unregister(tuple(1004))]);
+    assert_eq!(ctl, vec![RegEvent::Register(tuple(1004)), RegEvent::Unregister(tuple(1004))]);
     let out = h.packets();
     let mut v: Vec<(u16, TcpFlags, u32)> = out.iter().map(|o| (o.tuple.client.port(), o.flags, o.seq)).collect();
     v.sort_by_key(|x| (x.0, x.2));
@@ -60,9 +60,9 @@ fn close_all_resets_every_connection_then_unregisters() {
     );
     let mut ctl = h.control();
     ctl.sort_by_key(|e| match e {
-        ControlEvent::Register(t) | ControlEvent::Unregister(t) => t.client.port(),
+        RegEvent::Register(t) | RegEvent::Unregister(t) => t.client.port(),
     });
-    assert_eq!(ctl, [1001, 1002, 1003].map(|p| ControlEvent::Unregister(tuple(p))).to_vec());
+    assert_eq!(ctl, [1001, 1002, 1003].map(|p| RegEvent::Unregister(tuple(p))).to_vec());
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.shutdown, s.sessions_completed, s.sessions_active), (3, 1, 0), "1001, 1002, 1004");
     assert_eq!(s.sessions_failed.total(), 3);
@@ -90,6 +90,6 @@ fn close_all_resets_connections_still_lingering_after_our_reset() {
     h.e.close_all(h.now);
     let out = h.packets();
     assert_eq!((out.len(), out[0].flags, out[0].seq), (1, RA, CISN + 1), "again, in case it was lost");
-    assert_eq!(h.control(), vec![ControlEvent::Unregister(test_tuple())]);
+    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.stats().sessions_failed.shutdown, 0, "that session had completed");
 }

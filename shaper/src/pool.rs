@@ -1,5 +1,5 @@
-//! The client address pool (`--client-ip`): CIDR ranges, IPv4 and IPv6, into which the engine
-//! rewrites client addresses.
+//! The client address pool (the copier's `--client-ip`): CIDR ranges, IPv4 and IPv6, into which
+//! a plan built from the copier's flags ([`crate::FlagPlan`]) rewrites client addresses.
 //!
 //! Owns [`ClientIpPool`] (a list of [`IpRange`]s) and the choice of a pool address for a real
 //! client and a copy ([`ClientIpPool::pick`]): a keyed hash of the real address picks a place
@@ -17,7 +17,10 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
-use super::config::mix;
+use crate::hash::mix;
+
+/// Hash key of the pool pick (apart from the shaper's other keyed decisions).
+const TAG_POOL: u64 = 0x706f_6f6c;
 
 /// One CIDR range of a [`ClientIpPool`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +184,7 @@ impl ClientIpPool {
     /// after it (wrapping), so copies differ while the pool has enough addresses.
     #[must_use]
     pub fn pick(&self, real: IpAddr, seed: u64, copy: u16, v6: bool) -> Option<IpAddr> {
+        let seed = mix(seed ^ TAG_POOL);
         let h = match real {
             IpAddr::V4(a) => mix(seed ^ u64::from(u32::from(a))),
             IpAddr::V6(a) => {

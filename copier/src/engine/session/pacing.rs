@@ -1,0 +1,217 @@
+//! Pacing, the rules of [`Session`] that decide how far the current connection may send: the
+//! next request unit goes once the test server acknowledged the current one and answered it, by the rule of [`Watch`](super::super::answer::Watch) (as many bytes as the online answer, or some and then
+//! quiet, or some and a close), or `answer_timeout` after it acknowledged it. With a window
+//! (`pace_window` > 1) a connection may have up to `win` whole units in flight, all within
+//! `replay_keep` of the first unanswered byte (so they can go again on a new connection):
+//! `win` starts at 1 and opens by one with each unit answered; answers are matched to units
+//! in order by the online sizes (`Watch::carry`). Lock-step (window 1) for the rest of the
+//! session once a test answer's size differed from the online one, the test server closed a
+//! connection with requests left, or `STRIKES_LOCKSTEP` answers timed out; always for
+//! server-speaks-first sessions and shaped ones.
+//!
+
+use std::time::Instant;
+
+use common::flow::FourTuple;
+use common::seq::SeqNum;
+
+use super::super::config::Params;
+use super::super::shared::Shared;
+use super::super::stream::Stream;
+use super::{Session, STRIKES_LOCKSTEP};
+
+impl Session {
+    /// When the quiet rule will call the unit pacing waits on answered.
+    pub(super) fn quiet_deadline(&self, p: &Params) -> Option<Instant> {
+        let c = self.cur.as_ref()?;
+        let end = self.stream.waiting_end()?;
+        if !self.watched(p) || !self.watch.aimed_at(c.tuple, end) {
+            return None;
+        }
+        self.watch.quiet_at(p.answer_quiet)
+    }
+
+    /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
+    /// pacing; without, only the last unit of a session closing by reset.
+    pub(super) fn watched(&self, p: &Params) -> bool {
+        p.pace || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+    }
+
+    /// Whether the first unanswered unit was acknowledged and waits for its answer (the
+    /// `answer_timeout` clock runs). The last, open unit waits only when the client reset.
+    pub(super) fn waiting(&self, acked: SeqNum) -> bool {
+        match self.stream.waiting_end() {
+            Some(end) => acked.ge(end) && (!self.stream.bounds.is_empty() || self.client_reset.is_some()),
+            None => false,
+        }
+    }
+
+    pub(super) fn send_limit(&self, p: &Params) -> SeqNum {
+        send_limit(&self.stream, p, self.window(p))
+    }
+
+    /// Request units the current connection may have in flight: 1 (lock-step) without a
+    /// window, for server-speaks-first protocols (their exchanges are usually lock-step), for
+    /// shaped sessions (think time and ON/OFF gating count from each answer), and once
+    /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
+    /// `pace_window`.
+    pub(super) fn window(&self, p: &Params) -> u32 {
+        if !p.pace || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+            1
+        } else {
+            self.win.clamp(1, p.pace_window)
+        }
+    }
+
+    /// Ask the planner about the current unit, or lift its hold (see [`Gate::update`]).
+    pub(super) fn gate(&mut self, sh: &mut Shared, now: Instant) {
+        if let Some(g) = self.gate.as_mut() {
+            g.update(&self.stream, &mut sh.plan, now);
+        }
+    }
+
+    /// Whether the planner holds the current unit back.
+    pub(super) fn held(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.held(self.stream.cur_start))
+    }
+
+    /// Move past the units the current connection got answered, and run the answer clock.
+    pub(super) fn release(&mut self, sh: &mut Shared, now: Instant) {
+        let p = &sh.p;
+        let Some(c) = &self.cur else { return };
+        let (acked, answered, tuple) = (c.acked(), c.answered, c.tuple);
+        let before = self.stream.cur_start;
+        let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
+        let (mut n, mut by_timeout) = (0, false);
+        if !p.pace {
+            (n, by_timeout) = self.stream.release(acked, answered, timed_out);
+        }
+        if n == 0 && self.watched(p) {
+            (n, by_timeout) = self.release_watched(now, p, acked, tuple, timed_out);
+        }
+        if n > 0 {
+            self.unit_acked_at = None;
+            if by_timeout {
+                sh.stats.answer_timeouts += 1;
+            }
+        }
+        if self.stream.cur_start != before && !by_timeout {
+            self.reconnects = 0;
+        }
+        if self.unit_acked_at.is_none() && self.waiting(acked) {
+            self.unit_acked_at = Some(now);
+        }
+        self.stream.trim(acked, p.replay_keep);
+    }
+
+    /// Release the unanswered units the [`Watch`] rule says are answered, or the first by
+    /// `timed_out`. Returns `(released, by_timeout)`.
+    ///
+    /// With several units in flight the test server answers them in order: a unit answered
+    /// by size passes the bytes beyond its online size on to the next one (`Watch::carry`),
+    /// which may then be answered at once. A unit answered by quiet (a shorter answer) also
+    /// releases the later units the test server had received before its last answer bytes and
+    /// then went quiet on: it answered them too. Each unit answered opens the window by one;
+    /// a timeout closes it to one (and counts a strike).
+    pub(super) fn release_watched(&mut self, now: Instant, p: &Params, acked: SeqNum, tuple: FourTuple, timed_out: bool) -> (usize, bool) {
+        let mut n = 0;
+        loop {
+            let Some(end) = self.stream.waiting_end() else { return (n, false) };
+            self.watch.aim(tuple, end);
+            if !(acked.ge(end) || self.watch.bytes() > 0) {
+                return (n, false);
+            }
+            let open = self.stream.bounds.is_empty();
+            let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
+            // The online size is exact only between two units; the close waits for quiet.
+            let need = if open || closing { None } else { self.stream.online_len() };
+            if let Some(used) = need.filter(|_| self.watch.by_size(need)) {
+                self.stream.release_one();
+                n += 1;
+                self.open_window(p);
+                // An online size of 0 (a greeting gate again on a new connection) says
+                // nothing of where the test answer ends: all of it was this unit's.
+                let used = if used == 0 { self.watch.bytes() } else { used };
+                match self.stream.waiting_end() {
+                    Some(next) => {
+                        if self.watch.carry(tuple, next, used) {
+                            self.lock_step();
+                        }
+                    }
+                    None => return (n, false),
+                }
+                continue;
+            }
+            if self.watch.answered(now, need, p.answer_quiet) {
+                self.stream.release_one();
+                n += 1;
+                if need.is_some() && !self.watch.closed() {
+                    self.lock_step(); // shorter than online
+                }
+                if !self.watch.closed() {
+                    let upto = self.watch.max_ack().map_or(acked, |a| a.min(acked));
+                    while let Some(b) = self.stream.bounds.front() {
+                        if !b.at.le(upto) || self.stream.before_fin() {
+                            break;
+                        }
+                        self.stream.release_one();
+                        n += 1;
+                    }
+                }
+                return (n, false);
+            }
+            if timed_out && n == 0 && (!open || closing) {
+                self.stream.release_one();
+                self.win = 1;
+                self.strikes = self.strikes.saturating_add(1);
+                return (1, true);
+            }
+            return (n, false);
+        }
+    }
+
+    /// The rest of the session goes lock-step: a test answer was shorter or longer than the
+    /// online one (with several units in flight the online sizes would no longer tell where one
+    /// test answer ends and the next begins), or the test server closed a connection with
+    /// requests left (one that ends connections may reset one with unread requests in it).
+    pub(super) fn lock_step(&mut self) {
+        self.win = 1;
+        self.strikes = STRIKES_LOCKSTEP;
+    }
+
+    /// A unit was answered: one more may be in flight (up to `pace_window`).
+    pub(super) fn open_window(&mut self, p: &Params) {
+        self.win = (self.win + 1).min(p.pace_window);
+    }
+}
+
+/// How far the current connection may send. Pacing stops at the end of the `win`-th
+/// unanswered unit (the first boundary in lock-step), taking a later unit only whole and only
+/// while everything in flight stays within `replay_keep` of the first unanswered byte (so it
+/// can all be carried again on a new connection); without pacing only a greeting gate stops it.
+fn send_limit(s: &Stream, p: &Params, win: u32) -> SeqNum {
+    match s.bounds.front() {
+        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => {
+            let mut limit = b.at.min(s.next);
+            if !p.pace || win <= 1 {
+                return limit;
+            }
+            let cap = s.cur_start.add(p.replay_keep);
+            let more = s.bounds.iter().skip(1).take(win as usize - 1);
+            let mut taken = 1;
+            for x in more {
+                if x.at.gt(cap) {
+                    return limit;
+                }
+                limit = x.at.min(s.next);
+                taken += 1;
+            }
+            // Fewer boundaries than the window: the last, open unit goes as captured.
+            if taken < win && !s.next.gt(cap) {
+                limit = s.next;
+            }
+            limit
+        }
+        _ => s.next,
+    }
+}

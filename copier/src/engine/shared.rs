@@ -1,0 +1,174 @@
+//! What the sessions of one engine share, split by what each call needs: the parameters and
+//! counters every call reads or bumps ([`Shared`]), the test-side tuple index and port choice
+//! ([`Tuples`]: opening, moving and dropping connections), and the copy planner with its clock
+//! ([`Planner`]: starting sessions and gating their requests).
+//!
+//! Invariants: [`Tuples::by_test`] maps every registered test tuple to the session that owns
+//! it, and [`Tuples`]' per-(client address, target) counts are the number of its tuples with
+//! that client address and target; a tuple enters and leaves `by_test` only through
+//! [`Shared::register`] and [`Shared::unindex`] (each entering tuple queues a `Register`, each
+//! leaving one an `Unregister`, by the caller for `unindex`).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::flow::FourTuple;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::chunk::Meter;
+use super::config::{Params, PortShare};
+use super::hash::{mix, FastHash};
+use super::stats::EngineStats;
+use super::RegEvent;
+
+/// A session's place in the engine's slab: index and generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SlotRef {
+    pub idx: u32,
+    pub gen: u32,
+}
+
+/// What every session call may read or bump.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub p: Params,
+    pub stats: EngineStats,
+    /// Registration changes for the intercepts, in order (`Engine::poll_control`).
+    pub control: VecDeque<RegEvent>,
+    pub tuples: Tuples,
+    pub plan: Planner,
+    pub intercept_up: bool,
+    /// Counts the captured bytes the sessions hold.
+    pub meter: Meter,
+    /// Kept between polls so that gathering a segment does not allocate each time.
+    pub scratch: Vec<u8>,
+}
+
+impl Shared {
+    pub(crate) fn new(p: Params, stats: EngineStats, tuples: Tuples, plan: Planner, meter: Meter) -> Shared {
+        Shared { p, stats, control: VecDeque::new(), tuples, plan, intercept_up: true, meter, scratch: Vec::new() }
+    }
+
+    /// `tuple` is `slot`'s now: indexed, and registered with the intercepts.
+    pub(crate) fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
+        self.tuples.insert(tuple, slot);
+        self.control.push_back(RegEvent::Register(tuple));
+        self.stats.connections_opened += 1;
+    }
+
+    /// `tuple` is dropped: out of the index, and unregistered.
+    pub(crate) fn unregister(&mut self, tuple: FourTuple) {
+        self.unindex(tuple);
+        self.control.push_back(RegEvent::Unregister(tuple));
+    }
+
+    /// Take `tuple` out of the index (the caller tells the intercepts).
+    pub(crate) fn unindex(&mut self, tuple: FourTuple) {
+        self.tuples.remove(tuple);
+    }
+}
+
+/// The test tuples of the engine's sessions, and the choice of a free one.
+#[derive(Debug)]
+pub(crate) struct Tuples {
+    pub by_test: HashMap<FourTuple, SlotRef, FastHash>,
+    /// Test tuples in `by_test` per (client address, test server): how full that port space is.
+    ports_used: HashMap<(IpAddr, SocketAddr), u32, FastHash>,
+    rng: SmallRng,
+    share: PortShare,
+}
+
+impl Tuples {
+    /// An empty index for the engine of `share` under `seed`: one engine per worker, the same
+    /// seed, different random port choices.
+    pub(crate) fn new(hash: FastHash, seed: u64, share: PortShare) -> Tuples {
+        let rng = SmallRng::seed_from_u64(match share.index {
+            0 => seed,
+            i => mix(seed.wrapping_add(u64::from(i))),
+        });
+        Tuples { by_test: HashMap::with_hasher(hash), ports_used: HashMap::with_hasher(hash), rng, share }
+    }
+
+    /// The session that owns `tuple`.
+    pub(crate) fn get(&self, tuple: &FourTuple) -> Option<SlotRef> {
+        self.by_test.get(tuple).copied()
+    }
+
+    fn insert(&mut self, tuple: FourTuple, slot: SlotRef) {
+        if self.by_test.insert(tuple, slot).is_none() {
+            *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
+        }
+    }
+
+    fn remove(&mut self, tuple: FourTuple) {
+        if self.by_test.remove(&tuple).is_some() {
+            let k = (tuple.client.ip(), tuple.server);
+            if let Some(n) = self.ports_used.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports_used.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// A test tuple from `ip` to `target` that no live connection uses, with a port of this
+    /// engine's share: `want` if it qualifies, else a random one, else the first free one
+    /// from a random place. `None` when every port of the share is taken.
+    pub(crate) fn free_tuple(&mut self, ip: IpAddr, target: SocketAddr, want: Option<u16>) -> Option<FourTuple> {
+        let share = self.share;
+        let mut t = FourTuple::new(SocketAddr::new(ip, want.unwrap_or(0)), target);
+        if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
+            return Some(t);
+        }
+        let used = self.ports_used.get(&(ip, target)).copied().unwrap_or(0);
+        if used >= share.size() {
+            return None;
+        }
+        for _ in 0..32 {
+            t.client.set_port(share.random(&mut self.rng));
+            if !self.by_test.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        // Crowded: walk the share from a random port (a free one is near unless the space is
+        // almost full; a full one was refused above).
+        let start = share.random(&mut self.rng);
+        for port in share.walk(start) {
+            t.client.set_port(port);
+            if !self.by_test.contains_key(&t) {
+                return Some(t);
+            }
+        }
+        None
+    }
+}
+
+/// The copy planner (a [`shaper::Shaper`]: the profile's, or the trivial one of the flags) and
+/// its clock, the time since the first `now` the engine saw.
+#[derive(Debug)]
+pub(crate) struct Planner {
+    pub shaper: shaper::Shaper,
+    /// Whether the planner holds requests back (`Shaper::gates`): its sessions go lock-step
+    /// and ask it when each request unit may go.
+    pub gates: bool,
+    run_start: Option<Instant>,
+}
+
+impl Planner {
+    pub(crate) fn new(shaper: shaper::Shaper) -> Planner {
+        Planner { gates: shaper.gates(), shaper, run_start: None }
+    }
+
+    /// The planner's clock at `now`: the time since the first `now` the engine saw.
+    pub(crate) fn clock(&mut self, now: Instant) -> Duration {
+        now.saturating_duration_since(*self.run_start.get_or_insert(now))
+    }
+
+    /// The engine's instant of the planner's time `t`.
+    pub(crate) fn instant(&self, t: Duration) -> Option<Instant> {
+        self.run_start.map(|r| r + t)
+    }
+}
