@@ -4,9 +4,11 @@
 //! ([`pcap`]: pcap/pcapng reading, pcap writing).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
-//! `proto::io` (feature `io`).
+//! `proto::io` (feature `io`) and the host checks of the two doctors ([`doctor`], feature `host`).
 
 pub mod checksum;
+#[cfg(feature = "host")]
+pub mod doctor;
 pub mod flow;
 pub mod pcap;
 pub mod proto;

@@ -35,6 +35,9 @@ const RECORD_CHANNEL: usize = 32;
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(copier::doctor::Command::Doctor(d)) = &args.command {
+        return ExitCode::from(copier::doctor::main(d));
+    }
     init_tracing(args.verbose);
     match run(args) {
         Ok(summary) => {

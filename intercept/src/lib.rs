@@ -5,6 +5,7 @@
 
 pub mod allow;
 pub mod control;
+pub mod doctor;
 pub mod exit;
 pub mod hold;
 pub mod local;

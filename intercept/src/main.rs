@@ -76,8 +76,13 @@ be readable by its owner only (chmod 600); the copier needs the same file. Logs 
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+#[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP,
+          subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct Cli {
+    /// `intercept doctor ...` checks the host instead of intercepting.
+    #[command(subcommand)]
+    command: Option<intercept::doctor::Command>,
+
     /// Source port of the test service's responses to intercept; repeat for several ports.
     #[arg(long = "port", value_name = "PORT", required = true, value_parser = parse_port)]
     ports: Vec<u16>,
@@ -279,7 +284,12 @@ fn init_logging(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    if let Some(d) = intercept::doctor::from_matches(&matches) {
+        return ExitCode::from(intercept::doctor::main(&d));
+    }
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
