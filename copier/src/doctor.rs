@@ -149,7 +149,7 @@ fn capture_interface(r: &mut Report, a: &DoctorArgs) {
                     a.ring_block_size
                 ),
                 format!(
-                    "start the copier with --ring-block-size {}K, or ip link set dev {name} gro_max_size 65536 gro_ipv4_max_size 65536",
+                    "start the copier with --ring-block-size {}K, or ip link set dev {name} gro_max_size 65536 (and gro_ipv4_max_size 65536)",
                     (biggest + RING_OVERHEAD).div_ceil(4096) * 4
                 ),
             );
