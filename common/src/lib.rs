@@ -4,9 +4,12 @@
 //! ([`pcap`]: pcap/pcapng reading, pcap writing).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
-//! `proto::io` (feature `io`) and the host checks of the two doctors ([`doctor`], feature `host`).
+//! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
+//! generated man pages and completions ([`docs`], feature `docs`).
 
 pub mod checksum;
+#[cfg(feature = "docs")]
+pub mod docs;
 #[cfg(feature = "host")]
 pub mod doctor;
 pub mod flow;

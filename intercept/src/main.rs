@@ -285,6 +285,7 @@ fn init_logging(cli: &Cli) {
 
 fn main() -> ExitCode {
     // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
+    common::docs::generate_if_asked(<Cli as clap::CommandFactory>::command());
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
     if let Some(d) = intercept::doctor::from_matches(&matches) {
         return ExitCode::from(intercept::doctor::main(&d));
