@@ -14,6 +14,6 @@ cargo build --release -q -p copier -p intercept --bins
 for bin in copier intercept; do
   rm -rf "target/packaging/$bin"
   TRAFFICCOPY_GEN_DOCS="target/packaging/$bin" "target/release/$bin"
-  cargo deb -q -p "$bin" --no-build --no-strip
+  cargo deb -q -p "$bin" --no-build --strip --fast
 done
 ls -1 target/debian/*.deb

@@ -9,6 +9,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 scripts/install-deps.sh
 echo "== build"
 cargo build --workspace --bins --all-targets
+echo "== deployment files (Kubernetes schemas, manifest promises, dashboard metric names)"
+scripts/check-deploy.sh
+echo "== Debian packages (the package test installs them in the lab machine)"
+packaging/build-debs.sh
 echo "== tests"
 cargo test --workspace --no-fail-fast
 echo "== demo (fails when copies per request are off or anything leaked)"

@@ -30,6 +30,8 @@ pub fn generate(mut cmd: clap::Command, dir: &Path) -> Result<(), String> {
     for d in [&man, &comp] {
         std::fs::create_dir_all(d).map_err(|e| format!("create {}: {e}", d.display()))?;
     }
+    // no pages for clap's own `help` subcommand (`copier-help.1`...): `--help` is in each page
+    cmd = cmd.disable_help_subcommand(true);
     cmd.build();
     clap_mangen::generate_to(cmd.clone(), &man).map_err(|e| format!("man pages into {}: {e}", man.display()))?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
