@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, the namespace (lab) tests included, after installing what
-# they need; then the demo (which fails unless every request was copied exactly and nothing
+# they need, checking the deployment files and building the Debian packages (which the package
+# test installs); then the demo (which fails unless every request was copied exactly and nothing
 # leaked) and every fuzz target briefly (FUZZ_SECONDS, default 30). Run as root: the lab tests
 # need network namespaces, raw sockets and NFQUEUE. Without root they skip with a loud message; under CI=true a skip is a failure.
 set -euo pipefail
