@@ -94,6 +94,12 @@ impl Report {
         out
     }
 
+    /// Prints the report (see [`Report::render`]) to stdout and returns the exit status.
+    pub fn print(&self, who: &str) -> u8 {
+        print!("{}", self.render(who));
+        self.exit_code()
+    }
+
     /// 0 when no finding is a failure, 1 otherwise.
     pub fn exit_code(&self) -> u8 {
         u8::from(self.count(Status::Fail) > 0)

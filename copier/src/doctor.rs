@@ -63,9 +63,7 @@ pub struct DoctorArgs {
 
 /// Runs every check; prints the report to stdout; returns the exit status.
 pub fn main(a: &DoctorArgs) -> u8 {
-    let r = run(a);
-    print!("{}", r.render("copier doctor"));
-    r.exit_code()
+    run(a).print("copier doctor")
 }
 
 /// Runs every check.
@@ -334,4 +332,35 @@ pub enum Command {
     /// secret accepted and the test ports guarded, ip_forward, conntrack, clock skew. Prints
     /// each item with the command that fixes it; exit status 0 only when copying would work.
     Doctor(DoctorArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Args;
+    use clap::Parser;
+
+    #[test]
+    fn doctor_is_a_subcommand_next_to_the_flat_flags() {
+        let a = Args::try_parse_from(["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
+        let Some(Command::Doctor(d)) = a.command else { panic!("no doctor: {a:?}") };
+        assert_eq!((d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size), (1, 36524, 1500, 128 << 10));
+        assert_eq!(d.max_clock_skew, Duration::from_secs(1));
+        // the daemon's flags are unchanged and still required without the subcommand
+        let a = Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
+        assert!(a.command.is_none());
+        assert!(Args::try_parse_from(["copier", "--no-secret"]).is_err());
+        // the doctor needs what it checks, and does not mix with the daemon's flags
+        assert!(Args::try_parse_from(["copier", "doctor", "--no-secret"]).is_err());
+        assert!(Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "doctor"]).is_err());
+    }
+
+    #[test]
+    fn probes_use_documentation_addresses_of_the_target_family() {
+        let m4 = parse_map("80=198.18.2.2:8080").unwrap();
+        let m6 = parse_map("80=[fd00::2]:80").unwrap();
+        assert_eq!(probe_tuple(&m4, 0).client, "192.0.2.1:1024".parse().unwrap());
+        assert_eq!(probe_tuple(&m4, 0).server, m4.target);
+        assert_eq!(probe_tuple(&m6, 1).client, "[2001:db8::1]:1025".parse().unwrap());
+    }
 }

@@ -68,9 +68,7 @@ pub fn from_matches(m: &clap::ArgMatches) -> Option<DoctorArgs> {
 
 /// Runs every check; prints the report to stdout; returns the exit status.
 pub fn main(a: &DoctorArgs) -> u8 {
-    let r = run(a);
-    print!("{}", r.render("intercept doctor"));
-    r.exit_code()
+    run(a).print("intercept doctor")
 }
 
 /// Runs every check.
