@@ -110,12 +110,32 @@ fn installed_packages_copy_live_traffic() {
     let help = run(&["/usr/bin/intercept", "doctor", "--help"]);
     assert!(help.contains("--client-range"), "{help}");
 
-    // the demo's setup with the installed binaries
-    std::env::set_var("TC_BIN_DIR", "/usr/bin");
-    let c = Copying::start(&mut lab, CopyOptions::default()).expect("start the copying setup with the installed binaries");
-    for p in [Some(&c.intercept), c.copier.as_ref()].into_iter().flatten() {
+    // The demo's setup with the installed binaries, run as the units run them (systemd is not
+    // PID 1 here, so setpriv stands in): the copier as user trafficcopy with only CAP_NET_RAW
+    // and CAP_NET_ADMIN (ambient), the intercept as root bounded to the same two.
+    let caps = "--inh-caps=-all,+net_raw,+net_admin --ambient-caps=-all,+net_raw,+net_admin --bounding-set=-all,+net_raw,+net_admin";
+    let bin = lab.dir().join("unit-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for (name, user) in [("copier", "--reuid=trafficcopy --regid=trafficcopy --clear-groups "), ("intercept", "")] {
+        let script = format!("#!/bin/sh\nexec setpriv {user}{caps} /usr/bin/{name} \"$@\"\n");
+        let path = bin.join(name);
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    std::env::set_var("TC_BIN_DIR", &bin);
+    let mut c = Copying::start(&mut lab, CopyOptions { start_copier: false, ..CopyOptions::default() })
+        .expect("start the intercept as its unit does");
+    // the copier's user reads the shared secret (the intercept has read it already)
+    run(&["chown", "trafficcopy:trafficcopy", &lab.dir().join("secret").to_string_lossy()]);
+    c.start_copier(&mut lab).expect("start the copier as its unit does");
+    for (p, uid) in [(&c.intercept, "0".to_string()), (c.copier.as_ref().unwrap(), run(&["id", "-u", "trafficcopy"]).trim().to_string())] {
         let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid())).unwrap();
         assert!(exe.starts_with("/usr/bin"), "{} runs {}", p.name(), exe.display());
+        let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
+        let field = |k: &str| status.lines().find(|l| l.starts_with(k)).unwrap_or("").split_whitespace().nth(1).unwrap_or("").to_string();
+        assert_eq!(field("Uid:"), uid, "{} user", p.name());
+        // CAP_NET_ADMIN (12) and CAP_NET_RAW (13), nothing else
+        assert_eq!(field("CapEff:"), "0000000000003000", "{} capabilities", p.name());
     }
     let url = format!("http://{}/index.html", addr::ONLINE);
     lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &url]).expect("wrk");
