@@ -1,7 +1,9 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
 //! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
-//! ([`flow`]), the control protocol spoken between them ([`proto`]), and capture files
-//! ([`pcap`]: pcap/pcapng reading, pcap writing).
+//! ([`flow`]), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
+//! pcap/pcapng reading, pcap writing), and the one grammar of durations and sizes on the command
+//! lines of the three binaries ([`units`]); and the sample packets and files that every crate's
+//! tests build theirs from ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
 //! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
@@ -16,4 +18,6 @@ pub mod flow;
 pub mod pcap;
 pub mod proto;
 pub mod seq;
+pub mod testkit;
+pub mod units;
 pub mod wire;

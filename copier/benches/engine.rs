@@ -6,115 +6,12 @@
 //! `cargo bench -p copier --bench engine -- --warm-up-time 1 --measurement-time 3`
 //! (prints a plain ns/segment figure too, over a fixed run of segments).
 
-use std::hint::black_box;
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+mod support;
 
-use common::flow::FourTuple;
-use common::proto::Record;
-use common::seq::SeqNum;
-use common::wire::{TcpBuilder, TcpFlags, TcpOption};
-use copier::engine::{ControlEvent, Engine, EngineConfig, PortMap};
+use std::time::Instant;
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-
-const ONLINE: &str = "192.0.2.1:80";
-const TARGET: &str = "198.18.0.2:8080";
-const ISN: u32 = 1_000;
-const TISN: u32 = 5_000_000;
-
-fn client(i: u32) -> SocketAddr {
-    SocketAddr::from(([10, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8], 40_000 + (i % 20_000) as u16))
-}
-
-fn packet(src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, flags: TcpFlags, window: u16, opts: &[TcpOption], payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(ack), flags, window, options: opts, payload, ttl: 64, ident: 0 }.emit(&mut out);
-    out
-}
-
-/// `sessions` established sessions with timestamps, and a template data segment and ACK
-/// record for each, whose sequence numbers the run patches in place.
-struct Bench {
-    e: Engine,
-    now: Instant,
-    out: Vec<u8>,
-    data: Vec<Vec<u8>>,
-    acks: Vec<Record>,
-    next: Vec<u32>,
-    i: usize,
-    /// The session the next ACK record is for.
-    a: usize,
-    n: u64,
-    seg: u32,
-}
-
-impl Bench {
-    fn new(sessions: u32, seg: usize) -> Bench {
-        let cfg = EngineConfig {
-            maps: vec![PortMap { online_ip: None, online_port: 80, target: TARGET.parse().unwrap() }],
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(cfg, 1);
-        let now = Instant::now();
-        let online: SocketAddr = ONLINE.parse().unwrap();
-        let target: SocketAddr = TARGET.parse().unwrap();
-        let mut out = Vec::new();
-        let ts = [TcpOption::Timestamps { tsval: 77, tsecr: 5 }];
-        let mut data = Vec::new();
-        let mut acks = Vec::new();
-        for i in 0..sessions {
-            let c = client(i);
-            let syn_opts = [TcpOption::Mss(1460), TcpOption::WindowScale(7), ts[0]];
-            e.handle_captured(now, &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]));
-            e.handle_captured(now, &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]));
-            while let Some(ev) = e.poll_control() {
-                let ControlEvent::Register(t) = ev else { panic!("not a Register: {ev:?}") };
-                // As a connected intercept does: the registration is in force.
-                e.handle_registered(now, 0, t, common::proto::RegVerdict::Accepted);
-            }
-            while e.poll_transmit(now, &mut out).is_some() {}
-            let sa = packet(target, c, TISN, ISN + 1, TcpFlags::SYN | TcpFlags::ACK, 65535, &syn_opts, &[]);
-            let (t, r) = Record::from_packet(&sa, 0).unwrap();
-            assert_eq!(t, FourTuple::new(c, target));
-            e.handle_record(now, &r);
-            while e.poll_transmit(now, &mut out).is_some() {}
-            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; seg]));
-            let ack = packet(target, c, TISN + 1, ISN + 1, TcpFlags::ACK, 20_000, &ts, &[]);
-            acks.push(Record::from_packet(&ack, 0).unwrap().1);
-        }
-        assert_eq!(e.stats().sessions_active, u64::from(sessions));
-        Bench { e, now, out, data, acks, next: vec![ISN + 1; sessions as usize], i: 0, a: 0, n: 0, seg: seg as u32 }
-    }
-
-    /// One captured segment of the next session, sent on; every fourth, an ACK record.
-    #[inline]
-    fn step(&mut self) {
-        let i = self.i;
-        self.i = (self.i + 1) % self.data.len();
-        self.n += 1;
-        self.now += Duration::from_nanos(100);
-        let seq = self.next[i];
-        self.next[i] = seq.wrapping_add(self.seg);
-        let p = &mut self.data[i];
-        p[24..28].copy_from_slice(&seq.to_be_bytes()); // IPv4 (20) + TCP seq offset (4)
-        self.e.handle_captured(self.now, p);
-        while let Some(t) = self.e.poll_transmit(self.now, &mut self.out) {
-            black_box(t);
-        }
-        if self.n % 4 == 0 {
-            // The test server acks everything one session sent so far: each session gets an
-            // ACK for every four of its segments.
-            let a = self.a;
-            self.a = (self.a + 1) % self.acks.len();
-            let r = &mut self.acks[a];
-            r.headers[28..32].copy_from_slice(&self.next[a].to_be_bytes()); // TCP ack offset (8)
-            self.e.handle_record(self.now, r);
-            while let Some(t) = self.e.poll_transmit(self.now, &mut self.out) {
-                black_box(t);
-            }
-        }
-    }
-}
+use support::Bench;
 
 fn plain_figure(sessions: u32, seg: usize) {
     let mut b = Bench::new(sessions, seg);

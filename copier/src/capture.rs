@@ -11,6 +11,18 @@
 //! client port, so each TCP connection is read by one worker only, worker
 //! `(client port >> 1) % N`.
 //!
+//! A ring sized to the traffic (one worker): the ring starts with
+//! [`CaptureConfig::initial_blocks`] and grows [`GROWTH_FACTOR`] times larger, up to
+//! `block_count`, when a drain finds a quarter of it handed over and unread, or a block marked
+//! `TP_STATUS_LOSING` (the kernel dropped packets). The ring sits alone in a `PACKET_FANOUT_CBPF`
+//! group of its own, whose program picks member 0. To grow, a new socket with the larger ring
+//! joins the group taking nothing, gets the real filter, and the group's program is switched to
+//! pick it: from that instant every packet goes to the new ring and none to the old one (the
+//! kernel lets the packets in delivery under the old program finish first). The old ring is read
+//! to its end ([`RETIRE_TICKS`] block timeouts, so its last partly filled block is handed over),
+//! then closed, and only then is the new ring read: every packet comes once and in order, with no
+//! overlap to sort out. It never shrinks: the size reached is what the host's peaks needed.
+//!
 //! Invariants: a frame whose header points outside its block ends the walk of that block (the
 //! block is still given back); a frame that the kernel cut short (`snaplen < len`) is counted
 //! and not delivered, because a copy with missing bytes would corrupt the session. The members of
@@ -20,7 +32,7 @@
 
 use std::io;
 use std::os::fd::BorrowedFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::bpf::Insn;
 use crate::sys::{self, KernelStats, RingParams, RxRing};
@@ -148,8 +160,11 @@ pub struct CaptureConfig {
     pub interface: Option<String>,
     /// Bytes per ring block (a multiple of the page size; a whole block is the largest packet).
     pub block_size: u32,
-    /// Number of ring blocks.
+    /// Number of ring blocks: what the ring grows to.
     pub block_count: u32,
+    /// Blocks the ring starts with (at most `block_count`; equal: a fixed ring). Rings of a
+    /// fanout group (several workers) have `block_count` from the start.
+    pub initial_blocks: u32,
     /// After this long a partly filled block is handed over anyway: the capture latency bound
     /// at low packet rates.
     pub retire: Duration,
@@ -161,6 +176,7 @@ impl Default for CaptureConfig {
             interface: None,
             block_size: 4 << 20,
             block_count: 8,
+            initial_blocks: 8,
             retire: Duration::from_millis(10),
         }
     }
@@ -185,6 +201,10 @@ pub struct CaptureStats {
     pub kernel_drops: u64,
     /// Kernel: times the queue froze on a full ring (`tp_freeze_q_cnt`).
     pub kernel_freezes: u64,
+    /// Bytes of the ring(s) mapped now (a gauge; two rings while a replaced one is read).
+    pub ring_bytes: u64,
+    /// Times the ring grew.
+    pub ring_grows: u64,
 }
 
 /// Why the capture could not start.
@@ -228,6 +248,58 @@ const DROP_ALL: [Insn; 1] = [Insn {
     k: 0,
 }];
 
+/// Block timeouts during which, after a growth, the replaced ring is still read alone: the
+/// kernel hands its last, partly filled block over within one or two of them.
+pub const RETIRE_TICKS: u32 = 3;
+
+/// How much a growing ring multiplies its block count by (capped at `block_count`).
+pub const GROWTH_FACTOR: u32 = 4;
+
+/// The fanout program of a growing ring's group while it has one member (or is about to get
+/// its second): every packet to member 0.
+const TO_FIRST: [Insn; 1] = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
+
+/// The program that switches a growing ring's group to its newest member (index 1 while the
+/// old ring is still in the group; once the old ring leaves, `1 % 1` is the new ring again).
+const TO_SECOND: [Insn; 1] = [Insn { code: 0x06, jt: 0, jf: 0, k: 1 }];
+
+/// A ring being replaced by a larger one. It gets no packet any more (the group's program
+/// sends them to the new ring); it is read alone until the kernel has handed over its last
+/// block (`until`, and no block ready), then closed.
+#[derive(Debug)]
+struct Retiring {
+    ring: RxRing,
+    next: usize,
+    until: Instant,
+}
+
+/// What a ring that can grow keeps to grow: its group and the filter to give the new ring.
+#[derive(Debug)]
+struct Growth {
+    /// The fanout group (id, outgoing ignored) that the ring and its successors share.
+    group: (u16, bool),
+    filter: Vec<Insn>,
+    /// Blocks the ring may grow to.
+    max_blocks: u32,
+    /// A larger ring being opened and switched to on a thread of its own (opening a ring
+    /// takes the kernel 5 to 20 ms, during which the engine goes on reading the current one).
+    opening: Option<Opening>,
+    /// A replaced ring still being read.
+    old: Option<Retiring>,
+    /// Growing failed once (memory): not tried again.
+    stuck: bool,
+}
+
+/// A growth under way: the thread's answer, and what it was asked for.
+#[derive(Debug)]
+struct Opening {
+    done: std::sync::mpsc::Receiver<Result<RxRing, String>>,
+    /// Set by the thread once it has sent its answer.
+    answered: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    blocks: u32,
+    why: &'static str,
+}
+
 /// An open capture ring.
 #[derive(Debug)]
 pub struct Capture {
@@ -235,12 +307,33 @@ pub struct Capture {
     next: usize,
     stats: CaptureStats,
     fanout: Option<u16>,
+    cfg: CaptureConfig,
+    growth: Option<Growth>,
 }
 
 impl Capture {
-    /// Open the ring with `filter` attached; needs CAP_NET_RAW.
+    /// Open the ring with `filter` attached; needs CAP_NET_RAW. With
+    /// `cfg.initial_blocks < cfg.block_count` the ring starts small and grows (see the module
+    /// doc); the socket then sits alone in a `PACKET_FANOUT` group of its own.
     pub fn open(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
-        Capture::open_ring(cfg, filter)
+        let start = cfg.initial_blocks.clamp(1, cfg.block_count.max(1));
+        if start >= cfg.block_count {
+            return Capture::open_ring(cfg, filter);
+        }
+        let mut c = Capture::open_ring(&CaptureConfig { block_count: start, ..cfg.clone() }, &DROP_ALL)?;
+        let fan = |source| CaptureError::Fanout { member: 0, source };
+        let group = sys::join_fanout(c.ring.fd(), None).map_err(fan)?;
+        sys::set_fanout_program(c.ring.fd(), &TO_FIRST).map_err(fan)?;
+        sys::attach_filter(c.ring.fd(), filter).map_err(fan)?;
+        c.growth = Some(Growth {
+            group,
+            filter: filter.to_vec(),
+            max_blocks: cfg.block_count,
+            opening: None,
+            old: None,
+            stuck: false,
+        });
+        Ok(c)
     }
 
     /// Open `members` rings (each as `cfg` says: the memory is `members` times one ring's) joined
@@ -251,7 +344,8 @@ impl Capture {
     /// The group's id is chosen by the kernel, unique in this network namespace. The rings accept
     /// nothing until all have joined and the group has its program (then each gets `filter`),
     /// so no flow moves from one ring to another while the group forms. With `members == 1`
-    /// this is [`Capture::open`] (no group).
+    /// this is [`Capture::open`] (no group, or a group of its own for a ring that grows); with
+    /// more, every ring has `cfg.block_count` blocks from the start and does not grow.
     pub fn open_fanout(
         cfg: &CaptureConfig,
         filter: &[Insn],
@@ -279,7 +373,8 @@ impl Capture {
         Ok(caps)
     }
 
-    /// The id of the fanout group this ring belongs to, if any.
+    /// The id of the fanout group this ring belongs to, if any (the workers' group; a growing
+    /// ring's group of its own is not reported).
     pub fn fanout_group(&self) -> Option<u16> {
         self.fanout
     }
@@ -312,15 +407,19 @@ impl Capture {
             blocks: cfg.block_count,
             source,
         })?;
+        let stats = CaptureStats { ring_bytes: ring.bytes() as u64, ..CaptureStats::default() };
         Ok(Capture {
             ring,
             next: 0,
-            stats: CaptureStats::default(),
+            stats,
             fanout: None,
+            cfg: cfg.clone(),
+            growth: None,
         })
     }
 
-    /// The socket, for `poll`.
+    /// The socket, for `poll`. While a replaced ring is still read, the new ring's socket (the
+    /// caller also waits no longer than [`Capture::retiring_until`]).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.ring.fd()
     }
@@ -330,45 +429,181 @@ impl Capture {
         self.ring.block_count()
     }
 
-    /// Is the next block in ring order ready?
+    /// Is there something to drain: the next block in ring order ready (of the replaced ring
+    /// while one is read), or a replaced ring due to be closed?
     pub fn has_ready(&self) -> bool {
-        self.ring.block_ready(self.next)
+        match self.retiring() {
+            Some(o) => o.ring.block_ready(o.next) || Instant::now() >= o.until,
+            None => self.ring.block_ready(self.next) || self.switch_due(),
+        }
     }
 
-    /// Hand the IP packets of up to `max_blocks` ready blocks, in ring order, to `f`. Returns the
-    /// number of blocks processed.
+    /// Has the growth thread switched the traffic to a new ring that the engine has not taken
+    /// yet? (The current ring gets nothing more, so its socket will not wake the caller.)
+    fn switch_due(&self) -> bool {
+        let opening = self.growth.as_ref().and_then(|g| g.opening.as_ref());
+        opening.is_some_and(|op| op.answered.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    fn retiring(&self) -> Option<&Retiring> {
+        self.growth.as_ref().and_then(|g| g.old.as_ref())
+    }
+
+    /// While the ring grows (a new ring being opened, or the replaced one read to its end):
+    /// when the caller should look again at the latest, since the socket it polls may get no
+    /// packet until then.
+    pub fn growing_until(&self) -> Option<Instant> {
+        let g = self.growth.as_ref()?;
+        match (&g.opening, &g.old) {
+            (_, Some(o)) => Some(o.until),
+            (Some(_), None) => Some(Instant::now()),
+            (None, None) => None,
+        }
+    }
+
+    /// Blocks in a row, from the next one, that the kernel handed over and nobody read yet.
+    pub fn ready_run(&self) -> usize {
+        let n = self.ring.block_count();
+        (0..n).take_while(|i| self.ring.block_ready((self.next + i) % n)).count()
+    }
+
+    /// Should the ring grow now: a quarter of it is handed over and unread, or the next block
+    /// says the kernel dropped packets?
+    fn wants_growth(&self) -> bool {
+        let Some(g) = &self.growth else { return false };
+        if g.stuck || g.old.is_some() || g.opening.is_some() || self.ring.block_count() >= g.max_blocks as usize {
+            return false;
+        }
+        self.ring.block_losing(self.next) || self.ready_run() * 4 >= self.ring.block_count().max(4)
+    }
+
+    /// Start switching the capture to a new ring [`GROWTH_FACTOR`] times as large, on a thread
+    /// of its own (it inherits this thread's network namespace): the group's program is set to
+    /// pick member 0 (the current ring: the only member now), the new socket opens and joins the
+    /// group taking nothing, gets the real filter, and then the group's program picks it: from
+    /// that instant every packet goes to the new ring and none to the current one. The current
+    /// ring is read meanwhile; once the thread is done ([`Capture::take_opened`]) it is read to
+    /// its end before the new one, so every packet comes once and in order.
+    fn start_growth(&mut self, why: &'static str) {
+        let Some(g) = self.growth.as_mut() else { return };
+        let blocks = (self.ring.block_count() as u32).saturating_mul(GROWTH_FACTOR).min(g.max_blocks);
+        let cfg = CaptureConfig { block_count: blocks, ..self.cfg.clone() };
+        let (group, filter) = (g.group, g.filter.clone());
+        let first = self.ring.fd().try_clone_to_owned();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = answered.clone();
+        let spawned = std::thread::Builder::new().name("capture-grow".into()).spawn(move || {
+            let opened = first
+                .and_then(|fd| sys::set_fanout_program(std::os::fd::AsFd::as_fd(&fd), &TO_FIRST))
+                .map_err(|e| e.to_string())
+                .and_then(|()| Capture::open_ring(&cfg, &DROP_ALL).map_err(|e| e.to_string()))
+                .and_then(|new| {
+                    sys::join_fanout(new.ring.fd(), Some(group))
+                        .and_then(|_| sys::attach_filter(new.ring.fd(), &filter))
+                        .and_then(|()| sys::set_fanout_program(new.ring.fd(), &TO_SECOND))
+                        .map(|()| new.ring)
+                        .map_err(|e| e.to_string())
+                });
+            // A ring that failed after joining is closed here and leaves the group, which then
+            // has the current ring alone again.
+            let _ = tx.send(opened);
+            flag.store(true, std::sync::atomic::Ordering::Release);
+        });
+        match spawned {
+            Ok(_) => g.opening = Some(Opening { done: rx, answered, blocks, why }),
+            Err(e) => {
+                g.stuck = true;
+                tracing::warn!("capture ring: could not grow ({why}): no thread: {e}");
+            }
+        }
+    }
+
+    /// If the growth thread is done, make its ring the current one (the current one retires)
+    /// or, on failure, say so and stop growing. True when a ring was switched.
+    fn take_opened(&mut self, now: Instant) -> bool {
+        let Some(g) = self.growth.as_mut() else { return false };
+        let Some(op) = &g.opening else { return false };
+        let res = match op.done.try_recv() {
+            Ok(r) => r,
+            Err(std::sync::mpsc::TryRecvError::Empty) => return false,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err("the growth thread ended".into()),
+        };
+        let Some(op) = g.opening.take() else { return false };
+        match res {
+            Ok(new) => {
+                let old = std::mem::replace(&mut self.ring, new);
+                let next = std::mem::replace(&mut self.next, 0);
+                g.old = Some(Retiring { ring: old, next, until: now + self.cfg.retire * RETIRE_TICKS });
+                self.stats.ring_grows += 1;
+                self.stats.ring_bytes += self.ring.bytes() as u64;
+                tracing::info!(
+                    "capture ring grown to {} x {} KiB ({} MiB): {}",
+                    op.blocks,
+                    self.cfg.block_size >> 10,
+                    self.ring.bytes() >> 20,
+                    op.why
+                );
+                true
+            }
+            Err(e) => {
+                g.stuck = true;
+                tracing::warn!(
+                    "capture ring: could not grow to {} blocks ({}): {e}; it stays at {}",
+                    op.blocks,
+                    op.why,
+                    self.ring.block_count()
+                );
+                false
+            }
+        }
+    }
+
+    /// Hand the IP packets of up to `max_blocks` ready blocks, in capture order, to `f`.
+    /// Returns the number of blocks processed. A ring that can grow grows here (see the module
+    /// doc): a replaced ring is read to its end before the ring that replaced it.
     pub fn drain(&mut self, max_blocks: usize, mut f: impl FnMut(&[u8])) -> usize {
         let mut done = 0;
         while done < max_blocks {
-            let stats = &mut self.stats;
-            let walked = self.ring.with_block(self.next, |bytes| {
-                walk_block(bytes, |fr| {
-                    if (fr.data.len() as u64) < u64::from(fr.wire_len) {
-                        stats.truncated += 1;
-                        return;
-                    }
-                    let pkt = trim_to_ip_len(fr.data);
-                    stats.packets += 1;
-                    stats.bytes += pkt.len() as u64;
-                    f(pkt);
-                })
-            });
-            match walked {
-                None => break,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => {
-                    self.stats.bad_blocks += 1;
-                    tracing::warn!(
-                        block = self.next,
-                        "capture ring: {e}; rest of the block skipped"
-                    );
-                }
+            let now = Instant::now();
+            self.take_opened(now);
+            self.finish_retiring(now);
+            if self.wants_growth() {
+                let why = if self.ring.block_losing(self.next) {
+                    "the kernel dropped packets"
+                } else {
+                    "a quarter of it was waiting to be read"
+                };
+                self.start_growth(why);
             }
-            self.stats.blocks += 1;
-            done += 1;
-            self.next = (self.next + 1) % self.ring.block_count();
+            let n = match self.growth.as_mut().and_then(|g| g.old.as_mut()) {
+                Some(old) => drain_ring(&mut old.ring, &mut old.next, &mut self.stats, 1, &mut f),
+                None => drain_ring(&mut self.ring, &mut self.next, &mut self.stats, 1, &mut f),
+            };
+            if n == 0 {
+                break;
+            }
+            done += n;
         }
         done
+    }
+
+    /// Close the replaced ring once its last block has been handed over and read.
+    fn finish_retiring(&mut self, now: Instant) {
+        let Some(g) = self.growth.as_mut() else { return };
+        if g.old.as_ref().is_some_and(|o| now >= o.until && !o.ring.block_ready(o.next)) {
+            if let Some(old) = g.old.take() {
+                self.retire(old.ring);
+            }
+        }
+    }
+
+    /// Close a replaced ring, keeping its kernel counters.
+    fn retire(&mut self, ring: RxRing) {
+        if let Ok(k) = ring.statistics() {
+            self.add_kernel_stats(k);
+        }
+        self.stats.ring_bytes -= ring.bytes() as u64;
     }
 
     /// Read and clear the socket's pending error (e.g. `ENETDOWN` when the interface went down;
@@ -378,23 +613,64 @@ impl Capture {
         sys::take_socket_error(self.ring.fd()).unwrap_or_else(Some)
     }
 
-    /// Add the kernel's counters since the last call to [`Capture::stats`].
+    /// Add the kernel's counters since the last call to [`Capture::stats`] (of a replaced ring
+    /// still read too).
     pub fn refresh_kernel_stats(&mut self) -> io::Result<()> {
-        let KernelStats {
-            packets,
-            drops,
-            freeze_q_cnt,
-        } = self.ring.statistics()?;
-        self.stats.kernel_packets += u64::from(packets);
-        self.stats.kernel_drops += u64::from(drops);
-        self.stats.kernel_freezes += u64::from(freeze_q_cnt);
+        if let Some(k) = self.retiring().map(|o| o.ring.statistics()).transpose()? {
+            self.add_kernel_stats(k);
+        }
+        let k = self.ring.statistics()?;
+        self.add_kernel_stats(k);
         Ok(())
+    }
+
+    fn add_kernel_stats(&mut self, k: KernelStats) {
+        self.stats.kernel_packets += u64::from(k.packets);
+        self.stats.kernel_drops += u64::from(k.drops);
+        self.stats.kernel_freezes += u64::from(k.freeze_q_cnt);
     }
 
     /// Counters since the capture opened.
     pub fn stats(&self) -> CaptureStats {
         self.stats
     }
+}
+
+/// Hand the IP packets of up to `max_blocks` ready blocks of `ring`, from `next` on, to `f`.
+fn drain_ring(
+    ring: &mut RxRing,
+    next: &mut usize,
+    stats: &mut CaptureStats,
+    max_blocks: usize,
+    f: &mut impl FnMut(&[u8]),
+) -> usize {
+    let mut done = 0;
+    while done < max_blocks {
+        let walked = ring.with_block(*next, |bytes| {
+            walk_block(bytes, |fr| {
+                if (fr.data.len() as u64) < u64::from(fr.wire_len) {
+                    stats.truncated += 1;
+                    return;
+                }
+                let pkt = trim_to_ip_len(fr.data);
+                stats.packets += 1;
+                stats.bytes += pkt.len() as u64;
+                f(pkt);
+            })
+        });
+        match walked {
+            None => break,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                stats.bad_blocks += 1;
+                tracing::warn!(block = *next, "capture ring: {e}; rest of the block skipped");
+            }
+        }
+        stats.blocks += 1;
+        done += 1;
+        *next = (*next + 1) % ring.block_count();
+    }
+    done
 }
 
 #[cfg(test)]

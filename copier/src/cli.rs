@@ -1,9 +1,10 @@
 //! The command line of the `copier` binary: flags, parsing of their values, and the checks that
 //! run before anything starts.
 //!
-//! Owns: the [`Args`] type (clap), the value parsers (`--map`, sizes, durations), and
-//! [`Args::validate`], which turns the flags into the configurations of the engine, capture,
-//! sender and control clients or says precisely which flag is wrong. Nothing here opens a socket.
+//! Owns: the [`Args`] type (clap), the value parsers (`--map`, percentages, speeds; sizes and
+//! durations are `common::units`'), and [`Args::validate`], which turns the flags into the
+//! configurations of the engine, capture, sender and control clients or says precisely which
+//! flag is wrong. Nothing here opens a socket. Its tests are in `cli/tests.rs`.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
+use common::units::{parse_duration, parse_size};
 
 use crate::capture::CaptureConfig;
 use crate::control::InterceptAddr;
@@ -104,7 +106,8 @@ Examples:
   copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
          --intercept 198.18.1.2 --secret-file /etc/tcopy/secret
 
-Sizes accept 512M, 2G, 64K or plain bytes; durations accept 500ms, 30s, 5m, 2h or plain seconds.
+Sizes: plain bytes or a number with K, M, G or T, powers of 1024 (64K, 512M, 1.5G); durations: plain
+seconds or a number with ms, s, m, h or d (500ms, 1.5s, 30s, 5m, 2h, 1d).
 Logs go to stderr: -v for debug, -vv for trace; without -v, RUST_LOG (e.g. RUST_LOG=debug) applies.";
 
 /// `--pacing`: how requests wait for the test server's answers.
@@ -257,18 +260,29 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1s", requires = "offline", value_parser = parse_duration)]
     pub max_gap: Duration,
 
-    /// Capture ring: bytes per block (also the largest packet that can be captured whole). The
-    /// ring (blocks x size, 32 MiB by default) absorbs bursts while the engine catches up;
-    /// copier_kernel_drops_total counts what did not fit.
-    #[arg(long, value_name = "SIZE", default_value = "128K", value_parser = parse_size, hide_short_help = true)]
+    /// Capture ring: bytes per block (also the largest packet that can be captured whole).
+    /// 256K holds three 64 KB offload super-segments (128K would hold one). A thread of its own
+    /// reads the ring as soon as the kernel hands a block over and keeps what the engine has not
+    /// taken yet in memory (at most the ring's largest size, blocks x size), so the ring only
+    /// has to absorb that thread's scheduling delays; copier_kernel_drops_total counts what did
+    /// not fit.
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size, hide_short_help = true)]
     pub ring_block_size: u64,
 
-    /// Capture ring: number of blocks. Many small blocks rather than a few big ones: the kernel
-    /// hands a block over when it is full or 10 ms old, so at ordinary rates every block holds
-    /// only 10 ms of traffic, and 8 blocks would absorb an 80 ms stall at most (measured: a
-    /// 200 ms stall dropped ~1,100 packets with 8 x 4M, none with 256 x 128K).
-    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    /// Capture ring: the most blocks it grows to (32 MiB with the default block size). The
+    /// kernel hands a block over when it is full or 10 ms old, so at ordinary rates every block
+    /// holds only 10 ms of traffic: many small blocks rather than a few big ones.
+    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
+
+    /// Capture ring: blocks it starts with (4 MiB with the default block size), so that a quiet
+    /// service does not pay for the whole ring. When a quarter of it waits to be read, or the
+    /// kernel drops a packet, it grows four times larger, up to --ring-blocks, without losing or
+    /// repeating a packet (a new ring takes every packet from that instant; the old one is read
+    /// to its end first), and never shrinks (copier_capture_ring_bytes). With --workers above 1
+    /// every ring has --ring-blocks from the start. Equal to --ring-blocks: a fixed ring.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    pub ring_start_blocks: u32,
 
     /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
     /// connections over the rings by client port, so each connection stays with one worker), its
@@ -342,7 +356,11 @@ impl Args {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
             pace_requests: !self.no_pacing && self.pacing != PacingMode::Off,
-            pace_window: if self.pacing == PacingMode::Strict { 1 } else { self.pace_window },
+            pace_window: if self.pacing == PacingMode::Strict {
+                1
+            } else {
+                self.pace_window
+            },
             max_sessions: self.max_sessions,
             max_pending_syns: self.max_pending_syns,
             syn_timeout: self.syn_timeout,
@@ -390,6 +408,7 @@ impl Args {
             interface: self.interface.clone(),
             block_size: self.ring_block_size as u32,
             block_count: self.ring_blocks,
+            initial_blocks: self.ring_start_blocks.min(self.ring_blocks),
             ..CaptureConfig::default()
         };
         let secret = match (&self.secret_file, self.no_secret) {
@@ -475,13 +494,19 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
             } else {
                 format!("copy the same online port {}", m.online_port)
             };
-            return Err(format!("--map {} and --map {} {what}", show_map(prev), show_map(m)));
+            return Err(format!(
+                "--map {} and --map {} {what}",
+                show_map(prev),
+                show_map(m)
+            ));
         }
         seen.insert(key(m), m);
     }
     for m in maps {
         if m.online_ip.is_some() {
-            let any = [false, true].into_iter().find_map(|v6| seen.get(&(m.online_port, None, Some(v6))));
+            let any = [false, true]
+                .into_iter()
+                .find_map(|v6| seen.get(&(m.online_port, None, Some(v6))));
             if let Some(any) = any {
                 return Err(format!(
                     "--map {} (any address) overlaps --map {}: give addresses to both or to neither",
@@ -513,7 +538,8 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
 
 /// The addresses of this host's interfaces (loopback included).
 pub fn local_addresses() -> Result<Vec<IpAddr>, String> {
-    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("cannot list this host's addresses (getifaddrs): {e}"))?;
+    let addrs = nix::ifaddrs::getifaddrs()
+        .map_err(|e| format!("cannot list this host's addresses (getifaddrs): {e}"))?;
     Ok(addrs
         .filter_map(|a| a.address)
         .filter_map(|sa| {
@@ -618,534 +644,5 @@ fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
     s.parse()
 }
 
-/// Parse a size: plain bytes, or a number with K, M, G or T (powers of 1024; `KB`, `KiB` and
-/// lower case accepted, decimals too: `1.5G`).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => {
-            return Err(format!(
-                "size {s:?}: unknown unit {unit:?} (use K, M, G or T, e.g. 512M)"
-            ))
-        }
-    };
-    if num.is_empty() {
-        return Err(format!("size {s:?}: no number (e.g. 512M, 2G, 1048576)"));
-    }
-    if num.contains('.') {
-        let v: f64 = num
-            .parse()
-            .map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
-        let bytes = v * mult as f64;
-        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-            return Err(format!("size {s:?} is too large"));
-        }
-        Ok(bytes as u64)
-    } else {
-        let v: u64 = num
-            .parse()
-            .map_err(|_| format!("size {s:?}: {num:?} is not a number"))?;
-        v.checked_mul(mult)
-            .ok_or_else(|| format!("size {s:?} is too large"))
-    }
-}
-
-/// Parse a duration: plain seconds, or a number with ms, s, m or h (`1.5s` accepted).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let secs_per: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "s" | "sec" | "secs" => 1.0,
-        "ms" => 0.001,
-        "m" | "min" | "mins" => 60.0,
-        "h" | "hr" | "hrs" => 3600.0,
-        _ => {
-            return Err(format!(
-                "duration {s:?}: unknown unit {unit:?} (use ms, s, m or h, e.g. 30s)"
-            ))
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("duration {s:?}: {num:?} is not a number (e.g. 30s, 5m, 120)"))?;
-    let secs = v * secs_per;
-    if !secs.is_finite() || secs > 365.0 * 86400.0 {
-        return Err(format!("duration {s:?} is too long"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn map(s: &str) -> PortMap {
-        parse_map(s).unwrap()
-    }
-
-    #[test]
-    fn maps() {
-        assert_eq!(
-            map("80=198.18.1.2:8080"),
-            PortMap {
-                online_ip: None,
-                online_port: 80,
-                target: "198.18.1.2:8080".parse().unwrap()
-            }
-        );
-        assert_eq!(
-            map("10.0.0.5:443=198.18.1.2:443").online_ip,
-            Some("10.0.0.5".parse().unwrap())
-        );
-        let v6 = map("[2001:db8::1]:80=[2001:db8::2]:8080");
-        assert_eq!(v6.online_ip, Some("2001:db8::1".parse().unwrap()));
-        assert_eq!(v6.target, "[2001:db8::2]:8080".parse().unwrap());
-        assert_eq!(map(" 80 = 198.18.1.2:80 ").online_port, 80);
-    }
-
-    #[test]
-    fn bad_maps_name_the_value() {
-        for (bad, needle) in [
-            ("80", "no '='"),
-            ("x=198.18.1.2:80", "neither PORT nor IP:PORT"),
-            ("0=198.18.1.2:80", "port 0"),
-            ("70000=198.18.1.2:80", "neither PORT"),
-            ("80=198.18.1.2", "not IP:PORT"),
-            ("80=testhost:80", "host names are not resolved"),
-            ("80=198.18.1.2:0", "unicast address and a port"),
-            ("80=0.0.0.0:80", "unicast"),
-            ("0.0.0.0:80=198.18.1.2:80", "cannot be a service address"),
-        ] {
-            let e = parse_map(bad).unwrap_err();
-            assert!(
-                e.contains(bad.trim()) && e.contains(needle),
-                "{bad:?} -> {e}"
-            );
-        }
-    }
-
-    #[test]
-    fn map_cross_checks() {
-        let ok = [map("80=198.18.1.2:80"), map("443=198.18.1.2:443")];
-        check_maps(&ok, None).unwrap();
-        let dup = [map("80=198.18.1.2:80"), map("80=198.18.1.3:80")];
-        assert!(check_maps(&dup, None)
-            .unwrap_err()
-            .contains("same online port 80"));
-        let dup6 = [map("80=[2001:db8::2]:80"), map("80=[2001:db8::3]:80")];
-        let e = check_maps(&dup6, None).unwrap_err();
-        assert!(e.contains("same online port 80") && e.contains("IPv6"), "{e}");
-        let dup_addr = [map("10.0.0.5:80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
-        assert!(check_maps(&dup_addr, None)
-            .unwrap_err()
-            .contains("same online port 80"));
-        let overlap = [map("80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
-        assert!(check_maps(&overlap, None).unwrap_err().contains("overlaps"));
-        let overlap6 = [map("80=[2001:db8::2]:80"), map("[2001:db8::1]:80=[2001:db8::3]:80")];
-        assert!(check_maps(&overlap6, None).unwrap_err().contains("overlaps"));
-        let two_addrs = [
-            map("10.0.0.5:80=198.18.1.2:80"),
-            map("10.0.0.6:80=198.18.1.3:80"),
-        ];
-        check_maps(&two_addrs, None).unwrap();
-        let fam = [map("[2001:db8::1]:80=198.18.1.2:80")];
-        assert!(check_maps(&fam, None)
-            .unwrap_err()
-            .contains("different IP families"));
-        let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
-        check_maps(&fam, Some(&pool)).unwrap();
-        let pool6: ClientIpPool = "2001:db8:ff::/48".parse().unwrap();
-        assert!(check_maps(&ok, Some(&pool6))
-            .unwrap_err()
-            .contains("--client-ip"));
-    }
-
-    #[test]
-    fn one_map_per_family_on_a_port() {
-        // IPv4 clients to the IPv4 target, IPv6 clients to the IPv6 one.
-        let both = [map("80=198.18.2.2:80"), map("80=[fd00:198:18:2::2]:80")];
-        check_maps(&both, None).unwrap();
-        // in either order
-        check_maps(&[both[1], both[0]], None).unwrap();
-        // a --client-ip range has one family, which every target must share
-        let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
-        assert!(check_maps(&both, Some(&pool))
-            .unwrap_err()
-            .contains("different IP families"));
-        // the engine's own checks accept them; the flags parse into both maps
-        let cfg = EngineConfig { maps: both.to_vec(), ..EngineConfig::default() };
-        cfg.validate().unwrap();
-        let v = args(&["--no-secret", "--map", "80=[fd00:198:18:2::2]:80"])
-            .unwrap()
-            .validate(1)
-            .unwrap();
-        assert_eq!(v.engine.maps.len(), 2);
-        let three = args(&["--no-secret", "--map", "80=[fd00::2]:80", "--map", "80=[fd00::3]:80"])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(three.contains("one map per family"), "{three}");
-    }
-
-    #[test]
-    fn session_caps_parse_and_default() {
-        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
-        assert_eq!(v.engine.max_sessions, crate::engine::DEFAULT_MAX_SESSIONS);
-        assert_eq!((v.engine.max_pending_syns, v.engine.syn_timeout), (65536, Duration::from_secs(5)));
-        let v = args(&["--no-secret", "--max-sessions", "5000", "--max-pending-syns", "300", "--syn-timeout", "2s"])
-            .unwrap()
-            .validate(1)
-            .unwrap();
-        assert_eq!((v.engine.max_sessions, v.engine.max_pending_syns), (5000, 300));
-        assert_eq!(v.engine.syn_timeout, Duration::from_secs(2));
-        for bad in [["--max-sessions", "0"], ["--max-sessions", "many"], ["--max-pending-syns", "0"]] {
-            let e = args(&bad).unwrap_err().to_string();
-            assert!(e.contains(bad[0]), "{bad:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn a_map_to_this_host_is_refused() {
-        let local: Vec<IpAddr> = vec!["198.18.1.2".parse().unwrap(), "fd00::5".parse().unwrap()];
-        for target in ["198.18.1.2:80", "127.0.0.1:80", "127.3.4.5:8080", "[::1]:80", "[fd00::5]:80", "[::ffff:198.18.1.2]:80"] {
-            let m = map(&format!("80={target}"));
-            let e = check_targets_not_local(&[map("81=198.18.2.2:81"), m], &local).unwrap_err();
-            assert!(e.contains(&format!("--map {}", show_map(&m))) && e.contains("this host"), "{target}: {e}");
-        }
-        check_targets_not_local(&[map("80=198.18.2.2:80"), map("81=[fd00::6]:80")], &local).unwrap();
-        // This machine's own addresses, as the copier reads them: loopback among them.
-        let mine = local_addresses().unwrap();
-        assert!(mine.iter().any(|a| a.is_loopback()), "{mine:?}");
-        let e = args(&["--no-secret", "--map", "81=127.0.0.1:80"]).unwrap().validate(1).unwrap_err();
-        assert!(e.contains("--map 81=127.0.0.1:80"), "{e}");
-        if let Some(a) = mine.iter().find(|a| !a.is_loopback()) {
-            let target = SocketAddr::new(*a, 80);
-            let flag = format!("81={target}");
-            let e = args(&["--no-secret", "--map", &flag]).unwrap().validate(1).unwrap_err();
-            assert!(e.contains("this host"), "{e}");
-        }
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
-        assert_eq!(parse_size("2g").unwrap(), 2 << 30);
-        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
-        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert_eq!(parse_size("100 MB").unwrap(), 100 << 20);
-        for bad in ["", "M", "12Q", "1.2.3M", "-5M", "99999999999T"] {
-            let e = parse_size(bad).unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
-        }
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
-        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
-        assert_eq!(parse_duration("120").unwrap(), Duration::from_secs(120));
-        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        for bad in ["", "s", "5d", "abc", "1e400"] {
-            let e = parse_duration(bad).unwrap_err();
-            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
-        }
-    }
-
-    fn args(extra: &[&str]) -> Result<Args, clap::Error> {
-        let mut v = vec![
-            "copier",
-            "--map",
-            "80=198.18.1.2:80",
-            "--intercept",
-            "198.18.1.2",
-        ];
-        v.extend_from_slice(extra);
-        Args::try_parse_from(v)
-    }
-
-    #[test]
-    fn pacing_modes() {
-        let mode = |extra: &[&str]| {
-            let mut v = vec!["--no-secret"];
-            v.extend_from_slice(extra);
-            let e = args(&v).unwrap().validate(1).unwrap().engine;
-            (e.pace_requests, e.pace_window)
-        };
-        assert_eq!(mode(&[]), (true, crate::engine::DEFAULT_PACE_WINDOW), "adaptive by default");
-        assert_eq!(mode(&["--pace-window", "8"]), (true, 8));
-        assert_eq!(mode(&["--pacing", "strict"]), (true, 1));
-        assert!(!mode(&["--pacing", "off"]).0);
-        assert!(!mode(&["--no-pacing"]).0);
-        assert!(args(&["--no-secret", "--pace-window", "0"]).is_err());
-        assert!(args(&["--no-secret", "--pace-window", "5000"]).is_err());
-        assert!(args(&["--no-secret", "--pacing", "fast"]).is_err());
-        assert!(args(&["--no-secret", "--pacing", "strict", "--no-pacing"]).is_err());
-    }
-
-    #[test]
-    fn command_line() {
-        let a = args(&[
-            "--no-secret",
-            "--max-memory",
-            "2G",
-            "--session-timeout",
-            "5m",
-            "--client-ip",
-            "198.19.0.0/16",
-        ])
-        .unwrap();
-        assert_eq!(a.max_memory, 2 << 30);
-        assert_eq!(a.session_timeout, Duration::from_secs(300));
-        assert_eq!(a.mtu, 1500);
-        let v = a.validate(7).unwrap();
-        assert!(v.secret.is_none());
-        assert_eq!(v.seed, 7);
-        assert!(v.engine.pace_requests);
-        assert_eq!(v.engine.max_memory, 2 << 30);
-        assert_eq!(v.intercepts[0].port, 36524);
-
-        // A secret is required unless --no-secret; both at once is refused.
-        assert!(args(&[]).is_err());
-        assert!(args(&["--no-secret", "--secret-file", "/x"]).is_err());
-        // --mtu below 576 is refused by clap.
-        assert!(args(&["--no-secret", "--mtu", "500"]).is_err());
-        let e = args(&["--no-secret", "--max-memory", "lots"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("lots"), "{e}");
-
-        let missing = args(&["--secret-file", "/nonexistent/secret"])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(missing.contains("/nonexistent/secret"), "{missing}");
-        let twice = args(&["--no-secret", "--intercept", "198.18.1.2:36524"])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(twice.contains("twice"), "{twice}");
-        let ring = args(&["--no-secret", "--ring-block-size", "1000"])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(ring.contains("--ring-block-size"), "{ring}");
-    }
-
-    #[test]
-    fn secret_file_is_read() {
-        let dir = std::env::temp_dir().join(format!("copier-cli-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("secret");
-        // The secret must be owner-only and at least 16 bytes (common::proto::auth).
-        std::fs::write(&f, "hunter2-hunter2-hunter2\n").unwrap();
-        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-        let v = args(&["--secret-file", f.to_str().unwrap()])
-            .unwrap()
-            .validate(1)
-            .unwrap();
-        assert_eq!(v.secret.as_deref(), Some(&b"hunter2-hunter2-hunter2"[..]));
-        std::fs::write(&f, "\n").unwrap();
-        let e = args(&["--secret-file", f.to_str().unwrap()])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(e.contains("empty"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn offline_flags() {
-        let v = args(&[
-            "--no-secret",
-            "--offline",
-            "/tmp/x.pcap",
-            "--speed",
-            "10",
-            "--loop",
-            "3",
-            "--max-gap",
-            "250ms",
-        ])
-        .unwrap()
-        .validate(1)
-        .unwrap();
-        let o = v.offline.unwrap();
-        assert_eq!(o.path, PathBuf::from("/tmp/x.pcap"));
-        assert_eq!(
-            (o.speed, o.loops, o.max_gap),
-            (Speed::Factor(10.0), 3, Duration::from_millis(250))
-        );
-        let d = args(&["--no-secret", "--offline", "x.pcapng"])
-            .unwrap()
-            .validate(1)
-            .unwrap();
-        let o = d.offline.unwrap();
-        assert_eq!(
-            (o.speed, o.loops, o.max_gap),
-            (Speed::Factor(1.0), 1, Duration::from_secs(1))
-        );
-        for max in ["0", "max"] {
-            let a = args(&["--no-secret", "--offline", "x", "--speed", max]).unwrap();
-            assert_eq!(a.speed, Speed::Max);
-        }
-        assert!(args(&["--no-secret"])
-            .unwrap()
-            .validate(1)
-            .unwrap()
-            .offline
-            .is_none());
-        // The replay flags need --offline; --offline and --interface exclude each other.
-        for bad in [
-            &["--no-secret", "--speed", "10"][..],
-            &["--no-secret", "--loop", "2"],
-            &["--no-secret", "--max-gap", "2s"],
-            &["--no-secret", "--offline", "x", "--interface", "eth0"],
-            &["--no-secret", "--offline", "x", "--loop", "0"],
-            &["--no-secret", "--offline", "x", "--speed", "fast"],
-        ] {
-            assert!(args(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn workers_flag() {
-        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
-        assert_eq!(v.workers, 1, "one worker by default");
-        let v = args(&["--no-secret", "--workers", "4"]).unwrap().validate(1).unwrap();
-        assert_eq!(v.workers, 4);
-        for bad in ["0", "65", "two"] {
-            assert!(args(&["--no-secret", "--workers", bad]).is_err(), "{bad}");
-        }
-        let a = args(&["--no-secret", "--offline", "x.pcap", "--workers", "3"]).unwrap();
-        assert_eq!(a.workers, 3);
-        assert_eq!(a.validate(1).unwrap().workers, 1, "a replay runs on one worker");
-        use clap::CommandFactory;
-        let help = Args::command().render_long_help().to_string();
-        assert!(help.contains("--workers <N>") && help.contains("production"), "{help}");
-    }
-
-    #[test]
-    fn amplification_flags() {
-        let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
-        assert_eq!((v.engine.copies, v.engine.sample_percent, v.engine.client_ip), (1, 100.0, None));
-        let v = args(&[
-            "--no-secret",
-            "--copies",
-            "100",
-            "--sample",
-            "12.5",
-            "--client-ip",
-            "198.19.0.0/24,198.19.1.0/24",
-            "--client-ip",
-            "198.19.2.0/24",
-        ])
-        .unwrap()
-        .validate(1)
-        .unwrap();
-        assert_eq!((v.engine.copies, v.engine.sample_percent), (100, 12.5));
-        let pool = v.engine.client_ip.unwrap();
-        assert_eq!(pool.to_string(), "198.19.0.0/24,198.19.1.0/24,198.19.2.0/24");
-        for bad in [
-            &["--copies", "0"][..],
-            &["--copies", "1001"],
-            &["--sample", "0"],
-            &["--sample", "100.5"],
-            &["--sample", "half"],
-            &["--client-ip", "198.19.0.0/24,x"],
-        ] {
-            let mut a = vec!["--no-secret"];
-            a.extend_from_slice(bad);
-            assert!(args(&a).is_err(), "{bad:?}");
-        }
-        // Overlapping ranges over two flags, and a pool without the target's family.
-        let e = args(&["--no-secret", "--client-ip", "198.19.0.0/16", "--client-ip", "198.19.3.0/24"])
-            .unwrap()
-            .validate(1)
-            .unwrap_err();
-        assert!(e.contains("--client-ip") && e.contains("overlap"), "{e}");
-        let e = args(&["--no-secret", "--client-ip", "fd00:198:19::/48"]).unwrap().validate(1).unwrap_err();
-        assert!(e.contains("different IP families"), "{e}");
-        // One pool for both families when both are mapped.
-        let v = args(&[
-            "--no-secret",
-            "--map",
-            "81=[fd00:198:18:2::2]:80",
-            "--client-ip",
-            "198.19.0.0/16,fd00:198:19::/48",
-        ])
-        .unwrap()
-        .validate(1)
-        .unwrap();
-        assert!(v.engine.client_ip.is_some_and(|p| p.serves(true) && p.serves(false)));
-        use clap::CommandFactory;
-        let help = Args::command().render_long_help().to_string();
-        for want in ["--copies <N>", "--sample <P>", "Amplification", "--copies 10 --sample 25"] {
-            assert!(help.contains(want), "{want} missing in:\n{help}");
-        }
-    }
-
-    #[test]
-    fn profile_flag() {
-        let dir = std::env::temp_dir().join(format!("copier-cli-profile-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let good = dir.join("good.toml");
-        std::fs::write(&good, "[multiplication]\nfactor = 2.5\n").unwrap();
-        let bad = dir.join("bad.toml");
-        std::fs::write(&bad, "[multiplication]\nfactor = -1\n").unwrap();
-        let g = good.to_str().unwrap();
-        let v = args(&["--no-secret", "--profile", g]).unwrap().validate(1).unwrap();
-        assert_eq!(v.engine.profile.as_ref().map(|p| p.multiplication.factor), Some(2.5));
-        assert_eq!(v.engine.copies, 1);
-        // The profile replaces --copies, --sample and --client-ip.
-        for other in [&["--copies", "3"][..], &["--sample", "50"], &["--client-ip", "198.19.0.0/24"]] {
-            let mut a = vec!["--no-secret", "--profile", g];
-            a.extend_from_slice(other);
-            let e = args(&a).unwrap_err().to_string();
-            assert!(e.contains("--profile") && e.contains(other[0]), "{e}");
-        }
-        // A key out of range is named; a missing file too.
-        let e = args(&["--no-secret", "--profile", bad.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
-        assert!(e.contains("--profile") && e.contains("multiplication.factor"), "{e}");
-        let missing = dir.join("none.toml");
-        let e = args(&["--no-secret", "--profile", missing.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
-        assert!(e.contains("none.toml"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
-        use clap::CommandFactory;
-        let help = Args::command().render_long_help().to_string();
-        assert!(help.contains("--profile <FILE>") && help.contains("Shaping:") && help.contains("--profile /etc/tcopy/profile.toml"), "{help}");
-    }
-
-    #[test]
-    fn help_explains_and_shows_an_example() {
-        use clap::CommandFactory;
-        let help = Args::command().render_long_help().to_string();
-        assert!(help.contains("Copies live TCP traffic"));
-        assert!(help.contains("copier --map 80=198.18.1.2:8080 --intercept 198.18.1.2"));
-        assert!(help.contains("--no-pacing"));
-        for flag in [
-            "--offline <FILE>",
-            "--speed <X>",
-            "--loop <N>",
-            "--max-gap <DURATION>",
-            "copier --offline traffic.pcap",
-        ] {
-            assert!(help.contains(flag), "{flag}");
-        }
-    }
-}
+mod tests;

@@ -17,7 +17,9 @@ use common::flow::FourTuple;
 use common::proto::io::client_handshake_timeout;
 use common::proto::Message;
 
-use crate::cli::{parse_duration, parse_map, parse_size, show_map};
+use common::units::{parse_duration, parse_size};
+
+use crate::cli::{parse_map, show_map};
 use crate::control::InterceptAddr;
 use crate::engine::PortMap;
 
@@ -53,7 +55,7 @@ pub struct DoctorArgs {
     pub mtu: u16,
 
     /// The copier's --ring-block-size.
-    #[arg(long, value_name = "SIZE", default_value = "128K", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
     pub ring_block_size: u64,
 
     /// Largest clock difference with an intercept host accepted.
@@ -344,7 +346,7 @@ mod tests {
     fn doctor_is_a_subcommand_next_to_the_flat_flags() {
         let a = Args::try_parse_from(["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
         let Some(Command::Doctor(d)) = a.command else { panic!("no doctor: {a:?}") };
-        assert_eq!((d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size), (1, 36524, 1500, 128 << 10));
+        assert_eq!((d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size), (1, 36524, 1500, 256 << 10));
         assert_eq!(d.max_clock_skew, Duration::from_secs(1));
         // the daemon's flags are unchanged and still required without the subcommand
         let a = Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod control;
 pub mod doctor;
 pub mod engine;
+pub mod feed;
 pub mod metrics;
 pub mod offline;
 pub mod run;

@@ -18,6 +18,7 @@ use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
+use copier::feed::{Feed, FeedConfig};
 use copier::cli::{show_map, Args};
 use copier::control::{run_client, ClientConfig, Links, Registry};
 use copier::engine::{EngineConfig, PortShare};
@@ -95,11 +96,12 @@ fn run(args: Args) -> Result<RunSummary> {
     let sources: Vec<Source> = match &v.offline {
         None => {
             let filter = build_filter(&targets).context("building the capture filter")?;
+            let feed = FeedConfig { max_bytes: v.capture.block_size as usize * v.capture.block_count as usize };
             Capture::open_fanout(&v.capture, &filter, workers)
                 .context("starting the capture (run as root or with CAP_NET_RAW)")?
                 .into_iter()
-                .map(Source::Live)
-                .collect()
+                .map(|c| Feed::start(c, feed).map(Source::Live).context("starting the capture thread"))
+                .collect::<anyhow::Result<_>>()?
         }
         Some(cfg) => vec![Source::Offline(Box::new(Replay::open(
             cfg.clone(),

@@ -168,6 +168,13 @@ fn describe() {
         "Times the capture queue froze on a full ring (tp_freeze_q_cnt)"
     );
     describe_gauge!("copier_sessions_active", "Sessions in the engine's table");
+    describe_gauge!(
+        "copier_capture_ring_bytes",
+        Unit::Bytes,
+        "Bytes of the capture ring(s) mapped now (the ring grows with the traffic)"
+    );
+    describe_counter!("copier_capture_ring_grows_total", "Times the capture ring grew");
+
     describe_counter!(
         "copier_sessions_started_total",
         "Copy sessions started (up to --copies per captured session)"
@@ -360,6 +367,8 @@ pub fn export(s: &Snapshot<'_>) {
     counter!("copier_kernel_packets_total").absolute(c.kernel_packets);
     counter!("copier_kernel_drops_total").absolute(c.kernel_drops);
     counter!("copier_kernel_freezes_total").absolute(c.kernel_freezes);
+    gauge!("copier_capture_ring_bytes").set(c.ring_bytes as f64);
+    counter!("copier_capture_ring_grows_total").absolute(c.ring_grows);
 
     gauge!("copier_sessions_active").set(e.sessions_active as f64);
     counter!("copier_sessions_started_total").absolute(e.sessions_started);

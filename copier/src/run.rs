@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 use common::proto::RegVerdict;
 use tokio::sync::mpsc;
 
-use crate::capture::{Capture, CaptureStats};
+use crate::capture::CaptureStats;
+use crate::feed::Feed;
 use crate::control::{RegEvent, Registry};
 use crate::engine::{ControlEvent, Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
@@ -52,6 +53,9 @@ use crate::workers::{Inbound, Routes};
 pub const MAX_WAIT: Duration = Duration::from_millis(100);
 /// How often counters are exported and the kernel's drop counters read.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// Batches of captured packets (a batch: at most two ring blocks) handed to the engine per turn.
+pub const BATCHES_PER_TURN: usize = 4;
+
 /// Record batches taken per turn, so a flood of records cannot starve the capture.
 const RECORD_BATCHES_PER_TURN: usize = 64;
 /// Packets taken from the engine per turn.
@@ -68,8 +72,8 @@ pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
 /// Where client packets come from.
 #[derive(Debug)]
 pub enum Source {
-    /// The live capture ring.
-    Live(Capture),
+    /// The live capture ring, read by its own thread.
+    Live(Feed),
     /// A capture file (`--offline`).
     Offline(Box<Replay>),
 }
@@ -430,10 +434,8 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 
     let fed = match &mut io.source {
         Source::Live(capture) => {
-            // At most one ring's worth per turn, so a flood cannot starve records, timers and
-            // sending.
-            let max_blocks = capture.block_count();
-            capture.drain(max_blocks, |pkt| engine.handle_captured(now, pkt))
+            // A few batches per turn, so a flood cannot starve records, timers and sending.
+            capture.drain(BATCHES_PER_TURN, |pkt| engine.handle_captured(now, pkt))
         }
         Source::Offline(replay) => {
             if up && !replay.started() {

@@ -217,6 +217,18 @@ impl RxRing {
         self.status(idx).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
+    /// Is block `idx` handed to user space with `TP_STATUS_LOSING` (the kernel dropped packets
+    /// for want of room since the socket's counters were last read)?
+    pub fn block_losing(&self, idx: usize) -> bool {
+        let st = self.status(idx).load(Ordering::Acquire);
+        st & libc::TP_STATUS_USER != 0 && st & libc::TP_STATUS_LOSING != 0
+    }
+
+    /// Bytes of the mapped ring.
+    pub fn bytes(&self) -> usize {
+        self.map_len
+    }
+
     /// If block `idx` belongs to user space, call `f` with its bytes and give the block back to
     /// the kernel afterwards (also if `f` panics). Returns `None` if the block is not ready.
     pub fn with_block<R>(&mut self, idx: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {

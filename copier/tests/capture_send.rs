@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::seq::SeqNum;
+use common::testkit;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::{Capture, CaptureConfig};
+use copier::feed::{Feed, FeedConfig};
 use copier::send::{RawSender, SendConfig};
 use nix::sched::{setns, CloneFlags};
 
@@ -116,22 +118,9 @@ impl Drop for Lab {
     }
 }
 
+/// The template segment (`common::testkit`) from `src` to `dst` at `seq`, acking 1.
 fn tcp_packet(src: SocketAddr, dst: SocketAddr, seq: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
-        src,
-        dst,
-        seq: SeqNum(seq),
-        ack: SeqNum(1),
-        flags: TcpFlags::ACK | TcpFlags::PSH,
-        window: 1000,
-        options: &[],
-        payload,
-        ttl: 64,
-        ident: 1,
-    }
-    .emit(&mut out);
-    out
+    testkit::emit(&TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(1), payload, ident: 1, ..testkit::SEGMENT })
 }
 
 fn sa(ip: &str, port: u16) -> SocketAddr {
@@ -162,12 +151,20 @@ fn open_capture(lab: &Lab, interface: Option<&str>, targets: Vec<FilterTarget>) 
         interface: interface.map(str::to_string),
         block_size: 1 << 16,
         block_count: 4,
+        initial_blocks: 4,
         retire: Duration::from_millis(5),
     };
     let filter = build_filter(&targets).unwrap();
     lab.within(&lab.b, move || {
         Capture::open(&cfg, &filter).expect("open capture in b")
     })
+}
+
+/// A capture on `b0` of everything sent to port 80, and a raw sender in `a`.
+fn port80_capture_and_sender(lab: &Lab) -> (Capture, RawSender) {
+    let cap = open_capture(lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
+    let sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    (cap, sender)
 }
 
 fn tuple(src: SocketAddr, dst: SocketAddr) -> FourTuple {
@@ -180,17 +177,7 @@ fn capture_sees_only_mapped_tcp_and_sender_delivers() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || {
-        RawSender::open(SendConfig::default()).expect("raw sockets in a")
-    });
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
 
     let wanted: Vec<Vec<u8>> = (0..3u32)
         .map(|i| {
@@ -311,15 +298,7 @@ fn sender_splits_when_the_route_mtu_is_smaller() {
     }
     let lab = Lab::new();
     ip(&["-n", &lab.a, "link", "set", "a0", "mtu", "1400"]);
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
 
     let body: Vec<u8> = (0..2400u32).map(|i| (i % 251) as u8).collect();
     let (src, dst) = (sa(A_V4, 41000), sa(B_V4, 80));
@@ -364,15 +343,7 @@ fn poll_wakes_when_a_partly_filled_block_retires() {
         return;
     }
     let lab = Lab::new();
-    let mut cap = open_capture(
-        &lab,
-        Some("b0"),
-        vec![FilterTarget {
-            addr: None,
-            port: 80,
-        }],
-    );
-    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).unwrap());
+    let (mut cap, mut sender) = port80_capture_and_sender(&lab);
     // Warm up ARP so the measured packet goes out at once.
     lab.within(&lab.a, || {
         let _ = UdpSocket::bind(sa(A_V4, 0))
@@ -475,6 +446,7 @@ fn fanout_gives_each_ring_whole_flows() {
         interface: Some("b0".into()),
         block_size: 1 << 16,
         block_count: 4,
+        initial_blocks: 4,
         retire: Duration::from_millis(5),
     };
     let filter = build_filter(&[FilterTarget {
@@ -598,4 +570,142 @@ fn fanout_gives_each_ring_whole_flows() {
         "fanout group {group}: ring 0 got {ring0} flows, ring 1 {}",
         FLOWS as usize - ring0
     );
+}
+
+#[test]
+fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
+    if !root_or_skip("the_ring_grows_under_pressure_without_losing_or_repeating_a_packet") {
+        return;
+    }
+    let lab = Lab::new();
+    let cfg = CaptureConfig {
+        interface: Some("b0".into()),
+        block_size: 1 << 16,
+        block_count: 64,
+        initial_blocks: 8,
+        retire: Duration::from_millis(5),
+    };
+    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
+    let cap = lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"));
+    assert_eq!(cap.stats().ring_bytes, 8 << 16, "it starts small");
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    lab.within(&lab.a, || {
+        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // A sender that keeps going, a batch every 2 ms, while the capture grows (twice: 8 -> 32 ->
+    // 64 blocks), so packets arrive before, during and after each switch of rings.
+    const TOTAL: u32 = 6000;
+    let sending = std::thread::spawn(move || {
+        let mut sent = Vec::new();
+        for seq in 0..TOTAL {
+            // Payloads large enough that a few dozen fill a 64 KiB block.
+            let body = format!("packet {seq:06} {}", "x".repeat(1000));
+            let p = tcp_packet(sa(A_V4, 40000), sa(B_V4, 80), seq, body.as_bytes());
+            let parsed = parse_tcp_packet(&p).unwrap();
+            let mut buf = sender.buffer();
+            buf.extend_from_slice(&p);
+            sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+            sent.push(p);
+            if seq % 20 == 19 {
+                sender.flush(Instant::now());
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        sender.flush(Instant::now());
+        sent
+    });
+    // The reader is slow at first (nothing read for 25 ms: about five of the eight blocks pile
+    // up, the 5 ms block timeout handing one over each time), then reads in small steps; the
+    // larger rings are new sockets, opened in the reader's namespace.
+    let (got, st) = lab.within(&lab.b, move || {
+        let mut cap = cap;
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(25));
+        let mut quiet_since = None;
+        while start.elapsed() < Duration::from_secs(20) {
+            let before = got.len();
+            cap.drain(2, |p| got.push(p.to_vec()));
+            if got.len() == before && !cap.has_ready() {
+                let now = Instant::now();
+                if got.len() >= TOTAL as usize && *quiet_since.get_or_insert(now) + Duration::from_millis(200) < now {
+                    break;
+                }
+                let _ = copier::sys::poll_readable(&[cap.fd()], Duration::from_millis(1));
+            } else {
+                quiet_since = None;
+            }
+            if cap.stats().ring_grows == 0 {
+                // Slow until it has grown once.
+                std::thread::sleep(Duration::from_millis(3));
+            }
+        }
+        cap.refresh_kernel_stats().unwrap();
+        (got, cap.stats())
+    });
+    let sent = sending.join().unwrap();
+    eprintln!("{st:?}");
+    assert!(st.ring_grows >= 1, "under pressure it grows: {st:?}");
+    assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
+    assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
+    let first_bad = got.iter().zip(&sent).position(|(g, s)| g != s);
+    assert_eq!(first_bad, None, "in order, byte for byte");
+    let blocks = if st.ring_grows == 1 { 32 } else { 64 };
+    assert_eq!(st.ring_bytes, blocks << 16, "only the newest ring stays mapped: {st:?}");
+}
+
+#[test]
+fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
+    if !root_or_skip("the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring") {
+        return;
+    }
+    let lab = Lab::new();
+    // A fixed ring of 4 x 64 KiB: about 240 of the packets below fit in it.
+    let cfg = CaptureConfig {
+        interface: Some("b0".into()),
+        block_size: 1 << 16,
+        block_count: 4,
+        initial_blocks: 4,
+        retire: Duration::from_millis(5),
+    };
+    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
+    let cap = lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"));
+    let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
+    let mut sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    lab.within(&lab.a, || {
+        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    // 3000 packets of 1 KB (3 MB, twelve times the ring) while the engine takes nothing.
+    let mut sent = Vec::new();
+    for seq in 0..3000u32 {
+        let body = format!("packet {seq:06} {}", "y".repeat(1000));
+        let p = tcp_packet(sa(A_V4, 40001), sa(B_V4, 80), seq, body.as_bytes());
+        let parsed = parse_tcp_packet(&p).unwrap();
+        let mut buf = sender.buffer();
+        buf.extend_from_slice(&p);
+        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+        sent.push(p);
+        if seq % 50 == 49 {
+            sender.flush(Instant::now());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    sender.flush(Instant::now());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(feed.queued_bytes() > 1 << 20, "the thread holds what the engine did not take: {}", feed.queued_bytes());
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < sent.len() && Instant::now() < until {
+        if feed.drain(4, |p| got.push(p.to_vec())) == 0 {
+            let _ = copier::sys::poll_readable(&[feed.fd()], Duration::from_millis(20));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(250));
+    let st = feed.stats();
+    assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
+    assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
+    assert_eq!(got.iter().zip(&sent).position(|(g, s)| g != s), None, "in order, byte for byte");
+    assert_eq!(feed.queued_bytes(), 0);
 }

@@ -56,8 +56,8 @@ pub struct DoctorArgs {
     pub copier: Vec<IpAddr>,
 
     /// Largest clock difference with a copier host accepted.
-    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
-    pub max_clock_skew: f64,
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = common::units::parse_duration)]
+    pub max_clock_skew: Duration,
 }
 
 /// The doctor's arguments when the command line is `intercept doctor ...` (exits on a bad one).
@@ -124,9 +124,8 @@ pub fn run(a: &DoctorArgs) -> Report {
         route_back(&mut r, net, &toward_copier);
     }
     doctor::check_conntrack(&mut r);
-    let max = Duration::from_secs_f64(a.max_clock_skew.max(0.0));
     for c in &a.copier {
-        doctor::check_clock(&mut r, "copier host", *c, max);
+        doctor::check_clock(&mut r, "copier host", *c, a.max_clock_skew);
     }
     r
 }

@@ -1,9 +1,12 @@
-//! Intercept library: the routing decision logic ([`router`], sans-IO, with [`allow`],
-//! [`hold`] and [`tombstone`]) and its I/O layer: [`nfqueue`] workers (over our own [`netlink`] messages), the [`outlet`] queues shared with the
-//! [`control`] connections, the iptables [`rules`] (and what becomes of them at [`exit`]),
-//! this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`] names.
+//! Intercept library: the daemon's [`config`] (checked before anything starts), the routing
+//! decision logic ([`router`], sans-IO, with [`allow`], [`hold`] and [`tombstone`]) and its I/O
+//! layer: [`nfqueue`] workers (over our own [`netlink`] messages), the [`outlet`] queues shared
+//! with the [`control`] connections, the iptables [`rules`] (and what becomes of them at
+//! [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`]
+//! names.
 
 pub mod allow;
+pub mod config;
 pub mod control;
 pub mod doctor;
 pub mod exit;

@@ -14,16 +14,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{ArgAction, Parser};
 use common::proto::{auth, DEFAULT_PORT};
-use intercept::allow::{AllowList, IpNet};
+use common::units::{self, UnitError};
+use intercept::allow::IpNet;
+use intercept::config::{InterceptConfig, MAX_DURATION};
 use intercept::control::{self, ControlConfig};
 use intercept::exit::{self, RulesAtExit};
 use intercept::outlet::Shared;
-use intercept::router::{
-    Guard, Router, RouterConfig, DEFAULT_MAX_REGISTRATIONS, DEFAULT_TOMBSTONE_CAPACITY,
-};
+use intercept::router::{Router, DEFAULT_MAX_REGISTRATIONS, DEFAULT_TOMBSTONE_CAPACITY};
 use intercept::rules::{self, QueueTarget, SystemRunner};
 use intercept::{local, metrics as names, nfqueue};
 use tokio::sync::{mpsc, watch};
@@ -70,7 +70,8 @@ Examples:
   intercept --port 80 --listen 198.18.2.2:36524 --secret-file /etc/tcopy/secret
 
 The secret file holds a string of at least 16 bytes (a trailing newline is ignored) and must
-be readable by its owner only (chmod 600); the copier needs the same file. Logs go to stderr
+be readable by its owner only (chmod 600); the copier needs the same file. Durations: plain
+seconds or a number with ms, s, m, h or d (500ms, 1.5s, 2s; at most 1h here). Logs go to stderr
 (RUST_LOG or --log-level set the level); metrics are served in Prometheus text format with
 --metrics ADDR:PORT.";
 
@@ -229,9 +230,6 @@ fn parse_balance(s: &str) -> Result<(u16, u16), String> {
     Ok((a, b))
 }
 
-/// The longest duration a flag takes.
-const MAX_DURATION: Duration = Duration::from_secs(3600);
-
 fn parse_port(s: &str) -> Result<u16, String> {
     match s.trim().parse::<u16>() {
         Ok(0) => Err("port 0 is not a port a service answers from (1 to 65535)".to_string()),
@@ -248,24 +246,39 @@ fn parse_positive(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let err = || format!("{s:?} is not a duration like 2s, 1.5s or 500ms");
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1e-3)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| err())?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(err());
+/// A duration in `common::units`' grammar, at most [`MAX_DURATION`].
+fn parse_duration(s: &str) -> Result<Duration, UnitError> {
+    units::parse_duration_at_most(s, MAX_DURATION)
+}
+
+impl Cli {
+    /// The daemon's configuration from the flags (checked by [`InterceptConfig::validate`]).
+    fn config(&self) -> InterceptConfig {
+        InterceptConfig {
+            ports: self.ports.clone(),
+            listen: self.listen,
+            secret_file: self.secret_file.clone(),
+            allow: self.allow.clone(),
+            queue: match self.queue_balance {
+                Some((a, b)) => QueueTarget::Balance(a, b),
+                None => QueueTarget::Num(self.queue_num),
+            },
+            payload_bytes: self.payload_bytes,
+            install_rules: self.install_rules,
+            always_remove_rules: self.always_remove_rules,
+            no_rule_check: self.no_rule_check,
+            ipv4_only: self.ipv4_only,
+            metrics: self.metrics,
+            hold_time: self.hold_time,
+            hold_capacity: self.hold_capacity,
+            max_registrations: self.max_registrations,
+            linger: self.linger,
+            tombstone_capacity: self.tombstone_capacity,
+            exit_grace: self.exit_grace,
+            local_answers: !self.no_local_answers,
+            copier_queue: self.copier_queue,
+        }
     }
-    let secs = v * scale;
-    if secs > MAX_DURATION.as_secs_f64() {
-        return Err(format!("{s:?} is too long (at most 1h = 3600s)"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn init_logging(cli: &Cli) {
@@ -284,15 +297,15 @@ fn init_logging(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
-    // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
     common::docs::generate_if_asked(<Cli as clap::CommandFactory>::command());
+    // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
     if let Some(d) = intercept::doctor::from_matches(&matches) {
         return ExitCode::from(intercept::doctor::main(&d));
     }
     let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
-    match run(cli) {
+    match run(cli.config()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("intercept: error: {e:#}");
@@ -301,14 +314,8 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
-    if cli.payload_bytes > usize::from(u16::MAX) - nfqueue::HEADER_COPY {
-        bail!(
-            "--payload-bytes {} is too large (at most {})",
-            cli.payload_bytes,
-            usize::from(u16::MAX) - nfqueue::HEADER_COPY
-        );
-    }
+fn run(cli: InterceptConfig) -> Result<()> {
+    cli.validate()?;
     let secret = match &cli.secret_file {
         Some(path) => Some(auth::load_secret(path).context("--secret-file")?),
         None => {
@@ -319,28 +326,11 @@ fn run(cli: Cli) -> Result<()> {
             None
         }
     };
-    let target = match cli.queue_balance {
-        Some((a, b)) => QueueTarget::Balance(a, b),
-        None => QueueTarget::Num(cli.queue_num),
-    };
-    let queues = target.queues();
-    let rules = rules::rules_for(&cli.ports, target, cli.ipv4_only);
+    let queues = cli.queue.queues();
+    let rules = cli.rules();
 
-    let mut router = Router::new(RouterConfig {
-        allow: AllowList::new(cli.allow.clone()),
-        hold_time: cli.hold_time,
-        hold_capacity: cli.hold_capacity,
-        guard: Guard {
-            ports: Some(cli.ports.clone()),
-            ipv4: true,
-            ipv6: !cli.ipv4_only,
-        },
-        max_registrations: cli.max_registrations,
-        linger: cli.linger,
-        tombstone_capacity: cli.tombstone_capacity,
-        accept_local: !cli.no_local_answers,
-    });
-    if !cli.no_local_answers {
+    let mut router = Router::new(cli.router_config());
+    if cli.local_answers {
         let addrs = local::interface_addrs()?;
         tracing::info!(
             "answers to this host pass (loopback and {addrs:?}; re-read every {:?})",
@@ -465,7 +455,7 @@ fn run(cli: Cli) -> Result<()> {
 /// Everything that runs until a signal (or a fatal error): metrics, NFQUEUE workers, control
 /// listener, timers; then the exit grace, with all of them still running.
 async fn serve(
-    cli: &Cli,
+    cli: &InterceptConfig,
     secret: Option<Vec<u8>>,
     shared: Arc<Shared>,
     bound: Vec<nfqueue::BoundQueue>,
@@ -531,7 +521,7 @@ async fn serve(
     let ticker = tokio::spawn(tick(
         shared.clone(),
         queues.to_vec(),
-        !cli.no_local_answers,
+        cli.local_answers,
         stop_rx,
     ));
 

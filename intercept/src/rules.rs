@@ -4,14 +4,19 @@
 //! Either the intercept installs them (`--install-rules`: [`install`] returns an [`Installed`]
 //! guard that removes exactly the rules it added when asked, and keeps them (fail closed) when
 //! dropped without a decision, e.g. on a panic), or it checks that equivalent rules exist and
-//! take effect ([`check`]) and otherwise fails with the exact commands to run. Native nft `queue` rules do not work on these kernels
-//! (see `shared/LAB.md`), so everything goes through the `iptables` commands. The commands are
-//! run through a [`Runner`] so the logic can be tested without touching the firewall.
+//! take effect ([`check`]) and otherwise fails with the exact commands to run. Native nft
+//! `queue` rules do not work on these kernels (see `shared/LAB.md`), so everything goes through
+//! the `iptables` commands. The commands are run through a [`Runner`] so the logic can be tested
+//! without touching the firewall; what a listed line means is the business of `listing`.
 
 use std::fmt;
 use std::process::Command;
 
 use anyhow::{bail, Result};
+
+mod listing;
+
+use listing::{analyze, delete_command, Finding};
 
 /// IPv4 (`iptables`) or IPv6 (`ip6tables`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,236 +102,6 @@ impl Rule {
     /// The whole command line, for messages.
     pub fn command(&self, action: &str) -> String {
         format!("{} {}", self.family.tool(), self.args(action).join(" "))
-    }
-
-    /// Whether a line of `iptables -S OUTPUT` is exactly this rule: `-A OUTPUT -p tcp [-m tcp]
-    /// --sport PORT -j NFQUEUE` with our queue(s), no other match, no `--queue-bypass`.
-    pub fn matches_listing(&self, line: &str) -> bool {
-        matches!(self.classify(&Line::parse(line)), Class::Exact)
-    }
-
-    fn classify(&self, l: &Line) -> Class {
-        if !l.in_output {
-            return Class::Irrelevant;
-        }
-        let port = self.port.to_string();
-        let target_ours = l.target.as_deref() == Some("NFQUEUE")
-            && l.queue == Some(self.target)
-            && !l.bypass
-            && l.target_extra.is_empty();
-        let plain_ours = l.proto.as_ref() == Some(&(false, "tcp".to_string()))
-            && l.sport.as_ref() == Some(&(false, port.clone()))
-            && l.other.is_empty();
-        if plain_ours && target_ours {
-            return Class::Exact;
-        }
-        if !l.may_match(self.port) {
-            return Class::Irrelevant;
-        }
-        match l.target.as_deref() {
-            None => Class::Irrelevant,
-            Some(t) if NON_TERMINATING.contains(&t) => Class::Irrelevant,
-            Some("NFQUEUE") if l.bypass => Class::Bypass,
-            Some("NFQUEUE") if target_ours => Class::Narrowed,
-            Some(_) => Class::Shadows,
-        }
-    }
-}
-
-/// Targets after which a packet goes on to the next rule.
-const NON_TERMINATING: &[&str] = &[
-    "LOG",
-    "NFLOG",
-    "ULOG",
-    "MARK",
-    "CONNMARK",
-    "CLASSIFY",
-    "DSCP",
-    "TOS",
-    "TCPMSS",
-    "TRACE",
-    "AUDIT",
-    "SECMARK",
-    "CONNSECMARK",
-    "TEE",
-    "CHECKSUM",
-    "IDLETIMER",
-    "LED",
-    "RATEEST",
-    "SET",
-    "HMARK",
-    "TTL",
-    "HL",
-    "ECN",
-    "TCPOPTSTRIP",
-];
-
-/// How a listing line relates to one of our rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    /// Exactly our rule.
-    Exact,
-    /// Cannot take our packets (another chain, protocol or port; a non-terminating target).
-    Irrelevant,
-    /// Queues some of our packets to our queue(s) but has extra matches: harmless before our
-    /// rule, not enough on its own.
-    Narrowed,
-    /// Queues our packets with `--queue-bypass`: they pass while no intercept reads the queue.
-    Bypass,
-    /// Could take our packets before our rule (ACCEPT, RETURN, DROP, a jump, another queue).
-    Shadows,
-}
-
-/// A line of `iptables -S`, split into what the check looks at.
-#[derive(Debug, Default)]
-struct Line {
-    in_output: bool,
-    /// (negated, protocol).
-    proto: Option<(bool, String)>,
-    /// (negated, port or range).
-    sport: Option<(bool, String)>,
-    /// (negated, multiport list).
-    sports: Option<(bool, String)>,
-    /// Every other match option with its values (and `-m` modules other than tcp/multiport).
-    other: Vec<String>,
-    /// `-j`/`-g` target.
-    target: Option<String>,
-    queue: Option<QueueTarget>,
-    bypass: bool,
-    /// Target options other than the queue and bypass.
-    target_extra: Vec<String>,
-}
-
-impl Line {
-    fn parse(line: &str) -> Line {
-        let t: Vec<&str> = line.split_whitespace().collect();
-        let mut l = Line::default();
-        if t.len() < 2 || t[0] != "-A" || t[1] != "OUTPUT" {
-            return l;
-        }
-        l.in_output = true;
-        let mut i = 2;
-        let mut neg = false;
-        let mut in_target = false;
-        let mut queue_num = None;
-        let mut balance = None;
-        while i < t.len() {
-            let w = t[i];
-            let next = t.get(i + 1).map(|s| s.to_string()).unwrap_or_default();
-            if w == "!" {
-                neg = true;
-                i += 1;
-                continue;
-            }
-            if in_target {
-                match w {
-                    "--queue-num" => {
-                        queue_num = next.parse::<u16>().ok();
-                        i += 2;
-                    }
-                    "--queue-balance" => {
-                        balance = next.split_once(':').and_then(|(a, b)| {
-                            Some((a.parse::<u16>().ok()?, b.parse::<u16>().ok()?))
-                        });
-                        i += 2;
-                    }
-                    "--queue-bypass" => {
-                        l.bypass = true;
-                        i += 1;
-                    }
-                    _ => {
-                        l.target_extra.push(w.to_string());
-                        i += 1;
-                    }
-                }
-                continue;
-            }
-            match w {
-                "-p" | "--protocol" => {
-                    l.proto = Some((neg, next));
-                    i += 2;
-                }
-                "--sport" | "--source-port" => {
-                    l.sport = Some((neg, next));
-                    i += 2;
-                }
-                "--sports" | "--source-ports" => {
-                    l.sports = Some((neg, next));
-                    i += 2;
-                }
-                "-m" | "--match" if next == "tcp" || next == "multiport" => i += 2,
-                "-j" | "--jump" | "-g" | "--goto" => {
-                    l.target = Some(next);
-                    in_target = true;
-                    i += 2;
-                }
-                _ => {
-                    let mut opt = if neg { format!("! {w}") } else { w.to_string() };
-                    i += 1;
-                    while i < t.len() && !t[i].starts_with('-') && t[i] != "!" {
-                        opt.push(' ');
-                        opt.push_str(t[i]);
-                        i += 1;
-                    }
-                    l.other.push(opt);
-                }
-            }
-            neg = false;
-        }
-        if l.target.as_deref() == Some("NFQUEUE") {
-            l.queue = Some(match (queue_num, balance) {
-                (_, Some((a, b))) => QueueTarget::Balance(a, b),
-                (Some(n), None) => QueueTarget::Num(n),
-                (None, None) => QueueTarget::Num(0),
-            });
-        }
-        l
-    }
-
-    /// Whether this line could match a TCP packet from `port` (false only when its protocol or
-    /// source-port match clearly excludes it).
-    fn may_match(&self, port: u16) -> bool {
-        if let Some((neg, p)) = &self.proto {
-            let is_tcp = p == "tcp" || p == "6";
-            let any = p == "all" || p == "0";
-            if (*neg && (is_tcp || any)) || (!*neg && !is_tcp && !any) {
-                return false;
-            }
-        }
-        let in_spec = |spec: &str| -> Option<bool> {
-            let mut hit = false;
-            for part in spec.split(',') {
-                let (a, b) = match part.split_once(':') {
-                    Some((a, b)) => (
-                        if a.is_empty() {
-                            0
-                        } else {
-                            a.parse::<u16>().ok()?
-                        },
-                        if b.is_empty() {
-                            u16::MAX
-                        } else {
-                            b.parse::<u16>().ok()?
-                        },
-                    ),
-                    None => {
-                        let p = part.parse::<u16>().ok()?;
-                        (p, p)
-                    }
-                };
-                hit |= (a..=b).contains(&port);
-            }
-            Some(hit)
-        };
-        for (neg, spec) in [&self.sport, &self.sports].into_iter().flatten() {
-            // An unreadable spec (a service name) might match.
-            if let Some(hit) = in_spec(spec) {
-                if hit == *neg {
-                    return false;
-                }
-            }
-        }
-        true
     }
 }
 
@@ -454,42 +229,6 @@ impl<R: Runner> Drop for Installed<R> {
     }
 }
 
-/// What a listing of OUTPUT means for one of our rules.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Finding {
-    /// Our exact rule, before anything that could take its packets.
-    Effective(String),
-    /// No exact rule; maybe a narrowed one (extra matches) that queues only some packets.
-    Missing { narrowed: Option<String> },
-    /// A line with `--queue-bypass` queues our packets (fail open).
-    Bypass(String),
-    /// A line before our rule could take its packets.
-    Shadowed(String),
-}
-
-fn analyze(listing: &str, rule: &Rule) -> Finding {
-    let mut narrowed = None;
-    for line in listing.lines() {
-        let l = Line::parse(line);
-        match rule.classify(&l) {
-            Class::Exact => return Finding::Effective(line.trim().to_string()),
-            Class::Irrelevant => {}
-            Class::Narrowed => {
-                narrowed.get_or_insert_with(|| line.trim().to_string());
-            }
-            Class::Bypass => return Finding::Bypass(line.trim().to_string()),
-            Class::Shadows => return Finding::Shadowed(line.trim().to_string()),
-        }
-    }
-    Finding::Missing { narrowed }
-}
-
-/// The command that deletes a listed rule (`-A OUTPUT ...` -> `tool -D OUTPUT ...`).
-fn delete_command(family: Family, line: &str) -> String {
-    let spec = line.trim().strip_prefix("-A ").unwrap_or(line.trim());
-    format!("{} -D {spec}", family.tool())
-}
-
 fn list(runner: &mut impl Runner, family: Family) -> Result<String> {
     let r = runner.run(family.tool(), &["-S".into(), "OUTPUT".into()]);
     if !r.ok {
@@ -500,6 +239,24 @@ fn list(runner: &mut impl Runner, family: Family) -> Result<String> {
         );
     }
     Ok(r.stdout)
+}
+
+/// The OUTPUT chain of each family, listed once per [`install`] or [`check`].
+#[derive(Debug, Default)]
+struct Listings(Vec<(Family, String)>);
+
+impl Listings {
+    /// The listing of `family`, running `-S OUTPUT` the first time it is asked for.
+    fn of(&mut self, runner: &mut impl Runner, family: Family) -> Result<&str> {
+        let at = match self.0.iter().position(|(f, _)| *f == family) {
+            Some(at) => at,
+            None => {
+                self.0.push((family, list(runner, family)?));
+                self.0.len() - 1
+            }
+        };
+        Ok(&self.0[at].1)
+    }
 }
 
 /// Insert each rule at the top of OUTPUT. A rule that exists already (`-C`), typically left in
@@ -513,24 +270,15 @@ pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
         runner,
         rules: Vec::new(),
     };
-    let mut listings: Vec<(Family, String)> = Vec::new();
+    let mut listings = Listings::default();
     for rule in rules {
-        if !listings.iter().any(|(f, _)| *f == rule.family) {
-            let text = match list(&mut guard.runner, rule.family) {
-                Ok(t) => t,
-                Err(e) => {
-                    guard.remove();
-                    return Err(e);
-                }
-            };
-            listings.push((rule.family, text));
-        }
-        let listing = &listings
-            .iter()
-            .find(|(f, _)| *f == rule.family)
-            .expect("listed")
-            .1;
-        let finding = analyze(listing, rule);
+        let finding = match listings.of(&mut guard.runner, rule.family) {
+            Ok(listing) => analyze(listing, rule),
+            Err(e) => {
+                guard.remove();
+                return Err(e);
+            }
+        };
         if let Finding::Bypass(line) = &finding {
             let undo = guard.remove();
             bail!(
@@ -587,17 +335,9 @@ pub struct CheckReport {
 pub fn check<R: Runner>(runner: &mut R, rules: &[Rule]) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let mut problems = Vec::new();
-    let mut listings: Vec<(Family, String)> = Vec::new();
+    let mut listings = Listings::default();
     for rule in rules {
-        if !listings.iter().any(|(f, _)| *f == rule.family) {
-            let text = list(runner, rule.family)?;
-            listings.push((rule.family, text));
-        }
-        let listing = &listings
-            .iter()
-            .find(|(f, _)| *f == rule.family)
-            .expect("listed")
-            .1;
+        let listing = listings.of(runner, rule.family)?;
         let tool = rule.family.tool();
         match analyze(listing, rule) {
             Finding::Effective(line) => report.found.push(format!("{tool}: {line}")),
@@ -641,385 +381,4 @@ pub fn check<R: Runner>(runner: &mut R, rules: &[Rule]) -> Result<CheckReport> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Records commands; answers from a script.
-    #[derive(Debug, Default)]
-    struct Fake {
-        log: Vec<String>,
-        listing: String,
-        fail_on: Option<String>,
-        /// Rules that `-C` finds (as `-C` commands).
-        existing: Vec<String>,
-    }
-
-    impl Runner for &mut Fake {
-        fn run(&mut self, tool: &str, args: &[String]) -> Ran {
-            let cmd = format!("{tool} {}", args.join(" "));
-            self.log.push(cmd.clone());
-            if self.fail_on.as_deref().is_some_and(|f| cmd.contains(f)) {
-                return Ran {
-                    ok: false,
-                    stdout: String::new(),
-                    stderr: "boom".into(),
-                };
-            }
-            if args.first().map(String::as_str) == Some("-C") {
-                return Ran {
-                    ok: self.existing.contains(&cmd),
-                    stdout: String::new(),
-                    stderr: String::new(),
-                };
-            }
-            if args.first().map(String::as_str) == Some("-S") {
-                return Ran {
-                    ok: true,
-                    stdout: self.listing.clone(),
-                    stderr: String::new(),
-                };
-            }
-            Ran {
-                ok: true,
-                stdout: String::new(),
-                stderr: String::new(),
-            }
-        }
-    }
-
-    #[test]
-    fn commands() {
-        let r = rules_for(&[80, 443], QueueTarget::Num(3), false);
-        assert_eq!(r.len(), 4);
-        assert_eq!(
-            r[0].command("-I"),
-            "iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 3"
-        );
-        assert_eq!(
-            r[1].command("-D"),
-            "ip6tables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 3"
-        );
-        let b = rules_for(&[80], QueueTarget::Balance(0, 3), true);
-        assert_eq!(b.len(), 1);
-        assert_eq!(
-            b[0].to_string(),
-            "iptables OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-balance 0:3"
-        );
-        assert_eq!(QueueTarget::Balance(2, 4).queues(), vec![2, 3, 4]);
-    }
-
-    #[test]
-    fn listing_match() {
-        let r = Rule {
-            family: Family::V4,
-            port: 80,
-            target: QueueTarget::Num(0),
-        };
-        assert!(r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0"));
-        assert!(r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE"));
-        // Narrowed or failing open: not our rule (it used to be accepted).
-        assert!(!r.matches_listing(
-            "-A OUTPUT -s 198.18.2.2/32 -p tcp -m tcp --sport 80 -j NFQUEUE --queue-bypass"
-        ));
-        assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-bypass"));
-        assert!(
-            !r.matches_listing("-A OUTPUT -d 198.18.1.2/32 -p tcp -m tcp --sport 80 -j NFQUEUE")
-        );
-        assert!(!r.matches_listing("-A OUTPUT -o eth0 -p tcp -m tcp --sport 80 -j NFQUEUE"));
-        assert!(!r.matches_listing(
-            "-A OUTPUT -p tcp -m mark --mark 0x1 -m tcp --sport 80 -j NFQUEUE --queue-num 0"
-        ));
-        assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 8080 -j NFQUEUE --queue-num 0"));
-        assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 1"));
-        assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp ! --sport 80 -j NFQUEUE --queue-num 0"));
-        assert!(!r.matches_listing("-A INPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0"));
-        assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j ACCEPT"));
-        assert!(!r.matches_listing("-P OUTPUT ACCEPT"));
-        let b = Rule {
-            family: Family::V4,
-            port: 80,
-            target: QueueTarget::Balance(0, 1),
-        };
-        assert!(
-            b.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-balance 0:1")
-        );
-        assert!(!b.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0"));
-    }
-
-    #[test]
-    fn install_then_remove_exactly_those() {
-        let mut fake = Fake::default();
-        let rules = rules_for(&[80], QueueTarget::Num(0), false);
-        {
-            let mut g = install(&mut fake, &rules).unwrap();
-            assert_eq!(g.rules().len(), 2);
-            let report = g.remove();
-            assert_eq!(report.len(), 2);
-            assert!(report[0].starts_with("removed: ip6tables"), "{report:?}");
-        }
-        // (the read-only listings, `-S OUTPUT`, are left out: they change nothing)
-        assert_eq!(
-            changes(&fake.log),
-            vec![
-                "iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "ip6tables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "ip6tables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "iptables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0",
-            ]
-        );
-    }
-
-    /// The commands of a log without the read-only listings.
-    fn changes(log: &[String]) -> Vec<String> {
-        log.iter()
-            .filter(|c| !c.contains(" -S "))
-            .cloned()
-            .collect()
-    }
-
-    #[test]
-    fn dropping_the_guard_keeps_the_rules() {
-        // Fail closed: without a decision (a panic unwinding), the rules stay.
-        let mut fake = Fake::default();
-        let rules = rules_for(&[80], QueueTarget::Num(0), true);
-        drop(install(&mut fake, &rules).unwrap());
-        assert_eq!(
-            fake.log.last().unwrap(),
-            "iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"
-        );
-        assert!(
-            !fake.log.iter().any(|c| c.contains(" -D ")),
-            "{:?}",
-            fake.log
-        );
-    }
-
-    #[test]
-    fn failed_install_rolls_back() {
-        let mut fake = Fake {
-            fail_on: Some("ip6tables -I".into()),
-            ..Fake::default()
-        };
-        let rules = rules_for(&[80], QueueTarget::Num(0), false);
-        let e = install(&mut fake, &rules).unwrap_err().to_string();
-        assert!(
-            e.contains("ip6tables -I OUTPUT -p tcp --sport 80") && e.contains("boom"),
-            "{e}"
-        );
-        let log = changes(&fake.log);
-        assert_eq!(log.len(), 5);
-        assert_eq!(
-            log[4],
-            "iptables -D OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"
-        );
-    }
-
-    #[test]
-    fn existing_rules_are_adopted_and_kept_rules_survive() {
-        let mut fake = Fake {
-            existing: vec!["iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".into()],
-            ..Fake::default()
-        };
-        let rules = rules_for(&[80], QueueTarget::Num(0), false);
-        {
-            let mut g = install(&mut fake, &rules).unwrap();
-            assert_eq!(
-                g.rules().len(),
-                2,
-                "the existing rule is adopted, the missing one added"
-            );
-            let kept = g.keep();
-            assert_eq!(kept.len(), 2);
-            assert!(
-                kept[0].contains("iptables -D OUTPUT -p tcp --sport 80"),
-                "{kept:?}"
-            );
-        }
-        // not added twice, and nothing removed after keep()
-        assert_eq!(
-            fake.log
-                .iter()
-                .filter(|c| c.starts_with("iptables -I"))
-                .count(),
-            0,
-            "{:?}",
-            fake.log
-        );
-        assert_eq!(
-            fake.log.iter().filter(|c| c.contains(" -D ")).count(),
-            0,
-            "{:?}",
-            fake.log
-        );
-    }
-
-    #[test]
-    fn check_names_the_missing_commands() {
-        let mut fake = Fake {
-            listing:
-                "-P OUTPUT ACCEPT\n-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0\n"
-                    .into(),
-            ..Fake::default()
-        };
-        let rules = rules_for(&[80, 443], QueueTarget::Num(0), true);
-        let e = check(&mut &mut fake, &rules).unwrap_err().to_string();
-        assert!(
-            e.contains("iptables -I OUTPUT -p tcp --sport 443 -j NFQUEUE --queue-num 0"),
-            "{e}"
-        );
-        assert!(!e.contains("--sport 80 "), "{e}");
-        assert!(e.contains("--install-rules"), "{e}");
-        let ok = check(&mut &mut fake, &rules[..1]).unwrap();
-        assert_eq!(ok.found.len(), 1);
-        // The listing is read once per family.
-        assert_eq!(fake.log.iter().filter(|c| c.contains("-S")).count(), 2);
-    }
-
-    fn check_listing(listing: &str) -> Result<CheckReport> {
-        let mut fake = Fake {
-            listing: listing.into(),
-            ..Fake::default()
-        };
-        check(&mut &mut fake, &rules_for(&[80], QueueTarget::Num(0), true))
-    }
-
-    const OURS: &str = "-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0";
-
-    #[test]
-    fn strict_check_refuses_bypass_and_narrowed_rules() {
-        for (line, says) in [
-            (
-                "-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0 --queue-bypass",
-                "--queue-bypass",
-            ),
-            (
-                "-A OUTPUT -s 198.18.2.2/32 -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "only some",
-            ),
-            (
-                "-A OUTPUT -d 198.18.1.0/24 -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "only some",
-            ),
-            (
-                "-A OUTPUT -o eth0 -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "only some",
-            ),
-            (
-                "-A OUTPUT -p tcp -m mark --mark 0x1 -m tcp --sport 80 -j NFQUEUE --queue-num 0",
-                "only some",
-            ),
-        ] {
-            let e = check_listing(&format!("-P OUTPUT ACCEPT\n{line}\n"))
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(line), "names the line: {e}");
-            assert!(e.contains(says), "{e}");
-            assert!(
-                e.contains(&format!("iptables -D {}", &line[3..])),
-                "the delete command: {e}"
-            );
-            assert!(
-                e.contains("iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"),
-                "{e}"
-            );
-        }
-        // A narrowed rule before the exact one is harmless.
-        let ok = check_listing(&format!(
-            "-A OUTPUT -s 198.18.2.2/32 -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0\n{OURS}\n"
-        ))
-        .unwrap();
-        assert_eq!(ok.found, vec![format!("iptables: {OURS}")]);
-        // Without --queue-num, queue 0.
-        assert!(check_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE\n").is_ok());
-    }
-
-    #[test]
-    fn strict_check_refuses_a_shadowed_rule() {
-        for earlier in [
-            "-A OUTPUT -j ACCEPT",
-            "-A OUTPUT -p tcp -j ACCEPT",
-            "-A OUTPUT -o lo -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp --sport 80 -j RETURN",
-            "-A OUTPUT -d 198.18.1.2/32 -j DROP",
-            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
-            "-A OUTPUT -j MYCHAIN",
-            "-A OUTPUT -p tcp -m tcp --sport 1:1024 -j ACCEPT",
-            "-A OUTPUT -p tcp -m multiport --sports 80,443 -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp ! --sport 22 -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 5",
-            "-A OUTPUT -m conntrack --ctstate ESTABLISHED -j ACCEPT",
-        ] {
-            let e = check_listing(&format!("-P OUTPUT ACCEPT\n{earlier}\n{OURS}\n"))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains(&format!("`{earlier}` comes before")),
-                "{earlier}: {e}"
-            );
-            assert!(
-                e.contains("iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"),
-                "{e}"
-            );
-            // Put first, the same rule is fine.
-            assert!(
-                check_listing(&format!("{OURS}\n{earlier}\n")).is_ok(),
-                "{earlier}"
-            );
-        }
-        // Rules that clearly cannot take the packets do not shadow.
-        for earlier in [
-            "-A OUTPUT -p udp -j ACCEPT",
-            "-A OUTPUT -p icmp -j ACCEPT",
-            "-A OUTPUT ! -p tcp -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp --sport 22 -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp --sport 1000:2000 -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp ! --sport 80 -j ACCEPT",
-            "-A OUTPUT -p tcp -m multiport --sports 22,443 -j ACCEPT",
-            "-A OUTPUT -p tcp -m tcp --sport 80 -j LOG --log-prefix x",
-            "-A OUTPUT -p tcp -m tcp --sport 80 -j MARK --set-xmark 0x1/0xffffffff",
-            "-A OUTPUT -p tcp",
-            "-A INPUT -j ACCEPT",
-            "-N MYCHAIN",
-        ] {
-            assert!(
-                check_listing(&format!("{earlier}\n{OURS}\n")).is_ok(),
-                "{earlier} does not shadow"
-            );
-        }
-    }
-
-    #[test]
-    fn install_refuses_to_adopt_a_bypass_rule_and_fixes_a_shadowed_one() {
-        let bypass = "-A OUTPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0 --queue-bypass";
-        let mut fake = Fake {
-            listing: format!("{bypass}\n"),
-            existing: vec!["iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".into()],
-            ..Fake::default()
-        };
-        let e = install(&mut fake, &rules_for(&[80], QueueTarget::Num(0), true))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(bypass) && e.contains("not adopting"), "{e}");
-        assert!(
-            !fake.log.iter().any(|c| c.contains(" -I ")),
-            "{:?}",
-            fake.log
-        );
-        // An existing rule behind an ACCEPT is not adopted: ours goes to the top.
-        let mut fake = Fake {
-            listing: format!("-A OUTPUT -j ACCEPT\n{OURS}\n"),
-            existing: vec!["iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".into()],
-            ..Fake::default()
-        };
-        let mut g = install(&mut fake, &rules_for(&[80], QueueTarget::Num(0), true)).unwrap();
-        assert_eq!(g.rules().len(), 1);
-        g.keep();
-        drop(g);
-        assert_eq!(
-            changes(&fake.log),
-            vec!["iptables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0"]
-        );
-    }
-}
+mod tests;

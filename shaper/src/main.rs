@@ -34,7 +34,12 @@ use shaper::Profile;
 
 /// Plans and checks traffic-shaping profiles for the copier (`copier --profile FILE`).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(
+    version,
+    about,
+    after_help = "Durations (--duration, --window, --bin, --idle): plain seconds or a number with ms, \
+                  s, m, h or d (500ms, 1.5s, 90m, 2h, 1d)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -46,7 +51,7 @@ enum Cmd {
     Plan {
         /// The profile (TOML).
         profile: PathBuf,
-        /// Length of the plan: seconds, or with a unit s, m, h, d (e.g. 90m).
+        /// Length of the plan: seconds, or a number with ms, s, m, h or d (e.g. 90m, 1d).
         #[arg(long, value_parser = parse_duration)]
         duration: f64,
         /// Seed of every random draw.
@@ -73,10 +78,10 @@ enum Cmd {
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Bin width of the count series, seconds (default 4 x onoff.beta_on_s, or 1 s).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         bin: Option<f64>,
         /// For --trace: a gap longer than this (seconds) ends an ON period (default 2 x beta_on_s).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         idle: Option<f64>,
     },
     /// Measure a capture of one service and write a starting profile.
@@ -90,7 +95,7 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// The longest gap between two requests of one ON period, seconds.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
         idle: f64,
     },
     /// Draw a picture: rates at several time scales, ON/OFF timeline, user activity, pools.
@@ -116,7 +121,7 @@ enum Cmd {
         #[arg(long)]
         port: Option<u16>,
         /// Finest bin of the rate panels, seconds (default: about span / 10000, 1-2-5).
-        #[arg(long)]
+        #[arg(long, value_parser = parse_seconds)]
         bin: Option<f64>,
         /// Number of time scales of the rate (x1, x10, x100, ...), 1 to 5.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=5))]
@@ -128,7 +133,7 @@ enum Cmd {
         #[arg(long, value_parser = parse_duration)]
         window: Option<f64>,
         /// For a trace or a capture: a gap longer than this (seconds) ends an ON period.
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
         idle: f64,
     },
 }
@@ -351,25 +356,21 @@ fn plot_cmd(
     Ok(())
 }
 
-/// Parses `90`, `90s`, `15m`, `2h`, `1d` into seconds.
+/// A duration in `common::units`' grammar (`0.5`, `500ms`, `2s`), in seconds; zero allowed.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    common::units::parse_duration(s).map(|d| d.as_secs_f64()).map_err(|e| e.to_string())
+}
+
+/// A positive duration in `common::units`' grammar (`90`, `90s`, `15m`, `2h`, `1d`), in seconds.
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let s = s.trim();
-    let (num, unit) = match s.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
-        _ => (s, 's'),
-    };
-    let mult = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3600.0,
-        'd' => 86400.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use s, m, h or d")),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * mult),
-        _ => Err(format!(
-            "{s:?}: expected a positive number of seconds, or a number with s, m, h or d"
+    // Plans may be longer than the daemons' year: up to a century.
+    const MAX: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
+    match common::units::parse_duration_at_most(s, MAX) {
+        Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
+        Ok(_) => Err(format!(
+            "duration {s:?} is zero: the plan needs a length above 0"
         )),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -586,8 +587,17 @@ mod tests {
         assert_eq!(parse_duration("1.5m"), Ok(90.0));
         assert_eq!(parse_duration("2h"), Ok(7200.0));
         assert_eq!(parse_duration("1d"), Ok(86400.0));
+        assert_eq!(parse_duration("400d"), Ok(400.0 * 86400.0));
+        assert_eq!(parse_duration("500ms"), Ok(0.5));
+        assert_eq!(parse_seconds("250ms"), Ok(0.25));
+        assert_eq!(parse_seconds("0"), Ok(0.0));
+        assert!(parse_seconds("1x").unwrap_err().contains("\"1x\""));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("5y").is_err());
         assert!(parse_duration("m").is_err());
+        for bad in ["0", "5y", "m", "-1h"] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        }
     }
 }

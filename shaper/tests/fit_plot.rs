@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::pcap::{LinkType, PcapWriter};
+use common::pcap::LinkType;
 use common::seq::SeqNum;
+use common::testkit;
 use common::wire::{TcpBuilder, TcpFlags};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -36,21 +37,7 @@ fn segment(
     flags: TcpFlags,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
-        src,
-        dst,
-        seq: SeqNum(seq),
-        ack: SeqNum(ack),
-        flags,
-        window: 65000,
-        options: &[],
-        payload,
-        ttl: 64,
-        ident: 0,
-    }
-    .emit(&mut out);
-    out
+    testkit::emit(&TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(ack), flags, window: 65000, payload, ident: 0, ..testkit::SEGMENT })
 }
 
 /// `clients` clients of a web server on port 80: client i opens `1 + 7i mod 5` sessions over
@@ -177,22 +164,19 @@ fn synth(clients: usize, bursts: usize, seed: u64) -> Truth {
 
 /// The capture as pcap bytes, frames wrapped in Ethernet or raw.
 fn pcap(truth: &Truth, link: LinkType) -> Vec<u8> {
-    let mut w = PcapWriter::new(Vec::new(), link, false).unwrap();
-    for (t, ip) in &truth.frames {
-        let ts = Duration::from_secs_f64(1_700_000_000.0 + t);
-        let frame = match link {
-            LinkType::Ethernet => {
-                let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-                let ty: u16 = if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 };
-                f.extend_from_slice(&ty.to_be_bytes());
-                f.extend_from_slice(ip);
-                f
-            }
-            _ => ip.clone(),
-        };
-        w.write(ts, &frame).unwrap();
-    }
-    w.into_inner().unwrap()
+    let frames: Vec<(Duration, Vec<u8>)> = truth
+        .frames
+        .iter()
+        .map(|(t, ip)| {
+            let ts = Duration::from_secs_f64(1_700_000_000.0 + t);
+            let frame = match link {
+                LinkType::Ethernet => testkit::eth(if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 }, ip),
+                _ => ip.clone(),
+            };
+            (ts, frame)
+        })
+        .collect();
+    testkit::pcap_file(link, &frames)
 }
 
 #[test]

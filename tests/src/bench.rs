@@ -1,13 +1,17 @@
-//! Shared pieces of the lab benchmarks (`bench_copier`, `bench_intercept`): CPU accounting from
-//! `/proc`, the wall clock that nginx's `$msec` uses, and the real-time figures of a copy (how much
-//! of the online traffic had reached the test server by a given instant, and how late each copy
-//! came), computed from two access logs, and a small client that reads redis' command counters.
+//! Shared pieces of the lab benchmarks (`bench_copier`, `bench_intercept`): CPU accounting
+//! from `/proc`, [`perf`] around a step, the offered rates of their command lines, a daemon's
+//! Prometheus text read from inside a namespace, the wall clock that nginx's `$msec` uses, and the
+//! real-time figures of a copy (how much of the online traffic had reached the test server by a
+//! given instant, and how late each copy came), computed from two access logs, and a small client
+//! that reads redis' command counters.
 //!
 //! Everything here is a plain function of what it is given (files of `/proc`, log entries, an
 //! instant), so the figures can be checked by unit tests without a lab.
 
-use crate::LogEntry;
-use anyhow::{Context, Result};
+pub mod perf;
+
+use crate::{Host, Lab, LogEntry};
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -87,6 +91,45 @@ impl Cpu {
     pub fn secs(&self) -> f64 {
         self.total() as f64 / 1e9
     }
+}
+
+/// An offered rate of a benchmark's command line: `20000`, `20k`, or `max` (`None`: as fast as
+/// the load goes).
+pub fn parse_rate(s: &str) -> Result<Option<u64>> {
+    let s = s.trim();
+    if s == "max" {
+        return Ok(None);
+    }
+    let (n, mult) = match s.strip_suffix('k') {
+        Some(n) => (n, 1000.0),
+        None => (s, 1.0),
+    };
+    let v: f64 = n.parse().with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
+    if v.is_nan() || v <= 0.0 {
+        bail!("rate {s:?} must be positive");
+    }
+    Ok(Some((v * mult) as u64))
+}
+
+/// A rate for a table: `20000{unit}`, or `max`.
+pub fn rate_label(unit: &str, rate: Option<u64>) -> String {
+    rate.map(|r| format!("{r}{unit}")).unwrap_or_else(|| "max".into())
+}
+
+/// A Prometheus endpoint's text (`GET /metrics` at `at`, an `IP:PORT`), fetched from inside
+/// host `h`; empty when unreachable.
+pub fn fetch_metrics(lab: &Lab, h: Host, at: &str) -> String {
+    use std::io::{Read, Write};
+    lab.in_ns(h, || -> Result<String> {
+        let mut s = std::net::TcpStream::connect_timeout(&at.parse()?, std::time::Duration::from_secs(2))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(3)))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    })
+    .and_then(|r| r)
+    .unwrap_or_default()
 }
 
 /// Milliseconds since the Unix epoch, from the wall clock: the clock nginx's `$msec` reads, so
@@ -315,5 +358,18 @@ mod tests {
         assert_eq!(redis_calls(info, "get"), 200_000);
         assert_eq!(redis_calls(info, "config"), 2);
         assert_eq!(redis_calls(info, "set"), 0);
+    }
+
+    #[test]
+    fn rates_parse_and_label() {
+        assert_eq!(parse_rate("20000").unwrap(), Some(20_000));
+        assert_eq!(parse_rate(" 2.5k ").unwrap(), Some(2_500));
+        assert_eq!(parse_rate("max").unwrap(), None);
+        for bad in ["0", "-3k", "fast", "NaN"] {
+            let e = parse_rate(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{bad:?} -> {e}");
+        }
+        assert_eq!(rate_label("/s", Some(5)), "5/s");
+        assert_eq!(rate_label(" pps", None), "max");
     }
 }

@@ -1,8 +1,10 @@
-//! Packet captures with tcpdump inside a lab host.
+//! Packet captures with tcpdump: the one launcher inside a lab host ([`Capture`], started by
+//! [`crate::Lab::capture_snap`]) and the one reader of a pcap's decoded lines ([`read`]).
 
 use crate::Proc;
-use anyhow::{bail, Result};
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A running tcpdump writing a pcap file.
@@ -40,4 +42,22 @@ impl Capture {
     pub fn path(&self) -> &PathBuf {
         &self.pcap
     }
+}
+
+/// tcpdump's decoded lines of the packets of `pcap` that match `filter` (`tcpdump FLAGS -r PCAP
+/// FILTER`); a file cut mid-record is read up to its cut.
+pub fn read(pcap: &Path, flags: &[&str], filter: &str) -> Result<String> {
+    let out = Command::new("tcpdump")
+        .args(flags)
+        .arg("-r")
+        .arg(pcap)
+        .arg(filter)
+        .output()
+        .context("tcpdump -r")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // tcpdump exits 1 on a truncated file after printing every whole packet: keep what it read.
+    if !out.status.success() && text.is_empty() {
+        bail!("tcpdump -r {} {filter}: {}", pcap.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(text)
 }

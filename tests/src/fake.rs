@@ -11,9 +11,31 @@ use common::proto::{Message, Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags};
 use socket2::{Domain, Protocol, Socket, Type};
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::time::Duration;
 use tokio::net::TcpStream;
+
+/// The lab's shared secret (what [`crate::setup::write_secret`] writes).
+pub const SECRET: &[u8] = b"lab-shared-secret";
+
+/// The intercept's control address in the lab (the test host, [`crate::setup::CONTROL_PORT`]).
+pub fn control() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, crate::setup::CONTROL_PORT))
+}
+
+/// A session of a spoofed client, `198.19.0.{client_last}:{port}`, with the test host's
+/// `server_port`.
+pub fn spoofed(client_last: u8, port: u16, server_port: u16) -> FourTuple {
+    FourTuple {
+        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)),
+        server: SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, server_port)),
+    }
+}
+
+/// The current-thread tokio runtime a fake copier runs on (inside the namespace it was made in).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
 
 /// One control connection of a fake copier.
 #[derive(Debug)]
@@ -132,20 +154,22 @@ pub fn record_flags(r: &Record) -> TcpFlags {
     record_info(r).map(|i| i.flags).unwrap_or(TcpFlags(0))
 }
 
-/// A raw IPv4 sender (`IPPROTO_RAW`, header included).
+/// A raw sender of hand-built segments for both IP families (`IPPROTO_RAW`: the IP header is
+/// ours, so any client address goes). The IPv6 socket is opened on the first IPv6 segment.
 #[derive(Debug)]
 pub struct RawSender {
-    sock: Socket,
+    v4: Socket,
+    v6: Option<Socket>,
     buf: Vec<u8>,
 }
 
 impl RawSender {
-    /// Opens the socket (in the current thread's namespace).
+    /// Opens the IPv4 socket (in the current thread's namespace).
     pub fn new() -> Result<RawSender> {
-        let sock = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
+        let v4 = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
             .context("raw socket")?;
-        sock.set_header_included_v4(true).context("IP_HDRINCL")?;
-        Ok(RawSender { sock, buf: Vec::with_capacity(2048) })
+        v4.set_header_included_v4(true).context("IP_HDRINCL")?;
+        Ok(RawSender { v4, v6: None, buf: Vec::with_capacity(2048) })
     }
 
     /// Sends one segment of the tuple's client toward its server.
@@ -163,9 +187,23 @@ impl RawSender {
             ident: 1,
         }
         .emit(&mut self.buf);
-        let SocketAddr::V4(dst) = t.server else { bail!("IPv4 only") };
-        let to = SocketAddrV4::new(*dst.ip(), 0);
-        self.sock.send_to(&self.buf, &to.into()).context("raw send")?;
+        match t.server {
+            SocketAddr::V4(dst) => {
+                let to = SocketAddrV4::new(*dst.ip(), 0);
+                self.v4.send_to(&self.buf, &to.into()).context("raw send")?;
+            }
+            SocketAddr::V6(dst) => {
+                let sock = match &mut self.v6 {
+                    Some(s) => s,
+                    None => self.v6.insert(
+                        Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
+                            .context("raw IPv6 socket")?,
+                    ),
+                };
+                let to = SocketAddrV6::new(*dst.ip(), 0, 0, 0);
+                sock.send_to(&self.buf, &to.into()).context("raw send (IPv6)")?;
+            }
+        }
         Ok(())
     }
 }

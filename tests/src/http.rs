@@ -1,12 +1,45 @@
-//! A minimal HTTP/1.1 client side for lab tests: requests written by hand, responses read by
-//! their Content-Length, so a test controls exactly what goes on one connection (pipelining,
-//! keep-alive, one request at a time).
+//! A minimal HTTP/1.1 client side for lab tests and benchmarks: requests written by hand,
+//! responses read by their Content-Length ([`Head`] finds where one ends, for the blocking
+//! [`HttpReader`] here and the benchmarks' async clients alike), so a test controls exactly what
+//! goes on one connection (pipelining, keep-alive, one request at a time).
 
 use std::io::{Read, Write};
 
 /// A `GET path` request as the lab tests send it.
 pub fn get_request(path: &str) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: lab\r\nUser-Agent: lab-test\r\n\r\n")
+}
+
+/// The head of a response at the start of a buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    /// Where the head ends (the blank line's `\r\n\r\n` starts here).
+    pub end: usize,
+    /// The status code of the status line, if it has one.
+    pub status: Option<u16>,
+    /// The Content-Length header, if any.
+    pub content_length: Option<usize>,
+}
+
+impl Head {
+    /// The head at the start of `buf`; `None` until its blank line arrived.
+    pub fn parse(buf: &[u8]) -> Option<Head> {
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&buf[..end]);
+        let status = head.lines().next().and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+        let content_length = head
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse().ok());
+        Some(Head { end, status, content_length })
+    }
+
+    /// The length of the whole response (head, blank line, body of Content-Length bytes, or
+    /// none without one).
+    pub fn total(&self) -> usize {
+        self.end + 4 + self.content_length.unwrap_or(0)
+    }
 }
 
 /// Reads HTTP/1.1 responses that carry a Content-Length; bytes past one response stay buffered
@@ -20,14 +53,8 @@ impl HttpReader {
     /// Reads one whole response. Panics when the connection closes first.
     pub fn read_response(&mut self, s: &mut impl Read) {
         loop {
-            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse().expect("Content-Length"))
-                    .unwrap_or(0);
-                let total = end + 4 + len;
+            if let Some(head) = Head::parse(&self.buf) {
+                let total = head.total();
                 while self.buf.len() < total {
                     self.fill(s);
                 }
@@ -88,5 +115,14 @@ mod tests {
     fn a_short_response_panics() {
         let mut s: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab";
         HttpReader::default().read_response(&mut s);
+    }
+
+    #[test]
+    fn heads_say_status_and_length() {
+        assert_eq!(Head::parse(b"HTTP/1.1 200 OK\r\nContent-Le"), None);
+        let h = Head::parse(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nX: y\r\n\r\nbody").unwrap();
+        assert_eq!((h.end, h.status, h.content_length, h.total()), (48, Some(404), Some(12), 64));
+        let h = Head::parse(b"garbage\r\n\r\n").unwrap();
+        assert_eq!((h.status, h.content_length, h.total()), (None, None, 11));
     }
 }

@@ -27,7 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod bench;
-mod capture;
+pub mod capture;
 pub mod fake;
 pub mod http;
 pub mod leak;
@@ -392,14 +392,23 @@ impl Lab {
         Ok(nginx)
     }
 
-    /// Starts tcpdump on an interface of a host, writing `<dir>/<name>.pcap`.
+    /// Starts tcpdump on an interface of a host keeping the first 256 bytes of each packet
+    /// (headers), writing `<dir>/<name>.pcap`; see [`Lab::capture_snap`].
     pub fn capture(&mut self, h: Host, iface: &str, filter: &str, name: &str) -> Result<Capture> {
+        self.capture_snap(h, iface, filter, name, 256)
+    }
+
+    /// Starts tcpdump on an interface of a host keeping `snaplen` bytes of each packet (0: whole
+    /// packets), writing `<dir>/<name>.pcap`, and waits until it listens, so that no packet sent
+    /// afterwards is missed. Stop it with [`Capture::stop`] to get a complete file.
+    pub fn capture_snap(&mut self, h: Host, iface: &str, filter: &str, name: &str, snaplen: u32) -> Result<Capture> {
         let pcap = self.dir.join(format!("{name}.pcap"));
         let pcap_s = pcap.to_string_lossy().into_owned();
+        let snap = snaplen.to_string();
         let proc = self.spawn(
             h,
             &format!("tcpdump-{name}"),
-            &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "256", "-w", &pcap_s, filter],
+            &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", &snap, "-w", &pcap_s, filter],
         )?;
         Capture::started(proc, pcap)
     }
@@ -416,16 +425,7 @@ impl Lab {
 
     /// Counts packets of a pcap that match a tcpdump filter.
     pub fn count_packets(pcap: &Path, filter: &str) -> Result<usize> {
-        let out = Command::new("tcpdump")
-            .args(["-n", "-r"])
-            .arg(pcap)
-            .arg(filter)
-            .output()
-            .context("tcpdump -r")?;
-        if !out.status.success() {
-            bail!("tcpdump -r {} {filter}: {}", pcap.display(), String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).lines().count())
+        Ok(capture::read(pcap, &["-n"], filter)?.lines().count())
     }
 
     /// Reads a `/proc/net/snmp`-style TCP counter inside a host (e.g. `TcpExtTCPSynRetrans`

@@ -68,6 +68,17 @@ pub struct Copying {
 }
 
 impl Copying {
+    /// Starts nginx on both hosts and the intercept (serving metrics on `metrics` inside the
+    /// test host), but no copier: for tests that drive a fake one ([`crate::fake`]).
+    pub fn intercept_only(lab: &mut Lab, metrics: &str) -> Result<Copying> {
+        let opts = CopyOptions {
+            start_copier: false,
+            intercept_args: vec!["--metrics".into(), metrics.into()],
+            ..CopyOptions::default()
+        };
+        Copying::start(lab, opts)
+    }
+
     /// Starts nginx on both hosts, the intercept, and (unless told not to) the copier.
     pub fn start(lab: &mut Lab, opts: CopyOptions) -> Result<Copying> {
         let online = lab.nginx(Host::Online, opts.online.clone())?;
@@ -264,14 +275,7 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
 /// keeps only headers), writing `<dir>/<name>.pcap`, and waits until it listens. Stop it with
 /// [`Capture::stop`] to get a complete file.
 pub fn capture_whole_packets(lab: &mut Lab, h: Host, iface: &str, filter: &str, name: &str) -> Result<Capture> {
-    let pcap = lab.dir().join(format!("{name}.pcap"));
-    let pcap_s = pcap.to_string_lossy().into_owned();
-    let proc = lab.spawn(
-        h,
-        &format!("tcpdump-{name}"),
-        &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", "0", "-w", &pcap_s, filter],
-    )?;
-    Capture::started(proc, pcap)
+    lab.capture_snap(h, iface, filter, name, 0)
 }
 
 /// Waits until a process's log contains `needle` at least `n` times.
@@ -349,7 +353,8 @@ pub fn write_secret(path: &std::path::Path) -> Result<()> {
     use std::io::Write;
     let _ = std::fs::remove_file(path);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
-    f.write_all(b"lab-shared-secret\n")?;
+    f.write_all(crate::fake::SECRET)?;
+    f.write_all(b"\n")?;
     Ok(())
 }
 

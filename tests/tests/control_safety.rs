@@ -3,34 +3,19 @@
 //! others can read. (A frame modified in transit after the handshake is tested against the real
 //! control server in `intercept/src/control/tests.rs`, through a relay task.)
 
-use common::flow::FourTuple;
 use common::wire::TcpFlags;
-use lab::fake::{record_flags, FakeCopier, RawSender};
-use lab::setup::{metric_sum, scrape_metrics, CopyOptions, Copying, CONTROL_PORT};
+use lab::fake::{control, record_flags, runtime as rt, spoofed, FakeCopier, RawSender, SECRET};
+use lab::setup::{metric_sum, scrape_metrics, Copying, CONTROL_PORT};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const SECRET: &[u8] = b"lab-shared-secret";
 const METRICS: &str = "127.0.0.1:9466";
 
-fn control() -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(addr::TEST, CONTROL_PORT))
-}
-
 fn start(lab: &mut Lab) -> Copying {
-    let opts = CopyOptions {
-        start_copier: false,
-        intercept_args: vec!["--metrics".into(), METRICS.into()],
-        ..CopyOptions::default()
-    };
-    Copying::start(lab, opts).expect("start nginx and intercept")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    Copying::intercept_only(lab, METRICS).expect("start nginx and intercept")
 }
 
 /// Reads until the peer closes (EOF or reset); how long that took, or `None` after `within`.
@@ -54,10 +39,7 @@ async fn time_to_close(s: &mut TcpStream, within: Duration) -> Option<Duration> 
 fn a_flood_of_silent_connections_does_not_keep_a_copier_out() {
     let Some(mut lab) = lab_or_skip("a_flood_of_silent_connections_does_not_keep_a_copier_out") else { return };
     let c = start(&mut lab);
-    let t = FourTuple {
-        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, 31), 43001)),
-        server: SocketAddr::V4(SocketAddrV4::new(addr::TEST, 80)),
-    };
+    let t = spoofed(31, 43001, 80);
     let intercept_log = || c.intercept.log();
     let (closed_fast, still_open) = lab
         .in_ns(Host::Online, || {

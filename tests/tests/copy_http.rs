@@ -138,39 +138,52 @@ fn responses_of_different_sizes_online_and_on_test() {
     assert_eq!(big[0], 10 << 20, "the test server should have sent its 10 MB answer in full: {test:?}");
 }
 
-#[test]
-fn copying_starts_in_the_middle_of_keepalive_connections() {
-    let Some(mut lab) = lab_or_skip("copying_starts_in_the_middle_of_keepalive_connections") else { return };
-    let mut opts = copier_opts();
-    opts.start_copier = false;
-    let mut c = Copying::start(&mut lab, opts).unwrap();
+/// One keep-alive connection from `client` to the online nginx, on its own thread: `n` requests
+/// `/index.html?{tag}={i}` of `before`, then (once `go` says so) those of `after`, each after a
+/// `pause`, every answer read whole. Join the handle to know they are done (it fails the test
+/// if the connection broke, or within 10 s of a missing answer).
+fn keepalive_across(
+    lab: &Lab,
+    before: (&'static str, usize),
+    go: std::sync::mpsc::Receiver<()>,
+    after: (&'static str, usize),
+    pause: Duration,
+) -> std::thread::JoinHandle<()> {
     let ns = lab.ns(Host::Client);
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<usize>();
-    // a long keep-alive connection: 3 requests before the copier starts, 8 after
-    let client = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
         nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
         let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
         let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut r = HttpReader::default();
-        for i in 0..3 {
-            s.write_all(get_request(&format!("/index.html?before={i}")).as_bytes()).unwrap();
-            r.read_response(&mut s);
+        for (i, (tag, n)) in [before, after].into_iter().enumerate() {
+            if i == 1 {
+                go.recv().unwrap();
+            }
+            for k in 0..n {
+                s.write_all(get_request(&format!("/index.html?{tag}={k}")).as_bytes()).unwrap();
+                r.read_response(&mut s);
+                if i == 1 {
+                    std::thread::sleep(pause);
+                }
+            }
         }
-        rx.recv().unwrap();
-        for i in 0..8 {
-            s.write_all(get_request(&format!("/index.html?after={i}")).as_bytes()).unwrap();
-            r.read_response(&mut s);
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        done_tx.send(11).unwrap();
-    });
+    })
+}
+
+#[test]
+fn copying_starts_in_the_middle_of_keepalive_connections() {
+    let Some(mut lab) = lab_or_skip("copying_starts_in_the_middle_of_keepalive_connections") else { return };
+    let mut opts = copier_opts();
+    opts.start_copier = false;
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // a long keep-alive connection: 3 requests before the copier starts, 8 after
+    let client = keepalive_across(&lab, ("before", 3), rx, ("after", 8), Duration::from_millis(50));
     std::thread::sleep(Duration::from_millis(300));
     c.start_copier(&mut lab).unwrap();
     tx.send(()).unwrap();
-    assert_eq!(done_rx.recv_timeout(Duration::from_secs(30)).unwrap(), 11);
     client.join().unwrap();
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
     let test = c.test().requests().unwrap();
@@ -249,25 +262,8 @@ fn intercept_restarted_during_a_run() {
         lab.sh(Host::Client, &script).unwrap();
     };
     // a keep-alive connection that stays open across the restart
-    let ns = lab.ns(Host::Client);
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let client = std::thread::spawn(move || {
-        let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
-        let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        let mut r = HttpReader::default();
-        for i in 0..3 {
-            s.write_all(get_request(&format!("/index.html?open-before={i}")).as_bytes()).unwrap();
-            r.read_response(&mut s);
-        }
-        go_rx.recv().unwrap();
-        for i in 0..3 {
-            s.write_all(get_request(&format!("/index.html?open-after={i}")).as_bytes()).unwrap();
-            r.read_response(&mut s);
-        }
-    });
+    let client = keepalive_across(&lab, ("open-before", 3), go_rx, ("open-after", 3), Duration::ZERO);
     run(&lab, "before");
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
     c.restart_intercept(&mut lab).unwrap();

@@ -8,12 +8,10 @@
 use lab::http::{get_request, HttpReader};
 use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
-use common::seq::SeqNum;
-use common::wire::{TcpBuilder, TcpFlags};
-use lab::fake::{record_flags, record_info, FakeCopier};
+use common::wire::TcpFlags;
+use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
 use lab::setup::{diff_fingerprints, fingerprints, tail, wait_log, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab, LogEntry, NginxOptions};
-use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
 use std::time::{Duration, Instant};
@@ -213,38 +211,6 @@ fn ipv4_and_ipv6_at_once() {
     }
 }
 
-/// A raw IPv6 sender (`AF_INET6`/`IPPROTO_RAW`: the header is ours, any source address).
-struct RawSender6 {
-    sock: Socket,
-    buf: Vec<u8>,
-}
-
-impl RawSender6 {
-    fn new() -> anyhow::Result<RawSender6> {
-        let sock = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::from(255)))?;
-        Ok(RawSender6 { sock, buf: Vec::with_capacity(2048) })
-    }
-
-    fn send(&mut self, t: FourTuple, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> anyhow::Result<()> {
-        TcpBuilder {
-            src: t.client,
-            dst: t.server,
-            seq: SeqNum(seq),
-            ack: SeqNum(ack),
-            flags,
-            window: 65535,
-            options: &[],
-            payload,
-            ttl: 64,
-            ident: 1,
-        }
-        .emit(&mut self.buf);
-        let IpAddr::V6(dst) = t.server.ip() else { anyhow::bail!("IPv6 only") };
-        self.sock.send_to(&self.buf, &SocketAddrV6::new(dst, 0, 0, 0).into())?;
-        Ok(())
-    }
-}
-
 /// The intercept alone over IPv6: the control connection is IPv6 (`--listen [TEST6]`), a fake
 /// copier on `online` registers an IPv6 session from a fake client address and plays it with
 /// raw segments; every answer of the test nginx must come back as a record (ip6tables NFQUEUE)
@@ -284,7 +250,7 @@ fn intercept_over_ipv6_control_and_nfqueue() {
             rt.block_on(async {
                 let mut cp = FakeCopier::connect(control, Some(b"lab-shared-secret")).await?;
                 cp.register(&[t]).await?;
-                let mut raw = RawSender6::new()?;
+                let mut raw = RawSender::new()?;
                 // the neighbour entry of the test host may take a moment: resend the SYN
                 let deadline = Instant::now() + Duration::from_secs(5);
                 let synack = loop {

@@ -4,37 +4,19 @@
 use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
 use common::wire::TcpFlags;
-use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
-use lab::setup::{wait_metric, CopyOptions, Copying, CONTROL_PORT};
+use lab::fake::{control, record_flags, record_info, runtime as rt, spoofed, FakeCopier, RawSender, SECRET};
+use lab::setup::{wait_metric, Copying};
 use lab::{addr, lab_or_skip, Host, Lab};
-use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-const SECRET: &[u8] = b"lab-shared-secret";
 const METRICS: &str = "127.0.0.1:9464";
 
-fn control() -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(addr::TEST, CONTROL_PORT))
-}
-
 fn tuple(client_last: u8, port: u16) -> FourTuple {
-    FourTuple {
-        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)),
-        server: SocketAddr::V4(SocketAddrV4::new(addr::TEST, 80)),
-    }
+    spoofed(client_last, port, 80)
 }
 
 fn start(lab: &mut Lab) -> Copying {
-    let opts = CopyOptions {
-        start_copier: false,
-        intercept_args: vec!["--metrics".into(), METRICS.into()],
-        ..CopyOptions::default()
-    };
-    Copying::start(lab, opts).expect("start nginx and intercept")
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    Copying::intercept_only(lab, METRICS).expect("start nginx and intercept")
 }
 
 #[test]

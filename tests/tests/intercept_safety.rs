@@ -6,30 +6,14 @@
 use common::flow::FourTuple;
 use common::proto::RegVerdict;
 use common::wire::TcpFlags;
-use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
+use lab::fake::{control, record_flags, record_info, runtime as rt, spoofed as tuple, FakeCopier, RawSender, SECRET};
 use lab::setup::{metric_sum, scrape_metrics, tail, write_secret, CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab};
 use nix::sys::signal::Signal;
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{SocketAddr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
-const SECRET: &[u8] = b"lab-shared-secret";
 const METRICS: &str = "127.0.0.1:9465";
-
-fn control() -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(addr::TEST, CONTROL_PORT))
-}
-
-fn tuple(client_last: u8, port: u16, server_port: u16) -> FourTuple {
-    FourTuple {
-        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)),
-        server: SocketAddr::V4(SocketAddrV4::new(addr::TEST, server_port)),
-    }
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
-}
 
 /// Waits until `cond` holds, polling, at most `timeout`; returns whether it did.
 fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {

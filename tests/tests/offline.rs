@@ -95,13 +95,8 @@ fn replay_secs(log: &str) -> f64 {
 
 /// First and last capture time of the client -> server packets of a pcap (tcpdump -tt).
 fn capture_span(pcap: &Path) -> f64 {
-    let out = std::process::Command::new("tcpdump")
-        .args(["-tt", "-nn", "-r"])
-        .arg(pcap)
-        .arg("tcp dst port 80")
-        .output()
-        .unwrap();
-    let times: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+    let times: Vec<f64> = lab::capture::read(pcap, &["-tt", "-nn"], "tcp dst port 80")
+        .unwrap()
         .lines()
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .collect();
@@ -215,13 +210,7 @@ fn pcap_records(bytes: &[u8]) -> Vec<(usize, usize)> {
 /// URIs of the requests whose packet is in the file (from tcpdump's HTTP decoding, one line per
 /// packet: "... length 90: HTTP: GET /x HTTP/1.1"; a truncated file is read up to its cut).
 fn uris_in(pcap: &Path) -> Vec<String> {
-    let out = std::process::Command::new("tcpdump")
-        .args(["-nn", "-r"])
-        .arg(pcap)
-        .arg("tcp dst port 80")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = lab::capture::read(pcap, &["-nn"], "tcp dst port 80").unwrap();
     let mut uris: Vec<String> = text
         .lines()
         .filter_map(|l| {

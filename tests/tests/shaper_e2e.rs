@@ -47,17 +47,22 @@ fn short_sessions(lab: &Lab, n: usize, gap: Duration) {
     .unwrap();
 }
 
+/// Waits (at most `within`) for the test server to see `want` requests and then to go quiet,
+/// checks that both daemons still run, and returns the online and test access logs.
+fn settled(c: &Copying, want: usize, within: Duration) -> (Vec<LogEntry>, Vec<LogEntry>) {
+    c.test().wait_requests(want, within);
+    c.settle(Duration::from_secs(3), Duration::from_secs(60));
+    c.check_alive().unwrap();
+    (c.online.requests().unwrap(), c.test().requests().unwrap())
+}
+
 /// Waits for the test server to see about `factor` times the online requests and to go quiet;
 /// asserts that every online request arrived `floor(factor)` or `ceil(factor)` times, intact
 /// (its fingerprint), nothing else arrived, the total is within 2% of `factor` times the online
 /// count, and nothing leaked. Returns the online and test log entries.
 fn assert_shaped(lab: &mut Lab, c: &Copying, factor: f64) -> (Vec<LogEntry>, Vec<LogEntry>) {
     let want = (factor * c.online.request_count() as f64) as usize;
-    c.test().wait_requests(want * 98 / 100, Duration::from_secs(180));
-    c.settle(Duration::from_secs(3), Duration::from_secs(60));
-    c.check_alive().unwrap();
-    let online = c.online.requests().unwrap();
-    let test = c.test().requests().unwrap();
+    let (online, test) = settled(c, want * 98 / 100, Duration::from_secs(180));
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
     let (fo, ft) = (fingerprints(&online), fingerprints(&test));
     let (lo, hi) = (factor.floor() as usize, factor.ceil() as usize);
@@ -171,11 +176,7 @@ horizon_s = 600
     let c = Copying::start(&mut lab, opts(&profile)).unwrap();
     short_sessions(&lab, 2000, Duration::from_millis(12));
     let secs = 40.0;
-    c.test().wait_requests(c.online.request_count(), Duration::from_secs(120));
-    c.settle(Duration::from_secs(3), Duration::from_secs(60));
-    c.check_alive().unwrap();
-    let online = c.online.requests().unwrap();
-    let test = c.test().requests().unwrap();
+    let (online, test) = settled(&c, c.online.request_count(), Duration::from_secs(120));
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
     let (fo, ft) = (fingerprints(&online), fingerprints(&test));
     assert_eq!(fo, ft, "every online request exactly once\ncopier log:\n{}", log());

@@ -7,6 +7,11 @@
 //! with its capture timestamp, or a [`Skip`] that names the record (its index and file offset)
 //! and says why it was not delivered.
 //!
+//! Split by format: `reader/pcap.rs` reads classic pcap headers and records, `reader/pcapng.rs`
+//! pcapng blocks; each says how a resynchronisation recognises its records. This file keeps what
+//! both share: the window, the events and counters, the recovery (scan, garbage, truncation) and
+//! the judgement of a frame's IP packet.
+//!
 //! Invariants:
 //! - Nothing here panics on any input; bad input becomes a [`Skip`] and the reading goes on.
 //! - A record whose own content is bad (a short link header, a packet cut by the snap length,
@@ -26,26 +31,16 @@ use std::time::Duration;
 
 use super::link::{ip_payload, LinkError, LinkType, SUPPORTED};
 
+mod pcap;
+mod pcapng;
+
+use pcap::PcapFormat;
+use pcapng::Iface;
+
 /// Largest record (pcap caplen, pcapng block) accepted: larger ones are taken as garbage.
 pub const MAX_RECORD: usize = 16 << 20;
-/// Smallest caplen bound of a pcap file, whatever snap length its header claims (files with a
-/// snap length of 0 or 65535 exist that hold larger offloaded packets).
-const MIN_PCAP_LIMIT: u32 = 262_144;
 /// How much the window reads at a time.
 const READ_CHUNK: usize = 256 << 10;
-/// While resynchronising a pcap file, a candidate record and the one after it must be this
-/// close in time.
-const RESYNC_WINDOW: Duration = Duration::from_secs(7 * 86400);
-
-const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
-const PCAPNG_BOM: u32 = 0x1a2b_3c4d;
-const PCAPNG_IDB: u32 = 1;
-const PCAPNG_PB: u32 = 2;
-const PCAPNG_SPB: u32 = 3;
-const PCAPNG_EPB: u32 = 6;
-/// Block types a resynchronisation may land on.
-const PCAPNG_KNOWN: [u32; 8] = [PCAPNG_SHB, 1, 2, 3, 4, 5, 6, 10];
-
 /// Why a file cannot be read at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -267,50 +262,6 @@ fn u32_at(b: &[u8], off: usize, be: bool) -> Option<u32> {
     })
 }
 
-/// Timestamp units of a pcapng interface (`if_tsresol`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TsRes {
-    /// 10^-n seconds.
-    Dec(u32),
-    /// 2^-n seconds.
-    Bin(u32),
-}
-
-impl TsRes {
-    fn of_option(v: u8) -> Option<TsRes> {
-        let n = u32::from(v & 0x7f);
-        match v & 0x80 {
-            0 if n <= 19 => Some(TsRes::Dec(n)),
-            0 => None,
-            _ if n <= 63 => Some(TsRes::Bin(n)),
-            _ => None,
-        }
-    }
-
-    fn to_duration(self, ticks: u64) -> Duration {
-        let per_sec: u128 = match self {
-            TsRes::Dec(n) => 10u128.pow(n),
-            TsRes::Bin(n) => 1u128 << n,
-        };
-        let t = u128::from(ticks);
-        let secs = u64::try_from(t / per_sec).unwrap_or(u64::MAX);
-        let nanos = ((t % per_sec) * 1_000_000_000 / per_sec) as u32;
-        Duration::new(secs, nanos)
-    }
-}
-
-/// A pcapng interface (IDB).
-#[derive(Clone, Copy, Debug)]
-struct Iface {
-    /// The `LINKTYPE_*` number.
-    number: u32,
-    link: Option<LinkType>,
-    snaplen: u32,
-    res: TsRes,
-    /// `if_tsoffset`: seconds added to every timestamp.
-    offset: i64,
-}
-
 #[derive(Debug)]
 enum Format {
     Pcap {
@@ -411,22 +362,7 @@ impl<R: Read> Reader<R> {
             }
             _ => return Err(ReadError::NotCapture(hex(&head[..head.len().min(8)]))),
         };
-        if have < 24 {
-            return Err(ReadError::BadHeader(format!(
-                "pcap file header cut short: {have} of its 24 bytes"
-            )));
-        }
-        let major = u16_at(head, 4, be).unwrap_or(0);
-        if major != 2 {
-            return Err(ReadError::BadHeader(format!(
-                "pcap version {major} (only 2.x exists)"
-            )));
-        }
-        let snaplen = u32_at(head, 16, be).unwrap_or(0);
-        // The low 16 bits are the link type; the high ones may carry FCS information.
-        let number = u32_at(head, 20, be).unwrap_or(0) & 0xffff;
-        let link = LinkType::from_number(number).ok_or(ReadError::UnsupportedLink(number))?;
-        let limit = snaplen.max(MIN_PCAP_LIMIT).min(MAX_RECORD as u32);
+        let (link, limit) = pcap::file_header(head, have, be)?;
         w.consume(24);
         Ok(Reader::with(
             w,
@@ -557,6 +493,22 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// Starts the next record, whose fixed header is `header` bytes long: its index and file
+    /// offset, or the step to return instead (the end of the file, or a truncated header).
+    fn start_record(&mut self, header: usize) -> io::Result<Result<(u64, u64), Step>> {
+        let offset = self.w.offset();
+        let have = self.w.fill(header)?;
+        if have == 0 {
+            return Ok(Err(Step::End));
+        }
+        self.index += 1;
+        let index = self.index;
+        if have < header {
+            return Ok(Err(self.truncated(index, offset, header, have)));
+        }
+        Ok(Ok((index, offset)))
+    }
+
     /// The file ends inside the record at the current position.
     fn truncated(&mut self, index: u64, offset: u64, need: usize, have: usize) -> Step {
         self.w.consume(have);
@@ -572,228 +524,6 @@ impl<R: Read> Reader<R> {
         })
     }
 
-    fn step_pcap(&mut self) -> io::Result<Step> {
-        let Format::Pcap {
-            be,
-            nanos,
-            link,
-            limit,
-        } = self.fmt
-        else {
-            return Ok(Step::End);
-        };
-        let offset = self.w.offset();
-        let have = self.w.fill(16)?;
-        if have == 0 {
-            return Ok(Step::End);
-        }
-        self.index += 1;
-        let index = self.index;
-        if have < 16 {
-            return Ok(self.truncated(index, offset, 16, have));
-        }
-        let h = pcap_header(&self.w.bytes()[..16], be, nanos);
-        if let Some(why) = h.implausible(limit) {
-            return self.resync(index, offset, why);
-        }
-        let need = 16 + h.caplen as usize;
-        let have = self.w.fill(need)?;
-        if have < need {
-            return self.past_end(index, offset, need, have);
-        }
-        let start = self.w.pos + 16;
-        self.w.consume(need);
-        self.last_ts = Some(h.ts);
-        Ok(Step::Frame {
-            start,
-            len: h.caplen as usize,
-            ts: h.ts,
-            link: Ok(link),
-            wire_len: u64::from(h.wire_len),
-            index,
-            offset,
-        })
-    }
-
-    fn step_pcapng(&mut self) -> io::Result<Step> {
-        let Format::Pcapng { be, .. } = self.fmt else {
-            return Ok(Step::End);
-        };
-        let offset = self.w.offset();
-        let have = self.w.fill(12)?;
-        if have == 0 {
-            return Ok(Step::End);
-        }
-        self.index += 1;
-        let index = self.index;
-        if have < 12 {
-            return Ok(self.truncated(index, offset, 12, have));
-        }
-        let b = self.w.bytes();
-        let ty = u32_at(b, 0, be).unwrap_or(0);
-        let mut be = be;
-        if ty == PCAPNG_SHB {
-            match section_order(b) {
-                Some(order) => be = order,
-                None => {
-                    return self.resync(
-                        index,
-                        offset,
-                        "section header with an unknown byte-order magic".into(),
-                    )
-                }
-            }
-        }
-        let len = u32_at(b, 4, be).unwrap_or(0) as usize;
-        let min = match ty {
-            PCAPNG_SHB => 28,
-            PCAPNG_IDB => 20,
-            PCAPNG_SPB => 16,
-            PCAPNG_EPB | PCAPNG_PB => 32,
-            _ => 12,
-        };
-        if len < min || len & 3 != 0 || len > MAX_RECORD {
-            return self.resync(
-                index,
-                offset,
-                format!("block length {len} is impossible for a block of type {ty:#x}"),
-            );
-        }
-        let have = self.w.fill(len)?;
-        if have < len {
-            return self.past_end(index, offset, len, have);
-        }
-        let b = &self.w.bytes()[..len];
-        let trailer = u32_at(b, len - 4, be).unwrap_or(0) as usize;
-        if trailer != len {
-            return self.resync(
-                index,
-                offset,
-                format!("block length {len} does not match its trailing copy {trailer}"),
-            );
-        }
-        let start = self.w.pos;
-        self.w.consume(len);
-        let body = &self.w.buf[start + 8..start + len - 4];
-        let Format::Pcapng {
-            be: section_be,
-            ifaces,
-        } = &mut self.fmt
-        else {
-            return Ok(Step::End);
-        };
-        let skip = |why: String| {
-            Step::Skip(Skip {
-                unit: "block",
-                index,
-                offset,
-                kind: SkipKind::Malformed(why),
-            })
-        };
-        match ty {
-            PCAPNG_SHB => {
-                *section_be = be;
-                ifaces.clear();
-                let major = u16_at(body, 4, be).unwrap_or(0);
-                if major != 1 {
-                    return Ok(skip(format!(
-                        "section of pcapng version {major}.x; read as 1.x"
-                    )));
-                }
-                Ok(Step::Nothing)
-            }
-            PCAPNG_IDB => {
-                let number = u32::from(u16_at(body, 0, be).unwrap_or(0));
-                let mut iface = Iface {
-                    number,
-                    link: LinkType::from_number(number),
-                    snaplen: u32_at(body, 4, be).unwrap_or(0),
-                    res: TsRes::Dec(6),
-                    offset: 0,
-                };
-                let bad = parse_idb_options(body.get(8..).unwrap_or(&[]), be, &mut iface);
-                ifaces.push(iface);
-                match bad {
-                    Some(why) => Ok(skip(format!("interface {}: {why}", ifaces.len() - 1))),
-                    None => Ok(Step::Nothing),
-                }
-            }
-            PCAPNG_EPB | PCAPNG_PB => {
-                let (id, hi, lo, caplen, wire_len) = if ty == PCAPNG_EPB {
-                    (
-                        u32_at(body, 0, be),
-                        u32_at(body, 4, be),
-                        u32_at(body, 8, be),
-                        u32_at(body, 12, be),
-                        u32_at(body, 16, be),
-                    )
-                } else {
-                    (
-                        u16_at(body, 0, be).map(u32::from),
-                        u32_at(body, 4, be),
-                        u32_at(body, 8, be),
-                        u32_at(body, 12, be),
-                        u32_at(body, 16, be),
-                    )
-                };
-                let (id, hi, lo, caplen, wire_len) = (
-                    id.unwrap_or(0),
-                    hi.unwrap_or(0),
-                    lo.unwrap_or(0),
-                    caplen.unwrap_or(0),
-                    wire_len.unwrap_or(0),
-                );
-                let Some(iface) = ifaces.get(id as usize).copied() else {
-                    return Ok(skip(format!(
-                        "packet of interface {id}, but the section describes {}",
-                        ifaces.len()
-                    )));
-                };
-                if caplen as usize > body.len() - 20 {
-                    return Ok(skip(format!(
-                        "captured length {caplen} is longer than the block's {} bytes of data",
-                        body.len() - 20
-                    )));
-                }
-                let ticks = (u64::from(hi) << 32) | u64::from(lo);
-                let ts = apply_offset(iface.res.to_duration(ticks), iface.offset);
-                self.last_ts = Some(ts);
-                Ok(Step::Frame {
-                    start: start + 28,
-                    len: caplen as usize,
-                    ts,
-                    link: iface.link.ok_or(iface.number),
-                    wire_len: u64::from(wire_len),
-                    index,
-                    offset,
-                })
-            }
-            PCAPNG_SPB => {
-                let Some(iface) = ifaces.first().copied() else {
-                    return Ok(skip(
-                        "simple packet block, but the section describes no interface".into(),
-                    ));
-                };
-                let wire_len = u32_at(body, 0, be).unwrap_or(0);
-                let mut caplen = (body.len() - 4).min(wire_len as usize);
-                if iface.snaplen > 0 {
-                    caplen = caplen.min(iface.snaplen as usize);
-                }
-                Ok(Step::Frame {
-                    start: start + 12,
-                    len: caplen,
-                    // No timestamp of its own: it follows the previous packet at once.
-                    ts: self.last_ts.unwrap_or_default(),
-                    link: iface.link.ok_or(iface.number),
-                    wire_len: u64::from(wire_len),
-                    index,
-                    offset,
-                })
-            }
-            _ => Ok(Step::Nothing),
-        }
-    }
-
     /// The record at `offset` has impossible framing: scan forward for the next plausible one.
     fn resync(&mut self, index: u64, offset: u64, why: String) -> io::Result<Step> {
         let (skip, resumed) = match self.scan(false)? {
@@ -803,8 +533,20 @@ impl<R: Read> Reader<R> {
                 (self.w.avail(), false)
             }
         };
+        Ok(self.garbage(index, offset, why, skip, resumed))
+    }
+
+    /// Skips `skip` bytes of garbage found at the record `index` (at `offset`).
+    fn garbage(
+        &mut self,
+        index: u64,
+        offset: u64,
+        why: String,
+        skip: usize,
+        resumed: bool,
+    ) -> Step {
         self.w.consume(skip);
-        Ok(Step::Skip(Skip {
+        Step::Skip(Skip {
             unit: self.unit(),
             index,
             offset,
@@ -813,7 +555,7 @@ impl<R: Read> Reader<R> {
                 skipped: skip as u64,
                 resumed,
             },
-        }))
+        })
     }
 
     /// The record at the current position says it is `need` bytes long but the file ends after
@@ -822,18 +564,8 @@ impl<R: Read> Reader<R> {
     fn past_end(&mut self, index: u64, offset: u64, need: usize, have: usize) -> io::Result<Step> {
         match self.scan(true)? {
             Some(skip) => {
-                self.w.consume(skip);
                 let why = format!("its length ({need} bytes) runs past the end of the file");
-                Ok(Step::Skip(Skip {
-                    unit: self.unit(),
-                    index,
-                    offset,
-                    kind: SkipKind::Garbage {
-                        why,
-                        skipped: skip as u64,
-                        resumed: true,
-                    },
-                }))
+                Ok(self.garbage(index, offset, why, skip, true))
             }
             None => Ok(self.truncated(index, offset, need, have)),
         }
@@ -869,188 +601,6 @@ impl<R: Read> Reader<R> {
                 None => return Ok(None),
             }
         }
-    }
-
-    /// Is there a plausible pcap record `at` bytes ahead, followed by another one close to it in
-    /// time (or, unless `strict`, by the end of the file)? `None` when the input ends before a
-    /// header fits.
-    fn pcap_candidate(
-        &mut self,
-        at: usize,
-        strict: bool,
-        fmt: PcapFormat,
-    ) -> io::Result<Option<bool>> {
-        let PcapFormat {
-            be,
-            nanos,
-            link,
-            limit,
-        } = fmt;
-        if self.w.fill(at + 16)? < at + 16 {
-            return Ok(None);
-        }
-        let h = pcap_header(&self.w.bytes()[at..at + 16], be, nanos);
-        // Every frame worth replaying holds at least an IP header.
-        if h.implausible(limit).is_some() || h.caplen < 20 {
-            return Ok(Some(false));
-        }
-        let end = at + 16 + h.caplen as usize;
-        let have = self.w.fill(end + 16)?;
-        // Its frame must make sense for the link type: IP where the link says IP.
-        let frame = &self.w.bytes()[at + 16..end.min(have)];
-        if matches!(
-            ip_payload(link, frame),
-            Err(LinkError::BadVersion(_) | LinkError::Short { .. })
-        ) {
-            return Ok(Some(false));
-        }
-        if have < end + 16 {
-            // The candidate ends the file (or is cut by its end).
-            return Ok(Some(!strict && have >= end));
-        }
-        let next = pcap_header(&self.w.bytes()[end..end + 16], be, nanos);
-        let close = next.ts.max(h.ts) - next.ts.min(h.ts) <= RESYNC_WINDOW;
-        Ok(Some(close && next.implausible(limit).is_none()))
-    }
-
-    /// Is there a plausible pcapng block `at` bytes ahead (known type, sane length, matching
-    /// trailer; the trailer is evidence enough, so there is no `strict`)? `None` when the input
-    /// ends before a block header fits.
-    fn pcapng_candidate(&mut self, at: usize, be: bool) -> io::Result<Option<bool>> {
-        if self.w.fill(at + 12)? < at + 12 {
-            return Ok(None);
-        }
-        let b = &self.w.bytes()[at..];
-        let mut be = be;
-        let ty = u32_at(b, 0, be).unwrap_or(0);
-        if ty == PCAPNG_SHB {
-            match section_order(b) {
-                Some(order) => be = order,
-                None => return Ok(Some(false)),
-            }
-        }
-        let len = u32_at(b, 4, be).unwrap_or(0) as usize;
-        if !PCAPNG_KNOWN.contains(&ty) || len < 12 || len & 3 != 0 || len > MAX_RECORD {
-            return Ok(Some(false));
-        }
-        if self.w.fill(at + len)? < at + len {
-            return Ok(Some(false));
-        }
-        let b = &self.w.bytes()[at..at + len];
-        Ok(Some(u32_at(b, len - 4, be) == Some(len as u32)))
-    }
-}
-
-#[derive(Clone, Copy)]
-struct PcapFormat {
-    be: bool,
-    nanos: bool,
-    link: LinkType,
-    limit: u32,
-}
-
-struct PcapHeader {
-    ts: Duration,
-    frac: u32,
-    frac_ok: bool,
-    caplen: u32,
-    wire_len: u32,
-}
-
-impl PcapHeader {
-    /// Why no writer would produce this record header (`None`: it is plausible).
-    fn implausible(&self, limit: u32) -> Option<String> {
-        if self.caplen > limit {
-            Some(format!(
-                "record length {} is larger than any packet of this file (at most {limit})",
-                self.caplen
-            ))
-        } else if self.wire_len == 0 || self.wire_len as usize > MAX_RECORD {
-            Some(format!("original length {} is impossible", self.wire_len))
-        } else if self.caplen > self.wire_len {
-            Some(format!(
-                "record length {} is larger than the packet's original length {}",
-                self.caplen, self.wire_len
-            ))
-        } else if !self.frac_ok {
-            Some(format!("timestamp fraction {} is out of range", self.frac))
-        } else {
-            None
-        }
-    }
-}
-
-fn pcap_header(h: &[u8], be: bool, nanos: bool) -> PcapHeader {
-    let secs = u32_at(h, 0, be).unwrap_or(0);
-    let frac = u32_at(h, 4, be).unwrap_or(0);
-    let (frac_ok, nsec) = if nanos {
-        (frac < 1_000_000_000, frac)
-    } else {
-        (frac < 1_000_000, frac.saturating_mul(1000))
-    };
-    PcapHeader {
-        ts: Duration::new(u64::from(secs), nsec.min(999_999_999)),
-        frac,
-        frac_ok,
-        caplen: u32_at(h, 8, be).unwrap_or(0),
-        wire_len: u32_at(h, 12, be).unwrap_or(0),
-    }
-}
-
-/// Byte order of a section header block (from its byte-order magic).
-fn section_order(b: &[u8]) -> Option<bool> {
-    match u32_at(b, 8, false)? {
-        PCAPNG_BOM => Some(false),
-        m if m.swap_bytes() == PCAPNG_BOM => Some(true),
-        _ => None,
-    }
-}
-
-/// Read `if_tsresol` and `if_tsoffset`; returns what was wrong, if anything (the options read
-/// before it are kept).
-fn parse_idb_options(mut opts: &[u8], be: bool, iface: &mut Iface) -> Option<String> {
-    while opts.len() >= 4 {
-        let code = u16_at(opts, 0, be).unwrap_or(0);
-        let len = usize::from(u16_at(opts, 2, be).unwrap_or(0));
-        if code == 0 {
-            return None;
-        }
-        let padded = (len + 3) & !3;
-        let Some(value) = opts.get(4..4 + len) else {
-            return Some(format!("option {code} of {len} bytes runs past the block"));
-        };
-        match (code, len) {
-            (9, 1) => match TsRes::of_option(value[0]) {
-                Some(r) => iface.res = r,
-                None => {
-                    return Some(format!(
-                        "timestamp resolution {:#x} is out of range",
-                        value[0]
-                    ))
-                }
-            },
-            (14, 8) => {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(value);
-                iface.offset = if be {
-                    i64::from_be_bytes(a)
-                } else {
-                    i64::from_le_bytes(a)
-                };
-            }
-            (9 | 14, _) => return Some(format!("option {code} has a length of {len}")),
-            _ => {}
-        }
-        opts = opts.get(4 + padded..).unwrap_or(&[]);
-    }
-    None
-}
-
-fn apply_offset(ts: Duration, secs: i64) -> Duration {
-    if secs >= 0 {
-        ts.saturating_add(Duration::from_secs(secs.unsigned_abs()))
-    } else {
-        ts.saturating_sub(Duration::from_secs(secs.unsigned_abs()))
     }
 }
 

@@ -4,8 +4,7 @@
 
 use std::time::Duration;
 
-use crate::seq::SeqNum;
-use crate::wire::{TcpBuilder, TcpFlags};
+use crate::testkit::{eth, v4, v6};
 use proptest::prelude::*;
 
 use super::link::LinkError;
@@ -13,39 +12,6 @@ use super::*;
 
 // ---------------------------------------------------------------------------------------------
 // Packet and file builders
-
-fn tcp(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
-        src: src.parse().unwrap(),
-        dst: dst.parse().unwrap(),
-        seq: SeqNum(1000),
-        ack: SeqNum(2000),
-        flags: TcpFlags::ACK | TcpFlags::PSH,
-        window: 1000,
-        options: &[],
-        payload,
-        ttl: 64,
-        ident: 7,
-    }
-    .emit(&mut out);
-    out
-}
-
-fn v4(payload: &[u8]) -> Vec<u8> {
-    tcp("198.18.1.2:40000", "198.18.1.1:80", payload)
-}
-
-fn v6(payload: &[u8]) -> Vec<u8> {
-    tcp("[fd00::2]:40000", "[fd00::1]:80", payload)
-}
-
-fn eth(ethertype: u16, ip: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(ip);
-    f
-}
 
 fn eth_tagged(tags: &[u16], ethertype: u16, ip: &[u8]) -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];

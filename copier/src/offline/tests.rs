@@ -4,57 +4,14 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::pcap::{LinkType, PcapWriter};
-use common::seq::SeqNum;
-use common::wire::{TcpBuilder, TcpFlags};
+use common::pcap::LinkType;
+use common::testkit::{eth, pcap_file, tcp, v4, v6};
 
 use super::*;
 use crate::cli::parse_map;
 
 // ---------------------------------------------------------------------------------------------
 // Packet and file builders
-
-fn tcp(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
-        src: src.parse().unwrap(),
-        dst: dst.parse().unwrap(),
-        seq: SeqNum(1000),
-        ack: SeqNum(2000),
-        flags: TcpFlags::ACK | TcpFlags::PSH,
-        window: 1000,
-        options: &[],
-        payload,
-        ttl: 64,
-        ident: 7,
-    }
-    .emit(&mut out);
-    out
-}
-
-fn v4(payload: &[u8]) -> Vec<u8> {
-    tcp("198.18.1.2:40000", "198.18.1.1:80", payload)
-}
-
-fn v6(payload: &[u8]) -> Vec<u8> {
-    tcp("[fd00::2]:40000", "[fd00::1]:80", payload)
-}
-
-fn eth(ethertype: u16, ip: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(ip);
-    f
-}
-
-/// A pcap of `link` holding `frames` at their times.
-fn pcap(link: LinkType, frames: &[(Duration, Vec<u8>)]) -> Vec<u8> {
-    let mut w = PcapWriter::new(Vec::new(), link, false).unwrap();
-    for (ts, d) in frames {
-        w.write(*ts, d).unwrap();
-    }
-    w.into_inner().unwrap()
-}
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -281,7 +238,7 @@ fn offline_replay_paces_filters_and_loops() {
         (secs(100.5), eth(0x0800, &req(40000, "GET /b"))),
         (secs(107.0), eth(0x0800, &req(40001, "GET /c"))), // a 6.5 s pause, cut to 1 s
     ];
-    let file = temp_file("paced.pcap", &pcap(LinkType::Ethernet, &frames));
+    let file = temp_file("paced.pcap", &pcap_file(LinkType::Ethernet, &frames));
     let maps = [parse_map("80=198.18.2.2:80").unwrap()];
     let mut r = Replay::open(config(file.path(), Speed::Factor(1.0), 2), &maps).unwrap();
     assert_eq!(r.format_name(), "pcap");
@@ -351,7 +308,7 @@ fn offline_replay_of_a_truncated_file_goes_on_with_what_it_holds() {
     let frames: Vec<(Duration, Vec<u8>)> = (0..5)
         .map(|i| (secs(f64::from(i)), v4(format!("GET /{i}").as_bytes())))
         .collect();
-    let file = pcap(LinkType::Raw, &frames);
+    let file = pcap_file(LinkType::Raw, &frames);
     let cut = temp_file("cut.pcap", &file[..file.len() - 7]);
     let maps = [parse_map("80=198.18.2.2:80").unwrap()];
     let mut r = Replay::open(config(cut.path(), Speed::Max, 1), &maps).unwrap();

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use common::seq::SeqNum;
+use common::testkit;
 use common::wire::{TcpBuilder, TcpFlags};
 
 use super::*;
@@ -12,21 +13,16 @@ const CLIENT: &str = "198.18.0.10:40000";
 const SERVER: &str = "198.18.1.1:80";
 
 fn pkt(src: &str, dst: &str, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
+    testkit::emit(&TcpBuilder {
         src: src.parse::<SocketAddr>().unwrap(),
         dst: dst.parse::<SocketAddr>().unwrap(),
         seq: SeqNum(seq),
         ack: SeqNum(ack),
         flags,
-        window: 1000,
-        options: &[],
         payload,
-        ttl: 64,
         ident: 1,
-    }
-    .emit(&mut out);
-    out
+        ..testkit::SEGMENT
+    })
 }
 
 fn data(seq: u32, ack: u32, payload: &[u8]) -> Vec<u8> {

@@ -34,14 +34,13 @@ use common::proto::io::client_handshake;
 use common::proto::Message;
 use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
-use lab::bench::{Cpu, TICK_NS};
+use lab::bench::{fetch_metrics, parse_rate, perf, rate_label, Cpu, TICK_NS};
 use lab::setup::{CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, Host, Lab, LabOptions};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -71,24 +70,6 @@ struct Args {
     perf_rate: u64,
     perf: bool,
     baseline: bool,
-}
-
-fn parse_rate(s: &str) -> Result<Option<u64>> {
-    let s = s.trim();
-    if s == "max" {
-        return Ok(None);
-    }
-    let (n, mult) = match s.strip_suffix('k') {
-        Some(n) => (n, 1000.0),
-        None => (s, 1.0),
-    };
-    let v: f64 = n
-        .parse()
-        .with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
-    if v.is_nan() || v <= 0.0 {
-        bail!("rate {s:?} must be positive");
-    }
-    Ok(Some((v * mult) as u64))
 }
 
 fn parse_args() -> Result<Args> {
@@ -416,47 +397,54 @@ fn step(
     })
 }
 
+impl Row {
+    /// Percent of one core over the step.
+    fn pct(&self, ns: f64) -> f64 {
+        100.0 * ns / (self.secs * 1e9)
+    }
+
+    /// The cells both tables share: offered pps, queued pps, records (verdicts) per second,
+    /// loss %, kernel drops, CPU %, user %, sys %.
+    fn shared_cells(&self) -> String {
+        let loss = if self.sent == 0 { 0.0 } else { 100.0 * (1.0 - self.records as f64 / self.sent as f64) };
+        format!(
+            "{:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1}",
+            self.sent as f64 / self.secs,
+            self.queued as f64 / self.secs,
+            self.records as f64 / self.secs,
+            loss.max(0.0),
+            self.kernel_drops,
+            self.pct(self.cpu.total() as f64),
+            self.pct(self.cpu.user_ticks as f64 * TICK_NS),
+            self.pct(self.cpu.sys_ticks as f64 * TICK_NS),
+        )
+    }
+
+    /// CPU µs per record, or `-` without records.
+    fn per_record(&self) -> String {
+        if self.records == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", self.cpu.total() as f64 / 1e3 / self.records as f64)
+        }
+    }
+}
+
 fn print_table(rows: &[Row]) {
-    let tick_ns = TICK_NS;
     println!(
         "| step | offered pps | queued pps | records/s | loss % | kernel drops | CPU % | user % | sys % | nfqueue thr % | control thr % | CPU µs/record | leaks |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let cpu_ns = r.cpu.total() as f64;
-        let pct = |ns: f64| 100.0 * ns / (r.secs * 1e9);
         let nfq = r.cpu.by_thread.get("nfqueue").copied().unwrap_or(0) as f64;
-        let ctl = r
-            .cpu
-            .by_thread
-            .iter()
-            .filter(|(k, _)| k.starts_with("intercept-ctl"))
-            .map(|(_, v)| *v)
-            .sum::<u64>() as f64;
-        let loss = if r.sent == 0 {
-            0.0
-        } else {
-            100.0 * (1.0 - r.records as f64 / r.sent as f64)
-        };
-        let per = if r.records == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.2}", cpu_ns / 1e3 / r.records as f64)
-        };
+        let ctl = r.cpu.threads("intercept-ctl") as f64;
         println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} |",
+            "| {} | {} | {:.2} | {:.2} | {} | {} |",
             r.label,
-            r.sent as f64 / r.secs,
-            r.queued as f64 / r.secs,
-            r.records as f64 / r.secs,
-            loss.max(0.0),
-            r.kernel_drops,
-            pct(cpu_ns),
-            pct(r.cpu.user_ticks as f64 * tick_ns),
-            pct(r.cpu.sys_ticks as f64 * tick_ns),
-            pct(nfq),
-            pct(ctl),
-            per,
+            r.shared_cells(),
+            r.pct(nfq),
+            r.pct(ctl),
+            r.per_record(),
             r.leaks,
         );
     }
@@ -464,46 +452,16 @@ fn print_table(rows: &[Row]) {
 
 // ---------------------------------------------------------------------------------------------
 
-fn perf_works() -> bool {
-    Command::new("perf")
-        .args(["stat", "-e", "task-clock", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rate: u64, dur: Duration) -> Result<()> {
-    let dir = lab.dir();
-    let stat_out = dir.join("perf-stat.txt");
-    let data = dir.join("perf.data");
     let secs = format!("{:.2}", dur.as_secs_f64());
-    let pid_s = pid.to_string();
     let events = "task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
                   syscalls:sys_enter_sendto,syscalls:sys_enter_write,syscalls:sys_enter_writev,\
                   syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait";
-    let mut stat = Command::new("perf")
-        .args(["stat", "--per-thread", "-x", ",", "-e", events, "-o"])
-        .arg(&stat_out)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-stat.err"))?)
-        .spawn()
-        .context("perf stat")?;
-    let mut rec = Command::new("perf")
-        .args(["record", "-g", "-F", "1999", "-o"])
-        .arg(&data)
-        .args(["-p", &pid_s, "--", "sleep", &secs])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("perf-record.err"))?)
-        .spawn()
-        .context("perf record")?;
-    std::thread::sleep(Duration::from_millis(150)); // let both attach
+    let mut session = perf::Session::start(lab.dir(), "perf", pid, events, dur)?;
     let (r0, c0) = (copier.received.load(Ordering::Relaxed), Cpu::read(pid, None)?);
     let sent = sender.blast(Some(rate), dur.saturating_sub(Duration::from_millis(300)));
     let c1 = Cpu::read(pid, None)?;
-    let _ = stat.wait();
-    let _ = rec.wait();
+    session.wait();
     std::thread::sleep(Duration::from_millis(300));
     let records = copier.received.load(Ordering::Relaxed) - r0;
     let cpu = c1.minus(&c0);
@@ -511,54 +469,21 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
     println!("## where the time goes: {rate} pps offered for {secs} s under perf ({sent} sent, {records} records)");
     println!();
     // perf is a diagnostic: when it fails, say why and go on.
-    let err_of = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let stat_out = session.stat_path();
     if let Err(e) = print_perf_stat(&stat_out, records.max(1)) {
-        println!(
-            "(perf stat gave nothing: {e:#}; its stderr: {})",
-            err_of("perf-stat.err").trim()
-        );
+        println!("(perf stat gave nothing: {e:#}; its stderr: {})", session.stderr_of("stat"));
     }
+    let data = session.data_path();
     if !data.exists() {
-        println!(
-            "(perf record gave nothing; its stderr: {})",
-            err_of("perf-record.err").trim()
-        );
+        println!("(perf record gave nothing; its stderr: {})", session.stderr_of("record"));
         return Ok(());
     }
     print_paths(&data, &cpu, records.max(1))?;
-    for (title, sort) in [
-        ("by thread and binary", "comm,dso"),
-        ("top symbols (self)", "comm,dso,sym"),
-    ] {
-        let out = Command::new("perf")
-            .args([
-                "report",
-                "--stdio",
-                "--no-children",
-                "-g",
-                "none",
-                "--percent-limit",
-                "1.5",
-                "--sort",
-                sort,
-                "-i",
-            ])
-            .arg(&data)
-            .output()
-            .context("perf report")?;
-        println!();
-        println!("perf record, {title} (samples of on-CPU time, >= 1.5 %):");
-        println!("```");
-        for l in String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-            .take(30)
-        {
-            println!("{l}");
-        }
-        println!("```");
-    }
-    Ok(())
+    perf::print_reports(
+        &data,
+        &[("by thread and binary", "--no-children", "comm,dso"), ("top symbols (self)", "--no-children", "comm,dso,sym")],
+        30,
+    )
 }
 
 /// Kernel entry points whose inclusive share of the samples says where a thread's time goes.
@@ -578,23 +503,7 @@ const PATHS: &[(&str, &str)] = &[
 /// Prints, per thread, the inclusive share of the samples of a few kernel paths, and what that
 /// is in CPU µs per record (the share times the CPU time the threads used in the window).
 fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
-    let out = Command::new("perf")
-        .args([
-            "report",
-            "--stdio",
-            "--children",
-            "-g",
-            "none",
-            "--percent-limit",
-            "0",
-            "--sort",
-            "comm,sym",
-            "-i",
-        ])
-        .arg(data)
-        .output()
-        .context("perf report --children")?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let lines = perf::report(data, "--children", "comm,sym", "0")?;
     let total_us = cpu.total() as f64 / 1e3;
     println!();
     println!(
@@ -606,7 +515,7 @@ fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
     println!("| thread | path | % of samples | µs/record |");
     println!("|---|---|---:|---:|");
     let mut rows = Vec::new();
-    for l in text.lines().filter(|l| !l.starts_with('#')) {
+    for l in &lines {
         // "    45.00%     0.50%  nfqueue        [k] __x64_sys_recvfrom"
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.len() < 5 {
@@ -634,66 +543,19 @@ fn print_paths(data: &Path, cpu: &Cpu, records: u64) -> Result<()> {
 /// Prints perf stat's per-thread counters, per record.
 fn print_perf_stat(path: &Path, records: u64) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    // --per-thread -x, lines: "comm-tid,value,unit,event,..."
-    let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-        let f: Vec<&str> = l.split(',').collect();
-        if f.len() < 4 {
-            continue;
-        }
-        let thread = f[0]
-            .trim()
-            .rsplit_once('-')
-            .map(|(c, _)| c)
-            .unwrap_or(f[0].trim())
-            .to_owned();
-        let Ok(v) = f[1].parse::<f64>() else { continue };
-        let ev = f[3]
-            .trim()
-            .trim_start_matches("syscalls:sys_enter_")
-            .trim_start_matches("raw_syscalls:")
-            .to_owned();
-        *by.entry(thread).or_default().entry(ev).or_default() += v;
-    }
+    let by = perf::stat_per_thread(&text);
     if by.is_empty() {
         println!("(perf stat gave nothing:\n{text})");
         return Ok(());
     }
-    let events: Vec<String> = {
-        let mut s: Vec<String> = by
-            .values()
-            .flat_map(|m| m.keys().cloned())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        s.sort();
-        s
-    };
     println!("perf stat per thread, per record ({records} records; task-clock in µs, the rest in counts):");
     println!();
-    println!("| thread | {} |", events.join(" | "));
-    println!("|---|{}", "---:|".repeat(events.len()));
-    for (t, m) in &by {
-        let cells: Vec<String> = events
-            .iter()
-            .map(|e| {
-                let v = m.get(e).copied().unwrap_or(0.0);
-                let v = if e == "task-clock" { v * 1e3 } else { v }; // msec -> µs
-                format!("{:.3}", v / records as f64)
-            })
-            .collect();
-        println!("| {t} | {} |", cells.join(" | "));
-    }
+    perf::print_stat_table(&by, records as f64);
     Ok(())
 }
 
 fn intercept_metrics(lab: &Lab) -> String {
-    let text = lab
-        .exec_ok(
-            Host::Test,
-            &["curl", "-sS", "--max-time", "3", &format!("http://{METRICS}/metrics")],
-        )
-        .unwrap_or_default();
+    let text = fetch_metrics(lab, Host::Test, METRICS);
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {
@@ -765,40 +627,11 @@ fn bare_reader(st: &BareState) -> Result<()> {
 }
 
 fn print_baseline(rows: &[Row]) {
-    let tick_ns = TICK_NS;
     println!("| step | offered pps | queued pps | verdicts/s | loss % | kernel drops | CPU % | user % | sys % | CPU µs/packet |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        let cpu_ns = r.cpu.total() as f64;
-        let pct = |ns: f64| 100.0 * ns / (r.secs * 1e9);
-        let loss = if r.sent == 0 {
-            0.0
-        } else {
-            100.0 * (1.0 - r.records as f64 / r.sent as f64)
-        };
-        let per = if r.records == 0 {
-            "-".to_string()
-        } else {
-            format!("{:.2}", cpu_ns / 1e3 / r.records as f64)
-        };
-        println!(
-            "| {} | {:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1} | {} |",
-            r.label,
-            r.sent as f64 / r.secs,
-            r.queued as f64 / r.secs,
-            r.records as f64 / r.secs,
-            loss.max(0.0),
-            r.kernel_drops,
-            pct(cpu_ns),
-            pct(r.cpu.user_ticks as f64 * tick_ns),
-            pct(r.cpu.sys_ticks as f64 * tick_ns),
-            per,
-        );
+        println!("| {} | {} | {} |", r.label, r.shared_cells(), r.per_record());
     }
-}
-
-fn rate_label(rate: Option<u64>) -> String {
-    rate.map(|r| format!("{r} pps")).unwrap_or_else(|| "max".into())
 }
 
 fn run() -> Result<()> {
@@ -904,8 +737,8 @@ fn run() -> Result<()> {
                 };
                 let mut out = Ok(());
                 for &rate in &args.rates {
-                    eprintln!("bare reader: step {} ...", rate_label(rate));
-                    match step(&lab, &target, &mut sender, &rate_label(rate), rate, args.step) {
+                    eprintln!("bare reader: step {} ...", rate_label(" pps", rate));
+                    match step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step) {
                         Ok(r) => baseline.push(r),
                         Err(e) => {
                             out = Err(e);
@@ -944,8 +777,8 @@ fn run() -> Result<()> {
                 Duration::from_secs(1),
             )?];
             for &rate in &args.rates {
-                eprintln!("intercept: step {} ...", rate_label(rate));
-                rows.push(step(&lab, &target, &mut sender, &rate_label(rate), rate, args.step)?);
+                eprintln!("intercept: step {} ...", rate_label(" pps", rate));
+                rows.push(step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step)?);
                 if let Some(e) = copier_error() {
                     bail!("fake copier: {e}");
                 }
@@ -961,7 +794,7 @@ fn run() -> Result<()> {
             println!();
             print_table(&rows);
             if args.perf {
-                if perf_works() {
+                if perf::works() {
                     perf_step(
                         &lab,
                         pid,
