@@ -8,6 +8,7 @@ declare -A PKG=(
   [ip]=iproute2 [ss]=iproute2 [nginx]=nginx [curl]=curl [wrk]=wrk [iptables]=iptables
   [ip6tables]=iptables [tcpdump]=tcpdump [ethtool]=ethtool [ping]=iputils-ping [pkill]=procps
   [redis-server]=redis-server [redis-benchmark]=redis-tools [redis-cli]=redis-tools
+  [prometheus]=prometheus [setpriv]=util-linux [systemd-analyze]=systemd [dpkg-deb]=dpkg
 )
 missing=()
 for cmd in "${!PKG[@]}"; do
@@ -15,6 +16,10 @@ for cmd in "${!PKG[@]}"; do
     missing+=("${PKG[$cmd]}")
   fi
 done
+# scripts/check-deploy.sh makes a virtualenv for the Kubernetes schema validator
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
@@ -32,3 +37,5 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # nginx inside namespaces and does not need it
 if command -v systemctl >/dev/null 2>&1; then systemctl stop nginx >/dev/null 2>&1 || true; fi
 pkill -f 'nginx: master process /usr/sbin/nginx' >/dev/null 2>&1 || true
+# the same for the Debian prometheus package (the lab runs its own, in a namespace)
+if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi

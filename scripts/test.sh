@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, the namespace (lab) tests included, after installing what
-# they need; then the demo (which fails unless every request was copied exactly and nothing
+# they need, checking the deployment files and building the Debian packages (which the package
+# test installs); then the demo (which fails unless every request was copied exactly and nothing
 # leaked) and every fuzz target briefly (FUZZ_SECONDS, default 30). Run as root: the lab tests
 # need network namespaces, raw sockets and NFQUEUE. Without root they skip with a loud message; under CI=true a skip is a failure.
 set -euo pipefail
@@ -9,6 +10,10 @@ export PATH="$PATH:/usr/sbin:/sbin"
 scripts/install-deps.sh
 echo "== build"
 cargo build --workspace --bins --all-targets
+echo "== deployment files (Kubernetes schemas, manifest promises, dashboard metric names)"
+scripts/check-deploy.sh
+echo "== Debian packages (the package test installs them in the lab machine)"
+packaging/build-debs.sh
 echo "== tests"
 cargo test --workspace --no-fail-fast
 echo "== demo (fails when copies per request are off or anything leaked)"

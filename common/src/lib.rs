@@ -6,9 +6,14 @@
 //! tests build theirs from ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
-//! `proto::io` (feature `io`).
+//! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
+//! generated man pages and completions ([`docs`], feature `docs`).
 
 pub mod checksum;
+#[cfg(feature = "docs")]
+pub mod docs;
+#[cfg(feature = "host")]
+pub mod doctor;
 pub mod flow;
 pub mod pcap;
 pub mod proto;

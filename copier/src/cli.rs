@@ -124,8 +124,13 @@ pub enum PacingMode {
 
 /// The copier's command line.
 #[derive(Debug, Parser)]
-#[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
+#[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES,
+          subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// `copier doctor ...` checks the host instead of copying.
+    #[command(subcommand)]
+    pub command: Option<crate::doctor::Command>,
+
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
     /// Without ONLINE_IP any destination address on that port is copied. A port may have two
     /// such maps, one per target family: `--map 80=TARGET4 --map 80=[TARGET6]:80` sends IPv4

@@ -13,6 +13,7 @@ pub mod bpf;
 pub mod capture;
 pub mod cli;
 pub mod control;
+pub mod doctor;
 pub mod engine;
 pub mod feed;
 pub mod metrics;

@@ -35,7 +35,11 @@ use tokio::sync::{mpsc, watch};
 const RECORD_CHANNEL: usize = 32;
 
 fn main() -> ExitCode {
+    common::docs::generate_if_asked(<Args as clap::CommandFactory>::command());
     let args = Args::parse();
+    if let Some(copier::doctor::Command::Doctor(d)) = &args.command {
+        return ExitCode::from(copier::doctor::main(d));
+    }
     init_tracing(args.verbose);
     match run(args) {
         Ok(summary) => {

@@ -8,6 +8,7 @@
 pub mod allow;
 pub mod config;
 pub mod control;
+pub mod doctor;
 pub mod exit;
 pub mod hold;
 pub mod local;

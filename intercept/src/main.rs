@@ -77,8 +77,13 @@ seconds or a number with ms, s, m, h or d (500ms, 1.5s, 2s; at most 1h here). Lo
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP)]
+#[command(name = "intercept", version, about = ABOUT, long_about = LONG_ABOUT, after_help = AFTER_HELP,
+          subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct Cli {
+    /// `intercept doctor ...` checks the host instead of intercepting.
+    #[command(subcommand)]
+    command: Option<intercept::doctor::Command>,
+
     /// Source port of the test service's responses to intercept; repeat for several ports.
     #[arg(long = "port", value_name = "PORT", required = true, value_parser = parse_port)]
     ports: Vec<u16>,
@@ -292,7 +297,13 @@ fn init_logging(cli: &Cli) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    common::docs::generate_if_asked(<Cli as clap::CommandFactory>::command());
+    // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    if let Some(d) = intercept::doctor::from_matches(&matches) {
+        return ExitCode::from(intercept::doctor::main(&d));
+    }
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     match run(cli.config()) {
         Ok(()) => ExitCode::SUCCESS,

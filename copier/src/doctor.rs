@@ -1,0 +1,368 @@
+//! `copier doctor`: checks, on the production front end, everything that makes copying fail
+//! silently, and says what to run to fix each item. Exit status 0 only when copying would work.
+//!
+//! Owns the checks that are the copier's: capture and raw-send permission, the capture
+//! interface, the offloads that decide the largest captured packet against the ring block, the
+//! route and path MTU to each target, the route to each intercept, its handshake with the
+//! shared secret and its verdict on a probe registration of each map's test port, and the clock
+//! skew with each intercept host. The host probes themselves (routes, sysctls, conntrack, the
+//! ICMP clock probe, the report) live in [`common::doctor`], shared with `intercept doctor`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::doctor::{self, Report};
+use common::flow::FourTuple;
+use common::proto::io::client_handshake_timeout;
+use common::proto::Message;
+
+use common::units::{parse_duration, parse_size};
+
+use crate::cli::{parse_map, show_map};
+use crate::control::InterceptAddr;
+use crate::engine::PortMap;
+
+/// Bytes a TPACKET_V3 block needs besides the packet: the block and packet headers and the
+/// link-layer address (rounded up).
+const RING_OVERHEAD: u64 = 256;
+
+/// `copier doctor`: the same flags as the copier for what it checks.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// A map as given to the copier (repeatable).
+    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", required = true, value_parser = parse_map)]
+    pub maps: Vec<PortMap>,
+
+    /// An intercept as given to the copier (repeatable).
+    #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = |s: &str| s.parse::<InterceptAddr>())]
+    pub intercepts: Vec<InterceptAddr>,
+
+    /// The copier's secret file.
+    #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
+    pub secret_file: Option<PathBuf>,
+
+    /// The copier runs without a secret.
+    #[arg(long, conflicts_with = "secret_file")]
+    pub no_secret: bool,
+
+    /// The capture interface (default: all interfaces).
+    #[arg(long, value_name = "IF")]
+    pub interface: Option<String>,
+
+    /// The copier's --mtu.
+    #[arg(long, value_name = "N", default_value_t = 1500)]
+    pub mtu: u16,
+
+    /// The copier's --ring-block-size.
+    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
+    pub ring_block_size: u64,
+
+    /// Largest clock difference with an intercept host accepted.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub max_clock_skew: Duration,
+}
+
+/// Runs every check; prints the report to stdout; returns the exit status.
+pub fn main(a: &DoctorArgs) -> u8 {
+    run(a).print("copier doctor")
+}
+
+/// Runs every check.
+pub fn run(a: &DoctorArgs) -> Report {
+    let mut r = Report::default();
+    permissions(&mut r);
+    capture_interface(&mut r, a);
+    for m in &a.maps {
+        online_service(&mut r, m);
+        target(&mut r, m, a.mtu);
+    }
+    let secret = match (&a.secret_file, a.no_secret) {
+        (Some(path), false) => match common::proto::auth::load_secret(path) {
+            Ok(s) => {
+                r.ok("secret file", path.display().to_string());
+                Some(s)
+            }
+            Err(e) => {
+                r.fail("secret file", format!("{}: {e}", path.display()), "write at least 16 bytes to it and chmod 600 it (the same file as on the test host)");
+                None
+            }
+        },
+        _ => None,
+    };
+    let secret_ok = a.no_secret || secret.is_some();
+    for i in &a.intercepts {
+        intercept(&mut r, i, secret.as_deref(), secret_ok, &a.maps, a.max_clock_skew);
+    }
+    forwarding(&mut r);
+    doctor::check_conntrack(&mut r);
+    r
+}
+
+fn permissions(r: &mut Report) {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let eth_p_all = Protocol::from(i32::from((libc::ETH_P_ALL as u16).to_be()));
+    match Socket::new(Domain::PACKET, Type::RAW, Some(eth_p_all)) {
+        Ok(_) => r.ok("capture permission", "an AF_PACKET socket opens (CAP_NET_RAW)"),
+        Err(e) => r.fail(
+            "capture permission",
+            format!("cannot open an AF_PACKET socket: {e}"),
+            "run the copier as root or with CAP_NET_RAW and CAP_NET_ADMIN (the packaged unit grants both: AmbientCapabilities=CAP_NET_RAW CAP_NET_ADMIN)",
+        ),
+    }
+    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW))) {
+        Ok(_) => r.ok("send permission", "a raw IP socket opens (CAP_NET_RAW)"),
+        Err(e) => r.fail("send permission", format!("cannot open a raw IP socket: {e}"), "run the copier with CAP_NET_RAW"),
+    }
+}
+
+fn capture_interface(r: &mut Report, a: &DoctorArgs) {
+    let names = match &a.interface {
+        Some(i) => vec![i.clone()],
+        None => doctor::interfaces(),
+    };
+    for name in names {
+        let l = match doctor::link(&name) {
+            Ok(l) => l,
+            Err(e) => {
+                r.fail(format!("interface {name}"), format!("cannot capture on it: {e}"), "give --interface the interface clients reach the online service on (ip -br link)");
+                continue;
+            }
+        };
+        if !l.up {
+            let item = format!("interface {name}");
+            if a.interface.is_some() {
+                r.fail(item, "is down: nothing is captured", format!("ip link set dev {name} up, or give the interface that carries the traffic"));
+            }
+            continue;
+        }
+        r.ok(format!("interface {name}"), format!("up, mtu {}", l.mtu));
+        // The largest packet the capture meets is a GRO super-segment (or a jumbo frame); a
+        // TPACKET_V3 block must hold it whole, or it is cut and its data lost.
+        let biggest = u64::from(l.gro_max.unwrap_or(65536).max(l.mtu));
+        let item = format!("offloads on {name}");
+        if biggest + RING_OVERHEAD > a.ring_block_size {
+            r.fail(
+                item,
+                format!(
+                    "GRO may build packets of {biggest} bytes, more than a capture ring block of {} holds: their data would be cut",
+                    a.ring_block_size
+                ),
+                format!(
+                    "start the copier with --ring-block-size {}K, or ip link set dev {name} gro_max_size 65536 (and gro_ipv4_max_size 65536)",
+                    (biggest + RING_OVERHEAD).div_ceil(4096) * 4
+                ),
+            );
+        } else {
+            r.ok(item, format!("largest captured packet {biggest} bytes fits a ring block of {}", a.ring_block_size));
+        }
+    }
+}
+
+fn online_service(r: &mut Report, m: &PortMap) {
+    let item = format!("online service of --map {}", show_map(m));
+    if doctor::tcp_listening(m.online_port) {
+        r.ok(item, format!("a process listens on port {} here", m.online_port));
+    } else {
+        r.warn(
+            item,
+            format!("nothing listens on port {} in this network namespace", m.online_port),
+            "fine when the service runs in a container whose traffic crosses this host's interfaces; otherwise check the port of --map",
+        );
+    }
+}
+
+fn target(r: &mut Report, m: &PortMap, mtu: u16) {
+    let t = m.target;
+    let item = format!("route to target {t}");
+    let route = match doctor::route_get(t.ip()) {
+        Ok(route) => route,
+        Err(e) => {
+            r.fail(item, format!("none ({e}): the copies cannot be sent"), format!("ip route add {} via <gateway toward the test host>", t.ip()));
+            return;
+        }
+    };
+    if route.local {
+        r.fail(item, "the target is an address of this host: the copies would come back here", "give --map the test server's address");
+        return;
+    }
+    r.ok(item, format!("dev {}{}", route.dev, route.gateway.map(|g| format!(" via {g}")).unwrap_or_default()));
+    let dev_mtu = doctor::link(&route.dev).map(|l| l.mtu).unwrap_or(u32::MAX);
+    let path = route.mtu.unwrap_or(u32::MAX).min(dev_mtu);
+    let item = format!("MTU toward {t}");
+    if path < u32::from(mtu) {
+        r.fail(
+            item,
+            format!("--mtu {mtu} but the path through {} allows {path}: larger copies are dropped on the way", route.dev),
+            format!("start the copier with --mtu {path}"),
+        );
+    } else {
+        r.ok(item, format!("--mtu {mtu} fits {} (mtu {path})", route.dev));
+    }
+}
+
+fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok: bool, maps: &[PortMap], skew: Duration) {
+    let name = format!("{}:{}", i.host, i.port);
+    let addr = match (i.host.as_str(), i.port).to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(a)) => a,
+        Ok(None) | Err(_) => {
+            r.fail(format!("intercept {name}"), "the name does not resolve", "give --intercept the test host's address");
+            return;
+        }
+    };
+    match doctor::route_get(addr.ip()) {
+        Ok(route) if route.local => {
+            r.fail(format!("route to intercept {name}"), "is an address of this host", "the intercept runs on the test host; give its address")
+        }
+        Ok(route) => r.ok(format!("route to intercept {name}"), format!("dev {}", route.dev)),
+        Err(e) => {
+            r.fail(format!("route to intercept {name}"), format!("none ({e})"), format!("ip route add {} via <gateway toward the test host>", addr.ip()));
+            return;
+        }
+    }
+    doctor::check_clock(r, "intercept host", addr.ip(), skew);
+    if !secret_ok {
+        return;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            r.fail(format!("intercept {name} reachable"), format!("cannot start a runtime: {e}"), "");
+            return;
+        }
+    };
+    rt.block_on(talk(r, &name, addr, secret, maps));
+}
+
+/// A client address of the documentation ranges, of the target's family: a probe registration
+/// no real session can collide with.
+fn probe_tuple(m: &PortMap, n: u16) -> FourTuple {
+    let client = match m.target.ip() {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+    };
+    FourTuple { client: SocketAddr::new(client, 1024 + n), server: m.target }
+}
+
+async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]>, maps: &[PortMap]) {
+    let timeout = Duration::from_secs(3);
+    let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            r.fail(
+                format!("intercept {name} reachable"),
+                format!("cannot connect: {e}"),
+                "start the intercept on the test host (systemctl start trafficcopy-intercept) with --listen on this address, and let this host reach its port",
+            );
+            return;
+        }
+        Err(_) => {
+            r.fail(format!("intercept {name} reachable"), format!("no answer to a connect within {timeout:?}"), "open the control port (36524) from this host to the test host");
+            return;
+        }
+    };
+    r.ok(format!("intercept {name} reachable"), "connected");
+    let mut est = match client_handshake_timeout(stream, secret, "copier doctor", timeout).await {
+        Ok(est) => est,
+        Err(e) => {
+            r.fail(
+                format!("secret accepted by intercept {name}"),
+                format!("handshake refused: {e}"),
+                "use the same secret file on both hosts (or --no-secret on both)",
+            );
+            return;
+        }
+    };
+    r.ok(format!("secret accepted by intercept {name}"), format!("handshake done with {}", est.peer.software));
+    let tuples: Vec<FourTuple> = maps.iter().enumerate().map(|(k, m)| probe_tuple(m, k as u16)).collect();
+    if est.writer.write_message(&Message::Register { tuples: tuples.clone() }).await.is_err() {
+        r.fail(format!("intercept {name} guards the test ports"), "the link closed", "see the intercept's log");
+        return;
+    }
+    let verdicts = tokio::time::timeout(timeout, async {
+        loop {
+            match est.reader.read_message().await {
+                Ok(Some(Message::Registered { results })) => return Some(results),
+                Ok(Some(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    let _ = est.writer.write_message(&Message::Unregister { tuples }).await;
+    let Some(verdicts) = verdicts else {
+        r.fail(format!("intercept {name} guards the test ports"), "no answer to a probe registration", "see the intercept's log");
+        return;
+    };
+    for (m, (_, v)) in maps.iter().zip(verdicts) {
+        let item = format!("intercept {name} guards --map {}", show_map(m));
+        if v.accepted() {
+            r.ok(item, "a probe registration was accepted");
+        } else {
+            r.fail(
+                item,
+                format!("refused ({}): its responses could not be kept off the network, so nothing is copied", v.as_str()),
+                format!("start the intercept with --port {} (and without --ipv4-only for IPv6 targets)", m.target.port()),
+            );
+        }
+    }
+    let _ = est.writer.shutdown().await;
+}
+
+fn forwarding(r: &mut Report) {
+    match doctor::sysctl("net.ipv4.ip_forward").as_deref() {
+        Ok("0") => r.ok("ip_forward", "0: answers of the test host that escape the intercept are dropped here"),
+        Ok(v) => r.warn(
+            "ip_forward",
+            format!("{v}: this host routes; a test answer that escaped the intercept would be forwarded toward the clients"),
+            "sysctl -w net.ipv4.ip_forward=0 unless this host must route (a Kubernetes node must: then rely on the intercept)",
+        ),
+        Err(e) => r.warn("ip_forward", e, "check sysctl net.ipv4.ip_forward"),
+    }
+}
+
+/// The copier's subcommands (next to its flat flags, which run the copier itself).
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Check this host and its intercepts and say what to fix (exit status 0 only when copying
+    /// would work).
+    ///
+    /// Checks capture permission and interface,
+    /// offloads and MTU, routes to each target and intercept, the intercept reachable, the
+    /// secret accepted and the test ports guarded, ip_forward, conntrack, clock skew. Prints
+    /// each item with the command that fixes it; exit status 0 only when copying would work.
+    Doctor(DoctorArgs),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Args;
+    use clap::Parser;
+
+    #[test]
+    fn doctor_is_a_subcommand_next_to_the_flat_flags() {
+        let a = Args::try_parse_from(["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
+        let Some(Command::Doctor(d)) = a.command else { panic!("no doctor: {a:?}") };
+        assert_eq!((d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size), (1, 36524, 1500, 256 << 10));
+        assert_eq!(d.max_clock_skew, Duration::from_secs(1));
+        // the daemon's flags are unchanged and still required without the subcommand
+        let a = Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
+        assert!(a.command.is_none());
+        assert!(Args::try_parse_from(["copier", "--no-secret"]).is_err());
+        // the doctor needs what it checks, and does not mix with the daemon's flags
+        assert!(Args::try_parse_from(["copier", "doctor", "--no-secret"]).is_err());
+        assert!(Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "doctor"]).is_err());
+    }
+
+    #[test]
+    fn probes_use_documentation_addresses_of_the_target_family() {
+        let m4 = parse_map("80=198.18.2.2:8080").unwrap();
+        let m6 = parse_map("80=[fd00::2]:80").unwrap();
+        assert_eq!(probe_tuple(&m4, 0).client, "192.0.2.1:1024".parse().unwrap());
+        assert_eq!(probe_tuple(&m4, 0).server, m4.target);
+        assert_eq!(probe_tuple(&m6, 1).client, "[2001:db8::1]:1025".parse().unwrap());
+    }
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Checks the deployment files without a cluster and without the internet:
+# - every Kubernetes manifest of deploy/k8s against the API schemas (kubernetes-validate, from
+#   PyPI, ships them; --strict refuses unknown fields), and a broken copy must be refused;
+# - what the manifests promise: host network, a node selector, resources, the secret from a
+#   Secret, capabilities NET_RAW and NET_ADMIN only (all others dropped);
+# - the Grafana dashboard: valid JSON, and every metric its queries use is one the daemons
+#   define (copier/src/metrics.rs, intercept/src/metrics.rs). The Prometheus lab test
+#   (tests/tests/prometheus.rs) checks the same names against a live scrape.
+# The validator lives in a virtualenv under ~/.cache (made once, reused).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${XDG_CACHE_HOME:-$HOME/.cache}/trafficcopy/venv"
+if [ ! -x "$VENV/bin/kubernetes-validate" ]; then
+  echo "check-deploy: installing kubernetes-validate into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q "kubernetes-validate==1.37.0"
+fi
+K8S_VERSION=1.33.0
+"$VENV/bin/kubernetes-validate" --quiet --strict -k "$K8S_VERSION" deploy/k8s/*.yaml
+# the validator must refuse a manifest with a misspelt field
+bad="$(mktemp --suffix=.yaml)"
+trap 'rm -f "$bad"' EXIT
+sed 's/fieldPath: status.hostIP/fieldPth: status.hostIP/' deploy/k8s/copier-daemonset.yaml > "$bad"
+if "$VENV/bin/kubernetes-validate" --quiet --strict -k "$K8S_VERSION" "$bad" >/dev/null 2>&1; then
+  echo "check-deploy: the validator accepted a broken manifest" >&2
+  exit 1
+fi
+"$VENV/bin/python" - <<'PY'
+import glob, json, re, sys, yaml
+
+problems = []
+for path in sorted(glob.glob("deploy/k8s/*.yaml")):
+    for doc in yaml.safe_load_all(open(path)):
+        if not doc or doc.get("kind") != "DaemonSet":
+            continue
+        name = doc["metadata"]["name"]
+        spec = doc["spec"]["template"]["spec"]
+        if spec.get("hostNetwork") is not True:
+            problems.append(f"{path}: {name} does not use the host network")
+        if not spec.get("nodeSelector"):
+            problems.append(f"{path}: {name} has no nodeSelector")
+        secrets = [v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v]
+        if not secrets:
+            problems.append(f"{path}: {name} takes no Secret")
+        for c in spec["containers"]:
+            caps = c.get("securityContext", {}).get("capabilities", {})
+            if caps.get("drop") != ["ALL"] or sorted(caps.get("add", [])) != ["NET_ADMIN", "NET_RAW"]:
+                problems.append(f"{path}: {name}/{c['name']} capabilities {caps}: want drop ALL, add NET_RAW and NET_ADMIN")
+            if c.get("securityContext", {}).get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{path}: {name}/{c['name']} allows privilege escalation")
+            res = c.get("resources", {})
+            if not res.get("requests") or not res.get("limits"):
+                problems.append(f"{path}: {name}/{c['name']} has no resource requests and limits")
+
+defined = set()
+for src in ("copier/src/metrics.rs", "intercept/src/metrics.rs"):
+    defined |= set(re.findall(r'"((?:copier|intercept)_[a-z0-9_]+)"', open(src).read()))
+dash = json.load(open("deploy/grafana/trafficcopy.json"))
+used = set()
+for p in dash["panels"]:
+    for t in p["targets"]:
+        for n in re.findall(r"\b((?:copier|intercept)_[a-z0-9_]+)", t["expr"]):
+            used.add(re.sub(r"_(bucket|sum|count)$", "", n) if n.startswith("copier_replay_lag") else n)
+for n in sorted(used - defined):
+    problems.append(f"deploy/grafana/trafficcopy.json: metric {n} is not defined by the daemons")
+if problems:
+    print("check-deploy:\n  " + "\n  ".join(problems), file=sys.stderr)
+    sys.exit(1)
+print(f"check-deploy: manifests valid (Kubernetes {sys.argv[1] if len(sys.argv) > 1 else '1.33'}), dashboard uses {len(used)} metrics, all defined")
+PY
