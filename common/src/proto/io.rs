@@ -236,20 +236,7 @@ pub async fn client_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let (r, w) = tokio::io::split(stream);
-    let mut reader = FrameReader::new(r);
-    reader.set_max_frame(PRE_AUTH_MAX_FRAME);
-    let mut writer = FrameWriter::new(w);
-    let fut = client_steps(&mut reader, &mut writer, secret, software);
-    let peer = tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| ProtoError::Timeout(timeout))??;
-    reader.set_max_frame(MAX_FRAME);
-    Ok(Established {
-        reader,
-        writer,
-        peer,
-    })
+    handshake(stream, secret, software, timeout, Side::Client).await
 }
 
 /// [`server_handshake`] with an explicit timeout.
@@ -262,12 +249,39 @@ pub async fn server_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    handshake(stream, secret, software, timeout, Side::Server).await
+}
+
+/// Which end of the handshake this is.
+#[derive(Clone, Copy, Debug)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// Split `stream`, run `side`'s steps of the handshake within `timeout` with frames capped at
+/// [`PRE_AUTH_MAX_FRAME`], then lift the cap to [`MAX_FRAME`].
+async fn handshake<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+    timeout: Duration,
+    side: Side,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let (r, w) = tokio::io::split(stream);
     let mut reader = FrameReader::new(r);
     reader.set_max_frame(PRE_AUTH_MAX_FRAME);
     let mut writer = FrameWriter::new(w);
-    let fut = server_steps(&mut reader, &mut writer, secret, software);
-    let peer = tokio::time::timeout(timeout, fut)
+    let steps = async {
+        match side {
+            Side::Client => client_steps(&mut reader, &mut writer, secret, software).await,
+            Side::Server => server_steps(&mut reader, &mut writer, secret, software).await,
+        }
+    };
+    let peer = tokio::time::timeout(timeout, steps)
         .await
         .map_err(|_| ProtoError::Timeout(timeout))??;
     reader.set_max_frame(MAX_FRAME);

@@ -6,8 +6,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use proptest::prelude::*;
 
 use super::*;
-use crate::seq::SeqNum;
-use crate::wire::{TcpBuilder, TcpFlags, TcpOption};
+use crate::wire::{TcpBuilder, TcpOption};
 
 fn decode_all(bytes: &[u8]) -> Result<Vec<Message>, ProtoError> {
     let mut d = FrameDecoder::new();
@@ -289,21 +288,14 @@ fn empty_lists_encode_as_one_frame() {
 // ---- records from packets ----
 
 fn response(src: &str, dst: &str, payload: &[u8], options: &[TcpOption<'_>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    TcpBuilder {
+    crate::testkit::emit(&TcpBuilder {
         src: src.parse().unwrap(),
         dst: dst.parse().unwrap(),
-        seq: SeqNum(1000),
-        ack: SeqNum(2000),
-        flags: TcpFlags::ACK | TcpFlags::PSH,
         window: 500,
         options,
         payload,
-        ttl: 64,
-        ident: 7,
-    }
-    .emit(&mut out);
-    out
+        ..crate::testkit::SEGMENT
+    })
 }
 
 #[test]
