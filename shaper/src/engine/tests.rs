@@ -1,3 +1,4 @@
+//! Tests of the shaper runtime (`Shaper`): plans, gates and release times on a seeded clock.
 use super::*;
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};

@@ -1,3 +1,4 @@
+//! Tests of the virtual user pools: weights, think times and the address table.
 use super::*;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
