@@ -275,13 +275,15 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_blocks: u32,
 
-    /// Capture ring: blocks it starts with (4 MiB with the default block size), so that a quiet
-    /// service does not pay for the whole ring. When a quarter of it waits to be read, or the
+    /// Capture ring: blocks it starts with (16 MiB with the default block size, half the most:
+    /// room for a 10 MB burst of 64 KB offload super-segments even while the capture thread
+    /// waits for a CPU, as on a busy 2-core host), so that a quiet service does not pay for the
+    /// whole ring. When a quarter of it waits to be read, or the
     /// kernel drops a packet, it grows four times larger, up to --ring-blocks, without losing or
     /// repeating a packet (a new ring takes every packet from that instant; the old one is read
     /// to its end first), and never shrinks (copier_capture_ring_bytes). With --workers above 1
     /// every ring has --ring-blocks from the start. Equal to --ring-blocks: a fixed ring.
-    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096), hide_short_help = true)]
     pub ring_start_blocks: u32,
 
     /// Engine threads. Each has its own capture ring (a PACKET_FANOUT group spreads client
