@@ -83,6 +83,9 @@ struct Shared {
     queue: Mutex<Queue>,
     stats: Mutex<CaptureStats>,
     wake: EventFd,
+    /// Set after the thread made `wake` readable, so the engine reads the eventfd only then
+    /// (not once a turn).
+    notified: AtomicBool,
     stop: AtomicBool,
     max_bytes: usize,
 }
@@ -108,6 +111,7 @@ impl Feed {
             queue: Mutex::new(Queue::default()),
             stats: Mutex::new(capture.stats()),
             wake: EventFd::new()?,
+            notified: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             max_bytes: cfg.max_bytes,
         });
@@ -137,7 +141,11 @@ impl Feed {
     /// number of batches taken.
     pub fn drain(&mut self, max_batches: usize, mut f: impl FnMut(&[u8])) -> usize {
         // Reset the wake-up before looking, so a batch queued after the look wakes the next poll.
-        self.shared.wake.drain();
+        // The thread sets `notified` after its write: a write seen before the flag is reset on
+        // the next turn.
+        if self.shared.notified.swap(false, Ordering::AcqRel) {
+            self.shared.wake.drain();
+        }
         let mut done = 0;
         while done < max_batches {
             let Some(batch) = ({
@@ -220,6 +228,7 @@ fn read_ring(mut capture: Capture, shared: &Shared) {
                 drop(q);
                 if was_empty {
                     shared.wake.notify();
+                    shared.notified.store(true, Ordering::Release);
                 }
                 *lock(&shared.stats) = capture.stats();
             }
