@@ -17,7 +17,8 @@ use common::units::{parse_duration, parse_size};
 
 use crate::capture::CaptureConfig;
 use crate::control::InterceptAddr;
-use crate::engine::{ClientIpPool, EngineConfig, PortMap};
+use crate::engine::{ClientIpPool, EngineConfig, HealthConfig, MapTargets, PortMap};
+use crate::routing::{parse_intercept_for, InterceptFor};
 use crate::offline::{OfflineConfig, Speed};
 use crate::send::SendConfig;
 
@@ -134,12 +135,15 @@ pub struct Args {
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
     /// Without ONLINE_IP any destination address on that port is copied. A port may have two
     /// such maps, one per target family: `--map 80=TARGET4 --map 80=[TARGET6]:80` sends IPv4
-    /// clients to TARGET4 and IPv6 clients to TARGET6.
-    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", required = true, value_parser = parse_map)]
-    pub maps: Vec<PortMap>,
+    /// clients to TARGET4 and IPv6 clients to TARGET6. Several test servers with weights:
+    /// `--map 80=T1:80@3,T2:80@1` spreads the copies 3:1 (each copy stays on its server; a
+    /// server that stops answering is taken out: see --target-down-after).
+    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]", required = true, value_parser = parse_map_targets)]
+    pub maps: Vec<MapTargets>,
 
-    /// An intercept daemon to connect to, default port 36524 (repeatable; registrations go to
-    /// every one of them).
+    /// An intercept daemon to connect to, default port 36524 (repeatable). With one test host,
+    /// registrations go to every intercept; with a map over several test servers, an intercept
+    /// at a server's own address gets that server's registrations only (see --intercept-for).
     #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = parse_intercept)]
     pub intercepts: Vec<InterceptAddr>,
 
@@ -297,6 +301,27 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=crate::workers::MAX_WORKERS as i64))]
     pub workers: u16,
+
+    // Several test servers per map: health and which intercept guards which server.
+    /// A test server to which copies were started and that sent nothing back but resets (SYNs
+    /// unanswered or refused, answers stopped) for this long is taken out: its new sessions go
+    /// to the map's other servers by their weights (copier_target_up, logged). It is back in as
+    /// soon as it answers; while out it gets one probe copy every --target-retry (lost if it is
+    /// still down). When every server of a map is out, an ERROR is logged
+    /// (copier_maps_all_targets_down) and copies go on by weight, as probes.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    pub target_down_after: Duration,
+
+    /// How often a test server that was taken out gets a probe copy.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub target_retry: Duration,
+
+    /// The test servers an intercept guards: INTERCEPT=TARGET_IP[,TARGET_IP...] (repeatable;
+    /// INTERCEPT as given to --intercept). Only needed when an intercept does not listen on its
+    /// test server's own address: an --intercept at a --map target's address guards that target,
+    /// and intercepts that guard nothing named get the registrations of the targets left.
+    #[arg(long, value_name = "HOST[:PORT]=IP[,IP...]", value_parser = parse_intercept_for)]
+    pub intercept_for: Vec<InterceptFor>,
 }
 
 /// Everything the binary needs, checked.
@@ -320,6 +345,8 @@ pub struct Validated {
     pub offline: Option<OfflineConfig>,
     /// Engine threads to run (1 with `--offline`, whatever `--workers` said).
     pub workers: u16,
+    /// The test server addresses each intercept guards (`None`: all), in `intercepts`' order.
+    pub intercept_serves: Vec<Option<Vec<IpAddr>>>,
 }
 
 impl Args {
@@ -333,7 +360,14 @@ impl Args {
                     .map_err(|e| format!("--client-ip: {e}"))?,
             ),
         };
-        check_maps(&self.maps, client_ip.as_ref())?;
+        let maps: Vec<PortMap> = self.maps.iter().map(|m| m.map).collect();
+        // One map per server, to check every server's address.
+        let every_target: Vec<PortMap> = self
+            .maps
+            .iter()
+            .flat_map(|m| m.targets.iter().map(|t| PortMap { target: t.addr, ..m.map }))
+            .collect();
+        check_maps(&maps, client_ip.as_ref())?;
         let profile = match &self.profile {
             None => None,
             Some(path) => {
@@ -348,7 +382,9 @@ impl Args {
         };
         let engine = EngineConfig {
             profile,
-            maps: self.maps.clone(),
+            maps: maps.clone(),
+            spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
+            health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry },
             mtu: self.mtu,
             client_ip,
             copies: self.copies,
@@ -368,7 +404,10 @@ impl Args {
             syn_timeout: self.syn_timeout,
             ..EngineConfig::default()
         };
-        check_targets_not_local(&self.maps, &local_addresses()?)?;
+        check_targets_not_local(&every_target, &local_addresses()?)?;
+        if self.target_down_after < Duration::from_millis(100) || self.target_retry < Duration::from_millis(100) {
+            return Err("--target-down-after and --target-retry must be at least 100ms".into());
+        }
         if self.session_timeout < Duration::from_secs(1) {
             return Err(format!(
                 "--session-timeout {:?} is too short (at least 1s)",
@@ -432,6 +471,12 @@ impl Args {
             }
             intercepts.push(i.clone());
         }
+        let target_ips: Vec<IpAddr> = every_target.iter().map(|m| m.target.ip()).collect();
+        let intercept_serves = crate::routing::plan(&intercepts, &self.intercept_for, &target_ips)?;
+        let engine = EngineConfig {
+            intercepts_for: crate::routing::serving_counts(&intercept_serves, &target_ips),
+            ..engine
+        };
         Ok(Validated {
             engine,
             capture,
@@ -440,6 +485,7 @@ impl Args {
                 ..SendConfig::default()
             },
             intercepts,
+            intercept_serves,
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
@@ -579,6 +625,17 @@ pub fn show_map(m: &PortMap) -> String {
         None => format!("{}={}", m.online_port, m.target),
         Some(ip) => format!("{}={}", SocketAddr::new(ip, m.online_port), m.target),
     }
+}
+
+/// Parse `--map`: `[ONLINE_IP:]PORT=` and one target `IP:PORT` or weighted ones
+/// `IP:PORT@W,IP:PORT@W` (see [`crate::engine::parse_targets`]).
+pub fn parse_map_targets(s: &str) -> Result<MapTargets, String> {
+    let (online, targets) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: no '=': expected [ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]"))?;
+    let targets = crate::engine::parse_targets(targets).map_err(|e| format!("{s:?}: {e}"))?;
+    let map = parse_map(&format!("{online}={}", targets[0].addr))?;
+    Ok(MapTargets { map, targets })
 }
 
 /// Parse `[ONLINE_IP:]PORT=TARGET_IP:PORT` (IPv6 in brackets: `[2001:db8::1]:80=[2001:db8::2]:80`).

@@ -256,6 +256,9 @@ pub struct ClientConfig {
     /// Which intercept this is (its `--intercept` index): names the link's verdicts to the
     /// engines (`Engine::handle_registered`).
     pub id: u16,
+    /// The test server addresses whose registrations this intercept gets (`None`: every one);
+    /// see `crate::routing`.
+    pub serves: Option<Arc<[std::net::IpAddr]>>,
 }
 
 impl ClientConfig {
@@ -270,7 +273,14 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(5),
             seed,
             id: 0,
+            serves: None,
         }
+    }
+
+    /// Whether this intercept guards `t`'s test server (gets its registration).
+    #[must_use]
+    pub fn guards(&self, t: &FourTuple) -> bool {
+        self.serves.as_ref().is_none_or(|l| l.contains(&t.server.ip()))
     }
 }
 
@@ -414,7 +424,8 @@ where
     } = est;
     let write_timeout = cfg.ping_interval * 3;
 
-    let (snapshot, rx) = links.registry.subscribe();
+    let (mut snapshot, rx) = links.registry.subscribe();
+    snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
     messages_for(&events, &mut msgs);
@@ -537,6 +548,9 @@ async fn write_loop<S: AsyncWrite + Unpin>(
                 continue;
             }
         }
+        events.retain(|ev| match ev {
+            RegEvent::Register(t) | RegEvent::Unregister(t) => cfg.guards(t),
+        });
         for ev in &events {
             match *ev {
                 RegEvent::Register(t) => sent.insert(t),
@@ -545,7 +559,8 @@ async fn write_loop<S: AsyncWrite + Unpin>(
         }
         if lagged {
             // We missed changes: take a fresh snapshot and send the difference.
-            let (now_set, new_rx) = links.registry.subscribe();
+            let (mut now_set, new_rx) = links.registry.subscribe();
+            now_set.retain(|t| cfg.guards(t));
             rx = new_rx;
             tracing::debug!(
                 "control link to {}: fell behind on registrations; resynchronising",

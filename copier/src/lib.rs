@@ -2,8 +2,9 @@
 //!
 //! - `engine`: the sans-IO session table (no socket, no clock);
 //! - [`capture`] (with [`bpf`] and [`sys`]): the AF_PACKET TPACKET_V3 ring and its kernel filter;
-//! - [`send`]: raw IP_HDRINCL sockets toward the test server;
-//! - [`control`]: the clients of the intercepts;
+//! - [`send`]: raw IP_HDRINCL sockets toward the test server; [`spread`]: logs and metrics of the
+//!   test servers of a map over several;
+//! - [`control`]: the clients of the intercepts; [`routing`]: which intercept guards which test server;
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
@@ -18,7 +19,9 @@ pub mod engine;
 pub mod feed;
 pub mod metrics;
 pub mod offline;
+pub mod routing;
 pub mod run;
 pub mod send;
+pub mod spread;
 pub mod sys;
 pub mod workers;

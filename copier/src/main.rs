@@ -130,7 +130,18 @@ fn run(args: Args) -> Result<RunSummary> {
     let connected = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
 
-    let maps: Vec<String> = v.engine.maps.iter().map(show_map).collect();
+    let maps: Vec<String> = v
+        .engine
+        .maps
+        .iter()
+        .map(|m| match v.engine.spread.iter().find(|s| s.map == *m) {
+            Some(s) => {
+                let t: Vec<String> = s.targets.iter().map(|t| format!("{}@{}", t.addr, t.weight)).collect();
+                format!("{}={}", show_map(m).split('=').next().unwrap_or_default(), t.join(","))
+            }
+            None => show_map(m),
+        })
+        .collect();
     let iface = match (&v.offline, &sources[..]) {
         (Some(o), [Source::Offline(r)]) => format!(
             "replay of {} file {} at speed {}, {} pass(es), gaps cut to {:?}, starting once an intercept is connected",
@@ -217,6 +228,11 @@ fn run(args: Args) -> Result<RunSummary> {
             let mut cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
             // Names this link's registration verdicts to the engines.
             cfg.id = u16::try_from(i).unwrap_or(u16::MAX);
+            cfg.serves = v.intercept_serves.get(i).cloned().flatten().map(Arc::from);
+            if let Some(l) = &cfg.serves {
+                let l: Vec<String> = l.iter().map(ToString::to_string).collect();
+                tracing::info!("intercept {addr} guards test server(s) {}", l.join(", "));
+            }
             tokio::spawn(run_client(cfg, links.clone(), shutdown_rx.clone()));
         }
         drop(links);

@@ -49,6 +49,7 @@ pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
     ::metrics::set_global_recorder(WorkerLabels(recorder))
         .map_err(|_| MetricsError::AlreadyInstalled)?;
     describe();
+    crate::spread::describe();
     Ok(())
 }
 

@@ -672,6 +672,7 @@ fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
 
 fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Instant) {
     log_refusals(engine);
+    crate::spread::log_events(engine);
     drain_control(engine, io, st);
     for _ in 0..TRANSMITS_PER_TURN {
         if io.sender.pending() >= SEND_HIGH_WATER {
@@ -701,6 +702,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
 }
 
 fn export(engine: &Engine, io: &LoopIo, st: &State) {
+    crate::spread::export(engine);
     m::export(&Snapshot {
         engine: engine.stats(),
         memory: engine.memory_used(),

@@ -592,3 +592,43 @@ fn help_explains_and_shows_an_example() {
         assert!(help.contains(flag), "{flag}");
     }
 }
+
+#[test]
+fn weighted_maps_and_intercept_routing() {
+    let v = Args::try_parse_from([
+        "copier",
+        "--no-secret",
+        "--map",
+        "80=198.18.1.2:80@3,198.18.3.2:80@1",
+        "--intercept",
+        "198.18.1.2",
+        "--intercept",
+        "198.18.3.2",
+        "--target-down-after",
+        "2s",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
+    assert_eq!(v.engine.maps.len(), 1);
+    assert_eq!(v.engine.maps[0].target, "198.18.1.2:80".parse().unwrap());
+    assert_eq!(v.engine.spread[0].targets.iter().map(|t| t.weight).collect::<Vec<_>>(), vec![3, 1]);
+    assert_eq!(v.engine.health.down_after, Duration::from_secs(2));
+    let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+    assert_eq!(v.intercept_serves, vec![Some(vec![ip("198.18.1.2")]), Some(vec![ip("198.18.3.2")])]);
+    assert_eq!(v.engine.intercepts_for, vec![(ip("198.18.1.2"), 1), (ip("198.18.3.2"), 1)]);
+    // One target keeps its old form and meaning.
+    let one = parse_map_targets("80=198.18.1.2:8080").unwrap();
+    assert_eq!((one.map, one.targets.len()), (map("80=198.18.1.2:8080"), 1));
+    for (bad, says) in [
+        ("80=198.18.1.2:80@3,[fd00::3]:80", "different IP families"),
+        ("80=198.18.1.2:80@0", "not from 1"),
+        ("80=198.18.1.2:80,198.18.1.2:80", "given twice"),
+    ] {
+        let e = parse_map_targets(bad).unwrap_err();
+        assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
+    }
+    // Every server of a spread map is checked against this host's addresses.
+    let e = args(&["--no-secret", "--map", "81=198.18.1.2:80,127.0.0.1:80"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("127.0.0.1"), "{e}");
+}

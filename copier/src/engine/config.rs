@@ -105,6 +105,15 @@ pub struct EngineConfig {
     /// a [`shaper::Shaper`] built from it and the engine seed, and `copies`, `sample_percent`
     /// and `client_ip` must stay at their defaults.
     pub profile: Option<std::sync::Arc<shaper::Profile>>,
+    /// Maps with several weighted test servers (`--map 80=T1:80@3,T2:80@1`); a map not named
+    /// here has its one `target`. See [`super::targets`].
+    pub spread: Vec<super::targets::MapTargets>,
+    /// When a test server counts as down and how often a down one is probed.
+    pub health: super::targets::HealthConfig,
+    /// How many intercepts guard each test server address when registrations are routed by
+    /// server (`crate::routing`); empty: every intercept guards every server. A registration
+    /// fails once that many (at most as many as are connected) refused it.
+    pub intercepts_for: Vec<(IpAddr, usize)>,
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
@@ -217,6 +226,9 @@ impl Default for EngineConfig {
             ttl: 64,
             port_share: PortShare::default(),
             profile: None,
+            spread: Vec::new(),
+            health: super::targets::HealthConfig::default(),
+            intercepts_for: Vec::new(),
         }
     }
 }

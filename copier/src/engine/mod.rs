@@ -88,6 +88,7 @@ mod session;
 mod shared;
 mod stats;
 mod stream;
+mod targets;
 
 #[cfg(test)]
 mod tests;
@@ -113,6 +114,7 @@ use hash::FastHash;
 use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
+pub use targets::{parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget, MAX_WEIGHT};
 
 /// A change of the set of test tuples the intercepts must answer for: what the engine emits
 /// ([`Engine::poll_control`]) and what the copier's registry applies and its control clients
@@ -219,6 +221,10 @@ pub struct Engine {
     refusals_seen: Vec<(PortMap, RegVerdict)>,
     /// Sessions in the table that are done and only linger (`Session::closing_counted`).
     closing: usize,
+    /// The test servers of each map, their weights and health (`targets`).
+    targets: Targets,
+    /// Intercepts guarding each test server address (`EngineConfig::intercepts_for`).
+    intercepts_for: Vec<(IpAddr, usize)>,
 }
 
 #[derive(Debug)]
@@ -265,6 +271,8 @@ impl Engine {
             refusals: VecDeque::new(),
             refusals_seen: Vec::new(),
             closing: 0,
+            targets: Targets::new(&config.maps, &config.spread, config.health),
+            intercepts_for: config.intercepts_for.clone(),
         }
     }
 
@@ -335,7 +343,7 @@ impl Engine {
             } else if h.has(TcpFlags::ACK) && h.seq == p.isn.add(1) {
                 // The handshake completed (its ACK, or first data if the ACK was not seen).
                 self.pending.remove(&c.key);
-                self.new_session(now, &c, map.target, Start::Syn { isn: p.isn, tsval: p.tsval });
+                self.new_session(now, &c, map, Start::Syn { isn: p.isn, tsval: p.tsval });
                 self.dispatch(now, &c);
             } else {
                 // Not of this handshake (a stray segment): no session to carry it.
@@ -345,7 +353,7 @@ impl Engine {
             self.check_memory(now);
             return;
         }
-        self.new_session(now, &c, map.target, Start::Midstream);
+        self.new_session(now, &c, map, Start::Midstream);
         self.check_memory(now);
     }
 
@@ -428,7 +436,9 @@ impl Engine {
         }
     }
 
-    fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr, how: Start) {
+    fn new_session(&mut self, now: Instant, c: &Captured<'_>, map: PortMap, how: Start) {
+        // Every server of a map has the family of `map.target` (`targets::parse_targets`).
+        let target = map.target;
         let h = &c.hdr;
         let st = &mut self.sh.stats;
         let syn = matches!(how, Start::Syn { .. });
@@ -490,6 +500,9 @@ impl Engine {
                 }
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
+            // Each copy takes its server by weight and health, and keeps it.
+            let target = self.targets.pick(now, &map);
+            self.targets.on_started(now, target);
             let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
             s.want_port = plan.client.port();
             s.plan_id = Some(plan.session);
@@ -525,6 +538,7 @@ impl Engine {
         };
         match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
+                self.targets.on_answer(now, r.tuple.server, r.hdr.has(TcpFlags::RST));
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
             }
             _ => self.sh.stats.drops.record_unknown += 1,
@@ -600,7 +614,8 @@ impl Engine {
     /// repeated ones (after a reconnection) are ignored.
     pub fn handle_registered(&mut self, now: Instant, from: u16, tuple: FourTuple, verdict: RegVerdict) {
         let Some(slot) = self.sh.tuples.get(&tuple).filter(|s| self.live(*s)) else { return };
-        let need = self.intercepts.max(1);
+        let guarding = self.intercepts_for.iter().find(|(ip, _)| *ip == tuple.server.ip()).map(|&(_, n)| n);
+        let need = guarding.map_or(self.intercepts, |n| n.min(self.intercepts)).max(1);
         let Some(key) = self.slots[slot.idx as usize].s.as_ref().map(|s| s.key) else { return };
         let mut refused = false;
         self.with_session(slot.idx, now, |s, sh| refused = s.on_verdict(sh, now, tuple, from, verdict, need));
@@ -620,6 +635,23 @@ impl Engine {
         self.refusals.pop_front()
     }
 
+    /// The next change of a test server's health (taken out, back in, every server of a map
+    /// down), to log; see [`Targets`].
+    pub fn poll_target_event(&mut self) -> Option<TargetEvent> {
+        self.targets.poll_event()
+    }
+
+    /// Every test server's counters and state (sessions by server, probes, up or down).
+    pub fn target_stats(&self) -> impl Iterator<Item = &TargetStats> {
+        self.targets.stats()
+    }
+
+    /// How many maps have every test server down now.
+    #[must_use]
+    pub fn maps_all_down(&self) -> usize {
+        self.targets.all_down().count()
+    }
+
     /// When [`Engine::handle_timeout`] should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -634,6 +666,7 @@ impl Engine {
     /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_syns(now);
+        self.targets.check(now);
         let mut due = std::mem::take(&mut self.due);
         due.clear();
         while let Some(&Reverse(e)) = self.timers.peek() {

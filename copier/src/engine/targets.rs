@@ -1,0 +1,317 @@
+//! Several test servers behind one map: which server a new session goes to, and whether each
+//! server answers.
+//!
+//! Owns: [`WeightedTarget`] and its parser (`T1:80@3,T2:80@1`, the target part of `--map`),
+//! [`MapTargets`] (a map with all its servers) and [`Targets`], the sans-IO chooser the engine
+//! asks for every new copy ([`Targets::pick`]) and tells what it sees ([`Targets::on_started`]
+//! when a copy starts on a server, [`Targets::on_answer`] when a server's segment comes back).
+//!
+//! Choice: smooth weighted round robin over the servers that are up (every server gets its
+//! current weight added, the one with the largest current value is taken and loses the total),
+//! so 3:1 gives exactly 3 of every 4 sessions to the first, interleaved, whatever the session
+//! rate. A copy stays on the server it was given for its whole life (its connections and
+//! reconnections all go there).
+//!
+//! Health, per server (address and port), with `down_after` ([`HealthConfig`]):
+//! - *up* -> *down*: a copy started on it, and for `down_after` since then not one segment of
+//!   it came back but resets (SYNs unanswered or refused, answers stopped). From then on its
+//!   new sessions go to the others, by their weights; logged and counted ([`TargetEvent`]).
+//! - *down* -> *up*: any segment of it but a reset comes back. While down, one copy every
+//!   `retry` goes to it anyway as a probe (counted apart: [`TargetStats::probes`]); if the
+//!   server is still down that copy is lost.
+//! - every server of a map down: the copies keep their weighted turn over all of them (each
+//!   acts as a probe), and [`TargetEvent::AllDown`] is raised once (cleared when one is back).
+//!
+//! Invariants: a map's servers share one IP family; each server address has one health state
+//! however many maps name it; with no answer ever expected (no copy started since its last
+//! answer) a server stays as it is.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::config::PortMap;
+
+/// One test server of a map and its share of the sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightedTarget {
+    /// The test server.
+    pub addr: SocketAddr,
+    /// Its weight (1 or more): it gets `weight / sum of weights` of the sessions.
+    pub weight: u32,
+}
+
+/// Largest weight accepted.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// Parse the target part of `--map`: `IP:PORT` (weight 1) or a list `IP:PORT@W,IP:PORT@W`
+/// (IPv6 in brackets). Every server must be a unicast address with a port, all of one IP
+/// family, none twice.
+pub fn parse_targets(s: &str) -> Result<Vec<WeightedTarget>, String> {
+    let mut out: Vec<WeightedTarget> = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let (addr, weight) = match part.rsplit_once('@') {
+            Some((a, w)) => {
+                let w: u32 = w.trim().parse().map_err(|_| format!("weight {w:?} of {a:?} is not a whole number"))?;
+                if w == 0 || w > MAX_WEIGHT {
+                    return Err(format!("weight {w} of {a} is not from 1 to {MAX_WEIGHT}"));
+                }
+                (a.trim(), w)
+            }
+            None => (part, 1),
+        };
+        let addr: SocketAddr = addr.parse().map_err(|_| {
+            format!("target {addr:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved)")
+        })?;
+        if addr.port() == 0 || addr.ip().is_unspecified() || addr.ip().is_multicast() {
+            return Err(format!("target {addr} needs a unicast address and a port from 1 to 65535"));
+        }
+        if let Some(first) = out.first() {
+            if first.addr.is_ipv6() != addr.is_ipv6() {
+                return Err(format!(
+                    "targets {} and {addr} are of different IP families (one map per family: --map 80=T4 --map 80=[T6]:80)",
+                    first.addr
+                ));
+            }
+        }
+        if out.iter().any(|t| t.addr == addr) {
+            return Err(format!("target {addr} is given twice"));
+        }
+        out.push(WeightedTarget { addr, weight });
+    }
+    Ok(out)
+}
+
+/// A map with every test server it spreads over (`map.target` is the first of `targets`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapTargets {
+    /// The map (its `target`: the first server).
+    pub map: PortMap,
+    /// The servers and weights, at least one.
+    pub targets: Vec<WeightedTarget>,
+}
+
+/// When a server counts as down, and how often a down one is tried again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthConfig {
+    /// A server to which a copy was started and that sent nothing back (but resets) for this
+    /// long is taken out.
+    pub down_after: Duration,
+    /// While out, one copy this often goes to it as a probe.
+    pub retry: Duration,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5) }
+    }
+}
+
+/// A change of a server's state, for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetEvent {
+    /// The server was taken out: `silent` is how long it had not answered a copy started on it.
+    Down {
+        /// The server.
+        addr: SocketAddr,
+        /// Since when no answer came while a copy waited.
+        silent: Duration,
+    },
+    /// The server answers again and takes sessions.
+    Up(SocketAddr),
+    /// Every server of the map is down (the copies still go by weight, as probes).
+    AllDown(PortMap),
+    /// A server of the map is up again after [`TargetEvent::AllDown`].
+    SomeUp(PortMap),
+}
+
+/// What one server got, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetStats {
+    /// The server.
+    pub addr: SocketAddr,
+    /// Its weight (the largest of the maps naming it).
+    pub weight: u32,
+    /// Whether it takes sessions now.
+    pub up: bool,
+    /// Copies started on it (probes included).
+    pub sessions: u64,
+    /// Copies sent to it as probes while it was down.
+    pub probes: u64,
+    /// Times it was taken out.
+    pub downs: u64,
+}
+
+#[derive(Debug)]
+struct Server {
+    stats: TargetStats,
+    /// The first copy started since its last answer (what `down_after` counts from).
+    waiting_since: Option<Instant>,
+    /// While down: when the next probe may go.
+    next_probe: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Group {
+    map: PortMap,
+    /// (server index, weight, current value of the round robin).
+    members: Vec<(usize, i64, i64)>,
+    all_down: bool,
+}
+
+/// The servers of every map, their health and the round robin (see the module doc).
+#[derive(Debug)]
+pub struct Targets {
+    cfg: HealthConfig,
+    servers: Vec<Server>,
+    groups: Vec<Group>,
+    events: VecDeque<TargetEvent>,
+}
+
+impl Targets {
+    /// The servers of `maps`; a map absent from `spread` has its one `target`, weight 1.
+    #[must_use]
+    pub fn new(maps: &[PortMap], spread: &[MapTargets], cfg: HealthConfig) -> Targets {
+        let mut t = Targets { cfg, servers: Vec::new(), groups: Vec::new(), events: VecDeque::new() };
+        for m in maps {
+            let list = spread
+                .iter()
+                .find(|s| s.map == *m)
+                .map(|s| s.targets.clone())
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| vec![WeightedTarget { addr: m.target, weight: 1 }]);
+            let mut members = Vec::new();
+            for w in list {
+                let i = t.server_index(w.addr).unwrap_or_else(|| {
+                    t.servers.push(Server {
+                        stats: TargetStats { addr: w.addr, weight: 0, up: true, sessions: 0, probes: 0, downs: 0 },
+                        waiting_since: None,
+                        next_probe: None,
+                    });
+                    t.servers.len() - 1
+                });
+                t.servers[i].stats.weight = t.servers[i].stats.weight.max(w.weight);
+                members.push((i, i64::from(w.weight.max(1)), 0));
+            }
+            t.groups.push(Group { map: *m, members, all_down: false });
+        }
+        t
+    }
+
+    fn server_index(&self, addr: SocketAddr) -> Option<usize> {
+        self.servers.iter().position(|s| s.stats.addr == addr)
+    }
+
+    /// The server a new copy under `map` goes to (see the module doc); `map.target` for a map
+    /// this chooser does not know. Does not count the copy: call [`Targets::on_started`] once
+    /// it started there.
+    pub fn pick(&mut self, now: Instant, map: &PortMap) -> SocketAddr {
+        self.check(now);
+        let Some(g) = self.groups.iter().position(|g| g.map == *map) else { return map.target };
+        if self.groups[g].members.len() == 1 {
+            return map.target;
+        }
+        // A down server whose probe is due takes this copy.
+        for &(i, _, _) in &self.groups[g].members {
+            let s = &mut self.servers[i];
+            if !s.stats.up && !self.groups[g].all_down && s.next_probe.is_some_and(|t| t <= now) {
+                s.next_probe = Some(now + self.cfg.retry);
+                s.stats.probes += 1;
+                return s.stats.addr;
+            }
+        }
+        let servers = &self.servers;
+        let group = &mut self.groups[g];
+        let any_up = group.members.iter().any(|&(i, _, _)| servers[i].stats.up);
+        let mut total = 0;
+        let mut best: Option<(usize, i64)> = None;
+        for (k, m) in group.members.iter_mut().enumerate() {
+            if any_up && !servers[m.0].stats.up {
+                continue;
+            }
+            m.2 += m.1;
+            total += m.1;
+            if best.is_none_or(|(_, v)| m.2 > v) {
+                best = Some((k, m.2));
+            }
+        }
+        let b = best.map_or(0, |(k, _)| k);
+        group.members[b].2 -= total;
+        self.servers[group.members[b].0].stats.addr
+    }
+
+    /// A copy started on `addr`: an answer from it is now expected.
+    pub fn on_started(&mut self, now: Instant, addr: SocketAddr) {
+        let Some(i) = self.server_index(addr) else { return };
+        let s = &mut self.servers[i];
+        s.stats.sessions += 1;
+        s.waiting_since.get_or_insert(now);
+    }
+
+    /// A segment of `addr` came back; `reset` when it was a reset (which proves nothing: a
+    /// stopped server's host resets its SYNs).
+    pub fn on_answer(&mut self, now: Instant, addr: SocketAddr, reset: bool) {
+        if reset {
+            return;
+        }
+        let Some(i) = self.server_index(addr) else { return };
+        let s = &mut self.servers[i];
+        s.waiting_since = None;
+        if !s.stats.up {
+            s.stats.up = true;
+            s.next_probe = None;
+            self.events.push_back(TargetEvent::Up(addr));
+            self.refresh_groups();
+        }
+        let _ = now;
+    }
+
+    /// Take out the servers silent for `down_after` (also done by [`Targets::pick`]).
+    pub fn check(&mut self, now: Instant) {
+        let mut changed = false;
+        for s in &mut self.servers {
+            let Some(since) = s.waiting_since else { continue };
+            if s.stats.up && now.saturating_duration_since(since) >= self.cfg.down_after {
+                s.stats.up = false;
+                s.stats.downs += 1;
+                s.next_probe = Some(now + self.cfg.retry);
+                // Counting starts again with the next copy (a probe).
+                s.waiting_since = None;
+                self.events.push_back(TargetEvent::Down { addr: s.stats.addr, silent: now - since });
+                changed = true;
+            }
+        }
+        if changed {
+            self.refresh_groups();
+        }
+    }
+
+    fn refresh_groups(&mut self) {
+        for g in &mut self.groups {
+            let all_down = g.members.iter().all(|&(i, _, _)| !self.servers[i].stats.up);
+            if all_down != g.all_down {
+                g.all_down = all_down;
+                self.events.push_back(if all_down { TargetEvent::AllDown(g.map) } else { TargetEvent::SomeUp(g.map) });
+            }
+        }
+    }
+
+    /// The next change to log.
+    pub fn poll_event(&mut self) -> Option<TargetEvent> {
+        self.events.pop_front()
+    }
+
+    /// Every server's counters and state.
+    pub fn stats(&self) -> impl Iterator<Item = &TargetStats> {
+        self.servers.iter().map(|s| &s.stats)
+    }
+
+    /// Maps whose servers are all down now.
+    pub fn all_down(&self) -> impl Iterator<Item = &PortMap> {
+        self.groups.iter().filter(|g| g.all_down).map(|g| &g.map)
+    }
+}
+
+#[cfg(test)]
+mod tests;

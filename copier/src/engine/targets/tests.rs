@@ -1,0 +1,133 @@
+//! Tests of the target chooser: parsing, the weighted spread, the health state machine.
+
+use super::*;
+
+fn a(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn map() -> PortMap {
+    PortMap { online_ip: None, online_port: 80, target: a("198.18.1.2:80") }
+}
+
+fn two(w1: u32, w2: u32) -> Targets {
+    let m = map();
+    let spread = MapTargets {
+        map: m,
+        targets: vec![
+            WeightedTarget { addr: a("198.18.1.2:80"), weight: w1 },
+            WeightedTarget { addr: a("198.18.3.2:80"), weight: w2 },
+        ],
+    };
+    Targets::new(&[m], &[spread], HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5) })
+}
+
+#[test]
+fn parses_one_target_or_a_weighted_list() {
+    assert_eq!(parse_targets("198.18.1.2:80").unwrap(), vec![WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 }]);
+    let l = parse_targets("198.18.1.2:80@3, 198.18.3.2:8080@1").unwrap();
+    assert_eq!(l.len(), 2);
+    assert_eq!((l[0].weight, l[1].addr), (3, a("198.18.3.2:8080")));
+    assert_eq!(parse_targets("[fd00::2]:80@2,[fd00::3]:80").unwrap()[1].weight, 1);
+    for (bad, says) in [
+        ("198.18.1.2:80@0", "not from 1"),
+        ("198.18.1.2:80@x", "not a whole number"),
+        ("198.18.1.2:80,198.18.1.2:80", "given twice"),
+        ("198.18.1.2:80,[fd00::3]:80", "different IP families"),
+        ("198.18.1.2", "not IP:PORT"),
+        ("0.0.0.0:80", "unicast"),
+    ] {
+        let e = parse_targets(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn weights_spread_sessions_exactly_and_interleaved() {
+    let mut t = two(3, 1);
+    let now = Instant::now();
+    let picks: Vec<SocketAddr> = (0..400).map(|_| t.pick(now, &map())).collect();
+    let first = picks.iter().filter(|&&p| p == a("198.18.1.2:80")).count();
+    assert_eq!(first, 300);
+    // Smooth: never more than three in a row on the heavier one.
+    assert!(picks.windows(4).all(|w| w.iter().any(|&p| p == a("198.18.3.2:80"))));
+}
+
+#[test]
+fn a_map_with_one_target_always_gets_it() {
+    let m = map();
+    let mut t = Targets::new(&[m], &[], HealthConfig::default());
+    let now = Instant::now();
+    assert!((0..10).all(|_| t.pick(now, &m) == m.target));
+    let other = PortMap { online_port: 81, ..m };
+    assert_eq!(t.pick(now, &other), other.target);
+}
+
+#[test]
+fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
+    let mut t = two(1, 1);
+    let t0 = Instant::now();
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    t.on_started(t0, s1);
+    t.on_started(t0, s2);
+    // s1 answers (resets prove nothing), s2 does not.
+    t.on_answer(t0 + Duration::from_millis(10), s1, false);
+    t.on_answer(t0 + Duration::from_millis(10), s2, true);
+    t.check(t0 + Duration::from_millis(2999));
+    assert!(t.poll_event().is_none());
+    t.check(t0 + Duration::from_secs(3));
+    assert_eq!(t.poll_event(), Some(TargetEvent::Down { addr: s2, silent: Duration::from_secs(3) }));
+    // Every new session goes to s1 until the probe is due (5 s after going down).
+    let t1 = t0 + Duration::from_secs(3);
+    for k in 0..50 {
+        assert_eq!(t.pick(t1 + Duration::from_millis(k * 90), &map()), s1);
+    }
+    let t2 = t1 + Duration::from_secs(5);
+    assert_eq!(t.pick(t2, &map()), s2, "the probe");
+    assert_eq!(t.pick(t2, &map()), s1, "one probe per retry");
+    let st = t.stats().find(|s| s.addr == s2).copied().unwrap();
+    assert_eq!((st.up, st.probes, st.downs), (false, 1, 1));
+    // It answers the probe: back in, and the spread is even again.
+    t.on_started(t2, s2);
+    t.on_answer(t2 + Duration::from_millis(1), s2, false);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
+    let picks: Vec<_> = (0..10).map(|_| t.pick(t2, &map())).collect();
+    assert_eq!(picks.iter().filter(|&&p| p == s2).count(), 5);
+}
+
+#[test]
+fn a_busy_server_that_answers_stays_in() {
+    let mut t = two(1, 1);
+    let t0 = Instant::now();
+    let s1 = a("198.18.1.2:80");
+    for k in 0..100u64 {
+        let now = t0 + Duration::from_millis(100 * k);
+        t.on_started(now, s1);
+        t.on_answer(now + Duration::from_millis(50), s1, false);
+        t.check(now + Duration::from_millis(60));
+    }
+    assert!(t.poll_event().is_none());
+    // No copy started since the last answer: silence is not a failure.
+    t.check(t0 + Duration::from_secs(3600));
+    assert!(t.poll_event().is_none());
+}
+
+#[test]
+fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
+    let mut t = two(3, 1);
+    let t0 = Instant::now();
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    t.on_started(t0, s1);
+    t.on_started(t0, s2);
+    t.check(t0 + Duration::from_secs(3));
+    let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
+    assert_eq!(evs.len(), 3, "{evs:?}");
+    assert_eq!(evs[2], TargetEvent::AllDown(map()));
+    assert_eq!(t.all_down().count(), 1);
+    let picks: Vec<_> = (0..8).map(|_| t.pick(t0 + Duration::from_secs(4), &map())).collect();
+    assert_eq!(picks.iter().filter(|&&p| p == s1).count(), 6);
+    t.on_answer(t0 + Duration::from_secs(5), s2, false);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
+    assert_eq!(t.poll_event(), Some(TargetEvent::SomeUp(map())));
+    assert!((0..8).all(|_| t.pick(t0 + Duration::from_secs(5), &map()) == s2));
+}
