@@ -70,6 +70,14 @@ gives each session's copies; each copy comes from a virtual user of the profile'
 address, and its port when free) and, with ON/OFF gating or think time, its requests wait until
 the shaper releases them (held, never dropped; a session is never cut).
 
+Several test servers: --map 80=T1:80@3,T2:80@1 spreads the copies over T1 and T2 by weight
+(smooth round robin: 3 of every 4 to T1), and each copy stays on its server. Give each test
+host's intercept (--intercept T1 --intercept T2): a registration goes to the intercept at its
+server's address, or to the one --intercept-for names. A server to which copies were started
+and that answers nothing but resets for --target-down-after is taken out (logged, metric
+copier_target_up): its new sessions go to the others; one probe copy every --target-retry tests
+it, and its first answer puts it back in.
+
 Pacing: the test server must get each request of a session after the one before was answered
 (or it would see pipelining that production never sent, and a slow test server would be
 flooded), but a copy that waits a whole round trip (NFQUEUE -> intercept -> copier) per

@@ -6,7 +6,8 @@
 //!   under one lock, and a client takes its snapshot and subscribes under the same lock, so every
 //!   client sees each change exactly once after its snapshot.
 //! - [`run_client`]: connect (TCP_NODELAY, 5 s timeout), handshake with the shared secret, send
-//!   the whole registry (so a restarted intercept learns every live session again), then forward
+//!   the whole registry (so a restarted intercept learns every live session again; only the
+//!   tuples of the test servers it guards, [`ClientConfig::serves`], see `crate::routing`), then forward
 //!   registry changes and pings while reading records and registration verdicts
 //!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
 //!   Both go to the engine threads through
