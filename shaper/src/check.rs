@@ -340,7 +340,9 @@ pub enum TraceError {
 }
 
 impl Trace {
-    /// Reads `time_s[,source][,pool]` rows (the header names the columns, in any order).
+    /// Reads `time_s[,source][,pool][,count]` rows (the header names the columns, in any order;
+    /// others are ignored). A `count` column makes a row stand for that many requests at its
+    /// time (a copier's per-interval `--trace`).
     pub fn from_csv(text: &str) -> Result<Trace, TraceError> {
         let mut lines = text
             .lines()
@@ -352,7 +354,7 @@ impl Trace {
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let pos = |name| cols.iter().position(|c| *c == name);
         let t_col = pos("time_s").ok_or_else(|| TraceError::Header(header.into()))?;
-        let (s_col, p_col) = (pos("source"), pos("pool"));
+        let (s_col, p_col, n_col) = (pos("source"), pos("pool"), pos("count"));
         if s_col.is_none() && p_col.is_none() {
             return Err(TraceError::Header(header.into()));
         }
@@ -374,15 +376,23 @@ impl Trace {
                 line,
                 msg: format!("time_s: {e}"),
             })?;
-            tr.times.push(t);
+            let n: usize = match n_col {
+                None => 1,
+                Some(c) => f[c].parse().map_err(|e| TraceError::Row {
+                    line,
+                    msg: format!("count: {e}"),
+                })?,
+            };
+            tr.times.extend(std::iter::repeat(t).take(n));
             if let (Some(c), Some(v)) = (s_col, tr.sources.as_mut()) {
-                v.push(f[c].parse().map_err(|e| TraceError::Row {
+                let src: u32 = f[c].parse().map_err(|e| TraceError::Row {
                     line,
                     msg: format!("source: {e}"),
-                })?);
+                })?;
+                v.extend(std::iter::repeat(src).take(n));
             }
             if let (Some(c), Some(v)) = (p_col, tr.pools.as_mut()) {
-                v.push(f[c].to_string());
+                v.extend(std::iter::repeat(f[c].to_string()).take(n));
             }
         }
         if tr.times.is_empty() {
@@ -461,13 +471,18 @@ pub fn check_trace(profile: Option<&Profile>, trace: &Trace, opts: &CheckOptions
             off.len()
         ));
     }
+    // A Hurst target only where the run was gated by ON/OFF sources (otherwise the trace has
+    // the online traffic's own dependence).
     hurst_lines(
         &mut r,
         &series,
         None,
-        profile.map(hurst_target),
+        profile.filter(|p| p.onoff.enabled).map(hurst_target),
         max_block(profile, opts.bin),
     );
+    if let Some(load) = profile.and_then(|p| p.schedule().ok()).map(|s| s.load().clone()) {
+        follow::rate_lines(&mut r, &load, &trace.times);
+    }
 
     if let Some(pools) = &trace.pools {
         let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
@@ -513,6 +528,8 @@ pub fn check_trace(profile: Option<&Profile>, trace: &Trace, opts: &CheckOptions
         .push(format!("{} bins of {} s", series.len(), opts.bin));
     r
 }
+
+mod follow;
 
 #[cfg(test)]
 mod tests {
