@@ -330,6 +330,18 @@ pub struct Args {
     /// and intercepts that guard nothing named get the registrations of the targets left.
     #[arg(long, value_name = "HOST[:PORT]=IP[,IP...]", value_parser = parse_intercept_for)]
     pub intercept_for: Vec<InterceptFor>,
+
+    /// Write a run trace to FILE: a CSV row per request unit sent (time on the profile's
+    /// schedule clock, copy, virtual user, pool, test server, and the ON/OFF source when the
+    /// profile gates), the format `shaper check --trace` and `shaper plot` read, so a run is
+    /// checked against its profile (`shaper check PROFILE --trace FILE`) and drawn.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+
+    /// With --trace: per-interval counts (`time_s,pool,count`) instead of a row per unit, for
+    /// high rates (e.g. 1s).
+    #[arg(long, value_name = "DURATION", requires = "trace", value_parser = parse_duration)]
+    pub trace_every: Option<Duration>,
 }
 
 /// Everything the binary needs, checked.
@@ -355,6 +367,8 @@ pub struct Validated {
     pub workers: u16,
     /// The test server addresses each intercept guards (`None`: all), in `intercepts`' order.
     pub intercept_serves: Vec<Option<Vec<IpAddr>>>,
+    /// The run trace to write.
+    pub trace: Option<crate::trace::TraceConfig>,
 }
 
 impl Args {
@@ -481,8 +495,17 @@ impl Args {
         }
         let target_ips: Vec<IpAddr> = every_target.iter().map(|m| m.target.ip()).collect();
         let intercept_serves = crate::routing::plan(&intercepts, &self.intercept_for, &target_ips)?;
+        if self.trace_every.is_some_and(|d| d < Duration::from_millis(10)) {
+            return Err("--trace-every must be at least 10ms".into());
+        }
+        let trace = self.trace.as_ref().map(|path| crate::trace::TraceConfig {
+            path: path.clone(),
+            every: self.trace_every,
+            sources: engine.profile.as_ref().is_some_and(|p| p.onoff.enabled),
+        });
         let engine = EngineConfig {
             intercepts_for: crate::routing::serving_counts(&intercept_serves, &target_ips),
+            trace: self.trace.is_some(),
             ..engine
         };
         Ok(Validated {
@@ -494,6 +517,7 @@ impl Args {
             },
             intercepts,
             intercept_serves,
+            trace,
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,

@@ -8,7 +8,7 @@
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
-//!   counters.
+//!   counters; [`trace`]: the run trace (`--trace`).
 
 pub mod bpf;
 pub mod capture;
@@ -24,4 +24,5 @@ pub mod run;
 pub mod send;
 pub mod spread;
 pub mod sys;
+pub mod trace;
 pub mod workers;

@@ -169,6 +169,20 @@ fn run(args: Args) -> Result<RunSummary> {
         v.seed
     );
 
+    let trace = match &v.trace {
+        None => None,
+        Some(cfg) => {
+            let pools = v.engine.profile.as_ref().map(|p| p.pools.iter().map(|x| x.name.clone()).collect()).unwrap_or_default();
+            let f = copier::trace::TraceFile::create(cfg, pools)
+                .with_context(|| format!("creating the run trace --trace {}", cfg.path.display()))?;
+            tracing::info!(
+                "run trace: {} ({})",
+                cfg.path.display(),
+                cfg.every.map_or_else(|| "a row per request unit".to_string(), |d| format!("counts per {d:?}"))
+            );
+            Some(Arc::new(std::sync::Mutex::new(f)))
+        }
+    };
     // Each worker sends its index here when its loop has ended (sessions closed).
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut inboxes = Vec::with_capacity(workers);
@@ -190,6 +204,7 @@ fn run(args: Args) -> Result<RunSummary> {
             stop: stop.clone(),
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
+            trace: trace.clone().map(copier::trace::TraceSink::new),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {

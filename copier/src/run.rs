@@ -119,6 +119,8 @@ pub struct LoopIo {
     /// With several workers: who owns which registered tuple (this loop adds and removes its
     /// own). `None` with one worker.
     pub routes: Option<Arc<Routes>>,
+    /// The run trace (`--trace`), shared by the workers.
+    pub trace: Option<crate::trace::TraceSink>,
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -398,6 +400,10 @@ pub fn run_engine_loop(
         offline,
     };
     export(&engine, &io, &st);
+    if let Some(t) = io.trace.as_mut() {
+        t.drain(&mut engine);
+        t.flush(true);
+    }
     (summary, fatal)
 }
 
@@ -479,6 +485,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
         export(engine, io, st);
         log_shedding(engine, st, now);
+        if let Some(t) = &io.trace {
+            t.flush(false);
+        }
     }
 
     if let Source::Offline(replay) = &io.source {
@@ -698,6 +707,9 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
     }
     // Sending may have produced no new registrations, but a timer or record may have.
     drain_control(engine, io, st);
+    if let Some(t) = io.trace.as_mut() {
+        t.drain(engine);
+    }
     io.sender.flush(now);
 }
 

@@ -114,6 +114,8 @@ pub struct EngineConfig {
     /// server (`crate::routing`); empty: every intercept guards every server. A registration
     /// fails once that many (at most as many as are connected) refused it.
     pub intercepts_for: Vec<(IpAddr, usize)>,
+    /// Keep a row per request unit sent for a run trace (`Engine::poll_unit`).
+    pub trace: bool,
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
@@ -229,6 +231,7 @@ impl Default for EngineConfig {
             spread: Vec::new(),
             health: super::targets::HealthConfig::default(),
             intercepts_for: Vec::new(),
+            trace: false,
         }
     }
 }

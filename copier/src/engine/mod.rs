@@ -89,6 +89,7 @@ mod shared;
 mod stats;
 mod stream;
 mod targets;
+mod trace;
 
 #[cfg(test)]
 mod tests;
@@ -114,6 +115,7 @@ use hash::FastHash;
 use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
+pub use trace::UnitSent;
 pub use targets::{parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget, MAX_WEIGHT};
 
 /// A change of the set of test tuples the intercepts must answer for: what the engine emits
@@ -225,6 +227,8 @@ pub struct Engine {
     targets: Targets,
     /// Intercepts guarding each test server address (`EngineConfig::intercepts_for`).
     intercepts_for: Vec<(IpAddr, usize)>,
+    /// With a run trace: the copies' identities and the rows to take (`trace`).
+    trace: Option<trace::Tags>,
 }
 
 #[derive(Debug)]
@@ -253,8 +257,10 @@ impl Engine {
         let stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
+        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone());
+        sh.trace_units = config.trace.then(Vec::new);
         Engine {
-            sh: Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone()),
+            sh,
             slots: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::with_hasher(hash),
@@ -273,6 +279,7 @@ impl Engine {
             closing: 0,
             targets: Targets::new(&config.maps, &config.spread, config.health),
             intercepts_for: config.intercepts_for.clone(),
+            trace: config.trace.then(trace::Tags::default),
         }
     }
 
@@ -503,6 +510,10 @@ impl Engine {
             // Each copy takes its server by weight and health, and keeps it.
             let target = self.targets.pick(now, &map);
             self.targets.on_started(now, target);
+            if let Some(tags) = self.trace.as_mut() {
+                let pool = plan.user.and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
+                tags.set(slot, plan, pool, target);
+            }
             let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
             s.want_port = plan.client.port();
             s.plan_id = Some(plan.session);
@@ -639,6 +650,27 @@ impl Engine {
     /// down), to log; see [`Targets`].
     pub fn poll_target_event(&mut self) -> Option<TargetEvent> {
         self.targets.poll_event()
+    }
+
+    /// The next request unit sent for the first time, with who sent it (only with
+    /// `EngineConfig::trace`; call it until `None` after every `poll_transmit` round).
+    pub fn poll_unit(&mut self) -> Option<UnitSent> {
+        self.take_trace_notes();
+        self.trace.as_mut()?.pop()
+    }
+
+    /// The profile's pool names (what [`UnitSent::pool`] indexes); empty without pools.
+    #[must_use]
+    pub fn pool_names(&self) -> Vec<String> {
+        self.sh.plan.shaper.users().map(|u| u.pool_names().to_vec()).unwrap_or_default()
+    }
+
+    fn take_trace_notes(&mut self) {
+        if let (Some(tags), Some(notes)) = (self.trace.as_mut(), self.sh.trace_units.as_mut()) {
+            if !notes.is_empty() {
+                tags.take(notes, &mut self.sh.plan);
+            }
+        }
     }
 
     /// Every test server's counters and state (sessions by server, probes, up or down).
@@ -815,6 +847,8 @@ impl Engine {
     }
 
     fn remove(&mut self, idx: u32) {
+        // The rows of this slot's copy are taken before the slot can be reused.
+        self.take_trace_notes();
         let slot = &mut self.slots[idx as usize];
         let Some(s) = slot.s.take() else { return };
         if s.closing_counted {

@@ -580,6 +580,9 @@ impl Session {
                 sh.stats.replay_lag.record(now.saturating_duration_since(t));
             }
             sh.stats.units_sent += 1;
+            if let Some(v) = sh.trace_units.as_mut() {
+                v.push((now, self.slot));
+            }
             self.lag_done = Some(s.cur_start);
         }
         let done = self.lag_done;
@@ -592,6 +595,9 @@ impl Session {
                 sh.stats.replay_lag.record(now.saturating_duration_since(t));
             }
             sh.stats.units_sent += 1;
+            if let Some(v) = sh.trace_units.as_mut() {
+                v.push((now, self.slot));
+            }
             // The current unit is not answered yet: this one goes ahead of an answer.
             sh.stats.units_ahead += u64::from(b.at.gt(s.cur_start));
             self.lag_done = Some(b.at);

@@ -44,11 +44,24 @@ pub(crate) struct Shared {
     pub meter: Meter,
     /// Kept between polls so that gathering a segment does not allocate each time.
     pub scratch: Vec<u8>,
+    /// With a run trace (`EngineConfig::trace`): the request units sent for the first time
+    /// since the engine last took them (`Engine::poll_unit`), by session.
+    pub trace_units: Option<Vec<(Instant, SlotRef)>>,
 }
 
 impl Shared {
     pub(crate) fn new(p: Params, stats: EngineStats, tuples: Tuples, plan: Planner, meter: Meter) -> Shared {
-        Shared { p, stats, control: VecDeque::new(), tuples, plan, intercept_up: true, meter, scratch: Vec::new() }
+        Shared {
+            p,
+            stats,
+            control: VecDeque::new(),
+            tuples,
+            plan,
+            intercept_up: true,
+            meter,
+            scratch: Vec::new(),
+            trace_units: None,
+        }
     }
 
     /// `tuple` is `slot`'s now: indexed, and registered with the intercepts.
