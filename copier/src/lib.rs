@@ -8,7 +8,7 @@
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
-//!   counters; [`trace`]: the run trace (`--trace`).
+//!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`).
 
 pub mod bpf;
 pub mod capture;
@@ -22,6 +22,7 @@ pub mod offline;
 pub mod routing;
 pub mod run;
 pub mod send;
+pub mod shaping;
 pub mod spread;
 pub mod sys;
 pub mod trace;

@@ -50,6 +50,7 @@ pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
         .map_err(|_| MetricsError::AlreadyInstalled)?;
     describe();
     crate::spread::describe();
+    crate::shaping::describe();
     Ok(())
 }
 

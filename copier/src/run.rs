@@ -715,6 +715,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
 
 fn export(engine: &Engine, io: &LoopIo, st: &State) {
     crate::spread::export(engine);
+    crate::shaping::export(engine, Instant::now());
     m::export(&Snapshot {
         engine: engine.stats(),
         memory: engine.memory_used(),

@@ -477,6 +477,19 @@ impl Shaper {
         self.copies.len()
     }
 
+    /// Virtual users in use: live mappings of a real client (and copy) to a virtual user.
+    pub fn users_active(&self) -> usize {
+        self.nat.user_mappings()
+    }
+
+    /// How many ON/OFF sources are ON at `now` (the plan read as periodic), when gating is on.
+    pub fn sources_on(&self, now: Duration) -> Option<usize> {
+        let plan = self.plan.as_ref()?;
+        let horizon = plan.duration();
+        let t = if horizon > 0.0 { now.as_secs_f64() % horizon } else { 0.0 };
+        Some((0..plan.sources()).filter(|&s| plan.is_on(s, t)).count())
+    }
+
     /// Copies started so far in each pool (by pool index).
     pub fn pool_sessions(&self) -> &[u64] {
         &self.pool_sessions

@@ -180,6 +180,16 @@ horizon_s = 600
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
     let (fo, ft) = (fingerprints(&online), fingerprints(&test));
     assert_eq!(fo, ft, "every online request exactly once\ncopier log:\n{}", log());
+    // The shaper's own metrics: every request went through the gate, the OFF periods held some.
+    let m = lab::setup::scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    let gated = lab::setup::metric_sum(&m, "copier_shaper_gated_units_total", &[]);
+    let delay_ms = lab::setup::metric_sum(&m, "copier_shaper_gate_delay_milliseconds_total", &[]);
+    assert!(gated >= online.len() as f64, "{gated} gated units for {} requests:\n{m}", online.len());
+    assert!(delay_ms > 1000.0, "the OFF periods held nothing ({delay_ms} ms in all):\n{m}");
+    assert!(lab::setup::metric_sum(&m, "copier_shaper_sources_on", &[]) <= 1.0, "{m}");
+    assert_eq!(lab::setup::metric_sum(&m, "copier_shaper_factor", &[]), 1.0, "{m}");
+    assert_eq!(lab::setup::metric_sum(&m, "copier_shaper_held_units", &[]), 0.0, "nothing held once all arrived:\n{m}");
+    println!("gate: {gated} units, mean hold {:.0} ms", delay_ms / gated);
     let t0 = online.iter().filter_map(|e| e.msec).min().expect("$msec in the log");
     let at = |e: &LogEntry| (e.msec.unwrap() as f64 - t0 as f64) / 1000.0;
     let span = online.iter().map(at).fold(0.0, f64::max);

@@ -63,7 +63,7 @@ fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
     let profile = lab.dir().join("phases.toml");
     std::fs::write(&profile, PROFILE).unwrap();
     let trace = lab.dir().join("run-trace.csv");
-    let args = ["--seed", "3", "--profile", profile.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
+    let args = ["--metrics", "127.0.0.1:9477", "--seed", "3", "--profile", profile.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
     let c = Copying::start(
         &mut lab,
         CopyOptions { copier_args: args.iter().map(|s| s.to_string()).collect(), ipv6: false, ..CopyOptions::default() },
@@ -98,6 +98,11 @@ fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
             tail(&c.copier.as_ref().unwrap().log(), 20)
         );
     }
+
+    // The shaper's metrics: the factor in force is the last phase's end value.
+    let m = lab::setup::scrape_metrics(&lab, Host::Online, "127.0.0.1:9477");
+    let factor = lab::setup::metric_sum(&m, "copier_shaper_factor", &[]);
+    assert!((factor - 0.2).abs() < 1e-9, "factor in force {factor}, want 0.2 after the ramp-down:\n{m}");
 
     // Stop the copier so that the trace is complete, then check it.
     let copier = c.copier.as_ref().unwrap();

@@ -61,6 +61,10 @@ impl Gate {
             let index = self.units_asked;
             self.units_asked += 1;
             let until = plan.shaper.release_at(t, self.id, index).ok();
+            if let Some(u) = until {
+                plan.gated_units += 1;
+                plan.gate_delay += u.saturating_sub(t);
+            }
             self.until = until.and_then(|d| plan.instant(d));
         }
         if self.until.is_some_and(|u| u <= now) {

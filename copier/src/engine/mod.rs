@@ -97,7 +97,7 @@ mod tests;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::IpAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::proto::{Record, RegVerdict};
@@ -179,6 +179,25 @@ enum Start {
     Syn { isn: SeqNum, tsval: Option<u32> },
     /// From a packet caught mid-stream.
     Midstream,
+}
+
+/// The shaper's state, for the metrics ([`Engine::shaper_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShaperStats {
+    /// The multiplication factor in force (profile factor x load x share; the flags' copies).
+    pub factor: f64,
+    /// Copies the planner holds (live copy sessions).
+    pub copies_live: usize,
+    /// Virtual users in use, when the profile has pools.
+    pub users_active: Option<usize>,
+    /// ON/OFF sources ON now, when the profile gates.
+    pub sources_on: Option<usize>,
+    /// Request units held by a gate now (think time or an OFF period).
+    pub held: usize,
+    /// Request units the gates decided on so far.
+    pub gated_units: u64,
+    /// The sum of their holds (release minus online arrival).
+    pub gate_delay: std::time::Duration,
 }
 
 /// One packet to send, written into the caller's buffer by [`Engine::poll_transmit`].
@@ -670,6 +689,29 @@ impl Engine {
             if !notes.is_empty() {
                 tags.take(notes, &mut self.sh.plan);
             }
+        }
+    }
+
+    /// The shaper's state at `now`: factor in force, live copies, users active, ON sources,
+    /// request units held by the gates, and the gates' delay so far.
+    #[must_use]
+    pub fn shaper_stats(&self, now: Instant) -> ShaperStats {
+        let plan = &self.sh.plan;
+        let t = plan.instant(Duration::ZERO).map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        let held = self
+            .slots
+            .iter()
+            .filter_map(|x| x.s.as_ref())
+            .filter(|s| s.gate.as_ref().and_then(|g| g.until()).is_some_and(|u| u > now))
+            .count();
+        ShaperStats {
+            factor: plan.shaper.factor_at(t),
+            copies_live: plan.shaper.live_copies(),
+            users_active: plan.shaper.users().map(|_| plan.shaper.users_active()),
+            sources_on: plan.shaper.sources_on(t),
+            held,
+            gated_units: plan.gated_units,
+            gate_delay: plan.gate_delay,
         }
     }
 

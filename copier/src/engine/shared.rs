@@ -168,11 +168,15 @@ pub(crate) struct Planner {
     /// and ask it when each request unit may go.
     pub gates: bool,
     run_start: Option<Instant>,
+    /// Request units the gates asked about, and the sum of their holds (release minus online
+    /// arrival): the shaper's gate delay.
+    pub gated_units: u64,
+    pub gate_delay: Duration,
 }
 
 impl Planner {
     pub(crate) fn new(shaper: shaper::Shaper) -> Planner {
-        Planner { gates: shaper.gates(), shaper, run_start: None }
+        Planner { gates: shaper.gates(), shaper, run_start: None, gated_units: 0, gate_delay: Duration::ZERO }
     }
 
     /// The planner's clock at `now`: the time since the first `now` the engine saw.
