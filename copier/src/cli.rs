@@ -78,6 +78,16 @@ and that answers nothing but resets for --target-down-after is taken out (logged
 copier_target_up): its new sessions go to the others; one probe copy every --target-retry tests
 it, and its first answer puts it back in.
 
+Closed loop: --target-rate R holds the request units sent to the test side at R per second:
+once a second the copier measures what it sent in the last second and multiplies the factor by
+(target / measured)^0.4 (a step of at most 2x either way, the factor at most --max-factor): with
+short sessions the gap shrinks by 40 % each second, without overshoot. New sessions get their copies under the
+factor in force; live sessions keep theirs, so the loop reacts as fast as sessions turn over.
+With --profile the target follows the profile's phases or curve (R at load 1) and this copier
+holds its share weight / total_weight of it ([distribution]): copiers started with the same R
+and their own weights add up to R with no coordinator. copier_rate_target, _measured, _error
+and _scale, and copier_shaper_factor (the factor in force) are exported.
+
 Pacing: the test server must get each request of a session after the one before was answered
 (or it would see pipelining that production never sent, and a slow test server would be
 flooded), but a copy that waits a whole round trip (NFQUEUE -> intercept -> copier) per
@@ -342,6 +352,18 @@ pub struct Args {
     /// high rates (e.g. 1s).
     #[arg(long, value_name = "DURATION", requires = "trace", value_parser = parse_duration)]
     pub trace_every: Option<Duration>,
+
+    /// Hold the request units sent to the test side at RATE per second by adjusting the
+    /// multiplication factor while running (a closed loop on what leaves the copier, once a
+    /// second; see "Closed loop" in --help). With --profile the target follows the profile's
+    /// phases or curve and this copier holds its [distribution] share of it; without, copies
+    /// come from a profile of factor 1. Not with --copies, --sample or --client-ip.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, conflicts_with_all = ["copies", "sample", "client_ip"])]
+    pub target_rate: Option<f64>,
+
+    /// With --target-rate: the largest multiplication factor the loop may set.
+    #[arg(long, value_name = "F", default_value_t = 100.0, requires = "target_rate", value_parser = parse_rate)]
+    pub max_factor: f64,
 }
 
 /// Everything the binary needs, checked.
@@ -369,6 +391,8 @@ pub struct Validated {
     pub intercept_serves: Vec<Option<Vec<IpAddr>>>,
     /// The run trace to write.
     pub trace: Option<crate::trace::TraceConfig>,
+    /// The closed loop on the rate (its `part` is for one engine thread: 1 / workers).
+    pub rate: Option<crate::rate::RateConfig>,
 }
 
 impl Args {
@@ -401,6 +425,11 @@ impl Args {
                 shaper::Shaper::new(&p, 0).map_err(|e| ctx(&e))?;
                 Some(Arc::new(p))
             }
+        };
+        // A closed loop needs a factor to move: without a profile, one of factor 1.
+        let profile = match (profile, self.target_rate) {
+            (None, Some(_)) => Some(Arc::new(shaper::Profile::default())),
+            (p, _) => p,
         };
         let engine = EngineConfig {
             profile,
@@ -518,6 +547,12 @@ impl Args {
             intercepts,
             intercept_serves,
             trace,
+            rate: self.target_rate.map(|rate| crate::rate::RateConfig {
+                rate,
+                part: 1.0 / f64::from(if self.offline.is_some() { 1 } else { self.workers.max(1) }),
+                max_factor: self.max_factor,
+                gain: crate::rate::DEFAULT_GAIN,
+            }),
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
@@ -712,6 +747,14 @@ pub fn parse_map(s: &str) -> Result<PortMap, String> {
 
 /// Most copies of a session (`--copies`).
 pub const MAX_COPIES: i64 = 1000;
+
+/// Parse a rate or factor: a finite number above 0 (`--target-rate`, `--max-factor`).
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number above 0")),
+    }
+}
 
 /// Parse a percentage above 0 and at most 100 (`--sample`).
 fn parse_percent(s: &str) -> Result<f64, String> {

@@ -5,7 +5,8 @@
 //! - [`send`]: raw IP_HDRINCL sockets toward the test server; [`spread`]: logs and metrics of the
 //!   test servers of a map over several;
 //! - [`control`]: the clients of the intercepts; [`routing`]: which intercept guards which test server;
-//! - [`offline`]: replay of a pcap or pcapng file instead of the live capture;
+//! - [`offline`]: replay of a pcap or pcapng file instead of the live capture; [`rate`]: the
+//!   closed loop holding a target rate;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
 //!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`).
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod feed;
 pub mod metrics;
 pub mod offline;
+pub mod rate;
 pub mod routing;
 pub mod run;
 pub mod send;

@@ -205,6 +205,7 @@ fn run(args: Args) -> Result<RunSummary> {
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
             trace: trace.clone().map(copier::trace::TraceSink::new),
+            rate: v.rate.map(copier::rate::RateDriver::new),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {

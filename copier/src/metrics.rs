@@ -51,6 +51,7 @@ pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
     describe();
     crate::spread::describe();
     crate::shaping::describe();
+    crate::rate::describe();
     Ok(())
 }
 

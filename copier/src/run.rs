@@ -121,6 +121,8 @@ pub struct LoopIo {
     pub routes: Option<Arc<Routes>>,
     /// The run trace (`--trace`), shared by the workers.
     pub trace: Option<crate::trace::TraceSink>,
+    /// The closed loop on the rate (`--target-rate`).
+    pub rate: Option<crate::rate::RateDriver>,
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -482,6 +484,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 );
                 st.last_kernel_drops = drops;
             }
+        }
+        if let Some(r) = io.rate.as_mut() {
+            r.tick(engine, now);
         }
         export(engine, io, st);
         log_shedding(engine, st, now);

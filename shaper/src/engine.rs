@@ -154,6 +154,8 @@ pub struct Shaper {
     pool_sessions: Vec<u64>,
     /// Set when built from the copier's flags (see the module documentation).
     flags: Option<FlagPlan>,
+    /// Run-time multiplier of the schedule's factor (a closed loop's correction; 1 by default).
+    scale: f64,
 }
 
 impl Shaper {
@@ -219,6 +221,7 @@ impl Shaper {
             next_id: 0,
             pool_sessions: vec![0; pools],
             flags: None,
+            scale: 1.0,
         })
     }
 
@@ -270,9 +273,34 @@ impl Shaper {
             .collect()
     }
 
-    /// The multiplication factor at `now`.
+    /// The multiplication factor at `now` (the schedule's, times the run-time scale).
     pub fn factor_at(&self, now: Duration) -> f64 {
-        self.schedule.factor_at(now.as_secs_f64())
+        self.schedule.factor_at(now.as_secs_f64()) * self.scale
+    }
+
+    /// Multiply the schedule's factor by `scale` from now on (a closed loop holding a rate;
+    /// finite and >= 0, else ignored). New sessions get their copies under it; live copies
+    /// keep theirs. The flags' plan ignores it.
+    pub fn set_scale(&mut self, scale: f64) {
+        if scale.is_finite() && scale >= 0.0 {
+            self.scale = scale;
+        }
+    }
+
+    /// The run-time scale of the factor.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// The schedule's load at `now` times this copier's share (`weight / total_weight`): what
+    /// a global target rate is multiplied by for this copier.
+    pub fn load_share_at(&self, now: Duration) -> f64 {
+        self.schedule.load().factor_at(now.as_secs_f64()) * self.schedule.share()
+    }
+
+    /// The profile's base multiplication factor.
+    pub fn base_factor(&self) -> f64 {
+        self.schedule.base()
     }
 
     /// A real client's session starts: the copies to make (see [`CopyPlan`]); the flags'

@@ -206,6 +206,11 @@ impl Schedule {
         (self.base * self.load.factor_at(t) * self.share).max(0.0)
     }
 
+    /// The base factor (the profile's `multiplication.factor`).
+    pub fn base(&self) -> f64 {
+        self.base
+    }
+
     /// This copier's share of the global target.
     pub fn share(&self) -> f64 {
         self.share

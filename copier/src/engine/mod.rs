@@ -715,6 +715,22 @@ impl Engine {
         }
     }
 
+    /// For a closed loop on the rate: the planner's time at `now` (seconds; `None` before the
+    /// first packet), the schedule's load x this copier's share there, and the base factor.
+    #[must_use]
+    pub fn rate_inputs(&self, now: Instant) -> Option<(f64, f64, f64)> {
+        let start = self.sh.plan.instant(Duration::ZERO)?;
+        let t = now.saturating_duration_since(start);
+        let s = &self.sh.plan.shaper;
+        Some((t.as_secs_f64(), s.load_share_at(t), s.base_factor()))
+    }
+
+    /// Multiply the planner's factor by `scale` for the sessions that start from now on (see
+    /// `shaper::Shaper::set_scale`).
+    pub fn set_factor_scale(&mut self, scale: f64) {
+        self.sh.plan.shaper.set_scale(scale);
+    }
+
     /// Every test server's counters and state (sessions by server, probes, up or down).
     pub fn target_stats(&self) -> impl Iterator<Item = &TargetStats> {
         self.targets.stats()

@@ -1,0 +1,251 @@
+//! The closed loop on the rate (`--target-rate`): hold the request units the copier sends to
+//! the test side at a target by adjusting the multiplication factor while running.
+//!
+//! Owns: [`RateLoop`], a sans-IO controller fed once a second with the units sent so far (a
+//! counter) and the schedule's shape at that instant, and answering the factor scale to use.
+//!
+//! The target for this engine at time `t` is `rate x load(t) x weight / total_weight / workers`:
+//! the global rate, shaped by the profile's phases or curve, this copier's share of it (the
+//! profile's `[distribution]`, so several copiers with the same `--target-rate` hold their
+//! weighted shares and together the global target, with no coordinator), split evenly over the
+//! engine threads (the capture's fanout spreads sessions evenly).
+//!
+//! Control law: an integral controller on the logarithm of the rate. Each tick with traffic,
+//! `scale *= (target / measured)^gain`, the step bounded to [1/2, 2] and the scale to
+//! `[0, max_factor / base factor]`. The plant (units sent = online units x factor) answers a
+//! new factor within the tick that measures it when sessions are short (the sessions started
+//! after a tick get the new factor and send their units before the next): the log error then
+//! shrinks by `1 - gain` a tick, monotonically (0.6 with the default gain 0.4: a 3x gap within
+//! 5 % in about 7 ticks). When the answer takes a whole tick (longer sessions) the loop
+//! `e(n+1) = e(n) - gain x e(n-1)` still converges (poles of modulus `sqrt(gain)` = 0.63) with a
+//! small overshoot. No traffic (nothing sent) leaves the scale as it is. Copies are decided per
+//! session: long keep-alive sessions keep their copies, so the loop then reacts only as fast
+//! as sessions turn over.
+
+/// The controller's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateConfig {
+    /// The global target, request units per second at the test side, at load 1.
+    pub rate: f64,
+    /// This engine's part of this copier's share (1 / workers).
+    pub part: f64,
+    /// Largest factor the loop may set (scale x base factor).
+    pub max_factor: f64,
+    /// Integral gain on the log error per tick.
+    pub gain: f64,
+}
+
+/// Default [`RateConfig::gain`] (see the module doc).
+pub const DEFAULT_GAIN: f64 = 0.4;
+
+/// What one tick decided, for the metrics and the log.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateTick {
+    /// This engine's target now, units per second.
+    pub target: f64,
+    /// Units per second sent since the last tick.
+    pub measured: f64,
+    /// `(measured - target) / target` (0 without a target).
+    pub error: f64,
+    /// The factor scale in force from now on.
+    pub scale: f64,
+    /// The scale hit a bound (the target cannot be reached: no copies left to remove, or
+    /// `max_factor`).
+    pub bounded: bool,
+}
+
+/// The controller (see the module doc).
+#[derive(Debug, Clone)]
+pub struct RateLoop {
+    cfg: RateConfig,
+    scale: f64,
+    last: Option<(f64, u64)>,
+}
+
+impl RateLoop {
+    /// A loop starting at scale 1 (the profile's own factor).
+    #[must_use]
+    pub fn new(cfg: RateConfig) -> RateLoop {
+        RateLoop { cfg, scale: 1.0, last: None }
+    }
+
+    /// One tick at `t` seconds with `sent` units sent so far, the schedule's `load_share` at
+    /// `t` (load x weight / total_weight) and the profile's `base` factor. `None` on the first
+    /// tick (nothing to measure yet).
+    pub fn tick(&mut self, t: f64, sent: u64, load_share: f64, base: f64) -> Option<RateTick> {
+        let prev = self.last.replace((t, sent));
+        let (t0, s0) = prev?;
+        let dt = t - t0;
+        if dt <= 0.0 {
+            return None;
+        }
+        let measured = sent.saturating_sub(s0) as f64 / dt;
+        let target = (self.cfg.rate * load_share * self.cfg.part).max(0.0);
+        let max_scale = if base > 0.0 { self.cfg.max_factor / base } else { self.cfg.max_factor };
+        let mut bounded = false;
+        if target <= 0.0 {
+            self.scale = 0.0;
+        } else if measured > 0.0 {
+            let step = (target / measured).powf(self.cfg.gain).clamp(0.5, 2.0);
+            let want = self.scale * step;
+            self.scale = want.clamp(0.0, max_scale);
+            bounded = self.scale < want;
+        } else if self.scale == 0.0 {
+            // Nothing goes out because the loop stopped it: start again from a little.
+            self.scale = (1.0 / base.max(1e-9)).min(max_scale).min(0.1);
+        }
+        let error = if target > 0.0 { (measured - target) / target } else { 0.0 };
+        Some(RateTick { target, measured, error, scale: self.scale, bounded })
+    }
+
+    /// The factor scale in force.
+    #[must_use]
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A simulated plant: `online(n)` units a second captured in tick `n`, each copied
+    /// `factor` times on average under the scale in force `lag` ticks before (0: short sessions,
+    /// sent in the tick that measures them), with a deterministic jitter of +-2 %.
+    fn run_lagged(online: impl Fn(usize) -> f64, ticks: usize, rate: f64, lag: usize) -> Vec<RateTick> {
+        let mut l = RateLoop::new(RateConfig { rate, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+        let (mut sent, mut out) = (0.0f64, Vec::new());
+        let mut scales = vec![1.0; lag + 1];
+        l.tick(0.0, 0, 1.0, 1.0);
+        for n in 1..=ticks {
+            let jitter = 1.0 + 0.02 * ((n * 7919 % 13) as f64 / 6.0 - 1.0);
+            sent += online(n) * scales[0] * jitter;
+            if let Some(t) = l.tick(n as f64, sent as u64, 1.0, 1.0) {
+                out.push(t);
+            }
+            scales.remove(0);
+            scales.push(l.scale());
+        }
+        out
+    }
+
+    fn run(online: impl Fn(usize) -> f64, ticks: usize, rate: f64) -> Vec<RateTick> {
+        run_lagged(online, ticks, rate, 0)
+    }
+
+    #[test]
+    fn a_one_tick_lag_still_converges_with_a_small_overshoot() {
+        let ticks = run_lagged(|_| 100.0, 40, 300.0, 1);
+        assert!(ticks.iter().all(|t| t.error <= 0.25), "overshoot: {ticks:?}");
+        let settled = ticks.iter().position(|t| t.error.abs() <= 0.05).unwrap();
+        assert!(settled <= 15, "{settled}: {ticks:?}");
+        assert!(ticks[20..].iter().all(|t| t.error.abs() <= 0.05), "{ticks:?}");
+    }
+
+    #[test]
+    fn three_times_the_online_rate_within_ten_ticks_without_overshoot() {
+        let ticks = run(|_| 100.0, 40, 300.0);
+        let settled = ticks.iter().position(|t| t.error.abs() <= 0.05).unwrap();
+        assert!(settled <= 10, "{settled} ticks: {ticks:?}");
+        assert!(ticks[settled..].iter().all(|t| t.error.abs() <= 0.05), "{ticks:?}");
+        assert!(ticks.iter().all(|t| t.error <= 0.05), "overshoot: {ticks:?}");
+        assert!((ticks.last().unwrap().scale - 3.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn follows_the_online_rate_doubling() {
+        let ticks = run(|n| if n < 20 { 100.0 } else { 200.0 }, 45, 300.0);
+        // The doubling shows one tick later as a 2x error, then closes again within 10 ticks.
+        let after = &ticks[20..];
+        let back = after.iter().position(|t| t.error.abs() <= 0.05).unwrap();
+        assert!(back <= 10, "{back}: {after:?}");
+        assert!(after[back..].iter().all(|t| t.error.abs() <= 0.05), "{after:?}");
+        assert!((ticks.last().unwrap().scale - 1.5).abs() < 0.05);
+    }
+
+    #[test]
+    fn bounded_by_max_factor_and_quiet_without_traffic() {
+        let mut l = RateLoop::new(RateConfig { rate: 1000.0, part: 1.0, max_factor: 4.0, gain: DEFAULT_GAIN });
+        l.tick(0.0, 0, 1.0, 2.0);
+        let mut sent = 0;
+        let mut last = None;
+        for n in 1..60u64 {
+            sent += (10.0 * l.scale() * 2.0) as u64;
+            last = l.tick(n as f64, sent, 1.0, 2.0);
+        }
+        let t = last.unwrap();
+        assert!((t.scale - 2.0).abs() < 1e-9 && t.bounded, "{t:?}");
+        // No traffic: the scale stays.
+        let s = l.scale();
+        assert_eq!(l.tick(61.0, sent, 1.0, 2.0).unwrap().scale, s);
+        // Several copiers: a share of 1/4 of the load holds a quarter of the rate.
+        let mut q = RateLoop::new(RateConfig { rate: 400.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+        q.tick(0.0, 0, 0.25, 1.0);
+        assert_eq!(q.tick(1.0, 50, 0.25, 1.0).unwrap().target, 100.0);
+    }
+}
+
+/// Metric names.
+pub mod names {
+    /// This engine's target, units per second.
+    pub const TARGET: &str = "copier_rate_target";
+    /// Units per second sent in the last tick.
+    pub const MEASURED: &str = "copier_rate_measured";
+    /// `(measured - target) / target`.
+    pub const ERROR: &str = "copier_rate_error";
+    /// The factor scale the loop set (the factor in force is `copier_shaper_factor`).
+    pub const SCALE: &str = "copier_rate_scale";
+    /// 1 while the scale is held at a bound (the target cannot be reached).
+    pub const BOUNDED: &str = "copier_rate_bounded";
+}
+
+/// Describe the metrics (once, at start).
+pub fn describe() {
+    use metrics::describe_gauge;
+    describe_gauge!(names::TARGET, "Closed loop (--target-rate): this engine's target, request units per second");
+    describe_gauge!(names::MEASURED, "Closed loop: request units per second sent to the test side in the last second");
+    describe_gauge!(names::ERROR, "Closed loop: (measured - target) / target");
+    describe_gauge!(names::SCALE, "Closed loop: the multiplier of the profile's factor it set");
+    describe_gauge!(names::BOUNDED, "Closed loop: 1 while the factor is held at a bound (target out of reach)");
+}
+
+/// One engine thread's loop: tick once a second with the engine's counters, set the factor,
+/// publish, and say when the target goes out of reach or back.
+#[derive(Debug)]
+pub struct RateDriver {
+    ctl: RateLoop,
+    bounded: bool,
+}
+
+impl RateDriver {
+    /// A driver for `cfg`.
+    #[must_use]
+    pub fn new(cfg: RateConfig) -> RateDriver {
+        RateDriver { ctl: RateLoop::new(cfg), bounded: false }
+    }
+
+    /// One tick at `now`.
+    pub fn tick(&mut self, engine: &mut crate::engine::Engine, now: std::time::Instant) {
+        let Some((t, load_share, base)) = engine.rate_inputs(now) else { return };
+        let Some(r) = self.ctl.tick(t, engine.stats().units_sent, load_share, base) else { return };
+        engine.set_factor_scale(r.scale);
+        metrics::gauge!(names::TARGET).set(r.target);
+        metrics::gauge!(names::MEASURED).set(r.measured);
+        metrics::gauge!(names::ERROR).set(r.error);
+        metrics::gauge!(names::SCALE).set(r.scale);
+        metrics::gauge!(names::BOUNDED).set(f64::from(u8::from(r.bounded)));
+        if r.bounded != self.bounded {
+            self.bounded = r.bounded;
+            if r.bounded {
+                tracing::warn!(
+                    "--target-rate: {:.1} units/s asked, {:.1} sent at the largest factor allowed (--max-factor): \
+                     the online traffic is too thin for the target",
+                    r.target,
+                    r.measured
+                );
+            } else {
+                tracing::info!("--target-rate: the target is within reach again");
+            }
+        }
+    }
+}
