@@ -98,3 +98,72 @@ fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
     assert_eq!(metric_sum(&m, "copier_rate_target", &[]), 150.0, "{m}");
     c.assert_no_leak(&mut lab);
 }
+
+/// A profile for one of two copiers sharing a target: its `[distribution]` weight out of 3 and
+/// a pool of virtual users of its own (so the test server tells their copies apart).
+fn share_profile(weight: u32, cidr: &str) -> String {
+    format!(
+        r#"
+[multiplication]
+factor = 1.0
+
+[[pools]]
+name = "p{weight}"
+weight = 1.0
+cidr = "{cidr}"
+users = 50
+
+[distribution]
+weight = {weight}
+total_weight = 3
+"#
+    )
+}
+
+/// Two copiers on the same front end, the same `--target-rate 150`, weights 1 and 2 of 3 in
+/// their profiles, and no coordinator: each holds its share (50 and 100 units/s, told apart at
+/// the test server by their pools' addresses) and together they hold the target.
+#[test]
+fn two_copiers_hold_their_weighted_shares_of_one_target() {
+    let Some(mut lab) = lab_or_skip("two_copiers_hold_their_weighted_shares_of_one_target") else { return };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let map = format!("80={}:80", addr::TEST);
+    let mut copiers = Vec::new();
+    for (weight, cidr, metrics) in [(1, "198.19.0.0/18", "127.0.0.1:9479"), (2, "198.19.64.0/18", "127.0.0.1:9480")] {
+        let path = lab.dir().join(format!("share{weight}.toml"));
+        std::fs::write(&path, share_profile(weight, cidr)).unwrap();
+        let name = format!("copier-w{weight}");
+        let p = c
+            .spawn_copier(
+                &mut lab,
+                &name,
+                &["--map", &map, "--interface", lab::ifname::ONLINE_TO_CLIENT, "--target-rate", "150", "--profile",
+                  path.to_str().unwrap(), "--metrics", metrics, "--seed", &weight.to_string()],
+            )
+            .unwrap();
+        copiers.push(p);
+    }
+    sessions(&lab, |_| 60.0, 30.0);
+    c.settle(Duration::from_secs(2), Duration::from_secs(30));
+    let online = c.online.requests().unwrap();
+    let test = c.test().requests().unwrap();
+    let t0 = online.iter().map(secs).fold(f64::INFINITY, f64::min);
+    let of = |prefix: &str| -> Vec<LogEntry> { test.iter().filter(|e| e.remote_addr.starts_with(prefix)).cloned().collect() };
+    // 198.19.0.0/18 is 198.19.0-63.x, 198.19.64.0/18 is 198.19.64-127.x
+    let first: Vec<LogEntry> = test
+        .iter()
+        .filter(|e| e.remote_addr.split('.').nth(2).and_then(|x| x.parse::<u32>().ok()).is_some_and(|x| x < 64))
+        .cloned()
+        .collect();
+    let all = of("198.19.");
+    let (a, b, sum) = (per_second(&first, t0, 30), per_second(&all, t0, 30), per_second(&test, t0, 30));
+    let rate = |v: &[f64]| v[15..30].iter().sum::<f64>() / 15.0;
+    let (ra, rsum) = (rate(&a), rate(&sum));
+    let rb = rate(&b) - ra;
+    println!("from 15 to 30 s: weight 1 {ra:.1}/s, weight 2 {rb:.1}/s, together {rsum:.1}/s (target 150)");
+    let logs = || copiers.iter().map(|p| tail(&p.log(), 10)).collect::<Vec<_>>().join("\n");
+    assert!((ra / 50.0 - 1.0).abs() <= 0.05, "weight 1 holds {ra:.1}/s, want 50 +- 5%\n{}", logs());
+    assert!((rb / 100.0 - 1.0).abs() <= 0.05, "weight 2 holds {rb:.1}/s, want 100 +- 5%\n{}", logs());
+    assert!((rsum / 150.0 - 1.0).abs() <= 0.05, "together {rsum:.1}/s, want 150 +- 5%\n{}", logs());
+    c.assert_no_leak(&mut lab);
+}
