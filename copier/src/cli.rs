@@ -334,6 +334,14 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub target_retry: Duration,
 
+    /// Live copies (per worker) at which a test server counts as overloaded (a slow server
+    /// keeps its copies longer): its new sessions go to the map's other servers; when every
+    /// server of a map is overloaded new sessions are not copied (a WARN, the metric
+    /// copier_maps_all_targets_overloaded and copier_target_overload_refused_total) rather than
+    /// piling up. It takes sessions again at 3/4 of N. 0: no limit.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub target_max_live: usize,
+
     /// The test servers an intercept guards: INTERCEPT=TARGET_IP[,TARGET_IP...] (repeatable;
     /// INTERCEPT as given to --intercept). Only needed when an intercept does not listen on its
     /// test server's own address: an --intercept at a --map target's address guards that target,
@@ -435,7 +443,7 @@ impl Args {
             profile,
             maps: maps.clone(),
             spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
-            health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry },
+            health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry, max_live: self.target_max_live },
             mtu: self.mtu,
             client_ip,
             copies: self.copies,

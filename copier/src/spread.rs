@@ -1,10 +1,12 @@
 //! What the engine thread says about the test servers of spread maps (`--map 80=T1:80@3,T2:80@1`):
 //! the log lines of their health changes and their metrics.
 //!
-//! Owns: [`log_events`] (WARN when a server is taken out, INFO when it is back, ERROR when every
-//! server of a map is out) and [`export`] (`copier_target_sessions_total{target}`,
+//! Owns: [`log_events`] (WARN when a server is taken out or overloaded, INFO when it is back,
+//! ERROR when every server of a map is out) and [`export`] (`copier_target_sessions_total{target}`,
 //! `copier_target_probes_total{target}`, `copier_target_downs_total{target}`,
-//! `copier_target_up{target}`, `copier_target_weight{target}`, `copier_maps_all_targets_down`).
+//! `copier_target_up{target}`, `copier_target_weight{target}`, `copier_maps_all_targets_down`,
+//! and the load: `copier_target_live_sessions`, `copier_target_overloaded`,
+//! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`).
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
@@ -24,6 +26,14 @@ pub mod names {
     pub const TARGET_WEIGHT: &str = "copier_target_weight";
     /// Maps whose every server is out (the alert).
     pub const MAPS_ALL_TARGETS_DOWN: &str = "copier_maps_all_targets_down";
+    /// Copies live on a server.
+    pub const TARGET_LIVE: &str = "copier_target_live_sessions";
+    /// 1 while a server is overloaded.
+    pub const TARGET_OVERLOADED: &str = "copier_target_overloaded";
+    /// Copies not made because every server of the map was overloaded.
+    pub const OVERLOAD_REFUSED_TOTAL: &str = "copier_target_overload_refused_total";
+    /// Maps whose every server that is up is overloaded (the alert).
+    pub const MAPS_ALL_TARGETS_OVERLOADED: &str = "copier_maps_all_targets_overloaded";
 }
 
 /// Describe the metrics (once, at start).
@@ -34,6 +44,13 @@ pub fn describe() {
     describe_gauge!(names::TARGET_UP, "1 while a test server takes new sessions, 0 while it is taken out");
     describe_gauge!(names::TARGET_WEIGHT, "A test server's weight in its map");
     describe_gauge!(names::MAPS_ALL_TARGETS_DOWN, "Maps whose every test server is taken out (alert)");
+    describe_gauge!(names::TARGET_LIVE, "Copies live on a test server");
+    describe_gauge!(names::TARGET_OVERLOADED, "1 while a test server holds --target-max-live copies");
+    describe_counter!(
+        names::OVERLOAD_REFUSED_TOTAL,
+        "Copies not made because every test server of their map was overloaded (on the map's first server)"
+    );
+    describe_gauge!(names::MAPS_ALL_TARGETS_OVERLOADED, "Maps whose every test server that is up is overloaded (alert)");
 }
 
 /// Log the health changes the engine reports.
@@ -53,6 +70,19 @@ pub fn log_events(engine: &mut Engine) {
             TargetEvent::SomeUp(m) => {
                 tracing::info!("--map {}: a test server answers again", crate::cli::show_map(&m));
             }
+            TargetEvent::Overloaded(addr) => tracing::warn!(
+                "test server {addr} overloaded (--target-max-live copies live on it): its new sessions go to the \
+                 map's other servers"
+            ),
+            TargetEvent::Relieved(addr) => tracing::info!("test server {addr} relieved: it takes sessions again"),
+            TargetEvent::AllOverloaded(m) => tracing::warn!(
+                "--map {}: every test server is overloaded; new sessions are not copied until one is relieved \
+                 (copier_target_overload_refused_total, copier_maps_all_targets_overloaded)",
+                crate::cli::show_map(&m)
+            ),
+            TargetEvent::SomeRelieved(m) => {
+                tracing::info!("--map {}: a test server takes sessions again", crate::cli::show_map(&m));
+            }
         }
     }
 }
@@ -65,7 +95,11 @@ pub fn export(engine: &Engine) {
         counter!(names::TARGET_PROBES_TOTAL, "target" => name.clone()).absolute(t.probes);
         counter!(names::TARGET_DOWNS_TOTAL, "target" => name.clone()).absolute(t.downs);
         gauge!(names::TARGET_UP, "target" => name.clone()).set(f64::from(u8::from(t.up)));
+        gauge!(names::TARGET_LIVE, "target" => name.clone()).set(t.live as f64);
+        gauge!(names::TARGET_OVERLOADED, "target" => name.clone()).set(f64::from(u8::from(t.overloaded)));
+        counter!(names::OVERLOAD_REFUSED_TOTAL, "target" => name.clone()).absolute(t.refused);
         gauge!(names::TARGET_WEIGHT, "target" => name).set(f64::from(t.weight));
     }
     gauge!(names::MAPS_ALL_TARGETS_DOWN).set(engine.maps_all_down() as f64);
+    gauge!(names::MAPS_ALL_TARGETS_OVERLOADED).set(engine.maps_all_overloaded() as f64);
 }

@@ -62,21 +62,12 @@ fn stop_nginx(lab: &Lab, n: &Nginx) {
         .unwrap();
 }
 
-#[test]
-fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins() {
-    let Some(mut lab) = lab_or_skip("two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins") else {
-        return;
-    };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let test2 = lab.nginx(Host::Test2, NginxOptions::default()).unwrap();
-    let leaks2 = lab::leak::LeakCounter::install(&lab, Host::Test2, &[80]).unwrap();
-    // online reaches test2 through test.
+/// `test2` reachable from `online` through `test`, with its own intercept (returned).
+fn second_test_host(lab: &mut Lab) -> Proc {
     lab.exec_ok(Host::Online, &["ip", "route", "add", "198.18.3.0/24", "via", &addr::TEST.to_string()]).unwrap();
     lab.exec_ok(Host::Test, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]).unwrap();
-
     let secret = lab.dir().join("secret").to_string_lossy().into_owned();
     let intercept = workspace_bin("intercept").unwrap().to_string_lossy().into_owned();
-    let copier = workspace_bin("copier").unwrap().to_string_lossy().into_owned();
     let listen2 = format!("{}:{CONTROL_PORT}", addr::TEST2);
     let icpt2 = lab
         .spawn(
@@ -87,19 +78,35 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
         )
         .unwrap();
     wait_log(&icpt2, "listening for copiers", Duration::from_secs(10)).unwrap();
-    let map = format!("80={}:80@3,{}:80@1", addr::TEST, addr::TEST2);
-    let listen1 = format!("{}:{CONTROL_PORT}", addr::TEST);
-    let cop = lab
-        .spawn(
-            Host::Online,
-            "copier",
-            &["env", "RUST_LOG=info", &copier, "--map", &map, "--intercept", &listen1, "--intercept", &listen2,
-              "--secret-file", &secret, "--interface", ifname::ONLINE_TO_CLIENT, "--metrics", METRICS, "--seed", "5",
-              "--target-down-after", "2s", "--target-retry", "3s"],
-        )
-        .unwrap();
+    icpt2
+}
+
+/// The copier on `online` with `--map map`, an intercept on each test host, and `extra` flags;
+/// waits until both intercepts are connected.
+fn spread_copier(lab: &mut Lab, map: &str, extra: &[&str]) -> Proc {
+    let secret = lab.dir().join("secret").to_string_lossy().into_owned();
+    let copier = workspace_bin("copier").unwrap().to_string_lossy().into_owned();
+    let (listen1, listen2) = (format!("{}:{CONTROL_PORT}", addr::TEST), format!("{}:{CONTROL_PORT}", addr::TEST2));
+    let mut argv = vec!["env", "RUST_LOG=info", &copier, "--map", map, "--intercept", &listen1, "--intercept", &listen2,
+        "--secret-file", &secret, "--interface", ifname::ONLINE_TO_CLIENT, "--metrics", METRICS, "--seed", "5"];
+    argv.extend_from_slice(extra);
+    let cop = lab.spawn(Host::Online, "copier", &argv).unwrap();
     wait_log_count(&cop, "connected to intercept", 2, Duration::from_secs(10)).unwrap();
     assert!(cop.log().contains(&format!("intercept {listen2} guards test server(s) {}", addr::TEST2)), "{}", cop.log());
+    cop
+}
+
+#[test]
+fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins() {
+    let Some(mut lab) = lab_or_skip("two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins") else {
+        return;
+    };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let test2 = lab.nginx(Host::Test2, NginxOptions::default()).unwrap();
+    let leaks2 = lab::leak::LeakCounter::install(&lab, Host::Test2, &[80]).unwrap();
+    let icpt2 = second_test_host(&mut lab);
+    let map = format!("80={}:80@3,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--target-down-after", "2s", "--target-retry", "3s"]);
 
     // 1. 200 sessions spread 3:1 (within 3 points), none lost.
     sessions(&lab, "p1", 0, 200, 0.0);
@@ -156,4 +163,82 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
     assert!(cop.exited().is_none(), "the copier died:\n{}", tail(&cop.log(), 30));
     assert_eq!(leaks2.count(&lab).unwrap(), 0, "test2 leaked responses");
     c.assert_no_leak(&mut lab);
+}
+
+/// A slow test server on `test2` (a threaded Python HTTP server answering after 1 s) next to a
+/// fast nginx on `test`, weights 1:1, `--target-max-live 8`: the slow one holds at most 8 live
+/// copies and the sessions it cannot take go to the fast one, instead of a backlog growing on
+/// the slow one; none is lost, and the copier's session table stays small.
+#[test]
+fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
+    let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog") else { return };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let script = format!(
+        r#"
+import http.server, socketserver, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    def do_GET(self):
+        time.sleep(1.0)
+        body = b"slow\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with open("{}", "a") as f:
+            f.write(self.path + "\n")
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+S(("0.0.0.0", 80), H).serve_forever()
+"#,
+        log2.display()
+    );
+    let py = lab.dir().join("slow_server.py");
+    std::fs::write(&py, script).unwrap();
+    let _slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
+        assert!(Instant::now() < deadline, "the slow server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _icpt2 = second_test_host(&mut lab);
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--target-max-live", "8"]);
+
+    // 600 sessions one after the other (about 20 a second), the copier's figures read every
+    // 2 s meanwhile.
+    let started = Instant::now();
+    let samples = std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut v = Vec::new();
+            for _ in 0..6 {
+                std::thread::sleep(Duration::from_secs(2));
+                let m = metrics(&lab);
+                v.push((target_metric(&m, "copier_target_live_sessions"), metric_sum(&m, "copier_sessions_active", &[])));
+            }
+            v
+        });
+        sessions(&lab, "s", 0, 600, 0.025);
+        reader.join().unwrap()
+    });
+    let took = started.elapsed().as_secs_f64();
+    c.settle(Duration::from_secs(2), Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    let slow = std::fs::read_to_string(&log2).unwrap_or_default().lines().count();
+    let fast = count(c.test(), "s");
+    println!(
+        "slow server {slow}, fast server {fast} of 600 sessions in {took:.1} s; (live on the slow one, sessions in the table) every 2 s: {samples:?}"
+    );
+    assert_eq!(slow + fast, 600, "sessions lost: slow {slow}, fast {fast}\n{}", tail(&cop.log(), 30));
+    assert!(samples.iter().all(|&(live, _)| live <= 8.0), "more than 8 live copies on the slow server: {samples:?}");
+    assert!(samples.iter().all(|&(_, active)| active <= 40.0), "the session table grew: {samples:?}");
+    // At most 8 at a time for about a second each: at most about 8 a second, the rest (more
+    // than the 1:1 weights' half) on the fast one.
+    assert!((slow as f64) <= 8.0 * (took + 2.0), "the slow server got {slow} sessions in {took:.1} s");
+    assert!(fast > 300, "the fast server got only {fast}: the slow one was not relieved of its share");
+    assert!(cop.log().contains(&format!("test server {}:80 overloaded", addr::TEST2)), "{}", tail(&cop.log(), 20));
 }

@@ -526,9 +526,14 @@ impl Engine {
                 }
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
-            // Each copy takes its server by weight and health, and keeps it.
-            let target = self.targets.pick(now, &map);
-            self.targets.on_started(now, target);
+            // Each copy takes its server by weight, health and load, and keeps it.
+            let Some(target) = self.targets.pick(now, &map) else {
+                // Every server is overloaded: this copy is not made.
+                self.sh.plan.shaper.end_session(plan.session);
+                self.free.push(idx);
+                continue;
+            };
+            self.targets.on_started(now, target, idx);
             if let Some(tags) = self.trace.as_mut() {
                 let pool = plan.user.and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
                 tags.set(slot, plan, pool, target);
@@ -742,6 +747,12 @@ impl Engine {
         self.targets.all_down().count()
     }
 
+    /// How many maps have every test server that is up overloaded.
+    #[must_use]
+    pub fn maps_all_overloaded(&self) -> usize {
+        self.targets.all_overloaded().count()
+    }
+
     /// When [`Engine::handle_timeout`] should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -879,6 +890,8 @@ impl Engine {
         if s.phase == Phase::Done && !s.closing_counted {
             s.closing_counted = true;
             self.closing += 1;
+            // Done: no longer a load on its test server (it only lingers).
+            self.targets.on_ended(idx);
         }
         if !s.in_ready {
             s.in_ready = true;
@@ -917,6 +930,7 @@ impl Engine {
         }
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
+        self.targets.on_ended(idx);
         for c in s.cur.iter().chain(&s.old) {
             self.sh.unindex(c.tuple);
             self.sh.control.push_back(RegEvent::Unregister(c.tuple));

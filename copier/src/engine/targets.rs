@@ -22,6 +22,14 @@
 //! - every server of a map down: the copies keep their weighted turn over all of them (each
 //!   acts as a probe), and [`TargetEvent::AllDown`] is raised once (cleared when one is back).
 //!
+//! Load, with `max_live` ([`HealthConfig`], 0: no limit): a server holding `max_live` live
+//! copies (started and not done: a slow server keeps its copies longer) is overloaded: its new sessions go to the
+//! map's other servers that are up and not overloaded, by weight; it takes sessions again once
+//! it holds 3/4 of `max_live` or fewer. When every server of a map that is up is overloaded, a
+//! new copy is not made at all ([`Targets::pick`] answers `None`, counted in
+//! [`TargetStats::refused`]) rather than piling up on saturated servers, and
+//! [`TargetEvent::AllOverloaded`] is raised once.
+//!
 //! Invariants: a map's servers share one IP family; each server address has one health state
 //! however many maps name it; with no answer ever expected (no copy started since its last
 //! answer) a server stays as it is.
@@ -100,11 +108,13 @@ pub struct HealthConfig {
     pub down_after: Duration,
     /// While out, one copy this often goes to it as a probe.
     pub retry: Duration,
+    /// Live copies at which a server is overloaded (0: no limit).
+    pub max_live: usize,
 }
 
 impl Default for HealthConfig {
     fn default() -> Self {
-        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5) }
+        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0 }
     }
 }
 
@@ -124,6 +134,14 @@ pub enum TargetEvent {
     AllDown(PortMap),
     /// A server of the map is up again after [`TargetEvent::AllDown`].
     SomeUp(PortMap),
+    /// The server holds `max_live` live copies: new sessions go elsewhere.
+    Overloaded(SocketAddr),
+    /// The server is down to 3/4 of `max_live` and takes sessions again.
+    Relieved(SocketAddr),
+    /// Every server of the map that is up is overloaded: new copies are not made.
+    AllOverloaded(PortMap),
+    /// A server of the map takes sessions again after [`TargetEvent::AllOverloaded`].
+    SomeRelieved(PortMap),
 }
 
 /// What one server got, for the metrics.
@@ -141,6 +159,13 @@ pub struct TargetStats {
     pub probes: u64,
     /// Times it was taken out.
     pub downs: u64,
+    /// Copies live on it now.
+    pub live: usize,
+    /// Whether it is overloaded (`max_live` reached).
+    pub overloaded: bool,
+    /// Copies not made because every server of their map was overloaded (counted on the
+    /// map's first server).
+    pub refused: u64,
 }
 
 #[derive(Debug)]
@@ -158,6 +183,7 @@ struct Group {
     /// (server index, weight, current value of the round robin).
     members: Vec<(usize, i64, i64)>,
     all_down: bool,
+    all_overloaded: bool,
 }
 
 /// The servers of every map, their health and the round robin (see the module doc).
@@ -167,13 +193,15 @@ pub struct Targets {
     servers: Vec<Server>,
     groups: Vec<Group>,
     events: VecDeque<TargetEvent>,
+    /// The server of the copy in each slot (`usize::MAX`: none), to count live copies.
+    by_slot: Vec<usize>,
 }
 
 impl Targets {
     /// The servers of `maps`; a map absent from `spread` has its one `target`, weight 1.
     #[must_use]
     pub fn new(maps: &[PortMap], spread: &[MapTargets], cfg: HealthConfig) -> Targets {
-        let mut t = Targets { cfg, servers: Vec::new(), groups: Vec::new(), events: VecDeque::new() };
+        let mut t = Targets { cfg, servers: Vec::new(), groups: Vec::new(), events: VecDeque::new(), by_slot: Vec::new() };
         for m in maps {
             let list = spread
                 .iter()
@@ -185,7 +213,17 @@ impl Targets {
             for w in list {
                 let i = t.server_index(w.addr).unwrap_or_else(|| {
                     t.servers.push(Server {
-                        stats: TargetStats { addr: w.addr, weight: 0, up: true, sessions: 0, probes: 0, downs: 0 },
+                        stats: TargetStats {
+                            addr: w.addr,
+                            weight: 0,
+                            up: true,
+                            sessions: 0,
+                            probes: 0,
+                            downs: 0,
+                            live: 0,
+                            overloaded: false,
+                            refused: 0,
+                        },
                         waiting_since: None,
                         next_probe: None,
                     });
@@ -194,7 +232,7 @@ impl Targets {
                 t.servers[i].stats.weight = t.servers[i].stats.weight.max(w.weight);
                 members.push((i, i64::from(w.weight.max(1)), 0));
             }
-            t.groups.push(Group { map: *m, members, all_down: false });
+            t.groups.push(Group { map: *m, members, all_down: false, all_overloaded: false });
         }
         t
     }
@@ -204,13 +242,31 @@ impl Targets {
     }
 
     /// The server a new copy under `map` goes to (see the module doc); `map.target` for a map
-    /// this chooser does not know. Does not count the copy: call [`Targets::on_started`] once
-    /// it started there.
-    pub fn pick(&mut self, now: Instant, map: &PortMap) -> SocketAddr {
+    /// this chooser does not know; `None` when every server of the map that is up is
+    /// overloaded (the copy is not to be made). Does not count the copy: call
+    /// [`Targets::on_started`] once it started there.
+    pub fn pick(&mut self, now: Instant, map: &PortMap) -> Option<SocketAddr> {
         self.check(now);
-        let Some(g) = self.groups.iter().position(|g| g.map == *map) else { return map.target };
+        let Some(g) = self.groups.iter().position(|g| g.map == *map) else { return Some(map.target) };
+        let servers = &self.servers;
+        let busy = |i: usize| servers[i].stats.up && servers[i].stats.overloaded;
+        let all_busy = self.groups[g].members.iter().all(|&(i, _, _)| busy(i) || !servers[i].stats.up)
+            && self.groups[g].members.iter().any(|&(i, _, _)| busy(i));
+        if all_busy {
+            let first = self.groups[g].members[0].0;
+            self.servers[first].stats.refused += 1;
+            if !self.groups[g].all_overloaded {
+                self.groups[g].all_overloaded = true;
+                self.events.push_back(TargetEvent::AllOverloaded(*map));
+            }
+            return None;
+        }
+        if self.groups[g].all_overloaded {
+            self.groups[g].all_overloaded = false;
+            self.events.push_back(TargetEvent::SomeRelieved(*map));
+        }
         if self.groups[g].members.len() == 1 {
-            return map.target;
+            return Some(map.target);
         }
         // A down server whose probe is due takes this copy.
         for &(i, _, _) in &self.groups[g].members {
@@ -218,16 +274,17 @@ impl Targets {
             if !s.stats.up && !self.groups[g].all_down && s.next_probe.is_some_and(|t| t <= now) {
                 s.next_probe = Some(now + self.cfg.retry);
                 s.stats.probes += 1;
-                return s.stats.addr;
+                return Some(s.stats.addr);
             }
         }
         let servers = &self.servers;
         let group = &mut self.groups[g];
         let any_up = group.members.iter().any(|&(i, _, _)| servers[i].stats.up);
+        let fits = |i: usize| !any_up || (servers[i].stats.up && !servers[i].stats.overloaded);
         let mut total = 0;
         let mut best: Option<(usize, i64)> = None;
         for (k, m) in group.members.iter_mut().enumerate() {
-            if any_up && !servers[m.0].stats.up {
+            if !fits(m.0) {
                 continue;
             }
             m.2 += m.1;
@@ -238,15 +295,41 @@ impl Targets {
         }
         let b = best.map_or(0, |(k, _)| k);
         group.members[b].2 -= total;
-        self.servers[group.members[b].0].stats.addr
+        Some(self.servers[group.members[b].0].stats.addr)
     }
 
-    /// A copy started on `addr`: an answer from it is now expected.
-    pub fn on_started(&mut self, now: Instant, addr: SocketAddr) {
+    /// A copy started on `addr` in session slot `slot`: an answer from it is now expected,
+    /// and it counts as live there until [`Targets::on_ended`].
+    pub fn on_started(&mut self, now: Instant, addr: SocketAddr, slot: u32) {
         let Some(i) = self.server_index(addr) else { return };
         let s = &mut self.servers[i];
         s.stats.sessions += 1;
         s.waiting_since.get_or_insert(now);
+        s.stats.live += 1;
+        if self.cfg.max_live > 0 && !s.stats.overloaded && s.stats.live >= self.cfg.max_live {
+            s.stats.overloaded = true;
+            self.events.push_back(TargetEvent::Overloaded(addr));
+        }
+        let k = slot as usize;
+        if self.by_slot.len() <= k {
+            self.by_slot.resize(k + 1, usize::MAX);
+        }
+        if self.by_slot[k] != usize::MAX {
+            self.on_ended(slot);
+        }
+        self.by_slot[k] = i;
+    }
+
+    /// The copy in session slot `slot` is done (it may still linger; again when its slot is
+    /// freed: counted once).
+    pub fn on_ended(&mut self, slot: u32) {
+        let Some(i) = self.by_slot.get_mut(slot as usize).map(|x| std::mem::replace(x, usize::MAX)) else { return };
+        let Some(s) = self.servers.get_mut(i) else { return };
+        s.stats.live = s.stats.live.saturating_sub(1);
+        if s.stats.overloaded && s.stats.live <= self.cfg.max_live * 3 / 4 {
+            s.stats.overloaded = false;
+            self.events.push_back(TargetEvent::Relieved(s.stats.addr));
+        }
     }
 
     /// A segment of `addr` came back; `reset` when it was a reset (which proves nothing: a
@@ -310,6 +393,11 @@ impl Targets {
     /// Maps whose servers are all down now.
     pub fn all_down(&self) -> impl Iterator<Item = &PortMap> {
         self.groups.iter().filter(|g| g.all_down).map(|g| &g.map)
+    }
+
+    /// Maps whose servers that are up are all overloaded (as of the last copy asked for).
+    pub fn all_overloaded(&self) -> impl Iterator<Item = &PortMap> {
+        self.groups.iter().filter(|g| g.all_overloaded).map(|g| &g.map)
     }
 }
 

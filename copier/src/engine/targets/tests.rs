@@ -19,7 +19,7 @@ fn two(w1: u32, w2: u32) -> Targets {
             WeightedTarget { addr: a("198.18.3.2:80"), weight: w2 },
         ],
     };
-    Targets::new(&[m], &[spread], HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5) })
+    Targets::new(&[m], &[spread], HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0 })
 }
 
 #[test]
@@ -46,7 +46,7 @@ fn parses_one_target_or_a_weighted_list() {
 fn weights_spread_sessions_exactly_and_interleaved() {
     let mut t = two(3, 1);
     let now = Instant::now();
-    let picks: Vec<SocketAddr> = (0..400).map(|_| t.pick(now, &map())).collect();
+    let picks: Vec<SocketAddr> = (0..400).map(|_| t.pick(now, &map()).unwrap()).collect();
     let first = picks.iter().filter(|&&p| p == a("198.18.1.2:80")).count();
     assert_eq!(first, 300);
     // Smooth: never more than three in a row on the heavier one.
@@ -58,9 +58,9 @@ fn a_map_with_one_target_always_gets_it() {
     let m = map();
     let mut t = Targets::new(&[m], &[], HealthConfig::default());
     let now = Instant::now();
-    assert!((0..10).all(|_| t.pick(now, &m) == m.target));
+    assert!((0..10).all(|_| t.pick(now, &m).unwrap() == m.target));
     let other = PortMap { online_port: 81, ..m };
-    assert_eq!(t.pick(now, &other), other.target);
+    assert_eq!(t.pick(now, &other).unwrap(), other.target);
 }
 
 #[test]
@@ -68,8 +68,8 @@ fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
     let mut t = two(1, 1);
     let t0 = Instant::now();
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
-    t.on_started(t0, s1);
-    t.on_started(t0, s2);
+    t.on_started(t0, s1, 1);
+    t.on_started(t0, s2, 2);
     // s1 answers (resets prove nothing), s2 does not.
     t.on_answer(t0 + Duration::from_millis(10), s1, false);
     t.on_answer(t0 + Duration::from_millis(10), s2, true);
@@ -80,18 +80,18 @@ fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
     // Every new session goes to s1 until the probe is due (5 s after going down).
     let t1 = t0 + Duration::from_secs(3);
     for k in 0..50 {
-        assert_eq!(t.pick(t1 + Duration::from_millis(k * 90), &map()), s1);
+        assert_eq!(t.pick(t1 + Duration::from_millis(k * 90), &map()).unwrap(), s1);
     }
     let t2 = t1 + Duration::from_secs(5);
-    assert_eq!(t.pick(t2, &map()), s2, "the probe");
-    assert_eq!(t.pick(t2, &map()), s1, "one probe per retry");
+    assert_eq!(t.pick(t2, &map()).unwrap(), s2, "the probe");
+    assert_eq!(t.pick(t2, &map()).unwrap(), s1, "one probe per retry");
     let st = t.stats().find(|s| s.addr == s2).copied().unwrap();
     assert_eq!((st.up, st.probes, st.downs), (false, 1, 1));
     // It answers the probe: back in, and the spread is even again.
-    t.on_started(t2, s2);
+    t.on_started(t2, s2, 3);
     t.on_answer(t2 + Duration::from_millis(1), s2, false);
     assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
-    let picks: Vec<_> = (0..10).map(|_| t.pick(t2, &map())).collect();
+    let picks: Vec<_> = (0..10).map(|_| t.pick(t2, &map()).unwrap()).collect();
     assert_eq!(picks.iter().filter(|&&p| p == s2).count(), 5);
 }
 
@@ -102,7 +102,7 @@ fn a_busy_server_that_answers_stays_in() {
     let s1 = a("198.18.1.2:80");
     for k in 0..100u64 {
         let now = t0 + Duration::from_millis(100 * k);
-        t.on_started(now, s1);
+        t.on_started(now, s1, 4);
         t.on_answer(now + Duration::from_millis(50), s1, false);
         t.check(now + Duration::from_millis(60));
     }
@@ -117,17 +117,63 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
     let mut t = two(3, 1);
     let t0 = Instant::now();
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
-    t.on_started(t0, s1);
-    t.on_started(t0, s2);
+    t.on_started(t0, s1, 5);
+    t.on_started(t0, s2, 6);
     t.check(t0 + Duration::from_secs(3));
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
     assert_eq!(evs.len(), 3, "{evs:?}");
     assert_eq!(evs[2], TargetEvent::AllDown(map()));
     assert_eq!(t.all_down().count(), 1);
-    let picks: Vec<_> = (0..8).map(|_| t.pick(t0 + Duration::from_secs(4), &map())).collect();
+    let picks: Vec<_> = (0..8).map(|_| t.pick(t0 + Duration::from_secs(4), &map()).unwrap()).collect();
     assert_eq!(picks.iter().filter(|&&p| p == s1).count(), 6);
     t.on_answer(t0 + Duration::from_secs(5), s2, false);
     assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
     assert_eq!(t.poll_event(), Some(TargetEvent::SomeUp(map())));
-    assert!((0..8).all(|_| t.pick(t0 + Duration::from_secs(5), &map()) == s2));
+    assert!((0..8).all(|_| t.pick(t0 + Duration::from_secs(5), &map()).unwrap() == s2));
+}
+
+#[test]
+fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refuses() {
+    let m = map();
+    let spread = MapTargets {
+        map: m,
+        targets: vec![
+            WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 },
+            WeightedTarget { addr: a("198.18.3.2:80"), weight: 1 },
+        ],
+    };
+    let mut t = Targets::new(&[m], &[spread], HealthConfig { max_live: 4, ..HealthConfig::default() });
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    let now = Instant::now();
+    // s1 is slow: its copies stay live; s2's end at once.
+    let mut slot = 0;
+    let mut to_s2 = 0;
+    for _ in 0..40 {
+        let p = t.pick(now, &m).unwrap();
+        slot += 1;
+        t.on_started(now, p, slot);
+        t.on_answer(now, p, false);
+        if p == s2 {
+            to_s2 += 1;
+            t.on_ended(slot);
+        }
+    }
+    assert_eq!(t.stats().find(|x| x.addr == s1).unwrap().live, 4, "s1 stops at max_live");
+    assert_eq!(to_s2, 36);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Overloaded(s1)));
+    // s2 fills up too: every server overloaded, new copies are refused, once alerted.
+    for k in 0..4 {
+        t.on_started(now, s2, 100 + k);
+    }
+    assert_eq!(t.pick(now, &m), None);
+    assert_eq!(t.pick(now, &m), None);
+    let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
+    assert_eq!(evs, vec![TargetEvent::Overloaded(s2), TargetEvent::AllOverloaded(m)]);
+    assert_eq!(t.stats().next().unwrap().refused, 2);
+    // s1's copies end: relieved at 3 of 4, takes sessions again.
+    t.on_ended(1);
+    t.on_ended(2);
+    assert_eq!(t.pick(now, &m), Some(s1));
+    let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
+    assert_eq!(evs, vec![TargetEvent::Relieved(s1), TargetEvent::SomeRelieved(m)]);
 }
