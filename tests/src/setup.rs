@@ -400,3 +400,27 @@ pub fn metric_sample(text: &str, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// Short sessions from the client to the online nginx (one request `/index.html?s=<i>` each,
+/// closed by the client), started at `rate(t)` a second (`t`: seconds since the first) for
+/// `secs` seconds.
+pub fn paced_sessions(lab: &Lab, rate: impl Fn(f64) -> f64 + Send, secs: f64) {
+    lab.in_ns(Host::Client, move || {
+        let to = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(addr::ONLINE, 80));
+        let start = Instant::now();
+        let mut i = 0u64;
+        let mut due = 0.0;
+        while due < secs {
+            if let Some(wait) = (start + Duration::from_secs_f64(due)).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let mut s = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            crate::http::get(&mut s, &format!("/index.html?s={i}"));
+            drop(s);
+            i += 1;
+            due += 1.0 / rate(due);
+        }
+    })
+    .unwrap();
+}

@@ -3,35 +3,11 @@
 //! nginx's own log: the loop reaches the target within 10 s and holds it within 5 % (per 5 s
 //! window); the online rate then doubles and the loop follows (the factor halves) within 10 s.
 
-use lab::http::get;
-use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
+use lab::setup::{metric_sum, paced_sessions, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, LogEntry};
-use std::net::{SocketAddr, SocketAddrV4, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const METRICS: &str = "127.0.0.1:9478";
-
-/// Short sessions (one request each) at `rate(t)` a second for `secs` seconds.
-fn sessions(lab: &lab::Lab, rate: fn(f64) -> f64, secs: f64) {
-    lab.in_ns(Host::Client, move || {
-        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
-        let start = Instant::now();
-        let mut i = 0u64;
-        let mut due = 0.0;
-        while due < secs {
-            if let Some(wait) = (start + Duration::from_secs_f64(due)).checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            get(&mut s, &format!("/index.html?s={i}"));
-            drop(s);
-            i += 1;
-            due += 1.0 / rate(due);
-        }
-    })
-    .unwrap();
-}
 
 fn secs(e: &LogEntry) -> f64 {
     e.msec.expect("nginx logs $msec") as f64 / 1000.0
@@ -66,7 +42,7 @@ fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
             std::thread::sleep(Duration::from_secs(41));
             scrape_metrics(&lab, Host::Online, METRICS)
         });
-        sessions(&lab, |t| if t < 25.0 { 50.0 } else { 100.0 }, 45.0);
+        paced_sessions(&lab, |t| if t < 25.0 { 50.0 } else { 100.0 }, 45.0);
         scrape.join().unwrap()
     });
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
@@ -143,7 +119,7 @@ fn two_copiers_hold_their_weighted_shares_of_one_target() {
             .unwrap();
         copiers.push(p);
     }
-    sessions(&lab, |_| 60.0, 30.0);
+    paced_sessions(&lab, |_| 60.0, 30.0);
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
     let online = c.online.requests().unwrap();
     let test = c.test().requests().unwrap();

@@ -1,14 +1,13 @@
-//! The copier's run trace (`--trace`) of a shaped run: a profile with ramp-up, steady and
-//! ramp-down phases over steady online traffic of short sessions. The test server's count per
-//! phase follows the schedule (what each online request's factor asks for), and the copier's
-//! own trace passes `shaper check PROFILE --trace FILE`, whose rate line per phase is the
-//! schedule held against the trace.
+//! The copier's run trace (`--trace`) of shaped runs: a profile with ramp-up, steady and
+//! ramp-down phases, and one on a CSV curve of production's rate, over steady online traffic of
+//! short sessions. The test server's count per phase (or bucket) follows the schedule (what
+//! each online request's factor asks for), and the copier's own trace passes `shaper check
+//! PROFILE --trace FILE`, whose rate line per phase (or bucket) is the schedule held against
+//! the trace.
 
-use lab::http::get;
-use lab::setup::{tail, CopyOptions, Copying};
-use lab::{addr, lab_or_skip, workspace_bin, Host, LogEntry};
-use std::net::{SocketAddr, SocketAddrV4, TcpStream};
-use std::time::{Duration, Instant};
+use lab::setup::{paced_sessions, tail, CopyOptions, Copying};
+use lab::{lab_or_skip, workspace_bin, Host, LogEntry};
+use std::time::Duration;
 
 const PROFILE: &str = r#"
 [multiplication]
@@ -32,36 +31,26 @@ from = 1.0
 to = 0.2
 "#;
 
-/// Short sessions (one request each, closed by the client) at `rate` a second for `secs`.
-fn steady_sessions(lab: &lab::Lab, rate: f64, secs: f64) {
-    lab.in_ns(Host::Client, move || {
-        let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
-        let start = Instant::now();
-        let mut i = 0u64;
-        while start.elapsed().as_secs_f64() < secs {
-            let due = start + Duration::from_secs_f64(i as f64 / rate);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            get(&mut s, &format!("/index.html?s={i}"));
-            drop(s);
-            i += 1;
-        }
-    })
-    .unwrap();
-}
-
 fn msec(e: &LogEntry) -> f64 {
     e.msec.expect("nginx logs $msec") as f64 / 1000.0
 }
 
-#[test]
-fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
-    let Some(mut lab) = lab_or_skip("a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check") else { return };
-    let profile = lab.dir().join("phases.toml");
-    std::fs::write(&profile, PROFILE).unwrap();
+/// Runs short sessions at `rate` a second for `secs` s through a copier shaped by the profile
+/// `text` (written as `name`, with `curve` as its curve CSV when given), then checks that the
+/// test server's count in each stretch of `stretches` (start, end: seconds since the first
+/// online request) is what the schedule asks (each online request weighted by its factor) within
+/// 5 % or 3 sigma, that the copier's trace has a row per request the test server got, and that
+/// `shaper check PROFILE --trace` passes it with a rate line per stretch, named by `lines`.
+fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64, secs: f64, stretches: &[(f64, f64)], lines: &[&str]) {
+    let Some(mut lab) = lab_or_skip(test) else { return };
+    let mut text = text.to_string();
+    if let Some(csv) = curve {
+        let path = lab.dir().join(format!("{name}.csv"));
+        std::fs::write(&path, csv).unwrap();
+        text = text.replace("CURVE", path.to_str().unwrap());
+    }
+    let profile = lab.dir().join(format!("{name}.toml"));
+    std::fs::write(&profile, &text).unwrap();
     let trace = lab.dir().join("run-trace.csv");
     let args = ["--metrics", "127.0.0.1:9477", "--seed", "3", "--profile", profile.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
     let c = Copying::start(
@@ -70,39 +59,44 @@ fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
     )
     .unwrap();
 
-    steady_sessions(&lab, 80.0, 30.0);
+    paced_sessions(&lab, move |_| rate, secs);
     c.settle(Duration::from_secs(2), Duration::from_secs(60));
     c.check_alive().unwrap();
     let online = c.online.requests().unwrap();
     let test = c.test().requests().unwrap();
     // The schedule's clock starts at the first captured packet: the first online request.
     let t0 = online.iter().map(msec).fold(f64::INFINITY, f64::min);
-    let p = shaper::Profile::from_toml_str(PROFILE).unwrap();
+    let p = shaper::Profile::load(&profile).unwrap();
     let sched = p.schedule().unwrap();
-    let phase = |t: f64| ((t - t0).max(0.0) / 10.0).min(2.0) as usize;
-    let (mut want, mut got) = ([0.0f64; 3], [0.0f64; 3]);
+    let stretch = |t: f64| stretches.iter().position(|&(a, b)| t - t0 >= a && t - t0 < b);
+    let (mut want, mut got) = (vec![0.0f64; stretches.len()], vec![0.0f64; stretches.len()]);
     for e in &online {
-        want[phase(msec(e))] += sched.factor_at(msec(e) - t0);
+        if let Some(k) = stretch(msec(e)) {
+            want[k] += sched.factor_at(msec(e) - t0);
+        }
     }
     for e in &test {
-        got[phase(msec(e))] += 1.0;
+        if let Some(k) = stretch(msec(e)) {
+            got[k] += 1.0;
+        }
     }
-    println!("per phase: online factor-weighted {want:?}, test server {got:?} ({} online)", online.len());
-    for k in 0..3 {
+    println!("per stretch: online factor-weighted {want:.1?}, test server {got:?} ({} online)", online.len());
+    for k in 0..stretches.len() {
         let tol = (0.05 * want[k]).max(3.0 * want[k].sqrt());
         assert!(
             (got[k] - want[k]).abs() <= tol,
-            "phase {k}: the test server got {} requests, the schedule asks {:.1} (+- {tol:.1})\n{}",
+            "stretch {k}: the test server got {} requests, the schedule asks {:.1} (+- {tol:.1})\n{}",
             got[k],
             want[k],
             tail(&c.copier.as_ref().unwrap().log(), 20)
         );
     }
 
-    // The shaper's metrics: the factor in force is the last phase's end value.
+    // The shaper's metrics: the factor in force is the schedule's last value.
     let m = lab::setup::scrape_metrics(&lab, Host::Online, "127.0.0.1:9477");
     let factor = lab::setup::metric_sum(&m, "copier_shaper_factor", &[]);
-    assert!((factor - 0.2).abs() < 1e-9, "factor in force {factor}, want 0.2 after the ramp-down:\n{m}");
+    let last = sched.factor_at(1e9);
+    assert!((factor - last).abs() < 1e-6, "factor in force {factor}, want {last} at the schedule's end:\n{m}");
 
     // Stop the copier so that the trace is complete, then check it.
     let copier = c.copier.as_ref().unwrap();
@@ -119,8 +113,38 @@ fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
     let report = String::from_utf8_lossy(&out.stdout);
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "shaper check failed on the run's own trace:\n{report}");
-    for phase in ["ramp-up", "steady", "ramp-down"] {
-        assert!(report.contains(&format!("rate phase {phase}")), "no rate line for {phase}:\n{report}");
+    for line in lines {
+        assert!(report.contains(line), "no {line:?} line:\n{report}");
     }
     c.assert_no_leak(&mut lab);
+}
+
+#[test]
+fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
+    shaped_run(
+        "a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check",
+        "phases",
+        PROFILE,
+        None,
+        80.0,
+        30.0,
+        &[(0.0, 10.0), (10.0, 20.0), (20.0, 30.0)],
+        &["rate phase ramp-up", "rate phase steady", "rate phase ramp-down"],
+    );
+}
+
+/// Production's curve in 10 s buckets (rates 40, 80, 120, 60: factors of their mean, 75).
+#[test]
+fn a_run_on_a_csv_curve_follows_it_and_its_trace_passes_shaper_check() {
+    let text = "[schedule]\ncurve_csv = \"CURVE\"\n";
+    shaped_run(
+        "a_run_on_a_csv_curve_follows_it_and_its_trace_passes_shaper_check",
+        "curve",
+        text,
+        Some("time_s,rate\n0,40\n10,80\n20,120\n30,60\n"),
+        60.0,
+        40.0,
+        &[(0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)],
+        &["rate bucket 0-10 s", "rate bucket 10-20 s", "rate bucket 20-30 s", "rate bucket 30-40 s"],
+    );
 }
