@@ -19,7 +19,7 @@ use common::proto::Message;
 
 use common::units::{parse_duration, parse_size};
 
-use crate::cli::{parse_map, show_map};
+use crate::cli::show_map;
 use crate::control::InterceptAddr;
 use crate::engine::PortMap;
 
@@ -30,9 +30,10 @@ const RING_OVERHEAD: u64 = 256;
 /// `copier doctor`: the same flags as the copier for what it checks.
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
-    /// A map as given to the copier (repeatable).
-    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", required = true, value_parser = parse_map)]
-    pub maps: Vec<PortMap>,
+    /// A map as given to the copier (repeatable; every test server of a weighted map is checked).
+    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]", required = true,
+          value_parser = crate::cli::parse_map_targets)]
+    pub maps: Vec<crate::engine::MapTargets>,
 
     /// An intercept as given to the copier (repeatable).
     #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = |s: &str| s.parse::<InterceptAddr>())]
@@ -73,7 +74,10 @@ pub fn run(a: &DoctorArgs) -> Report {
     let mut r = Report::default();
     permissions(&mut r);
     capture_interface(&mut r, a);
-    for m in &a.maps {
+    // One map per test server.
+    let maps: Vec<PortMap> =
+        a.maps.iter().flat_map(|m| m.targets.iter().map(move |t| PortMap { target: t.addr, ..m.map })).collect();
+    for m in &maps {
         online_service(&mut r, m);
         target(&mut r, m, a.mtu);
     }
@@ -92,7 +96,7 @@ pub fn run(a: &DoctorArgs) -> Report {
     };
     let secret_ok = a.no_secret || secret.is_some();
     for i in &a.intercepts {
-        intercept(&mut r, i, secret.as_deref(), secret_ok, &a.maps, a.max_clock_skew);
+        intercept(&mut r, i, secret.as_deref(), secret_ok, &maps, a.max_clock_skew);
     }
     forwarding(&mut r);
     doctor::check_conntrack(&mut r);
@@ -339,6 +343,7 @@ pub enum Command {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::parse_map;
     use crate::cli::Args;
     use clap::Parser;
 
