@@ -5,7 +5,9 @@
 //!   reproduced and several copiers can share one plan.
 //! - `shaper check PROFILE [--seed S] [--duration D]` draws a plan and prints its statistics
 //!   against the profile's targets, PASS/FAIL per line; `--plan DIR` checks a written plan
-//!   instead, and `--trace CSV` checks what a run sent. Exits non-zero if a line fails.
+//!   instead, and `--trace CSV` checks what a run sent (a copier's `--trace`: with a profile, a
+//!   rate line per phase or curve bucket against the schedule's shape). Exits non-zero if a
+//!   line fails.
 //!
 //! - `shaper fit CAPTURE --port P [--out FILE]` measures a pcap or pcapng capture of the service
 //!   on port P (clients, sessions, requests, gaps, ON/OFF tails; see `shaper::fit`) and writes a
@@ -74,7 +76,9 @@ enum Cmd {
         /// Check the plan written by `shaper plan` in this folder instead of drawing one.
         #[arg(long, conflicts_with = "trace")]
         plan: Option<PathBuf>,
-        /// Check a trace of sent requests: CSV with a header `time_s` plus `source` and/or `pool`.
+        /// Check a trace of sent requests (a copier's --trace): CSV with a header `time_s` plus
+        /// `source` and/or `pool`, and `count` for per-interval rows; other columns are ignored.
+        /// With a profile of phases or a curve, each phase (bucket) gets a rate line.
         #[arg(long)]
         trace: Option<PathBuf>,
         /// Bin width of the count series, seconds (default 4 x onoff.beta_on_s, or 1 s).
