@@ -18,7 +18,10 @@
 //! shrinks by `1 - gain` a tick, monotonically (0.6 with the default gain 0.4: a 3x gap within
 //! 5 % in about 7 ticks). When the answer takes a whole tick (longer sessions) the loop
 //! `e(n+1) = e(n) - gain x e(n-1)` still converges (poles of modulus `sqrt(gain)` = 0.63) with a
-//! small overshoot. No traffic (nothing sent) leaves the scale as it is. Copies are decided per
+//! small overshoot. No traffic (nothing sent) leaves the scale as it is. Back-pressure: while
+//! the test side is saturated (every server of a map overloaded or down, so copies are refused
+//! or cannot leave), the loop may lower the factor but not raise it (no wind-up, no burst when
+//! the servers recover), and says so. Copies are decided per
 //! session: long keep-alive sessions keep their copies, so the loop then reacts only as fast
 //! as sessions turn over.
 
@@ -52,6 +55,8 @@ pub struct RateTick {
     /// The scale hit a bound (the target cannot be reached: no copies left to remove, or
     /// `max_factor`).
     pub bounded: bool,
+    /// The test side was saturated: the scale was not raised.
+    pub held: bool,
 }
 
 /// The controller (see the module doc).
@@ -70,9 +75,10 @@ impl RateLoop {
     }
 
     /// One tick at `t` seconds with `sent` units sent so far, the schedule's `load_share` at
-    /// `t` (load x weight / total_weight) and the profile's `base` factor. `None` on the first
-    /// tick (nothing to measure yet).
-    pub fn tick(&mut self, t: f64, sent: u64, load_share: f64, base: f64) -> Option<RateTick> {
+    /// `t` (load x weight / total_weight), the profile's `base` factor, and whether the test
+    /// side is `saturated` (the scale is then not raised). `None` on the first tick (nothing to
+    /// measure yet).
+    pub fn tick(&mut self, t: f64, sent: u64, load_share: f64, base: f64, saturated: bool) -> Option<RateTick> {
         let prev = self.last.replace((t, sent));
         let (t0, s0) = prev?;
         let dt = t - t0;
@@ -83,19 +89,26 @@ impl RateLoop {
         let target = (self.cfg.rate * load_share * self.cfg.part).max(0.0);
         let max_scale = if base > 0.0 { self.cfg.max_factor / base } else { self.cfg.max_factor };
         let mut bounded = false;
+        let mut held = false;
         if target <= 0.0 {
             self.scale = 0.0;
         } else if measured > 0.0 {
-            let step = (target / measured).powf(self.cfg.gain).clamp(0.5, 2.0);
+            let mut step = (target / measured).powf(self.cfg.gain).clamp(0.5, 2.0);
+            if saturated && step > 1.0 {
+                step = 1.0;
+                held = true;
+            }
             let want = self.scale * step;
             self.scale = want.clamp(0.0, max_scale);
             bounded = self.scale < want;
+        } else if saturated {
+            held = true;
         } else if self.scale == 0.0 {
             // Nothing goes out because the loop stopped it: start again from a little.
             self.scale = (1.0 / base.max(1e-9)).min(max_scale).min(0.1);
         }
         let error = if target > 0.0 { (measured - target) / target } else { 0.0 };
-        Some(RateTick { target, measured, error, scale: self.scale, bounded })
+        Some(RateTick { target, measured, error, scale: self.scale, bounded, held })
     }
 
     /// The factor scale in force.
@@ -116,11 +129,11 @@ mod tests {
         let mut l = RateLoop::new(RateConfig { rate, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
         let (mut sent, mut out) = (0.0f64, Vec::new());
         let mut scales = vec![1.0; lag + 1];
-        l.tick(0.0, 0, 1.0, 1.0);
+        l.tick(0.0, 0, 1.0, 1.0, false);
         for n in 1..=ticks {
             let jitter = 1.0 + 0.02 * ((n * 7919 % 13) as f64 / 6.0 - 1.0);
             sent += online(n) * scales[0] * jitter;
-            if let Some(t) = l.tick(n as f64, sent as u64, 1.0, 1.0) {
+            if let Some(t) = l.tick(n as f64, sent as u64, 1.0, 1.0, false) {
                 out.push(t);
             }
             scales.remove(0);
@@ -166,22 +179,41 @@ mod tests {
     #[test]
     fn bounded_by_max_factor_and_quiet_without_traffic() {
         let mut l = RateLoop::new(RateConfig { rate: 1000.0, part: 1.0, max_factor: 4.0, gain: DEFAULT_GAIN });
-        l.tick(0.0, 0, 1.0, 2.0);
+        l.tick(0.0, 0, 1.0, 2.0, false);
         let mut sent = 0;
         let mut last = None;
         for n in 1..60u64 {
             sent += (10.0 * l.scale() * 2.0) as u64;
-            last = l.tick(n as f64, sent, 1.0, 2.0);
+            last = l.tick(n as f64, sent, 1.0, 2.0, false);
         }
         let t = last.unwrap();
         assert!((t.scale - 2.0).abs() < 1e-9 && t.bounded, "{t:?}");
         // No traffic: the scale stays.
         let s = l.scale();
-        assert_eq!(l.tick(61.0, sent, 1.0, 2.0).unwrap().scale, s);
+        assert_eq!(l.tick(61.0, sent, 1.0, 2.0, false).unwrap().scale, s);
         // Several copiers: a share of 1/4 of the load holds a quarter of the rate.
         let mut q = RateLoop::new(RateConfig { rate: 400.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
-        q.tick(0.0, 0, 0.25, 1.0);
-        assert_eq!(q.tick(1.0, 50, 0.25, 1.0).unwrap().target, 100.0);
+        q.tick(0.0, 0, 0.25, 1.0, false);
+        assert_eq!(q.tick(1.0, 50, 0.25, 1.0, false).unwrap().target, 100.0);
+    }
+
+    #[test]
+    fn a_saturated_test_side_holds_the_factor_instead_of_winding_up() {
+        let mut l = RateLoop::new(RateConfig { rate: 300.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+        l.tick(0.0, 0, 1.0, 1.0, false);
+        // The servers take only 100 units/s: saturated, the scale stays at 1.
+        let mut sent = 0;
+        for n in 1..20u64 {
+            sent += 100;
+            let t = l.tick(n as f64, sent, 1.0, 1.0, true).unwrap();
+            assert!(t.held && t.scale == 1.0, "{t:?}");
+        }
+        // Recovered: it climbs again; too much sent while saturated: it may still come down.
+        sent += 100;
+        assert!(l.tick(20.0, sent, 1.0, 1.0, false).unwrap().scale > 1.0);
+        sent += 1000;
+        let t = l.tick(21.0, sent, 1.0, 1.0, true).unwrap();
+        assert!(t.scale < 1.5 && !t.held, "{t:?}");
     }
 }
 
@@ -197,6 +229,8 @@ pub mod names {
     pub const SCALE: &str = "copier_rate_scale";
     /// 1 while the scale is held at a bound (the target cannot be reached).
     pub const BOUNDED: &str = "copier_rate_bounded";
+    /// 1 while the test side is saturated and the loop does not raise the factor.
+    pub const HELD: &str = "copier_rate_held";
 }
 
 /// Describe the metrics (once, at start).
@@ -207,6 +241,7 @@ pub fn describe() {
     describe_gauge!(names::ERROR, "Closed loop: (measured - target) / target");
     describe_gauge!(names::SCALE, "Closed loop: the multiplier of the profile's factor it set");
     describe_gauge!(names::BOUNDED, "Closed loop: 1 while the factor is held at a bound (target out of reach)");
+    describe_gauge!(names::HELD, "Closed loop: 1 while the test side is saturated and the factor is not raised");
 }
 
 /// One engine thread's loop: tick once a second with the engine's counters, set the factor,
@@ -215,25 +250,42 @@ pub fn describe() {
 pub struct RateDriver {
     ctl: RateLoop,
     bounded: bool,
+    held: bool,
 }
 
 impl RateDriver {
     /// A driver for `cfg`.
     #[must_use]
     pub fn new(cfg: RateConfig) -> RateDriver {
-        RateDriver { ctl: RateLoop::new(cfg), bounded: false }
+        RateDriver { ctl: RateLoop::new(cfg), bounded: false, held: false }
     }
 
     /// One tick at `now`.
     pub fn tick(&mut self, engine: &mut crate::engine::Engine, now: std::time::Instant) {
         let Some((t, load_share, base)) = engine.rate_inputs(now) else { return };
-        let Some(r) = self.ctl.tick(t, engine.stats().units_sent, load_share, base) else { return };
+        let saturated = engine.maps_all_overloaded() + engine.maps_all_down() > 0;
+        let Some(r) = self.ctl.tick(t, engine.stats().units_sent, load_share, base, saturated) else { return };
         engine.set_factor_scale(r.scale);
         metrics::gauge!(names::TARGET).set(r.target);
         metrics::gauge!(names::MEASURED).set(r.measured);
         metrics::gauge!(names::ERROR).set(r.error);
         metrics::gauge!(names::SCALE).set(r.scale);
         metrics::gauge!(names::BOUNDED).set(f64::from(u8::from(r.bounded)));
+        metrics::gauge!(names::HELD).set(f64::from(u8::from(r.held)));
+        if r.held != self.held {
+            self.held = r.held;
+            if r.held {
+                tracing::warn!(
+                    "--target-rate: the test servers are saturated (all overloaded or down): the loop does not raise the \
+                     factor ({:.2}) until they recover; {:.1} units/s sent of {:.1} asked",
+                    r.scale,
+                    r.measured,
+                    r.target
+                );
+            } else {
+                tracing::info!("--target-rate: the test servers recovered; the loop resumes");
+            }
+        }
         if r.bounded != self.bounded {
             self.bounded = r.bounded;
             if r.bounded {
