@@ -257,13 +257,13 @@ impl Targets {
             self.servers[first].stats.refused += 1;
             if !self.groups[g].all_overloaded {
                 self.groups[g].all_overloaded = true;
-                self.events.push_back(TargetEvent::AllOverloaded(*map));
+                push(&mut self.events, TargetEvent::AllOverloaded(*map));
             }
             return None;
         }
         if self.groups[g].all_overloaded {
             self.groups[g].all_overloaded = false;
-            self.events.push_back(TargetEvent::SomeRelieved(*map));
+            push(&mut self.events, TargetEvent::SomeRelieved(*map));
         }
         if self.groups[g].members.len() == 1 {
             return Some(map.target);
@@ -308,7 +308,7 @@ impl Targets {
         s.stats.live += 1;
         if self.cfg.max_live > 0 && !s.stats.overloaded && s.stats.live >= self.cfg.max_live {
             s.stats.overloaded = true;
-            self.events.push_back(TargetEvent::Overloaded(addr));
+            push(&mut self.events, TargetEvent::Overloaded(addr));
         }
         let k = slot as usize;
         if self.by_slot.len() <= k {
@@ -328,7 +328,7 @@ impl Targets {
         s.stats.live = s.stats.live.saturating_sub(1);
         if s.stats.overloaded && s.stats.live <= self.cfg.max_live * 3 / 4 {
             s.stats.overloaded = false;
-            self.events.push_back(TargetEvent::Relieved(s.stats.addr));
+            push(&mut self.events, TargetEvent::Relieved(s.stats.addr));
         }
     }
 
@@ -344,7 +344,7 @@ impl Targets {
         if !s.stats.up {
             s.stats.up = true;
             s.next_probe = None;
-            self.events.push_back(TargetEvent::Up(addr));
+            push(&mut self.events, TargetEvent::Up(addr));
             self.refresh_groups();
         }
         let _ = now;
@@ -361,7 +361,7 @@ impl Targets {
                 s.next_probe = Some(now + self.cfg.retry);
                 // Counting starts again with the next copy (a probe).
                 s.waiting_since = None;
-                self.events.push_back(TargetEvent::Down { addr: s.stats.addr, silent: now - since });
+                push(&mut self.events, TargetEvent::Down { addr: s.stats.addr, silent: now - since });
                 changed = true;
             }
         }
@@ -375,7 +375,7 @@ impl Targets {
             let all_down = g.members.iter().all(|&(i, _, _)| !self.servers[i].stats.up);
             if all_down != g.all_down {
                 g.all_down = all_down;
-                self.events.push_back(if all_down { TargetEvent::AllDown(g.map) } else { TargetEvent::SomeUp(g.map) });
+                push(&mut self.events, if all_down { TargetEvent::AllDown(g.map) } else { TargetEvent::SomeUp(g.map) });
             }
         }
     }
@@ -399,6 +399,15 @@ impl Targets {
     pub fn all_overloaded(&self) -> impl Iterator<Item = &PortMap> {
         self.groups.iter().filter(|g| g.all_overloaded).map(|g| &g.map)
     }
+}
+
+/// Queue a change to log (the oldest goes past 256 unread: nothing grows unbounded when nobody
+/// polls).
+fn push(events: &mut VecDeque<TargetEvent>, ev: TargetEvent) {
+    if events.len() >= 256 {
+        events.pop_front();
+    }
+    events.push_back(ev);
 }
 
 #[cfg(test)]
