@@ -105,6 +105,9 @@ pub struct EngineConfig {
     /// a [`shaper::Shaper`] built from it and the engine seed, and `copies`, `sample_percent`
     /// and `client_ip` must stay at their defaults.
     pub profile: Option<std::sync::Arc<shaper::Profile>>,
+    /// Request rules (`--rules`): filters, the dye header, header edits and request-line
+    /// rewrites, applied to every copy's requests (see `engine::edit`).
+    pub rules: Option<std::sync::Arc<super::rules::Rules>>,
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
@@ -217,6 +220,7 @@ impl Default for EngineConfig {
             ttl: 64,
             port_share: PortShare::default(),
             profile: None,
+            rules: None,
         }
     }
 }
@@ -361,6 +365,7 @@ pub(crate) struct Params {
     pub window: u16,
     pub max_reconnects: u32,
     pub ttl: u8,
+    pub rules: Option<std::sync::Arc<super::rules::Rules>>,
 }
 
 impl Params {
@@ -395,6 +400,7 @@ impl Params {
             window,
             max_reconnects: c.max_reconnects,
             ttl: c.ttl.max(1),
+            rules: c.rules.clone(),
         }
     }
 

@@ -81,9 +81,11 @@ mod answer;
 mod chunk;
 mod config;
 mod conn;
+mod edit;
 mod gate;
 mod hash;
 mod pkt;
+pub mod rules;
 mod session;
 mod shared;
 mod stats;
@@ -104,6 +106,8 @@ use common::wire::TcpFlags;
 
 pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use edit::RequestCounts;
+pub use rules::{Rules, RulesError};
 pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, SynEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
@@ -491,6 +495,7 @@ impl Engine {
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
             let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
+            s.copy = k as u16;
             s.want_port = plan.client.port();
             s.plan_id = Some(plan.session);
             s.gate = self.sh.plan.gates.then(|| Gate::new(plan.session));
