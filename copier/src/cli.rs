@@ -83,7 +83,18 @@ connection), or after three answer timeouts; server-speaks-first protocols (a gr
 shaped sessions (--profile) are always one at a time. Choose strict for a test server that
 must never see two requests of a connection at once, off (--no-pacing) for a load test where
 only the request rate matters. copier_replay_lag_seconds tells how far behind production the
-copies run; copier_units_ahead_total counts requests sent ahead of an answer.";
+copies run; copier_units_ahead_total counts requests sent ahead of an answer.
+
+Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
+marks and edits what each copy sends. HTTP/1.x requests (pipelined, Content-Length or chunked
+bodies) are filtered by method, path (glob or regex), header and client range, deny or
+allow-only; a dropped request is left out of the test session as if the client never sent it
+(later bytes are renumbered, the session stays one consistent TCP connection). Copied requests
+may get a dye header (its value may carry the copy index and a copier id), header edits (set,
+replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
+line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
+untouched. Malformed HTTP is counted and the rest of its session passes as captured. Matches
+per rule: copier_rule_matches_total{rule} and the summary line.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -231,6 +242,11 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::MAX_PACE_WINDOW)))]
     pub pace_window: u32,
 
+    /// Request rules (TOML): filters, a dye header, header edits and request-line rewrites
+    /// (see "Request rules" in --help). Header values read from files are re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
@@ -346,8 +362,13 @@ impl Args {
                 Some(Arc::new(p))
             }
         };
+        let rules = match &self.rules {
+            None => None,
+            Some(path) => Some(Arc::new(crate::engine::Rules::load(path).map_err(|e| format!("--rules: {e}"))?)),
+        };
         let engine = EngineConfig {
             profile,
+            rules,
             maps: self.maps.clone(),
             mtu: self.mtu,
             client_ip,

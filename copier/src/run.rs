@@ -156,6 +156,7 @@ struct Line {
     units: u64,
     ahead: u64,
     lag: crate::engine::LagHistogram,
+    requests: crate::engine::RequestCounts,
 }
 
 impl Line {
@@ -178,6 +179,7 @@ impl Line {
             l.units += e.units_sent;
             l.ahead += e.units_ahead;
             l.lag.merge(&e.replay_lag);
+            l.requests.merge(&e.requests);
         }
         l
     }
@@ -213,6 +215,17 @@ impl Line {
                 ms(0.5),
                 ms(0.99)
             )?;
+        }
+        let r = &self.requests;
+        if !r.names.is_empty() {
+            write!(
+                f,
+                "; rules: {} HTTP requests and {} other units read, {} dropped, {} edited, {} malformed",
+                r.http_requests, r.byte_units, r.dropped, r.edited, r.malformed
+            )?;
+            let matched: Vec<String> =
+                r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
+            write!(f, " (matched: {})", matched.join(", "))?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;

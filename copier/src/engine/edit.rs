@@ -54,6 +54,8 @@ pub struct RequestCounts {
     /// Per rule, in [`Rules::counter_names`] order: requests a filter matched (denied or
     /// allowed), requests allow-only mode dropped, requests a rewrite changed.
     pub rules: Vec<u64>,
+    /// The rules' names, in that order (empty without `--rules`).
+    pub names: Vec<String>,
 }
 
 impl RequestCounts {
@@ -64,6 +66,9 @@ impl RequestCounts {
         self.dropped += o.dropped;
         self.edited += o.edited;
         self.malformed += o.malformed;
+        if self.names.is_empty() {
+            self.names.clone_from(&o.names);
+        }
         if self.rules.len() < o.rules.len() {
             self.rules.resize(o.rules.len(), 0);
         }

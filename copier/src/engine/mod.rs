@@ -248,7 +248,11 @@ impl Engine {
         let hash = FastHash::new(seed);
         let p = Params::new(&config);
         let meter = Meter::default();
-        let stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        let mut stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        if let Some(r) = &config.rules {
+            stats.requests.names = r.counter_names();
+            stats.requests.rules = vec![0; stats.requests.names.len()];
+        }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
         Engine {

@@ -99,8 +99,8 @@ pub(crate) struct Stream {
     pub next: SeqNum,
     /// Next in-order client byte expected (client sequence number).
     cnext: SeqNum,
-    /// The request editor (`--rules`), if any.
-    edit: Option<Editor>,
+    /// The request editor (`--rules`), if any (boxed: a session without rules pays a pointer).
+    edit: Option<Box<Editor>>,
     held: Vec<Held>,
     held_bytes: usize,
     /// Position of the client's FIN, once it is in order.
@@ -158,18 +158,18 @@ impl Stream {
 
     /// The same stream with a request editor.
     pub(crate) fn with_editor(mut self, e: Option<Editor>) -> Stream {
-        self.edit = e;
+        self.edit = e.map(Box::new);
         self
     }
 
     /// The editor, if any (its counts, whether it failed).
     pub(crate) fn editor(&mut self) -> Option<&mut Editor> {
-        self.edit.as_mut()
+        self.edit.as_deref_mut()
     }
 
     /// Bytes this stream holds (in order and out of order).
     pub(crate) fn mem(&self) -> usize {
-        self.buf.len() + self.held_bytes + self.edit.as_ref().map_or(0, Editor::held)
+        self.buf.len() + self.held_bytes + self.edit.as_ref().map_or(0, |e| e.held())
     }
 
     /// The client sequence number where reassembly waits (a hole when segments are held).
