@@ -265,3 +265,34 @@ fn malformed_http_is_counted_and_the_session_passes_as_captured() {
     assert_eq!(metric_sum(&m, "copier_rule_matches_total", &["rule=\"skip\""]), 1.0, "{m}");
     c.assert_no_leak(&mut lab);
 }
+
+#[test]
+fn a_header_value_from_a_file_is_read_again_on_sighup() {
+    let Some(mut lab) = lab_or_skip("a_header_value_from_a_file_is_read_again_on_sighup") else { return };
+    let token = lab.dir().join("token");
+    std::fs::write(&token, "first-token\n").unwrap();
+    let rules = format!("[[header]]\nname = \"X-Traffic-Copy\"\nfile = \"{}\"\n", token.display());
+    let c = start(&mut lab, &rules, &[], &[]);
+    send(&lab, &[request("/?s=a&i=1", false), request("/?s=a&i=2", false)], Way::KeepAlive);
+    assert_eq!(test_log(&c, 2).len(), 2);
+    // A bad value keeps the old one; a good one is taken.
+    let copier = c.copier.as_ref().unwrap();
+    std::fs::write(&token, "bad\rvalue\n").unwrap();
+    copier.signal(nix::sys::signal::Signal::SIGHUP);
+    lab::setup::wait_log(copier, "header files re-read (1 failed)", Duration::from_secs(10)).unwrap();
+    send(&lab, &[request("/?s=b&i=1", false)], Way::KeepAlive);
+    // (the copy is edited when captured, a few milliseconds after the online answer)
+    assert_eq!(test_log(&c, 3).len(), 3);
+    std::fs::write(&token, "second-token").unwrap();
+    copier.signal(nix::sys::signal::Signal::SIGHUP);
+    lab::setup::wait_log(copier, "header files re-read (0 failed)", Duration::from_secs(10)).unwrap();
+    send(&lab, &[request("/?s=c&i=1", false), request("/?s=c&i=2", false)], Way::KeepAlive);
+    let log = test_log(&c, 5);
+    let dyes: Vec<(String, Option<String>)> = log.iter().map(|e| (session_of(&e.uri), e.dye.clone())).collect();
+    let want: Vec<(String, Option<String>)> = [("a", "first-token"), ("a", "first-token"), ("b", "first-token"), ("c", "second-token"), ("c", "second-token")]
+        .iter()
+        .map(|(s, v)| (s.to_string(), Some(v.to_string())))
+        .collect();
+    assert_eq!(dyes, want);
+    c.assert_no_leak(&mut lab);
+}
