@@ -526,4 +526,25 @@ mod tests {
         assert_eq!(a.verdict(c, &http("GET", "/web")), Verdict::Drop(None));
         assert_eq!(a.counter_names(), ["api", "allow_only"]);
     }
+
+    #[test]
+    fn the_readme_and_module_examples_are_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n  [[filter]]").expect("the README's rules example") + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let text: String = readme[start..end].lines().map(|l| format!("{}\n", l.trim_start())).collect();
+        let token = std::env::temp_dir().join(format!("rules-readme-{}", std::process::id()));
+        std::fs::write(&token, "Bearer t\n").unwrap();
+        let r = Rules::from_toml_str(&text.replace("/etc/tcopy/test-token", &token.display().to_string()));
+        std::fs::remove_file(&token).unwrap();
+        let r = r.unwrap();
+        assert_eq!(r.counter_names(), ["no-payments", "no-internal", "allow_only", "api-v2"]);
+        let doc = include_str!("rules.rs");
+        let start = doc.find("//! ```toml\n").unwrap() + 12;
+        let end = start + doc[start..].find("//! ```").unwrap();
+        let text: String = doc[start..end].lines().map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start())).collect();
+        // The module example shows every key: drop the alternatives a real file picks among.
+        let text = text.replace("path_regex = \"^/pay/\"", "").replace("replace = \"...\"", "").replace("file = \"/etc/tc/token\"", "").replace("delete = true", "").replace("prefix = \"DEL \"", "");
+        Rules::from_toml_str(&text).unwrap();
+    }
 }
