@@ -18,11 +18,12 @@
 //! h' for h shifts every later byte by h'-h; a dropped request by minus its length); the stream
 //! keeps both (see `stream`), so connections and their ACKs live in the test space alone.
 //!
-//! Malformed HTTP (a head httparse refuses or longer than [`MAX_HEAD`], a bad length, a bad
-//! chunk line, an upgrade): counted, and the rest of the session passes as captured, from the
-//! first byte of the bad request on (the test server gets what the online server got). Only
-//! inside the body of a dropped request is that impossible (its head is gone): the copy is then
-//! given up ([`Editor::failed`]).
+//! Malformed HTTP (a head httparse refuses or longer than [`MAX_HEAD`], a bad or conflicting
+//! length, a transfer coding other than chunked, a bad chunk line): counted, and the rest of the
+//! session passes as captured, from the first byte of the bad request on (the test server gets
+//! what the online server got). Only inside the body of a dropped request is that impossible
+//! (its head is gone): the copy is then given up ([`Editor::failed`]). After an `Upgrade` or
+//! `CONNECT` request (or HTTP/2's preface) the rest passes untouched, not counted.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
