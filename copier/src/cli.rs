@@ -247,6 +247,22 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub rules: Option<PathBuf>,
 
+    /// Archive what is copied (copy 0 of each session, as the test server gets it: after the
+    /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
+    /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+
+    /// With --record, the archive's most bytes per worker, split over --record-files files
+    /// (the oldest file goes).
+    #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record", value_parser = parse_size)]
+    pub record_size: u64,
+
+    /// With --record, files kept per worker.
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "record",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub record_files: u32,
+
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
@@ -336,6 +352,8 @@ pub struct Validated {
     pub offline: Option<OfflineConfig>,
     /// Engine threads to run (1 with `--offline`, whatever `--workers` said).
     pub workers: u16,
+    /// The archive (`--record`).
+    pub record: Option<crate::record::RecordConfig>,
 }
 
 impl Args {
@@ -453,7 +471,22 @@ impl Args {
             }
             intercepts.push(i.clone());
         }
+        let record = match &self.record {
+            None => None,
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                let max_file = self.record_size / u64::from(self.record_files);
+                if max_file < 1 << 16 {
+                    return Err(format!(
+                        "--record-size {} over {} files is under 64K a file",
+                        self.record_size, self.record_files
+                    ));
+                }
+                Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
+            }
+        };
         Ok(Validated {
+            record,
             engine,
             capture,
             send: SendConfig {

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod feed;
 pub mod metrics;
 pub mod offline;
+pub mod record;
 pub mod run;
 pub mod send;
 pub mod sys;

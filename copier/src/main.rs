@@ -179,6 +179,13 @@ fn run(args: Args) -> Result<RunSummary> {
             stop: stop.clone(),
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
+            recorder: match &v.record {
+                None => None,
+                Some(r) => Some(
+                    copier::record::Recorder::open(r.clone(), i as u16)
+                        .with_context(|| format!("--record {}", r.dir.display()))?,
+                ),
+            },
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {

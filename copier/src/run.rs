@@ -119,6 +119,18 @@ pub struct LoopIo {
     /// With several workers: who owns which registered tuple (this loop adds and removes its
     /// own). `None` with one worker.
     pub routes: Option<Arc<Routes>>,
+    /// The archive (`--record`), if any.
+    pub recorder: Option<crate::record::Recorder>,
+}
+
+/// Hand a packet about to be sent to the archive (`--record`); an archive that fails is logged
+/// and closed (copying goes on).
+fn record(io: &mut LoopIo, t: &crate::engine::Transmit, pkt: &[u8]) {
+    let Some(r) = io.recorder.as_mut() else { return };
+    if let Err(e) = r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt) {
+        tracing::error!("--record {}: {e}: the archive stops here (copying goes on)", r.dir().display());
+        io.recorder = None;
+    }
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -574,6 +586,7 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
             match engine.poll_transmit(now, &mut buf) {
                 Some(t) => {
                     buf.truncate(t.len);
+                    record(io, &t, &buf);
                     io.sender.enqueue(t.tuple, t.dst, buf);
                 }
                 None => {
@@ -697,6 +710,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
         match engine.poll_transmit(now, &mut buf) {
             Some(t) => {
                 buf.truncate(t.len);
+                record(io, &t, &buf);
                 io.sender.enqueue(t.tuple, t.dst, buf);
                 if io.sender.pending() >= sys::MAX_BATCH {
                     io.sender.flush(now);

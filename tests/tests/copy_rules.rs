@@ -296,3 +296,70 @@ fn a_header_value_from_a_file_is_read_again_on_sighup() {
     assert_eq!(dyes, want);
     c.assert_no_leak(&mut lab);
 }
+
+#[test]
+fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_requests() {
+    let Some(mut lab) = lab_or_skip("a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_requests") else {
+        return;
+    };
+    let archive = lab.dir().join("archive");
+    let rules = lab.dir().join("rules.toml");
+    std::fs::write(&rules, "[[filter]]\nname = \"skip\"\npath = \"/skip/**\"\n").unwrap();
+    let opts = CopyOptions {
+        copier_args: vec![
+            "--rules".into(),
+            rules.display().to_string(),
+            "--record".into(),
+            archive.display().to_string(),
+        ],
+        online: NginxOptions { files: files(&["", "skip/"]), ..NginxOptions::default() },
+        test: Some(NginxOptions { files: files(&["", "skip/"]), ..NginxOptions::default() }),
+        ..CopyOptions::default()
+    };
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let path = |s: &str, i: usize| {
+        let f = format!("f{}?s={s}&i={i}", i % SIZES.len());
+        if i == 3 || i == 7 {
+            format!("/skip/{f}")
+        } else {
+            format!("/{f}")
+        }
+    };
+    for (s, way) in [("r1", Way::KeepAlive), ("r2", Way::Pipelined), ("r3", Way::KeepAlive)] {
+        let reqs: Vec<String> = (1..=10).map(|i| request(&path(s, i), false)).collect();
+        send(&lab, &reqs, way);
+    }
+    assert_eq!(test_log(&c, 24).len(), 24, "the live copies");
+    // The live copier stops: its archive is complete.
+    let live = c.copier.take().unwrap();
+    assert!(live.stop().is_some_and(|s| s.success()), "{}", tail(&live.log(), 20));
+    let index = std::fs::read_to_string(archive.join("index-w0.tsv")).unwrap();
+    let lines: Vec<&str> = index.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "one line per session:\n{index}");
+    assert!(lines.iter().all(|l| l.split('\t').nth(1).unwrap().contains(&addr::CLIENT.to_string())), "{index}");
+    let file = archive.join(lines[0].split('\t').nth(4).unwrap());
+    // The slice: /f2 requests (and the filtered /skip/ ones, which are not in the archive).
+    let slice = lab.dir().join("slice.toml");
+    std::fs::write(
+        &slice,
+        "[[filter]]\nname = \"f2\"\naction = \"allow\"\npath = \"/f2\"\n\
+         [[filter]]\nname = \"skipped\"\naction = \"allow\"\npath = \"/skip/**\"\n",
+    )
+    .unwrap();
+    let map = format!("80={}:80", addr::TEST);
+    let (file_s, slice_s) = (file.display().to_string(), slice.display().to_string());
+    let args = ["--offline", &file_s, "--map", &map, "--rules", &slice_s, "--session-timeout", "5s"];
+    let p = c.spawn_copier(&mut lab, "replay", &args).unwrap();
+    let status = p.wait_timeout(Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "{}", tail(&p.log(), 30));
+    let log = test_log(&c, 24 + 9);
+    let replayed: Vec<&LogEntry> = log[24..].iter().collect();
+    let mut uris: Vec<&str> = replayed.iter().map(|e| e.uri.as_str()).collect();
+    uris.sort();
+    let mut want: Vec<String> = ["r1", "r2", "r3"].iter().flat_map(|s| [2, 6, 10].map(|i| path(s, i))).collect();
+    want.sort();
+    assert_eq!(uris, want, "exactly the selected requests of the archive");
+    assert!(replayed.iter().all(|e| e.status == 200 && e.body_bytes_sent == SIZES[2] as u64), "{replayed:#?}");
+    assert!(p.log().contains("matched: f2 9, skipped 0, allow_only 15"), "{}", tail(&p.log(), 5));
+    c.assert_no_leak(&mut lab);
+}

@@ -671,7 +671,7 @@ mod tests {
         let meter = Meter::default();
         let mut e = Editor::new(r, 0, "198.18.0.9".parse().unwrap(), meter.clone());
         let mut q = ByteQueue::new();
-        let mut feed = |e: &mut Editor, q: &mut ByteQueue, b: &[u8]| e.feed(Payload::new(b, &meter).keep(0).unwrap(), q);
+        let feed = |e: &mut Editor, q: &mut ByteQueue, b: &[u8]| e.feed(Payload::new(b, &meter).keep(0).unwrap(), q);
         feed(&mut e, &mut q, b"set a 1\r\n");
         e.unit_start(&mut q);
         feed(&mut e, &mut q, b"QU");

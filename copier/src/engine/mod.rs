@@ -190,6 +190,9 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// Length of the IP packet in the buffer.
     pub len: usize,
+    /// The copy index of its session and the captured client (`None` for the RSTs of
+    /// [`Engine::close_all`]): what `--record` keeps and indexes.
+    pub copy: Option<(u16, std::net::SocketAddr)>,
 }
 
 /// The session engine. See the module documentation for the calling order.
@@ -566,7 +569,7 @@ impl Engine {
             let st = &mut self.sh.stats;
             st.segments_sent += 1;
             st.bytes_sent += out.len() as u64;
-            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy: None });
         }
         while let Some(slot) = self.ready.pop_front() {
             let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
@@ -577,8 +580,10 @@ impl Engine {
             let sent = s.poll_transmit(&mut self.sh, now, out);
             self.arm(slot.idx);
             if let Some((tuple, sent)) = sent {
+                let mut copy = None;
                 if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
                     s.in_ready = true;
+                    copy = Some((s.copy, s.key.client));
                 }
                 self.ready.push_back(slot);
                 let st = &mut self.sh.stats;
@@ -588,7 +593,7 @@ impl Engine {
                 if sent.retransmit {
                     st.retransmissions += 1;
                 }
-                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy });
             }
         }
         None
