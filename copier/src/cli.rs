@@ -94,7 +94,9 @@ may get a dye header (its value may carry the copy index and a copier id), heade
 replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
 line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
 untouched. Malformed HTTP is counted and the rest of its session passes as captured. Matches
-per rule: copier_rule_matches_total{rule} and the summary line.";
+per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
+copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
+sessions; --offline FILE with --rules allow filters replays a slice of it.";
 
 const EXAMPLES: &str = "\
 Examples:
