@@ -117,6 +117,17 @@ fn by_session(log: &[LogEntry]) -> BTreeMap<String, Vec<LogEntry>> {
     m
 }
 
+/// Request `i` (1 to 10) of session `s`: requests 3 and 7 go to `/skip/`, the others not; the
+/// answer sizes cycle through [`SIZES`].
+fn skip_path(s: &str, i: usize) -> String {
+    let f = format!("f{}?s={s}&i={i}", i % SIZES.len());
+    if i == 3 || i == 7 {
+        format!("/skip/{f}")
+    } else {
+        format!("/{f}")
+    }
+}
+
 #[test]
 fn filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close() {
     let Some(mut lab) = lab_or_skip("filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close") else {
@@ -126,14 +137,7 @@ fn filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close() {
                  [dye]\nvalue = \"copy-{copy}-{id}\"\nid = \"lab\"\n";
     let c = start(&mut lab, rules, &["", "skip/"], &["", "skip/"]);
     // Sessions of 10 requests; requests 3 and 7 are filtered. Answers of every size.
-    let path = |s: &str, i: usize| {
-        let f = format!("f{}?s={s}&i={i}", i % SIZES.len());
-        if i == 3 || i == 7 {
-            format!("/skip/{f}")
-        } else {
-            format!("/{f}")
-        }
-    };
+    let path = skip_path;
     let mut want: BTreeMap<String, (Way, Vec<String>)> = BTreeMap::new();
     for (k, way) in [Way::KeepAlive, Way::KeepAlive, Way::Pipelined, Way::Pipelined, Way::Close].into_iter().enumerate() {
         let s = format!("{way:?}{k}");
@@ -317,14 +321,7 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
         ..CopyOptions::default()
     };
     let mut c = Copying::start(&mut lab, opts).unwrap();
-    let path = |s: &str, i: usize| {
-        let f = format!("f{}?s={s}&i={i}", i % SIZES.len());
-        if i == 3 || i == 7 {
-            format!("/skip/{f}")
-        } else {
-            format!("/{f}")
-        }
-    };
+    let path = skip_path;
     for (s, way) in [("r1", Way::KeepAlive), ("r2", Way::Pipelined), ("r3", Way::KeepAlive)] {
         let reqs: Vec<String> = (1..=10).map(|i| request(&path(s, i), false)).collect();
         send(&lab, &reqs, way);

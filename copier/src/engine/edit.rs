@@ -395,6 +395,9 @@ impl Editor {
             }
         }
         self.flat.clear();
+        if self.flat.capacity() > 8192 {
+            self.flat = Vec::new(); // a long head: do not keep its buffer for every session
+        }
         self.state = if chunked {
             State::Chunked { st: Chunked::Size, keep }
         } else {

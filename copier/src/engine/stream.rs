@@ -20,10 +20,11 @@
 //! (`chunk`), so copies cost memory only for what one of them still needs.
 //!
 //! Invariants:
-//! - `buf` holds exactly the client bytes `[base, next)`; `base <= cur_start <= next` unless the
-//!   replay window was given up (`base > cur_start`, see [`Stream::trim`]).
-//! - `held` holds segments starting after `next`, sorted by distance from `next`, never more
+//! - `buf` holds exactly the test side's bytes `[base, next)`; `base <= cur_start <= next`
+//!   unless the replay window was given up (`base > cur_start`, see [`Stream::trim`]).
+//! - `held` holds segments starting after `cnext`, sorted by distance from `cnext`, never more
 //!   than the per-session out-of-order cap in total.
+//! - without an editor, `cnext == next` until a capture hole is given up, and after it too.
 //! - `bounds` holds the starts of request units after the current one, strictly increasing,
 //!   each `> cur_start` (or `== cur_start` once, for a server-speaks-first greeting gate).
 //! - `fin`, once set, is `next`: nothing is accepted after the client's FIN.
@@ -341,7 +342,8 @@ impl Stream {
     /// Give up the unit the hole at `next` damaged: only when it is the first unanswered one
     /// (no boundary after `cur_start`) and [`Stream::gap_resume`] found where the next unit
     /// starts. Drops the unit's bytes (in order and held) and restarts the stream there, as a
-    /// mid-stream session would: `cur_start == base == next == ` the resume point, then
+    /// mid-stream session would: `cnext ==` the resume point, `cur_start == base == next ==`
+    /// the larger of it and the old `next` (the test side's numbers keep growing), then
     /// appends what was held after it. Returns whether it did.
     pub(crate) fn skip_gap(&mut self, now: Instant) -> bool {
         if !self.bounds.is_empty() || self.fin.is_some() {
@@ -354,10 +356,13 @@ impl Stream {
         }
         let ack = self.held.first().and_then(|h| h.ack);
         self.buf.consume(self.buf.len());
-        self.base = at;
-        self.next = at;
+        // The test side goes on a new connection: any number does, and one past everything
+        // numbered so far keeps that space growing (without an editor it is `at`).
+        let t = self.next.max(at);
+        self.base = t;
+        self.next = t;
         self.cnext = at;
-        self.cur_start = at;
+        self.cur_start = t;
         if let Some(e) = self.edit.as_mut() {
             e.reset();
         }
