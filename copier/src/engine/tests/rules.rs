@@ -144,3 +144,46 @@ fn a_malformed_body_in_a_dropped_request_gives_the_copy_up() {
     assert!(out.iter().any(|o| o.has(TcpFlags::RST)), "the test connection is reset: {out:?}");
     assert!(out.iter().all(|o| o.payload.is_empty() || o.payload == R1));
 }
+
+#[test]
+fn a_capture_hole_inside_a_held_head_resumes_edited_at_the_next_request() {
+    let mut h = with_rules("[dye]\nvalue = \"a-long-dye-value-to-shift-the-test-side\"\n", cfg());
+    h.establish();
+    let dye = b"X-Traffic-Copy: a-long-dye-value-to-shift-the-test-side\r\n".len() as u32;
+    h.cap(data(0, 0, R1));
+    assert_eq!(h.out()[0].payload.len() as u32, off(&[R1]) + dye);
+    h.at(5);
+    h.rec(resp(0, off(&[R1]) + dye, 50));
+    let _ = h.out();
+    // R3's head: its first 5 bytes captured (held by the editor), the next 5 lost.
+    let r2 = off(&[R1]);
+    h.at(10);
+    h.cap(data(r2, 50, &R3[..5]));
+    h.cap(data(r2 + 10, 50, &R3[10..]));
+    h.at(11);
+    h.cap(data(r2 + off(&[R3]), 120, R4)); // online answered the damaged request
+    h.at(12);
+    h.cap(data(r2 + off(&[R3, R4]), 200, R1));
+    assert!(h.out().is_empty(), "nothing of a held head goes");
+    let (outs, ctl) = h.run_timers(400);
+    let nt = ctl
+        .iter()
+        .find_map(|c| match c {
+            RegEvent::Register(t) if *t != test_tuple() => Some(*t),
+            _ => None,
+        })
+        .expect("a new connection");
+    let syn = outs.iter().map(|(_, o)| o).find(|o| o.tuple == nt && o.has(TcpFlags::SYN)).expect("its SYN");
+    // The test side's numbers keep growing: past R1 edited, even though R4 starts before that
+    // in the client's numbers.
+    assert_eq!(syn.seq, CISN + off(&[R1]) + dye, "{outs:?}");
+    h.at(220);
+    h.rec_to(nt, Seg { ack: syn.seq + 1, ..SYN_ACK });
+    let mut sent = h.out();
+    h.at(230);
+    h.rec_to(nt, Seg { ack: syn.seq + 1 + off(&[R4]) + dye, ..resp(0, 0, 80) });
+    sent.extend(h.out());
+    let want = [R4, R1].map(|r| String::from_utf8_lossy(r).replace("\r\n\r\n", "\r\nX-Traffic-Copy: a-long-dye-value-to-shift-the-test-side\r\n\r\n")).concat();
+    assert_eq!(String::from_utf8_lossy(&stream_of(&sent, syn.seq + 1)), want);
+    assert_eq!(h.e.stats().drops.capture_gap, 1);
+}
