@@ -93,7 +93,8 @@ allow-only; a dropped request is left out of the test session as if the client n
 may get a dye header (its value may carry the copy index and a copier id), header edits (set,
 replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
 line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
-untouched. Malformed HTTP is counted and the rest of its session passes as captured. Matches
+untouched. Malformed HTTP is counted and the rest of its session passes as captured (in
+allow-only mode the copy is given up instead). Matches
 per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
 copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
 sessions; --offline FILE with --rules allow filters replays a slice of it.";

@@ -22,7 +22,8 @@
 //! length, a transfer coding other than chunked, a bad chunk line): counted, and the rest of the
 //! session passes as captured, from the first byte of the bad request on (the test server gets
 //! what the online server got). Only inside the body of a dropped request is that impossible
-//! (its head is gone): the copy is then given up ([`Editor::failed`]). After an `Upgrade` or
+//! (its head is gone), and in allow-only mode (nothing after it is known to be allowed): the
+//! copy is then given up ([`Editor::failed`]); what it sent before stays whole. After an `Upgrade` or
 //! `CONNECT` request (or HTTP/2's preface) the rest passes untouched, not counted.
 
 use std::collections::VecDeque;
@@ -192,6 +193,9 @@ impl Editor {
 
     /// Client bytes in order; writes the test side's into `q`. Returns the bytes written.
     pub(crate) fn feed(&mut self, data: Chunk, q: &mut ByteQueue) -> usize {
+        if self.failed {
+            return 0;
+        }
         let mut work = VecDeque::from([data]);
         let mut n = 0;
         while let Some(d) = work.pop_front() {
@@ -219,12 +223,26 @@ impl Editor {
         n
     }
 
-    /// Malformed HTTP: the rest passes as captured (the held bytes first).
-    fn malformed(&mut self, q: &mut ByteQueue) -> usize {
+    /// Malformed HTTP: the rest passes as captured (the held bytes first); in allow-only mode
+    /// nothing more is known to be allowed, so the copy is given up.
+    fn malformed(&mut self, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
         self.counts.malformed += 1;
         self.mode = Mode::Pass;
         self.state = State::Start;
+        if self.rules.allow_only {
+            self.give_up(work);
+            return 0;
+        }
         self.emit_pend(q, true)
+    }
+
+    /// The copy cannot go on: nothing more is written.
+    fn give_up(&mut self, work: &mut VecDeque<Chunk>) {
+        self.failed = true;
+        work.clear();
+        self.pend.clear();
+        self.pend_len = 0;
+        self.flat.clear();
     }
 
     fn step(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
@@ -308,7 +326,10 @@ impl Editor {
                 None => return 0,
                 Some(true) => self.mode = Mode::Http,
                 Some(false) => {
-                    self.mode = if self.rules.byte_filters() { Mode::Bytes } else { Mode::Pass };
+                    // Another protocol: cut by units when a filter may match one, or when
+                    // allow-only mode must drop what no filter allows.
+                    let units = self.rules.byte_filters() || self.rules.allow_only;
+                    self.mode = if units { Mode::Bytes } else { Mode::Pass };
                     let held = std::mem::take(&mut self.pend);
                     self.pend_len = 0;
                     self.flat.clear();
@@ -322,9 +343,9 @@ impl Editor {
         let len = match req.parse(&self.flat) {
             Ok(httparse::Status::Complete(n)) => n,
             Ok(httparse::Status::Partial) if self.pend_len <= MAX_HEAD => return 0,
-            _ => return self.malformed(q),
+            _ => return self.malformed(q, work),
         };
-        let (Some(method), Some(target)) = (req.method, req.path) else { return self.malformed(q) };
+        let (Some(method), Some(target)) = (req.method, req.path) else { return self.malformed(q, work) };
         let hs: Vec<(&str, &[u8])> = req.headers.iter().map(|h| (h.name, h.value)).collect();
         // The body's extent.
         let mut chunked = false;
@@ -351,7 +372,7 @@ impl Editor {
             }
         }
         if bad {
-            return self.malformed(q);
+            return self.malformed(q, work);
         }
         let verdict = self.rules.verdict(self.client, &Req::Http { method: method.as_bytes(), target: target.as_bytes(), headers: &hs });
         let edited = match verdict {
@@ -467,15 +488,14 @@ impl Editor {
     }
 
     /// A bad chunked body: a kept request passes on as captured; a dropped one cannot (its
-    /// head is gone), so the copy is given up.
+    /// head is gone), nor can anything in allow-only mode, so the copy is given up.
     fn bad_body(&mut self, keep: bool, d: Chunk, read: usize, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
         self.counts.malformed += 1;
         self.mode = Mode::Pass;
         self.state = State::Start;
         self.line.clear();
-        if !keep {
-            self.failed = true;
-            work.clear();
+        if !keep || self.rules.allow_only {
+            self.give_up(work);
             return 0;
         }
         if let Some(rest) = d.tail(read) {
@@ -658,6 +678,13 @@ mod tests {
         let (out, e) = run(&r, bad, 3);
         assert!(out.is_empty());
         assert!(e.failed && e.counts.malformed == 1);
+        // Allow-only mode gives the copy up rather than pass what no filter allowed.
+        let allow = rules("[[filter]]\nname = \"api\"\naction = \"allow\"\npath = \"/api/**\"\n");
+        let (out, e) = run(&allow, b"GET /api/1 HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /api/2 HTTP/1.1\r\n\r\n", 3);
+        assert_eq!(&out[..], b"GET /api/1 HTTP/1.1\r\n\r\n");
+        assert!(e.failed && e.counts.malformed == 1);
+        let (out, e) = run(&allow, b"\x16\x03\x01binary", 3);
+        assert!(out.is_empty() && e.counts.dropped == 1, "another protocol is not allowed");
         // A head that never ends.
         let mut long = b"GET / HTTP/1.1\r\n".to_vec();
         long.resize(MAX_HEAD + 100, b'a');

@@ -102,8 +102,8 @@ reasons! {
     /// Every connected intercept refused to guard one of its test tuples (the port or family
     /// is not guarded there, or its registration limit is reached): nothing of it was sent.
     RegistrationRefused => registration_refused,
-    /// Malformed HTTP inside the body of a request the rules dropped: the stream cannot go
-    /// on without it (`--rules`).
+    /// Malformed HTTP inside the body of a request the rules dropped (the stream cannot go on
+    /// without its head), or anywhere in allow-only mode (`--rules`).
     MalformedRequest => malformed_request,
 }
 
