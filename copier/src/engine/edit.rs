@@ -23,8 +23,9 @@
 //! session passes as captured, from the first byte of the bad request on (the test server gets
 //! what the online server got). Only inside the body of a dropped request is that impossible
 //! (its head is gone), and in allow-only mode (nothing after it is known to be allowed): the
-//! copy is then given up ([`Editor::failed`]); what it sent before stays whole. After an `Upgrade` or
-//! `CONNECT` request (or HTTP/2's preface) the rest passes untouched, not counted.
+//! copy is then given up ([`Editor::failed`]); what it sent before stays whole. What follows
+//! an `Upgrade` or `CONNECT` request belongs to it: it passes untouched (not counted) when the
+//! request is copied, and is dropped with it when not.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -96,6 +97,8 @@ enum Mode {
     Bytes,
     /// Everything passes as captured.
     Pass,
+    /// Nothing more passes (after a dropped upgrade request: the rest belongs to it).
+    Drop,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,8 +133,9 @@ pub(crate) struct Editor {
     flat: Vec<u8>,
     /// A chunk-size or trailer line being read.
     line: Vec<u8>,
-    /// After this request the rest passes (an upgrade or CONNECT).
-    pass_after: bool,
+    /// After this request the rest passes, or with the request dropped goes too (an upgrade
+    /// or CONNECT): whether it is copied.
+    pass_after: Option<bool>,
     /// The copy cannot go on (malformed inside a dropped request).
     pub failed: bool,
     pub counts: RequestCounts,
@@ -150,7 +154,7 @@ impl Editor {
             pend_len: 0,
             flat: Vec::new(),
             line: Vec::new(),
-            pass_after: false,
+            pass_after: None,
             failed: false,
             counts: RequestCounts::default(),
         }
@@ -248,6 +252,7 @@ impl Editor {
     fn step(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
         match (self.mode, self.state) {
             (Mode::Pass, _) => self.push(q, d),
+            (Mode::Drop, _) => 0,
             (Mode::Unknown | Mode::Http, State::Start) => self.head(d, q, work),
             (Mode::Bytes, State::Start) => {
                 self.hold(d);
@@ -286,8 +291,8 @@ impl Editor {
 
     /// After a message: the next request, or everything passes (upgrade).
     fn next_message(&mut self) -> State {
-        if self.pass_after {
-            self.mode = Mode::Pass;
+        if let Some(keep) = self.pass_after {
+            self.mode = if keep { Mode::Pass } else { Mode::Drop };
         }
         State::Start
     }
@@ -382,7 +387,7 @@ impl Editor {
         drop(hs);
         self.counts.http_requests += 1;
         let keep = self.count(verdict);
-        self.pass_after = upgrade;
+        self.pass_after = upgrade.then_some(keep);
         // The held bytes: the head, then what follows it (body, next requests).
         let mut rest: Vec<Chunk> = Vec::new();
         let mut head: Vec<Chunk> = Vec::new();
@@ -685,6 +690,12 @@ mod tests {
         assert!(e.failed && e.counts.malformed == 1);
         let (out, e) = run(&allow, b"\x16\x03\x01binary", 3);
         assert!(out.is_empty() && e.counts.dropped == 1, "another protocol is not allowed");
+        // What follows an upgrade goes with it: passed when it is copied, dropped when not.
+        let ws = |p: &str| format!("GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /");
+        let (out, _) = run(&r, ws("/pay/ws").as_bytes(), 5);
+        assert!(out.is_empty());
+        let (out, e) = run(&r, ws("/ws").as_bytes(), 5);
+        assert_eq!((out, e.counts.malformed), (ws("/ws").into_bytes(), 0));
         // A head that never ends.
         let mut long = b"GET / HTTP/1.1\r\n".to_vec();
         long.resize(MAX_HEAD + 100, b'a');
