@@ -160,9 +160,9 @@ impl Editor {
         }
     }
 
-    /// Bytes held (not yet written).
+    /// Bytes held (not yet written), with the editor itself.
     pub(crate) fn held(&self) -> usize {
-        self.pend_len + self.flat.capacity() + self.line.capacity()
+        std::mem::size_of::<Editor>() + self.pend_len + self.flat.capacity() + self.line.capacity()
     }
 
     /// The stream skipped a capture hole: what is held goes, and the next bytes start a
