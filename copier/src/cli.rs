@@ -97,7 +97,8 @@ untouched. Malformed HTTP is counted and the rest of its session passes as captu
 allow-only mode the copy is given up instead). Matches
 per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
 copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
-sessions; --offline FILE with --rules allow filters replays a slice of it.";
+sessions; --offline FILE with --rules allow filters (and --from/--until for a time range)
+replays a slice of it.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -294,6 +295,15 @@ pub struct Args {
     /// cut to it.
     #[arg(long, value_name = "DURATION", default_value = "1s", requires = "offline", value_parser = parse_duration)]
     pub max_gap: Duration,
+
+    /// With --offline: replay only the sessions whose SYN was captured at or after this Unix
+    /// time (seconds, a fraction allowed; the --record index gives milliseconds), each whole.
+    #[arg(long, value_name = "UNIX_TIME", requires = "offline", value_parser = parse_unix_time)]
+    pub from: Option<Duration>,
+
+    /// With --offline: ... and before this Unix time.
+    #[arg(long, value_name = "UNIX_TIME", requires = "offline", value_parser = parse_unix_time)]
+    pub until: Option<Duration>,
 
     /// Capture ring: bytes per block (also the largest packet that can be captured whole).
     /// 256K holds three 64 KB offload super-segments (128K would hold one). A thread of its own
@@ -509,6 +519,8 @@ impl Args {
                 speed: self.speed,
                 loops: self.loops,
                 max_gap: self.max_gap,
+                from: self.from,
+                until: self.until,
                 ..OfflineConfig::new(path.clone())
             }),
         })
@@ -697,6 +709,15 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 
 fn parse_speed(s: &str) -> Result<Speed, String> {
     s.parse()
+}
+
+/// A Unix time in seconds, a fraction allowed (`--from`, `--until`).
+fn parse_unix_time(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a Unix time in seconds (e.g. 1764480000.5)"))?;
+    if !(0.0..=1e11).contains(&v) {
+        return Err(format!("{s:?} is not a Unix time in seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {

@@ -358,5 +358,17 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
     assert_eq!(uris, want, "exactly the selected requests of the archive");
     assert!(replayed.iter().all(|e| e.status == 200 && e.body_bytes_sent == SIZES[2] as u64), "{replayed:#?}");
     assert!(p.log().contains("matched: f2 9, skipped 0, allow_only 15"), "{}", tail(&p.log(), 5));
+    // A time slice from the index: the sessions that started from r2's start to r3's.
+    let start = |l: &str| format!("{:.3}", l.split('\t').next().unwrap().parse::<f64>().unwrap() / 1000.0);
+    let (from, until) = (start(lines[1]), start(lines[2]));
+    let mut args = args.to_vec();
+    args.extend(["--from", &from, "--until", &until]);
+    let p = c.spawn_copier(&mut lab, "replay-slice", &args).unwrap();
+    let status = p.wait_timeout(Duration::from_secs(60));
+    assert!(status.is_some_and(|s| s.success()), "{}", tail(&p.log(), 30));
+    let log = test_log(&c, 33 + 3);
+    let uris: Vec<&str> = log[33..].iter().map(|e| e.uri.as_str()).collect();
+    assert_eq!(uris, [2, 6, 10].map(|i| path("r2", i)), "only r2's selected requests");
+    assert!(p.log().contains("outside the time slice"), "{}", tail(&p.log(), 5));
     c.assert_no_leak(&mut lab);
 }

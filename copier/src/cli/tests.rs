@@ -617,5 +617,12 @@ fn rules_and_record_flags() {
     let e = args(&["--no-secret", "--record", r, "--record-size", "100K", "--record-files", "4"]).unwrap().validate(1).unwrap_err();
     assert!(e.contains("--record-size"), "{e}");
     assert!(args(&["--no-secret", "--record-size", "1G"]).is_err());
+    // The time slice of a replay.
+    let v = args(&["--no-secret", "--offline", "x.pcap", "--from", "1764480000.5", "--until", "1764480001"]).unwrap().validate(1).unwrap();
+    let o = v.offline.unwrap();
+    assert_eq!((o.from, o.until), (Some(Duration::from_millis(1_764_480_000_500)), Some(Duration::from_secs(1_764_480_001))));
+    let e = args(&["--no-secret", "--offline", "x.pcap", "--from", "yesterday"]).unwrap_err().to_string();
+    assert!(e.contains("--from") && e.contains("yesterday"), "{e}");
+    assert!(args(&["--no-secret", "--from", "1"]).is_err(), "--from needs --offline");
     std::fs::remove_dir_all(&dir).unwrap();
 }
