@@ -2,7 +2,8 @@
 //! instead of the live capture ring.
 //!
 //! Owns: the sans-IO decisions ([`pace`]: when each packet is due, which packets are client ->
-//! service packets of a mapped service, which client port each pass uses), and [`Replay`], the
+//! service packets of a mapped service, which client port each pass uses; [`window`]: which
+//! sessions a time slice keeps), and [`Replay`], the
 //! thin I/O layer the engine thread drives: it opens the file (again for each pass), reads
 //! ahead one accepted packet, hands it over once it is due, reports skipped records, and draws
 //! a progress line on a terminal. Reading the file (formats, link headers, truncation, garbage)
