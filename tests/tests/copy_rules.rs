@@ -372,3 +372,61 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
     assert!(p.log().contains("outside the time slice"), "{}", tail(&p.log(), 5));
     c.assert_no_leak(&mut lab);
 }
+
+/// A redis on `h` (port 6379, no persistence), with its process kept by the lab.
+fn redis(lab: &mut Lab, h: Host) {
+    let dir = lab.dir().join(format!("redis-{}", h.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
+    lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
+    let ping = ["redis-cli", "-h", "127.0.0.1", "PING"];
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        lab.exec_ok(h, &ping).is_ok_and(|o| o.trim() == "PONG")
+    });
+    assert!(up, "redis on {} did not start", h.name());
+}
+
+#[test]
+fn a_byte_prefix_filter_keeps_a_redis_delete_from_the_test_server() {
+    let Some(mut lab) = lab_or_skip("a_byte_prefix_filter_keeps_a_redis_delete_from_the_test_server") else { return };
+    redis(&mut lab, Host::Online);
+    redis(&mut lab, Host::Test);
+    let rules = lab.dir().join("rules.toml");
+    // RESP: DEL with one key, as redis-cli sends it.
+    std::fs::write(&rules, "[[filter]]\nname = \"no-del\"\nprefix = \"*2\\r\\n$3\\r\\nDEL\\r\\n\"\n").unwrap();
+    let opts = CopyOptions {
+        copier_args: vec![
+            "--metrics".into(),
+            COPIER_METRICS.into(),
+            "--rules".into(),
+            rules.display().to_string(),
+            "--map".into(),
+            format!("6379={}:6379", addr::TEST),
+        ],
+        extra_ports: vec![6379],
+        ..CopyOptions::default()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    // One connection, each command after the answer to the one before.
+    let script = format!(
+        "printf 'SET k1 v1\\nSET k2 v2\\nDEL k1\\nSET k3 v3\\nGET k1\\n' | redis-cli -h {}",
+        addr::ONLINE
+    );
+    let out = lab.sh(Host::Client, &script).unwrap();
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["OK", "OK", "1", "OK", ""], "online: k1 deleted");
+    let get = |k: &str| lab.exec_ok(Host::Test, &["redis-cli", "-h", "127.0.0.1", "GET", k]).unwrap().trim().to_string();
+    let copied = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        get("k3") == "v3"
+    });
+    assert!(copied, "the session was copied: {}", tail(&c.copier.as_ref().unwrap().log(), 20));
+    assert_eq!((get("k1"), get("k2")), ("v1".to_string(), "v2".to_string()), "the DEL never reached the test server");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(metric_sum(&m, "copier_rule_matches_total", &["rule=\"no-del\""]), 1.0, "{m}");
+    // The five commands, and whatever redis-cli asks on connecting.
+    assert!(metric_sum(&m, "copier_requests_total", &["protocol=\"bytes\""]) >= 5.0, "{m}");
+    assert_eq!(metric_sum(&m, "copier_requests_total", &["protocol=\"http\""]), 0.0, "{m}");
+    c.assert_no_leak(&mut lab);
+}
