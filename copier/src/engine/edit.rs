@@ -80,6 +80,14 @@ impl RequestCounts {
         }
     }
 
+    /// Add these counts to `into` and zero them (keeping their buffers).
+    pub(crate) fn drain_into(&mut self, into: &mut RequestCounts) {
+        into.merge(self);
+        let rules = std::mem::take(&mut self.rules);
+        *self = RequestCounts { rules, ..RequestCounts::default() };
+        self.rules.iter_mut().for_each(|r| *r = 0);
+    }
+
     fn bump_rule(&mut self, i: usize) {
         if self.rules.len() <= i {
             self.rules.resize(i + 1, 0);
@@ -577,25 +585,32 @@ fn edit_head(rules: &Rules, copy: u16, head: &[u8], counts: &mut RequestCounts) 
         l.extend_from_slice(crlf);
         (n.as_bytes().to_vec(), l)
     };
-    let set = |hs: &mut Vec<(Vec<u8>, Vec<u8>)>, n: &str, v: &[u8], add: bool| {
-        let before = hs.len();
-        hs.retain(|(x, _)| !x.eq_ignore_ascii_case(n.as_bytes()));
-        if add || hs.len() != before {
-            hs.push(line(n, v));
+    // Every line named `n` goes; with `add` (or when one went) `n: v` comes last. Whether the
+    // head changed (a line that stays as it was, last, is no change).
+    let set = |hs: &mut Vec<(Vec<u8>, Vec<u8>)>, n: &str, v: Option<&[u8]>, add: bool| -> bool {
+        let was: Vec<usize> = (0..hs.len()).filter(|&i| hs[i].0.eq_ignore_ascii_case(n.as_bytes())).collect();
+        let new = v.filter(|_| add || !was.is_empty()).map(|v| line(n, v));
+        if was.is_empty() && new.is_none() {
+            return false;
         }
+        if let (Some(new), [i]) = (&new, was.as_slice()) {
+            if *i == hs.len() - 1 && hs[*i].1 == new.1 {
+                return false;
+            }
+        }
+        hs.retain(|(x, _)| !x.eq_ignore_ascii_case(n.as_bytes()));
+        hs.extend(new);
+        true
     };
     if let Some(d) = &rules.dye {
-        set(&mut hs, &d.name, d.value(copy).as_bytes(), true);
-        changed = true;
+        changed |= set(&mut hs, &d.name, Some(d.value(copy).as_bytes()), true);
     }
     for e in &rules.headers {
-        let before = hs.clone();
-        match e {
-            HeaderEdit::Set(n, v) => set(&mut hs, n, &v.get(), true),
-            HeaderEdit::Replace(n, v) => set(&mut hs, n, &v.get(), false),
-            HeaderEdit::Delete(n) => hs.retain(|(x, _)| !x.eq_ignore_ascii_case(n.as_bytes())),
-        }
-        changed |= hs != before;
+        changed |= match e {
+            HeaderEdit::Set(n, v) => set(&mut hs, n, Some(&v.get()), true),
+            HeaderEdit::Replace(n, v) => set(&mut hs, n, Some(&v.get()), false),
+            HeaderEdit::Delete(n) => set(&mut hs, n, None, false),
+        };
     }
     if !changed {
         return None;

@@ -330,8 +330,7 @@ impl Session {
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
         if let Some(e) = self.stream.editor() {
-            sh.stats.requests.merge(&e.counts);
-            e.counts = Default::default();
+            e.counts.drain_into(&mut sh.stats.requests);
             if e.failed {
                 self.finish(sh, now, Some(FailReason::MalformedRequest));
                 return;
