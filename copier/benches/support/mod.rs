@@ -45,8 +45,22 @@ pub struct Bench {
 
 impl Bench {
     pub fn new(sessions: u32, seg: usize) -> Bench {
+        Bench::with_rules(sessions, seg, None)
+    }
+
+    /// [`Bench::new`] with request rules (`--rules`): every data segment is then one whole
+    /// HTTP request of `seg` bytes (at least 40), which each session's editor reads and edits.
+    pub fn with_rules(sessions: u32, seg: usize, rules: Option<std::sync::Arc<copier::engine::Rules>>) -> Bench {
+        let payload = match &rules {
+            None => vec![0x61; seg],
+            Some(_) => {
+                let fixed = "GET / HTTP/1.1\r\nHost: a\r\n\r\n".len();
+                format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(seg.max(fixed) - fixed)).into_bytes()
+            }
+        };
         let cfg = EngineConfig {
             maps: vec![PortMap { online_ip: None, online_port: 80, target: TARGET.parse().unwrap() }],
+            rules,
             ..EngineConfig::default()
         };
         let mut e = Engine::new(cfg, 1);
@@ -73,12 +87,13 @@ impl Bench {
             assert_eq!(t, FourTuple::new(c, target));
             e.handle_record(now, &r);
             while e.poll_transmit(now, &mut out).is_some() {}
-            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; seg]));
+            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &payload));
             let ack = packet(target, c, TISN + 1, ISN + 1, TcpFlags::ACK, 20_000, &ts, &[]);
             acks.push(Record::from_packet(&ack, 0).unwrap().1);
         }
         assert_eq!(e.stats().sessions_active, u64::from(sessions));
-        Bench { e, now, out, data, acks, next: vec![ISN + 1; sessions as usize], i: 0, a: 0, n: 0, seg: seg as u32 }
+        let seg = payload.len() as u32;
+        Bench { e, now, out, data, acks, next: vec![ISN + 1; sessions as usize], i: 0, a: 0, n: 0, seg }
     }
 
     /// One request of `len` bytes on session `i` and its answer of `answer` bytes, online and

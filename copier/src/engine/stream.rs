@@ -13,7 +13,8 @@
 //! found at a position a boundary is already at (the requests between were dropped) keeps the
 //! first one's ACK as the end of the unit before ([`Bound::end`]) and takes the later one as the
 //! start of the next unit's answer, so the online answers of dropped requests are skipped.
-//! After a capture hole is given up both spaces restart at the resume point (a new connection).
+//! After a capture hole is given up the client space resumes at the resume point and the test
+//! side's goes on past everything it numbered (on a new connection).
 //!
 //! With `--copies N` every copy of a session has its own `Stream` (its own units, pacing and
 //! trimming), fed the same captured segments; the bytes themselves are stored once and shared
