@@ -20,7 +20,8 @@ use support::Bench;
 const RULES: &str = "[[filter]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"/pay/**\"\n[dye]\nvalue = \"copy-{copy}\"\n";
 
 fn plain_figure(sessions: u32, seg: usize, rules: bool) {
-    let rules = rules.then(|| std::sync::Arc::new(copier::engine::Rules::from_toml_str(RULES).unwrap()));
+    let grow = "X-Traffic-Copy: copy-0\r\n".len() as u32;
+    let rules = rules.then(|| (std::sync::Arc::new(copier::engine::Rules::from_toml_str(RULES).unwrap()), grow));
     let label = if rules.is_some() { ", each an HTTP request dyed by --rules" } else { "" };
     let mut b = Bench::with_rules(sessions, seg, rules);
     for _ in 0..200_000 {

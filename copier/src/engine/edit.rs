@@ -27,6 +27,7 @@
 //! an `Upgrade` or `CONNECT` request belongs to it: it passes untouched (not counted) when the
 //! request is copied, and is dropped with it when not.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -129,9 +130,10 @@ enum State {
 #[derive(Debug)]
 pub(crate) struct Editor {
     rules: Arc<Rules>,
-    copy: u16,
     client: IpAddr,
     meter: Meter,
+    /// This copy's dye header value.
+    dye: Option<Vec<u8>>,
     mode: Mode,
     state: State,
     /// Held bytes: a head not yet whole, or a unit's prefix not yet decided.
@@ -152,8 +154,8 @@ pub(crate) struct Editor {
 impl Editor {
     pub(crate) fn new(rules: Arc<Rules>, copy: u16, client: IpAddr, meter: Meter) -> Editor {
         Editor {
+            dye: rules.dye.as_ref().map(|d| d.value(copy).into_bytes()),
             rules,
-            copy,
             client,
             meter,
             mode: Mode::Unknown,
@@ -389,7 +391,9 @@ impl Editor {
         }
         let verdict = self.rules.verdict(self.client, &Req::Http { method: method.as_bytes(), target: target.as_bytes(), headers: &hs });
         let edited = match verdict {
-            Verdict::Copy(_) if self.rules.edits() => edit_head(&self.rules, self.copy, &self.flat[..len], &mut self.counts),
+            Verdict::Copy(_) if self.rules.edits() => {
+                edit_head(&self.rules, self.dye.as_deref(), &self.flat[..len], &mut self.counts)
+            }
             _ => None,
         };
         drop(hs);
@@ -545,7 +549,7 @@ fn looks_http(b: &[u8]) -> Option<bool> {
 
 /// A copied request's head, edited: rewrites of the request line, the dye header, the header
 /// edits. `None` when nothing changed.
-fn edit_head(rules: &Rules, copy: u16, head: &[u8], counts: &mut RequestCounts) -> Option<Vec<u8>> {
+fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &mut RequestCounts) -> Option<Vec<u8>> {
     let mut lines: Vec<&[u8]> = head.split_inclusive(|&c| c == b'\n').collect();
     // Leading empty lines stay as they are; the request line is the first other one.
     let first = lines.iter().position(|l| *l != b"\r\n" && *l != b"\n")?;
@@ -555,11 +559,11 @@ fn edit_head(rules: &Rules, copy: u16, head: &[u8], counts: &mut RequestCounts) 
     // The request line.
     let rl = lines[first];
     let body = rl.strip_suffix(b"\n").map(|l| l.strip_suffix(b"\r").unwrap_or(l)).unwrap_or(rl);
-    let mut new_rl = body.to_vec();
+    let mut new_rl = Cow::Borrowed(body);
     let base = rules.filters.len() + 1;
     for (i, (_, re, rep)) in rules.rewrites.iter().enumerate() {
         if re.is_match(&new_rl) {
-            new_rl = re.replace_all(&new_rl, rep.as_slice()).into_owned();
+            new_rl = Cow::Owned(re.replace_all(&new_rl, rep.as_slice()).into_owned());
             counts.bump_rule(base + i);
         }
     }
@@ -567,7 +571,7 @@ fn edit_head(rules: &Rules, copy: u16, head: &[u8], counts: &mut RequestCounts) 
     for l in &lines[..first] {
         out.extend_from_slice(l);
     }
-    if new_rl != body {
+    if *new_rl != *body {
         changed = true;
         out.extend_from_slice(&new_rl);
         out.extend_from_slice(crlf);
@@ -575,35 +579,36 @@ fn edit_head(rules: &Rules, copy: u16, head: &[u8], counts: &mut RequestCounts) 
         out.extend_from_slice(rl);
     }
     // Header lines: (name, whole line).
-    let name_of = |l: &[u8]| -> Vec<u8> { l.split(|&c| c == b':').next().unwrap_or_default().trim_ascii().to_vec() };
-    let mut hs: Vec<(Vec<u8>, Vec<u8>)> = lines[first + 1..].iter().map(|l| (name_of(l), l.to_vec())).collect();
-    let line = |n: &str, v: &[u8]| -> (Vec<u8>, Vec<u8>) {
+    let name_of = |l: &'a [u8]| -> &'a [u8] { l.split(|&c| c == b':').next().unwrap_or_default().trim_ascii() };
+    let mut hs: Vec<(&[u8], Cow<'_, [u8]>)> = lines[first + 1..].iter().map(|l| (name_of(l), Cow::Borrowed(*l))).collect();
+    let line = |n: &'a str, v: &[u8]| -> (&'a [u8], Cow<'a, [u8]>) {
         let mut l = Vec::with_capacity(n.len() + v.len() + 4);
         l.extend_from_slice(n.as_bytes());
         l.extend_from_slice(b": ");
         l.extend_from_slice(v);
         l.extend_from_slice(crlf);
-        (n.as_bytes().to_vec(), l)
+        (n.as_bytes(), Cow::Owned(l))
     };
     // Every line named `n` goes; with `add` (or when one went) `n: v` comes last. Whether the
     // head changed (a line that stays as it was, last, is no change).
-    let set = |hs: &mut Vec<(Vec<u8>, Vec<u8>)>, n: &str, v: Option<&[u8]>, add: bool| -> bool {
-        let was: Vec<usize> = (0..hs.len()).filter(|&i| hs[i].0.eq_ignore_ascii_case(n.as_bytes())).collect();
-        let new = v.filter(|_| add || !was.is_empty()).map(|v| line(n, v));
-        if was.is_empty() && new.is_none() {
+    let set = |hs: &mut Vec<(&'a [u8], Cow<'a, [u8]>)>, n: &'a str, v: Option<&[u8]>, add: bool| -> bool {
+        let named = |x: &[u8]| x.eq_ignore_ascii_case(n.as_bytes());
+        let count = hs.iter().filter(|(x, _)| named(x)).count();
+        let new = v.filter(|_| add || count > 0).map(|v| line(n, v));
+        if count == 0 && new.is_none() {
             return false;
         }
-        if let (Some(new), [i]) = (&new, was.as_slice()) {
-            if *i == hs.len() - 1 && hs[*i].1 == new.1 {
+        if let (Some(new), Some(last)) = (&new, hs.last()) {
+            if count == 1 && named(last.0) && last.1 == new.1 {
                 return false;
             }
         }
-        hs.retain(|(x, _)| !x.eq_ignore_ascii_case(n.as_bytes()));
+        hs.retain(|(x, _)| !named(x));
         hs.extend(new);
         true
     };
-    if let Some(d) = &rules.dye {
-        changed |= set(&mut hs, &d.name, Some(d.value(copy).as_bytes()), true);
+    if let (Some(d), Some(v)) = (&rules.dye, dye) {
+        changed |= set(&mut hs, &d.name, Some(v), true);
     }
     for e in &rules.headers {
         changed |= match e {
