@@ -102,7 +102,22 @@ connection), or after three answer timeouts; server-speaks-first protocols (a gr
 shaped sessions (--profile) are always one at a time. Choose strict for a test server that
 must never see two requests of a connection at once, off (--no-pacing) for a load test where
 only the request rate matters. copier_replay_lag_seconds tells how far behind production the
-copies run; copier_units_ahead_total counts requests sent ahead of an answer.";
+copies run; copier_units_ahead_total counts requests sent ahead of an answer.
+
+Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
+marks and edits what each copy sends. HTTP/1.x requests (pipelined, Content-Length or chunked
+bodies) are filtered by method, path (glob or regex), header and client range, deny or
+allow-only; a dropped request is left out of the test session as if the client never sent it
+(later bytes are renumbered, the session stays one consistent TCP connection). Copied requests
+may get a dye header (its value may carry the copy index and a copier id), header edits (set,
+replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
+line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
+untouched. Malformed HTTP is counted and the rest of its session passes as captured (in
+allow-only mode the copy is given up instead). Matches
+per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
+copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
+sessions; --offline FILE with --rules allow filters (and --from/--until for a time range)
+replays a slice of it.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -253,6 +268,27 @@ pub struct Args {
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::MAX_PACE_WINDOW)))]
     pub pace_window: u32,
 
+    /// Request rules (TOML): filters, a dye header, header edits and request-line rewrites
+    /// (see "Request rules" in --help). Header values read from files are re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub rules: Option<PathBuf>,
+
+    /// Archive what is copied (copy 0 of each session, as the test server gets it: after the
+    /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
+    /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
+
+    /// With --record, the archive's most bytes per worker, split over --record-files files
+    /// (the oldest file goes).
+    #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record", value_parser = parse_size)]
+    pub record_size: u64,
+
+    /// With --record, files kept per worker.
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "record",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub record_files: u32,
+
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
@@ -281,6 +317,15 @@ pub struct Args {
     /// cut to it.
     #[arg(long, value_name = "DURATION", default_value = "1s", requires = "offline", value_parser = parse_duration)]
     pub max_gap: Duration,
+
+    /// With --offline: replay only the sessions whose SYN was captured at or after this Unix
+    /// time (seconds, a fraction allowed; the --record index gives milliseconds), each whole.
+    #[arg(long, value_name = "UNIX_TIME", requires = "offline", value_parser = parse_unix_time)]
+    pub from: Option<Duration>,
+
+    /// With --offline: ... and before this Unix time.
+    #[arg(long, value_name = "UNIX_TIME", requires = "offline", value_parser = parse_unix_time)]
+    pub until: Option<Duration>,
 
     /// Capture ring: bytes per block (also the largest packet that can be captured whole).
     /// 256K holds three 64 KB offload super-segments (128K would hold one). A thread of its own
@@ -401,6 +446,8 @@ pub struct Validated {
     pub trace: Option<crate::trace::TraceConfig>,
     /// The closed loop on the rate (its `part` is for one engine thread: 1 / workers).
     pub rate: Option<crate::rate::RateConfig>,
+    /// The archive (`--record`).
+    pub record: Option<crate::record::RecordConfig>,
 }
 
 impl Args {
@@ -439,8 +486,13 @@ impl Args {
             (None, Some(_)) => Some(Arc::new(shaper::Profile::default())),
             (p, _) => p,
         };
+        let rules = match &self.rules {
+            None => None,
+            Some(path) => Some(Arc::new(crate::engine::Rules::load(path).map_err(|e| format!("--rules: {e}"))?)),
+        };
         let engine = EngineConfig {
             profile,
+            rules,
             maps: maps.clone(),
             spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
             health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry, max_live: self.target_max_live },
@@ -545,7 +597,22 @@ impl Args {
             trace: self.trace.is_some(),
             ..engine
         };
+        let record = match &self.record {
+            None => None,
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                let max_file = self.record_size / u64::from(self.record_files);
+                if max_file < 1 << 16 {
+                    return Err(format!(
+                        "--record-size {} over {} files is under 64K a file",
+                        self.record_size, self.record_files
+                    ));
+                }
+                Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
+            }
+        };
         Ok(Validated {
+            record,
             engine,
             capture,
             send: SendConfig {
@@ -573,6 +640,8 @@ impl Args {
                 speed: self.speed,
                 loops: self.loops,
                 max_gap: self.max_gap,
+                from: self.from,
+                until: self.until,
                 ..OfflineConfig::new(path.clone())
             }),
         })
@@ -780,6 +849,15 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 
 fn parse_speed(s: &str) -> Result<Speed, String> {
     s.parse()
+}
+
+/// A Unix time in seconds, a fraction allowed (`--from`, `--until`).
+fn parse_unix_time(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a Unix time in seconds (e.g. 1764480000.5)"))?;
+    if !(0.0..=1e11).contains(&v) {
+        return Err(format!("{s:?} is not a Unix time in seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
 }
 
 fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {

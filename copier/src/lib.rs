@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod offline;
 pub mod rate;
 pub mod routing;
+pub mod record;
 pub mod run;
 pub mod send;
 pub mod shaping;

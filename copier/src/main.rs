@@ -206,6 +206,13 @@ fn run(args: Args) -> Result<RunSummary> {
             routes: (workers > 1).then(|| routes.clone()),
             trace: trace.clone().map(copier::trace::TraceSink::new),
             rate: v.rate.map(copier::rate::RateDriver::new),
+            recorder: match &v.record {
+                None => None,
+                Some(r) => Some(
+                    copier::record::Recorder::open(r.clone(), i as u16)
+                        .with_context(|| format!("--record {}", r.dir.display()))?,
+                ),
+            },
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {
@@ -252,6 +259,9 @@ fn run(args: Args) -> Result<RunSummary> {
             tokio::spawn(run_client(cfg, links.clone(), shutdown_rx.clone()));
         }
         drop(links);
+        if let Some(rules) = v.engine.rules.clone() {
+            tokio::spawn(reload_on_hup(rules));
+        }
         let (why, ended) = wait_for_stop(&mut done_rx).await?;
         tracing::info!("stopping ({why})");
         stop.store(true, Ordering::SeqCst);
@@ -296,6 +306,23 @@ struct Done(mpsc::UnboundedSender<usize>, usize);
 impl Drop for Done {
     fn drop(&mut self) {
         let _ = self.0.send(self.1);
+    }
+}
+
+/// SIGHUP: re-read the header values `--rules` takes from files (a file that fails keeps its
+/// old value, and the error is logged).
+async fn reload_on_hup(rules: Arc<copier::engine::Rules>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install the SIGHUP handler: --rules header files are not re-read");
+        return;
+    };
+    while hup.recv().await.is_some() {
+        let errs = rules.reload();
+        for e in &errs {
+            tracing::warn!("SIGHUP: --rules {e} (the old value stays)");
+        }
+        tracing::info!("SIGHUP: --rules header files re-read ({} failed)", errs.len());
     }
 }
 

@@ -114,6 +114,11 @@ pub mod names {
     pub const SYNS_INCOMPLETE_TOTAL: &str = "copier_syns_incomplete_total";
     pub const SYNS_PENDING: &str = "copier_syns_pending";
     pub const UNITS_AHEAD_TOTAL: &str = "copier_units_ahead_total";
+    pub const REQUESTS_TOTAL: &str = "copier_requests_total";
+    pub const REQUESTS_DROPPED_TOTAL: &str = "copier_requests_dropped_total";
+    pub const REQUESTS_EDITED_TOTAL: &str = "copier_requests_edited_total";
+    pub const REQUESTS_MALFORMED_TOTAL: &str = "copier_requests_malformed_total";
+    pub const RULE_MATCHES_TOTAL: &str = "copier_rule_matches_total";
     pub const UNITS_SENT_TOTAL: &str = "copier_units_sent_total";
     pub use super::REPLAY_LAG;
 }
@@ -305,6 +310,20 @@ fn describe() {
         names::UNITS_AHEAD_TOTAL,
         "Request units sent before the test server answered the one before (windowed pacing)"
     );
+    describe_counter!(
+        names::REQUESTS_TOTAL,
+        "Requests the --rules editor read, by protocol (http, or bytes: units of other protocols), every copy counted"
+    );
+    describe_counter!(names::REQUESTS_DROPPED_TOTAL, "Requests the --rules filters kept from the test server");
+    describe_counter!(names::REQUESTS_EDITED_TOTAL, "Copied requests whose head --rules changed (dye, header edits, rewrites)");
+    describe_counter!(
+        names::REQUESTS_MALFORMED_TOTAL,
+        "Malformed HTTP requests (--rules): the rest of the session passed as captured"
+    );
+    describe_counter!(
+        names::RULE_MATCHES_TOTAL,
+        "Requests each --rules rule matched (filters: denied or allowed; allow_only: dropped for matching no allow filter; rewrites: changed)"
+    );
     describe_histogram!(
         REPLAY_LAG,
         Unit::Seconds,
@@ -458,6 +477,17 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::ANSWER_TIMEOUTS_TOTAL).absolute(e.answer_timeouts);
     counter!(names::UNITS_SENT_TOTAL).absolute(e.units_sent);
     counter!(names::UNITS_AHEAD_TOTAL).absolute(e.units_ahead);
+    let r = &e.requests;
+    if !r.names.is_empty() {
+        counter!(names::REQUESTS_TOTAL, "protocol" => "http").absolute(r.http_requests);
+        counter!(names::REQUESTS_TOTAL, "protocol" => "bytes").absolute(r.byte_units);
+        counter!(names::REQUESTS_DROPPED_TOTAL).absolute(r.dropped);
+        counter!(names::REQUESTS_EDITED_TOTAL).absolute(r.edited);
+        counter!(names::REQUESTS_MALFORMED_TOTAL).absolute(r.malformed);
+        for (i, name) in r.names.iter().enumerate() {
+            counter!(names::RULE_MATCHES_TOTAL, "rule" => name.clone()).absolute(r.rules.get(i).copied().unwrap_or(0));
+        }
+    }
     export_lag(&e.replay_lag);
     counter!(names::SYN_TIME_WAIT_RESETS_TOTAL).absolute(e.syn_time_wait_resets);
     counter!(names::SYN_PORT_MOVES_TOTAL).absolute(e.syn_port_moves);

@@ -123,6 +123,18 @@ pub struct LoopIo {
     pub trace: Option<crate::trace::TraceSink>,
     /// The closed loop on the rate (`--target-rate`).
     pub rate: Option<crate::rate::RateDriver>,
+    /// The archive (`--record`), if any.
+    pub recorder: Option<crate::record::Recorder>,
+}
+
+/// Hand a packet about to be sent to the archive (`--record`); an archive that fails is logged
+/// and closed (copying goes on).
+fn record(io: &mut LoopIo, t: &crate::engine::Transmit, pkt: &[u8]) {
+    let Some(r) = io.recorder.as_mut() else { return };
+    if let Err(e) = r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt) {
+        tracing::error!("--record {}: {e}: the archive stops here (copying goes on)", r.dir().display());
+        io.recorder = None;
+    }
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -160,6 +172,7 @@ struct Line {
     units: u64,
     ahead: u64,
     lag: crate::engine::LagHistogram,
+    requests: crate::engine::RequestCounts,
 }
 
 impl Line {
@@ -182,6 +195,7 @@ impl Line {
             l.units += e.units_sent;
             l.ahead += e.units_ahead;
             l.lag.merge(&e.replay_lag);
+            l.requests.merge(&e.requests);
         }
         l
     }
@@ -217,6 +231,17 @@ impl Line {
                 ms(0.5),
                 ms(0.99)
             )?;
+        }
+        let r = &self.requests;
+        if !r.names.is_empty() {
+            write!(
+                f,
+                "; rules: {} HTTP requests and {} other units read, {} dropped, {} edited, {} malformed",
+                r.http_requests, r.byte_units, r.dropped, r.edited, r.malformed
+            )?;
+            let matched: Vec<String> =
+                r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
+            write!(f, " (matched: {})", matched.join(", "))?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
@@ -575,6 +600,7 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
             match engine.poll_transmit(now, &mut buf) {
                 Some(t) => {
                     buf.truncate(t.len);
+                    record(io, &t, &buf);
                     io.sender.enqueue(t.tuple, t.dst, buf);
                 }
                 None => {
@@ -699,6 +725,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
         match engine.poll_transmit(now, &mut buf) {
             Some(t) => {
                 buf.truncate(t.len);
+                record(io, &t, &buf);
                 io.sender.enqueue(t.tuple, t.dst, buf);
                 if io.sender.pending() >= sys::MAX_BATCH {
                     io.sender.flush(now);

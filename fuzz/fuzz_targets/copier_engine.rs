@@ -2,7 +2,10 @@
 //! segments (a few clients, plausible sequence numbers, any flags and sizes, options), records
 //! of the test server's answers on the tuples the engine registered, the intercepts' verdicts
 //! on those registrations (accepted, refused, from one of two intercepts, or never), raw
-//! garbage, clock steps, intercept links going up and down, and a stop.
+//! garbage, clock steps, intercept links going up and down, and a stop. With `rules`, the
+//! engine has request rules (a filter, a dye, header edits, a rewrite) and the clients send
+//! pipelined HTTP (bytes by their position in the stream, so retransmissions agree), which the
+//! editor of each copy parses wherever the segments cut it.
 //!
 //! Checked after every step:
 //! - no panic;
@@ -47,6 +50,8 @@ struct Input {
     auto_accept: bool,
     /// Two intercepts connected instead of one.
     two_intercepts: bool,
+    /// Request rules on, and the clients send HTTP.
+    rules: bool,
     ops: Vec<Op>,
 }
 
@@ -95,6 +100,21 @@ fn online_for(c: SocketAddr) -> SocketAddr {
 fn payload(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
+
+/// Pipelined requests (a filtered one, a Content-Length body, a chunked body, a malformed one
+/// now and then), repeated: the client's bytes from stream offset `off`.
+const HTTP: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nPOST /pay/1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;e=1\r\nabc\r\n0\r\nT: 1\r\n\r\n\
+POST /pay/2 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nzzzzz\r\n0\r\n\r\n\
+GET /c HTTP/1.1\r\nCookie: a\r\n\r\n";
+
+fn http_payload(off: usize, len: usize) -> Vec<u8> {
+    (off..off + len).map(|i| HTTP[i % HTTP.len()]).collect()
+}
+
+const RULES: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[[filter]]\nname = \"q\"\nprefix = \"QU\"\n\
+[dye]\nvalue = \"c{copy}\"\n[[header]]\nname = \"Cookie\"\ndelete = true\n\
+[[rewrite]]\nname = \"r\"\nregex = \"^GET /a\"\nreplace = \"GET /longer-a\"\n";
 
 struct Harness {
     engine: Engine,
@@ -224,6 +244,7 @@ fuzz_target!(|input: Input| {
         max_memory,
         per_session_cap: max_memory.min(1 << 20),
         max_sessions: MAX_SESSIONS,
+        rules: input.rules.then(|| std::sync::Arc::new(copier::engine::Rules::from_toml_str(RULES).unwrap())),
         ..EngineConfig::default()
     };
     let mut h = Harness {
@@ -249,7 +270,12 @@ fuzz_target!(|input: Input| {
                 let c = &clients[usize::from(who) % clients.len()];
                 let seq = if far { c.isn.wrapping_add(u32::from(seq_off) << 12) } else { c.isn.wrapping_add(u32::from(seq_off)) };
                 let opts = options(bits);
-                let data = payload(usize::from(len) % (MAX_SEGMENT - 200));
+                let n = usize::from(len) % (MAX_SEGMENT - 200);
+                let data = if input.rules {
+                    http_payload(seq.wrapping_sub(c.isn.wrapping_add(1)) as usize, n)
+                } else {
+                    payload(n)
+                };
                 TcpBuilder {
                     src: c.addr,
                     dst: online_for(c.addr),

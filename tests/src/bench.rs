@@ -312,6 +312,7 @@ mod tests {
             uri: uri.into(),
             body: None,
             msec,
+            dye: None,
         }
     }
 

@@ -71,6 +71,8 @@ pub struct LogEntry {
     /// When nginx logged the request (`$msec`), in milliseconds since the Unix epoch; `None`
     /// for a line without it.
     pub msec: Option<u64>,
+    /// The request's `X-Traffic-Copy` header (the copier's default dye header), if it had one.
+    pub dye: Option<String>,
 }
 
 impl LogEntry {
@@ -110,7 +112,7 @@ events {{ worker_connections 8192; }}
 http {{
     access_log off;
     client_max_body_size 256m;
-    log_format lab '$remote_addr $remote_port $connection $connection_requests $request_method $status $request_length $body_bytes_sent "$request_body_file" "$request_uri" $msec';
+    log_format lab '$remote_addr $remote_port $connection $connection_requests $request_method $status $request_length $body_bytes_sent "$request_body_file" "$request_uri" $msec "$http_x_traffic_copy"';
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/tmp/proxy;
     fastcgi_temp_path {d}/tmp/fastcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;
@@ -228,7 +230,7 @@ http {{
 }
 
 fn parse_line(line: &str) -> Result<LogEntry> {
-    // 8 space-separated fields, then "body_file" "uri", then (optional) msec
+    // 8 space-separated fields, then "body_file" "uri", then (optional) msec and "dye"
     let mut it = line.splitn(9, ' ');
     let mut next = |what: &str| it.next().with_context(|| format!("missing {what}"));
     let remote_addr = next("remote_addr")?.to_owned();
@@ -242,8 +244,16 @@ fn parse_line(line: &str) -> Result<LogEntry> {
     let rest = next("body file and uri")?;
     let rest = rest.strip_prefix('"').context("body file not quoted")?;
     let (body_file, rest) = rest.split_once("\" \"").context("uri not quoted")?;
-    let (uri, tail) = rest.rsplit_once('"').context("uri not closed")?;
+    // nginx writes a quote inside a value as \x22: the first quote ends the URI.
+    let (uri, tail) = rest.split_once('"').context("uri not closed")?;
     let uri = uri.to_owned();
+    let (tail, dye) = match tail.trim().split_once(" \"") {
+        Some((t, d)) => {
+            let d = d.strip_suffix('"').context("dye header not closed")?;
+            (t, (d != "-").then(|| d.to_owned()))
+        }
+        None => (tail, None),
+    };
     let msec = match tail.trim() {
         "" => None,
         t => {
@@ -272,6 +282,7 @@ fn parse_line(line: &str) -> Result<LogEntry> {
         uri,
         body,
         msec,
+        dye,
     })
 }
 
@@ -289,6 +300,10 @@ mod tests {
         assert_eq!(e.msec, None, "a line without $msec");
         let e = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/index.html?a=b" 1764480000.123"#).unwrap();
         assert_eq!((e.uri.as_str(), e.msec), ("/index.html?a=b", Some(1_764_480_000_123)));
+        let d = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "copy-0""#).unwrap();
+        assert_eq!((d.msec, d.dye.as_deref()), (Some(1_764_480_000_123), Some("copy-0")));
+        let d = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "-""#).unwrap();
+        assert_eq!((d.uri.as_str(), d.dye), ("/", None));
         assert!(parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" soon"#).is_err());
         assert_eq!(e.method, "GET");
         assert_eq!(e.status, 200);

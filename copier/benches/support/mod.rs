@@ -36,6 +36,10 @@ pub struct Bench {
     data: Vec<Vec<u8>>,
     acks: Vec<Record>,
     next: Vec<u32>,
+    /// The test side's next byte per session (ahead of `next` by what the rules add).
+    sent: Vec<u32>,
+    /// Bytes the rules add to each request.
+    grow: u32,
     i: usize,
     /// The session the next ACK record is for.
     a: usize,
@@ -45,8 +49,27 @@ pub struct Bench {
 
 impl Bench {
     pub fn new(sessions: u32, seg: usize) -> Bench {
+        Bench::with_rules(sessions, seg, None)
+    }
+
+    /// [`Bench::new`] with request rules (`--rules`) that add `grow` bytes to each request:
+    /// every data segment is then one whole HTTP request of `seg` bytes (at least 40), which
+    /// each session's editor reads and edits, and the test server acks the grown stream.
+    pub fn with_rules(sessions: u32, seg: usize, rules: Option<(std::sync::Arc<copier::engine::Rules>, u32)>) -> Bench {
+        let (rules, grow) = match rules {
+            Some((r, g)) => (Some(r), g),
+            None => (None, 0),
+        };
+        let payload = match &rules {
+            None => vec![0x61; seg],
+            Some(_) => {
+                let fixed = "GET / HTTP/1.1\r\nHost: a\r\n\r\n".len();
+                format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(seg.max(fixed) - fixed)).into_bytes()
+            }
+        };
         let cfg = EngineConfig {
             maps: vec![PortMap { online_ip: None, online_port: 80, target: TARGET.parse().unwrap() }],
+            rules,
             ..EngineConfig::default()
         };
         let mut e = Engine::new(cfg, 1);
@@ -73,12 +96,14 @@ impl Bench {
             assert_eq!(t, FourTuple::new(c, target));
             e.handle_record(now, &r);
             while e.poll_transmit(now, &mut out).is_some() {}
-            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; seg]));
+            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &payload));
             let ack = packet(target, c, TISN + 1, ISN + 1, TcpFlags::ACK, 20_000, &ts, &[]);
             acks.push(Record::from_packet(&ack, 0).unwrap().1);
         }
         assert_eq!(e.stats().sessions_active, u64::from(sessions));
-        Bench { e, now, out, data, acks, next: vec![ISN + 1; sessions as usize], i: 0, a: 0, n: 0, seg: seg as u32 }
+        let seg = payload.len() as u32;
+        let next = vec![ISN + 1; sessions as usize];
+        Bench { e, now, out, data, acks, sent: next.clone(), next, grow, i: 0, a: 0, n: 0, seg }
     }
 
     /// One request of `len` bytes on session `i` and its answer of `answer` bytes, online and
@@ -91,6 +116,7 @@ impl Bench {
         let ts = [TcpOption::Timestamps { tsval: 77 + r, tsecr: 5 }];
         let seq = self.next[i];
         self.next[i] = seq.wrapping_add(len);
+        self.sent[i] = self.sent[i].wrapping_add(len + self.grow);
         self.now += Duration::from_micros(50);
         let req = packet(c, online, seq, 9 + answer * r, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; len as usize]);
         self.e.handle_captured(self.now, &req);
@@ -112,7 +138,7 @@ impl Bench {
     pub fn ack_all(&mut self) {
         for a in 0..self.acks.len() {
             let r = &mut self.acks[a];
-            r.headers[28..32].copy_from_slice(&self.next[a].to_be_bytes());
+            r.headers[28..32].copy_from_slice(&self.sent[a].to_be_bytes());
             self.e.handle_record(self.now, r);
             while let Some(t) = self.e.poll_transmit(self.now, &mut self.out) {
                 black_box(t);
@@ -136,6 +162,7 @@ impl Bench {
         self.now += Duration::from_nanos(100);
         let seq = self.next[i];
         self.next[i] = seq.wrapping_add(self.seg);
+        self.sent[i] = self.sent[i].wrapping_add(self.seg + self.grow);
         let p = &mut self.data[i];
         p[24..28].copy_from_slice(&seq.to_be_bytes()); // IPv4 (20) + TCP seq offset (4)
         self.e.handle_captured(self.now, p);
@@ -148,7 +175,7 @@ impl Bench {
             let a = self.a;
             self.a = (self.a + 1) % self.acks.len();
             let r = &mut self.acks[a];
-            r.headers[28..32].copy_from_slice(&self.next[a].to_be_bytes()); // TCP ack offset (8)
+            r.headers[28..32].copy_from_slice(&self.sent[a].to_be_bytes()); // TCP ack offset (8)
             self.e.handle_record(self.now, r);
             while let Some(t) = self.e.poll_transmit(self.now, &mut self.out) {
                 black_box(t);

@@ -632,3 +632,37 @@ fn weighted_maps_and_intercept_routing() {
     let e = args(&["--no-secret", "--map", "81=198.18.1.2:80,127.0.0.1:80"]).unwrap().validate(1).unwrap_err();
     assert!(e.contains("127.0.0.1"), "{e}");
 }
+
+#[test]
+fn rules_and_record_flags() {
+    let dir = std::env::temp_dir().join(format!("copier-cli-rules-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(&good, "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[dye]\n").unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "[[filter]]\nname = \"pay\"\npath_regex = \"(\"\n").unwrap();
+    let v = args(&["--no-secret", "--rules", good.to_str().unwrap()]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.rules.as_ref().map(|r| r.counter_names()), Some(vec!["pay".to_string(), "allow_only".to_string()]));
+    assert!(v.record.is_none());
+    let e = args(&["--no-secret", "--rules", bad.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+    assert!(e.starts_with("--rules") && e.contains("bad.toml") && e.contains("rule \"pay\": path_regex"), "{e}");
+    let e = args(&["--no-secret", "--rules", "/nonexistent/rules.toml"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("/nonexistent/rules.toml"), "{e}");
+    // The archive: size split over the files; too small refused; sizes need --record.
+    let rec = dir.join("archive");
+    let r = rec.to_str().unwrap();
+    let v = args(&["--no-secret", "--record", r, "--record-size", "64M", "--record-files", "4"]).unwrap().validate(1).unwrap();
+    let c = v.record.unwrap();
+    assert_eq!((c.max_file, c.max_files, rec.is_dir()), (16 << 20, 4, true));
+    let e = args(&["--no-secret", "--record", r, "--record-size", "100K", "--record-files", "4"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--record-size"), "{e}");
+    assert!(args(&["--no-secret", "--record-size", "1G"]).is_err());
+    // The time slice of a replay.
+    let v = args(&["--no-secret", "--offline", "x.pcap", "--from", "1764480000.5", "--until", "1764480001"]).unwrap().validate(1).unwrap();
+    let o = v.offline.unwrap();
+    assert_eq!((o.from, o.until), (Some(Duration::from_millis(1_764_480_000_500)), Some(Duration::from_secs(1_764_480_001))));
+    let e = args(&["--no-secret", "--offline", "x.pcap", "--from", "yesterday"]).unwrap_err().to_string();
+    assert!(e.contains("--from") && e.contains("yesterday"), "{e}");
+    assert!(args(&["--no-secret", "--from", "1"]).is_err(), "--from needs --offline");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -80,6 +80,17 @@ impl Chunk {
         })
     }
 
+    /// The view of bytes `[from, to)` of this one (`None` if empty).
+    pub(crate) fn slice(&self, from: usize, to: usize) -> Option<Chunk> {
+        let to = to.min(self.len());
+        (from < to).then(|| {
+            let mut c = self.clone();
+            c.start += from;
+            c.end = c.start + (to - from);
+            c
+        })
+    }
+
     /// [`Chunk::tail`], consuming the view.
     fn into_tail(mut self, skip: usize) -> Option<Chunk> {
         (skip < self.len()).then(|| {

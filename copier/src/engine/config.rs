@@ -116,6 +116,9 @@ pub struct EngineConfig {
     pub intercepts_for: Vec<(IpAddr, usize)>,
     /// Keep a row per request unit sent for a run trace (`Engine::poll_unit`).
     pub trace: bool,
+    /// Request rules (`--rules`): filters, the dye header, header edits and request-line
+    /// rewrites, applied to every copy's requests (see `engine::edit`).
+    pub rules: Option<std::sync::Arc<super::rules::Rules>>,
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
@@ -232,6 +235,7 @@ impl Default for EngineConfig {
             health: super::targets::HealthConfig::default(),
             intercepts_for: Vec::new(),
             trace: false,
+            rules: None,
         }
     }
 }
@@ -376,6 +380,7 @@ pub(crate) struct Params {
     pub window: u16,
     pub max_reconnects: u32,
     pub ttl: u8,
+    pub rules: Option<std::sync::Arc<super::rules::Rules>>,
 }
 
 impl Params {
@@ -410,6 +415,7 @@ impl Params {
             window,
             max_reconnects: c.max_reconnects,
             ttl: c.ttl.max(1),
+            rules: c.rules.clone(),
         }
     }
 

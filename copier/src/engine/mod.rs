@@ -81,9 +81,11 @@ mod answer;
 mod chunk;
 mod config;
 mod conn;
+mod edit;
 mod gate;
 mod hash;
 mod pkt;
+pub mod rules;
 mod session;
 mod shared;
 mod stats;
@@ -106,6 +108,8 @@ use common::wire::TcpFlags;
 
 pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use edit::RequestCounts;
+pub use rules::{Rules, RulesError};
 pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, SynEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
@@ -209,6 +213,9 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// Length of the IP packet in the buffer.
     pub len: usize,
+    /// The copy index of its session and the captured client (`None` for the RSTs of
+    /// [`Engine::close_all`]): what `--record` keeps and indexes.
+    pub copy: Option<(u16, std::net::SocketAddr)>,
 }
 
 /// The session engine. See the module documentation for the calling order.
@@ -273,7 +280,11 @@ impl Engine {
         let hash = FastHash::new(seed);
         let p = Params::new(&config);
         let meter = Meter::default();
-        let stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        let mut stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        if let Some(r) = &config.rules {
+            stats.requests.names = r.counter_names();
+            stats.requests.rules = vec![0; stats.requests.names.len()];
+        }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
         let mut sh = Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone());
@@ -539,6 +550,7 @@ impl Engine {
                 tags.set(slot, plan, pool, target);
             }
             let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
+            s.copy = k as u16;
             s.want_port = plan.client.port();
             s.plan_id = Some(plan.session);
             s.gate = self.sh.plan.gates.then(|| Gate::new(plan.session));
@@ -606,7 +618,7 @@ impl Engine {
             let st = &mut self.sh.stats;
             st.segments_sent += 1;
             st.bytes_sent += out.len() as u64;
-            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy: None });
         }
         while let Some(slot) = self.ready.pop_front() {
             let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
@@ -617,8 +629,10 @@ impl Engine {
             let sent = s.poll_transmit(&mut self.sh, now, out);
             self.arm(slot.idx);
             if let Some((tuple, sent)) = sent {
+                let mut copy = None;
                 if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
                     s.in_ready = true;
+                    copy = Some((s.copy, s.key.client));
                 }
                 self.ready.push_back(slot);
                 let st = &mut self.sh.stats;
@@ -628,7 +642,7 @@ impl Engine {
                 if sent.retransmit {
                     st.retransmissions += 1;
                 }
-                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len() });
+                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy });
             }
         }
         None

@@ -48,6 +48,7 @@ use super::answer::Watch;
 use super::chunk::Payload;
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
+use super::edit::Editor;
 use super::gate::Gate;
 use super::pkt::{Captured, RecordInfo};
 use super::shared::{Shared, SlotRef};
@@ -114,6 +115,8 @@ pub(crate) struct Session {
     gap_due: Option<Instant>,
     /// This copy counts the captured packets' drops for the session (see `on_captured`).
     lead: bool,
+    /// The copy's index among the copies of its captured session (the dye value may carry it).
+    pub copy: u16,
     pub armed: Option<Instant>,
     pub in_ready: bool,
     /// Counted in the engine's sessions that are done and only linger.
@@ -149,6 +152,7 @@ impl Session {
             gap_next: SeqNum(0),
             gap_due: None,
             lead: true,
+            copy: 0,
             armed: None,
             in_ready: false,
             closing_counted: false,
@@ -158,9 +162,15 @@ impl Session {
     /// Start from the client's SYN (its ISN and timestamp value), its handshake completed.
     pub(crate) fn start_syn(&mut self, sh: &mut Shared, now: Instant, isn: SeqNum, tsval: Option<u32>) {
         self.isn = isn;
-        self.stream = Stream::new(self.isn);
+        self.stream = Stream::new(self.isn).with_editor(self.editor(sh));
         self.tsval = tsval;
         self.start(sh, now);
+    }
+
+    /// The request editor of this copy, with `--rules`.
+    fn editor(&self, sh: &Shared) -> Option<Editor> {
+        let r = sh.p.rules.as_ref()?;
+        Some(Editor::new(r.clone(), self.copy, self.key.client.ip(), sh.meter.clone()))
     }
 
     /// Wait for a request boundary: `c` is the first captured packet. `lead`: this copy counts
@@ -276,7 +286,7 @@ impl Session {
                 // The online server answered in between: a request starts here, and its
                 // answer online starts at this ACK.
                 self.isn = h.seq.sub(1);
-                self.stream = Stream::midstream(self.isn, h.ack);
+                self.stream = Stream::midstream(self.isn, h.ack).with_editor(self.editor(sh));
                 self.tsval = h.opts.ts.map(|t| t.0);
                 self.start(sh, now);
                 if self.phase != Phase::Active {
@@ -319,6 +329,13 @@ impl Session {
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
+        if let Some(e) = self.stream.editor() {
+            e.counts.drain_into(&mut sh.stats.requests);
+            if e.failed {
+                self.finish(sh, now, Some(FailReason::MalformedRequest));
+                return;
+            }
+        }
         if let Some(g) = self.gate.as_mut().filter(|_| r.appended > 0) {
             g.note_arrivals(&self.stream, now);
         }
@@ -338,10 +355,10 @@ impl Session {
             return;
         }
         if self.stream.has_held() {
-            if self.gap_since.is_none() || self.gap_next != self.stream.next {
+            if self.gap_since.is_none() || self.gap_next != self.stream.hole_at() {
                 // A new hole (an earlier one filled, this one is where the stream waits now).
                 self.gap_since = Some(now);
-                self.gap_next = self.stream.next;
+                self.gap_next = self.stream.hole_at();
             }
         } else {
             self.gap_since = None;
@@ -444,7 +461,7 @@ impl Session {
         }
         sh.stats.drops.capture_gap += u64::from(self.lead);
         self.gap_since = self.stream.has_held().then_some(now);
-        self.gap_next = self.stream.next;
+        self.gap_next = self.stream.hole_at();
         self.unit_acked_at = None;
         self.watch = Watch::default();
         if let Some(mut c) = self.cur.take() {

@@ -102,6 +102,9 @@ reasons! {
     /// Every connected intercept refused to guard one of its test tuples (the port or family
     /// is not guarded there, or its registration limit is reached): nothing of it was sent.
     RegistrationRefused => registration_refused,
+    /// Malformed HTTP inside the body of a request the rules dropped (the stream cannot go on
+    /// without its head), or anywhere in allow-only mode (`--rules`).
+    MalformedRequest => malformed_request,
 }
 
 impl FailCounts {
@@ -244,6 +247,9 @@ pub struct EngineStats {
     /// segment with its first byte (the `now` of `handle_captured`) to the first send of that
     /// byte toward the test server.
     pub replay_lag: LagHistogram,
+    /// What the request rules did (`--rules`): requests read, dropped, edited, malformed, and
+    /// per rule.
+    pub requests: super::edit::RequestCounts,
 }
 
 impl EngineStats {

@@ -1,19 +1,31 @@
 //! The client's byte stream of one session: reassembly of captured segments, cut into request
 //! units.
 //!
-//! Sequence numbers are the client's own: the engine sends byte `s` of the client as byte `s`
-//! toward the test server on every connection (each connection's ISN is its first byte - 1), so
-//! one number space serves the client side, every test connection, and their acknowledgements.
+//! Two byte spaces. Reassembly (`cnext`, held segments, capture holes) is in the client's
+//! sequence numbers; everything after it (`buf`, `base`, `next`, `cur_start`, `bounds`, `fin`)
+//! is in the test side's, which every test connection and its acknowledgements use (each
+//! connection's ISN is its first byte - 1). Without request rules the two are one: the engine
+//! sends byte `s` of the client as byte `s`. With `--rules` each copy's [`Editor`] turns the
+//! in-order client bytes into the test side's (requests dropped, heads edited), so the offset
+//! between the spaces changes at request boundaries only; a boundary (an ACK that grew) at
+//! client byte `c` is placed at the test side's `next` when `c` arrives, which is where the
+//! request starting at `c` will be written (or, dropped, where the next one will). A boundary
+//! found at a position a boundary is already at (the requests between were dropped) keeps the
+//! first one's ACK as the end of the unit before ([`Bound::end`]) and takes the later one as the
+//! start of the next unit's answer, so the online answers of dropped requests are skipped.
+//! After a capture hole is given up the client space resumes at the resume point and the test
+//! side's goes on past everything it numbered (on a new connection).
 //!
 //! With `--copies N` every copy of a session has its own `Stream` (its own units, pacing and
 //! trimming), fed the same captured segments; the bytes themselves are stored once and shared
 //! (`chunk`), so copies cost memory only for what one of them still needs.
 //!
 //! Invariants:
-//! - `buf` holds exactly the client bytes `[base, next)`; `base <= cur_start <= next` unless the
-//!   replay window was given up (`base > cur_start`, see [`Stream::trim`]).
-//! - `held` holds segments starting after `next`, sorted by distance from `next`, never more
+//! - `buf` holds exactly the test side's bytes `[base, next)`; `base <= cur_start <= next`
+//!   unless the replay window was given up (`base > cur_start`, see [`Stream::trim`]).
+//! - `held` holds segments starting after `cnext`, sorted by distance from `cnext`, never more
 //!   than the per-session out-of-order cap in total.
+//! - without an editor, `cnext == next` until a capture hole is given up, and after it too.
 //! - `bounds` holds the starts of request units after the current one, strictly increasing,
 //!   each `> cur_start` (or `== cur_start` once, for a server-speaks-first greeting gate).
 //! - `fin`, once set, is `next`: nothing is accepted after the client's FIN.
@@ -36,6 +48,7 @@ use std::time::Instant;
 use common::seq::SeqNum;
 
 use super::chunk::{ByteQueue, Chunk, Payload};
+use super::edit::Editor;
 
 /// Beyond this distance ahead of `next`, a segment is not held but dropped.
 const MAX_AHEAD: u32 = 1 << 24;
@@ -54,8 +67,12 @@ struct Held {
 pub(crate) struct Bound {
     /// Client sequence number of the unit's first byte.
     pub at: SeqNum,
-    /// The client's ACK number there (the online answers it had received), if it sent one.
+    /// The client's ACK number there (the online answers it had received), if it sent one:
+    /// where the online answer to this unit starts.
     pub ack: Option<SeqNum>,
+    /// Where the online answer to the unit before ends: `ack`, unless requests between were
+    /// dropped (then the ACK where the first of them started).
+    pub end: Option<SeqNum>,
     /// When its first byte was captured (the stream's `now` then), for the replay lag.
     pub t: Option<Instant>,
 }
@@ -78,10 +95,14 @@ pub(crate) struct Pushed {
 #[derive(Debug)]
 pub(crate) struct Stream {
     buf: ByteQueue,
-    /// Client sequence number of `buf[0]`.
+    /// Test-side number of `buf[0]`.
     pub base: SeqNum,
-    /// Next in-order client byte expected.
+    /// Test-side number of the next byte written (the end of `buf`).
     pub next: SeqNum,
+    /// Next in-order client byte expected (client sequence number).
+    cnext: SeqNum,
+    /// The request editor (`--rules`), if any (boxed: a session without rules pays a pointer).
+    edit: Option<Box<Editor>>,
     held: Vec<Held>,
     held_bytes: usize,
     /// Position of the client's FIN, once it is in order.
@@ -114,6 +135,8 @@ impl Stream {
             buf: ByteQueue::default(),
             base: start,
             next: start,
+            cnext: start,
+            edit: None,
             held: Vec::new(),
             held_bytes: 0,
             fin: None,
@@ -135,9 +158,25 @@ impl Stream {
         Stream { last_ack: Some(ack), max_ack: Some(ack), cur_ack: Some(ack), gate_ok: false, ..Stream::new(isn) }
     }
 
+    /// The same stream with a request editor.
+    pub(crate) fn with_editor(mut self, e: Option<Editor>) -> Stream {
+        self.edit = e.map(Box::new);
+        self
+    }
+
+    /// The editor, if any (its counts, whether it failed).
+    pub(crate) fn editor(&mut self) -> Option<&mut Editor> {
+        self.edit.as_deref_mut()
+    }
+
     /// Bytes this stream holds (in order and out of order).
     pub(crate) fn mem(&self) -> usize {
-        self.buf.len() + self.held_bytes
+        self.buf.len() + self.held_bytes + self.edit.as_ref().map_or(0, |e| e.held())
+    }
+
+    /// The client sequence number where reassembly waits (a hole when segments are held).
+    pub(crate) fn hole_at(&self) -> SeqNum {
+        self.cnext
     }
 
     /// The in-order bytes `[base, next)`.
@@ -151,6 +190,9 @@ impl Stream {
         self.held = Vec::new();
         self.held_bytes = 0;
         self.base = self.next;
+        if let Some(e) = self.edit.as_mut() {
+            e.reset();
+        }
     }
 
     /// A pure ACK of the client. The first one before any data is the handshake ACK: its ACK
@@ -188,23 +230,23 @@ impl Stream {
         }
         let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
         let end = seq.add(len);
-        if end.lt(self.next) || (end == self.next && !fin) {
+        if end.lt(self.cnext) || (end == self.cnext && !fin) {
             r.duplicate = true;
             return r;
         }
-        if seq.gt(self.next) {
-            let ahead = seq.diff(self.next) as u32;
+        if seq.gt(self.cnext) {
+            let ahead = seq.diff(self.cnext) as u32;
             if ahead > MAX_AHEAD || self.held_bytes + payload.len() > max_held {
                 r.overflow = true;
                 return r;
             }
-            let pos = self.held.partition_point(|h| h.seq.diff(self.next) as u32 <= ahead);
+            let pos = self.held.partition_point(|h| h.seq.diff(self.cnext) as u32 <= ahead);
             self.held.insert(pos, Held { seq, ack, data: payload.keep(0), fin });
             self.held_bytes += payload.len();
             r.held = true;
             return r;
         }
-        let skip = self.next.diff(seq) as usize;
+        let skip = self.cnext.diff(seq) as usize;
         r.trimmed = skip;
         r.appended += self.append(ack, payload.keep(skip), fin, now);
         r.appended += self.drain_held(now);
@@ -216,17 +258,17 @@ impl Stream {
         let mut appended = 0;
         while self.fin.is_none() {
             let Some(h) = self.held.first() else { break };
-            if h.seq.gt(self.next) {
+            if h.seq.gt(self.cnext) {
                 break;
             }
             let h = self.held.remove(0);
             let len = h.data.as_ref().map_or(0, Chunk::len);
             self.held_bytes -= len;
             let end = h.seq.add(len as u32);
-            if end.lt(self.next) || (end == self.next && !h.fin) {
+            if end.lt(self.cnext) || (end == self.cnext && !h.fin) {
                 continue;
             }
-            let skip = self.next.diff(h.seq) as usize;
+            let skip = self.cnext.diff(h.seq) as usize;
             appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin, now);
         }
         if self.fin.is_some() && !self.held.is_empty() {
@@ -284,6 +326,9 @@ impl Stream {
         self.buf.consume(self.buf.len());
         self.base = self.next;
         self.cur_start = self.next;
+        if let Some(e) = self.edit.as_mut() {
+            e.reset();
+        }
     }
 
     /// Whether the hole at `next` is inside a unit: the first segment after it carries the
@@ -298,7 +343,8 @@ impl Stream {
     /// Give up the unit the hole at `next` damaged: only when it is the first unanswered one
     /// (no boundary after `cur_start`) and [`Stream::gap_resume`] found where the next unit
     /// starts. Drops the unit's bytes (in order and held) and restarts the stream there, as a
-    /// mid-stream session would: `cur_start == base == next == ` the resume point, then
+    /// mid-stream session would: `cnext ==` the resume point, `cur_start == base == next ==`
+    /// the larger of it and the old `next` (the test side's numbers keep growing), then
     /// appends what was held after it. Returns whether it did.
     pub(crate) fn skip_gap(&mut self, now: Instant) -> bool {
         if !self.bounds.is_empty() || self.fin.is_some() {
@@ -311,9 +357,16 @@ impl Stream {
         }
         let ack = self.held.first().and_then(|h| h.ack);
         self.buf.consume(self.buf.len());
-        self.base = at;
-        self.next = at;
-        self.cur_start = at;
+        // The test side goes on a new connection: any number does, and one past everything
+        // numbered so far keeps that space growing (without an editor it is `at`).
+        let t = self.next.max(at);
+        self.base = t;
+        self.next = t;
+        self.cnext = at;
+        self.cur_start = t;
+        if let Some(e) = self.edit.as_mut() {
+            e.reset();
+        }
         self.cur_ack = ack;
         self.last_ack = ack;
         self.seen_data = true;
@@ -332,6 +385,10 @@ impl Stream {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
                         if self.seen_data || self.gate_ok {
+                            if let Some(e) = self.edit.as_mut() {
+                                let n = e.unit_start(&mut self.buf);
+                                self.advance(n, now);
+                            }
                             self.push_bound(self.next, Some(a), now);
                         } else {
                             // Mid-stream: the client was still acking the answer before this
@@ -347,14 +404,22 @@ impl Stream {
                     }
                 }
             }
-            if self.next == self.cur_start && n > 0 {
-                self.cur_t = Some(now);
-            }
-            self.buf.push(data);
-            self.next = self.next.add(n as u32);
+            let written = match self.edit.as_mut() {
+                None => {
+                    self.buf.push(data);
+                    n
+                }
+                Some(e) => e.feed(data, &mut self.buf),
+            };
+            self.advance(written, now);
+            self.cnext = self.cnext.add(n as u32);
             self.seen_data = true;
         }
         if fin {
+            if let Some(e) = self.edit.as_mut() {
+                let n = e.flush(&mut self.buf);
+                self.advance(n, now);
+            }
             self.fin = Some(self.next);
             // A FIN before any data waits only for a greeting the client got online.
             let greeted = self.gate_ok && self.last_ack.zip(ack).is_some_and(|(l, a)| a.gt(l));
@@ -365,13 +430,25 @@ impl Stream {
         n
     }
 
+    /// `n` bytes were written to `buf`.
+    fn advance(&mut self, n: usize, now: Instant) {
+        if self.next == self.cur_start && n > 0 {
+            self.cur_t = Some(now);
+        }
+        self.next = self.next.add(n as u32);
+    }
+
     fn push_bound(&mut self, at: SeqNum, ack: Option<SeqNum>, now: Instant) {
-        if self.bounds.back().is_some_and(|x| at.le(x.at)) {
+        if let Some(x) = self.bounds.back_mut().filter(|x| at.le(x.at)) {
+            if at == x.at && ack.is_some() && self.edit.is_some() {
+                // The requests since `x` were all dropped: the next unit's answer starts here.
+                x.ack = ack;
+            }
             return;
         }
         let t = Some(now);
         if at.gt(self.cur_start) {
-            self.bounds.push_back(Bound { at, ack, t });
+            self.bounds.push_back(Bound { at, ack, end: ack, t });
         } else if at == self.cur_start {
             if self.seen_data {
                 // Everything before was answered already: a new unit starts here.
@@ -380,7 +457,7 @@ impl Stream {
                 }
             } else {
                 // The client acked server bytes before sending anything: a greeting.
-                self.bounds.push_back(Bound { at, ack, t });
+                self.bounds.push_back(Bound { at, ack, end: ack, t });
                 self.server_first = true;
             }
         }
@@ -406,8 +483,8 @@ impl Stream {
     pub(crate) fn online_len(&self) -> Option<u32> {
         let base = self.cur_ack?;
         let end = match self.bounds.front() {
-            Some(b) if !self.before_fin() => b.ack?,
-            Some(b) => match (b.ack, self.max_ack) {
+            Some(b) if !self.before_fin() => b.end?,
+            Some(b) => match (b.end, self.max_ack) {
                 (Some(a), Some(m)) => a.max(m),
                 (a, m) => a.or(m)?,
             },
@@ -515,7 +592,7 @@ impl Stream {
         }
         if self.server_first && self.bounds.front().map(|b| b.at) != Some(start) {
             // The new connection's greeting comes first (any of it will do).
-            self.bounds.push_front(Bound { at: start, ack: self.cur_ack, t: self.cur_t });
+            self.bounds.push_front(Bound { at: start, ack: self.cur_ack, end: self.cur_ack, t: self.cur_t });
         }
         (start, skipped)
     }

@@ -2,7 +2,8 @@
 //! instead of the live capture ring.
 //!
 //! Owns: the sans-IO decisions ([`pace`]: when each packet is due, which packets are client ->
-//! service packets of a mapped service, which client port each pass uses), and [`Replay`], the
+//! service packets of a mapped service, which client port each pass uses; [`window`]: which
+//! sessions a time slice keeps), and [`Replay`], the
 //! thin I/O layer the engine thread drives: it opens the file (again for each pass), reads
 //! ahead one accepted packet, hands it over once it is due, reports skipped records, and draws
 //! a progress line on a terminal. Reading the file (formats, link headers, truncation, garbage)
@@ -23,6 +24,7 @@
 //! content. An I/O error of the file ends the replay (reported by [`ReplayStats::error`]).
 
 pub mod pace;
+pub mod window;
 
 #[cfg(test)]
 mod tests;
@@ -60,6 +62,10 @@ pub struct OfflineConfig {
     pub max_gap: Duration,
     /// Draw a progress line on stderr (set when stderr is a terminal).
     pub progress: bool,
+    /// Only sessions whose SYN was captured at or after this Unix time (`--from`).
+    pub from: Option<Duration>,
+    /// ... and before this one (`--until`).
+    pub until: Option<Duration>,
 }
 
 impl OfflineConfig {
@@ -73,6 +79,8 @@ impl OfflineConfig {
             loops: 1,
             max_gap: Duration::from_secs(1),
             progress: std::io::stderr().is_terminal(),
+            from: None,
+            until: None,
         }
     }
 }
@@ -100,6 +108,8 @@ pub struct ReplayStats {
     pub fed_bytes: u64,
     /// IP packets that are not client -> service packets of a mapped service.
     pub filtered: u64,
+    /// Packets of sessions outside the time slice (`--from`, `--until`).
+    pub outside_slice: u64,
     /// Times a later pass found no free client port for an address and reused one.
     pub ports_exhausted: u64,
     /// How long the replay took, from [`Replay::start`] to the last packet handed over.
@@ -127,6 +137,9 @@ impl fmt::Display for ReplayStats {
             r.garbled,
             r.garbage_bytes,
         )?;
+        if self.outside_slice > 0 {
+            write!(f, ", {} outside the time slice", self.outside_slice)?;
+        }
         if self.ports_exhausted > 0 {
             write!(f, ", client ports reused {} time(s)", self.ports_exhausted)?;
         }
@@ -146,6 +159,7 @@ pub struct Replay {
     pass: u32,
     pacer: Pacer,
     filter: PortFilter,
+    window: window::Window,
     ports: Option<LoopPorts>,
     start: Option<Instant>,
     last_fed: Option<Instant>,
@@ -168,6 +182,7 @@ impl Replay {
         Ok(Replay {
             pacer: Pacer::new(cfg.speed, cfg.max_gap),
             filter: PortFilter::new(maps),
+            window: window::Window::new(cfg.from, cfg.until),
             progress: Progress {
                 enabled: cfg.progress,
                 next: None,
@@ -321,6 +336,10 @@ impl Replay {
                         self.stats.filtered += 1;
                         continue;
                     };
+                    if !self.window.admit(p.ts, &acc, p.data) {
+                        self.stats.outside_slice += 1;
+                        continue;
+                    }
                     let mut buf = std::mem::take(&mut self.spare);
                     buf.clear();
                     buf.extend_from_slice(p.data);

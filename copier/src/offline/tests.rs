@@ -215,6 +215,8 @@ fn config(path: std::path::PathBuf, speed: Speed, loops: u32) -> OfflineConfig {
         loops,
         max_gap: secs(1.0),
         progress: false,
+        from: None,
+        until: None,
     }
 }
 

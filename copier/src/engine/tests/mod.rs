@@ -21,6 +21,7 @@ mod gap;
 mod handshake;
 mod limits;
 mod registration;
+mod rules;
 mod shaped;
 mod shutdown;
 mod window;

@@ -1,0 +1,800 @@
+//! The request editor of one copy's stream (`--rules`): reads the client's in-order bytes as
+//! requests, and writes what the test server gets: every request the filters keep, edited (dye
+//! header, header edits, request-line rewrites), and nothing of the requests they drop.
+//!
+//! HTTP/1.x is recognised by the session's first bytes (an upper-case method and a space); its
+//! requests are read with `httparse` (request line and headers), the body by `Content-Length`
+//! or chunked coding (each chunk-size line read by `httparse::parse_chunk_size`, trailers up to
+//! the empty line), so pipelined requests are told apart wherever the segments cut them. A
+//! head is held until it is whole (at most [`MAX_HEAD`] bytes), then written edited, or as
+//! captured (the same shared chunks, no copy) when nothing changes, or not at all; body bytes
+//! pass through as they come (or are dropped with their request). Other protocols, when a
+//! filter has a byte prefix, are cut by the stream's request units: a unit's first bytes (up
+//! to the longest prefix) are held until the filters decide, then the whole unit goes or is
+//! dropped. Without such a filter other protocols pass untouched.
+//!
+//! Sequence numbers: the editor's output is the stream's test-side byte space. It differs from
+//! the client's by an offset that changes only at request boundaries (an edited head of length
+//! h' for h shifts every later byte by h'-h; a dropped request by minus its length); the stream
+//! keeps both (see `stream`), so connections and their ACKs live in the test space alone.
+//!
+//! Malformed HTTP (a head httparse refuses or longer than [`MAX_HEAD`], a bad or conflicting
+//! length, a transfer coding other than chunked, a bad chunk line): counted, and the rest of the
+//! session passes as captured, from the first byte of the bad request on (the test server gets
+//! what the online server got). Only inside the body of a dropped request is that impossible
+//! (its head is gone), and in allow-only mode (nothing after it is known to be allowed): the
+//! copy is then given up ([`Editor::failed`]); what it sent before stays whole. What follows
+//! an `Upgrade` or `CONNECT` request belongs to it: it passes untouched (not counted) when the
+//! request is copied, and is dropped with it when not.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::chunk::{ByteQueue, Chunk, Meter, Payload};
+use super::rules::{HeaderEdit, Req, Rules, Verdict};
+
+/// The longest request head held before it is called malformed.
+pub(crate) const MAX_HEAD: usize = 64 << 10;
+/// Headers per request.
+const MAX_HEADERS: usize = 128;
+/// The longest chunk-size or trailer line.
+const MAX_LINE: usize = 4096;
+
+/// What the editors counted, drained into the engine's stats after each call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// HTTP requests read (every copy counted).
+    pub http_requests: u64,
+    /// Units of other protocols decided by byte-prefix filters.
+    pub byte_units: u64,
+    /// Requests (or units) not copied.
+    pub dropped: u64,
+    /// Copied requests whose head was changed (dye, header edits, rewrites).
+    pub edited: u64,
+    /// Malformed HTTP: the session passed the rest as captured (or the copy was given up).
+    pub malformed: u64,
+    /// Per rule, in [`Rules::counter_names`] order: requests a filter matched (denied or
+    /// allowed), requests allow-only mode dropped, requests a rewrite changed.
+    pub rules: Vec<u64>,
+    /// The rules' names, in that order (empty without `--rules`).
+    pub names: Vec<String>,
+}
+
+impl RequestCounts {
+    /// Add `o` to these counts.
+    pub fn merge(&mut self, o: &RequestCounts) {
+        self.http_requests += o.http_requests;
+        self.byte_units += o.byte_units;
+        self.dropped += o.dropped;
+        self.edited += o.edited;
+        self.malformed += o.malformed;
+        if self.names.is_empty() {
+            self.names.clone_from(&o.names);
+        }
+        if self.rules.len() < o.rules.len() {
+            self.rules.resize(o.rules.len(), 0);
+        }
+        for (a, b) in self.rules.iter_mut().zip(&o.rules) {
+            *a += b;
+        }
+    }
+
+    /// Add these counts to `into` and zero them (keeping their buffers).
+    pub(crate) fn drain_into(&mut self, into: &mut RequestCounts) {
+        into.merge(self);
+        let rules = std::mem::take(&mut self.rules);
+        *self = RequestCounts { rules, ..RequestCounts::default() };
+        self.rules.iter_mut().for_each(|r| *r = 0);
+    }
+
+    fn bump_rule(&mut self, i: usize) {
+        if self.rules.len() <= i {
+            self.rules.resize(i + 1, 0);
+        }
+        self.rules[i] += 1;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The first bytes will tell.
+    Unknown,
+    Http,
+    /// Another protocol, filtered by byte prefix per unit.
+    Bytes,
+    /// Everything passes as captured.
+    Pass,
+    /// Nothing more passes (after a dropped upgrade request: the rest belongs to it).
+    Drop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunked {
+    Size,
+    Data(u64),
+    Trailer,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// At or inside a head (HTTP) or a unit's undecided prefix (bytes): `pend` holds it.
+    Start,
+    /// `left` bytes of body (HTTP) or the rest of the unit (bytes, `left == u64::MAX`).
+    Body { left: u64, keep: bool },
+    Chunked { st: Chunked, keep: bool },
+}
+
+/// One copy's editor (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct Editor {
+    rules: Arc<Rules>,
+    client: IpAddr,
+    meter: Meter,
+    /// This copy's dye header value.
+    dye: Option<Vec<u8>>,
+    mode: Mode,
+    state: State,
+    /// Held bytes: a head not yet whole, or a unit's prefix not yet decided.
+    pend: Vec<Chunk>,
+    pend_len: usize,
+    /// The held bytes gathered for parsing.
+    flat: Vec<u8>,
+    /// A chunk-size or trailer line being read.
+    line: Vec<u8>,
+    /// After this request the rest passes, or with the request dropped goes too (an upgrade
+    /// or CONNECT): whether it is copied.
+    pass_after: Option<bool>,
+    /// The copy cannot go on (malformed inside a dropped request).
+    pub failed: bool,
+    pub counts: RequestCounts,
+}
+
+impl Editor {
+    pub(crate) fn new(rules: Arc<Rules>, copy: u16, client: IpAddr, meter: Meter) -> Editor {
+        Editor {
+            dye: rules.dye.as_ref().map(|d| d.value(copy).into_bytes()),
+            rules,
+            client,
+            meter,
+            mode: Mode::Unknown,
+            state: State::Start,
+            pend: Vec::new(),
+            pend_len: 0,
+            flat: Vec::new(),
+            line: Vec::new(),
+            pass_after: None,
+            failed: false,
+            counts: RequestCounts::default(),
+        }
+    }
+
+    /// Bytes held (not yet written), with the editor itself.
+    pub(crate) fn held(&self) -> usize {
+        std::mem::size_of::<Editor>() + self.pend_len + self.flat.capacity() + self.line.capacity()
+    }
+
+    /// The stream skipped a capture hole: what is held goes, and the next bytes start a
+    /// request.
+    pub(crate) fn reset(&mut self) {
+        self.pend.clear();
+        self.pend_len = 0;
+        self.flat.clear();
+        self.line.clear();
+        self.state = State::Start;
+    }
+
+    /// The client's FIN: what is held goes as captured (an unfinished request), or, for a
+    /// unit of another protocol, as the filters decide on what there is.
+    pub(crate) fn flush(&mut self, q: &mut ByteQueue) -> usize {
+        match self.mode {
+            Mode::Bytes => self.unit_start(q),
+            _ => self.emit_pend(q, true),
+        }
+    }
+
+    /// A request unit starts (the client's ACK grew): for another protocol, the unit before
+    /// is decided with what it has.
+    pub(crate) fn unit_start(&mut self, q: &mut ByteQueue) -> usize {
+        if self.mode != Mode::Bytes {
+            return 0;
+        }
+        let n = if self.state == State::Start && self.pend_len > 0 { self.decide_unit(q) } else { 0 };
+        self.state = State::Start;
+        n
+    }
+
+    /// Client bytes in order; writes the test side's into `q`. Returns the bytes written.
+    pub(crate) fn feed(&mut self, data: Chunk, q: &mut ByteQueue) -> usize {
+        if self.failed {
+            return 0;
+        }
+        let mut work = VecDeque::from([data]);
+        let mut n = 0;
+        while let Some(d) = work.pop_front() {
+            n += self.step(d, q, &mut work);
+        }
+        n
+    }
+
+    fn push(&self, q: &mut ByteQueue, c: Chunk) -> usize {
+        let n = c.len();
+        q.push(c);
+        n
+    }
+
+    /// The held bytes out as they are (`keep`) or dropped.
+    fn emit_pend(&mut self, q: &mut ByteQueue, keep: bool) -> usize {
+        let mut n = 0;
+        for c in std::mem::take(&mut self.pend) {
+            if keep {
+                n += self.push(q, c);
+            }
+        }
+        self.pend_len = 0;
+        self.flat.clear();
+        n
+    }
+
+    /// Malformed HTTP: the rest passes as captured (the held bytes first); in allow-only mode
+    /// nothing more is known to be allowed, so the copy is given up.
+    fn malformed(&mut self, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        self.counts.malformed += 1;
+        self.mode = Mode::Pass;
+        self.state = State::Start;
+        if self.rules.allow_only {
+            self.give_up(work);
+            return 0;
+        }
+        self.emit_pend(q, true)
+    }
+
+    /// The copy cannot go on: nothing more is written.
+    fn give_up(&mut self, work: &mut VecDeque<Chunk>) {
+        self.failed = true;
+        work.clear();
+        self.pend.clear();
+        self.pend_len = 0;
+        self.flat.clear();
+    }
+
+    fn step(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        match (self.mode, self.state) {
+            (Mode::Pass, _) => self.push(q, d),
+            (Mode::Drop, _) => 0,
+            (Mode::Unknown | Mode::Http, State::Start) => self.head(d, q, work),
+            (Mode::Bytes, State::Start) => {
+                self.hold(d);
+                if self.pend_len >= self.rules.max_prefix() {
+                    self.decide_unit(q)
+                } else {
+                    0
+                }
+            }
+            (_, State::Body { left, keep }) => {
+                let take = (d.len() as u64).min(left) as usize;
+                let mut n = 0;
+                if keep {
+                    if let Some(c) = d.slice(0, take) {
+                        n += self.push(q, c);
+                    }
+                }
+                if left != u64::MAX {
+                    let left = left - take as u64;
+                    self.state = if left == 0 { self.next_message() } else { State::Body { left, keep } };
+                }
+                if let Some(rest) = d.tail(take) {
+                    work.push_front(rest);
+                }
+                n
+            }
+            (_, State::Chunked { st, keep }) => self.chunked(d, st, keep, q, work),
+        }
+    }
+
+    fn hold(&mut self, d: Chunk) {
+        self.pend_len += d.len();
+        self.flat.extend_from_slice(d.as_slice());
+        self.pend.push(d);
+    }
+
+    /// After a message: the next request, or everything passes (upgrade).
+    fn next_message(&mut self) -> State {
+        if let Some(keep) = self.pass_after {
+            self.mode = if keep { Mode::Pass } else { Mode::Drop };
+        }
+        State::Start
+    }
+
+    /// A unit of another protocol: the filters decide on its first bytes (held).
+    fn decide_unit(&mut self, q: &mut ByteQueue) -> usize {
+        let v = self.rules.verdict(self.client, &Req::Bytes(&self.flat));
+        self.counts.byte_units += 1;
+        let keep = self.count(v);
+        self.state = State::Body { left: u64::MAX, keep };
+        self.emit_pend(q, keep)
+    }
+
+    /// Count a verdict; whether the request is copied.
+    fn count(&mut self, v: Verdict) -> bool {
+        let drop_at = self.rules.filters.len();
+        match v {
+            Verdict::Copy(rule) => {
+                if let Some(i) = rule {
+                    self.counts.bump_rule(i);
+                }
+                true
+            }
+            Verdict::Drop(rule) => {
+                self.counts.dropped += 1;
+                self.counts.bump_rule(rule.unwrap_or(drop_at));
+                false
+            }
+        }
+    }
+
+    fn head(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        self.hold(d);
+        if self.mode == Mode::Unknown {
+            match looks_http(&self.flat) {
+                None => return 0,
+                Some(true) => self.mode = Mode::Http,
+                Some(false) => {
+                    // Another protocol: cut by units when a filter may match one, or when
+                    // allow-only mode must drop what no filter allows.
+                    let units = self.rules.byte_filters() || self.rules.allow_only;
+                    self.mode = if units { Mode::Bytes } else { Mode::Pass };
+                    let held = std::mem::take(&mut self.pend);
+                    self.pend_len = 0;
+                    self.flat.clear();
+                    work.extend(held);
+                    return 0;
+                }
+            }
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        let len = match req.parse(&self.flat) {
+            Ok(httparse::Status::Complete(n)) => n,
+            Ok(httparse::Status::Partial) if self.pend_len <= MAX_HEAD => return 0,
+            _ => return self.malformed(q, work),
+        };
+        let (Some(method), Some(target)) = (req.method, req.path) else { return self.malformed(q, work) };
+        let hs: Vec<(&str, &[u8])> = req.headers.iter().map(|h| (h.name, h.value)).collect();
+        // The body's extent.
+        let mut chunked = false;
+        let mut clen: Option<u64> = None;
+        let mut upgrade = method.eq_ignore_ascii_case("CONNECT") || method == "PRI";
+        let mut bad = false;
+        for (n, v) in &hs {
+            if n.eq_ignore_ascii_case("transfer-encoding") {
+                let last = v.rsplit(|&c| c == b',').next().unwrap_or_default();
+                if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                    chunked = true;
+                } else {
+                    bad = true; // a body without an end we can find
+                }
+            } else if n.eq_ignore_ascii_case("content-length") {
+                let l = std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                match (l, clen) {
+                    (None, _) => bad = true,
+                    (Some(l), Some(c)) if l != c => bad = true,
+                    (Some(l), _) => clen = Some(l),
+                }
+            } else if n.eq_ignore_ascii_case("upgrade") {
+                upgrade = true;
+            }
+        }
+        if bad {
+            return self.malformed(q, work);
+        }
+        let verdict = self.rules.verdict(self.client, &Req::Http { method: method.as_bytes(), target: target.as_bytes(), headers: &hs });
+        let edited = match verdict {
+            Verdict::Copy(_) if self.rules.edits() => {
+                edit_head(&self.rules, self.dye.as_deref(), &self.flat[..len], &mut self.counts)
+            }
+            _ => None,
+        };
+        drop(hs);
+        self.counts.http_requests += 1;
+        let keep = self.count(verdict);
+        self.pass_after = upgrade.then_some(keep);
+        // The held bytes: the head, then what follows it (body, next requests).
+        let mut rest: Vec<Chunk> = Vec::new();
+        let mut head: Vec<Chunk> = Vec::new();
+        let mut at = 0;
+        for c in std::mem::take(&mut self.pend) {
+            let l = c.len();
+            if at + l <= len {
+                head.push(c);
+            } else if at >= len {
+                rest.push(c);
+            } else {
+                head.extend(c.slice(0, len - at));
+                rest.extend(c.tail(len - at));
+            }
+            at += l;
+        }
+        self.pend_len = 0;
+        let mut n = 0;
+        match (keep, edited) {
+            (false, _) => {}
+            (true, Some(v)) => {
+                self.counts.edited += 1;
+                let mut p = Payload::new(&v, &self.meter);
+                p.set_last(true);
+                n += p.keep(0).map_or(0, |c| self.push(q, c));
+            }
+            (true, None) => {
+                for c in head {
+                    n += self.push(q, c);
+                }
+            }
+        }
+        self.flat.clear();
+        if self.flat.capacity() > 8192 {
+            self.flat = Vec::new(); // a long head: do not keep its buffer for every session
+        }
+        self.state = if chunked {
+            State::Chunked { st: Chunked::Size, keep }
+        } else {
+            match clen {
+                Some(l) if l > 0 => State::Body { left: l, keep },
+                _ => self.next_message(),
+            }
+        };
+        for c in rest.into_iter().rev() {
+            work.push_front(c);
+        }
+        n
+    }
+
+    /// Chunked body bytes: passed (or dropped) as they come, read only to find the end.
+    fn chunked(&mut self, d: Chunk, mut st: Chunked, keep: bool, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        let b = d.as_slice();
+        let mut i = 0;
+        let mut done = false;
+        while i < b.len() && !done {
+            match st {
+                Chunked::Data(left) => {
+                    let take = (b.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
+                    i += take;
+                    let left = left - take as u64;
+                    st = if left == 0 { Chunked::Size } else { Chunked::Data(left) };
+                }
+                Chunked::Size | Chunked::Trailer => {
+                    let c = b[i];
+                    i += 1;
+                    self.line.push(c);
+                    if self.line.len() > MAX_LINE {
+                        return self.bad_body(keep, d, i, q, work);
+                    }
+                    if c != b'\n' {
+                        continue;
+                    }
+                    let line = std::mem::take(&mut self.line);
+                    if st == Chunked::Trailer {
+                        if line == b"\r\n" || line == b"\n" {
+                            done = true;
+                        }
+                        continue;
+                    }
+                    match httparse::parse_chunk_size(&line) {
+                        Ok(httparse::Status::Complete((_, 0))) => st = Chunked::Trailer,
+                        // The size, then its CRLF.
+                        Ok(httparse::Status::Complete((_, size))) => st = Chunked::Data(size.saturating_add(2)),
+                        _ => return self.bad_body(keep, d, i, q, work),
+                    }
+                }
+            }
+        }
+        let mut n = 0;
+        if keep {
+            n += d.slice(0, i).map_or(0, |c| self.push(q, c));
+        }
+        if done {
+            self.state = self.next_message();
+            if let Some(rest) = d.tail(i) {
+                work.push_front(rest);
+            }
+        } else {
+            self.state = State::Chunked { st, keep };
+        }
+        n
+    }
+
+    /// A bad chunked body: a kept request passes on as captured; a dropped one cannot (its
+    /// head is gone), nor can anything in allow-only mode, so the copy is given up.
+    fn bad_body(&mut self, keep: bool, d: Chunk, read: usize, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        self.counts.malformed += 1;
+        self.mode = Mode::Pass;
+        self.state = State::Start;
+        self.line.clear();
+        if !keep || self.rules.allow_only {
+            self.give_up(work);
+            return 0;
+        }
+        if let Some(rest) = d.tail(read) {
+            work.push_front(rest);
+        }
+        d.slice(0, read).map_or(0, |c| self.push(q, c))
+    }
+}
+
+/// Whether the first bytes of a session are an HTTP request: an upper-case token of 1 to 16
+/// letters (a method) then a space. `None` while too few bytes tell (leading empty lines are
+/// skipped, as httparse does).
+fn looks_http(b: &[u8]) -> Option<bool> {
+    let b = {
+        let mut s = b;
+        while let Some(r) = s.strip_prefix(b"\r\n").or_else(|| s.strip_prefix(b"\n")) {
+            s = r;
+        }
+        s
+    };
+    if b == b"\r" {
+        return None;
+    }
+    for (i, &c) in b.iter().enumerate() {
+        if c == b' ' {
+            return Some(i > 0);
+        }
+        if !(c.is_ascii_uppercase() || c == b'-' || c == b'_') || i >= 16 {
+            return Some(false);
+        }
+    }
+    None
+}
+
+/// A copied request's head, edited: rewrites of the request line, the dye header, the header
+/// edits. `None` when nothing changed.
+fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &mut RequestCounts) -> Option<Vec<u8>> {
+    let mut lines: Vec<&[u8]> = head.split_inclusive(|&c| c == b'\n').collect();
+    // Leading empty lines stay as they are; the request line is the first other one.
+    let first = lines.iter().position(|l| *l != b"\r\n" && *l != b"\n")?;
+    let term = lines.pop()?; // the empty line that ends the head
+    let crlf: &[u8] = if term == b"\n" { b"\n" } else { b"\r\n" };
+    let mut changed = false;
+    // The request line.
+    let rl = lines[first];
+    let body = rl.strip_suffix(b"\n").map(|l| l.strip_suffix(b"\r").unwrap_or(l)).unwrap_or(rl);
+    let mut new_rl = Cow::Borrowed(body);
+    let base = rules.filters.len() + 1;
+    for (i, (_, re, rep)) in rules.rewrites.iter().enumerate() {
+        if re.is_match(&new_rl) {
+            new_rl = Cow::Owned(re.replace_all(&new_rl, rep.as_slice()).into_owned());
+            counts.bump_rule(base + i);
+        }
+    }
+    let mut out: Vec<u8> = Vec::with_capacity(head.len() + 128);
+    for l in &lines[..first] {
+        out.extend_from_slice(l);
+    }
+    if *new_rl != *body {
+        changed = true;
+        out.extend_from_slice(&new_rl);
+        out.extend_from_slice(crlf);
+    } else {
+        out.extend_from_slice(rl);
+    }
+    // Header lines: (name, whole line).
+    let name_of = |l: &'a [u8]| -> &'a [u8] { l.split(|&c| c == b':').next().unwrap_or_default().trim_ascii() };
+    let mut hs: Vec<(&[u8], Cow<'_, [u8]>)> = lines[first + 1..].iter().map(|l| (name_of(l), Cow::Borrowed(*l))).collect();
+    let line = |n: &'a str, v: &[u8]| -> (&'a [u8], Cow<'a, [u8]>) {
+        let mut l = Vec::with_capacity(n.len() + v.len() + 4);
+        l.extend_from_slice(n.as_bytes());
+        l.extend_from_slice(b": ");
+        l.extend_from_slice(v);
+        l.extend_from_slice(crlf);
+        (n.as_bytes(), Cow::Owned(l))
+    };
+    // Every line named `n` goes; with `add` (or when one went) `n: v` comes last. Whether the
+    // head changed (a line that stays as it was, last, is no change).
+    let set = |hs: &mut Vec<(&'a [u8], Cow<'a, [u8]>)>, n: &'a str, v: Option<&[u8]>, add: bool| -> bool {
+        let named = |x: &[u8]| x.eq_ignore_ascii_case(n.as_bytes());
+        let count = hs.iter().filter(|(x, _)| named(x)).count();
+        let new = v.filter(|_| add || count > 0).map(|v| line(n, v));
+        if count == 0 && new.is_none() {
+            return false;
+        }
+        if let (Some(new), Some(last)) = (&new, hs.last()) {
+            if count == 1 && named(last.0) && last.1 == new.1 {
+                return false;
+            }
+        }
+        hs.retain(|(x, _)| !named(x));
+        hs.extend(new);
+        true
+    };
+    if let (Some(d), Some(v)) = (&rules.dye, dye) {
+        changed |= set(&mut hs, &d.name, Some(v), true);
+    }
+    for e in &rules.headers {
+        changed |= match e {
+            HeaderEdit::Set(n, v) => set(&mut hs, n, Some(&v.get()), true),
+            HeaderEdit::Replace(n, v) => set(&mut hs, n, Some(&v.get()), false),
+            HeaderEdit::Delete(n) => set(&mut hs, n, None, false),
+        };
+    }
+    if !changed {
+        return None;
+    }
+    for (_, l) in &hs {
+        out.extend_from_slice(l);
+    }
+    out.extend_from_slice(term);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(t: &str) -> Arc<Rules> {
+        Arc::new(Rules::from_toml_str(t).unwrap())
+    }
+
+    /// Feeds `input` cut at every `cut` bytes; returns what the test side gets.
+    fn run(r: &Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, Editor) {
+        let meter = Meter::default();
+        let mut e = Editor::new(r.clone(), 2, "198.18.0.9".parse().unwrap(), meter.clone());
+        let mut q = ByteQueue::new();
+        let mut n = 0;
+        for part in input.chunks(cut.max(1)) {
+            n += e.feed(Payload::new(part, &meter).keep(0).unwrap(), &mut q);
+        }
+        n += e.flush(&mut q);
+        let v = q.to_vec();
+        assert_eq!(n, v.len(), "the count written is what was written");
+        (v, e)
+    }
+
+    const DENY_PAY: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n";
+
+    #[test]
+    fn pipelined_requests_with_bodies_are_told_apart_wherever_cut() {
+        let input: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n\
+            POST /pay/1 HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello\
+            POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n0\r\nT: 1\r\n\r\n\
+            POST /pay/2 HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nzz\r\n0\r\n\r\n\
+            GET /c HTTP/1.1\r\n\r\n";
+        let want: &[u8] = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n\
+            POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x=1\r\nabc\r\n0\r\nT: 1\r\n\r\n\
+            GET /c HTTP/1.1\r\n\r\n";
+        let r = rules(DENY_PAY);
+        for cut in [1, 2, 3, 7, 16, 1000] {
+            let (out, e) = run(&r, input, cut);
+            assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want), "cut {cut}");
+            assert_eq!((e.counts.http_requests, e.counts.dropped, e.counts.malformed), (5, 2, 0));
+            assert_eq!(e.counts.rules, [2]);
+        }
+    }
+
+    #[test]
+    fn dye_edits_and_rewrites_change_heads_only() {
+        let r = rules(
+            "[dye]\nheader = \"X-Copy\"\nvalue = \"c{copy}-{id}\"\nid = \"t1\"\n\
+             [[header]]\nname = \"Host\"\nset = \"test.lab\"\n\
+             [[header]]\nname = \"Cookie\"\ndelete = true\n\
+             [[header]]\nname = \"X-Absent\"\nreplace = \"no\"\n\
+             [[rewrite]]\nname = \"v2\"\nregex = \"^(\\\\w+) /v1/\"\nreplace = \"$1 /version2/\"\n",
+        );
+        let input = b"POST /v1/x HTTP/1.1\r\nhost: a\r\nCookie: s=1\r\nContent-Length: 3\r\n\r\nabcGET /other HTTP/1.1\r\n\r\n";
+        let (out, e) = run(&r, input, 5);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "POST /version2/x HTTP/1.1\r\nContent-Length: 3\r\nX-Copy: c2-t1\r\nHost: test.lab\r\n\r\nabc\
+             GET /other HTTP/1.1\r\nX-Copy: c2-t1\r\nHost: test.lab\r\n\r\n"
+        );
+        assert_eq!((e.counts.edited, e.counts.rules.clone()), (2, vec![0, 1]));
+    }
+
+    #[test]
+    fn malformed_http_passes_the_rest_as_captured() {
+        let r = rules(DENY_PAY);
+        let input = b"GET /pay/1 HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /pay/2 HTTP/1.1\r\n\r\n";
+        let (out, e) = run(&r, input, 4);
+        let from = input.windows(6).position(|w| w == b"GET /x").unwrap();
+        assert_eq!(&out[..], &input[from..], "from the bad request on, as captured");
+        assert_eq!((e.counts.malformed, e.counts.dropped, e.failed), (1, 1, false));
+        // A bad chunk line inside a dropped request gives the copy up.
+        let bad = b"POST /pay/1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+        let (out, e) = run(&r, bad, 3);
+        assert!(out.is_empty());
+        assert!(e.failed && e.counts.malformed == 1);
+        // Allow-only mode gives the copy up rather than pass what no filter allowed.
+        let allow = rules("[[filter]]\nname = \"api\"\naction = \"allow\"\npath = \"/api/**\"\n");
+        let (out, e) = run(&allow, b"GET /api/1 HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /api/2 HTTP/1.1\r\n\r\n", 3);
+        assert_eq!(&out[..], b"GET /api/1 HTTP/1.1\r\n\r\n");
+        assert!(e.failed && e.counts.malformed == 1);
+        let (out, e) = run(&allow, b"\x16\x03\x01binary", 3);
+        assert!(out.is_empty() && e.counts.dropped == 1, "another protocol is not allowed");
+        // What follows an upgrade goes with it: passed when it is copied, dropped when not.
+        let ws = |p: &str| format!("GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /");
+        let (out, _) = run(&r, ws("/pay/ws").as_bytes(), 5);
+        assert!(out.is_empty());
+        let (out, e) = run(&r, ws("/ws").as_bytes(), 5);
+        assert_eq!((out, e.counts.malformed), (ws("/ws").into_bytes(), 0));
+        // A head that never ends.
+        let mut long = b"GET / HTTP/1.1\r\n".to_vec();
+        long.resize(MAX_HEAD + 100, b'a');
+        let (out, e) = run(&r, &long, 1000);
+        assert_eq!((out.len(), e.counts.malformed), (long.len(), 1));
+    }
+
+    #[test]
+    fn other_protocols_pass_or_are_cut_by_units() {
+        let r = rules(DENY_PAY);
+        let (out, e) = run(&r, b"\x16\x03\x01binary", 2);
+        assert_eq!((out, e.counts.http_requests), (b"\x16\x03\x01binary".to_vec(), 0));
+        let r = rules("[[filter]]\nname = \"quit\"\nprefix = \"QUIT\"\n");
+        let meter = Meter::default();
+        let mut e = Editor::new(r, 0, "198.18.0.9".parse().unwrap(), meter.clone());
+        let mut q = ByteQueue::new();
+        let feed = |e: &mut Editor, q: &mut ByteQueue, b: &[u8]| e.feed(Payload::new(b, &meter).keep(0).unwrap(), q);
+        feed(&mut e, &mut q, b"set a 1\r\n");
+        e.unit_start(&mut q);
+        feed(&mut e, &mut q, b"QU");
+        feed(&mut e, &mut q, b"IT now\r\n");
+        e.unit_start(&mut q);
+        feed(&mut e, &mut q, b"Q");
+        e.unit_start(&mut q);
+        feed(&mut e, &mut q, b"get a\r\n");
+        e.flush(&mut q);
+        assert_eq!(q.to_vec(), b"set a 1\r\nQget a\r\n");
+        assert_eq!((e.counts.byte_units, e.counts.dropped, e.counts.rules.clone()), (4, 1, vec![1]));
+    }
+
+    /// A request as the property test builds it: (dropped, raw bytes, bytes the test side gets).
+    fn build_req(pay: bool, body: Option<(bool, Vec<usize>)>, dye: bool) -> (bool, Vec<u8>, Vec<u8>) {
+        let path = if pay { "/pay/x" } else { "/a?b=c" };
+        let (method, framing, body_bytes) = match &body {
+            None => ("GET", String::new(), Vec::new()),
+            Some((false, sizes)) => {
+                let n: usize = sizes.iter().sum();
+                ("POST", format!("Content-Length: {n}\r\n"), vec![b'b'; n])
+            }
+            Some((true, sizes)) => {
+                let mut b = Vec::new();
+                for &n in sizes.iter().filter(|&&n| n > 0) {
+                    b.extend_from_slice(format!("{n:x}\r\n").as_bytes());
+                    b.extend(std::iter::repeat_n(b'c', n));
+                    b.extend_from_slice(b"\r\n");
+                }
+                b.extend_from_slice(b"0\r\n\r\n");
+                ("POST", "Transfer-Encoding: chunked\r\n".to_string(), b)
+            }
+        };
+        let head = |extra: &str| format!("{method} {path} HTTP/1.1\r\nHost: h\r\n{framing}{extra}\r\n").into_bytes();
+        let raw = [head(""), body_bytes.clone()].concat();
+        let out = if dye { [head("X-Traffic-Copy: 1\r\n"), body_bytes].concat() } else { raw.clone() };
+        (pay, raw, out)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+        #[test]
+        fn any_pipeline_cut_anywhere_gives_the_kept_requests_edited(
+            reqs in proptest::collection::vec(
+                (proptest::bool::ANY, proptest::option::of((proptest::bool::ANY, proptest::collection::vec(0usize..300, 0..4)))),
+                1..8,
+            ),
+            dye in proptest::bool::ANY,
+            cut in 1usize..200,
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+        ) {
+            let r = rules(&format!("{DENY_PAY}{}", if dye { "[dye]\n" } else { "" }));
+            let built: Vec<_> = reqs.into_iter().map(|(pay, body)| build_req(pay, body, dye)).collect();
+            let input: Vec<u8> = built.iter().flat_map(|b| b.1.clone()).collect();
+            let want: Vec<u8> = built.iter().filter(|b| !b.0).flat_map(|b| b.2.clone()).collect();
+            let (out, e) = run(&r, &input, cut);
+            proptest::prop_assert_eq!(&out, &want);
+            proptest::prop_assert_eq!(e.counts.dropped, built.iter().filter(|b| b.0).count() as u64);
+            proptest::prop_assert_eq!(e.counts.malformed, 0);
+            // Garbage after them: never a panic, the requests before unchanged.
+            let (out, _) = run(&r, &[input, tail].concat(), cut);
+            proptest::prop_assert!(out.starts_with(&want));
+        }
+    }
+}

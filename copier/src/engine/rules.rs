@@ -1,0 +1,550 @@
+//! Request rules (`--rules FILE`): which requests reach the test server (filters), how copied
+//! HTTP requests are marked (the dye header) and what is changed in them (header edits, a regex
+//! replace in the request line). Owns the TOML format, its validation (every error names the
+//! rule) and the compiled matchers the editor (`edit`) applies to each request.
+//!
+//! The file:
+//! ```toml
+//! [[filter]]                 # tried in order; the first matching one decides
+//! name = "no-payments"       # required, unique: the metric label
+//! action = "deny"            # "deny" (default): not copied; "allow": copied (allow-only mode:
+//!                            # once any filter allows, a request no filter matches is not copied)
+//! methods = ["POST", "PUT"]  # HTTP: any of these methods
+//! path = "/pay/**"           # HTTP: a glob on the path without the query (`*` within a
+//!                            # segment, `**` across, `?` one character), or
+//! path_regex = "^/pay/"      # a regex on the whole request target
+//! header = "X-Real"          # HTTP: the header is present ...
+//! header_regex = "^yes$"     # ... and its value matches
+//! client = "198.18.0.0/16"   # the captured client's address is in this range
+//! prefix = "DEL "            # other protocols: the request unit starts with these bytes
+//!                            # (`\xNN` escapes); such a rule never matches HTTP
+//!
+//! [dye]                      # a header added to every copied HTTP request
+//! header = "X-Traffic-Copy"
+//! value = "copy={copy};by={id}"  # `{copy}`: the copy index, `{id}`: `id` below
+//! id = "copier-1"
+//!
+//! [[header]]                 # edits, in order, after the dye
+//! name = "Host"
+//! set = "test.example"       # replace it, or add it when missing; or
+//! replace = "..."            # replace it only when present; or
+//! file = "/etc/tc/token"     # set from a file (trailing newline cut), re-read on SIGHUP; or
+//! delete = true
+//!
+//! [[rewrite]]                # a regex replace in the request line (without its CRLF)
+//! name = "v1-to-v2"
+//! regex = "^(\\w+) /v1/"
+//! replace = "$1 /v2/"
+//! ```
+//! Header names compare without case. Values may not hold CR or LF.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use regex::bytes::Regex;
+use serde::Deserialize;
+use shaper::users::Cidr;
+
+/// A rules file that cannot be used, naming the rule and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RulesError(String);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    #[serde(default)]
+    filter: Vec<FilterSpec>,
+    dye: Option<DyeSpec>,
+    #[serde(default)]
+    header: Vec<HeaderSpec>,
+    #[serde(default)]
+    rewrite: Vec<RewriteSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilterSpec {
+    name: String,
+    action: Option<String>,
+    methods: Option<Vec<String>>,
+    path: Option<String>,
+    path_regex: Option<String>,
+    header: Option<String>,
+    header_regex: Option<String>,
+    client: Option<String>,
+    prefix: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DyeSpec {
+    header: Option<String>,
+    value: Option<String>,
+    id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderSpec {
+    name: String,
+    set: Option<String>,
+    replace: Option<String>,
+    file: Option<PathBuf>,
+    #[serde(default)]
+    delete: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RewriteSpec {
+    name: String,
+    regex: String,
+    replace: String,
+}
+
+/// What a matching filter does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// The request is not copied.
+    Deny,
+    /// The request is copied (allow-only mode).
+    Allow,
+}
+
+/// One compiled filter.
+#[derive(Debug)]
+pub struct Filter {
+    /// The rule's name (the metric label).
+    pub name: String,
+    /// What it does when it matches.
+    pub action: Action,
+    methods: Vec<Vec<u8>>,
+    path: Option<Regex>,
+    header: Option<(String, Option<Regex>)>,
+    client: Option<Cidr>,
+    prefix: Option<Vec<u8>>,
+}
+
+/// What the editor knows of a request when it asks the filters.
+#[derive(Debug)]
+pub(crate) enum Req<'a> {
+    /// An HTTP request: method, target, headers (name, value).
+    Http { method: &'a [u8], target: &'a [u8], headers: &'a [(&'a str, &'a [u8])] },
+    /// The first bytes of a unit of another protocol.
+    Bytes(&'a [u8]),
+}
+
+impl Filter {
+    fn http_only(&self) -> bool {
+        !self.methods.is_empty() || self.path.is_some() || self.header.is_some()
+    }
+
+    fn matches(&self, client: IpAddr, req: &Req<'_>) -> bool {
+        if self.client.as_ref().is_some_and(|c| !c.contains(client)) {
+            return false;
+        }
+        match req {
+            Req::Bytes(b) => !self.http_only() && self.prefix.as_ref().is_none_or(|p| b.starts_with(p)),
+            Req::Http { method, target, headers } => {
+                if self.prefix.is_some() {
+                    return false;
+                }
+                if !self.methods.is_empty() && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method)) {
+                    return false;
+                }
+                if self.path.as_ref().is_some_and(|r| !r.is_match(target)) {
+                    return false;
+                }
+                match &self.header {
+                    None => true,
+                    Some((name, re)) => headers
+                        .iter()
+                        .any(|(n, v)| n.eq_ignore_ascii_case(name) && re.as_ref().is_none_or(|r| r.is_match(v))),
+                }
+            }
+        }
+    }
+}
+
+/// A header value: fixed, or read from a file (re-read by [`Rules::reload`]).
+#[derive(Debug)]
+pub(crate) enum Value {
+    Fixed(Vec<u8>),
+    File { path: PathBuf, cur: Mutex<Arc<[u8]>> },
+}
+
+impl Value {
+    pub(crate) fn get(&self) -> Arc<[u8]> {
+        match self {
+            Value::Fixed(v) => v.as_slice().into(),
+            Value::File { cur, .. } => cur.lock().map(|g| g.clone()).unwrap_or_else(|e| e.into_inner().clone()),
+        }
+    }
+}
+
+/// One header edit.
+#[derive(Debug)]
+pub(crate) enum HeaderEdit {
+    /// Replace every occurrence, or add it when missing.
+    Set(String, Value),
+    /// Replace every occurrence; nothing when missing.
+    Replace(String, Value),
+    /// Remove every occurrence.
+    Delete(String),
+}
+
+/// The dye header: name and value template.
+#[derive(Debug)]
+pub(crate) struct Dye {
+    pub name: String,
+    value: String,
+    id: String,
+}
+
+impl Dye {
+    /// The value for copy `copy`.
+    pub(crate) fn value(&self, copy: u16) -> String {
+        self.value.replace("{copy}", &copy.to_string()).replace("{id}", &self.id)
+    }
+}
+
+/// Every rule of a rules file, compiled.
+#[derive(Debug)]
+pub struct Rules {
+    /// The filters, in order.
+    pub filters: Vec<Filter>,
+    /// Some filter allows: a request no filter matches is not copied.
+    pub allow_only: bool,
+    pub(crate) dye: Option<Dye>,
+    pub(crate) headers: Vec<HeaderEdit>,
+    pub(crate) rewrites: Vec<(String, Regex, Vec<u8>)>,
+}
+
+/// What the filters say of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Copied; the index of the filter that allowed it, if one did.
+    Copy(Option<usize>),
+    /// Not copied: by this filter, or (`None`) by allow-only mode.
+    Drop(Option<usize>),
+}
+
+fn bad(rule: &str, what: impl fmt::Display) -> RulesError {
+    RulesError(format!("rule {rule:?}: {what}"))
+}
+
+/// A glob on a path as a regex anchored at both ends: `**` any characters, `*` any but `/`,
+/// `?` one but `/`; the rest literal.
+fn glob_regex(glob: &str) -> String {
+    let mut re = String::from("^");
+    let mut chars = glob.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                re.push_str(".*");
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            c => re.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+        }
+    }
+    // The query, if any, is not part of the path.
+    re.push_str(r"(\?.*)?$");
+    re
+}
+
+/// `\xNN` escapes (and `\\`) in a byte prefix.
+fn unescape(rule: &str, s: &str) -> Result<Vec<u8>, RulesError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' {
+            match b.get(i + 1) {
+                Some(b'\\') => {
+                    out.push(b'\\');
+                    i += 2;
+                }
+                Some(b'x') => {
+                    let hex = s.get(i + 2..i + 4).ok_or_else(|| bad(rule, format!("prefix {s:?}: \\x needs two hex digits")))?;
+                    let v = u8::from_str_radix(hex, 16).map_err(|_| bad(rule, format!("prefix {s:?}: bad escape \\x{hex}")))?;
+                    out.push(v);
+                    i += 4;
+                }
+                _ => return Err(bad(rule, format!("prefix {s:?}: only \\xNN and \\\\ escapes are known"))),
+            }
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn header_name(rule: &str, n: &str) -> Result<String, RulesError> {
+    let token = |c: u8| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c);
+    if n.is_empty() || !n.bytes().all(token) {
+        return Err(bad(rule, format!("{n:?} is not a header name")));
+    }
+    Ok(n.to_string())
+}
+
+fn header_value(rule: &str, v: &[u8]) -> Result<Vec<u8>, RulesError> {
+    if v.iter().any(|&c| c == b'\r' || c == b'\n' || c == 0) {
+        return Err(bad(rule, "a header value may not hold CR, LF or NUL"));
+    }
+    Ok(v.to_vec())
+}
+
+fn read_value(rule: &str, path: &Path) -> Result<Vec<u8>, RulesError> {
+    let mut v = std::fs::read(path).map_err(|e| bad(rule, format!("read {}: {e}", path.display())))?;
+    while v.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
+        v.pop();
+    }
+    header_value(rule, &v).map_err(|e| bad(rule, format!("{}: {e}", path.display())))
+}
+
+fn regex(rule: &str, what: &str, re: &str) -> Result<Regex, RulesError> {
+    Regex::new(re).map_err(|e| bad(rule, format!("{what} {re:?}: {e}")))
+}
+
+impl Rules {
+    /// Read and validate a rules file.
+    pub fn load(path: &Path) -> Result<Rules, RulesError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RulesError(format!("read {}: {e}", path.display())))?;
+        Rules::from_toml_str(&text).map_err(|e| RulesError(format!("{}: {e}", path.display())))
+    }
+
+    /// Parse and validate rules (see the module documentation for the format).
+    pub fn from_toml_str(text: &str) -> Result<Rules, RulesError> {
+        let spec: FileSpec = toml::from_str(text).map_err(|e| RulesError(e.to_string()))?;
+        let mut filters = Vec::new();
+        for f in spec.filter {
+            let n = f.name.as_str();
+            if n.is_empty() {
+                return Err(RulesError("a [[filter]] needs a name".into()));
+            }
+            if filters.iter().any(|x: &Filter| x.name == n) || n == "allow_only" {
+                return Err(bad(n, "the name is taken (names must be unique; \"allow_only\" is reserved)"));
+            }
+            let action = match f.action.as_deref() {
+                None | Some("deny") => Action::Deny,
+                Some("allow") => Action::Allow,
+                Some(a) => return Err(bad(n, format!("action {a:?}: \"deny\" or \"allow\""))),
+            };
+            let path = match (&f.path, &f.path_regex) {
+                (Some(_), Some(_)) => return Err(bad(n, "path and path_regex: give one")),
+                (Some(g), None) => {
+                    if !g.starts_with('/') && g != "*" {
+                        return Err(bad(n, format!("path {g:?} must start with /")));
+                    }
+                    Some(regex(n, "path", &glob_regex(g))?)
+                }
+                (None, Some(r)) => Some(regex(n, "path_regex", r)?),
+                (None, None) => None,
+            };
+            let header = match (&f.header, &f.header_regex) {
+                (None, Some(_)) => return Err(bad(n, "header_regex needs header")),
+                (Some(h), r) => Some((header_name(n, h)?, r.as_deref().map(|r| regex(n, "header_regex", r)).transpose()?)),
+                (None, None) => None,
+            };
+            let methods = f.methods.unwrap_or_default();
+            if methods.iter().any(|m| m.is_empty() || !m.bytes().all(|c| c.is_ascii_alphabetic())) {
+                return Err(bad(n, format!("methods {methods:?}: letters only")));
+            }
+            let client = f
+                .client
+                .as_deref()
+                .map(|c| c.parse::<Cidr>().map_err(|e| bad(n, format!("client {c:?}: {e}"))))
+                .transpose()?;
+            let prefix = f.prefix.as_deref().map(|p| unescape(n, p)).transpose()?;
+            if prefix.as_ref().is_some_and(Vec::is_empty) {
+                return Err(bad(n, "an empty prefix matches everything: leave it out"));
+            }
+            let filter = Filter {
+                name: f.name.clone(),
+                action,
+                methods: methods.into_iter().map(String::into_bytes).collect(),
+                path,
+                header,
+                client,
+                prefix,
+            };
+            if filter.prefix.is_some() && filter.http_only() {
+                return Err(bad(n, "prefix is for other protocols than HTTP: not with methods, path or header"));
+            }
+            filters.push(filter);
+        }
+        let dye = match spec.dye {
+            None => None,
+            Some(d) => {
+                let name = header_name("dye", d.header.as_deref().unwrap_or("X-Traffic-Copy"))?;
+                let value = d.value.unwrap_or_else(|| "1".into());
+                let id = d.id.unwrap_or_default();
+                header_value("dye", value.replace("{copy}", "0").replace("{id}", &id).as_bytes())?;
+                Some(Dye { name, value, id })
+            }
+        };
+        let mut headers = Vec::new();
+        for h in spec.header {
+            let rule = format!("header {}", h.name);
+            let name = header_name(&rule, &h.name)?;
+            let given = usize::from(h.set.is_some()) + usize::from(h.replace.is_some()) + usize::from(h.file.is_some()) + usize::from(h.delete);
+            if given != 1 {
+                return Err(bad(&rule, "give exactly one of set, replace, file, delete = true"));
+            }
+            headers.push(match (h.set, h.replace, h.file) {
+                (Some(v), _, _) => HeaderEdit::Set(name, Value::Fixed(header_value(&rule, v.as_bytes())?)),
+                (_, Some(v), _) => HeaderEdit::Replace(name, Value::Fixed(header_value(&rule, v.as_bytes())?)),
+                (_, _, Some(path)) => {
+                    let v = read_value(&rule, &path)?;
+                    HeaderEdit::Set(name, Value::File { path, cur: Mutex::new(v.into()) })
+                }
+                _ => HeaderEdit::Delete(name),
+            });
+        }
+        let mut rewrites = Vec::new();
+        for r in spec.rewrite {
+            let n = r.name.as_str();
+            if n.is_empty() {
+                return Err(RulesError("a [[rewrite]] needs a name".into()));
+            }
+            header_value(n, r.replace.as_bytes())?;
+            rewrites.push((r.name.clone(), regex(n, "regex", &r.regex)?, r.replace.into_bytes()));
+        }
+        let allow_only = filters.iter().any(|f| f.action == Action::Allow);
+        Ok(Rules { filters, allow_only, dye, headers, rewrites })
+    }
+
+    /// Re-read every header value taken from a file. A file that cannot be read or holds a bad
+    /// value keeps the old value; the errors are returned, naming the file.
+    pub fn reload(&self) -> Vec<RulesError> {
+        let mut errs = Vec::new();
+        for h in &self.headers {
+            if let HeaderEdit::Set(name, Value::File { path, cur }) = h {
+                match read_value(&format!("header {name}"), path) {
+                    Ok(v) => *cur.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = v.into(),
+                    Err(e) => errs.push(e),
+                }
+            }
+        }
+        errs
+    }
+
+    /// Whether HTTP requests are edited (dye, header edits or rewrites), not only filtered.
+    pub(crate) fn edits(&self) -> bool {
+        self.dye.is_some() || !self.headers.is_empty() || !self.rewrites.is_empty()
+    }
+
+    /// The names of the per-rule counters, in counter order: every filter, then
+    /// `allow_only` (requests no allow filter matched), then every rewrite.
+    pub fn counter_names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.filters.iter().map(|f| f.name.clone()).collect();
+        v.push("allow_only".into());
+        v.extend(self.rewrites.iter().map(|r| r.0.clone()));
+        v
+    }
+
+    /// The longest byte prefix a filter looks for (what a unit of another protocol is held
+    /// for before it is decided).
+    pub(crate) fn max_prefix(&self) -> usize {
+        self.filters.iter().filter_map(|f| f.prefix.as_ref().map(Vec::len)).max().unwrap_or(0)
+    }
+
+    /// Whether a filter may match a unit of another protocol than HTTP.
+    pub(crate) fn byte_filters(&self) -> bool {
+        self.filters.iter().any(|f| !f.http_only())
+    }
+
+    /// The filters' verdict on a request of `client`.
+    pub(crate) fn verdict(&self, client: IpAddr, req: &Req<'_>) -> Verdict {
+        for (i, f) in self.filters.iter().enumerate() {
+            if f.matches(client, req) {
+                return match f.action {
+                    Action::Deny => Verdict::Drop(Some(i)),
+                    Action::Allow => Verdict::Copy(Some(i)),
+                };
+            }
+        }
+        if self.allow_only {
+            Verdict::Drop(None)
+        } else {
+            Verdict::Copy(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(t: &str) -> String {
+        Rules::from_toml_str(t).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_rule() {
+        assert!(err("[[filter]]\nname = \"a\"\npath = \"x\"").contains("rule \"a\": path \"x\" must start with /"));
+        assert!(err("[[filter]]\nname = \"b\"\npath_regex = \"(\"").contains("rule \"b\": path_regex"));
+        assert!(err("[[filter]]\nname = \"c\"\nclient = \"1.2.3.4/40\"").contains("rule \"c\": client"));
+        assert!(err("[[filter]]\nname = \"d\"\nprefix = \"Q\"\nmethods = [\"GET\"]").contains("rule \"d\""));
+        assert!(err("[[filter]]\nname = \"e\"\n[[filter]]\nname = \"e\"").contains("rule \"e\": the name is taken"));
+        assert!(err("[[filter]]\nname = \"f\"\naction = \"maybe\"").contains("rule \"f\": action"));
+        assert!(err("[[header]]\nname = \"Host\"\nset = \"a\"\ndelete = true").contains("rule \"header Host\""));
+        assert!(err("[[header]]\nname = \"Bad Name\"\ndelete = true").contains("not a header name"));
+        assert!(err("[[header]]\nname = \"A\"\nfile = \"/nonexistent/x\"").contains("/nonexistent/x"));
+        assert!(err("[[rewrite]]\nname = \"r\"\nregex = \"[\"\nreplace = \"\"").contains("rule \"r\": regex"));
+        assert!(err("[[filter]]\nname = \"g\"\npaht = \"/x\"").contains("paht"), "unknown keys are refused");
+    }
+
+    #[test]
+    fn filters_match_in_order() {
+        let r = Rules::from_toml_str(
+            "[[filter]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"/pay/**\"\n\
+             [[filter]]\nname = \"one\"\npath = \"/a/*/b\"\n\
+             [[filter]]\nname = \"hdr\"\nheader = \"x-real\"\nheader_regex = \"^1$\"\n\
+             [[filter]]\nname = \"quit\"\nprefix = \"QU\\\\x49T\"\nclient = \"198.18.0.0/16\"\n",
+        )
+        .unwrap();
+        let c: IpAddr = "198.18.0.5".parse().unwrap();
+        let http = |m: &'static str, t: &'static str| Req::Http { method: m.as_bytes(), target: t.as_bytes(), headers: &[] };
+        assert_eq!(r.verdict(c, &http("POST", "/pay/x/y?z=1")), Verdict::Drop(Some(0)));
+        assert_eq!(r.verdict(c, &http("GET", "/pay/x")), Verdict::Copy(None));
+        assert_eq!(r.verdict(c, &http("GET", "/a/q/b?x")), Verdict::Drop(Some(1)));
+        assert_eq!(r.verdict(c, &http("GET", "/a/q/r/b")), Verdict::Copy(None));
+        let h = [("X-Real", &b"1"[..])];
+        assert_eq!(r.verdict(c, &Req::Http { method: b"GET", target: b"/", headers: &h }), Verdict::Drop(Some(2)));
+        assert_eq!(r.verdict(c, &Req::Bytes(b"QUIT\r\n")), Verdict::Drop(Some(3)));
+        assert_eq!(r.verdict("10.0.0.1".parse().unwrap(), &Req::Bytes(b"QUIT\r\n")), Verdict::Copy(None));
+        assert_eq!(r.verdict(c, &http("QUIT", "/")), Verdict::Copy(None), "a prefix rule never matches HTTP");
+        let a = Rules::from_toml_str("[[filter]]\nname = \"api\"\naction = \"allow\"\npath = \"/api/**\"\n").unwrap();
+        assert_eq!(a.verdict(c, &http("GET", "/api/v1")), Verdict::Copy(Some(0)));
+        assert_eq!(a.verdict(c, &http("GET", "/web")), Verdict::Drop(None));
+        assert_eq!(a.counter_names(), ["api", "allow_only"]);
+    }
+
+    #[test]
+    fn the_readme_and_module_examples_are_valid() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n  [[filter]]").expect("the README's rules example") + 8;
+        let end = start + readme[start..].find("```").unwrap();
+        let text: String = readme[start..end].lines().map(|l| format!("{}\n", l.trim_start())).collect();
+        let token = std::env::temp_dir().join(format!("rules-readme-{}", std::process::id()));
+        std::fs::write(&token, "Bearer t\n").unwrap();
+        let r = Rules::from_toml_str(&text.replace("/etc/tcopy/test-token", &token.display().to_string()));
+        std::fs::remove_file(&token).unwrap();
+        let r = r.unwrap();
+        assert_eq!(r.counter_names(), ["no-payments", "no-internal", "allow_only", "api-v2"]);
+        let doc = include_str!("rules.rs");
+        let start = doc.find("//! ```toml\n").unwrap() + 12;
+        let end = start + doc[start..].find("//! ```").unwrap();
+        let text: String = doc[start..end].lines().map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start())).collect();
+        // The module example shows every key: drop the alternatives a real file picks among.
+        let text = text.replace("path_regex = \"^/pay/\"", "").replace("replace = \"...\"", "").replace("file = \"/etc/tc/token\"", "").replace("delete = true", "").replace("prefix = \"DEL \"", "");
+        Rules::from_toml_str(&text).unwrap();
+    }
+}

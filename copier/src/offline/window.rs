@@ -1,0 +1,81 @@
+//! The time slice of an offline replay (`--from`, `--until`): only sessions whose client SYN
+//! was captured in `[from, until)` (Unix time, the file's timestamps) are replayed, whole: every
+//! later packet of such a session goes too, whatever its time; a session without a SYN in the
+//! file (caught mid-stream) is left out once a slice is asked for. Sans-IO.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::pace::Accepted;
+
+/// Which sessions of the file the slice keeps (see the module documentation).
+#[derive(Debug, Default)]
+pub struct Window {
+    from: Option<Duration>,
+    until: Option<Duration>,
+    live: HashSet<(SocketAddr, SocketAddr)>,
+}
+
+impl Window {
+    /// A slice; both ends `None` keeps everything.
+    #[must_use]
+    pub fn new(from: Option<Duration>, until: Option<Duration>) -> Window {
+        Window { from, until, live: HashSet::new() }
+    }
+
+    /// Whether the accepted packet `pkt` (captured at `ts`) is replayed.
+    pub fn admit(&mut self, ts: Duration, acc: &Accepted, pkt: &[u8]) -> bool {
+        if self.from.is_none() && self.until.is_none() {
+            return true;
+        }
+        let flags = pkt.get(acc.tcp_offset + 13).copied().unwrap_or(0);
+        let (syn, ack, rst) = (flags & 0x02 != 0, flags & 0x10 != 0, flags & 0x04 != 0);
+        let key = (acc.client, acc.server);
+        if syn && !ack {
+            let inside = self.from.is_none_or(|f| ts >= f) && self.until.is_none_or(|u| ts < u);
+            if inside {
+                self.live.insert(key);
+            } else {
+                self.live.remove(&key);
+            }
+            return inside;
+        }
+        let keep = self.live.contains(&key);
+        if rst {
+            self.live.remove(&key);
+        }
+        keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_are_kept_whole_by_the_time_of_their_syn() {
+        let acc = |port: u16| Accepted {
+            client: SocketAddr::from(([198, 18, 1, 2], port)),
+            server: SocketAddr::from(([198, 18, 1, 1], 80)),
+            tcp_offset: 0,
+        };
+        let pkt = |flags: u8| {
+            let mut p = vec![0u8; 20];
+            p[13] = flags;
+            p
+        };
+        let s = Duration::from_secs;
+        let mut w = Window::new(Some(s(100)), Some(s(200)));
+        assert!(!w.admit(s(99), &acc(1), &pkt(0x02)), "a SYN before the slice");
+        assert!(!w.admit(s(150), &acc(1), &pkt(0x10)), "its later packets neither");
+        assert!(w.admit(s(100), &acc(2), &pkt(0x02)));
+        assert!(w.admit(s(500), &acc(2), &pkt(0x18)), "a kept session goes on after the slice");
+        assert!(w.admit(s(501), &acc(2), &pkt(0x14)), "its RST");
+        assert!(!w.admit(s(502), &acc(2), &pkt(0x10)), "nothing after its RST");
+        assert!(!w.admit(s(200), &acc(3), &pkt(0x02)), "the end is excluded");
+        assert!(!w.admit(s(150), &acc(4), &pkt(0x10)), "no SYN in the file: left out");
+        let mut all = Window::new(None, None);
+        assert!(all.admit(s(1), &acc(4), &pkt(0x10)));
+    }
+}

@@ -1,0 +1,215 @@
+//! The archive of copied sessions (`--record DIR`): every packet the engine sends for the first
+//! copy of a session (copy 0), as the test server gets it, so after the request rules (filtered
+//! requests are not there) and after their edits (dye, header edits, rewrites), into rotating,
+//! size-bounded pcapng files, with an index of the sessions.
+//!
+//! Files: `DIR/rec-w<worker>-<n>.pcapng` (raw IP link type, microsecond timestamps), a new one
+//! once the current one holds `max_file` bytes, the oldest deleted beyond `max_files` per worker;
+//! `DIR/index-w<worker>.tsv` gets a line per recorded test connection when its SYN is recorded:
+//! `start_unix_ms`, the captured client, the test connection's client and server ends, the file.
+//! A test connection is recorded from its SYN (only copy 0's) until its FIN or RST. An archive
+//! file replays with `copier --offline FILE --map <test port>=...`, and `--rules` with allow
+//! filters selects a slice of it (by path, method, header, client range); the index tells which
+//! files hold a time range.
+//!
+//! Owns: the pcapng writer (section header, one interface description, enhanced packet blocks).
+
+use std::collections::{HashSet, VecDeque};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use common::flow::FourTuple;
+use common::wire::{parse_tcp_packet, TcpFlags};
+
+/// What `--record` was given.
+#[derive(Debug, Clone)]
+pub struct RecordConfig {
+    /// The directory of the archive.
+    pub dir: PathBuf,
+    /// Bytes per file before the next one starts.
+    pub max_file: u64,
+    /// Files kept per worker (the oldest goes).
+    pub max_files: usize,
+}
+
+/// pcapng link type of raw IP packets.
+const LINKTYPE_RAW: u16 = 101;
+
+fn block(out: &mut impl Write, kind: u32, body: &[u8]) -> std::io::Result<u64> {
+    let pad = (4 - body.len() % 4) % 4;
+    let total = (12 + body.len() + pad) as u32;
+    out.write_all(&kind.to_le_bytes())?;
+    out.write_all(&total.to_le_bytes())?;
+    out.write_all(body)?;
+    out.write_all(&[0u8; 3][..pad])?;
+    out.write_all(&total.to_le_bytes())?;
+    Ok(u64::from(total))
+}
+
+fn file_header(out: &mut impl Write) -> std::io::Result<u64> {
+    // Section header: byte-order magic, version 1.0, section length unknown.
+    let mut shb = Vec::with_capacity(16);
+    shb.extend_from_slice(&0x1A2B_3C4Du32.to_le_bytes());
+    shb.extend_from_slice(&1u16.to_le_bytes());
+    shb.extend_from_slice(&0u16.to_le_bytes());
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    let mut n = block(out, 0x0A0D_0D0A, &shb)?;
+    // Interface description: raw IP, no snap length limit (default microsecond resolution).
+    let mut idb = Vec::with_capacity(8);
+    idb.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
+    idb.extend_from_slice(&0u16.to_le_bytes());
+    idb.extend_from_slice(&0u32.to_le_bytes());
+    n += block(out, 1, &idb)?;
+    Ok(n)
+}
+
+fn packet(out: &mut impl Write, ts: SystemTime, data: &[u8]) -> std::io::Result<u64> {
+    let us = ts.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let mut epb = Vec::with_capacity(20 + data.len());
+    epb.extend_from_slice(&0u32.to_le_bytes());
+    epb.extend_from_slice(&((us >> 32) as u32).to_le_bytes());
+    epb.extend_from_slice(&(us as u32).to_le_bytes());
+    epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    epb.extend_from_slice(data);
+    block(out, 6, &epb)
+}
+
+/// One worker's recorder (see the module documentation).
+#[derive(Debug)]
+pub struct Recorder {
+    cfg: RecordConfig,
+    worker: u16,
+    seq: u64,
+    cur: Option<(PathBuf, BufWriter<File>, u64)>,
+    files: VecDeque<PathBuf>,
+    index: BufWriter<File>,
+    live: HashSet<FourTuple>,
+}
+
+impl Recorder {
+    /// Opens the archive directory (created if missing) for worker `worker`.
+    pub fn open(cfg: RecordConfig, worker: u16) -> std::io::Result<Recorder> {
+        std::fs::create_dir_all(&cfg.dir)?;
+        let path = cfg.dir.join(format!("index-w{worker}.tsv"));
+        let fresh = !path.exists();
+        let mut index = BufWriter::new(File::options().create(true).append(true).open(&path)?);
+        if fresh {
+            writeln!(index, "start_unix_ms\tclient\ttest_client\ttest_server\tfile")?;
+        }
+        Ok(Recorder { cfg, worker, seq: 0, cur: None, files: VecDeque::new(), index, live: HashSet::new() })
+    }
+
+    /// The archive's directory.
+    pub fn dir(&self) -> &Path {
+        &self.cfg.dir
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        if let Some((_, mut w, _)) = self.cur.take() {
+            w.flush()?;
+        }
+        let path = self.cfg.dir.join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
+        self.seq += 1;
+        let mut w = BufWriter::with_capacity(1 << 16, File::create(&path)?);
+        let n = file_header(&mut w)?;
+        self.files.push_back(path.clone());
+        while self.files.len() > self.cfg.max_files.max(1) {
+            if let Some(old) = self.files.pop_front() {
+                let _ = std::fs::remove_file(old);
+            }
+        }
+        self.cur = Some((path, w, n));
+        Ok(())
+    }
+
+    /// A packet the engine sends on `tuple`: `copy` and `client` (the captured client) are the
+    /// session's, `None` for the RSTs of a shutdown.
+    pub fn record(&mut self, tuple: FourTuple, copy: Option<u16>, client: Option<SocketAddr>, pkt: &[u8]) -> std::io::Result<()> {
+        let Ok(p) = parse_tcp_packet(pkt) else { return Ok(()) };
+        let flags = p.tcp.flags();
+        let syn = flags.contains(TcpFlags::SYN);
+        if syn && copy == Some(0) && self.live.insert(tuple) {
+            if self.cur.as_ref().is_none_or(|c| c.2 >= self.cfg.max_file) {
+                self.rotate()?;
+            }
+            let ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+            let file = self.cur.as_ref().map(|c| c.0.file_name().unwrap_or_default().to_string_lossy().into_owned());
+            let client = client.map_or_else(|| "-".into(), |c| c.to_string());
+            writeln!(self.index, "{ms}\t{client}\t{}\t{}\t{}", tuple.client, tuple.server, file.unwrap_or_default())?;
+        }
+        if !self.live.contains(&tuple) {
+            return Ok(());
+        }
+        if flags.contains(TcpFlags::RST) || flags.contains(TcpFlags::FIN) {
+            self.live.remove(&tuple);
+        }
+        if self.cur.is_none() {
+            self.rotate()?;
+        }
+        if let Some((_, w, n)) = self.cur.as_mut() {
+            *n += packet(w, SystemTime::now(), pkt)?;
+        }
+        Ok(())
+    }
+
+    /// Write out what is buffered.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        if let Some((_, w, _)) = self.cur.as_mut() {
+            w.flush()?;
+        }
+        self.index.flush()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use common::pcap::{Event, Reader};
+    use common::testkit;
+
+    #[test]
+    fn files_rotate_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("record-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut r = Recorder::open(RecordConfig { dir: dir.clone(), max_file: 300, max_files: 2 }, 0).unwrap();
+        let syn = testkit::emit(&common::wire::TcpBuilder { flags: TcpFlags::SYN, ..testkit::SEGMENT });
+        let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
+        let t = |port: u16| FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
+        for port in 1..=4 {
+            r.record(t(port), Some(0), Some(t(port).client), &syn).unwrap();
+            r.record(t(port), Some(0), None, &data).unwrap();
+            r.record(t(port), Some(0), None, &data).unwrap();
+        }
+        r.record(t(9), Some(1), None, &syn).unwrap(); // another copy: not recorded
+        r.flush().unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"], "two files kept");
+        let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
+        assert_eq!(index.lines().count(), 5, "{index}");
+        assert!(index.lines().nth(4).unwrap().ends_with("198.18.1.1:80\trec-w0-000003.pcapng"), "{index}");
+        let mut rd = Reader::new(File::open(dir.join("rec-w0-000003.pcapng")).unwrap()).unwrap();
+        let mut n = 0;
+        while let Some(ev) = rd.next_event().unwrap() {
+            match ev {
+                Event::Packet(p) => {
+                    assert!(p.data == &syn[..] || p.data == &data[..]);
+                    n += 1;
+                }
+                Event::Skip(s) => panic!("{s:?}"),
+            }
+        }
+        assert_eq!(n, 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
