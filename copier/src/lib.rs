@@ -12,6 +12,7 @@
 pub mod bpf;
 pub mod capture;
 pub mod cli;
+pub mod compare_report;
 pub mod control;
 pub mod doctor;
 pub mod engine;

@@ -37,8 +37,21 @@ const RECORD_CHANNEL: usize = 32;
 fn main() -> ExitCode {
     common::docs::generate_if_asked(<Args as clap::CommandFactory>::command());
     let args = Args::parse();
-    if let Some(copier::doctor::Command::Doctor(d)) = &args.command {
-        return ExitCode::from(copier::doctor::main(d));
+    match &args.command {
+        Some(copier::doctor::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
+        Some(copier::doctor::Command::CompareReport(r)) => {
+            return match copier::compare_report::main(r) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("copier compare-report: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => {}
     }
     init_tracing(args.verbose);
     match run(args) {
