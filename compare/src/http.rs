@@ -256,6 +256,109 @@ fn cut(mut v: Vec<u8>, max: usize) -> Vec<u8> {
     v
 }
 
+/// Where a message ends, as far as its bytes so far tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// More bytes are needed to know.
+    Incomplete,
+    /// The message is this many bytes long.
+    Complete(usize),
+    /// The message is `head` bytes of head and `body` bytes of body (`Content-Length`), of which
+    /// not all came yet: a caller that will not keep them all can skip the rest by count.
+    Sized {
+        /// Head length.
+        head: usize,
+        /// Body length.
+        body: usize,
+    },
+    /// The body runs until the connection closes.
+    UntilClose,
+}
+
+/// Where the request or answer at the start of `bytes` ends. `head_request`: an answer to a
+/// `HEAD` (no body). Interim `1xx` answers count as part of the answer that follows them.
+pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result<Framing, HttpError> {
+    let mut off = 0;
+    loop {
+        let rest = &bytes[off..];
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let (head_len, status, hs): (usize, u16, Vec<(String, String)>) = if is_request {
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(rest) {
+                Ok(httparse::Status::Complete(n)) => (n, 0, lower(req.headers)),
+                Ok(httparse::Status::Partial) => return Ok(Framing::Incomplete),
+                Err(e) => return Err(HttpError::Head(e.to_string())),
+            }
+        } else {
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(rest) {
+                Ok(httparse::Status::Complete(n)) => (n, resp.code.unwrap_or(0), lower(resp.headers)),
+                Ok(httparse::Status::Partial) => return Ok(Framing::Incomplete),
+                Err(e) => return Err(HttpError::Head(e.to_string())),
+            }
+        };
+        if !is_request && (100..200).contains(&status) && status != 101 {
+            off += head_len;
+            continue;
+        }
+        let ans = Answer { status, headers: hs, body: Vec::new(), complete: true, gzip: false };
+        if !is_request && (head_request || status == 204 || status == 304 || status == 101) {
+            return Ok(Framing::Complete(off + head_len));
+        }
+        let chunked = ans
+            .header("transfer-encoding")
+            .is_some_and(|te| te.to_ascii_lowercase().split(',').any(|p| p.trim() == "chunked"));
+        if chunked {
+            return Ok(match chunked_len(&rest[head_len..])? {
+                Some(n) => Framing::Complete(off + head_len + n),
+                None => Framing::Incomplete,
+            });
+        }
+        return Ok(match content_length(&ans)? {
+            Some(n) if rest.len() - head_len >= n => Framing::Complete(off + head_len + n),
+            Some(n) => Framing::Sized { head: off + head_len, body: n },
+            None if is_request => Framing::Complete(off + head_len),
+            None => Framing::UntilClose,
+        });
+    }
+}
+
+fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {
+    hs.iter().map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string())).collect()
+}
+
+/// The length of a whole chunked body (trailers included), or None when it has not ended.
+fn chunked_len(body: &[u8]) -> Result<Option<usize>, HttpError> {
+    let mut at = 0;
+    loop {
+        let (skip, size) = match httparse::parse_chunk_size(&body[at..]) {
+            Ok(httparse::Status::Complete(v)) => v,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(_) => return Err(HttpError::Chunk(at)),
+        };
+        at += skip;
+        if size == 0 {
+            // trailers: lines until an empty one
+            loop {
+                let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+                at += i + 2;
+                if i == 0 {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        let size = usize::try_from(size).map_err(|_| HttpError::Chunk(at))?;
+        let end = at.checked_add(size).and_then(|e| e.checked_add(2)).ok_or(HttpError::Chunk(at))?;
+        if body.len() < end {
+            return Ok(None);
+        }
+        if &body[end - 2..end] != b"\r\n" {
+            return Err(HttpError::Chunk(end - 2));
+        }
+        at = end;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +467,23 @@ mod tests {
             Err(HttpError::ContentLength)
         );
         assert!(!looks_like_answer(b"+OK\r\n"));
+    }
+
+    #[test]
+    fn framing() {
+        let f = |b: &[u8], req| message_len(b, req, false).unwrap();
+        assert_eq!(f(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2", true), Framing::Complete(27));
+        assert_eq!(f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET", true), Framing::Complete(41));
+        assert_eq!(f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na", true), Framing::Sized { head: 38, body: 3 });
+        assert_eq!(f(b"GET / HTTP/1.1\r\nHost", true), Framing::Incomplete);
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\nHTTP";
+        assert_eq!(f(chunked, false), Framing::Complete(chunked.len() - 4));
+        assert_eq!(f(&chunked[..chunked.len() - 8], false), Framing::Incomplete);
+        assert_eq!(f(b"HTTP/1.1 200 OK\r\n\r\nabc", false), Framing::UntilClose);
+        assert_eq!(f(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No\r\n\r\nx", false), Framing::Complete(44));
+        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", false, true).unwrap(), Framing::Complete(38));
+        assert!(message_len(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", false, false).is_err());
+        assert!(message_len(b"\x00\x01", true, false).is_err());
     }
 
     #[test]

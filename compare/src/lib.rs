@@ -17,6 +17,7 @@
 pub mod comparator;
 pub mod endpoint;
 pub mod fields;
+pub mod flows;
 pub mod http;
 pub mod jsonl;
 pub mod noise;
