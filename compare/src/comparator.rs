@@ -19,9 +19,10 @@ use crate::noise::{Ignore, Learned, Repeats};
 use crate::stats::{EndpointStats, Summary, Totals, MAX_FIELDS};
 
 /// Headers never compared by default: they differ between any two answers or only describe the
-/// framing (the body is compared decoded).
+/// framing and the transfer coding (the body is compared decoded: a gzip answer and a plain one
+/// with the same text are equal; nginx, for one, does not gzip error answers).
 pub const DEFAULT_IGNORED_HEADERS: &[&str] =
-    &["date", "content-length", "transfer-encoding", "connection", "keep-alive"];
+    &["date", "content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"];
 
 /// What the comparator is told.
 #[derive(Debug, Clone)]

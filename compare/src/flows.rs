@@ -20,7 +20,7 @@
 //! once it had the request, measured from the same vantage point as its answer.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hash};
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use crate::comparator::{Exchange, Reply};
@@ -109,7 +109,8 @@ pub struct FlowCounts {
     pub sampled_out: u64,
     /// Connections forgotten to stay within `max_conns`.
     pub conns_shed: u64,
-    /// Segments of a test server for a connection not (or no longer) tracked.
+    /// Connections whose first segment seen was a test server's (its records came before the
+    /// capture showed the client's SYN; they are kept, not lost).
     pub orphan_segments: u64,
 }
 
@@ -164,7 +165,38 @@ pub struct Flows<K> {
     gen: u64,
     pending: Pending<(K, u64, u64)>,
     counts: FlowCounts,
-    hasher: std::hash::RandomState,
+}
+
+/// FNV-1a as a `Hasher`: the same key picks the same sample in every run and in every thread.
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        // spread the low bits (FNV's last multiply leaves the top ones weak for short keys)
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Whether connection `key` is among the fraction `sample` compared (stable across runs, so the
+/// copier's record tap and the comparison agree).
+pub fn sampled<K: Hash>(key: &K, sample: f64) -> bool {
+    if sample >= 1.0 {
+        return true;
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    key.hash(&mut h);
+    (h.finish() as f64 / u64::MAX as f64) < sample
 }
 
 impl<K: Hash + Eq + Clone> Flows<K> {
@@ -175,18 +207,10 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             conns: HashMap::new(),
             gen: 0,
             counts: FlowCounts::default(),
-            hasher: std::hash::RandomState::new(),
             cfg,
         }
     }
 
-    fn sampled(&self, key: &K) -> bool {
-        if self.cfg.sample >= 1.0 {
-            return true;
-        }
-        let h = self.hasher.hash_one(key);
-        (h as f64 / u64::MAX as f64) < self.cfg.sample
-    }
 
     fn new_conn(&mut self, now: Instant, key: &K) {
         if !self.conns.contains_key(key) && self.conns.len() >= self.cfg.max_conns {
@@ -196,7 +220,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             }
         }
         self.gen += 1;
-        let sampled = self.sampled(key);
+        let sampled = sampled(key, self.cfg.sample);
         if !sampled {
             self.counts.sampled_out += 1;
         }
@@ -217,15 +241,23 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// One segment of `side` for connection `key`; returns the exchanges now complete.
     pub fn handle(&mut self, now: Instant, key: &K, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
         let mut out = Vec::new();
-        // a client SYN starts a new connection on this key (a reused port included)
-        if side == Side::Client && seg.syn {
-            self.new_conn(now, key);
-        } else if !self.conns.contains_key(key) {
-            if matches!(side, Side::Candidate | Side::Baseline) {
-                self.counts.orphan_segments += 1;
-                return out;
+        // The capture and the records come by different paths: a test server's first segments
+        // may be here before the client's SYN. A client SYN starts a new connection only when
+        // the key already had one with another ISN (a reused port), not when it repeats the
+        // SYN or when the other sides came first.
+        match self.conns.get(key) {
+            None => {
+                if matches!(side, Side::Candidate | Side::Baseline) {
+                    self.counts.orphan_segments += 1;
+                }
+                self.new_conn(now, key);
             }
-            self.new_conn(now, key);
+            Some(c) if side == Side::Client && seg.syn => {
+                if c.streams[0].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
+                    self.new_conn(now, key);
+                }
+            }
+            Some(_) => {}
         }
         let Some(c) = self.conns.get_mut(key) else { return out };
         c.last = now;
@@ -233,8 +265,9 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             return out;
         }
         let t = idx(side);
-        // a test server's SYN-ACK starts its stream afresh (a new test connection)
-        if seg.syn && matches!(side, Side::Candidate | Side::Baseline) && c.streams[t].base.is_some() {
+        // a SYN with another ISN: a new connection on that side (a test server's reconnection);
+        // the same ISN again is a retransmission
+        if seg.syn && c.streams[t].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
             c.streams[t] = Stream::default();
         }
         if let (Some(ack), Some(ti)) = (seg.ack, test_index(side)) {

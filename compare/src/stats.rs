@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use crate::fields::Kind;
 
+/// The smallest answer time a ratio uses (see [`EndpointStats::time_ratio`]).
+pub const TIME_FLOOR: Duration = Duration::from_millis(1);
+
 /// Differing fields remembered per endpoint (later ones still count in their kind).
 pub const MAX_FIELDS: usize = 64;
 
@@ -83,11 +86,13 @@ pub struct EndpointStats {
 }
 
 impl EndpointStats {
-    /// Test p-quantile answer time over the online one (None until both have one).
+    /// Test p-quantile answer time over the online one (None until both have one). Both are
+    /// taken as at least [`TIME_FLOOR`]: the times come from capture batches, and a ratio of
+    /// two times below that says nothing.
     pub fn time_ratio(&self, q: f64) -> Option<f64> {
-        let on = self.online_time.quantile(q)?.as_secs_f64();
-        let t = self.test_time.quantile(q)?.as_secs_f64();
-        (on > 0.0).then(|| t / on)
+        let on = self.online_time.quantile(q)?.max(TIME_FLOOR).as_secs_f64();
+        let t = self.test_time.quantile(q)?.max(TIME_FLOOR).as_secs_f64();
+        Some(t / on)
     }
 
     /// Differing exchanges over compared ones.
@@ -176,6 +181,10 @@ mod tests {
     fn ratio() {
         let mut s = EndpointStats::default();
         assert_eq!(s.time_ratio(0.5), None);
+        s.online_time.add(Duration::from_micros(1));
+        s.test_time.add(Duration::from_micros(500));
+        assert_eq!(s.time_ratio(0.5), Some(1.0), "both under the floor");
+        let mut s = EndpointStats::default();
         for _ in 0..10 {
             s.online_time.add(Duration::from_millis(10));
             s.test_time.add(Duration::from_millis(40));

@@ -297,6 +297,61 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=crate::workers::MAX_WORKERS as i64))]
     pub workers: u16,
+
+    // ---- shadow testing (see "Comparison" in --help; crate::shadow) ----
+    /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
+    /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
+    /// summary at exit. The copier also captures the online answers of the mapped ports, and
+    /// the intercept must send answer payloads (intercept --payload-bytes 65000). Not with
+    /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
+    /// connection by the client's address and port), nor --offline.
+    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
+    pub compare: bool,
+
+    /// Compare this percentage of the connections (0 < P <= 100, chosen per connection).
+    #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent, help_heading = "Comparison", requires = "compare")]
+    pub compare_sample: f64,
+
+    /// A field never compared (repeatable, or comma separated): `header:NAME`, a JSON path such
+    /// as `$.meta.ts` or `$.items[*].id`, or a prefix ending in `*` (`$.debug.*`).
+    #[arg(long, value_name = "FIELD", value_delimiter = ',', help_heading = "Comparison", requires = "compare")]
+    pub compare_ignore: Vec<String>,
+
+    /// Also copy every compared session, identically, to this baseline (a test server running
+    /// the online version): a field where the baseline's answer differs from online is noise,
+    /// learned per endpoint, and is not reported for the candidate (the --map target).
+    /// [ONLINE_IP:]PORT=TARGET_IP:PORT as --map; its intercept is one of --intercept.
+    #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
+    pub baseline_maps: Vec<PortMap>,
+
+    /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
+    /// `copier compare-report FILE -o PAGE.html`).
+    #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
+    pub compare_log: Option<PathBuf>,
+
+    /// Size of one --compare-log file before it rotates (FILE.1, FILE.2, ...).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_log_size: u64,
+
+    /// Rotated --compare-log files kept.
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Comparison")]
+    pub compare_log_keep: usize,
+
+    /// Percentage of the differing exchanges written to --compare-log (all are counted).
+    #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent, help_heading = "Comparison")]
+    pub compare_log_sample: f64,
+
+    /// Bytes kept of one request or answer (a longer one is compared on its first SIZE bytes).
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_bytes: u64,
+
+    /// How long a request waits for its answers before it is counted as not compared.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Comparison")]
+    pub compare_timeout: Duration,
+
+    /// Most memory the comparison's waiting answers may hold (oldest dropped, counted).
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_memory: u64,
 }
 
 /// Everything the binary needs, checked.
@@ -320,6 +375,8 @@ pub struct Validated {
     pub offline: Option<OfflineConfig>,
     /// Engine threads to run (1 with `--offline`, whatever `--workers` said).
     pub workers: u16,
+    /// The comparison (`--compare`).
+    pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
 impl Args {
@@ -349,6 +406,7 @@ impl Args {
         let engine = EngineConfig {
             profile,
             maps: self.maps.clone(),
+            baselines: self.baseline_maps.clone(),
             mtu: self.mtu,
             client_ip,
             copies: self.copies,
@@ -369,6 +427,7 @@ impl Args {
             ..EngineConfig::default()
         };
         check_targets_not_local(&self.maps, &local_addresses()?)?;
+        check_targets_not_local(&self.baseline_maps, &local_addresses()?)?;
         if self.session_timeout < Duration::from_secs(1) {
             return Err(format!(
                 "--session-timeout {:?} is too short (at least 1s)",
@@ -432,7 +491,9 @@ impl Args {
             }
             intercepts.push(i.clone());
         }
+        let shadow = self.shadow_config(&capture)?;
         Ok(Validated {
+            shadow,
             engine,
             capture,
             send: SendConfig {
@@ -455,6 +516,74 @@ impl Args {
                 ..OfflineConfig::new(path.clone())
             }),
         })
+    }
+}
+
+impl Args {
+    /// The comparison's configuration from the `--compare*` flags (None without `--compare`).
+    fn shadow_config(&self, capture: &CaptureConfig) -> Result<Option<crate::shadow::ShadowConfig>, String> {
+        use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
+        if !self.compare {
+            if !self.baseline_maps.is_empty() {
+                return Err("--baseline-map needs --compare".into());
+            }
+            return Ok(None);
+        }
+        if self.copies > 1 {
+            return Err(format!(
+                "--compare with --copies {}: a test answer is matched to its online connection by the client's \
+address and port, which only the first copy keeps; use --copies 1",
+                self.copies
+            ));
+        }
+        let mut maps = Vec::new();
+        for m in &self.maps {
+            let baseline = self.baseline_maps.iter().find(|b| b.online_port == m.online_port && b.online_ip == m.online_ip);
+            if let Some(b) = baseline {
+                if b.target.is_ipv4() != m.target.is_ipv4() || b.target == m.target {
+                    return Err(format!(
+                        "--baseline-map {}: its target must differ from the --map target {} and be of its family",
+                        crate::cli::show_map(b),
+                        m.target
+                    ));
+                }
+            }
+            maps.push(ShadowMap { online: m.online_ip, port: m.online_port, candidate: m.target, baseline: baseline.map(|b| b.target) });
+        }
+        for b in &self.baseline_maps {
+            if !maps.iter().any(|m| m.port == b.online_port && m.online == b.online_ip) {
+                return Err(format!("--baseline-map {}: no --map for that online port and address", crate::cli::show_map(b)));
+            }
+        }
+        let max_message = usize::try_from(self.compare_bytes).unwrap_or(usize::MAX);
+        if max_message < 1024 {
+            return Err(format!("--compare-bytes {} is too small (at least 1K)", self.compare_bytes));
+        }
+        let compare = compare::CompareConfig {
+            ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            limits: compare::http::Limits { max_body: max_message },
+            ..compare::CompareConfig::default()
+        };
+        let baseline = maps.iter().any(|m| m.baseline.is_some());
+        let flows = compare::flows::FlowConfig {
+            max_message,
+            pair_timeout: self.compare_timeout,
+            max_pending_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
+            baseline,
+            sample: self.compare_sample / 100.0,
+            port: self.maps.first().map_or(0, |m| m.online_port),
+            ..compare::flows::FlowConfig::default()
+        };
+        let log = self.compare_log.as_ref().map(|path| LogConfig {
+            path: path.clone(),
+            max_bytes: self.compare_log_size,
+            keep: self.compare_log_keep,
+            sample: self.compare_log_sample / 100.0,
+        });
+        // the comparison's ring: a fixed 16 MiB of the capture's block size
+        let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
+        let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
+        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10) }))
     }
 }
 

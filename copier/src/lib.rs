@@ -21,5 +21,6 @@ pub mod metrics;
 pub mod offline;
 pub mod run;
 pub mod send;
+pub mod shadow;
 pub mod sys;
 pub mod workers;

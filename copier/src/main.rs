@@ -138,6 +138,15 @@ fn run(args: Args) -> Result<RunSummary> {
             .with_context(|| format!("serving metrics on --metrics {addr}"))?;
     }
 
+    // The comparison thread (--compare): its own capture of both directions, fed the records.
+    let shadow = match v.shadow.clone() {
+        Some(cfg) => {
+            copier::shadow::describe();
+            Some(copier::shadow::start(cfg)?)
+        }
+        None => None,
+    };
+
     let registry = Arc::new(Registry::new());
     let routes = Arc::new(Routes::new());
     let connected = Arc::new(AtomicUsize::new(0));
@@ -192,6 +201,7 @@ fn run(args: Args) -> Result<RunSummary> {
             stop: stop.clone(),
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
+            shadow: shadow.as_ref().map(|s| s.tap.clone()),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {
@@ -264,6 +274,9 @@ fn run(args: Args) -> Result<RunSummary> {
         }
     }
     drop(rt);
+    if let Some(report) = shadow.and_then(|s| s.stop()) {
+        println!("{report}");
+    }
     if let Some(e) = fatal {
         eprintln!("{summary}");
         return Err(e).context("the engine loop stopped");

@@ -119,6 +119,8 @@ pub struct LoopIo {
     /// With several workers: who owns which registered tuple (this loop adds and removes its
     /// own). `None` with one worker.
     pub routes: Option<Arc<Routes>>,
+    /// With `--compare`: where copies of the records go (`crate::shadow`).
+    pub shadow: Option<crate::shadow::Tap>,
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -419,6 +421,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
             Ok(Inbound::Records(batch)) => {
+                if let Some(tap) = &io.shadow {
+                    tap.records(now, &batch);
+                }
                 for r in &batch {
                     engine.handle_record(now, r);
                 }

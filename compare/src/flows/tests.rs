@@ -145,8 +145,8 @@ fn not_http_cut_records_and_unanswered_requests_are_counted() {
     h.open();
     h.seg(Side::Client, false, b"\x16\x03\x01\x02\x00binary hello", None);
     assert_eq!(h.f.counts().not_http, 1);
-    // a new connection on the same key: HTTP, whose test record is cut
-    h.next = [CISN + 1, OISN + 1, TISN + 1, TISN + 1];
+    // a new connection on the same key (another ISN): HTTP, whose test record is cut
+    h.next = [CISN + 10_001, OISN + 1, TISN + 1, TISN + 1];
     h.open();
     h.seg(Side::Client, false, b"GET / HTTP/1.1\r\n\r\n", None);
     h.seg(Side::Online, false, &ok("abc"), None);
@@ -156,7 +156,7 @@ fn not_http_cut_records_and_unanswered_requests_are_counted() {
     assert!(!got[0].candidate.complete);
     assert_eq!(h.f.counts().unsynced, 1);
     // a third connection never answered by the test server: expires, counted
-    h.next = [CISN + 1, OISN + 1, TISN + 1, TISN + 1];
+    h.next = [CISN + 20_001, OISN + 1, TISN + 1, TISN + 1];
     h.open();
     h.seg(Side::Client, false, b"GET / HTTP/1.1\r\n\r\n", None);
     h.seg(Side::Online, false, &ok("abc"), None);
@@ -164,9 +164,41 @@ fn not_http_cut_records_and_unanswered_requests_are_counted() {
     h.later(6000);
     assert!(h.f.expire(h.t).is_empty());
     assert_eq!(h.f.pending_counts().expired, 1);
-    // segments of a test server for an unknown connection
+    // segments of a test server before the client's SYN are counted and kept
     h.f.handle(h.t, &99, Side::Candidate, s);
     assert_eq!(h.f.counts().orphan_segments, 1);
+}
+
+#[test]
+fn test_answers_before_the_client_syn_and_repeated_syns_keep_the_pairing() {
+    let mut h = H::new(FlowConfig::default());
+    // the test server's SYN-ACK and answer come before the capture shows the client
+    h.seg(Side::Candidate, true, b"", Some(CISN + 1));
+    h.seg(Side::Candidate, false, &ok("one"), None);
+    h.seg(Side::Client, true, b"", None);
+    h.seg(Side::Online, true, b"", Some(CISN + 1));
+    h.seg(Side::Client, false, b"GET /1 HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, false, &ok("one"), None);
+    assert_eq!(h.out.len(), 1);
+    // a retransmitted client SYN and test SYN-ACK change nothing
+    let syn = |seq| Seg { seq, ack: None, syn: true, fin: false, rst: false, payload: b"", cut: false };
+    h.f.handle(h.t, &7, Side::Client, syn(CISN));
+    h.f.handle(h.t, &7, Side::Candidate, syn(TISN));
+    h.seg(Side::Client, false, b"GET /2 HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, false, &ok("two"), None);
+    h.seg(Side::Candidate, false, &ok("two"), None);
+    assert_eq!(h.out.len(), 2);
+    assert!(h.out[1].request.starts_with(b"GET /2") && h.out[1].candidate.bytes.ends_with(b"two"));
+    // a new client connection on the same port (another ISN) starts afresh
+    h.next = [CISN + 1001, OISN + 1, TISN + 5001, TISN + 1];
+    h.seg(Side::Client, true, b"", None);
+    h.seg(Side::Client, false, b"GET /3 HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, true, b"", None);
+    h.seg(Side::Online, false, &ok("three"), None);
+    h.seg(Side::Candidate, true, b"", None);
+    h.seg(Side::Candidate, false, &ok("three"), None);
+    assert_eq!(h.out.len(), 3);
+    assert!(h.out[2].request.starts_with(b"GET /3"));
 }
 
 #[test]
@@ -175,6 +207,8 @@ fn sampling_and_connection_bound() {
     let syn = Seg { seq: 1, ack: None, syn: true, fin: false, rst: false, payload: b"", cut: false };
     f.handle(Instant::now(), &1, Side::Client, syn);
     assert_eq!(f.counts().sampled_out, 1);
+    let n = (0..10_000u32).filter(|k| sampled(k, 0.1)).count();
+    assert!((900..1100).contains(&n), "{n}");
     let mut f: Flows<u16> = Flows::new(FlowConfig { max_conns: 10, ..FlowConfig::default() });
     let t = Instant::now();
     for k in 0..100u16 {
@@ -184,4 +218,50 @@ fn sampling_and_connection_bound() {
     assert_eq!(f.counts().conns_shed, 90);
     f.expire(t + Duration::from_secs(1000));
     assert_eq!(f.sizes().0, 0);
+}
+
+#[test]
+fn gzip_chunked_keep_alive_stays_aligned() {
+    use std::io::Write;
+    let gz = |s: &str| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(s.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    let chunked = |body: &str| {
+        let z = gz(body);
+        let mut v = format!(
+            "HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\nContent-Encoding: gzip\r\n\r\n{:x}\r\n",
+            z.len()
+        )
+        .into_bytes();
+        v.extend_from_slice(&z);
+        v.extend_from_slice(b"\r\n0\r\n\r\n");
+        v
+    };
+    let err = b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: 16\r\nConnection: keep-alive\r\n\r\n{\"error\":\"boom\"}".to_vec();
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    let mut reqs = Vec::new();
+    for i in 0..30 {
+        let path = match i % 3 {
+            0 => format!("/items/{i}"),
+            1 => format!("/orders/{i}"),
+            _ => "/health".to_string(),
+        };
+        reqs.push(path);
+    }
+    for (i, p) in reqs.iter().enumerate() {
+        h.seg(Side::Client, false, format!("GET {p} HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n").as_bytes(), None);
+        let on = chunked(&format!("{{\"path\":\"{p}\",\"n\":{i}}}"));
+        h.seg(Side::Online, false, &on, None);
+        let t = if i % 3 == 1 { err.clone() } else { chunked(&format!("{{\"path\":\"{p}\",\"n\":{i}}}")) };
+        h.seg(Side::Candidate, false, &t, None);
+    }
+    assert_eq!(h.out.len(), 30);
+    for (i, e) in h.out.iter().enumerate() {
+        assert!(e.request.starts_with(format!("GET {} ", reqs[i]).as_bytes()));
+        let a = crate::http::parse_answer(&e.online.bytes, false, Default::default()).unwrap();
+        assert_eq!(a.body, format!("{{\"path\":\"{}\",\"n\":{i}}}", reqs[i]).into_bytes());
+    }
 }

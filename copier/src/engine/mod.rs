@@ -335,7 +335,8 @@ impl Engine {
             } else if h.has(TcpFlags::ACK) && h.seq == p.isn.add(1) {
                 // The handshake completed (its ACK, or first data if the ACK was not seen).
                 self.pending.remove(&c.key);
-                self.new_session(now, &c, map.target, Start::Syn { isn: p.isn, tsval: p.tsval });
+                let baseline = self.sh.p.baseline_for(&map);
+                self.new_session(now, &c, map.target, baseline, Start::Syn { isn: p.isn, tsval: p.tsval });
                 self.dispatch(now, &c);
             } else {
                 // Not of this handshake (a stray segment): no session to carry it.
@@ -345,7 +346,8 @@ impl Engine {
             self.check_memory(now);
             return;
         }
-        self.new_session(now, &c, map.target, Start::Midstream);
+        let baseline = self.sh.p.baseline_for(&map);
+        self.new_session(now, &c, map.target, baseline, Start::Midstream);
         self.check_memory(now);
     }
 
@@ -428,7 +430,14 @@ impl Engine {
         }
     }
 
-    fn new_session(&mut self, now: Instant, c: &Captured<'_>, target: std::net::SocketAddr, how: Start) {
+    fn new_session(
+        &mut self,
+        now: Instant,
+        c: &Captured<'_>,
+        target: std::net::SocketAddr,
+        baseline: Option<std::net::SocketAddr>,
+        how: Start,
+    ) {
         let h = &c.hdr;
         let st = &mut self.sh.stats;
         let syn = matches!(how, Start::Syn { .. });
@@ -475,8 +484,13 @@ impl Engine {
         }
         let started = self.sh.stats.sessions_started;
         self.by_key.insert(c.key, Group { members: Vec::with_capacity(plans.len()), started: false });
-        for (k, plan) in plans.iter().enumerate() {
-            if plan.client.is_ipv6() != v6 {
+        // the baseline's copy: the first copy's client, toward the baseline (no plan of its own)
+        let extra = baseline.filter(|b| b.is_ipv6() == v6).map(|b| (b, plans[0].client));
+        let copies = plans.iter().map(|p| (target, p.client, Some(p))).chain(extra.map(|(b, cl)| (b, cl, None)));
+        let copies: Vec<_> = copies.collect();
+        for (k, (target, client, plan)) in copies.into_iter().enumerate() {
+            if client.is_ipv6() != v6 {
+                let Some(plan) = plan else { continue };
                 // A virtual address of the other family than the target's: that copy only.
                 self.sh.stats.drops.family_mismatch += 1;
                 self.sh.plan.shaper.end_session(plan.session);
@@ -490,10 +504,10 @@ impl Engine {
                 }
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
-            let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
-            s.want_port = plan.client.port();
-            s.plan_id = Some(plan.session);
-            s.gate = self.sh.plan.gates.then(|| Gate::new(plan.session));
+            let mut s = Session::new(c.key, slot, target, client.ip(), now);
+            s.want_port = client.port();
+            s.plan_id = plan.map(|p| p.session);
+            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Gate::new(p.session));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
