@@ -127,8 +127,6 @@ struct Stream {
     n: u64,
     /// Bytes of the current message still to skip (it was longer than `max_message`).
     skip: u64,
-    /// The current message was cut at `max_message` and is waiting for the close.
-    cut: bool,
     fin: bool,
     dead: bool,
     /// When the current message's first byte came.
@@ -448,7 +446,7 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
                 let total = (head + body) as u64;
                 (st.buf.len(), false, total - st.buf.len() as u64)
             }
-            Ok(Framing::UntilClose) if st.fin => (st.buf.len(), !st.cut, 0),
+            Ok(Framing::UntilClose) if st.fin => (st.buf.len(), true, 0),
             Ok(Framing::Incomplete | Framing::UntilClose) => {
                 if st.buf.len() >= cfg.max_message {
                     // cannot find the end within the bound: compare what is there, then stop

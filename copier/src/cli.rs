@@ -83,7 +83,26 @@ connection), or after three answer timeouts; server-speaks-first protocols (a gr
 shaped sessions (--profile) are always one at a time. Choose strict for a test server that
 must never see two requests of a connection at once, off (--no-pacing) for a load test where
 only the request rate matters. copier_replay_lag_seconds tells how far behind production the
-copies run; copier_units_ahead_total counts requests sent ahead of an answer.";
+copies run; copier_units_ahead_total counts requests sent ahead of an answer.
+
+Comparison (shadow testing): with --compare the copier also compares every test answer with the
+online service's answer to the same request. It captures both directions of the mapped ports on a
+ring of its own (the requests and the online answers), takes the test answers from the intercept's
+records (run the intercept with --payload-bytes 65495), puts each connection's three byte streams
+back in order, cuts them into HTTP/1.x messages and pairs the n-th request with the n-th answer of
+each server. Status, headers (not Date, Content-Length, Transfer-Encoding, Content-Encoding,
+Connection, Keep-Alive) and body are compared, chunked and gzip bodies decoded, JSON bodies field
+by field ($.items[3].price); endpoints are the method and the path with numbers and ids collapsed
+(GET /items/12 and GET /items/7 are one endpoint), at most 500. Noise: the --compare-ignore list;
+with --baseline-map, every session also goes to a baseline running the online version, and a field
+where the baseline differs from online is noise, learned per endpoint; and a field that changes
+between two answers of one server to identical requests is noise too. The copy never waits for the comparison: records reach it
+through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
+its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
+noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
+-o PAGE.html` draws it) and a summary at exit. Only HTTP/1.x is compared (other connections are
+counted); a test answer is matched to its online connection by the client's address and port, so
+not with --client-ip, --profile or --copies above 1.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -101,6 +120,12 @@ Examples:
   # copies shaped by a profile (factor, load phases, user pools, ON/OFF gating, think time)
   copier --map 80=198.18.1.2:80 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret \\
          --profile /etc/tcopy/profile.toml --seed 7
+
+  # compare the test server's answers with production's, a baseline filtering the noise, and
+  # turn the file into a page (the intercept runs with --payload-bytes 65495)
+  copier --map 80=198.18.1.2:80 --baseline-map 80=198.18.1.3:80 --intercept 198.18.1.2 \\
+         --intercept 198.18.1.3 --secret-file /etc/tcopy/secret --compare --compare-log diff.jsonl
+  copier compare-report diff.jsonl -o report.html
 
   # replay a tcpdump capture ten times faster, twice over (the second pass on other client ports)
   copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
@@ -302,7 +327,7 @@ pub struct Args {
     /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
     /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
     /// summary at exit. The copier also captures the online answers of the mapped ports, and
-    /// the intercept must send answer payloads (intercept --payload-bytes 65000). Not with
+    /// the intercept must send answer payloads (intercept --payload-bytes 65495). Not with
     /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
     /// connection by the client's address and port), nor --offline.
     #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
