@@ -129,6 +129,8 @@ struct Stream {
     skip: u64,
     fin: bool,
     dead: bool,
+    /// Set by `put` when a hole outgrew `max_held` (counted as unsynced by the caller).
+    overflowed: bool,
     /// When the current message's first byte came.
     first_t: Option<Instant>,
 }
@@ -298,6 +300,9 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         } else {
             put(st, off, seg.payload, self.cfg.max_held, now);
         }
+        if std::mem::take(&mut st.overflowed) {
+            self.counts.unsynced += 1;
+        }
         if seg.fin || seg.rst {
             st.fin = true;
         }
@@ -315,7 +320,15 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// be compared (only the baseline's answer missing).
     pub fn expire(&mut self, now: Instant) -> Vec<Exchange> {
         let idle = self.cfg.idle;
-        self.conns.retain(|_, c| now.saturating_duration_since(c.last) < idle);
+        let counts = &mut self.counts;
+        self.conns.retain(|_, c| {
+            let keep = now.saturating_duration_since(c.last) < idle;
+            // a stream still waiting for the bytes of a hole: what came after it was never compared
+            if !keep && c.streams.iter().any(|s| !s.held.is_empty() && !s.dead) {
+                counts.unsynced += 1;
+            }
+            keep
+        });
         self.pending.expire(now)
     }
 
@@ -378,7 +391,9 @@ fn put(st: &mut Stream, off: u64, data: &[u8], max_held: usize, now: Instant) {
                 st.held_bytes -= old.len();
             }
         } else {
+            // a hole that is not filled within the bound: the stream cannot go on
             st.dead = true;
+            st.overflowed = true;
         }
         return;
     }

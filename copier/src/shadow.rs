@@ -124,6 +124,8 @@ pub struct ShadowReport {
     pub flows: compare::flows::FlowCounts,
     /// Expired and shed exchanges.
     pub pending: compare::pending::PendingCounts,
+    /// Packets the kernel dropped from the comparison's ring (their connections stall).
+    pub capture_drops: u64,
 }
 
 impl std::fmt::Display for ShadowReport {
@@ -133,8 +135,8 @@ impl std::fmt::Display for ShadowReport {
         write!(
             f,
             "\ncompare: not compared: {} unanswered (expired), {} shed, {} records dropped (thread behind), \
-{} streams lost sync, {} connections not HTTP",
-            p.expired, p.shed, self.dropped, c.unsynced, c.not_http
+{} packets dropped by the kernel (ring full), {} streams lost sync, {} connections not HTTP",
+            p.expired, p.shed, self.dropped, self.capture_drops, c.unsynced, c.not_http
         )
     }
 }
@@ -189,6 +191,8 @@ struct Thread {
     log: Option<JsonlWriter>,
     dropped: Arc<AtomicU64>,
     log_errors: u64,
+    /// Packets the kernel dropped because the comparison's ring was full.
+    capture_drops: u64,
 }
 
 fn unix_ms() -> u64 {
@@ -203,6 +207,7 @@ impl Thread {
             log,
             dropped,
             log_errors: 0,
+            capture_drops: 0,
             cfg,
         }
     }
@@ -225,6 +230,8 @@ impl Thread {
                 for ex in self.flows.expire(now) {
                     self.compare(&ex);
                 }
+                let _ = capture.refresh_kernel_stats();
+                self.capture_drops = capture.stats().kernel_drops;
                 self.export();
                 next_house = now + HOUSEKEEPING;
             }
@@ -247,6 +254,7 @@ impl Thread {
             dropped: self.dropped.load(Ordering::Relaxed),
             flows: self.flows.counts(),
             pending: self.flows.pending_counts(),
+            capture_drops: self.capture_drops,
         }
     }
 
@@ -386,6 +394,8 @@ impl Thread {
             ("not_http", c.not_http),
             ("unsynced", c.unsynced),
             ("queue_full", self.dropped.load(Ordering::Relaxed)),
+            ("capture_drops", self.capture_drops),
+            ("conns_shed", c.conns_shed),
         ] {
             counter!(names::NOT_COMPARED_TOTAL, "reason" => reason).absolute(v);
         }

@@ -3,7 +3,8 @@
 //! and a decoded body never passes its limit.
 #![no_main]
 
-use compare::http::{parse_answer, parse_request_head, Limits};
+use compare::flows::{FlowConfig, Flows, Seg, Side};
+use compare::http::{message_len, parse_answer, parse_request_head, Limits};
 use compare::{CompareConfig, Comparator, Exchange, Reply};
 use libfuzzer_sys::fuzz_target;
 
@@ -13,6 +14,23 @@ fuzz_target!(|data: &[u8]| {
         assert!(a.body.len() <= limits.max_body);
     }
     let _ = parse_request_head(data);
+    let _ = message_len(data, true, false);
+    if let Ok(compare::http::Framing::Complete(n)) = message_len(data, false, data.first() == Some(&b'H')) {
+        assert!(n <= data.len());
+    }
+    // the same bytes as the three streams of a connection, in slices of 7..70 bytes
+    let mut flows: Flows<u8> = Flows::new(FlowConfig { max_message: 4096, max_held: 4096, ..FlowConfig::default() });
+    let now = std::time::Instant::now();
+    let mut seq = [1u32; 4];
+    for (i, chunk) in data.chunks(7 + data.len() % 64).enumerate() {
+        let side = [Side::Client, Side::Online, Side::Candidate, Side::Baseline][i % 4];
+        let s = &mut seq[i % 4];
+        let seg = Seg { seq: *s, ack: Some(1), syn: false, fin: chunk[0] == 0, rst: false, payload: chunk, cut: chunk[0] == 1 };
+        *s = s.wrapping_add(chunk.len() as u32);
+        let _ = flows.handle(now, &0, side, seg);
+    }
+    // streams: message and out-of-order bounds; the pairing table: its own bound
+    assert!(flows.bytes() <= 4 * (4096 + 4096) + (256 << 20));
     // request | online | candidate, split at the first two 0xff bytes
     let mut parts = data.splitn(3, |&b| b == 0xff);
     let req = parts.next().unwrap_or_default().to_vec();

@@ -218,6 +218,13 @@ fn sampling_and_connection_bound() {
     assert_eq!(f.counts().conns_shed, 90);
     f.expire(t + Duration::from_secs(1000));
     assert_eq!(f.sizes().0, 0);
+    // a connection forgotten with a hole it never filled counts as out of sync
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    let s = Seg { seq: CISN + 100, ack: None, syn: false, fin: false, rst: false, payload: b"late", cut: false };
+    h.f.handle(h.t, &7, Side::Client, s);
+    h.f.expire(h.t + Duration::from_secs(1000));
+    assert_eq!(h.f.counts().unsynced, 1);
 }
 
 #[test]
