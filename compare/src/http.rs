@@ -137,14 +137,7 @@ fn parse_head(bytes: &[u8]) -> Result<(u16, Vec<(String, String)>, usize), HttpE
     match resp.parse(bytes) {
         Ok(httparse::Status::Complete(n)) => {
             let status = resp.code.unwrap_or(0);
-            let hs = resp
-                .headers
-                .iter()
-                .map(|h| {
-                    (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string())
-                })
-                .collect();
-            Ok((status, hs, n))
+            Ok((status, lower(resp.headers), n))
         }
         Ok(httparse::Status::Partial) => Err(HttpError::PartialHead(bytes.len())),
         Err(e) => Err(HttpError::Head(e.to_string())),
@@ -290,11 +283,10 @@ pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result
                 Err(e) => return Err(HttpError::Head(e.to_string())),
             }
         } else {
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(rest) {
-                Ok(httparse::Status::Complete(n)) => (n, resp.code.unwrap_or(0), lower(resp.headers)),
-                Ok(httparse::Status::Partial) => return Ok(Framing::Incomplete),
-                Err(e) => return Err(HttpError::Head(e.to_string())),
+            match parse_head(rest) {
+                Ok((status, hs, n)) => (n, status, hs),
+                Err(HttpError::PartialHead(_)) => return Ok(Framing::Incomplete),
+                Err(e) => return Err(e),
             }
         };
         if !is_request && (100..200).contains(&status) && status != 101 {

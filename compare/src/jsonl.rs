@@ -79,6 +79,21 @@ pub enum Line {
 }
 
 impl Line {
+    /// The tick line of the comparator's counts now (`t`: ms since the epoch).
+    pub fn tick(t: u64, cmp: &crate::comparator::Comparator) -> Line {
+        let endpoints = cmp
+            .endpoints()
+            .map(|(n, s)| TickEndpoint {
+                endpoint: n.to_string(),
+                compared: s.compared,
+                differing: s.differing,
+                ratio_p50: s.time_ratio(0.5),
+                ratio_p99: s.time_ratio(0.99),
+            })
+            .collect();
+        Line::Tick { t, endpoints }
+    }
+
     /// The lines of one verdict (a diff line when it differs or is malformed, a noise line per
     /// field learned); `t` in ms since the epoch.
     pub fn of_verdict(v: &Verdict, t: u64) -> (Option<Line>, Vec<Line>) {

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ::metrics::{counter, gauge};
 use common::proto::Record;
-use common::wire::{parse_tcp_headers, parse_tcp_packet, TcpFlags};
+use common::wire::{parse_tcp_headers, parse_tcp_packet, TcpFlags, TcpPacketRef};
 use compare::flows::{sampled, FlowConfig, Flows, Seg, Side};
-use compare::jsonl::{JsonlWriter, Line, TickEndpoint};
+use compare::jsonl::{JsonlWriter, Line};
 use compare::{CompareConfig, Comparator, Exchange, Outcome};
 
 use crate::bpf::build_answer_filter;
@@ -184,6 +184,20 @@ pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     Ok(Shadow { tap, stop, handle })
 }
 
+/// A segment for `compare::flows` from a parsed packet (or record) and the payload it carries.
+fn seg_of<'a>(p: &TcpPacketRef<'_>, payload: &'a [u8], cut: bool) -> Seg<'a> {
+    let f = p.tcp.flags();
+    Seg {
+        seq: p.tcp.seq().0,
+        ack: f.contains(TcpFlags::ACK).then(|| p.tcp.ack().0),
+        syn: f.contains(TcpFlags::SYN),
+        fin: f.contains(TcpFlags::FIN),
+        rst: f.contains(TcpFlags::RST),
+        payload,
+        cut,
+    }
+}
+
 struct Thread {
     cfg: ShadowConfig,
     flows: Flows<(IpAddr, u16)>,
@@ -270,16 +284,7 @@ impl Thread {
         } else {
             return;
         };
-        let f = p.tcp.flags();
-        let seg = Seg {
-            seq: p.tcp.seq().0,
-            ack: f.contains(TcpFlags::ACK).then(|| p.tcp.ack().0),
-            syn: f.contains(TcpFlags::SYN),
-            fin: f.contains(TcpFlags::FIN),
-            rst: f.contains(TcpFlags::RST),
-            payload: p.payload(),
-            cut: false,
-        };
+        let seg = seg_of(&p, p.payload(), false);
         for ex in self.flows.handle(now, &key, side, seg) {
             self.compare(&ex);
         }
@@ -300,16 +305,7 @@ impl Thread {
         let headers_len = p.ip_header_len + p.tcp.header_len();
         let total = if h.declared_len > headers_len { h.declared_len } else { r.orig_len as usize };
         let payload_len = total.saturating_sub(headers_len);
-        let f = p.tcp.flags();
-        let seg = Seg {
-            seq: p.tcp.seq().0,
-            ack: f.contains(TcpFlags::ACK).then(|| p.tcp.ack().0),
-            syn: f.contains(TcpFlags::SYN),
-            fin: f.contains(TcpFlags::FIN),
-            rst: f.contains(TcpFlags::RST),
-            payload: &r.payload,
-            cut: r.payload.len() < payload_len,
-        };
+        let seg = seg_of(&p, &r.payload, r.payload.len() < payload_len);
         let key = (p.dst, p.tcp.dst_port());
         for ex in self.flows.handle(now, &key, side, seg) {
             self.compare(&ex);
@@ -358,18 +354,7 @@ impl Thread {
 
     fn tick(&mut self) {
         let Some(l) = self.log.as_mut() else { return };
-        let endpoints = self
-            .cmp
-            .endpoints()
-            .map(|(n, s)| TickEndpoint {
-                endpoint: n.to_string(),
-                compared: s.compared,
-                differing: s.differing,
-                ratio_p50: s.time_ratio(0.5),
-                ratio_p99: s.time_ratio(0.99),
-            })
-            .collect();
-        let r = l.write(&Line::Tick { t: unix_ms(), endpoints }).and_then(|()| l.flush());
+        let r = l.write(&Line::tick(unix_ms(), &self.cmp)).and_then(|()| l.flush());
         if let Err(e) = r {
             self.log_errors += 1;
             if self.log_errors == 1 {

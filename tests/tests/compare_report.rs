@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use compare::jsonl::{JsonlWriter, Line, TickEndpoint};
+use compare::jsonl::{JsonlWriter, Line};
 use compare::{CompareConfig, Comparator, Exchange, Reply};
 
 fn chromium() -> Option<PathBuf> {
@@ -57,17 +57,7 @@ fn write_file(path: &Path) {
         let t = t0 + seq * 100;
         w.write_verdict(&v, t).unwrap();
         if seq % 30 == 29 {
-            let endpoints = c
-                .endpoints()
-                .map(|(n, s)| TickEndpoint {
-                    endpoint: n.to_string(),
-                    compared: s.compared,
-                    differing: s.differing,
-                    ratio_p50: s.time_ratio(0.5),
-                    ratio_p99: s.time_ratio(0.99),
-                })
-                .collect();
-            w.write(&Line::Tick { t, endpoints }).unwrap();
+            w.write(&Line::tick(t, &c)).unwrap();
         }
     }
     w.flush().unwrap();
