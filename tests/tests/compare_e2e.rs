@@ -223,3 +223,31 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }
+
+/// A test server that never answers: every request waits `--compare-timeout`, then is counted
+/// as not compared; what the comparison holds returns to nothing, and the copier lives on.
+#[test]
+fn unanswered_requests_expire_and_are_counted() {
+    let Some(mut lab) = lab_or_skip("unanswered_requests_expire_and_are_counted") else { return };
+    const METRICS: &str = "127.0.0.1:9473";
+    let opts = CopyOptions {
+        online: nginx(1, false, false, 80),
+        test: None,
+        ipv6: false,
+        intercept_args: vec!["--payload-bytes".into(), "65495".into()],
+        copier_args: vec!["--compare".into(), "--compare-timeout".into(), "2s".into(), "--metrics".into(), METRICS.into()],
+        ..CopyOptions::default()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let u = format!("http://{}", addr::ONLINE);
+    let script = format!("for i in $(seq 1 30); do curl -sS {u}/items/$i {u}/big.bin >/dev/null || exit 1; done");
+    lab.sh(Host::Client, &script).unwrap();
+    let m = wait_metric(&lab, Host::Online, METRICS, "copier_compare_not_compared_total", &["reason=\"expired\""], 60.0, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
+    assert_eq!(metric_sum(&m, "copier_compare_exchanges_total", &[]), 0.0, "nothing to compare:\n{m}");
+    // the 30 MB of online answers waited, bounded, and are gone (the gauges are exported with
+    // the counters, in the same pass)
+    assert_eq!(metric_sum(&m, "copier_compare_pending", &[]), 0.0, "{m}");
+    assert!(metric_sum(&m, "copier_compare_bytes", &[]) < 1_000_000.0, "{m}");
+    c.check_alive().unwrap();
+}
