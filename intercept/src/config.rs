@@ -198,7 +198,7 @@ mod tests {
             ),
             (
                 |c| c.payload_bytes = MAX_PAYLOAD_BYTES + 1,
-                "--payload-bytes 65408",
+                "--payload-bytes 65496",
             ),
             (|c| c.hold_time = Duration::from_secs(3601), "--hold-time"),
             (|c| c.linger = Duration::from_secs(3601), "--linger"),
