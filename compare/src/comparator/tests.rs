@@ -1,3 +1,7 @@
+//! The comparator on a small JSON service in several versions: three-way with a noisy baseline,
+//! two-way with an ignore list or with noise learned from repeated requests, malformed and
+//! non-HTTP answers, cut large answers, the endpoint cap.
+
 use super::*;
 
 /// A version of a small JSON service: `/items/N` (a price), `/health`, `/orders/N`.

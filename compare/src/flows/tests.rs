@@ -1,3 +1,8 @@
+//! Streams to exchanges: keep-alive pairing with answer times, out-of-order and repeated
+//! segments, long answers cut and skipped, close-delimited answers, gzip and chunked answers,
+//! counted failures (not HTTP, cut records, holes, unanswered requests), ordering between the
+//! capture and the records, sampling and the connection bound.
+
 use super::*;
 
 const CISN: u32 = 1000;
