@@ -10,8 +10,10 @@
 //! `max_message` bytes: its end is found by `Content-Length` and the rest skipped; a longer
 //! chunked or close-delimited one ends the comparison of its connection) and at most
 //! `max_held` bytes out of order; connections are at most `max_conns` (the idlest forgotten) and
-//! forgotten after `idle` without a segment. A stream whose bytes are not HTTP, or that lost
-//! bytes (a cut record, a capture hole past the out-of-order bound), stops: counted, no crash.
+//! forgotten after `idle` without a segment. A stream that lost bytes (a cut record, a capture
+//! hole past the out-of-order bound) stops: counted, no crash. A connection whose client bytes
+//! are not HTTP/1.x is compared whole, as bytes (the first `max_message` of each side, the first
+//! differing offset), once every server closed its side.
 //!
 //! Answer times: online, from the capture of a request's last byte to that of its answer's first
 //! byte; on test, from the test server's acknowledgement of the request's last byte (the copy
@@ -24,7 +26,7 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use crate::comparator::{Exchange, Reply};
-use crate::http::{message_len, parse_request_head, Framing};
+use crate::http::{message_len, parse_request_head, Framing, HttpError};
 use crate::pending::{Part, Pending};
 
 /// Which stream a segment belongs to.
@@ -101,7 +103,8 @@ impl Default for FlowConfig {
 /// Counters of what could not be compared.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowCounts {
-    /// Connections whose client bytes were not HTTP/1.x.
+    /// Connections whose client bytes were not HTTP/1.x (compared whole, as bytes, when every
+    /// server closed its side).
     pub not_http: u64,
     /// Streams stopped: bytes lost (cut record, hole) or a message too long to find its end.
     pub unsynced: u64,
@@ -146,6 +149,8 @@ struct Conn {
     reqs: VecDeque<(u64, bool, u64, Instant)>,
     /// Per request index, per test side: when the test server acknowledged the whole request.
     acked: [HashMap<u64, Instant>; 2],
+    /// Not HTTP, and compared whole once: nothing more to do.
+    bytes_done: bool,
 }
 
 fn idx(s: Side) -> usize {
@@ -234,6 +239,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 streams: Default::default(),
                 reqs: VecDeque::new(),
                 acked: Default::default(),
+                bytes_done: false,
             },
         );
     }
@@ -261,7 +267,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         }
         let Some(c) = self.conns.get_mut(key) else { return out };
         c.last = now;
-        if !c.sampled || c.http == Some(false) {
+        if !c.sampled || c.bytes_done {
             return out;
         }
         let t = idx(side);
@@ -303,11 +309,31 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         if std::mem::take(&mut st.overflowed) {
             self.counts.unsynced += 1;
         }
+        if c.http != Some(true) && st.buf.len() > self.cfg.max_message {
+            // not (yet) HTTP: nothing drains the stream; keep its first bytes only
+            st.buf.truncate(self.cfg.max_message);
+            st.dead = true;
+        }
         if seg.fin || seg.rst {
             st.fin = true;
         }
         let gen = c.gen;
-        let emitted = cut_messages(c, t, &self.cfg, &mut self.counts, now);
+        let was_http = c.http;
+        let mut emitted = Vec::new();
+        if c.http == Some(false) {
+            emitted.extend(whole_connection(c, &self.cfg));
+        } else {
+            emitted.extend(cut_messages(c, t, &self.cfg, &mut self.counts, now));
+            // the answers that came before the client's first bytes told what the protocol is
+            if t == 0 && was_http.is_none() && c.http == Some(true) {
+                for side in 1..4 {
+                    emitted.extend(cut_messages(c, side, &self.cfg, &mut self.counts, now));
+                }
+            }
+            if c.http == Some(false) {
+                emitted.extend(whole_connection(c, &self.cfg));
+            }
+        }
         for (n, part) in emitted {
             if let Some(ex) = self.pending.add(now, (key.clone(), gen, n), part) {
                 out.push(ex);
@@ -416,6 +442,34 @@ fn put(st: &mut Stream, off: u64, data: &[u8], max_held: usize, now: Instant) {
     }
 }
 
+/// A connection that is not HTTP is compared whole, as bytes: once the online server and every
+/// test server closed their side (or a stream stopped), one exchange of the first
+/// `max_message` bytes of each stream (the client's as the request).
+fn whole_connection(c: &mut Conn, cfg: &FlowConfig) -> Vec<(u64, Part)> {
+    let sides: &[usize] = if cfg.baseline { &[1, 2, 3] } else { &[1, 2] };
+    let ended = |s: &Stream| s.fin || s.dead || s.buf.len() >= cfg.max_message;
+    if c.bytes_done || !sides.iter().all(|&i| ended(&c.streams[i])) {
+        return Vec::new();
+    }
+    c.bytes_done = true;
+    let take = |s: &mut Stream| {
+        let complete = s.fin && !s.dead && s.buf.len() <= cfg.max_message && s.held.is_empty();
+        let mut b = std::mem::take(&mut s.buf);
+        b.truncate(cfg.max_message);
+        s.held.clear();
+        s.held_bytes = 0;
+        Reply { bytes: b, complete, time: None }
+    };
+    let mut req = std::mem::take(&mut c.streams[0].buf);
+    req.truncate(cfg.max_message.min(4096));
+    let mut out = vec![(0, Part::Request(cfg.port, req)), (0, Part::Online(take(&mut c.streams[1])))];
+    out.push((0, Part::Candidate(take(&mut c.streams[2]))));
+    if cfg.baseline {
+        out.push((0, Part::Baseline(take(&mut c.streams[3]))));
+    }
+    out
+}
+
 /// Cuts the whole messages at the head of stream `t` into parts, with their message index.
 fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
     let mut out = Vec::new();
@@ -435,17 +489,21 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             return out;
         }
         let is_req = t == 0;
+        if !is_req && c.http != Some(true) {
+            // answers wait until the client's first bytes tell the protocol (a server that
+            // speaks first, such as SMTP, is not HTTP)
+            return out;
+        }
         if is_req && c.http.is_none() {
-            let ok = parse_request_head(&st.buf).is_ok() || st.buf.len() < 8 && !st.fin;
-            if !ok {
-                c.http = Some(false);
-                counts.not_http += 1;
-                return out;
-            }
-            if parse_request_head(&st.buf).is_ok() {
-                c.http = Some(true);
-            } else {
-                return out;
+            match parse_request_head(&st.buf) {
+                Ok(_) => c.http = Some(true),
+                // the request line has not ended yet
+                Err(HttpError::PartialHead(_)) if !st.fin && st.buf.len() < 8192 => return out,
+                Err(_) => {
+                    c.http = Some(false);
+                    counts.not_http += 1;
+                    return out;
+                }
             }
         }
         let n = st.n;

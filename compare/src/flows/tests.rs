@@ -277,3 +277,38 @@ fn gzip_chunked_keep_alive_stays_aligned() {
         assert_eq!(a.body, format!("{{\"path\":\"{}\",\"n\":{i}}}", reqs[i]).into_bytes());
     }
 }
+
+#[test]
+fn other_protocols_are_compared_whole_as_bytes() {
+    let mut h = H::new(FlowConfig { port: 6379, ..FlowConfig::default() });
+    h.open();
+    // the server speaks first; the client's bytes are not HTTP
+    h.seg(Side::Online, false, b"+HELLO\r\n", None);
+    h.seg(Side::Client, false, b"PING\r\n", None);
+    h.seg(Side::Online, false, b"+PONG\r\n", None);
+    h.seg(Side::Candidate, false, b"+HELLO\r\n+PANG\r\n", None);
+    assert!(h.out.is_empty(), "not before the servers closed");
+    for side in [Side::Online, Side::Candidate] {
+        let i = idx(side);
+        let s = Seg { seq: h.next[i], ack: None, syn: false, fin: true, rst: false, payload: b"", cut: false };
+        let got = h.f.handle(h.t, &7, side, s);
+        h.out.extend(got);
+    }
+    assert_eq!(h.out.len(), 1);
+    let e = &h.out[0];
+    assert_eq!((e.request.as_slice(), e.online.bytes.as_slice()), (&b"PING\r\n"[..], &b"+HELLO\r\n+PONG\r\n"[..]));
+    assert!(e.online.complete && e.candidate.complete);
+    let mut c = crate::Comparator::new(crate::CompareConfig::default());
+    let v = c.compare(e);
+    assert_eq!(v.endpoint, "tcp/6379");
+    assert_eq!(v.diffs[0].offset, Some(10));
+    assert_eq!(h.f.counts().not_http, 1);
+    // bounded: a long non-HTTP stream keeps its first max_message bytes
+    let mut h = H::new(FlowConfig { max_message: 1000, ..FlowConfig::default() });
+    h.open();
+    h.seg(Side::Client, false, b"\x00binary", None);
+    for _ in 0..10 {
+        h.seg(Side::Online, false, &[7u8; 500], None);
+    }
+    assert!(h.f.bytes() < 1100, "{}", h.f.bytes());
+}
