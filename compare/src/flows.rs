@@ -80,7 +80,7 @@ pub struct FlowConfig {
     pub baseline: bool,
     /// The fraction of connections compared (0..=1), chosen by a hash of the key.
     pub sample: f64,
-    /// The server port (names non-HTTP endpoints; informative).
+    /// The service's port when the caller does not give one ([`Flows::handle_on`]).
     pub port: u16,
 }
 
@@ -151,6 +151,8 @@ struct Conn {
     acked: [HashMap<u64, Instant>; 2],
     /// Not HTTP, and compared whole once: nothing more to do.
     bytes_done: bool,
+    /// The online service's port.
+    port: u16,
 }
 
 fn idx(s: Side) -> usize {
@@ -240,12 +242,20 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 reqs: VecDeque::new(),
                 acked: Default::default(),
                 bytes_done: false,
+                port: self.cfg.port,
             },
         );
     }
 
-    /// One segment of `side` for connection `key`; returns the exchanges now complete.
+    /// One segment of `side` for connection `key`; returns the exchanges now complete. The
+    /// service's port is `FlowConfig::port` (see [`Flows::handle_on`]).
     pub fn handle(&mut self, now: Instant, key: &K, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
+        self.handle_on(now, key, self.cfg.port, side, seg)
+    }
+
+    /// [`Flows::handle`] for a connection to the online service's port `port` (it names the
+    /// endpoint of a connection that is not HTTP).
+    pub fn handle_on(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
         let mut out = Vec::new();
         // The capture and the records come by different paths: a test server's first segments
         // may be here before the client's SYN. A client SYN starts a new connection only when
@@ -267,6 +277,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         }
         let Some(c) = self.conns.get_mut(key) else { return out };
         c.last = now;
+        c.port = port;
         if !c.sampled || c.bytes_done {
             return out;
         }
@@ -462,7 +473,7 @@ fn whole_connection(c: &mut Conn, cfg: &FlowConfig) -> Vec<(u64, Part)> {
     };
     let mut req = std::mem::take(&mut c.streams[0].buf);
     req.truncate(cfg.max_message.min(4096));
-    let mut out = vec![(0, Part::Request(cfg.port, req)), (0, Part::Online(take(&mut c.streams[1])))];
+    let mut out = vec![(0, Part::Request(c.port, req)), (0, Part::Online(take(&mut c.streams[1])))];
     out.push((0, Part::Candidate(take(&mut c.streams[2]))));
     if cfg.baseline {
         out.push((0, Part::Baseline(take(&mut c.streams[3]))));
@@ -561,7 +572,7 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             if c.reqs.len() > 64 {
                 c.reqs.pop_front();
             }
-            Part::Request(cfg.port, bytes)
+            Part::Request(c.port, bytes)
         } else {
             let since = match t {
                 1 => c.reqs.iter().find(|r| r.0 == n).map(|r| r.3),

@@ -100,9 +100,10 @@ between two answers of one server to identical requests is noise too. The copy n
 through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
--o PAGE.html` draws it) and a summary at exit. Only HTTP/1.x is compared (other connections are
-counted); a test answer is matched to its online connection by the client's address and port, so
-not with --client-ip, --profile or --copies above 1.";
+-o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
+whole, as bytes (first differing offset), once every server closed it. A test answer is matched to
+its online connection by the client's address and port, so not with --client-ip, --profile or
+--copies above 1.";
 
 const EXAMPLES: &str = "\
 Examples:

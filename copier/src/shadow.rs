@@ -277,15 +277,15 @@ impl Thread {
         let Ok(p) = parse_tcp_packet(pkt) else { return };
         let (sp, dp) = (p.tcp.src_port(), p.tcp.dst_port());
         let m = |ip: IpAddr, port: u16| self.cfg.maps.iter().any(|m| m.port == port && m.online.is_none_or(|a| a == ip));
-        let (side, key) = if m(p.dst, dp) {
-            (Side::Client, (p.src, sp))
+        let (side, key, port) = if m(p.dst, dp) {
+            (Side::Client, (p.src, sp), dp)
         } else if m(p.src, sp) {
-            (Side::Online, (p.dst, dp))
+            (Side::Online, (p.dst, dp), sp)
         } else {
             return;
         };
         let seg = seg_of(&p, p.payload(), false);
-        for ex in self.flows.handle(now, &key, side, seg) {
+        for ex in self.flows.handle_on(now, &key, port, side, seg) {
             self.compare(&ex);
         }
     }
@@ -295,10 +295,10 @@ impl Thread {
         let Ok(h) = parse_tcp_headers(&r.headers) else { return };
         let p = h.packet;
         let from = SocketAddr::new(p.src, p.tcp.src_port());
-        let side = if self.cfg.maps.iter().any(|m| m.candidate == from) {
-            Side::Candidate
-        } else if self.cfg.maps.iter().any(|m| m.baseline == Some(from)) {
-            Side::Baseline
+        let (side, port) = if let Some(m) = self.cfg.maps.iter().find(|m| m.candidate == from) {
+            (Side::Candidate, m.port)
+        } else if let Some(m) = self.cfg.maps.iter().find(|m| m.baseline == Some(from)) {
+            (Side::Baseline, m.port)
         } else {
             return;
         };
@@ -307,7 +307,7 @@ impl Thread {
         let payload_len = total.saturating_sub(headers_len);
         let seg = seg_of(&p, &r.payload, r.payload.len() < payload_len);
         let key = (p.dst, p.tcp.dst_port());
-        for ex in self.flows.handle(now, &key, side, seg) {
+        for ex in self.flows.handle_on(now, &key, port, side, seg) {
             self.compare(&ex);
         }
     }

@@ -170,9 +170,14 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
         ],
         ..CopyOptions::default()
     };
-    let _base = lab.nginx(Host::Test, nginx(1, true, false, 8080)).unwrap();
+    let base = lab.nginx(Host::Test, nginx(1, true, false, 8080)).unwrap();
     let _slow = lab.spawn(Host::Test, "slow-upstream", &["python3", "-c", SLOW_SERVER]).unwrap();
     let mut c = Copying::start(&mut lab, opts).unwrap();
+    // the same file on every server: the same mtime, so the same ETag and Last-Modified
+    for root in [c.online.docroot(), c.test().docroot(), base.docroot()] {
+        let f = root.join("big.bin");
+        std::process::Command::new("touch").arg("-d").arg("@1700000000").arg(&f).status().unwrap();
+    }
 
     // 1. three-way: online, candidate, baseline
     let n = clients(&lab);
@@ -249,5 +254,45 @@ fn unanswered_requests_expire_and_are_counted() {
     // the counters, in the same pass)
     assert_eq!(metric_sum(&m, "copier_compare_pending", &[]), 0.0, "{m}");
     assert!(metric_sum(&m, "copier_compare_bytes", &[]) < 1_000_000.0, "{m}");
+    c.check_alive().unwrap();
+}
+
+/// Another protocol (redis): each connection is compared whole, as bytes. Online and test hold
+/// different values under one key: those connections differ (at the value's offset), the others
+/// are equal.
+#[test]
+fn redis_connections_are_compared_as_bytes() {
+    let Some(mut lab) = lab_or_skip("redis_connections_are_compared_as_bytes") else { return };
+    const METRICS: &str = "127.0.0.1:9474";
+    for (h, value) in [(Host::Online, "one"), (Host::Test, "two")] {
+        let dir = lab.dir().join(format!("redis-{}", h.name()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let d = dir.to_string_lossy().into_owned();
+        let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
+        lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
+        let set = format!("for i in $(seq 1 50); do redis-cli -p 6379 SET same same >/dev/null && redis-cli -p 6379 SET k {value} >/dev/null && exit 0; sleep 0.1; done; exit 1");
+        lab.sh(h, &set).unwrap();
+    }
+    let map = format!("6379={}:6379", addr::TEST);
+    let opts = CopyOptions {
+        online: nginx(1, false, false, 80),
+        test: Some(nginx(1, false, false, 80)),
+        ipv6: false,
+        extra_ports: vec![6379],
+        intercept_args: vec!["--payload-bytes".into(), "65495".into()],
+        copier_args: vec!["--map".into(), map, "--compare".into(), "--metrics".into(), METRICS.into()],
+        ..CopyOptions::default()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let script = format!(
+        "for i in $(seq 1 10); do redis-cli -h {o} GET k >/dev/null; redis-cli -h {o} GET same >/dev/null; done",
+        o = addr::ONLINE
+    );
+    lab.sh(Host::Client, &script).unwrap();
+    let m = wait_metric(&lab, Host::Online, METRICS, "copier_compare_exchanges_total", &["endpoint=\"tcp/6379\""], 20.0, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
+    let r = |result: &str| metric_sum(&m, "copier_compare_exchanges_total", &["endpoint=\"tcp/6379\"", &format!("result=\"{result}\"")]);
+    assert_eq!((r("differ"), r("equal")), (10.0, 10.0), "{m}");
+    assert_eq!(metric_sum(&m, "copier_compare_differences_total", &["kind=\"body\""]), 10.0, "{m}");
     c.check_alive().unwrap();
 }
