@@ -251,6 +251,73 @@ pub fn build_filter(targets: &[FilterTarget]) -> Result<Vec<Insn>, BpfError> {
     Ok(p)
 }
 
+/// The program of the comparison's own capture (`--compare`): both directions of the mapped
+/// ports, so that the online service's answers are seen next to the requests. It accepts TCP
+/// (IPv4 not a non-first fragment, IPv6 with TCP in the fixed header) whose destination port is
+/// one of `ports` on a frame that did not go out of this host (a request), or whose source port
+/// is one of `ports` on any frame (an answer, outgoing when the service runs here). The copier's
+/// own copies leave from client ports toward the test server: they are not taken. Addresses are
+/// checked by the caller (`crate::shadow`).
+pub fn build_answer_filter(ports: &[u16]) -> Result<Vec<Insn>, BpfError> {
+    let mut ports = ports.to_vec();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.is_empty() {
+        return Err(BpfError::NoTargets);
+    }
+    // one block per direction: (port offset in the TCP header, only frames not sent here)
+    let block = |port_off: u32| -> Vec<Insn> {
+        let mut p = Vec::new();
+        let plen = 2 * ports.len() + 1; // the port tests and the final reject
+        // IPv4: 6 insns then the ports; IPv6: 4 insns then the ports
+        let v4_len = 6 + plen;
+        p.push(stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL));
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 0, v4_len));
+        p.push(stmt(op::LD | op::B | op::ABS, 9));
+        p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 0, 4 + plen - 1));
+        p.push(stmt(op::LD | op::H | op::ABS, 6));
+        p.push(jump(op::JMP | op::JSET | op::K, 0x1fff, 2 + plen - 1, 0));
+        p.push(stmt(op::LDX | op::B | op::MSH, 0));
+        p.push(stmt(op::LD | op::H | op::IND, port_off));
+        for &port in &ports {
+            p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
+            p.push(stmt(op::RET | op::K, ACCEPT));
+        }
+        p.push(stmt(op::RET | op::K, 0));
+        // IPv6
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 0, 3 + plen - 1));
+        p.push(stmt(op::LD | op::B | op::ABS, 6));
+        p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 0, 1 + plen - 1));
+        p.push(stmt(op::LD | op::H | op::ABS, 40 + port_off));
+        for &port in &ports {
+            p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
+            p.push(stmt(op::RET | op::K, ACCEPT));
+        }
+        p.push(stmt(op::RET | op::K, 0));
+        p
+    };
+    // the longest short jump skips the IPv4 part: 7 + 2 per port
+    if 2 * ports.len() + 7 > 255 {
+        return Err(BpfError::TooLong(3 + 2 * (2 * ports.len() + 12)));
+    }
+    let answers = block(0);
+    let requests = block(2);
+    // outgoing frames: answers only; others: a request, else an answer (a service elsewhere)
+    let mut p = vec![
+        stmt(op::LD | op::W | op::ABS, op::AD_OFF + op::AD_PKTTYPE),
+        jump(op::JMP | op::JEQ | op::K, PACKET_OUTGOING, 0, 1),
+        stmt(op::JMP | op::JA, requests.len() as u32),
+    ];
+    // not outgoing: the request block (answers of a service on another host are not taken: the
+    // copier runs where the service runs)
+    p.extend(requests);
+    p.extend(answers);
+    if p.len() > MAX_INSNS {
+        return Err(BpfError::TooLong(p.len()));
+    }
+    Ok(p)
+}
+
 /// The program of the capture's `PACKET_FANOUT_CBPF` group (`--workers N`): it returns the
 /// client (source) port shifted right by one, and the kernel hands the packet to member
 /// `value % N`. So worker `i` gets every connection whose client port `p` has
@@ -438,6 +505,36 @@ mod tests {
         let worker = |p: u16| (u32::from(p) >> 1) % 2;
         assert_eq!([40000, 40001, 40002, 40003, 40004].map(worker), [0, 0, 1, 1, 0]);
         assert!(prog.len() < 16);
+    }
+
+    #[test]
+    fn answer_filter_takes_requests_in_and_answers_out() {
+        let prog = build_answer_filter(&[80, 8080, 80]).unwrap();
+        let run4 = |pkt: &[u8], pkttype: u32| run(&prog, pkt, ethertype(pkt), pkttype) != 0;
+        for (c, s) in [("198.18.0.1:40000", "198.18.0.2:80"), ("[2001:db8::1]:40000", "[2001:db8::2]:8080")] {
+            // a request arriving, an answer leaving (the service runs here): taken
+            assert!(run4(&tcp(c, s), 0), "{c} -> {s}");
+            assert!(run4(&tcp(s, c), PACKET_OUTGOING), "{s} -> {c}");
+            // the copier's own copy leaving toward the test server, and a request leaving: not
+            assert!(!run4(&tcp(c, s), PACKET_OUTGOING), "{c} -> {s} out");
+            // an answer arriving from elsewhere is not a request
+            assert!(!run4(&tcp(s, c), 0), "{s} -> {c} in");
+        }
+        assert!(!run4(&tcp("198.18.0.1:40000", "198.18.0.2:81"), 0));
+        assert!(!run4(&tcp("198.18.0.2:81", "198.18.0.1:40000"), PACKET_OUTGOING));
+        // IPv4 options and fragments
+        let mut pkt = tcp("198.18.0.2:80", "198.18.0.1:40006");
+        pkt[0] = 0x46;
+        pkt.splice(20..20, [1u8, 1, 1, 1]);
+        assert!(run(&prog, &pkt, 0x0800, PACKET_OUTGOING) != 0);
+        let mut frag = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        frag[7] = 8;
+        assert!(!run4(&frag, 0));
+        assert!(run(&prog, &[0u8; 60], 0x0806, 0) == 0);
+        assert_eq!(build_answer_filter(&[]), Err(BpfError::NoTargets));
+        let many: Vec<u16> = (1..=124).collect(); // 7 + 248 = 255: the longest jump
+        assert!(build_answer_filter(&many).is_ok());
+        assert!(build_answer_filter(&(1..=200).collect::<Vec<u16>>()).is_err());
     }
 
     #[test]

@@ -379,7 +379,17 @@ impl Capture {
         self.fanout
     }
 
+    /// A fixed ring (`cfg.block_count` blocks) that also sees the frames this host sends: the
+    /// comparison's capture of both directions (`crate::bpf::build_answer_filter`).
+    pub fn open_both_directions(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
+        Capture::open_ring_with(cfg, filter, true)
+    }
+
     fn open_ring(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
+        Capture::open_ring_with(cfg, filter, false)
+    }
+
+    fn open_ring_with(cfg: &CaptureConfig, filter: &[Insn], outgoing: bool) -> Result<Capture, CaptureError> {
         let ifindex = match &cfg.interface {
             None => 0,
             Some(name) => {
@@ -397,6 +407,7 @@ impl Capture {
             retire_ms: u32::try_from(cfg.retire.as_millis())
                 .unwrap_or(u32::MAX)
                 .max(1),
+            outgoing,
         };
         let ring = RxRing::open(&params, filter).map_err(|source| CaptureError::Open {
             iface: cfg

@@ -117,7 +117,27 @@ allow-only mode the copy is given up instead). Matches
 per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
 copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
 sessions; --offline FILE with --rules allow filters (and --from/--until for a time range)
-replays a slice of it.";
+replays a slice of it.
+
+Comparison (shadow testing): with --compare the copier also compares every test answer with the
+online service's answer to the same request. It captures both directions of the mapped ports on a
+ring of its own (the requests and the online answers), takes the test answers from the intercept's
+records (run the intercept with --payload-bytes 65495), puts each connection's three byte streams
+back in order, cuts them into HTTP/1.x messages and pairs the n-th request with the n-th answer of
+each server. Status, headers (not Date, Content-Length, Transfer-Encoding, Content-Encoding,
+Connection, Keep-Alive) and body are compared, chunked and gzip bodies decoded, JSON bodies field
+by field ($.items[3].price); endpoints are the method and the path with numbers and ids collapsed
+(GET /items/12 and GET /items/7 are one endpoint), at most 500. Noise: the --compare-ignore list;
+with --baseline-map, every session also goes to a baseline running the online version, and a field
+where the baseline differs from online is noise, learned per endpoint; and a field that changes
+between two answers of one server to identical requests is noise too. The copy never waits for the comparison: records reach it
+through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
+its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
+noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
+-o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
+whole, as bytes (first differing offset), once every server closed it. A test answer is matched to
+its online connection by the client's address and port, so not with --client-ip, --profile or
+--copies above 1.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -135,6 +155,12 @@ Examples:
   # copies shaped by a profile (factor, load phases, user pools, ON/OFF gating, think time)
   copier --map 80=198.18.1.2:80 --intercept 198.18.1.2 --secret-file /etc/tcopy/secret \\
          --profile /etc/tcopy/profile.toml --seed 7
+
+  # compare the test server's answers with production's, a baseline filtering the noise, and
+  # turn the file into a page (the intercept runs with --payload-bytes 65495)
+  copier --map 80=198.18.1.2:80 --baseline-map 80=198.18.1.3:80 --intercept 198.18.1.2 \\
+         --intercept 198.18.1.3 --secret-file /etc/tcopy/secret --compare --compare-log diff.jsonl
+  copier compare-report diff.jsonl -o report.html
 
   # replay a tcpdump capture ten times faster, twice over (the second pass on other client ports)
   copier --offline traffic.pcap --speed 10 --loop 2 --map 80=198.18.1.2:80 \\
@@ -417,6 +443,61 @@ pub struct Args {
     /// With --target-rate: the largest multiplication factor the loop may set.
     #[arg(long, value_name = "F", default_value_t = 100.0, requires = "target_rate", value_parser = parse_rate)]
     pub max_factor: f64,
+
+    // ---- shadow testing (see "Comparison" in --help; crate::shadow) ----
+    /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
+    /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
+    /// summary at exit. The copier also captures the online answers of the mapped ports, and
+    /// the intercept must send answer payloads (intercept --payload-bytes 65495). Not with
+    /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
+    /// connection by the client's address and port), nor --offline.
+    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
+    pub compare: bool,
+
+    /// Compare this percentage of the connections (0 < P <= 100, chosen per connection).
+    #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent, help_heading = "Comparison", requires = "compare")]
+    pub compare_sample: f64,
+
+    /// A field never compared (repeatable, or comma separated): `header:NAME`, a JSON path such
+    /// as `$.meta.ts` or `$.items[*].id`, or a prefix ending in `*` (`$.debug.*`).
+    #[arg(long, value_name = "FIELD", value_delimiter = ',', help_heading = "Comparison", requires = "compare")]
+    pub compare_ignore: Vec<String>,
+
+    /// Also copy every compared session, identically, to this baseline (a test server running
+    /// the online version): a field where the baseline's answer differs from online is noise,
+    /// learned per endpoint, and is not reported for the candidate (the --map target).
+    /// [ONLINE_IP:]PORT=TARGET_IP:PORT as --map; its intercept is one of --intercept.
+    #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
+    pub baseline_maps: Vec<PortMap>,
+
+    /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
+    /// `copier compare-report FILE -o PAGE.html`).
+    #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
+    pub compare_log: Option<PathBuf>,
+
+    /// Size of one --compare-log file before it rotates (FILE.1, FILE.2, ...).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_log_size: u64,
+
+    /// Rotated --compare-log files kept.
+    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Comparison")]
+    pub compare_log_keep: usize,
+
+    /// Percentage of the differing exchanges written to --compare-log (all are counted).
+    #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent, help_heading = "Comparison")]
+    pub compare_log_sample: f64,
+
+    /// Bytes kept of one request or answer (a longer one is compared on its first SIZE bytes).
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_bytes: u64,
+
+    /// How long a request waits for its answers before it is counted as not compared.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Comparison")]
+    pub compare_timeout: Duration,
+
+    /// Most memory the comparison's waiting answers may hold (oldest dropped, counted).
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, help_heading = "Comparison")]
+    pub compare_memory: u64,
 }
 
 /// Everything the binary needs, checked.
@@ -448,6 +529,8 @@ pub struct Validated {
     pub rate: Option<crate::rate::RateConfig>,
     /// The archive (`--record`).
     pub record: Option<crate::record::RecordConfig>,
+    /// The comparison (`--compare`).
+    pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
 impl Args {
@@ -467,6 +550,7 @@ impl Args {
             .maps
             .iter()
             .flat_map(|m| m.targets.iter().map(|t| PortMap { target: t.addr, ..m.map }))
+            .chain(self.baseline_maps.iter().copied())
             .collect();
         check_maps(&maps, client_ip.as_ref())?;
         let profile = match &self.profile {
@@ -496,6 +580,7 @@ impl Args {
             maps: maps.clone(),
             spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
             health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry, max_live: self.target_max_live },
+            baselines: self.baseline_maps.clone(),
             mtu: self.mtu,
             client_ip,
             copies: self.copies,
@@ -611,7 +696,9 @@ impl Args {
                 Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
             }
         };
+        let shadow = self.shadow_config(&capture)?;
         Ok(Validated {
+            shadow,
             record,
             engine,
             capture,
@@ -645,6 +732,81 @@ impl Args {
                 ..OfflineConfig::new(path.clone())
             }),
         })
+    }
+}
+
+impl Args {
+    /// The comparison's configuration from the `--compare*` flags (None without `--compare`).
+    fn shadow_config(&self, capture: &CaptureConfig) -> Result<Option<crate::shadow::ShadowConfig>, String> {
+        use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
+        if !self.compare {
+            if !self.baseline_maps.is_empty() {
+                return Err("--baseline-map needs --compare".into());
+            }
+            return Ok(None);
+        }
+        if self.copies > 1 {
+            return Err(format!(
+                "--compare with --copies {}: a test answer is matched to its online connection by the client's \
+address and port, which only the first copy keeps; use --copies 1",
+                self.copies
+            ));
+        }
+        let mut maps = Vec::new();
+        for m in &self.maps {
+            if m.targets.len() > 1 {
+                return Err(format!(
+                    "--compare with --map {}: a compared map has one candidate test server (several weighted ones are not compared)",
+                    crate::cli::show_map(&m.map)
+                ));
+            }
+            let m = &m.map;
+            let baseline = self.baseline_maps.iter().find(|b| b.online_port == m.online_port && b.online_ip == m.online_ip);
+            if let Some(b) = baseline {
+                if b.target.is_ipv4() != m.target.is_ipv4() || b.target == m.target {
+                    return Err(format!(
+                        "--baseline-map {}: its target must differ from the --map target {} and be of its family",
+                        crate::cli::show_map(b),
+                        m.target
+                    ));
+                }
+            }
+            maps.push(ShadowMap { online: m.online_ip, port: m.online_port, candidate: m.target, baseline: baseline.map(|b| b.target) });
+        }
+        for b in &self.baseline_maps {
+            if !maps.iter().any(|m| m.port == b.online_port && m.online == b.online_ip) {
+                return Err(format!("--baseline-map {}: no --map for that online port and address", crate::cli::show_map(b)));
+            }
+        }
+        let max_message = usize::try_from(self.compare_bytes).unwrap_or(usize::MAX);
+        if max_message < 1024 {
+            return Err(format!("--compare-bytes {} is too small (at least 1K)", self.compare_bytes));
+        }
+        let compare = compare::CompareConfig {
+            ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            limits: compare::http::Limits { max_body: max_message },
+            ..compare::CompareConfig::default()
+        };
+        let baseline = maps.iter().any(|m| m.baseline.is_some());
+        let flows = compare::flows::FlowConfig {
+            max_message,
+            pair_timeout: self.compare_timeout,
+            max_pending_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
+            baseline,
+            sample: self.compare_sample / 100.0,
+            port: self.maps.first().map_or(0, |m| m.map.online_port),
+            ..compare::flows::FlowConfig::default()
+        };
+        let log = self.compare_log.as_ref().map(|path| LogConfig {
+            path: path.clone(),
+            max_bytes: self.compare_log_size,
+            keep: self.compare_log_keep,
+            sample: self.compare_log_sample / 100.0,
+        });
+        // the comparison's ring: a fixed 16 MiB of the capture's block size
+        let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
+        let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
+        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10) }))
     }
 }
 

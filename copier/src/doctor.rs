@@ -338,6 +338,10 @@ pub enum Command {
     /// secret accepted and the test ports guarded, ip_forward, conntrack, clock skew. Prints
     /// each item with the command that fixes it; exit status 0 only when copying would work.
     Doctor(DoctorArgs),
+    /// Turn a comparison file (--compare-log) into a static HTML page: endpoints ranked by
+    /// difference rate, their differing fields with an example, the noise learned, and a picture
+    /// of the difference rate over time.
+    CompareReport(crate::compare_report::ReportArgs),
 }
 
 #[cfg(test)]

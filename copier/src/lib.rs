@@ -14,6 +14,7 @@
 pub mod bpf;
 pub mod capture;
 pub mod cli;
+pub mod compare_report;
 pub mod control;
 pub mod doctor;
 pub mod engine;
@@ -27,6 +28,7 @@ pub mod run;
 pub mod send;
 pub mod shaping;
 pub mod spread;
+pub mod shadow;
 pub mod sys;
 pub mod trace;
 pub mod workers;

@@ -37,8 +37,21 @@ const RECORD_CHANNEL: usize = 32;
 fn main() -> ExitCode {
     common::docs::generate_if_asked(<Args as clap::CommandFactory>::command());
     let args = Args::parse();
-    if let Some(copier::doctor::Command::Doctor(d)) = &args.command {
-        return ExitCode::from(copier::doctor::main(d));
+    match &args.command {
+        Some(copier::doctor::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
+        Some(copier::doctor::Command::CompareReport(r)) => {
+            return match copier::compare_report::main(r) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("copier compare-report: error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => {}
     }
     init_tracing(args.verbose);
     match run(args) {
@@ -124,6 +137,15 @@ fn run(args: Args) -> Result<RunSummary> {
         copier::metrics::install(addr)
             .with_context(|| format!("serving metrics on --metrics {addr}"))?;
     }
+
+    // The comparison thread (--compare): its own capture of both directions, fed the records.
+    let shadow = match v.shadow.clone() {
+        Some(cfg) => {
+            copier::shadow::describe();
+            Some(copier::shadow::start(cfg)?)
+        }
+        None => None,
+    };
 
     let registry = Arc::new(Registry::new());
     let routes = Arc::new(Routes::new());
@@ -213,6 +235,7 @@ fn run(args: Args) -> Result<RunSummary> {
                         .with_context(|| format!("--record {}", r.dir.display()))?,
                 ),
             },
+            shadow: shadow.as_ref().map(|s| s.tap.clone()),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {
@@ -293,6 +316,9 @@ fn run(args: Args) -> Result<RunSummary> {
         }
     }
     drop(rt);
+    if let Some(report) = shadow.and_then(|s| s.stop()) {
+        println!("{report}");
+    }
     if let Some(e) = fatal {
         eprintln!("{summary}");
         return Err(e).context("the engine loop stopped");

@@ -125,6 +125,8 @@ pub struct LoopIo {
     pub rate: Option<crate::rate::RateDriver>,
     /// The archive (`--record`), if any.
     pub recorder: Option<crate::record::Recorder>,
+    /// With `--compare`: where copies of the records go (`crate::shadow`).
+    pub shadow: Option<crate::shadow::Tap>,
 }
 
 /// Hand a packet about to be sent to the archive (`--record`); an archive that fails is logged
@@ -452,6 +454,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
             Ok(Inbound::Records(batch)) => {
+                if let Some(tap) = &io.shadow {
+                    tap.records(now, &batch);
+                }
                 for r in &batch {
                     engine.handle_record(now, r);
                 }

@@ -68,6 +68,8 @@ pub struct RingParams {
     pub frame_size: u32,
     /// After this many milliseconds a partly filled block is handed to user space anyway.
     pub retire_ms: u32,
+    /// Also see the frames this host sends (the comparison's ring: the online answers).
+    pub outgoing: bool,
 }
 
 /// Counters of `PACKET_STATISTICS` since the previous read (the kernel resets them on read).
@@ -128,12 +130,14 @@ impl RxRing {
         let version: libc::c_int = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
         setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, &version)?;
         // Older kernels lack this; the filter rejects outgoing frames as well.
-        let _ = setsockopt(
-            fd.as_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_IGNORE_OUTGOING,
-            &(1 as libc::c_int),
-        );
+        if !params.outgoing {
+            let _ = setsockopt(
+                fd.as_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_IGNORE_OUTGOING,
+                &(1 as libc::c_int),
+            );
+        }
         attach_filter(fd.as_fd(), filter)?;
 
         let req = libc::tpacket_req3 {

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::allow::{AllowList, IpNet};
-use crate::nfqueue;
 use crate::router::{Guard, RouterConfig};
 use crate::rules::{self, QueueTarget, Rule};
 
@@ -19,8 +18,11 @@ use crate::rules::{self, QueueTarget, Rule};
 /// `--exit-grace`).
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
-/// The largest `--payload-bytes`: the NFQUEUE copy range (headers plus payload) is a `u16`.
-pub const MAX_PAYLOAD_BYTES: usize = u16::MAX as usize - nfqueue::HEADER_COPY;
+/// The largest `--payload-bytes`: the most payload one IP packet carries (65535 bytes less an
+/// IPv4 and a TCP header without options). The NFQUEUE copy range (headers plus payload) is a
+/// `u16`, clamped to 65535 (`crate::nfqueue::copy_range`): the whole of any packet, a GSO super-segment
+/// of 64 KB included, so that shadow testing (`copier --compare`) gets every answer byte.
+pub const MAX_PAYLOAD_BYTES: usize = u16::MAX as usize - 40;
 
 /// Everything the daemon runs with (one field per flag of `intercept --help`).
 #[derive(Debug, Clone)]
@@ -196,7 +198,7 @@ mod tests {
             ),
             (
                 |c| c.payload_bytes = MAX_PAYLOAD_BYTES + 1,
-                "--payload-bytes 65408",
+                "--payload-bytes 65496",
             ),
             (|c| c.hold_time = Duration::from_secs(3601), "--hold-time"),
             (|c| c.linger = Duration::from_secs(3601), "--linger"),

@@ -128,7 +128,9 @@ struct Cli {
     queue_balance: Option<(u16, u16)>,
 
     /// Also send the first K bytes of each response's TCP payload to the copier (default:
-    /// headers only). Of a super-segment, the first K bytes of the whole super-segment.
+    /// headers only). Of a super-segment, the first K bytes of the whole super-segment. For
+    /// `copier --compare` (shadow testing) give at least 65495, the most one packet carries, so
+    /// that every answer byte reaches the copier.
     #[arg(long, value_name = "K", default_value_t = 0)]
     payload_bytes: usize,
 

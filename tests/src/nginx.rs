@@ -25,11 +25,14 @@ pub struct NginxOptions {
     pub workers: u32,
     /// Requests served on one keep-alive connection before nginx closes it.
     pub keepalive_requests: u32,
+    /// More configuration inside the `server` block (locations, `add_header`, `gzip`...),
+    /// placed before the catch-all `location /`.
+    pub server_extra: String,
 }
 
 impl Default for NginxOptions {
     fn default() -> Self {
-        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000 }
+        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000, server_extra: String::new() }
     }
 }
 
@@ -124,6 +127,7 @@ http {{
         listen [::]:{port} reuseport backlog=4096 ipv6only=on;
         access_log {d}/access.log lab;
         root {d}/root;
+        {server_extra}
         location / {{ }}
         location /upload {{
             client_max_body_size 256m;
@@ -142,6 +146,7 @@ http {{
             workers = opts.workers.max(1),
             port = opts.port,
             keepalive_requests = opts.keepalive_requests,
+            server_extra = opts.server_extra,
         )?;
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;

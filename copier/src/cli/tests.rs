@@ -666,3 +666,60 @@ fn rules_and_record_flags() {
     assert!(args(&["--no-secret", "--from", "1"]).is_err(), "--from needs --offline");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn compare_flags() {
+    let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+    assert!(v.shadow.is_none(), "off by default");
+    let v = args(&[
+        "--no-secret",
+        "--compare",
+        "--compare-sample",
+        "10",
+        "--compare-ignore",
+        "header:X-Request-Id, $.ts",
+        "--compare-ignore",
+        "$.meta.*",
+        "--baseline-map",
+        "80=198.18.1.3:80",
+        "--compare-log",
+        "/tmp/x.jsonl",
+        "--compare-log-size",
+        "1M",
+        "--compare-bytes",
+        "64K",
+        "--compare-timeout",
+        "5s",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
+    let s = v.shadow.unwrap();
+    assert_eq!(s.flows.sample, 0.1);
+    assert!(s.flows.baseline);
+    assert_eq!(s.compare.ignore, ["header:X-Request-Id", "$.ts", "$.meta.*"]);
+    assert_eq!(s.maps[0].baseline, Some("198.18.1.3:80".parse().unwrap()));
+    assert_eq!(s.maps[0].candidate, "198.18.1.2:80".parse().unwrap());
+    assert_eq!((s.flows.max_message, s.flows.pair_timeout), (64 << 10, Duration::from_secs(5)));
+    assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
+    assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
+    // refused, each with its reason
+    let err = |extra: &[&str]| {
+        let mut a = vec!["--no-secret"];
+        a.extend_from_slice(extra);
+        match args(&a) {
+            Err(e) => e.to_string(),
+            Ok(a) => a.validate(1).unwrap_err(),
+        }
+    };
+    assert!(err(&["--compare", "--copies", "2"]).contains("--copies"));
+    assert!(err(&["--compare", "--client-ip", "198.18.9.0/24"]).contains("--client-ip"));
+    assert!(err(&["--compare-sample", "10"]).contains("--compare"));
+    assert!(err(&["--baseline-map", "80=198.18.1.3:80"]).contains("--compare"));
+    assert!(err(&["--compare", "--baseline-map", "81=198.18.1.3:80"]).contains("no --map"));
+    assert!(err(&["--compare", "--baseline-map", "80=198.18.1.2:80"]).contains("must differ"));
+    assert!(err(&["--compare", "--compare-bytes", "100"]).contains("--compare-bytes"));
+    use clap::CommandFactory;
+    let help = Args::command().render_long_help().to_string();
+    assert!(help.contains("--compare-sample <P>") && help.contains("--baseline-map"), "{help}");
+}

@@ -28,6 +28,10 @@ pub struct PortMap {
 pub struct EngineConfig {
     /// Services to copy; captured packets matching none are counted and ignored.
     pub maps: Vec<PortMap>,
+    /// Baselines (`--baseline-map`, shadow testing): every session of a map with the same
+    /// online port and address is also copied, identically, to the baseline's target (one more
+    /// copy with the client's address and port, on its own test tuple).
+    pub baselines: Vec<PortMap>,
     /// Path MTU toward the test server; segments are cut to fit it.
     pub mtu: u16,
     /// Rewrite client addresses into these ranges (the ranges of each target's family),
@@ -205,6 +209,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             maps: Vec::new(),
+            baselines: Vec::new(),
             mtu: 1500,
             client_ip: None,
             copies: 1,
@@ -352,6 +357,7 @@ impl EngineConfig {
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
     pub maps: Vec<PortMap>,
+    pub baselines: Vec<PortMap>,
     /// MSS we announce: MTU minus IPv4 and TCP headers.
     pub mss_v4: u16,
     /// MSS we announce over IPv6.
@@ -392,6 +398,7 @@ impl Params {
         let window = (c.recv_window >> wscale).clamp(1, 65535) as u16;
         Params {
             maps: c.maps.clone(),
+            baselines: c.baselines.clone(),
             mss_v4: (mtu - 40).max(64),
             mss_v6: mtu.saturating_sub(60).max(64),
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
@@ -417,6 +424,14 @@ impl Params {
             ttl: c.ttl.max(1),
             rules: c.rules.clone(),
         }
+    }
+
+    /// The baseline target of `map` (`--baseline-map` of the same online port and address).
+    pub(crate) fn baseline_for(&self, map: &PortMap) -> Option<SocketAddr> {
+        self.baselines
+            .iter()
+            .find(|b| b.online_port == map.online_port && b.online_ip == map.online_ip)
+            .map(|b| b.target)
     }
 
     /// The map a captured packet toward `dst` falls under: of the maps matching its port and

@@ -98,7 +98,7 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
@@ -380,7 +380,8 @@ impl Engine {
             } else if h.has(TcpFlags::ACK) && h.seq == p.isn.add(1) {
                 // The handshake completed (its ACK, or first data if the ACK was not seen).
                 self.pending.remove(&c.key);
-                self.new_session(now, &c, map, Start::Syn { isn: p.isn, tsval: p.tsval });
+                let baseline = self.sh.p.baseline_for(&map);
+                self.new_session(now, &c, map, baseline, Start::Syn { isn: p.isn, tsval: p.tsval });
                 self.dispatch(now, &c);
             } else {
                 // Not of this handshake (a stray segment): no session to carry it.
@@ -390,7 +391,8 @@ impl Engine {
             self.check_memory(now);
             return;
         }
-        self.new_session(now, &c, map, Start::Midstream);
+        let baseline = self.sh.p.baseline_for(&map);
+        self.new_session(now, &c, map, baseline, Start::Midstream);
         self.check_memory(now);
     }
 
@@ -473,7 +475,7 @@ impl Engine {
         }
     }
 
-    fn new_session(&mut self, now: Instant, c: &Captured<'_>, map: PortMap, how: Start) {
+    fn new_session(&mut self, now: Instant, c: &Captured<'_>, map: PortMap, baseline: Option<SocketAddr>, how: Start) {
         // Every server of a map has the family of `map.target` (`targets::parse_targets`).
         let target = map.target;
         let h = &c.hdr;
@@ -522,8 +524,13 @@ impl Engine {
         }
         let started = self.sh.stats.sessions_started;
         self.by_key.insert(c.key, Group { members: Vec::with_capacity(plans.len()), started: false });
-        for (k, plan) in plans.iter().enumerate() {
-            if plan.client.is_ipv6() != v6 {
+        // the baseline's copy: the first copy's client, toward the baseline (no plan of its own)
+        let extra = baseline.filter(|b| b.is_ipv6() == v6).map(|b| (b, plans[0].client));
+        let copies = plans.iter().map(|p| (target, p.client, Some(p))).chain(extra.map(|(b, cl)| (b, cl, None)));
+        let copies: Vec<_> = copies.collect();
+        for (k, (target, client, plan)) in copies.into_iter().enumerate() {
+            if client.is_ipv6() != v6 {
+                let Some(plan) = plan else { continue };
                 // A virtual address of the other family than the target's: that copy only.
                 self.sh.stats.drops.family_mismatch += 1;
                 self.sh.plan.shaper.end_session(plan.session);
@@ -537,23 +544,32 @@ impl Engine {
                 }
             };
             let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
-            // Each copy takes its server by weight, health and load, and keeps it.
-            let Some(target) = self.targets.pick(now, &map) else {
-                // Every server is overloaded: this copy is not made.
-                self.sh.plan.shaper.end_session(plan.session);
-                self.free.push(idx);
-                continue;
+            // Each copy takes its server by weight, health and load, and keeps it; the
+            // baseline's copy (no plan of its own) goes to the baseline.
+            let target = match plan {
+                None => target,
+                Some(plan) => match self.targets.pick(now, &map) {
+                    Some(t) => t,
+                    None => {
+                        // Every server is overloaded: this copy is not made.
+                        self.sh.plan.shaper.end_session(plan.session);
+                        self.free.push(idx);
+                        continue;
+                    }
+                },
             };
-            self.targets.on_started(now, target, idx);
-            if let Some(tags) = self.trace.as_mut() {
-                let pool = plan.user.and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
-                tags.set(slot, plan, pool, target);
+            if let Some(plan) = plan {
+                self.targets.on_started(now, target, idx);
+                if let Some(tags) = self.trace.as_mut() {
+                    let pool = plan.user.and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
+                    tags.set(slot, plan, pool, target);
+                }
             }
-            let mut s = Session::new(c.key, slot, target, plan.client.ip(), now);
+            let mut s = Session::new(c.key, slot, target, client.ip(), now);
             s.copy = k as u16;
-            s.want_port = plan.client.port();
-            s.plan_id = Some(plan.session);
-            s.gate = self.sh.plan.gates.then(|| Gate::new(plan.session));
+            s.want_port = client.port();
+            s.plan_id = plan.map(|p| p.session);
+            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Gate::new(p.session));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),

@@ -349,3 +349,28 @@ fn sampling_is_consistent_per_session_and_near_the_percentage() {
         }
     }
 }
+
+#[test]
+fn a_baseline_gets_its_own_copy_with_the_clients_address_and_port() {
+    let baseline: SocketAddr = "198.18.7.7:8080".parse().unwrap();
+    let cfg = EngineConfig {
+        baselines: vec![PortMap { online_ip: None, online_port: 80, target: baseline }],
+        ..cfg()
+    };
+    let mut h = H::new(cfg);
+    h.syn(SYN);
+    let regs = registers(&h.control());
+    assert_eq!(regs, vec![test_tuple(), FourTuple::new(client(), baseline)], "the candidate, then the baseline");
+    let _ = h.packets();
+    h.cap(HS_ACK);
+    for &t in &regs {
+        syn_ack(&mut h, t);
+    }
+    let _ = h.out();
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    let s = streams(&h.out());
+    assert_eq!(s.len(), 2);
+    assert!(s.values().all(|v| v == b"GET / HTTP/1.1\r\n\r\n"), "identical copies: {s:?}");
+    let st = h.e.stats();
+    assert_eq!((st.captured_sessions_started, st.sessions_started), (1, 2));
+}

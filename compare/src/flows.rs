@@ -1,0 +1,597 @@
+//! From TCP segments to exchanges: the three byte streams of a copied connection (what the
+//! client sent, what the online server answered, what each test server answered) are put back
+//! in order and cut into HTTP/1.x messages; the n-th request of a connection is paired with the
+//! n-th answer of each server (HTTP/1.x answers come in request order).
+//!
+//! Owns: [`Flows`], keyed by the caller's connection key (the client's address and port: the
+//! test tuple of a copy keeps them); [`Flows::handle`] takes one segment of one [`Side`] and
+//! returns the exchanges it completed (through [`Pending`]). Each stream keeps at most
+//! `max_message` bytes of the message being read (a longer one is compared on its first
+//! `max_message` bytes: its end is found by `Content-Length` and the rest skipped; a longer
+//! chunked or close-delimited one ends the comparison of its connection) and at most
+//! `max_held` bytes out of order; connections are at most `max_conns` (the idlest forgotten) and
+//! forgotten after `idle` without a segment. A stream that lost bytes (a cut record, a capture
+//! hole past the out-of-order bound) stops: counted, no crash. A connection whose client bytes
+//! are not HTTP/1.x is compared whole, as bytes (the first `max_message` of each side, the first
+//! differing offset), once every server closed its side.
+//!
+//! Answer times: online, from the capture of a request's last byte to that of its answer's first
+//! byte; on test, from the test server's acknowledgement of the request's last byte (the copy
+//! sends client byte `s` as byte `s` on its test connection, so the test server's ACK numbers are
+//! the client's sequence numbers) to its answer's first byte. Both are what the server took
+//! once it had the request, measured from the same vantage point as its answer.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use crate::comparator::{Exchange, Reply};
+use crate::http::{message_len, parse_request_head, Framing, HttpError};
+use crate::pending::{Part, Pending};
+
+/// Which stream a segment belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Client to online server (requests).
+    Client,
+    /// Online server to client.
+    Online,
+    /// The candidate test server to the copy.
+    Candidate,
+    /// The baseline test server to the copy.
+    Baseline,
+}
+
+/// One TCP segment (or a record of one) as seen on a side.
+#[derive(Debug, Clone, Copy)]
+pub struct Seg<'a> {
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number, when ACK is set.
+    pub ack: Option<u32>,
+    /// SYN flag.
+    pub syn: bool,
+    /// FIN flag.
+    pub fin: bool,
+    /// RST flag.
+    pub rst: bool,
+    /// The payload bytes carried.
+    pub payload: &'a [u8],
+    /// The segment's payload is longer than `payload` (a record cut by the intercept).
+    pub cut: bool,
+}
+
+/// Limits and choices.
+#[derive(Debug, Clone)]
+pub struct FlowConfig {
+    /// Bytes kept of one message.
+    pub max_message: usize,
+    /// Bytes held out of order per stream.
+    pub max_held: usize,
+    /// Connections tracked at most.
+    pub max_conns: usize,
+    /// A connection without a segment for this long is forgotten.
+    pub idle: Duration,
+    /// How long the parts of an exchange wait for each other.
+    pub pair_timeout: Duration,
+    /// Bytes the pairing table holds at most.
+    pub max_pending_bytes: usize,
+    /// Whether a baseline answers too.
+    pub baseline: bool,
+    /// The fraction of connections compared (0..=1), chosen by a hash of the key.
+    pub sample: f64,
+    /// The service's port when the caller does not give one ([`Flows::handle_on`]).
+    pub port: u16,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        FlowConfig {
+            max_message: 4 << 20,
+            max_held: 1 << 20,
+            max_conns: 50_000,
+            idle: Duration::from_secs(120),
+            pair_timeout: Duration::from_secs(30),
+            max_pending_bytes: 256 << 20,
+            baseline: false,
+            sample: 1.0,
+            port: 0,
+        }
+    }
+}
+
+/// Counters of what could not be compared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowCounts {
+    /// Connections whose client bytes were not HTTP/1.x (compared whole, as bytes, when every
+    /// server closed its side).
+    pub not_http: u64,
+    /// Streams stopped: bytes lost (cut record, hole) or a message too long to find its end.
+    pub unsynced: u64,
+    /// Connections not compared because of the sampling.
+    pub sampled_out: u64,
+    /// Connections forgotten to stay within `max_conns`.
+    pub conns_shed: u64,
+    /// Connections whose first segment seen was a test server's (its records came before the
+    /// capture showed the client's SYN; they are kept, not lost).
+    pub orphan_segments: u64,
+}
+
+#[derive(Debug, Default)]
+struct Stream {
+    /// Sequence number of stream byte 0.
+    base: Option<u32>,
+    /// Stream offset of `buf[0]`.
+    start: u64,
+    buf: Vec<u8>,
+    held: BTreeMap<u64, Vec<u8>>,
+    held_bytes: usize,
+    /// Messages emitted.
+    n: u64,
+    /// Bytes of the current message still to skip (it was longer than `max_message`).
+    skip: u64,
+    fin: bool,
+    dead: bool,
+    /// Set by `put` when a hole outgrew `max_held` (counted as unsynced by the caller).
+    overflowed: bool,
+    /// When the current message's first byte came.
+    first_t: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct Conn {
+    gen: u64,
+    last: Instant,
+    sampled: bool,
+    http: Option<bool>,
+    streams: [Stream; 4],
+    /// Per request index: is HEAD, stream offset of its end, when its last byte was captured.
+    reqs: VecDeque<(u64, bool, u64, Instant)>,
+    /// Per request index, per test side: when the test server acknowledged the whole request.
+    acked: [HashMap<u64, Instant>; 2],
+    /// Not HTTP, and compared whole once: nothing more to do.
+    bytes_done: bool,
+    /// The online service's port.
+    port: u16,
+}
+
+fn idx(s: Side) -> usize {
+    match s {
+        Side::Client => 0,
+        Side::Online => 1,
+        Side::Candidate => 2,
+        Side::Baseline => 3,
+    }
+}
+
+/// The table of connections (see the module doc).
+#[derive(Debug)]
+pub struct Flows<K> {
+    cfg: FlowConfig,
+    conns: HashMap<K, Conn>,
+    gen: u64,
+    pending: Pending<(K, u64, u64)>,
+    counts: FlowCounts,
+}
+
+/// FNV-1a as a `Hasher`: the same key picks the same sample in every run and in every thread.
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        // spread the low bits (FNV's last multiply leaves the top ones weak for short keys)
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Whether connection `key` is among the fraction `sample` compared (stable across runs, so the
+/// copier's record tap and the comparison agree).
+pub fn sampled<K: Hash>(key: &K, sample: f64) -> bool {
+    if sample >= 1.0 {
+        return true;
+    }
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    key.hash(&mut h);
+    (h.finish() as f64 / u64::MAX as f64) < sample
+}
+
+impl<K: Hash + Eq + Clone> Flows<K> {
+    /// An empty table.
+    pub fn new(cfg: FlowConfig) -> Flows<K> {
+        Flows {
+            pending: Pending::new(cfg.pair_timeout, cfg.max_conns.max(1) * 4, cfg.max_pending_bytes, cfg.baseline),
+            conns: HashMap::new(),
+            gen: 0,
+            counts: FlowCounts::default(),
+            cfg,
+        }
+    }
+
+
+    fn new_conn(&mut self, now: Instant, key: &K) {
+        if !self.conns.contains_key(key) && self.conns.len() >= self.cfg.max_conns {
+            if let Some(k) = self.conns.iter().min_by_key(|(_, c)| c.last).map(|(k, _)| k.clone()) {
+                self.conns.remove(&k);
+                self.counts.conns_shed += 1;
+            }
+        }
+        self.gen += 1;
+        let sampled = sampled(key, self.cfg.sample);
+        if !sampled {
+            self.counts.sampled_out += 1;
+        }
+        self.conns.insert(
+            key.clone(),
+            Conn {
+                gen: self.gen,
+                last: now,
+                sampled,
+                http: None,
+                streams: Default::default(),
+                reqs: VecDeque::new(),
+                acked: Default::default(),
+                bytes_done: false,
+                port: self.cfg.port,
+            },
+        );
+    }
+
+    /// One segment of `side` for connection `key`; returns the exchanges now complete. The
+    /// service's port is `FlowConfig::port` (see [`Flows::handle_on`]).
+    pub fn handle(&mut self, now: Instant, key: &K, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
+        self.handle_on(now, key, self.cfg.port, side, seg)
+    }
+
+    /// [`Flows::handle`] for a connection to the online service's port `port` (it names the
+    /// endpoint of a connection that is not HTTP).
+    pub fn handle_on(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
+        let mut out = Vec::new();
+        // The capture and the records come by different paths: a test server's first segments
+        // may be here before the client's SYN. A client SYN starts a new connection only when
+        // the key already had one with another ISN (a reused port), not when it repeats the
+        // SYN or when the other sides came first.
+        match self.conns.get(key) {
+            None => {
+                if matches!(side, Side::Candidate | Side::Baseline) {
+                    self.counts.orphan_segments += 1;
+                }
+                self.new_conn(now, key);
+            }
+            Some(c) if side == Side::Client && seg.syn => {
+                if c.streams[0].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
+                    self.new_conn(now, key);
+                }
+            }
+            Some(_) => {}
+        }
+        let Some(c) = self.conns.get_mut(key) else { return out };
+        c.last = now;
+        c.port = port;
+        if !c.sampled || c.bytes_done {
+            return out;
+        }
+        let t = idx(side);
+        // a SYN with another ISN: a new connection on that side (a test server's reconnection);
+        // the same ISN again is a retransmission
+        if seg.syn && c.streams[t].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
+            c.streams[t] = Stream::default();
+        }
+        if let (Some(ack), Some(ti)) = (seg.ack, test_index(side)) {
+            note_ack(c, ti, ack, now);
+        }
+        let st = &mut c.streams[t];
+        if st.dead {
+            return out;
+        }
+        if st.base.is_none() {
+            if seg.syn {
+                st.base = Some(seg.seq.wrapping_add(1));
+            } else if !seg.payload.is_empty() {
+                st.base = Some(seg.seq);
+            } else {
+                return out;
+            }
+        }
+        let base = st.base.unwrap_or(0);
+        let data_seq = if seg.syn { seg.seq.wrapping_add(1) } else { seg.seq };
+        let off = u64::from(data_seq.wrapping_sub(base));
+        if off > (1 << 31) {
+            return out; // before the start: an old retransmission
+        }
+        if seg.cut {
+            // bytes after this record's payload are lost for good
+            put(st, off, seg.payload, self.cfg.max_held, now);
+            st.dead = true;
+            self.counts.unsynced += 1;
+        } else {
+            put(st, off, seg.payload, self.cfg.max_held, now);
+        }
+        if std::mem::take(&mut st.overflowed) {
+            self.counts.unsynced += 1;
+        }
+        if c.http != Some(true) && st.buf.len() > self.cfg.max_message {
+            // not (yet) HTTP: nothing drains the stream; keep its first bytes only
+            st.buf.truncate(self.cfg.max_message);
+            st.dead = true;
+        }
+        if seg.fin || seg.rst {
+            st.fin = true;
+        }
+        let gen = c.gen;
+        let was_http = c.http;
+        let mut emitted = Vec::new();
+        if c.http == Some(false) {
+            emitted.extend(whole_connection(c, &self.cfg));
+        } else {
+            emitted.extend(cut_messages(c, t, &self.cfg, &mut self.counts, now));
+            // the answers that came before the client's first bytes told what the protocol is
+            if t == 0 && was_http.is_none() && c.http == Some(true) {
+                for side in 1..4 {
+                    emitted.extend(cut_messages(c, side, &self.cfg, &mut self.counts, now));
+                }
+            }
+            if c.http == Some(false) {
+                emitted.extend(whole_connection(c, &self.cfg));
+            }
+        }
+        for (n, part) in emitted {
+            if let Some(ex) = self.pending.add(now, (key.clone(), gen, n), part) {
+                out.push(ex);
+            }
+        }
+        out
+    }
+
+    /// Forgets idle connections and expires unpaired exchanges; returns those that can still
+    /// be compared (only the baseline's answer missing).
+    pub fn expire(&mut self, now: Instant) -> Vec<Exchange> {
+        let idle = self.cfg.idle;
+        let counts = &mut self.counts;
+        self.conns.retain(|_, c| {
+            let keep = now.saturating_duration_since(c.last) < idle;
+            // a stream still waiting for the bytes of a hole: what came after it was never compared
+            if !keep && c.streams.iter().any(|s| !s.held.is_empty() && !s.dead) {
+                counts.unsynced += 1;
+            }
+            keep
+        });
+        self.pending.expire(now)
+    }
+
+    /// Counters.
+    pub fn counts(&self) -> FlowCounts {
+        self.counts
+    }
+
+    /// The pairing table's counters (expired, shed).
+    pub fn pending_counts(&self) -> crate::pending::PendingCounts {
+        self.pending.counts()
+    }
+
+    /// Connections tracked and exchanges waiting for a part.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.conns.len(), self.pending.len())
+    }
+
+    /// Bytes held: streams (in order and out of order) and the pairing table.
+    pub fn bytes(&self) -> usize {
+        let s: usize = self.conns.values().flat_map(|c| c.streams.iter()).map(|s| s.buf.len() + s.held_bytes).sum();
+        s + self.pending.bytes()
+    }
+}
+
+fn test_index(side: Side) -> Option<usize> {
+    match side {
+        Side::Candidate => Some(0),
+        Side::Baseline => Some(1),
+        _ => None,
+    }
+}
+
+/// A test server's ACK: the requests it now has whole.
+fn note_ack(c: &mut Conn, ti: usize, ack: u32, now: Instant) {
+    let Some(base) = c.streams[0].base else { return };
+    let acked = u64::from(ack.wrapping_sub(base));
+    let answered = c.streams[2 + ti].n;
+    for &(n, _, end, _) in &c.reqs {
+        if n >= answered && end <= acked && acked < (1 << 31) {
+            c.acked[ti].entry(n).or_insert(now);
+        }
+    }
+}
+
+/// Adds bytes at stream offset `off`.
+fn put(st: &mut Stream, off: u64, data: &[u8], max_held: usize, now: Instant) {
+    let next = st.start + st.buf.len() as u64;
+    if data.is_empty() {
+        return;
+    }
+    let dend = off + data.len() as u64;
+    if dend <= next {
+        return;
+    }
+    if off > next {
+        if st.held_bytes + data.len() <= max_held {
+            st.held_bytes += data.len();
+            if let Some(old) = st.held.insert(off, data.to_vec()) {
+                st.held_bytes -= old.len();
+            }
+        } else {
+            // a hole that is not filled within the bound: the stream cannot go on
+            st.dead = true;
+            st.overflowed = true;
+        }
+        return;
+    }
+    if st.buf.is_empty() && st.first_t.is_none() {
+        st.first_t = Some(now);
+    }
+    st.buf.extend_from_slice(&data[(next - off) as usize..]);
+    // held segments that are now in order
+    while let Some((&o, _)) = st.held.iter().next() {
+        let next = st.start + st.buf.len() as u64;
+        if o > next {
+            break;
+        }
+        let d = st.held.remove(&o).unwrap_or_default();
+        st.held_bytes -= d.len();
+        let e = o + d.len() as u64;
+        if e > next {
+            st.buf.extend_from_slice(&d[(next - o) as usize..]);
+        }
+    }
+}
+
+/// A connection that is not HTTP is compared whole, as bytes: once the online server and every
+/// test server closed their side (or a stream stopped), one exchange of the first
+/// `max_message` bytes of each stream (the client's as the request).
+fn whole_connection(c: &mut Conn, cfg: &FlowConfig) -> Vec<(u64, Part)> {
+    let sides: &[usize] = if cfg.baseline { &[1, 2, 3] } else { &[1, 2] };
+    let ended = |s: &Stream| s.fin || s.dead || s.buf.len() >= cfg.max_message;
+    if c.bytes_done || !sides.iter().all(|&i| ended(&c.streams[i])) {
+        return Vec::new();
+    }
+    c.bytes_done = true;
+    let take = |s: &mut Stream| {
+        let complete = s.fin && !s.dead && s.buf.len() <= cfg.max_message && s.held.is_empty();
+        let mut b = std::mem::take(&mut s.buf);
+        b.truncate(cfg.max_message);
+        s.held.clear();
+        s.held_bytes = 0;
+        Reply { bytes: b, complete, time: None }
+    };
+    let mut req = std::mem::take(&mut c.streams[0].buf);
+    req.truncate(cfg.max_message.min(4096));
+    let mut out = vec![(0, Part::Request(c.port, req)), (0, Part::Online(take(&mut c.streams[1])))];
+    out.push((0, Part::Candidate(take(&mut c.streams[2]))));
+    if cfg.baseline {
+        out.push((0, Part::Baseline(take(&mut c.streams[3]))));
+    }
+    out
+}
+
+/// Cuts the whole messages at the head of stream `t` into parts, with their message index.
+fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
+    let mut out = Vec::new();
+    loop {
+        let st = &mut c.streams[t];
+        if st.skip > 0 {
+            let k = (st.skip as usize).min(st.buf.len());
+            st.buf.drain(..k);
+            st.start += k as u64;
+            st.skip -= k as u64;
+            if st.skip > 0 {
+                return out;
+            }
+            st.first_t = if st.buf.is_empty() { None } else { st.first_t };
+        }
+        if st.buf.is_empty() {
+            return out;
+        }
+        let is_req = t == 0;
+        if !is_req && c.http != Some(true) {
+            // answers wait until the client's first bytes tell the protocol (a server that
+            // speaks first, such as SMTP, is not HTTP)
+            return out;
+        }
+        if is_req && c.http.is_none() {
+            match parse_request_head(&st.buf) {
+                Ok(_) => c.http = Some(true),
+                // the request line has not ended yet
+                Err(HttpError::PartialHead(_)) if !st.fin && st.buf.len() < 8192 => return out,
+                Err(_) => {
+                    c.http = Some(false);
+                    counts.not_http += 1;
+                    return out;
+                }
+            }
+        }
+        let n = st.n;
+        let head = !is_req && c.reqs.iter().any(|r| r.0 == n && r.1);
+        let framing = message_len(&st.buf, is_req, head);
+        let st = &mut c.streams[t];
+        let (len, complete, skip) = match framing {
+            Ok(Framing::Complete(len)) => (len, true, 0),
+            Ok(Framing::Sized { head, body }) => {
+                if st.buf.len() < cfg.max_message {
+                    return out;
+                }
+                let total = (head + body) as u64;
+                (st.buf.len(), false, total - st.buf.len() as u64)
+            }
+            Ok(Framing::UntilClose) if st.fin => (st.buf.len(), true, 0),
+            Ok(Framing::Incomplete | Framing::UntilClose) => {
+                if st.buf.len() >= cfg.max_message {
+                    // cannot find the end within the bound: compare what is there, then stop
+                    st.dead = true;
+                    counts.unsynced += 1;
+                    (st.buf.len(), false, 0)
+                } else if st.dead || st.fin {
+                    (st.buf.len(), false, 0)
+                } else {
+                    return out;
+                }
+            }
+            Err(_) if is_req => {
+                st.dead = true;
+                counts.unsynced += 1;
+                return out;
+            }
+            Err(_) => {
+                // a malformed answer: handed on whole, the comparator counts it; the stream stops
+                st.dead = true;
+                (st.buf.len(), true, 0)
+            }
+        };
+        let keep = len.min(cfg.max_message);
+        let bytes = st.buf[..keep].to_vec();
+        st.buf.drain(..len.min(st.buf.len()));
+        st.start += len as u64;
+        st.skip = skip;
+        st.n += 1;
+        let first = st.first_t.take();
+        if !st.buf.is_empty() {
+            st.first_t = first; // the next message came in the same segment
+        }
+        let end_off = st.start + skip;
+        let part = if is_req {
+            let is_head = parse_request_head(&bytes).is_ok_and(|h| h.method == "HEAD");
+            // the request is whole now: the online server's answer time starts here
+            c.reqs.push_back((n, is_head, end_off, now));
+            if c.reqs.len() > 64 {
+                c.reqs.pop_front();
+            }
+            Part::Request(c.port, bytes)
+        } else {
+            let since = match t {
+                1 => c.reqs.iter().find(|r| r.0 == n).map(|r| r.3),
+                _ => c.acked[t - 2].remove(&n),
+            };
+            let time = since.map(|s| first.unwrap_or(now).saturating_duration_since(s));
+            let reply = Reply { bytes, complete, time };
+            match t {
+                1 => Part::Online(reply),
+                2 => Part::Candidate(reply),
+                _ => Part::Baseline(reply),
+            }
+        };
+        out.push((n, part));
+        if c.streams[t].dead {
+            return out;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

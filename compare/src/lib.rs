@@ -1,0 +1,30 @@
+//! Shadow-testing comparison, sans IO: the online service's answer to each copied request is the
+//! expected result, and each test server's answer is compared with it.
+//!
+//! The caller (the copier's comparison thread) feeds the parts of each exchange as they come:
+//! the request and the online answer from the capture, each test server's answer from its
+//! intercept. [`pending::Pending`] pairs them (bounded, with expiry); [`comparator::Comparator`]
+//! parses HTTP/1.x ([`http`]: `httparse`, chunked, gzip), flattens answers into fields
+//! ([`fields`]: status, headers, JSON leaves as `$.items[3].price`, or bytes), filters noise
+//! ([`noise`]: an ignore list, fields where a baseline differs from online, fields that change
+//! between answers to identical requests), groups by endpoint ([`endpoint`]: method and path
+//! template, capped) and counts ([`stats`]). [`jsonl`] writes differing exchanges to a bounded,
+//! rotating JSON Lines file with sampling, and [`report`] turns that file into a static HTML page.
+//! No clock and no socket: times are passed in; only [`jsonl`] touches files.
+
+#![deny(unsafe_code)]
+
+pub mod comparator;
+pub mod endpoint;
+pub mod fields;
+pub mod flows;
+pub mod http;
+pub mod jsonl;
+pub mod noise;
+pub mod pending;
+pub mod report;
+pub mod stats;
+
+pub use comparator::{CompareConfig, Comparator, Exchange, Outcome, Reply, Verdict};
+pub use fields::{FieldDiff, Kind};
+pub use pending::{Part, Pending};

@@ -1,0 +1,429 @@
+//! Shadow testing (`--compare`): the comparison thread, next to the copy and never in its way.
+//!
+//! Owns: [`ShadowConfig`] (from the `--compare*` flags), [`Tap`] (what the engine threads hand
+//! over: copies of the intercepts' records, in batches, through a bounded channel; when it is
+//! full the batch is dropped and counted, so the copy never waits) and the thread ([`start`]):
+//! it opens its own capture ring of both directions of the mapped ports
+//! ([`crate::bpf::build_answer_filter`], `Capture::open_both_directions`: the requests and the
+//! online service's answers), feeds `compare::flows::Flows` with the client, online and test
+//! streams of each connection (keyed by the client's address and port, which the copy keeps on
+//! its test tuple), compares every exchange it completes (`compare::Comparator`), exports the
+//! per-endpoint metrics, writes the JSON Lines file (`compare::jsonl`) and, when stopped, a
+//! last tick and the summary ([`ShadowReport`]).
+//!
+//! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
+//! large enough for a whole segment (a record cut short stops its stream, counted).
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ::metrics::{counter, gauge};
+use common::proto::Record;
+use common::wire::{parse_tcp_headers, parse_tcp_packet, TcpFlags, TcpPacketRef};
+use compare::flows::{sampled, FlowConfig, Flows, Seg, Side};
+use compare::jsonl::{JsonlWriter, Line};
+use compare::{CompareConfig, Comparator, Exchange, Outcome};
+
+use crate::bpf::build_answer_filter;
+use crate::capture::{Capture, CaptureConfig};
+
+/// Record batches waiting for the comparison thread before batches are dropped.
+const TAP_BATCHES: usize = 256;
+/// How often idle connections and unpaired exchanges are expired and metrics exported.
+const HOUSEKEEPING: Duration = Duration::from_secs(1);
+
+/// One compared service: requests to `port` (on `online` if given) are copied to `candidate`
+/// (and to `baseline`, when there is one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShadowMap {
+    /// The online address, or any.
+    pub online: Option<IpAddr>,
+    /// The online port.
+    pub port: u16,
+    /// The `--map` target.
+    pub candidate: SocketAddr,
+    /// The `--baseline-map` target.
+    pub baseline: Option<SocketAddr>,
+}
+
+/// The JSON Lines file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    /// Its path (`--compare-log`).
+    pub path: PathBuf,
+    /// Bytes per file before rotating (`--compare-log-size`).
+    pub max_bytes: u64,
+    /// Older files kept (`--compare-log-keep`).
+    pub keep: usize,
+    /// Fraction of differing exchanges written (`--compare-log-sample`).
+    pub sample: f64,
+}
+
+/// Everything the comparison thread runs with.
+#[derive(Debug, Clone)]
+pub struct ShadowConfig {
+    /// The compared services.
+    pub maps: Vec<ShadowMap>,
+    /// Streams, pairing and sampling.
+    pub flows: FlowConfig,
+    /// Noise and limits of the comparison.
+    pub compare: CompareConfig,
+    /// The file, if any.
+    pub log: Option<LogConfig>,
+    /// The capture ring (interface, sizes).
+    pub capture: CaptureConfig,
+    /// How often a tick line (cumulative counts) is written.
+    pub tick: Duration,
+}
+
+/// The engine threads' side of the channel.
+#[derive(Debug, Clone)]
+pub struct Tap {
+    tx: SyncSender<Vec<(Instant, Record)>>,
+    sample: f64,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Tap {
+    /// Hands over the records of connections being compared (never blocks).
+    pub fn records(&self, now: Instant, batch: &[Record]) {
+        let mut out = Vec::new();
+        for r in batch {
+            let Ok(h) = parse_tcp_headers(&r.headers) else { continue };
+            let dst = (h.packet.dst, h.packet.tcp.dst_port());
+            if sampled(&dst, self.sample) {
+                out.push((now, r.clone()));
+            }
+        }
+        if out.is_empty() {
+            return;
+        }
+        let n = out.len() as u64;
+        match self.tx.try_send(out) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What the comparison did, printed at exit.
+#[derive(Debug)]
+pub struct ShadowReport {
+    /// The comparator's summary.
+    pub summary: compare::stats::Summary,
+    /// Records dropped because the thread was behind.
+    pub dropped: u64,
+    /// Streams and pairing counters.
+    pub flows: compare::flows::FlowCounts,
+    /// Expired and shed exchanges.
+    pub pending: compare::pending::PendingCounts,
+    /// Packets the kernel dropped from the comparison's ring (their connections stall).
+    pub capture_drops: u64,
+}
+
+impl std::fmt::Display for ShadowReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.summary)?;
+        let (c, p) = (&self.flows, &self.pending);
+        write!(
+            f,
+            "\ncompare: not compared: {} unanswered (expired), {} shed, {} records dropped (thread behind), \
+{} packets dropped by the kernel (ring full), {} streams lost sync, {} connections not HTTP",
+            p.expired, p.shed, self.dropped, self.capture_drops, c.unsynced, c.not_http
+        )
+    }
+}
+
+/// The running thread.
+#[derive(Debug)]
+pub struct Shadow {
+    /// Cloned into each engine thread.
+    pub tap: Tap,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<ShadowReport>,
+}
+
+impl Shadow {
+    /// Stops the thread (after it compared what is complete) and returns its report.
+    pub fn stop(self) -> Option<ShadowReport> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handle.join().ok()
+    }
+}
+
+/// Opens the capture and starts the thread. The capture is opened here, so that a missing
+/// permission or interface is an error at start.
+pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
+    use anyhow::Context;
+    let ports: Vec<u16> = cfg.maps.iter().map(|m| m.port).collect();
+    let filter = build_answer_filter(&ports).context("--compare: the capture filter")?;
+    let capture = Capture::open_both_directions(&cfg.capture, &filter).context("--compare: opening its capture ring")?;
+    let log = match &cfg.log {
+        Some(l) => Some(
+            JsonlWriter::create(&l.path, l.max_bytes, l.keep, l.sample)
+                .with_context(|| format!("--compare-log {}", l.path.display()))?,
+        ),
+        None => None,
+    };
+    let (tx, rx) = sync_channel(TAP_BATCHES);
+    let dropped = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone() };
+    let st = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("compare".into())
+        .spawn(move || Thread::new(cfg, log, dropped).run(capture, rx, &st))
+        .context("spawning the comparison thread")?;
+    Ok(Shadow { tap, stop, handle })
+}
+
+/// A segment for `compare::flows` from a parsed packet (or record) and the payload it carries.
+fn seg_of<'a>(p: &TcpPacketRef<'_>, payload: &'a [u8], cut: bool) -> Seg<'a> {
+    let f = p.tcp.flags();
+    Seg {
+        seq: p.tcp.seq().0,
+        ack: f.contains(TcpFlags::ACK).then(|| p.tcp.ack().0),
+        syn: f.contains(TcpFlags::SYN),
+        fin: f.contains(TcpFlags::FIN),
+        rst: f.contains(TcpFlags::RST),
+        payload,
+        cut,
+    }
+}
+
+struct Thread {
+    cfg: ShadowConfig,
+    flows: Flows<(IpAddr, u16)>,
+    cmp: Comparator,
+    log: Option<JsonlWriter>,
+    dropped: Arc<AtomicU64>,
+    log_errors: u64,
+    /// Packets the kernel dropped because the comparison's ring was full.
+    capture_drops: u64,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Thread {
+    fn new(cfg: ShadowConfig, log: Option<JsonlWriter>, dropped: Arc<AtomicU64>) -> Thread {
+        Thread {
+            flows: Flows::new(cfg.flows.clone()),
+            cmp: Comparator::new(cfg.compare.clone()),
+            log,
+            dropped,
+            log_errors: 0,
+            capture_drops: 0,
+            cfg,
+        }
+    }
+
+    fn run(mut self, mut capture: Capture, rx: Receiver<Vec<(Instant, Record)>>, stop: &AtomicBool) -> ShadowReport {
+        let mut next_house = Instant::now() + HOUSEKEEPING;
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        loop {
+            let stopping = stop.load(Ordering::SeqCst);
+            let now = Instant::now();
+            let mut work = capture.drain(8, |pkt| self.packet(now, pkt));
+            while let Ok(batch) = rx.try_recv() {
+                work += 1;
+                for (t, r) in batch {
+                    self.record(t, &r);
+                }
+            }
+            let now = Instant::now();
+            if now >= next_house || stopping {
+                for ex in self.flows.expire(now) {
+                    self.compare(&ex);
+                }
+                let _ = capture.refresh_kernel_stats();
+                self.capture_drops = capture.stats().kernel_drops;
+                self.export();
+                next_house = now + HOUSEKEEPING;
+            }
+            if now >= next_tick || stopping {
+                self.tick();
+                next_tick = now + self.cfg.tick;
+            }
+            if stopping {
+                break;
+            }
+            if work == 0 {
+                let _ = crate::sys::poll_readable(&[capture.fd()], Duration::from_millis(20));
+            }
+        }
+        if let Some(l) = self.log.as_mut() {
+            let _ = l.flush();
+        }
+        ShadowReport {
+            summary: self.cmp.summary(),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            flows: self.flows.counts(),
+            pending: self.flows.pending_counts(),
+            capture_drops: self.capture_drops,
+        }
+    }
+
+    /// A captured packet: a request or an online answer.
+    fn packet(&mut self, now: Instant, pkt: &[u8]) {
+        let Ok(p) = parse_tcp_packet(pkt) else { return };
+        let (sp, dp) = (p.tcp.src_port(), p.tcp.dst_port());
+        let m = |ip: IpAddr, port: u16| self.cfg.maps.iter().any(|m| m.port == port && m.online.is_none_or(|a| a == ip));
+        let (side, key, port) = if m(p.dst, dp) {
+            (Side::Client, (p.src, sp), dp)
+        } else if m(p.src, sp) {
+            (Side::Online, (p.dst, dp), sp)
+        } else {
+            return;
+        };
+        let seg = seg_of(&p, p.payload(), false);
+        for ex in self.flows.handle_on(now, &key, port, side, seg) {
+            self.compare(&ex);
+        }
+    }
+
+    /// A record of a test server's answer.
+    fn record(&mut self, now: Instant, r: &Record) {
+        let Ok(h) = parse_tcp_headers(&r.headers) else { return };
+        let p = h.packet;
+        let from = SocketAddr::new(p.src, p.tcp.src_port());
+        let (side, port) = if let Some(m) = self.cfg.maps.iter().find(|m| m.candidate == from) {
+            (Side::Candidate, m.port)
+        } else if let Some(m) = self.cfg.maps.iter().find(|m| m.baseline == Some(from)) {
+            (Side::Baseline, m.port)
+        } else {
+            return;
+        };
+        let headers_len = p.ip_header_len + p.tcp.header_len();
+        let total = if h.declared_len > headers_len { h.declared_len } else { r.orig_len as usize };
+        let payload_len = total.saturating_sub(headers_len);
+        let seg = seg_of(&p, &r.payload, r.payload.len() < payload_len);
+        let key = (p.dst, p.tcp.dst_port());
+        for ex in self.flows.handle_on(now, &key, port, side, seg) {
+            self.compare(&ex);
+        }
+    }
+
+    fn compare(&mut self, ex: &Exchange) {
+        let v = self.cmp.compare(ex);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let first = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(120)]).replace("\r\n", "|");
+            tracing::debug!(
+                "compare: {:?} {} | online {} | candidate {} | baseline {}",
+                v.outcome,
+                first(&ex.request),
+                first(&ex.online.bytes),
+                first(&ex.candidate.bytes),
+                ex.baseline.as_ref().map(|b| first(&b.bytes)).unwrap_or_default()
+            );
+        }
+        let ep = v.endpoint.clone();
+        let result = match v.outcome {
+            Outcome::Equal => "equal",
+            Outcome::Differ => "differ",
+            Outcome::Malformed(_) => "malformed",
+        };
+        counter!(names::EXCHANGES_TOTAL, "endpoint" => ep.clone(), "result" => result).increment(1);
+        let mut kinds: Vec<&str> = v.diffs.iter().map(|d| d.kind.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for k in kinds {
+            counter!(names::DIFFERENCES_TOTAL, "endpoint" => ep.clone(), "kind" => k).increment(1);
+        }
+        for f in &v.learned {
+            counter!(names::NOISE_LEARNED_TOTAL, "endpoint" => ep.clone()).increment(1);
+            tracing::info!("compare: {ep}: {f} learned as noise");
+        }
+        if let Some(l) = self.log.as_mut() {
+            if let Err(e) = l.write_verdict(&v, unix_ms()) {
+                self.log_errors += 1;
+                if self.log_errors == 1 {
+                    tracing::error!("--compare-log: {e}");
+                }
+            }
+        }
+    }
+
+    fn tick(&mut self) {
+        let Some(l) = self.log.as_mut() else { return };
+        let r = l.write(&Line::tick(unix_ms(), &self.cmp)).and_then(|()| l.flush());
+        if let Err(e) = r {
+            self.log_errors += 1;
+            if self.log_errors == 1 {
+                tracing::error!("--compare-log: {e}");
+            }
+        }
+    }
+
+    fn export(&self) {
+        for (n, s) in self.cmp.endpoints() {
+            for (q, name) in [(0.5, "0.5"), (0.99, "0.99")] {
+                if let Some(r) = s.time_ratio(q) {
+                    gauge!(names::TIME_RATIO, "endpoint" => n.to_string(), "quantile" => name).set(r);
+                }
+            }
+        }
+        let c = self.flows.counts();
+        let p = self.flows.pending_counts();
+        for (reason, v) in [
+            ("expired", p.expired),
+            ("shed", p.shed),
+            ("not_http", c.not_http),
+            ("unsynced", c.unsynced),
+            ("queue_full", self.dropped.load(Ordering::Relaxed)),
+            ("capture_drops", self.capture_drops),
+            ("conns_shed", c.conns_shed),
+        ] {
+            counter!(names::NOT_COMPARED_TOTAL, "reason" => reason).absolute(v);
+        }
+        counter!(names::MALFORMED_TOTAL).absolute(self.cmp.totals().malformed);
+        let (conns, pending) = self.flows.sizes();
+        gauge!(names::CONNECTIONS).set(conns as f64);
+        gauge!(names::PENDING).set(pending as f64);
+        gauge!(names::BYTES).set(self.flows.bytes() as f64);
+    }
+}
+
+/// Describes the comparison's metrics (after the exporter is installed).
+pub fn describe() {
+    use ::metrics::{describe_counter, describe_gauge};
+    describe_counter!(names::EXCHANGES_TOTAL, "Exchanges compared, by endpoint and result (equal, differ, malformed)");
+    describe_counter!(names::DIFFERENCES_TOTAL, "Differing exchanges by endpoint and kind of difference (status, header, body_field, body)");
+    describe_counter!(names::NOISE_LEARNED_TOTAL, "Fields learned as noise, by endpoint");
+    describe_gauge!(names::TIME_RATIO, "Test answer time over the online one at a quantile, by endpoint");
+    describe_counter!(names::NOT_COMPARED_TOTAL, "Requests or connections not compared, by reason");
+    describe_counter!(names::MALFORMED_TOTAL, "Exchanges with an answer that is not HTTP/1.x");
+    describe_gauge!(names::CONNECTIONS, "Connections the comparison follows");
+    describe_gauge!(names::PENDING, "Exchanges waiting for an answer");
+    describe_gauge!(names::BYTES, "Bytes the comparison holds (streams and waiting exchanges)");
+}
+
+/// The comparison's metric names.
+pub mod names {
+    /// Exchanges compared, by endpoint and result (equal, differ, malformed).
+    pub const EXCHANGES_TOTAL: &str = "copier_compare_exchanges_total";
+    /// Differing exchanges by endpoint and kind (status, header, body_field, body).
+    pub const DIFFERENCES_TOTAL: &str = "copier_compare_differences_total";
+    /// Fields learned as noise, by endpoint.
+    pub const NOISE_LEARNED_TOTAL: &str = "copier_compare_noise_learned_total";
+    /// Test over online answer time, by endpoint and quantile.
+    pub const TIME_RATIO: &str = "copier_compare_answer_time_ratio";
+    /// Requests not compared, by reason.
+    pub const NOT_COMPARED_TOTAL: &str = "copier_compare_not_compared_total";
+    /// Exchanges with an answer that is not HTTP.
+    pub const MALFORMED_TOTAL: &str = "copier_compare_malformed_total";
+    /// Connections followed.
+    pub const CONNECTIONS: &str = "copier_compare_connections";
+    /// Exchanges waiting for an answer.
+    pub const PENDING: &str = "copier_compare_pending";
+    /// Bytes the comparison holds (streams and pending exchanges).
+    pub const BYTES: &str = "copier_compare_bytes";
+}
