@@ -154,8 +154,14 @@ fn filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close() {
     let got = by_session(&log);
     for (s, (way, kept)) in &want {
         let entries = &got[s];
-        let uris: Vec<&str> = entries.iter().map(|e| e.uri.as_str()).collect();
-        assert_eq!(uris, *kept, "session {s}: the kept requests in order");
+        let mut uris: Vec<&str> = entries.iter().map(|e| e.uri.as_str()).collect();
+        let mut kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+        if *way == Way::Close {
+            // Separate connections, copied side by side: nginx logs each when its answer ends.
+            uris.sort_unstable();
+            kept.sort_unstable();
+        }
+        assert_eq!(uris, kept, "session {s}: the kept requests (in order on one connection)");
         let conns: std::collections::BTreeSet<u64> = entries.iter().map(|e| e.connection).collect();
         if *way == Way::Close {
             assert_eq!(conns.len(), 8, "session {s}: a connection per request");
