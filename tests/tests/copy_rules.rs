@@ -154,8 +154,14 @@ fn filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close() {
     let got = by_session(&log);
     for (s, (way, kept)) in &want {
         let entries = &got[s];
-        let uris: Vec<&str> = entries.iter().map(|e| e.uri.as_str()).collect();
-        assert_eq!(uris, *kept, "session {s}: the kept requests in order");
+        let mut uris: Vec<&str> = entries.iter().map(|e| e.uri.as_str()).collect();
+        let mut kept: Vec<&str> = kept.iter().map(String::as_str).collect();
+        if *way == Way::Close {
+            // Separate connections, copied side by side: nginx logs each when its answer ends.
+            uris.sort_unstable();
+            kept.sort_unstable();
+        }
+        assert_eq!(uris, kept, "session {s}: the kept requests (in order on one connection)");
         let conns: std::collections::BTreeSet<u64> = entries.iter().map(|e| e.connection).collect();
         if *way == Way::Close {
             assert_eq!(conns.len(), 8, "session {s}: a connection per request");
@@ -325,6 +331,8 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
     for (s, way) in [("r1", Way::KeepAlive), ("r2", Way::Pipelined), ("r3", Way::KeepAlive)] {
         let reqs: Vec<String> = (1..=10).map(|i| request(&path(s, i), false)).collect();
         send(&lab, &reqs, way);
+        // Apart in time, for the time slice below (the index has milliseconds).
+        std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(test_log(&c, 24).len(), 24, "the live copies");
     // The live copier stops: its archive is complete.
@@ -368,7 +376,7 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
     assert!(status.is_some_and(|s| s.success()), "{}", tail(&p.log(), 30));
     let log = test_log(&c, 33 + 3);
     let uris: Vec<&str> = log[33..].iter().map(|e| e.uri.as_str()).collect();
-    assert_eq!(uris, [2, 6, 10].map(|i| path("r2", i)), "only r2's selected requests");
+    assert_eq!(uris, [2, 6, 10].map(|i| path("r2", i)), "only r2's selected requests ({from} to {until}):\n{index}\n{}", tail(&p.log(), 10));
     assert!(p.log().contains("outside the time slice"), "{}", tail(&p.log(), 5));
     c.assert_no_leak(&mut lab);
 }

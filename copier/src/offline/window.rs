@@ -1,9 +1,10 @@
 //! The time slice of an offline replay (`--from`, `--until`): only sessions whose client SYN
 //! was captured in `[from, until)` (Unix time, the file's timestamps) are replayed, whole: every
-//! later packet of such a session goes too, whatever its time; a session without a SYN in the
-//! file (caught mid-stream) is left out once a slice is asked for. Sans-IO.
+//! later packet of such a session goes too, whatever its time, a retransmitted SYN (same ISN)
+//! included; a session without a SYN in the file (caught mid-stream) is left out once a slice
+//! is asked for. Sans-IO.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -14,14 +15,15 @@ use super::pace::Accepted;
 pub struct Window {
     from: Option<Duration>,
     until: Option<Duration>,
-    live: HashSet<(SocketAddr, SocketAddr)>,
+    /// Per client and server end: the ISN of its latest SYN and whether that session is kept.
+    live: HashMap<(SocketAddr, SocketAddr), (u32, bool)>,
 }
 
 impl Window {
     /// A slice; both ends `None` keeps everything.
     #[must_use]
     pub fn new(from: Option<Duration>, until: Option<Duration>) -> Window {
-        Window { from, until, live: HashSet::new() }
+        Window { from, until, live: HashMap::new() }
     }
 
     /// Whether the accepted packet `pkt` (captured at `ts`) is replayed.
@@ -33,15 +35,16 @@ impl Window {
         let (syn, ack, rst) = (flags & 0x02 != 0, flags & 0x10 != 0, flags & 0x04 != 0);
         let key = (acc.client, acc.server);
         if syn && !ack {
-            let inside = self.from.is_none_or(|f| ts >= f) && self.until.is_none_or(|u| ts < u);
-            if inside {
-                self.live.insert(key);
-            } else {
-                self.live.remove(&key);
-            }
+            let at = acc.tcp_offset + 4;
+            let isn = pkt.get(at..at + 4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            let inside = match self.live.get(&key) {
+                Some(&(i, keep)) if i == isn => keep, // a retransmission: decided already
+                _ => self.from.is_none_or(|f| ts >= f) && self.until.is_none_or(|u| ts < u),
+            };
+            self.live.insert(key, (isn, inside));
             return inside;
         }
-        let keep = self.live.contains(&key);
+        let keep = self.live.get(&key).is_some_and(|x| x.1);
         if rst {
             self.live.remove(&key);
         }
@@ -68,12 +71,16 @@ mod tests {
         let s = Duration::from_secs;
         let mut w = Window::new(Some(s(100)), Some(s(200)));
         assert!(!w.admit(s(99), &acc(1), &pkt(0x02)), "a SYN before the slice");
+        assert!(!w.admit(s(150), &acc(1), &pkt(0x02)), "retransmitted in it: still out");
         assert!(!w.admit(s(150), &acc(1), &pkt(0x10)), "its later packets neither");
         assert!(w.admit(s(100), &acc(2), &pkt(0x02)));
         assert!(w.admit(s(500), &acc(2), &pkt(0x18)), "a kept session goes on after the slice");
         assert!(w.admit(s(501), &acc(2), &pkt(0x14)), "its RST");
         assert!(!w.admit(s(502), &acc(2), &pkt(0x10)), "nothing after its RST");
         assert!(!w.admit(s(200), &acc(3), &pkt(0x02)), "the end is excluded");
+        let mut new_isn = pkt(0x02);
+        new_isn[7] = 9;
+        assert!(w.admit(s(150), &acc(1), &new_isn), "the port's next session, in the slice");
         assert!(!w.admit(s(150), &acc(4), &pkt(0x10)), "no SYN in the file: left out");
         let mut all = Window::new(None, None);
         assert!(all.admit(s(1), &acc(4), &pkt(0x10)));
