@@ -454,11 +454,11 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
             Ok(Inbound::Records(batch)) => {
-                if let Some(tap) = &io.shadow {
-                    tap.records(now, &batch);
-                }
                 for r in &batch {
                     engine.handle_record(now, r);
+                }
+                if let Some(tap) = &io.shadow {
+                    tap.records(now, batch);
                 }
             }
             Ok(Inbound::Verdicts { from, results }) => {

@@ -90,16 +90,17 @@ pub struct Tap {
 }
 
 impl Tap {
-    /// Hands over the records of connections being compared (never blocks).
-    pub fn records(&self, now: Instant, batch: &[Record]) {
-        let mut out = Vec::new();
-        for r in batch {
-            let Ok(h) = parse_tcp_headers(&r.headers) else { continue };
-            let dst = (h.packet.dst, h.packet.tcp.dst_port());
-            if sampled(&dst, self.sample) {
-                out.push((now, r.clone()));
-            }
-        }
+    /// Hands over the records of connections being compared (never blocks); the engine is
+    /// done with the batch, so the records are moved, not copied.
+    pub fn records(&self, now: Instant, batch: Vec<Record>) {
+        let out: Vec<(Instant, Record)> = batch
+            .into_iter()
+            .filter(|r| {
+                parse_tcp_headers(&r.headers)
+                    .is_ok_and(|h| sampled(&(h.packet.dst, h.packet.tcp.dst_port()), self.sample))
+            })
+            .map(|r| (now, r))
+            .collect();
         if out.is_empty() {
             return;
         }
