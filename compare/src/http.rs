@@ -194,37 +194,43 @@ fn content_length(ans: &Answer) -> Result<Option<usize>, HttpError> {
 }
 
 /// De-chunks a chunked body; returns the data (at most `max`) and whether the last chunk came.
-fn dechunk(mut body: &[u8], max: usize) -> Result<(Vec<u8>, bool), HttpError> {
-    let start_len = body.len();
+fn dechunk(body: &[u8], max: usize) -> Result<(Vec<u8>, bool), HttpError> {
     let mut out = Vec::new();
+    let last = walk_chunks(body, |data| {
+        let room = max.saturating_sub(out.len());
+        out.extend_from_slice(&data[..data.len().min(room)]);
+        out.len() < max
+    })?;
+    // trailers are not compared
+    Ok((out, last.is_some()))
+}
+
+/// Walks a chunked body, handing `data` each chunk's bytes (the last of them cut short when the
+/// body is) until it answers false. `Some(at)`: the last chunk's size line ends at `at` (the
+/// trailers follow); `None`: the body, or `data`, stopped first. An error names the offset.
+fn walk_chunks(body: &[u8], mut data: impl FnMut(&[u8]) -> bool) -> Result<Option<usize>, HttpError> {
+    let mut at = 0;
     loop {
-        let at = start_len - body.len();
-        let (skip, size) = match httparse::parse_chunk_size(body) {
+        let (skip, size) = match httparse::parse_chunk_size(&body[at..]) {
             Ok(httparse::Status::Complete(v)) => v,
-            Ok(httparse::Status::Partial) => return Ok((out, false)),
+            Ok(httparse::Status::Partial) => return Ok(None),
             Err(_) => return Err(HttpError::Chunk(at)),
         };
-        body = &body[skip..];
+        at += skip;
         if size == 0 {
-            // trailers are not compared
-            return Ok((out, true));
+            return Ok(Some(at));
         }
-        let size = usize::try_from(size).unwrap_or(usize::MAX);
-        let take = size.min(body.len());
-        let room = max.saturating_sub(out.len());
-        out.extend_from_slice(&body[..take.min(room)]);
-        if take < size || out.len() >= max {
-            return Ok((out, false));
+        let end = usize::try_from(size).ok().and_then(|n| at.checked_add(n)).ok_or(HttpError::Chunk(at))?;
+        let take = end.min(body.len());
+        if !data(&body[at..take]) || take < end {
+            return Ok(None);
         }
-        body = &body[take..];
         // CRLF after the chunk's data
-        if body.len() < 2 {
-            return Ok((out, false));
+        match body.get(end..end + 2) {
+            None => return Ok(None),
+            Some(b"\r\n") => at = end + 2,
+            Some(_) => return Err(HttpError::Chunk(end)),
         }
-        if &body[..2] != b"\r\n" {
-            return Err(HttpError::Chunk(start_len - body.len()));
-        }
-        body = &body[2..];
     }
 }
 
@@ -321,33 +327,14 @@ fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {
 
 /// The length of a whole chunked body (trailers included), or None when it has not ended.
 fn chunked_len(body: &[u8]) -> Result<Option<usize>, HttpError> {
-    let mut at = 0;
+    let Some(mut at) = walk_chunks(body, |_| true)? else { return Ok(None) };
+    // trailers: lines until an empty one
     loop {
-        let (skip, size) = match httparse::parse_chunk_size(&body[at..]) {
-            Ok(httparse::Status::Complete(v)) => v,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(HttpError::Chunk(at)),
-        };
-        at += skip;
-        if size == 0 {
-            // trailers: lines until an empty one
-            loop {
-                let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-                at += i + 2;
-                if i == 0 {
-                    return Ok(Some(at));
-                }
-            }
+        let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        at += i + 2;
+        if i == 0 {
+            return Ok(Some(at));
         }
-        let size = usize::try_from(size).map_err(|_| HttpError::Chunk(at))?;
-        let end = at.checked_add(size).and_then(|e| e.checked_add(2)).ok_or(HttpError::Chunk(at))?;
-        if body.len() < end {
-            return Ok(None);
-        }
-        if &body[end - 2..end] != b"\r\n" {
-            return Err(HttpError::Chunk(end - 2));
-        }
-        at = end;
     }
 }
 
