@@ -680,12 +680,15 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
         return;
     }
     let lab = Lab::new();
-    // A fixed ring of 4 x 64 KiB: about 240 of the packets below fit in it.
-    let cap = ring_in_b(&lab, 4, 4);
+    // A fixed ring of 16 x 64 KiB: about 960 of the packets below fit in it. (Four blocks made
+    // the test depend on the capture thread being scheduled within 5 ms under a loaded CI
+    // machine; it failed once that way. A ring a third of the burst still shows the point.)
+    let cap = ring_in_b(&lab, 16, 16);
     let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
     let mut sender = sender_in_a(&lab);
-    // 3000 packets of 1 KB (3 MB, twelve times the ring) while the engine takes nothing.
-    let sent = send_numbered(&mut sender, 40001, 3000, 50, Duration::from_millis(1));
+    // 3000 packets of 1 KB (3 MB, three times the ring) while the engine takes nothing; at
+    // 25 MB/s the ring covers 40 ms of the thread not being scheduled.
+    let sent = send_numbered(&mut sender, 40001, 3000, 50, Duration::from_millis(2));
     std::thread::sleep(Duration::from_millis(300));
     assert!(feed.queued_bytes() > 1 << 20, "the thread holds what the engine did not take: {}", feed.queued_bytes());
     let mut got: Vec<Vec<u8>> = Vec::new();
