@@ -101,7 +101,8 @@ ends), when the test server closes a connection with requests left (those go aga
 connection), or after three answer timeouts; server-speaks-first protocols (a greeting) and
 shaped sessions (--profile) are always one at a time. Choose strict for a test server that
 must never see two requests of a connection at once, off (--no-pacing) for a load test where
-only the request rate matters. copier_replay_lag_seconds tells how far behind production the
+only the request rate matters. The ACK of a test server's answer waits up to --ack-delay (40ms)
+for the next request to carry it, as a client's delayed ACK does. copier_replay_lag_seconds tells how far behind production the
 copies run; copier_units_ahead_total counts requests sent ahead of an answer.
 
 Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
@@ -293,6 +294,12 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_PACE_WINDOW,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::engine::MAX_PACE_WINDOW)))]
     pub pace_window: u32,
+
+    /// How long the ACK of a test server segment may wait for the next request to carry it,
+    /// like a client's delayed ACK (one segment at most; 0 acknowledges every segment at once;
+    /// at most 100ms is used).
+    #[arg(long, value_name = "DURATION", default_value = "40ms", value_parser = parse_duration)]
+    pub ack_delay: Duration,
 
     /// Request rules (TOML): filters, a dye header, header edits and request-line rewrites
     /// (see "Request rules" in --help). Header values read from files are re-read on SIGHUP.
@@ -595,6 +602,7 @@ impl Args {
             } else {
                 self.pace_window
             },
+            ack_delay: self.ack_delay,
             max_sessions: self.max_sessions,
             max_pending_syns: self.max_pending_syns,
             syn_timeout: self.syn_timeout,

@@ -70,6 +70,13 @@ pub struct EngineConfig {
     /// The last request before the client's FIN (or RST) always waits for this quiet, so that
     /// the close does not cut a longer answer short.
     pub answer_quiet: Duration,
+    /// How long the acknowledgement of a test server segment may wait for a segment of ours to
+    /// ride on (the next request, usually), like a client's delayed ACK. Only one segment is
+    /// ever left unacknowledged (a second, a FIN, a hole or a repeat is acknowledged at once:
+    /// with two segments out, a Linux server's tail-loss probe would fire after about two round
+    /// trips); a connection whose delay ran out once acknowledges at once from then on. Zero:
+    /// every segment is acknowledged at once.
+    pub ack_delay: Duration,
     /// Retransmission timeout before any RTT sample.
     pub initial_rto: Duration,
     /// Lower bound of the computed retransmission timeout.
@@ -221,6 +228,7 @@ impl Default for EngineConfig {
             pace_window: DEFAULT_PACE_WINDOW,
             answer_timeout: Duration::from_secs(3),
             answer_quiet: Duration::from_millis(50),
+            ack_delay: DEFAULT_ACK_DELAY,
             initial_rto: Duration::from_millis(300),
             min_rto: Duration::from_millis(200),
             max_rto: Duration::from_secs(10),
@@ -248,6 +256,12 @@ impl Default for EngineConfig {
 /// Default of [`EngineConfig::max_sessions`]: about what the default `max_memory` (512 MiB)
 /// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 2.4 KB on x86_64).
 pub const DEFAULT_MAX_SESSIONS: usize = 200_000;
+
+/// Default of [`EngineConfig::ack_delay`]: Linux's shortest delayed ACK.
+pub const DEFAULT_ACK_DELAY: Duration = Duration::from_millis(40);
+/// Largest [`EngineConfig::ack_delay`] used: a Linux server probes a single unacknowledged
+/// segment after its minimum RTO (200 ms) plus two smoothed round trips.
+pub const MAX_ACK_DELAY: Duration = Duration::from_millis(100);
 
 /// Default of [`EngineConfig::pace_window`]: enough units in flight for one connection at
 /// tens of thousands of requests a second over a pacing round trip of a millisecond or two.
@@ -370,6 +384,7 @@ pub(crate) struct Params {
     pub pace_window: u32,
     pub answer_timeout: Duration,
     pub answer_quiet: Duration,
+    pub ack_delay: Duration,
     pub initial_rto: Duration,
     pub min_rto: Duration,
     pub max_rto: Duration,
@@ -408,6 +423,8 @@ impl Params {
             pace_window: c.pace_window.clamp(1, MAX_PACE_WINDOW),
             answer_timeout: c.answer_timeout,
             answer_quiet: c.answer_quiet.min(c.answer_timeout),
+            // Below the 200 ms a Linux server waits before probing one unacknowledged segment.
+            ack_delay: c.ack_delay.min(MAX_ACK_DELAY),
             initial_rto: c.initial_rto.clamp(min_rto, max_rto),
             min_rto,
             max_rto,

@@ -101,6 +101,10 @@ pub(crate) struct Conn {
     pub rcv_nxt: SeqNum,
     acked_rcv: SeqNum,
     ack_due: bool,
+    /// A test server segment waits for its ACK until then (see `EngineConfig::ack_delay`).
+    ack_at: Option<Instant>,
+    /// The delayed ACK ran out once: acknowledge at once from now on.
+    quick_ack: bool,
     ts_offered: bool,
     ts_ok: bool,
     ts_recent: Option<u32>,
@@ -182,6 +186,8 @@ impl Conn {
             rcv_nxt: SeqNum(0),
             acked_rcv: SeqNum(0),
             ack_due: false,
+            ack_at: None,
+            quick_ack: false,
             ts_offered: false,
             ts_ok: false,
             ts_recent: None,
@@ -233,10 +239,7 @@ impl Conn {
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        match (self.rto_at, self.linger_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min()
     }
 
     fn cur_rto(&self, p: &Params) -> Duration {
@@ -364,10 +367,13 @@ impl Conn {
         if r.data_len > 0 || fin {
             let end = h.seq.add(r.seq_len());
             let gap = h.seq.gt(self.rcv_nxt);
-            if end.gt(self.rcv_nxt) && end.diff(self.rcv_nxt) < (1 << 30) {
+            let advanced = end.gt(self.rcv_nxt) && end.diff(self.rcv_nxt) < (1 << 30);
+            if advanced {
                 self.rcv_nxt = end;
             }
-            self.ack_due = true;
+            // One segment at most (the intercept may hand over a super-segment of several).
+            let one = r.data_len as u32 <= self.mss + TS_LEN;
+            self.ack_or_defer(now, p, advanced && one && !gap && !fin);
             if h.has(TcpFlags::ACK) && (r.data_len > 0 || (fin && gap)) {
                 // A FIN after bytes whose records we have not seen: they answered too.
                 self.answered = Some(self.answered.map_or(h.ack, |a| a.max(h.ack)));
@@ -494,6 +500,22 @@ impl Conn {
         }
     }
 
+    /// New bytes of the test server: acknowledge them at once, or let the ACK wait up to
+    /// `ack_delay` for a segment of ours to carry it. It waits only for the first in-order
+    /// segment since our last ACK on an established connection whose FIN we have not sent and
+    /// whose delay never ran out (`deferrable`: in order, new, no FIN); anything else is
+    /// acknowledged at once (see `EngineConfig::ack_delay`).
+    fn ack_or_defer(&mut self, now: Instant, p: &Params, deferrable: bool) {
+        // Every path that moves `rcv_nxt` sets `ack_due` or `ack_at`: neither set means this
+        // segment is all that is unacknowledged.
+        let first = self.ack_at.is_none() && !self.ack_due;
+        if deferrable && first && !self.quick_ack && !p.ack_delay.is_zero() && self.state == State::Established && self.fin_sent.is_none() {
+            self.ack_at = Some(now + p.ack_delay);
+        } else {
+            self.ack_due = true;
+        }
+    }
+
     /// Arm the persist timer when a zero window blocks data that is ready.
     pub(crate) fn arm_persist(&mut self, now: Instant, p: &Params, pending: bool) {
         if self.state == State::Established
@@ -508,6 +530,13 @@ impl Conn {
 
     /// The timer fired (the caller checked the deadline). `pending`: data waits to be sent.
     pub(crate) fn on_timeout(&mut self, now: Instant, p: &Params, pending: bool) -> Expiry {
+        if self.ack_at.is_some_and(|t| t <= now) {
+            // Nothing of ours came to carry it: acknowledge now, and at once from now on (this
+            // connection's client does not answer quickly, or the server waits for the ACK).
+            self.ack_at = None;
+            self.ack_due = true;
+            self.quick_ack = true;
+        }
         if self.state == State::Linger {
             if self.linger_until.is_some_and(|t| t <= now) {
                 self.dead = true;

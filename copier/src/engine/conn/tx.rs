@@ -123,7 +123,7 @@ impl Conn {
                 return Some(Sent { payload: 0, retransmit });
             }
         }
-        if self.ack_due || self.acked_rcv != self.rcv_nxt {
+        if self.ack_due || (self.acked_rcv != self.rcv_nxt && self.ack_at.is_none()) {
             self.emit_ack(p, tx.tsval, out);
             return Some(Sent { payload: 0, retransmit: false });
         }
@@ -176,6 +176,9 @@ impl Conn {
             }
         }
         let with_ack = flags.contains(TcpFlags::ACK);
+        if with_ack {
+            self.ack_at = None; // whatever waited for an ACK is acknowledged by this segment
+        }
         let window = match (syn, self.we_scale, flags.contains(TcpFlags::RST)) {
             (_, _, true) => 0,
             (false, true, _) => p.window,

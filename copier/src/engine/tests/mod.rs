@@ -13,6 +13,7 @@ use common::wire::{parse_tcp_packet, TcpBuilder, TcpFlags, TcpOption};
 use super::{Engine, EngineConfig, PortMap, RegEvent};
 use crate::engine::pkt::read_options;
 
+mod ack;
 mod answer;
 mod close;
 mod copies;
@@ -149,6 +150,9 @@ pub(super) fn cfg() -> EngineConfig {
     EngineConfig {
         maps: vec![PortMap { online_ip: None, online_port: 80, target: target() }],
         pace_window: 1,
+        // Every segment acknowledged at once, so tests see each ACK when its record comes;
+        // the delayed ACK has its own tests (`ack.rs`).
+        ack_delay: std::time::Duration::ZERO,
         ..EngineConfig::default()
     }
 }
