@@ -56,6 +56,7 @@
 //! target/release/bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300]
 //!                             [--step 4] [--conns 64] [--perf] [--perf-short] [--perf-rate 4300]
 //!                             [--keep-dir] [--pcap] [--kernel-ports] [--copier-args 'ARGS']
+//!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60]
 //! ```
@@ -65,10 +66,12 @@
 //! `perf record -g`, keep-alive or short connections), `--keep-dir` (keep the lab's work
 //! directory: logs, perf data), `--pcap` (also keep a headers-only pcap of the test host's link),
 //! `--kernel-ports` (let the kernel pick the short connections' client ports: it reuses them within
-//! seconds, see below), `--copier-args 'ARGS'` (extra copier flags, e.g. ring sizes). The same
+//! seconds, see below), `--copier-args 'ARGS'` (extra copier flags, e.g. ring sizes), `--nginx-extra 'DIRECTIVES'`
+//! (added to the server block of both nginx, e.g. `tcp_nopush on;`, which makes a small file's
+//! answer one segment instead of a head and a body). The same
 //! from `BENCH_RATES`, `BENCH_SHORT_RATES`, `BENCH_STEP`, `BENCH_CONNS`, `BENCH_PERF=1`,
 //! `BENCH_PERF_SHORT=1`, `BENCH_PERF_RATE`, `BENCH_KEEP_DIR=1`, `BENCH_PCAP=1`,
-//! `BENCH_KERNEL_PORTS=1`, `BENCH_COPIER_ARGS`; flags win.
+//! `BENCH_KERNEL_PORTS=1`, `BENCH_COPIER_ARGS`, `BENCH_NGINX_EXTRA`; flags win.
 //!
 //! Client ports: the short connections walk through ports 1024..=59999 in order (the kernel picks
 //! the keep-alive ones from 60000..=65535), so no client port comes back within a run of up to
@@ -148,6 +151,8 @@ struct Args {
     kernel_ports: bool,
     /// Extra arguments for the copier.
     copier_args: Vec<String>,
+    /// Extra directives for the server block of both nginx.
+    nginx_extra: String,
     /// The issue-10 scenarios to run, in order.
     scenarios: Vec<Scenario>,
     /// Load time of each HTTP scenario.
@@ -171,6 +176,7 @@ fn parse_args() -> Result<Args> {
     let mut pcap = env("BENCH_PCAP").is_some();
     let mut kernel_ports = env("BENCH_KERNEL_PORTS").is_some();
     let mut copier_args = env("BENCH_COPIER_ARGS").unwrap_or_default();
+    let mut nginx_extra = env("BENCH_NGINX_EXTRA").unwrap_or_default();
     let mut scenarios = env("BENCH_SCENARIOS").unwrap_or_else(|| "all".into());
     let mut scenario_step = env("BENCH_SCENARIO_SECS").unwrap_or_else(|| "8".into());
     let mut redis_requests = env("BENCH_REDIS_REQUESTS").unwrap_or_else(|| "200000".into());
@@ -190,6 +196,7 @@ fn parse_args() -> Result<Args> {
             "--pcap" => pcap = true,
             "--kernel-ports" => kernel_ports = true,
             "--copier-args" => copier_args = val("--copier-args")?,
+            "--nginx-extra" => nginx_extra = val("--nginx-extra")?,
             "--scenarios" => scenarios = val("--scenarios")?,
             "--scenario-secs" => scenario_step = val("--scenario-secs")?,
             "--redis-requests" => redis_requests = val("--redis-requests")?,
@@ -199,10 +206,10 @@ fn parse_args() -> Result<Args> {
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
-                     [--kernel-ports] [--copier-args 'ARGS'] [--scenarios all|none|LIST] [--scenario-secs 8] \
+                     [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
                      [--redis-requests 200000] [--final-wait 60]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
-                     BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
+                     BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
                      BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT)\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
                      server had logged when the load generator stopped sending, 1 s later, and in all, and the copy lag \
@@ -265,6 +272,7 @@ fn parse_args() -> Result<Args> {
         pcap,
         kernel_ports,
         copier_args: copier_args.split_whitespace().map(str::to_owned).collect(),
+        nginx_extra,
         scenarios,
         scenario_step: Duration::from_secs_f64(scenario_step),
         redis_requests: redis_requests.parse().context("--redis-requests")?,
@@ -384,7 +392,11 @@ fn run() -> Result<()> {
     )?;
     // both nginx serve the 100 KB file of think-100k; the intercept exports its counters; with
     // the redis scenario the copier also maps 6379 and the intercept guards it
-    let nginx = NginxOptions { files: vec![(BIG_PATH.into(), BIG_SIZE)], ..NginxOptions::default() };
+    let nginx = NginxOptions {
+        files: vec![(BIG_PATH.into(), BIG_SIZE)],
+        server_extra: args.nginx_extra.clone(),
+        ..NginxOptions::default()
+    };
     let redis_map = format!("{REDIS_PORT}={}:{REDIS_PORT}", addr::TEST);
     let mut copier_args: Vec<String> = ["--metrics", COPIER_METRICS, "--seed", "7"].iter().map(|a| a.to_string()).collect();
     let intercept_args: Vec<String> = vec!["--metrics".into(), INTERCEPT_METRICS.into()];
