@@ -15,7 +15,7 @@
 
 use anyhow::{Context, Result};
 use lab::bench::Cpu;
-use lab::setup::{metric_sum, CopyOptions, Copying, CONTROL_PORT};
+use lab::setup::{control_bytes_received as control_bytes, metric_sum, CopyOptions, Copying};
 use lab::{addr, Host, Lab, NginxOptions};
 use std::time::{Duration, Instant};
 
@@ -38,17 +38,6 @@ fn main() {
         eprintln!("bench_compare: {e:#}");
         std::process::exit(1);
     }
-}
-
-/// Bytes the copier received on its control connection (`ss` on `online`).
-fn control_bytes(lab: &Lab) -> u64 {
-    let out = lab
-        .exec_ok(Host::Online, &["ss", "-Htin", "dst", &format!("{}:{CONTROL_PORT}", addr::TEST)])
-        .unwrap_or_default();
-    out.split_whitespace()
-        .filter_map(|w| w.strip_prefix("bytes_received:"))
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum()
 }
 
 fn run() -> Result<()> {
