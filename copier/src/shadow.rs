@@ -12,7 +12,9 @@
 //! last tick and the summary ([`ShadowReport`]).
 //!
 //! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
-//! large enough for a whole segment (a record cut short stops its stream, counted).
+//! large enough for a whole segment (a record cut short stops its stream, counted). Only the
+//! sampled sessions ask for it (`crate::control::PayloadAsk`, by [`sampled_client`], the rule
+//! the tap samples records by).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
