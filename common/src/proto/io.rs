@@ -236,7 +236,7 @@ pub async fn client_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Side::Client, FEATURES).await
+    handshake(stream, secret, software, timeout, Role::Copier, FEATURES).await
 }
 
 /// [`server_handshake`] with an explicit timeout.
@@ -249,7 +249,7 @@ pub async fn server_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Side::Server, FEATURES).await
+    handshake(stream, secret, software, timeout, Role::Intercept, FEATURES).await
 }
 
 /// A handshake as `role` (the copier's side for [`Role::Copier`]) that announces `features`
@@ -265,18 +265,7 @@ pub async fn handshake_with_features<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let side = match role {
-        Role::Copier => Side::Client,
-        Role::Intercept => Side::Server,
-    };
-    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, side, features).await
-}
-
-/// Which end of the handshake this is.
-#[derive(Clone, Copy, Debug)]
-enum Side {
-    Client,
-    Server,
+    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, role, features).await
 }
 
 /// Split `stream`, run `side`'s steps of the handshake within `timeout` with frames capped at
@@ -286,7 +275,7 @@ async fn handshake<S>(
     secret: Option<&[u8]>,
     software: &str,
     timeout: Duration,
-    side: Side,
+    side: Role,
     features: u32,
 ) -> Result<Established<S>, ProtoError>
 where
@@ -298,8 +287,8 @@ where
     let mut writer = FrameWriter::new(w);
     let steps = async {
         match side {
-            Side::Client => client_steps(&mut reader, &mut writer, secret, software, features).await,
-            Side::Server => server_steps(&mut reader, &mut writer, secret, software, features).await,
+            Role::Copier => client_steps(&mut reader, &mut writer, secret, software, features).await,
+            Role::Intercept => server_steps(&mut reader, &mut writer, secret, software, features).await,
         }
     };
     let peer = tokio::time::timeout(timeout, steps)

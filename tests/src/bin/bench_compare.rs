@@ -7,8 +7,8 @@
 //! prints one line: requests served online, exchanges compared, the copier's CPU per request and
 //! per compared request (whole process, and its `compare` thread alone), the intercept's CPU per
 //! request, and the bytes the copier received on its control connection per request (records,
-//! with the answers' payload when the intercept sends it: `--payload-bytes 65495` with
-//! `--compare`, 0 without).
+//! with the answers' payload of the sessions the copier compares, which alone ask for it: the
+//! intercept runs with `--payload-bytes 65495` with `--compare`, 0 without).
 //!
 //! Usage (root): `cargo build --release -p copier -p intercept -p lab --bins &&
 //! target/release/bench_compare [--seconds 10] [--connections 64]`
