@@ -123,7 +123,8 @@ replays a slice of it.
 Comparison (shadow testing): with --compare the copier also compares every test answer with the
 online service's answer to the same request. It captures both directions of the mapped ports on a
 ring of its own (the requests and the online answers), takes the test answers from the intercept's
-records (run the intercept with --payload-bytes 65495), puts each connection's three byte streams
+records (the compared connections ask for their payload: run the intercept with --payload-bytes
+65495), puts each connection's three byte streams
 back in order, cuts them into HTTP/1.x messages and pairs the n-th request with the n-th answer of
 each server. Status, headers (not Date, Content-Length, Transfer-Encoding, Content-Encoding,
 Connection, Keep-Alive) and body are compared, chunked and gzip bodies decoded, JSON bodies field
@@ -455,13 +456,16 @@ pub struct Args {
     /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
     /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
     /// summary at exit. The copier also captures the online answers of the mapped ports, and
-    /// the intercept must send answer payloads (intercept --payload-bytes 65495). Not with
+    /// asks the intercept for the answers' payload of the compared sessions (the intercept
+    /// must allow it: intercept --payload-bytes 65495). Not with
     /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
     /// connection by the client's address and port), nor --offline.
     #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
     pub compare: bool,
 
-    /// Compare this percentage of the connections (0 < P <= 100, chosen per connection).
+    /// Compare this percentage of the connections (0 < P <= 100, chosen per connection); only
+    /// those ask the intercept for their answers' payload, so the control channel carries
+    /// payload for P% of the connections.
     #[arg(long, value_name = "P", default_value = "100", value_parser = parse_percent, help_heading = "Comparison", requires = "compare")]
     pub compare_sample: f64,
 

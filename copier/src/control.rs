@@ -204,25 +204,57 @@ impl Registry {
     }
 }
 
-/// Turn a run of changes into messages, keeping their order.
-pub fn messages_for(events: &[RegEvent], out: &mut Vec<Message>) {
+/// Which sessions ask their intercept for the payload of their answers (`--compare`): the
+/// ones `--compare-sample` picks, by the same hash of the client's address and port that the
+/// comparison's tap samples records by ([`crate::shadow::sampled_client`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PayloadAsk {
+    /// The fraction of sessions compared (0 to 1).
+    pub sample: f64,
+}
+
+impl PayloadAsk {
+    /// Payload bytes asked per answer packet: all the intercept keeps (`--payload-bytes` caps
+    /// it there).
+    pub const BYTES: u32 = u32::MAX;
+
+    /// Whether `t`'s answers are compared, so their payload is asked for.
+    #[must_use]
+    pub fn wants(&self, t: &FourTuple) -> bool {
+        crate::shadow::sampled_client(t.client.ip(), t.client.port(), self.sample)
+    }
+}
+
+/// Turn a run of changes into messages, keeping their order; with `ask`, the registrations of
+/// the sessions it picks go in RegisterPayload messages (after the plain Register of the same
+/// run: registrations of different tuples do not depend on each other's order).
+pub fn messages_for(events: &[RegEvent], ask: Option<&PayloadAsk>, out: &mut Vec<Message>) {
     let mut i = 0;
     while i < events.len() {
         let reg = matches!(events[i], RegEvent::Register(_));
         let mut tuples = Vec::new();
-        while i < events.len() && tuples.len() < TUPLES_PER_MESSAGE {
+        let mut asked = Vec::new();
+        while i < events.len() && tuples.len() + asked.len() < TUPLES_PER_MESSAGE {
             match events[i] {
-                RegEvent::Register(t) if reg => tuples.push(t),
+                RegEvent::Register(t) if reg => match ask {
+                    Some(a) if a.wants(&t) => asked.push((t, PayloadAsk::BYTES)),
+                    _ => tuples.push(t),
+                },
                 RegEvent::Unregister(t) if !reg => tuples.push(t),
                 _ => break,
             }
             i += 1;
         }
-        out.push(if reg {
-            Message::Register { tuples }
-        } else {
-            Message::Unregister { tuples }
-        });
+        if !reg {
+            out.push(Message::Unregister { tuples });
+            continue;
+        }
+        if !tuples.is_empty() {
+            out.push(Message::Register { tuples });
+        }
+        if !asked.is_empty() {
+            out.push(Message::RegisterPayload { tuples: asked });
+        }
     }
 }
 
@@ -260,6 +292,8 @@ pub struct ClientConfig {
     /// The test server addresses whose registrations this intercept gets (`None`: every one);
     /// see `crate::routing`.
     pub serves: Option<Arc<[std::net::IpAddr]>>,
+    /// Which sessions ask for their answers' payload (`--compare`); `None`: none do.
+    pub payload: Option<PayloadAsk>,
 }
 
 impl ClientConfig {
@@ -275,6 +309,7 @@ impl ClientConfig {
             seed,
             id: 0,
             serves: None,
+            payload: None,
         }
     }
 
@@ -424,12 +459,13 @@ where
         peer,
     } = est;
     let write_timeout = cfg.ping_interval * 3;
+    let ask = payload_ask(cfg, &peer);
 
     let (mut snapshot, rx) = links.registry.subscribe();
     snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
-    messages_for(&events, &mut msgs);
+    messages_for(&events, ask.as_ref(), &mut msgs);
     for chunk in msgs.chunks(4) {
         write(&mut writer, chunk, write_timeout).await?;
     }
@@ -447,8 +483,26 @@ where
 
     tokio::select! {
         r = read_loop(cfg, links, &mut reader) => r,
-        r = write_loop(cfg, links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, links, &mut writer, snapshot, rx) => r,
     }
+}
+
+/// How this link asks for payload: per session with an intercept that understands
+/// RegisterPayload; not at all with an older one, which sends its `--payload-bytes` on every
+/// session by itself (said once per connection, since `--compare-sample` then saves no control
+/// bytes).
+fn payload_ask(cfg: &ClientConfig, peer: &common::proto::Hello) -> Option<PayloadAsk> {
+    let ask = cfg.payload?;
+    if peer.has(common::proto::FEATURE_PAYLOAD_REQUEST) {
+        return Some(ask);
+    }
+    tracing::warn!(
+        "intercept {} ({}) predates per-session payload requests: it sends answer payload on every \
+         session if it runs with --payload-bytes, so --compare-sample does not cut the control bytes",
+        cfg.addr,
+        peer.software
+    );
+    None
 }
 
 async fn write<S: AsyncWrite + Unpin>(
@@ -509,6 +563,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
 
 async fn write_loop<S: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
+    ask: Option<PayloadAsk>,
     links: &Links,
     writer: &mut FrameWriter<WriteHalf<S>>,
     mut sent: HashSet<FourTuple>,
@@ -575,7 +630,7 @@ async fn write_loop<S: AsyncWrite + Unpin>(
             }
             sent = now_set;
         }
-        messages_for(&events, &mut msgs);
+        messages_for(&events, ask.as_ref(), &mut msgs);
         for chunk in msgs.chunks(4) {
             write(writer, chunk, limit).await?;
         }
@@ -654,7 +709,7 @@ mod tests {
             RegEvent::Register(t(3)),
         ];
         let mut out = Vec::new();
-        messages_for(&evs, &mut out);
+        messages_for(&evs, None, &mut out);
         assert_eq!(
             out,
             vec![
@@ -669,7 +724,7 @@ mod tests {
             .map(|i| RegEvent::Register(t(i)))
             .collect();
         out.clear();
-        messages_for(&many, &mut out);
+        messages_for(&many, None, &mut out);
         assert_eq!(out.len(), 2);
     }
 
@@ -704,7 +759,9 @@ mod tests {
                     .write_message(&Message::Pong { token })
                     .await
                     .unwrap(),
-                m @ (Message::Register { .. } | Message::Unregister { .. }) => return m,
+                m @ (Message::Register { .. }
+                | Message::Unregister { .. }
+                | Message::RegisterPayload { .. }) => return m,
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -797,6 +854,69 @@ mod tests {
             0,
             "the link no longer counts as up"
         );
+    }
+
+    #[test]
+    fn compared_sessions_ask_for_payload_the_others_do_not() {
+        let evs: Vec<RegEvent> = (0..400).map(|i| RegEvent::Register(t(i))).collect();
+        let ask = PayloadAsk { sample: 0.25 };
+        let mut out = Vec::new();
+        messages_for(&evs, Some(&ask), &mut out);
+        let (mut plain, mut asked) = (Vec::new(), Vec::new());
+        for m in out {
+            match m {
+                Message::Register { tuples } => plain.extend(tuples),
+                Message::RegisterPayload { tuples } => asked.extend(tuples),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(asked.iter().all(|&(t, n)| ask.wants(&t) && n == PayloadAsk::BYTES));
+        assert!(plain.iter().all(|t| !ask.wants(t)));
+        assert_eq!(plain.len() + asked.len(), 400);
+        assert!((60..140).contains(&asked.len()), "about a quarter asks: {}", asked.len());
+        // The same rule as the comparison's tap.
+        assert!(asked.iter().all(|(t, _)| crate::shadow::sampled_client(t.client.ip(), t.client.port(), 0.25)));
+        // Unregisters never carry a want.
+        out = Vec::new();
+        messages_for(&[RegEvent::Unregister(t(1))], Some(&PayloadAsk { sample: 1.0 }), &mut out);
+        assert_eq!(out, vec![Message::Unregister { tuples: vec![t(1)] }]);
+    }
+
+    /// The snapshot a link sends first, with `payload` asked, to a fake intercept announcing
+    /// `features`.
+    async fn first_registration(features: u32) -> Message {
+        use common::proto::io::{client_handshake, handshake_with_features};
+        use common::proto::Role;
+        let (links, _records) = links();
+        links.registry.apply(&[RegEvent::Register(t(1))]);
+        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), None, 1);
+        cfg.payload = Some(PayloadAsk { sample: 1.0 });
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let client = async {
+            let est = client_handshake(a, None, "copier test").await.unwrap();
+            let _ = serve(&cfg, &links, est).await;
+        };
+        let fake = async {
+            let mut est = handshake_with_features(b, None, "intercept", Role::Intercept, features)
+                .await
+                .unwrap();
+            next_reg(&mut est).await
+        };
+        tokio::select! {
+            () = client => panic!("the link ended first"),
+            m = fake => m,
+        }
+    }
+
+    #[tokio::test]
+    async fn payload_is_asked_per_session_only_of_an_intercept_that_understands_it() {
+        assert_eq!(
+            first_registration(common::proto::FEATURE_PAYLOAD_REQUEST).await,
+            Message::RegisterPayload { tuples: vec![(t(1), PayloadAsk::BYTES)] }
+        );
+        // An older intercept would refuse the unknown message: it gets a plain Register (and
+        // sends payload on every session by itself, if it runs with --payload-bytes).
+        assert_eq!(first_registration(0).await, Message::Register { tuples: vec![t(1)] });
     }
 
     #[tokio::test]

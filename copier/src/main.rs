@@ -275,6 +275,8 @@ fn run(args: Args) -> Result<RunSummary> {
             // Names this link's registration verdicts to the engines.
             cfg.id = u16::try_from(i).unwrap_or(u16::MAX);
             cfg.serves = v.intercept_serves.get(i).cloned().flatten().map(Arc::from);
+            // --compare: the compared sessions ask for their answers' payload.
+            cfg.payload = v.shadow.as_ref().map(|s| copier::control::PayloadAsk { sample: s.flows.sample });
             if let Some(l) = &cfg.serves {
                 let l: Vec<String> = l.iter().map(ToString::to_string).collect();
                 tracing::info!("intercept {addr} guards test server(s) {}", l.join(", "));

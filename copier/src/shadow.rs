@@ -12,7 +12,9 @@
 //! last tick and the summary ([`ShadowReport`]).
 //!
 //! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
-//! large enough for a whole segment (a record cut short stops its stream, counted).
+//! large enough for a whole segment (a record cut short stops its stream, counted). Only the
+//! sampled sessions ask for it (`crate::control::PayloadAsk`, by [`sampled_client`], the rule
+//! the tap samples records by).
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -97,7 +99,7 @@ impl Tap {
             .into_iter()
             .filter(|r| {
                 parse_tcp_headers(&r.headers)
-                    .is_ok_and(|h| sampled(&(h.packet.dst, h.packet.tcp.dst_port()), self.sample))
+                    .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
             })
             .map(|r| (now, r))
             .collect();
@@ -112,6 +114,14 @@ impl Tap {
             }
         }
     }
+}
+
+/// Whether the session of the test client `ip`:`port` is compared under `--compare-sample`
+/// (`sample` from 0 to 1): the one rule the tap, the comparison's streams and the payload
+/// requests to the intercepts (`crate::control::PayloadAsk`) share.
+#[must_use]
+pub fn sampled_client(ip: IpAddr, port: u16, sample: f64) -> bool {
+    sampled(&(ip, port), sample)
 }
 
 /// What the comparison did, printed at exit.

@@ -27,6 +27,11 @@
 //!   busy connection batches by itself (one wake-up and one write per turn of the writer, not
 //!   per record) and an idle one adds no delay. The outlet wakes the writer only when it goes
 //!   from empty to non-empty, and the NFQUEUE worker pushes each receive batch at once;
+//! - answer payload goes only where it is asked for: a copier whose Hello announces
+//!   `FEATURE_PAYLOAD_REQUEST` gets payload only on the tuples of its RegisterPayload messages
+//!   (its plain Registers get headers only); an older copier (no such feature) gets, as before,
+//!   `--payload-bytes` of payload on every tuple it registers ([`registration`]). Either way a
+//!   record never keeps more than `--payload-bytes`, the NFQUEUE copy range;
 //! - when a connection ends, its registrations are removed from the router and its outlet is
 //!   closed, so no later record is queued for it.
 
@@ -36,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::proto::io::{server_handshake, Established, FrameReader, FrameWriter};
+use common::flow::FourTuple;
 use common::proto::{error_code, Message, ProtoError, RegVerdict};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -394,8 +400,9 @@ pub(crate) async fn run_copier<S>(
     // Pongs and Registered answers, written by the write loop after the records queued so far.
     let (reply_tx, reply_rx) = mpsc::channel(64);
     let label = peer.ip().to_string();
+    let asks = hello.has(common::proto::FEATURE_PAYLOAD_REQUEST);
     let end = tokio::select! {
-        e = read_loop(&mut reader, id, &shared, &outlet, &reply_tx) => e,
+        e = read_loop(&mut reader, id, asks, &shared, &outlet, &reply_tx) => e,
         e = write_loop(&mut writer, &outlet, reply_rx, shutdown, &label) => e,
     };
     let tell = match &end {
@@ -440,9 +447,26 @@ pub(crate) async fn run_copier<S>(
     }
 }
 
+/// The registrations a Register or RegisterPayload message asks for, each tuple with the
+/// payload bytes its records keep (capped later by `--payload-bytes`): a copier that asks per
+/// tuple (`asks`, its Hello has `FEATURE_PAYLOAD_REQUEST`) gets payload only from
+/// RegisterPayload; an older one gets it on every tuple, as before the feature. `None` for any
+/// other message.
+pub(crate) fn registration(msg: Message, asks: bool) -> Option<Vec<(FourTuple, u32)>> {
+    match msg {
+        Message::Register { tuples } => {
+            let want = if asks { 0 } else { u32::MAX };
+            Some(tuples.into_iter().map(|t| (t, want)).collect())
+        }
+        Message::RegisterPayload { tuples } => Some(tuples),
+        _ => None,
+    }
+}
+
 async fn read_loop<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     id: CopierId,
+    asks: bool,
     shared: &Shared,
     outlet: &Outlet,
     reply: &mpsc::Sender<Message>,
@@ -457,14 +481,15 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Err(e) => return End::Protocol(e.to_string()),
         };
         match msg {
-            Message::Register { tuples } => {
+            msg @ (Message::Register { .. } | Message::RegisterPayload { .. }) => {
+                let tuples = registration(msg, asks).unwrap_or_default();
                 let now = Instant::now();
                 let (reg, warning) = {
                     let mut core = shared.lock();
-                    let reg = core.router.handle_register(now, id, &tuples);
+                    let reg = core.router.handle_register_payload(now, id, &tuples);
                     let results: Vec<(_, RegVerdict)> = tuples
                         .iter()
-                        .copied()
+                        .map(|(t, _)| *t)
                         .zip(reg.verdicts.iter().copied())
                         .collect();
                     let warning = if reg.all_accepted() {

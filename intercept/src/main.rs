@@ -127,10 +127,12 @@ struct Cli {
     #[arg(long, value_name = "A:B", value_parser = parse_balance)]
     queue_balance: Option<(u16, u16)>,
 
-    /// Also send the first K bytes of each response's TCP payload to the copier (default:
-    /// headers only). Of a super-segment, the first K bytes of the whole super-segment. For
-    /// `copier --compare` (shadow testing) give at least 65495, the most one packet carries, so
-    /// that every answer byte reaches the copier.
+    /// At most K bytes of each response's TCP payload go to a copier that asks for them
+    /// (default: headers only; K is also the NFQUEUE copy range). A copier asks per session
+    /// (`copier --compare` for the sessions it compares); a copier older than these requests
+    /// gets K bytes on every session. Of a super-segment, the first K bytes of the whole
+    /// super-segment. For `copier --compare` (shadow testing) give at least 65495, the most one
+    /// packet carries, so that every answer byte reaches the copier.
     #[arg(long, value_name = "K", default_value_t = 0)]
     payload_bytes: usize,
 

@@ -37,7 +37,8 @@ pub struct Core {
 #[derive(Debug)]
 pub struct Shared {
     core: Mutex<Core>,
-    /// TCP payload bytes kept per record (`--payload-bytes`).
+    /// Most TCP payload bytes kept per record (`--payload-bytes`); each registration says how
+    /// many of them its records keep (see `crate::router`).
     pub payload_bytes: usize,
 }
 

@@ -5,8 +5,9 @@
 //! Driven by the I/O layer:
 //! - [`Router::handle_packet`] for every packet read from NFQUEUE; the packet's kernel verdict is
 //!   ACCEPT only for [`Decision::Accept`], DROP for everything else;
-//! - [`Router::handle_register`] / [`Router::handle_unregister`] / [`Router::handle_copier_gone`]
-//!   for what the control connections say;
+//! - [`Router::handle_register`] (or [`Router::handle_register_payload`], which also says how
+//!   much answer payload each tuple's records keep) / [`Router::handle_unregister`] /
+//!   [`Router::handle_copier_gone`] for what the control connections say;
 //! - [`Router::poll_timeout`] and [`Router::handle_timeout`] to expire held records and
 //!   tombstones;
 //! - [`Router::set_local_addrs`] with this host's interface addresses (refreshed periodically).
@@ -20,6 +21,9 @@
 //! - a registered session wins over the allow list: nothing of a copied session passes;
 //! - the hold buffer is bounded (`hold_capacity`), the oldest record is evicted first (counted as
 //!   `hold_overflow`);
+//! - a record keeps the TCP payload its registration asked for (0 for a plain Register), never
+//!   more than the `payload_bytes` the I/O layer passes (`--payload-bytes`, the NFQUEUE copy
+//!   range); held records are cut to that when a registration releases them;
 //! - a tuple belongs to one copier at a time; a later registration of the same tuple by another
 //!   copier takes it over (a reconnecting copier wins over its dead previous connection) and is
 //!   counted as a conflict;
@@ -323,6 +327,13 @@ impl fmt::Display for Activity {
     }
 }
 
+/// Where a registered tuple's records go, and how much of their payload they keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Route {
+    copier: CopierId,
+    payload: u32,
+}
+
 /// The routing table, hold buffer and tombstones; see the module doc.
 #[derive(Debug)]
 pub struct Router {
@@ -331,7 +342,7 @@ pub struct Router {
     max_registrations: usize,
     accept_local: bool,
     local: HashSet<IpAddr>,
-    routes: HashMap<FourTuple, CopierId>,
+    routes: HashMap<FourTuple, Route>,
     per_copier: HashMap<CopierId, usize>,
     hold: HoldBuffer,
     tombstones: Tombstones,
@@ -370,7 +381,8 @@ impl Router {
     }
 
     /// Decide about one server -> client IP packet, which may be cut short after its TCP header
-    /// (NFQUEUE copy range). `payload_bytes` is how much TCP payload a record keeps.
+    /// (NFQUEUE copy range). `payload_bytes` is the most TCP payload a record keeps; the
+    /// tuple's registration may ask for less (none with a plain Register).
     pub fn handle_packet(
         &mut self,
         now: Instant,
@@ -400,11 +412,11 @@ impl Router {
         if h.orig_len == ip_packet.len() && wire_len > ip_packet.len() {
             h.orig_len = wire_len;
         }
-        if let Some(&copier) = self.routes.get(&h.tuple) {
+        if let Some(&Route { copier, payload }) = self.routes.get(&h.tuple) {
             self.stats.delivered += 1;
             return Decision::Deliver {
                 copier,
-                record: Record::from_parsed(ip_packet, &h, payload_bytes),
+                record: Record::from_parsed(ip_packet, &h, payload_bytes.min(payload as usize)),
             };
         }
         if self.tombstones.contains(&h.tuple) {
@@ -427,14 +439,35 @@ impl Router {
         Decision::Held
     }
 
-    /// `copier` registers these sessions. Each tuple gets a verdict (see the module doc);
-    /// accepted ones are routed to `copier` from now on, clear their tombstone and release
-    /// their held records; refused ones are left alone.
+    /// `copier` registers these sessions, with records of headers only. Each tuple gets a
+    /// verdict (see the module doc); accepted ones are routed to `copier` from now on, clear
+    /// their tombstone and release their held records; refused ones are left alone.
     pub fn handle_register(
         &mut self,
         now: Instant,
         copier: CopierId,
         tuples: &[FourTuple],
+    ) -> Registration {
+        self.register_all(now, copier, tuples.iter().map(|t| (*t, 0)))
+    }
+
+    /// [`handle_register`](Self::handle_register) where each tuple's records keep up to the
+    /// given bytes of TCP payload (within the `payload_bytes` of each packet call). A tuple
+    /// registered again by the same copier takes the new amount.
+    pub fn handle_register_payload(
+        &mut self,
+        now: Instant,
+        copier: CopierId,
+        tuples: &[(FourTuple, u32)],
+    ) -> Registration {
+        self.register_all(now, copier, tuples.iter().copied())
+    }
+
+    fn register_all(
+        &mut self,
+        now: Instant,
+        copier: CopierId,
+        tuples: impl ExactSizeIterator<Item = (FourTuple, u32)>,
     ) -> Registration {
         self.tick(now);
         self.expire(now);
@@ -442,12 +475,14 @@ impl Router {
             verdicts: Vec::with_capacity(tuples.len()),
             released: Vec::new(),
         };
-        for t in tuples {
-            let verdict = self.register_one(copier, t);
+        for (t, payload) in tuples {
+            let t = &t;
+            let verdict = self.register_one(Route { copier, payload }, t);
             match verdict {
                 RegVerdict::Accepted => {
                     self.tombstones.clear(t);
-                    for r in self.hold.take(t) {
+                    for mut r in self.hold.take(t) {
+                        r.payload.truncate(payload as usize);
                         out.released.push((copier, r));
                     }
                 }
@@ -462,13 +497,15 @@ impl Router {
         out
     }
 
-    fn register_one(&mut self, copier: CopierId, t: &FourTuple) -> RegVerdict {
+    fn register_one(&mut self, route: Route, t: &FourTuple) -> RegVerdict {
         let v = self.guard.verdict(t);
         if !v.accepted() {
             return v;
         }
-        let old = self.routes.get(t).copied();
+        let copier = route.copier;
+        let old = self.routes.get(t).map(|r| r.copier);
         if old == Some(copier) {
+            self.routes.insert(*t, route);
             return RegVerdict::Accepted;
         }
         let mine = self.per_copier.get(&copier).copied().unwrap_or(0);
@@ -479,7 +516,7 @@ impl Router {
             self.stats.register_conflicts += 1;
             self.uncount(old);
         }
-        self.routes.insert(*t, copier);
+        self.routes.insert(*t, route);
         *self.per_copier.entry(copier).or_insert(0) += 1;
         RegVerdict::Accepted
     }
@@ -504,7 +541,7 @@ impl Router {
     pub fn handle_unregister(&mut self, copier: CopierId, tuples: &[FourTuple]) -> usize {
         let mut n = 0;
         for t in tuples {
-            if self.routes.get(t) == Some(&copier) {
+            if self.routes.get(t).is_some_and(|r| r.copier == copier) {
                 self.routes.remove(t);
                 self.uncount(copier);
                 self.lay_tombstone(*t);
@@ -523,7 +560,7 @@ impl Router {
         let gone: Vec<FourTuple> = self
             .routes
             .iter()
-            .filter(|(_, c)| **c == copier)
+            .filter(|(_, r)| r.copier == copier)
             .map(|(t, _)| *t)
             .collect();
         for t in &gone {
@@ -596,7 +633,12 @@ impl Router {
 
     /// Which copier a tuple is registered to.
     pub fn route(&self, tuple: &FourTuple) -> Option<CopierId> {
-        self.routes.get(tuple).copied()
+        self.routes.get(tuple).map(|r| r.copier)
+    }
+
+    /// The payload bytes a registered tuple's records keep (before the `payload_bytes` cap).
+    pub fn payload_of(&self, tuple: &FourTuple) -> Option<u32> {
+        self.routes.get(tuple).map(|r| r.payload)
     }
 
     /// Whether a tuple is a tombstone now.

@@ -424,3 +424,15 @@ pub fn paced_sessions(lab: &Lab, rate: impl Fn(f64) -> f64 + Send, secs: f64) {
     })
     .unwrap();
 }
+
+/// Bytes the copier on `online` has received on its control connections to the intercept on
+/// `test` (`ss`'s `bytes_received` of those sockets): records, answer payload and verdicts.
+pub fn control_bytes_received(lab: &Lab) -> u64 {
+    let out = lab
+        .exec_ok(Host::Online, &["ss", "-Htin", "dst", &format!("{}:{CONTROL_PORT}", addr::TEST)])
+        .unwrap_or_default();
+    out.split_whitespace()
+        .filter_map(|w| w.strip_prefix("bytes_received:"))
+        .filter_map(|v| v.parse::<u64>().ok())
+        .sum()
+}

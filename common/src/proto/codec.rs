@@ -13,7 +13,7 @@
 //!
 //! | type | message    | body |
 //! |------|------------|------|
-//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software` (+ fields of later versions, ignored) |
+//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features]` (+ fields of later versions, ignored) |
 //! | 2    | Auth       | `[32] mac` |
 //! | 3    | AuthOk     | `[32] mac` |
 //! | 4    | Error      | `u16 code | str message` |
@@ -22,7 +22,13 @@
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
 //! | 9    | Pong       | `u64 token` |
-//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
+//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
+//! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
+//!
+//! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
+//! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
+//! build ignores it (it ignores whatever follows `software`). So the version stays 2 and both
+//! pairings of old and new ends keep working; a feature is used only when the peer announced it.
 //!
 //! Invariants: the decoder never panics, whatever the input; a tagged frame is decoded only
 //! after its tag verified, and the counter advances only then; it allocates only for bytes it has
@@ -37,7 +43,8 @@ use crate::flow::FourTuple;
 use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
-use super::{ProtoError, MAGIC, MAX_FRAME, VERSION};
+use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
+pub use super::FEATURE_PAYLOAD_REQUEST;
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -49,6 +56,7 @@ const T_RECORDS: u8 = 7;
 const T_PING: u8 = 8;
 const T_PONG: u8 = 9;
 const T_REGISTERED: u8 = 10;
+const T_REGISTER_PAYLOAD: u8 = 11;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -102,6 +110,9 @@ pub struct Hello {
     pub nonce: [u8; 32],
     /// Free text naming the sender's software and version, for logs (at most 65535 bytes).
     pub software: String,
+    /// What the sender supports beyond version 2's first form (bits such as
+    /// [`FEATURE_PAYLOAD_REQUEST`]); 0 from a build that predates the field.
+    pub features: u32,
 }
 
 impl Hello {
@@ -113,7 +124,13 @@ impl Hello {
             auth_required,
             nonce,
             software: software.to_string(),
+            features: FEATURES,
         }
+    }
+
+    /// Whether the sender announced `feature` (a [`FEATURE_PAYLOAD_REQUEST`]-like bit).
+    pub fn has(&self, feature: u32) -> bool {
+        self.features & feature == feature
     }
 }
 
@@ -307,6 +324,14 @@ pub enum Message {
         /// The Ping's token.
         token: u64,
     },
+    /// Copier -> intercept: route the responses of these sessions to me (as
+    /// [`Message::Register`] does) and keep up to the given number of TCP payload bytes of each
+    /// of their response packets in the records. Only to an intercept whose Hello has
+    /// [`FEATURE_PAYLOAD_REQUEST`].
+    RegisterPayload {
+        /// Sessions as the test server sees them, each with the payload bytes asked for.
+        tuples: Vec<(FourTuple, u32)>,
+    },
     /// Intercept -> copier: the verdict on every tuple of a Register, sent after the
     /// registrations it accepts are in force (a copier sends a session's SYN only after its
     /// tuple was accepted).
@@ -330,6 +355,7 @@ impl Message {
             Message::Ping { .. } => "Ping",
             Message::Pong { .. } => "Pong",
             Message::Registered { .. } => "Registered",
+            Message::RegisterPayload { .. } => "RegisterPayload",
         }
     }
 
@@ -347,6 +373,7 @@ impl Message {
                 out.push(u8::from(h.auth_required));
                 out.extend_from_slice(&h.nonce);
                 put_str(out, &h.software);
+                out.extend_from_slice(&h.features.to_be_bytes());
                 end_frame(out, start);
             }
             Message::Auth { mac } | Message::AuthOk { mac } => {
@@ -370,6 +397,12 @@ impl Message {
             }
             Message::Unregister { tuples } => {
                 encode_list(out, T_UNREGISTER, tuples, tuple_len, put_tuple)
+            }
+            Message::RegisterPayload { tuples } => {
+                encode_list(out, T_REGISTER_PAYLOAD, tuples, |(t, _)| tuple_len(t) + 4, |out, (t, n)| {
+                    put_tuple(out, t);
+                    out.extend_from_slice(&n.to_be_bytes());
+                })
             }
             Message::Records { records } => encode_records(records, out),
             Message::Registered { results } => {
@@ -406,6 +439,8 @@ impl Message {
                 let auth_required = r.u8("auth_required")? != 0;
                 let nonce = r.array("nonce")?;
                 let software = r.string("software")?;
+                // Absent from a build that predates it.
+                let features = if r.buf.len() >= 4 { r.u32("features")? } else { 0 };
                 // Later versions may append fields to Hello: ignore them.
                 r.buf = &[];
                 (
@@ -415,6 +450,7 @@ impl Message {
                         auth_required,
                         nonce,
                         software,
+                        features,
                     }),
                     "Hello",
                 )
@@ -474,6 +510,15 @@ impl Message {
                     })?,
                 },
                 "Registered",
+            ),
+            T_REGISTER_PAYLOAD => (
+                Message::RegisterPayload {
+                    tuples: r.list("payload registration", MIN_TUPLE + 4, |r| {
+                        let t = get_tuple(r)?;
+                        Ok((t, r.u32("payload bytes")?))
+                    })?,
+                },
+                "RegisterPayload",
             ),
             other => return Err(ProtoError::UnknownType(other)),
         };

@@ -21,7 +21,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, Wr
 use super::auth::{self, FrameKey};
 use super::codec::{encode_records, seal_frames, FrameDecoder, Hello, Message, Record, Role};
 use super::{
-    error_code, ProtoError, HANDSHAKE_TIMEOUT, MAX_FRAME, PRE_AUTH_MAX_FRAME, VERSION,
+    error_code, ProtoError, FEATURES, HANDSHAKE_TIMEOUT, MAX_FRAME, PRE_AUTH_MAX_FRAME, VERSION,
 };
 
 /// Reads whole messages from a byte stream.
@@ -236,7 +236,7 @@ pub async fn client_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Side::Client).await
+    handshake(stream, secret, software, timeout, Role::Copier, FEATURES).await
 }
 
 /// [`server_handshake`] with an explicit timeout.
@@ -249,14 +249,23 @@ pub async fn server_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Side::Server).await
+    handshake(stream, secret, software, timeout, Role::Intercept, FEATURES).await
 }
 
-/// Which end of the handshake this is.
-#[derive(Clone, Copy, Debug)]
-enum Side {
-    Client,
-    Server,
+/// A handshake as `role` (the copier's side for [`Role::Copier`]) that announces `features`
+/// in its Hello instead of this build's [`FEATURES`]: what a build that predates a feature
+/// sends (features 0), for tests of old and new ends together.
+pub async fn handshake_with_features<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+    role: Role,
+    features: u32,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, role, features).await
 }
 
 /// Split `stream`, run `side`'s steps of the handshake within `timeout` with frames capped at
@@ -266,7 +275,8 @@ async fn handshake<S>(
     secret: Option<&[u8]>,
     software: &str,
     timeout: Duration,
-    side: Side,
+    side: Role,
+    features: u32,
 ) -> Result<Established<S>, ProtoError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -277,8 +287,8 @@ where
     let mut writer = FrameWriter::new(w);
     let steps = async {
         match side {
-            Side::Client => client_steps(&mut reader, &mut writer, secret, software).await,
-            Side::Server => server_steps(&mut reader, &mut writer, secret, software).await,
+            Role::Copier => client_steps(&mut reader, &mut writer, secret, software, features).await,
+            Role::Intercept => server_steps(&mut reader, &mut writer, secret, software, features).await,
         }
     };
     let peer = tokio::time::timeout(timeout, steps)
@@ -396,12 +406,13 @@ async fn client_steps<R, W>(
     writer: &mut FrameWriter<W>,
     secret: Option<&[u8]>,
     software: &str,
+    features: u32,
 ) -> Result<Hello, ProtoError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ours = Hello::new(Role::Copier, secret.is_some(), auth::nonce()?, software);
+    let ours = Hello { features, ..Hello::new(Role::Copier, secret.is_some(), auth::nonce()?, software) };
     let peer = exchange_hello(reader, writer, &ours, Role::Intercept).await?;
     let mac = secret.map_or([0; 32], |s| auth::copier_mac(s, &peer.nonce, &ours.nonce));
     writer.write_message(&Message::Auth { mac }).await?;
@@ -450,12 +461,13 @@ async fn server_steps<R, W>(
     writer: &mut FrameWriter<W>,
     secret: Option<&[u8]>,
     software: &str,
+    features: u32,
 ) -> Result<Hello, ProtoError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ours = Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software);
+    let ours = Hello { features, ..Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software) };
     let peer = exchange_hello(reader, writer, &ours, Role::Copier).await?;
     match reader.read_message().await? {
         Some(Message::Auth { mac }) => {

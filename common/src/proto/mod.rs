@@ -39,6 +39,11 @@ use std::time::Duration;
 pub const MAGIC: [u8; 4] = *b"TCPY";
 /// The protocol version this build speaks.
 pub const VERSION: u16 = 2;
+/// Hello feature bit: the sender understands [`Message::RegisterPayload`] (an intercept) or
+/// asks for payload only with it (a copier: its plain Registers want no payload).
+pub const FEATURE_PAYLOAD_REQUEST: u32 = 1;
+/// The features this build announces in its Hello.
+pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

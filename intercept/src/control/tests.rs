@@ -40,6 +40,11 @@ async fn start(outlet_capacity: usize) -> Harness {
 }
 
 async fn start_with(cfg: ControlConfig) -> Harness {
+    start_capped(cfg, 0).await
+}
+
+/// [`start_with`] with `--payload-bytes payload`.
+async fn start_capped(cfg: ControlConfig, payload: usize) -> Harness {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shared = Shared::new(
@@ -49,7 +54,7 @@ async fn start_with(cfg: ControlConfig) -> Harness {
             hold_capacity: 100,
             ..RouterConfig::default()
         }),
-        0,
+        payload,
     );
     let cfg = Arc::new(cfg);
     let (stop, rx) = watch::channel(false);
@@ -747,4 +752,40 @@ async fn a_record_arriving_right_after_a_write_is_not_held_for_a_timer() {
         "the writer waited for a timer before writing"
     );
     writer.abort();
+}
+
+#[tokio::test]
+async fn payload_goes_only_to_the_tuples_that_ask_and_to_older_copiers_on_all() {
+    use common::proto::io::handshake_with_features;
+    use common::proto::Role;
+    let h = start_capped(ControlConfig::new(Some(SECRET.to_vec()), 100, "intercept-test".into()), 6).await;
+    // A copier of this build: a plain Register gets headers only, a RegisterPayload gets what
+    // it asks for, within the intercept's --payload-bytes 6.
+    let mut new = connect(&h).await;
+    let (plain, asked, capped) = ("198.19.0.1:40000", "198.19.0.1:40001", "198.19.0.1:40002");
+    send_synced(
+        &mut new,
+        &[
+            Message::Register { tuples: vec![tuple(plain)] },
+            Message::RegisterPayload { tuples: vec![(tuple(asked), 4), (tuple(capped), 65495)] },
+        ],
+        1,
+    )
+    .await;
+    for c in [plain, asked, capped] {
+        inject(&h, &response(c, 1));
+    }
+    let got: Vec<Vec<u8>> = records(&mut new, 3).await.into_iter().map(|r| r.payload).collect();
+    assert_eq!(got, [b"".to_vec(), b"resp".to_vec(), b"respon".to_vec()]);
+    // A copier that predates the feature (no bit in its Hello): payload on every tuple, as
+    // before.
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, 0).await.unwrap();
+    assert!(old.peer.has(common::proto::FEATURE_PAYLOAD_REQUEST), "the intercept announces it");
+    let c = "198.19.0.1:40003";
+    send_synced(&mut old, &[Message::Register { tuples: vec![tuple(c)] }], 2).await;
+    inject(&h, &response(c, 1));
+    assert_eq!(records(&mut old, 1).await[0].payload, b"respon");
+    h.stop.send(true).unwrap();
+    let _ = h.task.await;
 }

@@ -95,17 +95,48 @@ fn payload_is_kept_only_when_asked() {
     let t0 = Instant::now();
     let mut r = router();
     let c = "198.19.7.1:40000";
-    r.handle_register(t0, A, &[tuple(c)]);
     let pkt = response(c, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK\r\n");
-    let (_, rec) = record_of(r.handle_packet(t0, &pkt, 0));
+    // A plain Register asks for none, whatever the intercept's cap.
+    r.handle_register(t0, A, &[tuple(c)]);
+    let (_, rec) = record_of(r.handle_packet(t0, &pkt, 100));
     assert_eq!(rec.headers.len(), 20 + 24);
+    assert!(rec.payload.is_empty());
+    assert_eq!(r.payload_of(&tuple(c)), Some(0));
+    // Asked for: the smaller of what the copier asks and the intercept's cap.
+    r.handle_register_payload(t0, A, &[(tuple(c), 10)]);
+    assert_eq!(r.payload_of(&tuple(c)), Some(10));
+    let (_, rec) = record_of(r.handle_packet(t0, &pkt, 0));
     assert!(rec.payload.is_empty());
     let (_, rec) = record_of(r.handle_packet(t0, &pkt, 8));
     assert_eq!(rec.payload, b"HTTP/1.1");
+    let (_, rec) = record_of(r.handle_packet(t0, &pkt, 100));
+    assert_eq!(rec.payload, b"HTTP/1.1 2");
     // A copy cut after 50 bytes (NFQUEUE copy range) still routes, with what there is.
     let (_, rec) = record_of(r.handle_packet(t0, &pkt[..50], 100));
     assert_eq!(rec.payload, b"HTTP/1");
     assert_eq!(rec.orig_len as usize, pkt.len());
+    // Another tuple of the same copier, registered plainly, still gets none.
+    let c2 = "198.19.7.1:40001";
+    r.handle_register(t0, A, &[tuple(c2)]);
+    let pkt2 = response(c2, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK\r\n");
+    assert!(record_of(r.handle_packet(t0, &pkt2, 100)).1.payload.is_empty());
+}
+
+#[test]
+fn held_records_keep_only_the_payload_their_registration_asks_for() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let (c1, c2) = ("198.19.7.1:40000", "198.19.7.1:40001");
+    for c in [c1, c2] {
+        let pkt = response(c, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK\r\n");
+        assert_eq!(r.handle_packet(t0, &pkt, 100), Decision::Held);
+    }
+    let reg = r.handle_register(t0, A, &[tuple(c1)]);
+    assert_eq!(reg.released.len(), 1);
+    assert!(reg.released[0].1.payload.is_empty());
+    let reg = r.handle_register_payload(t0, A, &[(tuple(c2), 4)]);
+    assert_eq!(reg.released.len(), 1);
+    assert_eq!(reg.released[0].1.payload, b"HTTP");
 }
 
 #[test]

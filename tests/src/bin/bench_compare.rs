@@ -7,15 +7,15 @@
 //! prints one line: requests served online, exchanges compared, the copier's CPU per request and
 //! per compared request (whole process, and its `compare` thread alone), the intercept's CPU per
 //! request, and the bytes the copier received on its control connection per request (records,
-//! with the answers' payload when the intercept sends it: `--payload-bytes 65495` with
-//! `--compare`, 0 without).
+//! with the answers' payload of the sessions the copier compares, which alone ask for it: the
+//! intercept runs with `--payload-bytes 65495` with `--compare`, 0 without).
 //!
 //! Usage (root): `cargo build --release -p copier -p intercept -p lab --bins &&
 //! target/release/bench_compare [--seconds 10] [--connections 64]`
 
 use anyhow::{Context, Result};
 use lab::bench::Cpu;
-use lab::setup::{metric_sum, CopyOptions, Copying, CONTROL_PORT};
+use lab::setup::{control_bytes_received as control_bytes, metric_sum, CopyOptions, Copying};
 use lab::{addr, Host, Lab, NginxOptions};
 use std::time::{Duration, Instant};
 
@@ -38,17 +38,6 @@ fn main() {
         eprintln!("bench_compare: {e:#}");
         std::process::exit(1);
     }
-}
-
-/// Bytes the copier received on its control connection (`ss` on `online`).
-fn control_bytes(lab: &Lab) -> u64 {
-    let out = lab
-        .exec_ok(Host::Online, &["ss", "-Htin", "dst", &format!("{}:{CONTROL_PORT}", addr::TEST)])
-        .unwrap_or_default();
-    out.split_whitespace()
-        .filter_map(|w| w.strip_prefix("bytes_received:"))
-        .filter_map(|v| v.parse::<u64>().ok())
-        .sum()
 }
 
 fn run() -> Result<()> {

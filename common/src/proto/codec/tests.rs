@@ -68,12 +68,59 @@ fn hello_literal() {
         auth_required: true,
         nonce: [7; 32],
         software: "ab".into(),
+        features: 0x0102_0304,
     });
-    let mut want = vec![0, 0, 0, 45, 1, b'T', b'C', b'P', b'Y', 0, 1, 2, 1];
+    let mut want = vec![0, 0, 0, 49, 1, b'T', b'C', b'P', b'Y', 0, 1, 2, 1];
     want.extend_from_slice(&[7; 32]);
     want.extend_from_slice(&[0, 2, b'a', b'b']);
+    want.extend_from_slice(&[1, 2, 3, 4]);
     assert_eq!(encoded(&m), want);
     assert_eq!(decode_all(&want).unwrap(), vec![m]);
+}
+
+#[test]
+fn hello_of_a_build_before_features_decodes_with_none() {
+    // What an older build of version 2 sends: the body ends after `software`.
+    let mut old = vec![0, 0, 0, 45, 1, b'T', b'C', b'P', b'Y', 0, 2, 1, 0];
+    old.extend_from_slice(&[9; 32]);
+    old.extend_from_slice(&[0, 2, b'o', b'k']);
+    let got = decode_all(&old).unwrap();
+    let Message::Hello(h) = &got[0] else { panic!("{got:?}") };
+    assert_eq!((h.version, h.features, h.software.as_str()), (2, 0, "ok"));
+    assert!(!h.has(FEATURE_PAYLOAD_REQUEST));
+    // And what an older build reads of ours: everything up to `software`, the rest ignored
+    // (the same rule `hello_of_a_later_version_with_extra_fields_still_decodes` checks).
+    let new = Hello::new(Role::Copier, false, [9; 32], "ok");
+    assert!(new.has(FEATURE_PAYLOAD_REQUEST));
+    let f = encoded(&Message::Hello(new.clone()));
+    assert_eq!(&f[4..old.len()], &old[4..]);
+    assert_eq!(f.len(), old.len() + 4);
+}
+
+#[test]
+fn register_payload_literal() {
+    let t = FourTuple {
+        client: "198.18.0.10:40000".parse().unwrap(),
+        server: "198.19.0.1:80".parse().unwrap(),
+    };
+    let m = Message::RegisterPayload { tuples: vec![(t, 65495)] };
+    #[rustfmt::skip]
+    let want = [
+        0, 0, 0, 23, 11,
+        0, 0, 0, 1,                      // one tuple
+        4, 198, 18, 0, 10, 0x9c, 0x40,   // client 198.18.0.10:40000
+        4, 198, 19, 0, 1, 0, 80,         // server 198.19.0.1:80
+        0, 0, 0xff, 0xd7,                // 65495 bytes
+    ];
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+    // A count that cannot fit, and a cut want, are errors, not panics.
+    let mut bad = want;
+    bad[8] = 2;
+    assert!(matches!(first_error(&bad), ProtoError::CountTooLarge { .. }));
+    let mut cut = want[..want.len() - 1].to_vec();
+    cut[3] -= 1;
+    assert!(decode_all(&cut).is_err());
 }
 
 #[test]
@@ -394,17 +441,20 @@ fn arb_message() -> impl Strategy<Value = Message> {
     let nonce = proptest::array::uniform32(any::<u8>());
     let role = prop_oneof![Just(Role::Copier), Just(Role::Intercept)];
     prop_oneof![
-        (any::<u16>(), role, any::<bool>(), nonce, arb_string()).prop_map(
-            |(version, role, auth_required, nonce, software)| {
+        (any::<u16>(), role, any::<bool>(), nonce, arb_string(), any::<u32>()).prop_map(
+            |(version, role, auth_required, nonce, software, features)| {
                 Message::Hello(Hello {
                     version,
                     role,
                     auth_required,
                     nonce,
                     software,
+                    features,
                 })
             }
         ),
+        proptest::collection::vec((arb_tuple(), any::<u32>()), 0..20)
+            .prop_map(|tuples| Message::RegisterPayload { tuples }),
         nonce.prop_map(|mac| Message::Auth { mac }),
         nonce.prop_map(|mac| Message::AuthOk { mac }),
         (any::<u16>(), arb_string()).prop_map(|(code, message)| Message::Error { code, message }),
