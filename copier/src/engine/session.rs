@@ -506,6 +506,10 @@ impl Session {
             }
             !c.dead
         });
+        if self.old.is_empty() && self.old.capacity() > 0 {
+            // The closing connections are gone: their room goes back.
+            self.old = Vec::new();
+        }
     }
 
     /// Bring connections in line with the stream after any event.
