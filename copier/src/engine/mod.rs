@@ -570,7 +570,7 @@ impl Engine {
             s.copy = k as u16;
             s.want_port = client.port();
             s.plan_id = plan.map(|p| p.session);
-            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Gate::new(p.session));
+            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Box::new(Gate::new(p.session)));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),

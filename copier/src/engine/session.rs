@@ -84,8 +84,9 @@ pub(crate) struct Session {
     pub want_port: u16,
     /// The planner's id of this copy (ended in the planner when the engine removes the copy).
     pub plan_id: Option<shaper::SessionId>,
-    /// The planner's hold on the request units, when it gates them (a profile).
-    pub gate: Option<Gate>,
+    /// The planner's hold on the request units, when it gates them (a profile; boxed: a
+    /// session without one pays a pointer).
+    pub gate: Option<Box<Gate>>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -243,7 +244,7 @@ impl Session {
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
-            take(self.gate.as_ref().and_then(Gate::until));
+            take(self.gate.as_deref().and_then(Gate::until));
             take(self.gap_due);
         }
         d
