@@ -867,10 +867,11 @@ impl Engine {
     }
 
     /// The inline sizes of a session's parts, in bytes, for the memory bench: its slot in the
-    /// table (the `Session` with its `Stream` and current `Conn`), and those parts alone.
+    /// table (the `Session` with its `Stream` and current `Conn`), those parts alone, its entry
+    /// in `by_key`, and [`SESSION_COST`].
     #[doc(hidden)]
     #[must_use]
-    pub fn layout() -> [(&'static str, usize); 5] {
+    pub fn layout() -> [(&'static str, usize); 6] {
         use std::mem::size_of;
         [
             ("slot", size_of::<Slot>()),
@@ -878,6 +879,7 @@ impl Engine {
             ("conn", size_of::<conn::Conn>()),
             ("watch", size_of::<answer::Watch>()),
             ("key entry", size_of::<(FourTuple, Group)>()),
+            ("SESSION_COST", SESSION_COST),
         ]
     }
 
