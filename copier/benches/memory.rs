@@ -3,7 +3,7 @@
 //! answered with 200 bytes online and on test), then idle between requests. Prints the heap the engine holds (a
 //! counting allocator; the bench's own packet templates subtracted), per session, the process's
 //! RSS growth, and what the engine's own accounting (`memory_used`, the figure `--max-memory`
-//! caps) says.
+//! caps) says, and the inline sizes of a session's parts.
 //!
 //! `cargo bench -p copier --bench memory`
 
@@ -82,4 +82,6 @@ fn main() {
         b.e.memory_used() as f64 / f64::from(1 << 20),
         b.e.buffered_bytes() as f64 / f64::from(1 << 20),
     );
+    let parts: Vec<String> = copier::engine::Engine::layout().iter().map(|(n, b)| format!("{n} {b}")).collect();
+    println!("inline bytes: {}", parts.join(", "));
 }

@@ -32,8 +32,9 @@ use super::pkt::RecordInfo;
 
 #[derive(Debug, Default)]
 pub(crate) struct Watch {
-    /// The connection and unit end aimed at.
-    aim: Option<(FourTuple, SeqNum)>,
+    /// The connection (its client port: a session's test connections differ in nothing else)
+    /// and unit end aimed at.
+    aim: Option<(u16, SeqNum)>,
     /// Test server sequence number of the first answer byte seen.
     first: Option<SeqNum>,
     /// End of the furthest answer byte seen.
@@ -56,14 +57,15 @@ impl Watch {
     /// Aim at the unit ending at `end` on `tuple`; what was counted for anything else is
     /// forgotten.
     pub(crate) fn aim(&mut self, tuple: FourTuple, end: SeqNum) {
-        if self.aim != Some((tuple, end)) {
-            *self = Watch { aim: Some((tuple, end)), ..Watch::default() };
+        let aim = Some((tuple.client.port(), end));
+        if self.aim != aim {
+            *self = Watch { aim, ..Watch::default() };
         }
     }
 
     /// Whether the watch is aimed at this unit of this connection.
     pub(crate) fn aimed_at(&self, tuple: FourTuple, end: SeqNum) -> bool {
-        self.aim == Some((tuple, end))
+        self.aim == Some((tuple.client.port(), end))
     }
 
     /// A record of the connection aimed at. `rcv_nxt`: what the connection had received of
@@ -133,7 +135,7 @@ impl Watch {
         let at = f.add(used.min(self.bytes()));
         let keep = self.max_ack.is_some_and(|a| a.ge(end));
         let (last, t, closed, max_ack) = (self.last, self.at, self.closed, self.max_ack);
-        *self = Watch { aim: Some((tuple, end)), floor: Some(if keep { at } else { last }), max_ack, closed, ..Watch::default() };
+        *self = Watch { aim: Some((tuple.client.port(), end)), floor: Some(if keep { at } else { last }), max_ack, closed, ..Watch::default() };
         if keep && last.gt(at) {
             self.first = Some(at);
             self.last = last;

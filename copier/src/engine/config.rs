@@ -254,7 +254,7 @@ impl Default for EngineConfig {
 }
 
 /// Default of [`EngineConfig::max_sessions`]: about what the default `max_memory` (512 MiB)
-/// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 2.4 KB on x86_64).
+/// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 2.3 KB on x86_64).
 pub const DEFAULT_MAX_SESSIONS: usize = 200_000;
 
 /// Default of [`EngineConfig::ack_delay`]: Linux's shortest delayed ACK.

@@ -266,8 +266,9 @@ struct Slot {
 /// The copy sessions of one captured session.
 #[derive(Debug, Default)]
 struct Group {
-    /// Slots of the copies still in the table, by copy number.
-    members: Vec<u32>,
+    /// Slots of the copies still in the table, by copy number (inline up to two copies: no
+    /// allocation per captured session).
+    members: smallvec::SmallVec<[u32; 2]>,
     /// A copy started (counted in `captured_sessions_started`).
     started: bool,
 }
@@ -523,7 +524,7 @@ impl Engine {
             return;
         }
         let started = self.sh.stats.sessions_started;
-        self.by_key.insert(c.key, Group { members: Vec::with_capacity(plans.len()), started: false });
+        self.by_key.insert(c.key, Group { members: smallvec::SmallVec::with_capacity(plans.len()), started: false });
         // the baseline's copy: the first copy's client, toward the baseline (no plan of its own)
         let extra = baseline.filter(|b| b.is_ipv6() == v6).map(|b| (b, plans[0].client));
         let copies = plans.iter().map(|p| (target, p.client, Some(p))).chain(extra.map(|(b, cl)| (b, cl, None)));
@@ -569,7 +570,7 @@ impl Engine {
             s.copy = k as u16;
             s.want_port = client.port();
             s.plan_id = plan.map(|p| p.session);
-            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Gate::new(p.session));
+            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Box::new(Gate::new(p.session)));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
@@ -863,6 +864,23 @@ impl Engine {
     #[must_use]
     pub fn stats(&self) -> &EngineStats {
         &self.sh.stats
+    }
+
+    /// The inline sizes of a session's parts, in bytes, for the memory bench: its slot in the
+    /// table (the `Session` with its `Stream` and current `Conn`), those parts alone, its entry
+    /// in `by_key`, and [`SESSION_COST`].
+    #[doc(hidden)]
+    #[must_use]
+    pub fn layout() -> [(&'static str, usize); 6] {
+        use std::mem::size_of;
+        [
+            ("slot", size_of::<Slot>()),
+            ("stream", size_of::<stream::Stream>()),
+            ("conn", size_of::<conn::Conn>()),
+            ("watch", size_of::<answer::Watch>()),
+            ("key entry", size_of::<(FourTuple, Group)>()),
+            ("SESSION_COST", SESSION_COST),
+        ]
     }
 
     /// What `max_memory` bounds: the captured client bytes the sessions hold, with their

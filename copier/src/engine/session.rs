@@ -73,6 +73,16 @@ pub(crate) enum Phase {
     Done,
 }
 
+/// A hole in the captured stream that the session waits at.
+#[derive(Debug)]
+struct Gap {
+    /// Since when the stream has had a hole at `next`, if it has.
+    since: Option<Instant>,
+    next: SeqNum,
+    /// When to look at the hole again (set by `skip_gap`, always in its future).
+    due: Option<Instant>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Session {
     pub key: FourTuple,
@@ -84,8 +94,9 @@ pub(crate) struct Session {
     pub want_port: u16,
     /// The planner's id of this copy (ended in the planner when the engine removes the copy).
     pub plan_id: Option<shaper::SessionId>,
-    /// The planner's hold on the request units, when it gates them (a profile).
-    pub gate: Option<Gate>,
+    /// The planner's hold on the request units, when it gates them (a profile; boxed: a
+    /// session without one pays a pointer).
+    pub gate: Option<Box<Gate>>,
     pub phase: Phase,
     pub isn: SeqNum,
     pub stream: Stream,
@@ -108,11 +119,9 @@ pub(crate) struct Session {
     /// When the client reset the connection while requests were still to be carried.
     client_reset: Option<Instant>,
     reconnects: u32,
-    /// Since when the stream has a hole (held segments) at `gap_next`, if it has.
-    gap_since: Option<Instant>,
-    gap_next: SeqNum,
-    /// When to look at the hole again (set by `skip_gap`, always in its future).
-    gap_due: Option<Instant>,
+    /// The capture hole the stream waits at (boxed: most sessions never have one; `None`
+    /// when neither `since` nor `due` is set).
+    gap: Option<Box<Gap>>,
     /// This copy counts the captured packets' drops for the session (see `on_captured`).
     lead: bool,
     /// The copy's index among the copies of its captured session (the dye value may carry it).
@@ -148,9 +157,7 @@ impl Session {
             lag_done: None,
             client_reset: None,
             reconnects: 0,
-            gap_since: None,
-            gap_next: SeqNum(0),
-            gap_due: None,
+            gap: None,
             lead: true,
             copy: 0,
             armed: None,
@@ -243,8 +250,8 @@ impl Session {
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t + p.session_timeout));
-            take(self.gate.as_ref().and_then(Gate::until));
-            take(self.gap_due);
+            take(self.gate.as_deref().and_then(Gate::until));
+            take(self.gap.as_ref().and_then(|g| g.due));
         }
         d
     }
@@ -355,13 +362,15 @@ impl Session {
             return;
         }
         if self.stream.has_held() {
-            if self.gap_since.is_none() || self.gap_next != self.stream.hole_at() {
+            let at = self.stream.hole_at();
+            if self.gap.as_ref().is_none_or(|g| g.since.is_none() || g.next != at) {
                 // A new hole (an earlier one filled, this one is where the stream waits now).
-                self.gap_since = Some(now);
-                self.gap_next = self.stream.hole_at();
+                let g = self.gap_mut();
+                g.since = Some(now);
+                g.next = at;
             }
         } else {
-            self.gap_since = None;
+            self.set_gap_since(None);
         }
         self.reconcile(sh, now);
     }
@@ -409,6 +418,21 @@ impl Session {
         }
     }
 
+    /// The hole's state, allocated when first needed.
+    fn gap_mut(&mut self) -> &mut Gap {
+        self.gap.get_or_insert_with(|| Box::new(Gap { since: None, next: SeqNum(0), due: None }))
+    }
+
+    /// Set when the hole began (`None`: no hole); the box goes once nothing is left in it.
+    fn set_gap_since(&mut self, since: Option<Instant>) {
+        if let Some(g) = self.gap.as_mut() {
+            g.since = since;
+            if g.since.is_none() && g.due.is_none() {
+                self.gap = None;
+            }
+        }
+    }
+
     /// Give up the request unit a capture hole damaged, if it is time (see the module
     /// documentation): the stream skips to the next request, and the current connection is
     /// reset so that `reconcile` carries the rest on a new one.
@@ -419,14 +443,18 @@ impl Session {
     /// (quiet, or `answer_timeout` from the hole). Either way the test server must have
     /// acknowledged them, so that resetting the connection loses nothing carried whole.
     fn skip_gap(&mut self, sh: &mut Shared, now: Instant) {
-        self.gap_due = None;
-        let Some(t) = self.gap_since else { return };
+        let Some(g) = self.gap.as_mut() else { return };
+        g.due = None;
+        let Some(t) = g.since else {
+            self.gap = None;
+            return;
+        };
         if !self.stream.has_held() {
-            self.gap_since = None;
+            self.gap = None;
             return;
         }
         if now < t + GAP_WAIT {
-            self.gap_due = Some(t + GAP_WAIT);
+            g.due = Some(t + GAP_WAIT);
             return;
         }
         // After the client's RST no later request comes: everything from the hole on goes.
@@ -442,10 +470,11 @@ impl Session {
                 }
                 let answered = self.watch.aimed_at(c.tuple, s.next) && self.watch.answered(now, None, sh.p.answer_quiet);
                 if !s.gap_mid_unit() && !answered && now < t + sh.p.answer_timeout {
-                    self.gap_due = Some(match self.watch.quiet_at(sh.p.answer_quiet) {
+                    let due = match self.watch.quiet_at(sh.p.answer_quiet) {
                         Some(q) if q > now => q.min(t + sh.p.answer_timeout),
                         _ => t + sh.p.answer_timeout,
-                    });
+                    };
+                    self.gap_mut().due = Some(due);
                     return;
                 }
             }
@@ -453,15 +482,21 @@ impl Session {
         if to_end {
             self.stream.skip_gap_to_end();
             sh.stats.drops.capture_gap += u64::from(self.lead);
-            self.gap_since = None;
+            self.set_gap_since(None);
             return; // `reconcile` ends the session as the client did
         }
         if !self.stream.skip_gap(now) {
             return;
         }
         sh.stats.drops.capture_gap += u64::from(self.lead);
-        self.gap_since = self.stream.has_held().then_some(now);
-        self.gap_next = self.stream.hole_at();
+        if self.stream.has_held() {
+            let at = self.stream.hole_at();
+            let g = self.gap_mut();
+            g.since = Some(now);
+            g.next = at;
+        } else {
+            self.set_gap_since(None);
+        }
         self.unit_acked_at = None;
         self.watch = Watch::default();
         if let Some(mut c) = self.cur.take() {
@@ -506,6 +541,10 @@ impl Session {
             }
             !c.dead
         });
+        if self.old.is_empty() && self.old.capacity() > 0 {
+            // The closing connections are gone: their room goes back.
+            self.old = Vec::new();
+        }
     }
 
     /// Bring connections in line with the stream after any event.

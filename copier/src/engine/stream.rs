@@ -275,6 +275,10 @@ impl Stream {
             self.held_bytes = 0;
             self.held.clear();
         }
+        if self.held.is_empty() && self.held.capacity() > 0 {
+            // A hole filled: its segments' room goes back.
+            self.held = Vec::new();
+        }
         appended
     }
 
@@ -504,6 +508,10 @@ impl Stream {
                 }
             }
             None => self.cur_start = self.next,
+        }
+        if self.bounds.is_empty() {
+            // No allocation held between requests (the next boundary allocates it again).
+            self.bounds = VecDeque::new();
         }
     }
 
