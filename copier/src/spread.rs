@@ -6,7 +6,9 @@
 //! `copier_target_probes_total{target}`, `copier_target_downs_total{target}`,
 //! `copier_target_up{target}`, `copier_target_weight{target}`, `copier_maps_all_targets_down`,
 //! and the load: `copier_target_live_sessions`, `copier_target_overloaded`,
-//! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`).
+//! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`), and the
+//! answer times: `copier_target_answers_total`, `copier_target_answer_seconds_total` (their
+//! sum: the mean is the ratio of the two rates), `copier_target_answer_smoothed_seconds`.
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
@@ -34,6 +36,12 @@ pub mod names {
     pub const OVERLOAD_REFUSED_TOTAL: &str = "copier_target_overload_refused_total";
     /// Maps whose every server that is up is overloaded (the alert).
     pub const MAPS_ALL_TARGETS_OVERLOADED: &str = "copier_maps_all_targets_overloaded";
+    /// Request units timed on a server that got an answer.
+    pub const TARGET_ANSWERS_TOTAL: &str = "copier_target_answers_total";
+    /// Sum of their answer times.
+    pub const TARGET_ANSWER_SECONDS_TOTAL: &str = "copier_target_answer_seconds_total";
+    /// A server's smoothed answer time.
+    pub const TARGET_ANSWER_SMOOTHED: &str = "copier_target_answer_smoothed_seconds";
 }
 
 /// Describe the metrics (once, at start).
@@ -51,6 +59,18 @@ pub fn describe() {
         "Copies not made because every test server of their map was overloaded (on the map's first server)"
     );
     describe_gauge!(names::MAPS_ALL_TARGETS_OVERLOADED, "Maps whose every test server that is up is overloaded (alert)");
+    describe_counter!(
+        names::TARGET_ANSWERS_TOTAL,
+        "Request units timed on a test server that got an answer (the unit pacing waits on; units sent ahead are not timed)"
+    );
+    describe_gauge!(
+        names::TARGET_ANSWER_SECONDS_TOTAL,
+        "Sum of the answer times (unit's first byte sent to the first answer byte) of copier_target_answers_total"
+    );
+    describe_gauge!(
+        names::TARGET_ANSWER_SMOOTHED,
+        "A test server's answer time, smoothed over about its last ten answers (0 before the first)"
+    );
 }
 
 /// Log the health changes the engine reports.
@@ -98,6 +118,10 @@ pub fn export(engine: &Engine) {
         gauge!(names::TARGET_LIVE, "target" => name.clone()).set(t.live as f64);
         gauge!(names::TARGET_OVERLOADED, "target" => name.clone()).set(f64::from(u8::from(t.overloaded)));
         counter!(names::OVERLOAD_REFUSED_TOTAL, "target" => name.clone()).absolute(t.refused);
+        counter!(names::TARGET_ANSWERS_TOTAL, "target" => name.clone()).absolute(t.answers);
+        gauge!(names::TARGET_ANSWER_SECONDS_TOTAL, "target" => name.clone()).set(t.answer_sum.as_secs_f64());
+        let smoothed = t.answer_smoothed.map_or(0.0, |d| d.as_secs_f64());
+        gauge!(names::TARGET_ANSWER_SMOOTHED, "target" => name.clone()).set(smoothed);
         gauge!(names::TARGET_WEIGHT, "target" => name).set(f64::from(t.weight));
     }
     gauge!(names::MAPS_ALL_TARGETS_DOWN).set(engine.maps_all_down() as f64);

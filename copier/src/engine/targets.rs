@@ -166,7 +166,19 @@ pub struct TargetStats {
     /// Copies not made because every server of their map was overloaded (counted on the
     /// map's first server).
     pub refused: u64,
+    /// Request units timed on it that got an answer, and the sum of their answer times
+    /// (send to first answer byte).
+    pub answers: u64,
+    /// Sum of the answer times counted in `answers`.
+    pub answer_sum: Duration,
+    /// The answer time smoothed over the last answers (exponential, weight
+    /// [`ANSWER_SMOOTHING`] to the newest); `None` before the first.
+    pub answer_smoothed: Option<Duration>,
 }
+
+/// The weight of the newest answer time in [`TargetStats::answer_smoothed`] (about the last
+/// ten answers count).
+pub const ANSWER_SMOOTHING: f64 = 0.1;
 
 #[derive(Debug)]
 struct Server {
@@ -223,6 +235,9 @@ impl Targets {
                             live: 0,
                             overloaded: false,
                             refused: 0,
+                            answers: 0,
+                            answer_sum: Duration::ZERO,
+                            answer_smoothed: None,
                         },
                         waiting_since: None,
                         next_probe: None,
@@ -348,6 +363,18 @@ impl Targets {
             self.refresh_groups();
         }
         let _ = now;
+    }
+
+    /// A request unit timed on `addr` got its first answer byte `took` after it was sent.
+    pub fn on_answer_time(&mut self, addr: SocketAddr, took: Duration) {
+        let Some(i) = self.server_index(addr) else { return };
+        let s = &mut self.servers[i].stats;
+        s.answers += 1;
+        s.answer_sum = s.answer_sum.saturating_add(took);
+        s.answer_smoothed = Some(match s.answer_smoothed {
+            None => took,
+            Some(old) => old.mul_f64(1.0 - ANSWER_SMOOTHING) + took.mul_f64(ANSWER_SMOOTHING),
+        });
     }
 
     /// Take out the servers silent for `down_after` (also done by [`Targets::pick`]).
