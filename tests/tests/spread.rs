@@ -81,6 +81,44 @@ fn second_test_host(lab: &mut Lab) -> Proc {
     icpt2
 }
 
+/// A Python HTTP server on `test2`'s port 80 that answers each request (HTTP/1.0, a 5-byte
+/// body) `delay_s` seconds after reading it, and appends its path to `log2`.
+fn slow_server(lab: &mut Lab, delay_s: f64, log2: &std::path::Path) -> Proc {
+    let script = format!(
+        r#"
+import http.server, socketserver, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    def do_GET(self):
+        time.sleep({delay})
+        body = b"slow\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with open("{}", "a") as f:
+            f.write(self.path + "\n")
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+S(("0.0.0.0", 80), H).serve_forever()
+"#,
+        log2.display(),
+        delay = delay_s
+    );
+    let py = lab.dir().join("slow_server.py");
+    std::fs::write(&py, script).unwrap();
+    let slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
+        assert!(Instant::now() < deadline, "the slow server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    slow
+}
+
 /// The copier on `online` with `--map map`, an intercept on each test host, and `extra` flags;
 /// waits until both intercepts are connected.
 fn spread_copier(lab: &mut Lab, map: &str, extra: &[&str]) -> Proc {
@@ -174,37 +212,7 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
     let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog") else { return };
     let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
     let log2 = lab.dir().join("slow-server.log");
-    let script = format!(
-        r#"
-import http.server, socketserver, time
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-    def do_GET(self):
-        time.sleep(1.0)
-        body = b"slow\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        with open("{}", "a") as f:
-            f.write(self.path + "\n")
-    def log_message(self, *a):
-        pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-S(("0.0.0.0", 80), H).serve_forever()
-"#,
-        log2.display()
-    );
-    let py = lab.dir().join("slow_server.py");
-    std::fs::write(&py, script).unwrap();
-    let _slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
-        assert!(Instant::now() < deadline, "the slow server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let _slow = slow_server(&mut lab, 1.0, &log2);
     let _icpt2 = second_test_host(&mut lab);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--target-max-live", "8"]);
@@ -241,4 +249,52 @@ S(("0.0.0.0", 80), H).serve_forever()
     assert!((slow as f64) <= 8.0 * (took + 2.0), "the slow server got {slow} sessions in {took:.1} s");
     assert!(fast > 300, "the fast server got only {fast}: the slow one was not relieved of its share");
     assert!(cop.log().contains(&format!("test server {}:80 overloaded", addr::TEST2)), "{}", tail(&cop.log(), 20));
+}
+
+/// Answer times: a test server answering 200 ms after each request and a fast one (nginx); the
+/// copier's trace has each unit's answer time, at least the delay on the slow one (and under a
+/// second), under it on the fast one; the metrics give the slow one's smoothed answer time;
+/// `shaper check --trace` reports the answer time.
+#[test]
+fn the_trace_and_the_metrics_give_each_servers_answer_times() {
+    let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times") else { return };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let _slow = slow_server(&mut lab, 0.2, &log2);
+    let _icpt2 = second_test_host(&mut lab);
+    let trace = lab.dir().join("answers.csv");
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--trace", trace.to_str().unwrap()]);
+    sessions(&lab, "a", 0, 60, 0.05);
+    c.settle(Duration::from_secs(2), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let m = metrics(&lab);
+    let smoothed = target_metric(&m, "copier_target_answer_smoothed_seconds");
+    let answers = target_metric(&m, "copier_target_answers_total");
+    assert!((0.2..1.0).contains(&smoothed), "test2's smoothed answer time {smoothed} s, its delay 0.2 s:\n{m}");
+    assert!(answers >= 25.0, "{answers} answers timed on test2:\n{m}");
+    cop.stop();
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("time_s,copy,user,pool,target,answer_s"));
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let a: f64 = f[5].parse().unwrap_or_else(|_| panic!("a unit not timed in a lock-step run: {l}"));
+        if f[4] == format!("{}:80", addr::TEST2) { slow.push(a) } else { fast.push(a) }
+    }
+    println!("answer times: slow server {slow:?}\nfast server {fast:?}");
+    assert_eq!(slow.len() + fast.len(), 60, "a row per session:\n{text}");
+    assert!(slow.len() >= 25 && fast.len() >= 25, "1:1 weights: {} slow, {} fast", slow.len(), fast.len());
+    assert!(slow.iter().all(|a| (0.2..1.0).contains(a)), "slow server answer times outside 0.2..1 s: {slow:?}");
+    assert!(fast.iter().all(|a| *a < 0.2), "fast server answer times of 0.2 s or more: {fast:?}");
+
+    let out = std::process::Command::new(workspace_bin("shaper").unwrap())
+        .args(["check", "--trace", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && report.contains("answer time p50"), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    c.assert_no_leak(&mut lab);
 }
