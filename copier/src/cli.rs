@@ -421,14 +421,15 @@ pub struct Args {
     pub intercept_for: Vec<InterceptFor>,
 
     /// Write a run trace to FILE: a CSV row per request unit sent (time on the profile's
-    /// schedule clock, copy, virtual user, pool, test server, and the ON/OFF source when the
-    /// profile gates), the format `shaper check --trace` and `shaper plot` read, so a run is
+    /// schedule clock, copy, virtual user, pool, test server, the ON/OFF source when the
+    /// profile gates, and `answer_s`: from the unit's first byte sent to the test server's
+    /// first answer byte, `-` for units sent ahead of an answer or not answered), the format `shaper check --trace` and `shaper plot` read, so a run is
     /// checked against its profile (`shaper check PROFILE --trace FILE`) and drawn.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
 
-    /// With --trace: per-interval counts (`time_s,pool,count`) instead of a row per unit, for
-    /// high rates (e.g. 1s).
+    /// With --trace: per-interval counts and mean answer time (`time_s,pool,count,answer_s`)
+    /// instead of a row per unit, for high rates (e.g. 1s).
     #[arg(long, value_name = "DURATION", requires = "trace", value_parser = parse_duration)]
     pub trace_every: Option<Duration>,
 
