@@ -8,7 +8,8 @@
 //! and the load: `copier_target_live_sessions`, `copier_target_overloaded`,
 //! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`), and the
 //! answer times: `copier_target_answers_total`, `copier_target_answer_seconds_total` (their
-//! sum: the mean is the ratio of the two rates), `copier_target_answer_smoothed_seconds`.
+//! sum: the mean is the ratio of the two rates), `copier_target_answer_smoothed_seconds`, and
+//! the slow state (`--target-slow-after`): `copier_target_slow`, `copier_target_slow_total`.
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
@@ -42,6 +43,10 @@ pub mod names {
     pub const TARGET_ANSWER_SECONDS_TOTAL: &str = "copier_target_answer_seconds_total";
     /// A server's smoothed answer time.
     pub const TARGET_ANSWER_SMOOTHED: &str = "copier_target_answer_smoothed_seconds";
+    /// 1 while a server is slow (`--target-slow-after`).
+    pub const TARGET_SLOW: &str = "copier_target_slow";
+    /// Times a server turned slow.
+    pub const TARGET_SLOW_TOTAL: &str = "copier_target_slow_total";
 }
 
 /// Describe the metrics (once, at start).
@@ -71,6 +76,8 @@ pub fn describe() {
         names::TARGET_ANSWER_SMOOTHED,
         "A test server's answer time, smoothed over about its last ten answers (0 before the first)"
     );
+    describe_gauge!(names::TARGET_SLOW, "1 while a test server's smoothed answer time is above --target-slow-after");
+    describe_counter!(names::TARGET_SLOW_TOTAL, "Times a test server turned slow (--target-slow-after)");
 }
 
 /// Log the health changes the engine reports.
@@ -95,8 +102,13 @@ pub fn log_events(engine: &mut Engine) {
                  map's other servers"
             ),
             TargetEvent::Relieved(addr) => tracing::info!("test server {addr} relieved: it takes sessions again"),
+            TargetEvent::Slow { addr, answer } => tracing::warn!(
+                "test server {addr} slow: smoothed answer time {answer:?} passed --target-slow-after; its new sessions go \
+                 to the map's other servers (one probe every --target-retry)"
+            ),
+            TargetEvent::Fast(addr) => tracing::info!("test server {addr} answers fast again: it takes sessions again"),
             TargetEvent::AllOverloaded(m) => tracing::warn!(
-                "--map {}: every test server is overloaded; new sessions are not copied until one is relieved \
+                "--map {}: every test server is overloaded or slow; new sessions are not copied until one is relieved \
                  (copier_target_overload_refused_total, copier_maps_all_targets_overloaded)",
                 crate::cli::show_map(&m)
             ),
@@ -122,6 +134,8 @@ pub fn export(engine: &Engine) {
         gauge!(names::TARGET_ANSWER_SECONDS_TOTAL, "target" => name.clone()).set(t.answer_sum.as_secs_f64());
         let smoothed = t.answer_smoothed.map_or(0.0, |d| d.as_secs_f64());
         gauge!(names::TARGET_ANSWER_SMOOTHED, "target" => name.clone()).set(smoothed);
+        gauge!(names::TARGET_SLOW, "target" => name.clone()).set(f64::from(u8::from(t.slow)));
+        counter!(names::TARGET_SLOW_TOTAL, "target" => name.clone()).absolute(t.slow_turns);
         gauge!(names::TARGET_WEIGHT, "target" => name).set(f64::from(t.weight));
     }
     gauge!(names::MAPS_ALL_TARGETS_DOWN).set(engine.maps_all_down() as f64);
