@@ -82,15 +82,17 @@ fn second_test_host(lab: &mut Lab) -> Proc {
 }
 
 /// A Python HTTP server on `test2`'s port 80 that answers each request (HTTP/1.0, a 5-byte
-/// body) `delay_s` seconds after reading it, and appends its path to `log2`.
+/// body) some seconds after reading it (`delay_s`, or what [`set_delay`] wrote since), and
+/// appends its path to `log2`.
 fn slow_server(lab: &mut Lab, delay_s: f64, log2: &std::path::Path) -> Proc {
+    set_delay(lab, delay_s);
     let script = format!(
         r#"
 import http.server, socketserver, time
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     def do_GET(self):
-        time.sleep({delay})
+        time.sleep(float(open("{delay}").read()))
         body = b"slow\n"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -106,7 +108,7 @@ class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
 S(("0.0.0.0", 80), H).serve_forever()
 "#,
         log2.display(),
-        delay = delay_s
+        delay = lab.dir().join("slow-delay").display()
     );
     let py = lab.dir().join("slow_server.py");
     std::fs::write(&py, script).unwrap();
@@ -117,6 +119,14 @@ S(("0.0.0.0", 80), H).serve_forever()
         std::thread::sleep(Duration::from_millis(50));
     }
     slow
+}
+
+/// The slow server's delay from its next request on.
+fn set_delay(lab: &Lab, delay_s: f64) {
+    let path = lab.dir().join("slow-delay");
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{delay_s}")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
 }
 
 /// The copier on `online` with `--map map`, an intercept on each test host, and `extra` flags;
@@ -296,5 +306,60 @@ fn the_trace_and_the_metrics_give_each_servers_answer_times() {
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && report.contains("answer time p50"), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    c.assert_no_leak(&mut lab);
+}
+
+/// Back-pressure by answer time (`--target-slow-after 100ms`): two servers 1:1, the Python one
+/// made slow mid-run (300 ms a request): it is found slow and its share of new sessions falls
+/// (probes only, one every `--target-retry`), the fast one takes the rest, none is lost and the
+/// session table stays small; made fast again, it is back in at a probe's answer and gets its
+/// share again.
+#[test]
+fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
+    let Some(mut lab) = lab_or_skip("a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast") else { return };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let _slow = slow_server(&mut lab, 0.0, &log2);
+    let _icpt2 = second_test_host(&mut lab);
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--target-slow-after", "100ms", "--target-retry", "2s"]);
+    let on2 = |tag: &str| {
+        let prefix = format!("/index.html?{tag}=");
+        std::fs::read_to_string(&log2).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+    };
+    let both = |tag: &str| {
+        std::thread::sleep(Duration::from_millis(800));
+        (count(c.test(), tag), on2(tag))
+    };
+
+    // 1. Both fast: 1:1.
+    sessions(&lab, "f", 0, 40, 0.05);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    let (f1, f2) = both("f");
+    assert_eq!(f1 + f2, 40, "sessions lost while fast: {f1} + {f2}");
+    assert!((16..=24).contains(&f2), "test2 got {f2} of 40 with weights 1:1");
+
+    // 2. test2 answers in 300 ms: slow after a few answers, then only probes.
+    set_delay(&lab, 0.3);
+    sessions(&lab, "s", 0, 80, 0.05);
+    let m = metrics(&lab);
+    c.settle(Duration::from_secs(2), Duration::from_secs(20));
+    let (s1, s2) = both("s");
+    println!("slow phase: test {s1}, test2 {s2} of 80");
+    assert!(cop.log().contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&cop.log(), 20));
+    assert_eq!(s1 + s2, 80, "sessions lost while test2 was slow: {s1} + {s2}\n{}", tail(&cop.log(), 20));
+    assert!(s2 <= 16, "test2 got {s2} of 80 sessions while slow (40 by weight)");
+    assert!(target_metric(&m, "copier_target_slow") == 1.0, "{m}");
+    assert!(metric_sum(&m, "copier_sessions_active", &[]) <= 20.0, "the session table grew:\n{m}");
+
+    // 3. test2 fast again: a probe's answer brings it back, it gets its share.
+    set_delay(&lab, 0.0);
+    sessions(&lab, "r", 0, 80, 0.1);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    let (r1, r2) = both("r");
+    println!("fast again: test {r1}, test2 {r2} of 80");
+    assert!(cop.log().contains(&format!("test server {}:80 answers fast again", addr::TEST2)), "{}", tail(&cop.log(), 20));
+    assert_eq!(r1 + r2, 80, "sessions lost after test2 recovered: {r1} + {r2}");
+    assert!(r2 >= 25, "test2 got only {r2} of 80 sessions once fast again");
     c.assert_no_leak(&mut lab);
 }
