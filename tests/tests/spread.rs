@@ -363,3 +363,49 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
     assert!(r2 >= 25, "test2 got only {r2} of 80 sessions once fast again");
     c.assert_no_leak(&mut lab);
 }
+
+/// The closed loop against a single test server that is slow (500 ms a request, with
+/// `--target-slow-after 100ms`): the rate asked for (twice the online one) cannot be taken, so
+/// the loop lowers the factor (a WARN, `copier_rate_held`) instead of raising it and piling up
+/// sessions; the session table stays small.
+#[test]
+fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
+    let Some(mut lab) = lab_or_skip("with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor") else { return };
+    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let _slow = slow_server(&mut lab, 0.5, &log2);
+    let _icpt2 = second_test_host(&mut lab);
+    let map = format!("80={}:80", addr::TEST2);
+    let cop = spread_copier(
+        &mut lab,
+        &map,
+        &["--target-rate", "40", "--max-factor", "4", "--target-slow-after", "100ms", "--target-retry", "2s"],
+    );
+    let samples = std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut v = Vec::new();
+            for _ in 0..7 {
+                std::thread::sleep(Duration::from_secs(2));
+                let m = metrics(&lab);
+                v.push((
+                    metric_sum(&m, "copier_rate_scale", &[]),
+                    metric_sum(&m, "copier_rate_held", &[]),
+                    metric_sum(&m, "copier_sessions_active", &[]),
+                ));
+            }
+            v
+        });
+        lab::setup::paced_sessions(&lab, |_| 20.0, 15.0);
+        reader.join().unwrap()
+    });
+    let got = std::fs::read_to_string(&log2).unwrap_or_default().lines().count();
+    println!("(scale, held, sessions in the table) every 2 s: {samples:?}; the slow server got {got} requests");
+    let log = cop.log();
+    assert!(log.contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&log, 20));
+    assert!(log.contains("the loop lowers the factor"), "{}", tail(&log, 20));
+    let last = samples.last().unwrap();
+    assert!(last.1 == 1.0 && last.0 < 1.0, "the loop did not lower the factor: {samples:?}");
+    assert!(samples.iter().all(|s| s.2 <= 20.0), "the session table grew: {samples:?}");
+    assert!(got < 150, "the slow server got {got} requests (300 online at 20/s, 40/s asked)");
+    drop(c);
+}
