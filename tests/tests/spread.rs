@@ -121,6 +121,16 @@ S(("0.0.0.0", 80), H).serve_forever()
     slow
 }
 
+/// The lab's copying set-up without a copier, the slow server on `test2` (answering after
+/// `delay_s`; its log) and `test2`'s intercept.
+fn slow_test2(lab: &mut Lab, delay_s: f64) -> (Copying, std::path::PathBuf, Proc, Proc) {
+    let c = Copying::start(lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let slow = slow_server(lab, delay_s, &log2);
+    let icpt2 = second_test_host(lab);
+    (c, log2, slow, icpt2)
+}
+
 /// The slow server's delay from its next request on.
 fn set_delay(lab: &Lab, delay_s: f64) {
     let path = lab.dir().join("slow-delay");
@@ -220,10 +230,7 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
 #[test]
 fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
     let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let log2 = lab.dir().join("slow-server.log");
-    let _slow = slow_server(&mut lab, 1.0, &log2);
-    let _icpt2 = second_test_host(&mut lab);
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 1.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--target-max-live", "8"]);
 
@@ -268,10 +275,7 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
 #[test]
 fn the_trace_and_the_metrics_give_each_servers_answer_times() {
     let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let log2 = lab.dir().join("slow-server.log");
-    let _slow = slow_server(&mut lab, 0.2, &log2);
-    let _icpt2 = second_test_host(&mut lab);
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.2);
     let trace = lab.dir().join("answers.csv");
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--trace", trace.to_str().unwrap()]);
@@ -317,10 +321,7 @@ fn the_trace_and_the_metrics_give_each_servers_answer_times() {
 #[test]
 fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
     let Some(mut lab) = lab_or_skip("a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let log2 = lab.dir().join("slow-server.log");
-    let _slow = slow_server(&mut lab, 0.0, &log2);
-    let _icpt2 = second_test_host(&mut lab);
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--target-slow-after", "100ms", "--target-retry", "2s"]);
     let on2 = |tag: &str| {
@@ -371,10 +372,7 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
 #[test]
 fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
     let Some(mut lab) = lab_or_skip("with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let log2 = lab.dir().join("slow-server.log");
-    let _slow = slow_server(&mut lab, 0.5, &log2);
-    let _icpt2 = second_test_host(&mut lab);
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.5);
     let map = format!("80={}:80", addr::TEST2);
     let cop = spread_copier(
         &mut lab,

@@ -11,6 +11,11 @@ fn map() -> PortMap {
 }
 
 fn two(w1: u32, w2: u32) -> Targets {
+    two_with(w1, w2, HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), ..HealthConfig::default() })
+}
+
+/// Two servers weighted `w1`, `w2` under `map()`, judged by `cfg`.
+fn two_with(w1: u32, w2: u32, cfg: HealthConfig) -> Targets {
     let m = map();
     let spread = MapTargets {
         map: m,
@@ -19,7 +24,7 @@ fn two(w1: u32, w2: u32) -> Targets {
             WeightedTarget { addr: a("198.18.3.2:80"), weight: w2 },
         ],
     };
-    Targets::new(&[m], &[spread], HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), ..HealthConfig::default() })
+    Targets::new(&[m], &[spread], cfg)
 }
 
 #[test]
@@ -135,14 +140,7 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
 #[test]
 fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refuses() {
     let m = map();
-    let spread = MapTargets {
-        map: m,
-        targets: vec![
-            WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 },
-            WeightedTarget { addr: a("198.18.3.2:80"), weight: 1 },
-        ],
-    };
-    let mut t = Targets::new(&[m], &[spread], HealthConfig { max_live: 4, ..HealthConfig::default() });
+    let mut t = two_with(1, 1, HealthConfig { max_live: 4, ..HealthConfig::default() });
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
     // s1 is slow: its copies stay live; s2's end at once.
@@ -181,15 +179,8 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
 #[test]
 fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
     let m = map();
-    let spread = MapTargets {
-        map: m,
-        targets: vec![
-            WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 },
-            WeightedTarget { addr: a("198.18.3.2:80"), weight: 1 },
-        ],
-    };
     let cfg = HealthConfig { slow_after: Duration::from_millis(200), retry: Duration::from_secs(5), ..HealthConfig::default() };
-    let mut t = Targets::new(&[m], &[spread], cfg);
+    let mut t = two_with(1, 1, cfg);
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
     let ms = Duration::from_millis;
