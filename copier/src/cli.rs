@@ -421,6 +421,14 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub target_max_live: usize,
 
+    /// A test server whose smoothed answer time (unit sent to first answer byte, about the
+    /// last ten answers: copier_target_answer_smoothed_seconds) passes this is slow: its new
+    /// sessions go to the map's other servers, as when overloaded, and one probe copy every
+    /// --target-retry measures it again; it takes sessions again at its first answer within
+    /// 3/4 of this (copier_target_slow, logged). 0: off.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub target_slow_after: Duration,
+
     /// The test servers an intercept guards: INTERCEPT=TARGET_IP[,TARGET_IP...] (repeatable;
     /// INTERCEPT as given to --intercept). Only needed when an intercept does not listen on its
     /// test server's own address: an --intercept at a --map target's address guards that target,
@@ -429,14 +437,15 @@ pub struct Args {
     pub intercept_for: Vec<InterceptFor>,
 
     /// Write a run trace to FILE: a CSV row per request unit sent (time on the profile's
-    /// schedule clock, copy, virtual user, pool, test server, and the ON/OFF source when the
-    /// profile gates), the format `shaper check --trace` and `shaper plot` read, so a run is
+    /// schedule clock, copy, virtual user, pool, test server, the ON/OFF source when the
+    /// profile gates, and `answer_s`: from the unit's first byte sent to the test server's
+    /// first answer byte, `-` for units sent ahead of an answer or not answered), the format `shaper check --trace` and `shaper plot` read, so a run is
     /// checked against its profile (`shaper check PROFILE --trace FILE`) and drawn.
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
 
-    /// With --trace: per-interval counts (`time_s,pool,count`) instead of a row per unit, for
-    /// high rates (e.g. 1s).
+    /// With --trace: per-interval counts and mean answer time (`time_s,pool,count,answer_s`)
+    /// instead of a row per unit, for high rates (e.g. 1s).
     #[arg(long, value_name = "DURATION", requires = "trace", value_parser = parse_duration)]
     pub trace_every: Option<Duration>,
 
@@ -590,7 +599,12 @@ impl Args {
             rules,
             maps: maps.clone(),
             spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
-            health: HealthConfig { down_after: self.target_down_after, retry: self.target_retry, max_live: self.target_max_live },
+            health: HealthConfig {
+                down_after: self.target_down_after,
+                retry: self.target_retry,
+                max_live: self.target_max_live,
+                slow_after: self.target_slow_after,
+            },
             baselines: self.baseline_maps.clone(),
             mtu: self.mtu,
             client_ip,

@@ -19,11 +19,16 @@
 //! 5 % in about 7 ticks). When the answer takes a whole tick (longer sessions) the loop
 //! `e(n+1) = e(n) - gain x e(n-1)` still converges (poles of modulus `sqrt(gain)` = 0.63) with a
 //! small overshoot. No traffic (nothing sent) leaves the scale as it is. Back-pressure: while
-//! the test side is saturated (every server of a map overloaded or down, so copies are refused
-//! or cannot leave), the loop may lower the factor but not raise it (no wind-up, no burst when
-//! the servers recover), and says so. Copies are decided per
+//! the test side is saturated (every server of a map overloaded, slow or down, so copies are
+//! refused or cannot leave), the loop lowers the factor by at least [`SATURATED_STEP`] a tick
+//! and never raises it (no wind-up, no burst when the servers recover), and says so. Copies are decided per
 //! session: long keep-alive sessions keep their copies, so the loop then reacts only as fast
 //! as sessions turn over.
+
+/// The most the scale may be multiplied by in a tick while the test side is saturated: it
+/// comes down by 10 % a second (however far below its target the rate is), so the load
+/// resumes from lower when the servers recover.
+pub const SATURATED_STEP: f64 = 0.9;
 
 /// The controller's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,7 +60,7 @@ pub struct RateTick {
     /// The scale hit a bound (the target cannot be reached: no copies left to remove, or
     /// `max_factor`).
     pub bounded: bool,
-    /// The test side was saturated: the scale was not raised.
+    /// The test side was saturated: the scale was lowered by at least `SATURATED_STEP`, not raised.
     pub held: bool,
 }
 
@@ -76,7 +81,7 @@ impl RateLoop {
 
     /// One tick at `t` seconds with `sent` units sent so far, the schedule's `load_share` at
     /// `t` (load x weight / total_weight), the profile's `base` factor, and whether the test
-    /// side is `saturated` (the scale is then not raised). `None` on the first tick (nothing to
+    /// side is `saturated` (the scale then comes down by at least `SATURATED_STEP`). `None` on the first tick (nothing to
     /// measure yet).
     pub fn tick(&mut self, t: f64, sent: u64, load_share: f64, base: f64, saturated: bool) -> Option<RateTick> {
         let prev = self.last.replace((t, sent));
@@ -94,14 +99,15 @@ impl RateLoop {
             self.scale = 0.0;
         } else if measured > 0.0 {
             let mut step = (target / measured).powf(self.cfg.gain).clamp(0.5, 2.0);
-            if saturated && step > 1.0 {
-                step = 1.0;
+            if saturated && step > SATURATED_STEP {
+                step = SATURATED_STEP;
                 held = true;
             }
             let want = self.scale * step;
             self.scale = want.clamp(0.0, max_scale);
             bounded = self.scale < want;
         } else if saturated {
+            self.scale *= SATURATED_STEP;
             held = true;
         } else if self.scale == 0.0 {
             // Nothing goes out because the loop stopped it: start again from a little.
@@ -201,19 +207,23 @@ mod tests {
     fn a_saturated_test_side_holds_the_factor_instead_of_winding_up() {
         let mut l = RateLoop::new(RateConfig { rate: 300.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
         l.tick(0.0, 0, 1.0, 1.0, false);
-        // The servers take only 100 units/s: saturated, the scale stays at 1.
+        // The servers take only 100 units/s: saturated, the scale comes down 10 % a tick.
         let mut sent = 0;
         for n in 1..20u64 {
             sent += 100;
             let t = l.tick(n as f64, sent, 1.0, 1.0, true).unwrap();
-            assert!(t.held && t.scale == 1.0, "{t:?}");
+            assert!(t.held && (t.scale - SATURATED_STEP.powi(n as i32)).abs() < 1e-9, "{t:?}");
         }
-        // Recovered: it climbs again; too much sent while saturated: it may still come down.
+        // Nothing leaves at all: still down.
+        let t = l.tick(20.0, sent, 1.0, 1.0, true).unwrap();
+        assert!(t.held && (t.scale - SATURATED_STEP.powi(20)).abs() < 1e-9, "{t:?}");
+        // Recovered: it climbs again; too much sent while saturated: it comes down faster.
+        let low = t.scale;
         sent += 100;
-        assert!(l.tick(20.0, sent, 1.0, 1.0, false).unwrap().scale > 1.0);
+        assert!(l.tick(21.0, sent, 1.0, 1.0, false).unwrap().scale > low);
         sent += 1000;
-        let t = l.tick(21.0, sent, 1.0, 1.0, true).unwrap();
-        assert!(t.scale < 1.5 && !t.held, "{t:?}");
+        let t = l.tick(22.0, sent, 1.0, 1.0, true).unwrap();
+        assert!(t.scale < low * 2.0 * SATURATED_STEP && !t.held, "{t:?}");
     }
 }
 
@@ -229,7 +239,7 @@ pub mod names {
     pub const SCALE: &str = "copier_rate_scale";
     /// 1 while the scale is held at a bound (the target cannot be reached).
     pub const BOUNDED: &str = "copier_rate_bounded";
-    /// 1 while the test side is saturated and the loop does not raise the factor.
+    /// 1 while the test side is saturated and the loop lowers the factor.
     pub const HELD: &str = "copier_rate_held";
 }
 
@@ -241,7 +251,7 @@ pub fn describe() {
     describe_gauge!(names::ERROR, "Closed loop: (measured - target) / target");
     describe_gauge!(names::SCALE, "Closed loop: the multiplier of the profile's factor it set");
     describe_gauge!(names::BOUNDED, "Closed loop: 1 while the factor is held at a bound (target out of reach)");
-    describe_gauge!(names::HELD, "Closed loop: 1 while the test side is saturated and the factor is not raised");
+    describe_gauge!(names::HELD, "Closed loop: 1 while the test side is saturated and the loop lowers the factor (10 % a second)");
 }
 
 /// One engine thread's loop: tick once a second with the engine's counters, set the factor,
@@ -276,8 +286,8 @@ impl RateDriver {
             self.held = r.held;
             if r.held {
                 tracing::warn!(
-                    "--target-rate: the test servers are saturated (all overloaded or down): the loop does not raise the \
-                     factor ({:.2}) until they recover; {:.1} units/s sent of {:.1} asked",
+                    "--target-rate: the test servers are saturated (all overloaded, slow or down): the loop lowers the \
+                     factor (scale {:.2}, 10 % a second) until they recover; {:.1} units/s sent of {:.1} asked",
                     r.scale,
                     r.measured,
                     r.target

@@ -6,7 +6,10 @@
 //! `copier_target_probes_total{target}`, `copier_target_downs_total{target}`,
 //! `copier_target_up{target}`, `copier_target_weight{target}`, `copier_maps_all_targets_down`,
 //! and the load: `copier_target_live_sessions`, `copier_target_overloaded`,
-//! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`).
+//! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`), and the
+//! answer times: `copier_target_answers_total`, `copier_target_answer_seconds_total` (their
+//! sum: the mean is the ratio of the two rates), `copier_target_answer_smoothed_seconds`, and
+//! the slow state (`--target-slow-after`): `copier_target_slow`, `copier_target_slow_total`.
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
@@ -34,6 +37,16 @@ pub mod names {
     pub const OVERLOAD_REFUSED_TOTAL: &str = "copier_target_overload_refused_total";
     /// Maps whose every server that is up is overloaded (the alert).
     pub const MAPS_ALL_TARGETS_OVERLOADED: &str = "copier_maps_all_targets_overloaded";
+    /// Request units timed on a server that got an answer.
+    pub const TARGET_ANSWERS_TOTAL: &str = "copier_target_answers_total";
+    /// Sum of their answer times.
+    pub const TARGET_ANSWER_SECONDS_TOTAL: &str = "copier_target_answer_seconds_total";
+    /// A server's smoothed answer time.
+    pub const TARGET_ANSWER_SMOOTHED: &str = "copier_target_answer_smoothed_seconds";
+    /// 1 while a server is slow (`--target-slow-after`).
+    pub const TARGET_SLOW: &str = "copier_target_slow";
+    /// Times a server turned slow.
+    pub const TARGET_SLOW_TOTAL: &str = "copier_target_slow_total";
 }
 
 /// Describe the metrics (once, at start).
@@ -51,6 +64,20 @@ pub fn describe() {
         "Copies not made because every test server of their map was overloaded (on the map's first server)"
     );
     describe_gauge!(names::MAPS_ALL_TARGETS_OVERLOADED, "Maps whose every test server that is up is overloaded (alert)");
+    describe_counter!(
+        names::TARGET_ANSWERS_TOTAL,
+        "Request units timed on a test server that got an answer (the unit pacing waits on; units sent ahead are not timed)"
+    );
+    describe_gauge!(
+        names::TARGET_ANSWER_SECONDS_TOTAL,
+        "Sum of the answer times (unit's first byte sent to the first answer byte) of copier_target_answers_total"
+    );
+    describe_gauge!(
+        names::TARGET_ANSWER_SMOOTHED,
+        "A test server's answer time, smoothed over about its last ten answers (0 before the first)"
+    );
+    describe_gauge!(names::TARGET_SLOW, "1 while a test server's smoothed answer time is above --target-slow-after");
+    describe_counter!(names::TARGET_SLOW_TOTAL, "Times a test server turned slow (--target-slow-after)");
 }
 
 /// Log the health changes the engine reports.
@@ -75,8 +102,13 @@ pub fn log_events(engine: &mut Engine) {
                  map's other servers"
             ),
             TargetEvent::Relieved(addr) => tracing::info!("test server {addr} relieved: it takes sessions again"),
+            TargetEvent::Slow { addr, answer } => tracing::warn!(
+                "test server {addr} slow: smoothed answer time {answer:?} passed --target-slow-after; its new sessions go \
+                 to the map's other servers (one probe every --target-retry)"
+            ),
+            TargetEvent::Fast(addr) => tracing::info!("test server {addr} answers fast again: it takes sessions again"),
             TargetEvent::AllOverloaded(m) => tracing::warn!(
-                "--map {}: every test server is overloaded; new sessions are not copied until one is relieved \
+                "--map {}: every test server is overloaded or slow; new sessions are not copied until one is relieved \
                  (copier_target_overload_refused_total, copier_maps_all_targets_overloaded)",
                 crate::cli::show_map(&m)
             ),
@@ -98,6 +130,12 @@ pub fn export(engine: &Engine) {
         gauge!(names::TARGET_LIVE, "target" => name.clone()).set(t.live as f64);
         gauge!(names::TARGET_OVERLOADED, "target" => name.clone()).set(f64::from(u8::from(t.overloaded)));
         counter!(names::OVERLOAD_REFUSED_TOTAL, "target" => name.clone()).absolute(t.refused);
+        counter!(names::TARGET_ANSWERS_TOTAL, "target" => name.clone()).absolute(t.answers);
+        gauge!(names::TARGET_ANSWER_SECONDS_TOTAL, "target" => name.clone()).set(t.answer_sum.as_secs_f64());
+        let smoothed = t.answer_smoothed.map_or(0.0, |d| d.as_secs_f64());
+        gauge!(names::TARGET_ANSWER_SMOOTHED, "target" => name.clone()).set(smoothed);
+        gauge!(names::TARGET_SLOW, "target" => name.clone()).set(f64::from(u8::from(t.slow)));
+        counter!(names::TARGET_SLOW_TOTAL, "target" => name.clone()).absolute(t.slow_turns);
         gauge!(names::TARGET_WEIGHT, "target" => name).set(f64::from(t.weight));
     }
     gauge!(names::MAPS_ALL_TARGETS_DOWN).set(engine.maps_all_down() as f64);

@@ -2,13 +2,17 @@
 //! --trace` and `shaper plot` read, so a run is checked against its profile and drawn.
 //!
 //! Owns: [`TraceFile`], shared by the engine threads ([`SharedTrace`]). Two forms:
-//! - per request unit (default): `time_s,copy,user,pool,target[,source]`, one row per unit the
-//!   moment its first byte left (time on the profile's schedule clock: seconds since the
-//!   engine's first captured packet), `user` and `pool` `-` without pools, `source` only when
-//!   the profile gates by ON/OFF sources;
-//! - per interval (`--trace-every 1s`): `time_s,pool,count[,source]`, one row per interval, pool
-//!   (and source) with the number of units sent, `time_s` the interval's middle: small at high
-//!   rates, and what `shaper check` reads as `count` requests at that time.
+//! - per request unit (default): `time_s,copy,user,pool,target[,source],answer_s`, one row per
+//!   unit, `time_s` the moment its first byte left (on the profile's schedule clock: seconds
+//!   since the engine's first captured packet), `user` and `pool` `-` without pools, `source`
+//!   only when the profile gates by ON/OFF sources, `answer_s` its answer time (first byte sent
+//!   to the first answer byte from the test server; `-` when the unit was sent ahead of another's
+//!   answer or got no answer byte). A timed unit's row is written when its answer comes, so
+//!   rows are not in time order;
+//! - per interval (`--trace-every 1s`): `time_s,pool,count[,source],answer_s`, one row per
+//!   interval, pool (and source) with the number of units sent and the mean answer time of the
+//!   timed ones (`-` without), `time_s` the interval's middle: small at high rates, and what
+//!   `shaper check` reads as `count` requests at that time.
 //!
 //! Rows of several workers interleave (order within a second is not kept); intervals are
 //! written one interval late (so the other workers' units of that interval join it) and all at
@@ -45,8 +49,8 @@ pub struct TraceFile {
     every: Option<f64>,
     sources: bool,
     pools: Vec<String>,
-    /// Per interval: (interval, pool, source) -> units.
-    counts: BTreeMap<(u64, Option<u16>, Option<u32>), u64>,
+    /// Per interval: (interval, pool, source) -> (units, timed units, sum of their answer times).
+    counts: BTreeMap<(u64, Option<u16>, Option<u32>), (u64, u64, Duration)>,
     rows: u64,
 }
 
@@ -64,10 +68,10 @@ impl TraceFile {
             rows: 0,
         };
         let header = match (t.every.is_some(), t.sources) {
-            (false, false) => "time_s,copy,user,pool,target",
-            (false, true) => "time_s,copy,user,pool,target,source",
-            (true, false) => "time_s,pool,count",
-            (true, true) => "time_s,pool,count,source",
+            (false, false) => "time_s,copy,user,pool,target,answer_s",
+            (false, true) => "time_s,copy,user,pool,target,source,answer_s",
+            (true, false) => "time_s,pool,count,answer_s",
+            (true, true) => "time_s,pool,count,source,answer_s",
         };
         t.line(format_args!("{header}\n"));
         Ok(t)
@@ -93,16 +97,24 @@ impl TraceFile {
                     let user = u.user.map_or_else(|| "-".to_string(), |x| x.to_string());
                     let pool = self.pool(u.pool).to_string();
                     let t = u.t.as_secs_f64();
+                    let a = answer(u.answer);
                     match u.source.filter(|_| self.sources) {
-                        Some(s) => self.line(format_args!("{t:.6},{},{user},{pool},{},{s}\n", u.copy, u.target)),
-                        None if self.sources => self.line(format_args!("{t:.6},{},{user},{pool},{},0\n", u.copy, u.target)),
-                        None => self.line(format_args!("{t:.6},{},{user},{pool},{}\n", u.copy, u.target)),
+                        Some(s) => self.line(format_args!("{t:.6},{},{user},{pool},{},{s},{a}\n", u.copy, u.target)),
+                        None if self.sources => {
+                            self.line(format_args!("{t:.6},{},{user},{pool},{},0,{a}\n", u.copy, u.target));
+                        }
+                        None => self.line(format_args!("{t:.6},{},{user},{pool},{},{a}\n", u.copy, u.target)),
                     }
                     self.rows += 1;
                 }
                 Some(every) => {
                     let k = (u.t.as_secs_f64() / every) as u64;
-                    *self.counts.entry((k, u.pool, u.source.filter(|_| self.sources))).or_default() += 1;
+                    let c = self.counts.entry((k, u.pool, u.source.filter(|_| self.sources))).or_default();
+                    c.0 += 1;
+                    if let Some(d) = u.answer {
+                        c.1 += 1;
+                        c.2 += d;
+                    }
                     // Write what is two intervals old: the other workers are done with it.
                     if let Some(&(first, _, _)) = self.counts.keys().next() {
                         if first + 1 < k {
@@ -117,17 +129,18 @@ impl TraceFile {
     /// Write the intervals before `before` (all with `None`).
     fn write_counts(&mut self, before: Option<u64>) {
         let every = self.every.unwrap_or(1.0);
-        while let Some((&(k, pool, source), &n)) = self.counts.iter().next() {
+        while let Some((&(k, pool, source), &(n, timed, sum))) = self.counts.iter().next() {
             if before.is_some_and(|b| k >= b) {
                 break;
             }
             self.counts.remove(&(k, pool, source));
             let t = (k as f64 + 0.5) * every;
             let pool = self.pool(pool).to_string();
+            let a = answer((timed > 0).then(|| sum / u32::try_from(timed).unwrap_or(u32::MAX)));
             match source {
-                Some(s) => self.line(format_args!("{t:.3},{pool},{n},{s}\n")),
-                None if self.sources => self.line(format_args!("{t:.3},{pool},{n},0\n")),
-                None => self.line(format_args!("{t:.3},{pool},{n}\n")),
+                Some(s) => self.line(format_args!("{t:.3},{pool},{n},{s},{a}\n")),
+                None if self.sources => self.line(format_args!("{t:.3},{pool},{n},0,{a}\n")),
+                None => self.line(format_args!("{t:.3},{pool},{n},{a}\n")),
             }
             self.rows += 1;
         }
@@ -159,11 +172,20 @@ impl TraceFile {
     }
 }
 
+/// An answer time as the trace writes it: seconds to the microsecond, `-` without.
+fn answer(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_string(), |d| format!("{:.6}", d.as_secs_f64()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn unit(t: f64, pool: Option<u16>, source: Option<u32>) -> UnitSent {
+        timed(t, pool, source, None)
+    }
+
+    fn timed(t: f64, pool: Option<u16>, source: Option<u32>, answer_ms: Option<u64>) -> UnitSent {
         UnitSent {
             t: Duration::from_secs_f64(t),
             copy: 1,
@@ -171,6 +193,7 @@ mod tests {
             pool,
             source,
             target: "198.18.2.2:80".parse().unwrap(),
+            answer: answer_ms.map(Duration::from_millis),
         }
     }
 
@@ -185,24 +208,25 @@ mod tests {
         let path = dir.join("units.csv");
         let cfg = TraceConfig { path: path.clone(), every: None, sources: true };
         let mut t = TraceFile::create(&cfg, vec!["home".into(), "office".into()]).unwrap();
-        t.record(&[unit(0.25, Some(1), Some(3)), unit(1.5, None, None)]);
+        t.record(&[timed(0.25, Some(1), Some(3), Some(120)), unit(1.5, None, None)]);
         t.flush(true);
         let text = read(&path);
         assert_eq!(
             text,
-            "time_s,copy,user,pool,target,source\n0.250000,1,7,office,198.18.2.2:80,3\n1.500000,1,-,-,198.18.2.2:80,0\n"
+            "time_s,copy,user,pool,target,source,answer_s\n0.250000,1,7,office,198.18.2.2:80,3,0.120000\n\
+             1.500000,1,-,-,198.18.2.2:80,0,-\n"
         );
 
         let path = dir.join("every.csv");
         let cfg = TraceConfig { path: path.clone(), every: Some(Duration::from_secs(1)), sources: false };
         let mut t = TraceFile::create(&cfg, vec!["home".into()]).unwrap();
-        t.record(&[unit(0.1, Some(0), None), unit(0.9, Some(0), None), unit(1.2, None, None)]);
+        t.record(&[timed(0.1, Some(0), None, Some(100)), timed(0.9, Some(0), None, Some(300)), unit(1.2, None, None)]);
         t.record(&[unit(3.5, Some(0), None)]);
         // Intervals 0 and 1 are two intervals old once a unit of interval 3 came: written.
         t.flush(false);
-        assert_eq!(read(&path), "time_s,pool,count\n0.500,home,2\n1.500,-,1\n");
+        assert_eq!(read(&path), "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n");
         t.flush(true);
-        assert_eq!(read(&path), "time_s,pool,count\n0.500,home,2\n1.500,-,1\n3.500,home,1\n");
+        assert_eq!(read(&path), "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n3.500,home,1,-\n");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

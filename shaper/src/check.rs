@@ -319,6 +319,9 @@ pub struct Trace {
     pub sources: Option<Vec<u32>>,
     /// The pool of each request, when the trace has a `pool` column.
     pub pools: Option<Vec<String>>,
+    /// `(time_s, answer seconds)` of each row with an `answer_s` value (a copier's answer time
+    /// per request unit, or an interval's mean); empty without the column.
+    pub answers: Vec<(f64, f64)>,
 }
 
 /// Errors reading a trace.
@@ -340,9 +343,10 @@ pub enum TraceError {
 }
 
 impl Trace {
-    /// Reads `time_s[,source][,pool][,count]` rows (the header names the columns, in any order;
-    /// others are ignored). A `count` column makes a row stand for that many requests at its
-    /// time (a copier's per-interval `--trace`).
+    /// Reads `time_s[,source][,pool][,count][,answer_s]` rows (the header names the columns, in
+    /// any order; others are ignored). A `count` column makes a row stand for that many
+    /// requests at its time (a copier's per-interval `--trace`); `answer_s` is an answer time
+    /// in seconds, `-` for none.
     pub fn from_csv(text: &str) -> Result<Trace, TraceError> {
         let mut lines = text
             .lines()
@@ -354,7 +358,8 @@ impl Trace {
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let pos = |name| cols.iter().position(|c| *c == name);
         let t_col = pos("time_s").ok_or_else(|| TraceError::Header(header.into()))?;
-        let (s_col, p_col, n_col) = (pos("source"), pos("pool"), pos("count"));
+        let (s_col, p_col, n_col, a_col) =
+            (pos("source"), pos("pool"), pos("count"), pos("answer_s"));
         if s_col.is_none() && p_col.is_none() {
             return Err(TraceError::Header(header.into()));
         }
@@ -362,6 +367,7 @@ impl Trace {
             times: Vec::new(),
             sources: s_col.map(|_| Vec::new()),
             pools: p_col.map(|_| Vec::new()),
+            answers: Vec::new(),
         };
         for (idx, raw) in lines {
             let line = idx + 1;
@@ -394,6 +400,13 @@ impl Trace {
             if let (Some(c), Some(v)) = (p_col, tr.pools.as_mut()) {
                 v.extend(std::iter::repeat(f[c].to_string()).take(n));
             }
+            if let Some(c) = a_col.filter(|&c| f[c] != "-") {
+                let a: f64 = f[c].parse().map_err(|e| TraceError::Row {
+                    line,
+                    msg: format!("answer_s: {e} (seconds, or - for none)"),
+                })?;
+                tr.answers.push((t, a));
+            }
         }
         if tr.times.is_empty() {
             return Err(TraceError::Row {
@@ -423,6 +436,19 @@ pub fn check_trace(profile: Option<&Profile>, trace: &Trace, opts: &CheckOptions
         stats::mean(&series),
         None,
     ));
+    if !trace.answers.is_empty() {
+        let mut a: Vec<f64> = trace.answers.iter().map(|&(_, a)| a).collect();
+        a.sort_by(f64::total_cmp);
+        for (name, q) in [("answer time p50 (s)", 0.5), ("answer time p99 (s)", 0.99)] {
+            let i = ((q * a.len() as f64).ceil() as usize).clamp(1, a.len()) - 1;
+            r.lines.push(Line::new(name, a[i], None));
+        }
+        r.notes.push(format!(
+            "answer times of {} rows for {} requests (units sent ahead of an answer or not answered have none)",
+            a.len(),
+            trace.times.len()
+        ));
+    }
 
     if let Some(sources) = &trace.sources {
         let mut by_source: BTreeMap<u32, Vec<f64>> = BTreeMap::new();

@@ -77,7 +77,8 @@ enum Cmd {
         #[arg(long, conflicts_with = "trace")]
         plan: Option<PathBuf>,
         /// Check a trace of sent requests (a copier's --trace): CSV with a header `time_s` plus
-        /// `source` and/or `pool`, and `count` for per-interval rows; other columns are ignored.
+        /// `source` and/or `pool`, and `count` for per-interval rows, `answer_s` for answer times
+        /// (p50 and p99 reported); other columns are ignored.
         /// With a profile of phases or a curve, each phase (bucket) gets a rate line.
         #[arg(long)]
         trace: Option<PathBuf>,

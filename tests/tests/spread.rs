@@ -81,6 +81,64 @@ fn second_test_host(lab: &mut Lab) -> Proc {
     icpt2
 }
 
+/// A Python HTTP server on `test2`'s port 80 that answers each request (HTTP/1.0, a 5-byte
+/// body) some seconds after reading it (`delay_s`, or what [`set_delay`] wrote since), and
+/// appends its path to `log2`.
+fn slow_server(lab: &mut Lab, delay_s: f64, log2: &std::path::Path) -> Proc {
+    set_delay(lab, delay_s);
+    let script = format!(
+        r#"
+import http.server, socketserver, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    def do_GET(self):
+        time.sleep(float(open("{delay}").read()))
+        body = b"slow\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        with open("{}", "a") as f:
+            f.write(self.path + "\n")
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+S(("0.0.0.0", 80), H).serve_forever()
+"#,
+        log2.display(),
+        delay = lab.dir().join("slow-delay").display()
+    );
+    let py = lab.dir().join("slow_server.py");
+    std::fs::write(&py, script).unwrap();
+    let slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
+        assert!(Instant::now() < deadline, "the slow server did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    slow
+}
+
+/// The lab's copying set-up without a copier, the slow server on `test2` (answering after
+/// `delay_s`; its log) and `test2`'s intercept.
+fn slow_test2(lab: &mut Lab, delay_s: f64) -> (Copying, std::path::PathBuf, Proc, Proc) {
+    let c = Copying::start(lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let log2 = lab.dir().join("slow-server.log");
+    let slow = slow_server(lab, delay_s, &log2);
+    let icpt2 = second_test_host(lab);
+    (c, log2, slow, icpt2)
+}
+
+/// The slow server's delay from its next request on.
+fn set_delay(lab: &Lab, delay_s: f64) {
+    let path = lab.dir().join("slow-delay");
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{delay_s}")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+}
+
 /// The copier on `online` with `--map map`, an intercept on each test host, and `extra` flags;
 /// waits until both intercepts are connected.
 fn spread_copier(lab: &mut Lab, map: &str, extra: &[&str]) -> Proc {
@@ -172,40 +230,7 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
 #[test]
 fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
     let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
-    let log2 = lab.dir().join("slow-server.log");
-    let script = format!(
-        r#"
-import http.server, socketserver, time
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"
-    def do_GET(self):
-        time.sleep(1.0)
-        body = b"slow\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-        with open("{}", "a") as f:
-            f.write(self.path + "\n")
-    def log_message(self, *a):
-        pass
-class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-S(("0.0.0.0", 80), H).serve_forever()
-"#,
-        log2.display()
-    );
-    let py = lab.dir().join("slow_server.py");
-    std::fs::write(&py, script).unwrap();
-    let _slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
-        assert!(Instant::now() < deadline, "the slow server did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _icpt2 = second_test_host(&mut lab);
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 1.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--target-max-live", "8"]);
 
@@ -241,4 +266,144 @@ S(("0.0.0.0", 80), H).serve_forever()
     assert!((slow as f64) <= 8.0 * (took + 2.0), "the slow server got {slow} sessions in {took:.1} s");
     assert!(fast > 300, "the fast server got only {fast}: the slow one was not relieved of its share");
     assert!(cop.log().contains(&format!("test server {}:80 overloaded", addr::TEST2)), "{}", tail(&cop.log(), 20));
+}
+
+/// Answer times: a test server answering 200 ms after each request and a fast one (nginx); the
+/// copier's trace has each unit's answer time, at least the delay on the slow one (and under a
+/// second), under it on the fast one; the metrics give the slow one's smoothed answer time;
+/// `shaper check --trace` reports the answer time.
+#[test]
+fn the_trace_and_the_metrics_give_each_servers_answer_times() {
+    let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times") else { return };
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.2);
+    let trace = lab.dir().join("answers.csv");
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--trace", trace.to_str().unwrap()]);
+    sessions(&lab, "a", 0, 60, 0.05);
+    c.settle(Duration::from_secs(2), Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let m = metrics(&lab);
+    let smoothed = target_metric(&m, "copier_target_answer_smoothed_seconds");
+    let answers = target_metric(&m, "copier_target_answers_total");
+    assert!((0.2..1.0).contains(&smoothed), "test2's smoothed answer time {smoothed} s, its delay 0.2 s:\n{m}");
+    assert!(answers >= 25.0, "{answers} answers timed on test2:\n{m}");
+    cop.stop();
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("time_s,copy,user,pool,target,answer_s"));
+    let (mut slow, mut fast) = (Vec::new(), Vec::new());
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        let a: f64 = f[5].parse().unwrap_or_else(|_| panic!("a unit not timed in a lock-step run: {l}"));
+        if f[4] == format!("{}:80", addr::TEST2) { slow.push(a) } else { fast.push(a) }
+    }
+    println!("answer times: slow server {slow:?}\nfast server {fast:?}");
+    assert_eq!(slow.len() + fast.len(), 60, "a row per session:\n{text}");
+    assert!(slow.len() >= 25 && fast.len() >= 25, "1:1 weights: {} slow, {} fast", slow.len(), fast.len());
+    assert!(slow.iter().all(|a| (0.2..1.0).contains(a)), "slow server answer times outside 0.2..1 s: {slow:?}");
+    assert!(fast.iter().all(|a| *a < 0.2), "fast server answer times of 0.2 s or more: {fast:?}");
+
+    let out = std::process::Command::new(workspace_bin("shaper").unwrap())
+        .args(["check", "--trace", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && report.contains("answer time p50"), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    c.assert_no_leak(&mut lab);
+}
+
+/// Back-pressure by answer time (`--target-slow-after 100ms`): two servers 1:1, the Python one
+/// made slow mid-run (300 ms a request): it is found slow and its share of new sessions falls
+/// (probes only, one every `--target-retry`), the fast one takes the rest, none is lost and the
+/// session table stays small; made fast again, it is back in at a probe's answer and gets its
+/// share again.
+#[test]
+fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
+    let Some(mut lab) = lab_or_skip("a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast") else { return };
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.0);
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--target-slow-after", "100ms", "--target-retry", "2s"]);
+    let on2 = |tag: &str| {
+        let prefix = format!("/index.html?{tag}=");
+        std::fs::read_to_string(&log2).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+    };
+    let both = |tag: &str| {
+        std::thread::sleep(Duration::from_millis(800));
+        (count(c.test(), tag), on2(tag))
+    };
+
+    // 1. Both fast: 1:1.
+    sessions(&lab, "f", 0, 40, 0.05);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    let (f1, f2) = both("f");
+    assert_eq!(f1 + f2, 40, "sessions lost while fast: {f1} + {f2}");
+    assert!((16..=24).contains(&f2), "test2 got {f2} of 40 with weights 1:1");
+
+    // 2. test2 answers in 300 ms: slow after a few answers, then only probes.
+    set_delay(&lab, 0.3);
+    sessions(&lab, "s", 0, 80, 0.05);
+    let m = metrics(&lab);
+    c.settle(Duration::from_secs(2), Duration::from_secs(20));
+    let (s1, s2) = both("s");
+    println!("slow phase: test {s1}, test2 {s2} of 80");
+    assert!(cop.log().contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&cop.log(), 20));
+    assert_eq!(s1 + s2, 80, "sessions lost while test2 was slow: {s1} + {s2}\n{}", tail(&cop.log(), 20));
+    assert!(s2 <= 16, "test2 got {s2} of 80 sessions while slow (40 by weight)");
+    assert!(target_metric(&m, "copier_target_slow") == 1.0, "{m}");
+    assert!(metric_sum(&m, "copier_sessions_active", &[]) <= 20.0, "the session table grew:\n{m}");
+
+    // 3. test2 fast again: a probe's answer brings it back, it gets its share.
+    set_delay(&lab, 0.0);
+    sessions(&lab, "r", 0, 80, 0.1);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    let (r1, r2) = both("r");
+    println!("fast again: test {r1}, test2 {r2} of 80");
+    assert!(cop.log().contains(&format!("test server {}:80 answers fast again", addr::TEST2)), "{}", tail(&cop.log(), 20));
+    assert_eq!(r1 + r2, 80, "sessions lost after test2 recovered: {r1} + {r2}");
+    assert!(r2 >= 25, "test2 got only {r2} of 80 sessions once fast again");
+    c.assert_no_leak(&mut lab);
+}
+
+/// The closed loop against a single test server that is slow (500 ms a request, with
+/// `--target-slow-after 100ms`): the rate asked for (twice the online one) cannot be taken, so
+/// the loop lowers the factor (a WARN, `copier_rate_held`) instead of raising it and piling up
+/// sessions; the session table stays small.
+#[test]
+fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
+    let Some(mut lab) = lab_or_skip("with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor") else { return };
+    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.5);
+    let map = format!("80={}:80", addr::TEST2);
+    let cop = spread_copier(
+        &mut lab,
+        &map,
+        &["--target-rate", "40", "--max-factor", "4", "--target-slow-after", "100ms", "--target-retry", "2s"],
+    );
+    let samples = std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut v = Vec::new();
+            for _ in 0..7 {
+                std::thread::sleep(Duration::from_secs(2));
+                let m = metrics(&lab);
+                v.push((
+                    metric_sum(&m, "copier_rate_scale", &[]),
+                    metric_sum(&m, "copier_rate_held", &[]),
+                    metric_sum(&m, "copier_sessions_active", &[]),
+                ));
+            }
+            v
+        });
+        lab::setup::paced_sessions(&lab, |_| 20.0, 15.0);
+        reader.join().unwrap()
+    });
+    let got = std::fs::read_to_string(&log2).unwrap_or_default().lines().count();
+    println!("(scale, held, sessions in the table) every 2 s: {samples:?}; the slow server got {got} requests");
+    let log = cop.log();
+    assert!(log.contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&log, 20));
+    assert!(log.contains("the loop lowers the factor"), "{}", tail(&log, 20));
+    let last = samples.last().unwrap();
+    assert!(last.1 == 1.0 && last.0 < 1.0, "the loop did not lower the factor: {samples:?}");
+    assert!(samples.iter().all(|s| s.2 <= 20.0), "the session table grew: {samples:?}");
+    assert!(got < 150, "the slow server got {got} requests (300 online at 20/s, 40/s asked)");
+    drop(c);
 }

@@ -103,7 +103,7 @@ fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64
     copier.stop();
     let text = std::fs::read_to_string(&trace).unwrap();
     let rows = text.lines().count() - 1;
-    assert_eq!(text.lines().next(), Some("time_s,copy,user,pool,target"));
+    assert_eq!(text.lines().next(), Some("time_s,copy,user,pool,target,answer_s"));
     assert!((rows as f64 - test.len() as f64).abs() <= 2.0, "{rows} trace rows for {} test requests", test.len());
     let shaper = workspace_bin("shaper").unwrap();
     let out = std::process::Command::new(&shaper)

@@ -604,6 +604,9 @@ impl Engine {
             Some(slot) if self.live(slot) => {
                 self.targets.on_answer(now, r.tuple.server, r.hdr.has(TcpFlags::RST));
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
+                if let Some((addr, took)) = self.sh.answered.take() {
+                    self.targets.on_answer_time(now, addr, took);
+                }
             }
             _ => self.sh.stats.drops.record_unknown += 1,
         }

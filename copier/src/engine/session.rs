@@ -106,6 +106,9 @@ pub(crate) struct Session {
     tsval: Option<u32>,
     pub last_activity: Instant,
     unit_acked_at: Option<Instant>,
+    /// When the unit pacing waits on first left, until its first answer byte (its answer
+    /// time: [`Session::note_answer`]); units sent ahead of it are not timed.
+    sent_at: Option<Instant>,
     /// How far the test server answered the unit pacing waits on.
     watch: Watch,
     /// Request units the current connection may have in flight (windowed pacing: see
@@ -151,6 +154,7 @@ impl Session {
             tsval: None,
             last_activity: now,
             unit_acked_at: None,
+            sent_at: None,
             watch: Watch::default(),
             win: 1,
             strikes: 0,
@@ -378,11 +382,13 @@ impl Session {
     /// A record of one of this session's connections.
     pub(crate) fn on_record(&mut self, sh: &mut Shared, now: Instant, r: &RecordInfo) {
         self.last_activity = now;
+        let mut answer = false; // answer bytes for the unit pacing waits on
         if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == r.tuple) {
             if c.state != State::SynSent {
                 if let Some(end) = self.stream.waiting_end() {
                     self.watch.aim(c.tuple, end);
                     self.watch.on_record(now, r, c.rcv_nxt);
+                    answer = self.watch.bytes() > 0;
                 }
             }
             let tw = c.tw_acks;
@@ -396,6 +402,9 @@ impl Session {
             }
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
+        }
+        if answer {
+            self.note_answer(sh, now, true);
         }
         self.reconcile(sh, now);
         self.sweep(sh);
@@ -636,9 +645,8 @@ impl Session {
                 sh.stats.replay_lag.record(now.saturating_duration_since(t));
             }
             sh.stats.units_sent += 1;
-            if let Some(v) = sh.trace_units.as_mut() {
-                v.push((now, self.slot));
-            }
+            // Timed until its first answer byte; its trace row waits for that.
+            self.sent_at = Some(now);
             self.lag_done = Some(s.cur_start);
         }
         let done = self.lag_done;
@@ -652,11 +660,25 @@ impl Session {
             }
             sh.stats.units_sent += 1;
             if let Some(v) = sh.trace_units.as_mut() {
-                v.push((now, self.slot));
+                v.push((now, self.slot, None));
             }
             // The current unit is not answered yet: this one goes ahead of an answer.
             sh.stats.units_ahead += u64::from(b.at.gt(s.cur_start));
             self.lag_done = Some(b.at);
+        }
+    }
+
+    /// The timed unit got its first answer byte (`answered`), or is given up unanswered
+    /// (released by timeout, the session ends): its trace row, and its answer time for the
+    /// test server's figures.
+    pub(super) fn note_answer(&mut self, sh: &mut Shared, now: Instant, answered: bool) {
+        let Some(at) = self.sent_at.take() else { return };
+        let took = answered.then(|| now.saturating_duration_since(at));
+        if let Some(d) = took {
+            sh.answered = Some((self.target, d));
+        }
+        if let Some(v) = sh.trace_units.as_mut() {
+            v.push((at, self.slot, took));
         }
     }
 
@@ -673,6 +695,7 @@ impl Session {
             Phase::Active => {}
         }
         self.phase = Phase::Done;
+        self.note_answer(sh, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
         match why {
             None => sh.stats.sessions_completed += 1,

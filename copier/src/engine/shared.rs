@@ -45,8 +45,13 @@ pub(crate) struct Shared {
     /// Kept between polls so that gathering a segment does not allocate each time.
     pub scratch: Vec<u8>,
     /// With a run trace (`EngineConfig::trace`): the request units sent for the first time
-    /// since the engine last took them (`Engine::poll_unit`), by session.
-    pub trace_units: Option<Vec<(Instant, SlotRef)>>,
+    /// since the engine last took them (`Engine::poll_unit`), by session: (sent, slot, answer
+    /// time). A unit whose answer time is measured is noted when its answer comes (or it is
+    /// given up), with its send time.
+    pub trace_units: Option<Vec<(Instant, SlotRef, Option<Duration>)>>,
+    /// The answer time the last record completed (its test server, first answer byte minus
+    /// the unit's send), for the engine to give [`super::Targets`] right after the record.
+    pub answered: Option<(SocketAddr, Duration)>,
 }
 
 impl Shared {
@@ -61,6 +66,7 @@ impl Shared {
             meter,
             scratch: Vec::new(),
             trace_units: None,
+            answered: None,
         }
     }
 

@@ -30,6 +30,14 @@
 //! [`TargetStats::refused`]) rather than piling up on saturated servers, and
 //! [`TargetEvent::AllOverloaded`] is raised once.
 //!
+//! Answer time, with `slow_after` ([`HealthConfig`], 0: off): every timed request unit's answer
+//! time (sent to first answer byte, [`Targets::on_answer_time`]) moves the server's smoothed
+//! answer time (exponential, [`ANSWER_SMOOTHING`]); past `slow_after` the server is slow
+//! ([`TargetEvent::Slow`]) and takes no new sessions, like an overloaded one (a map whose every
+//! server that is up is slow or overloaded makes no new copies), but for one probe copy every
+//! `retry`; its first answer within 3/4 of `slow_after` (a probe's, or a live copy's) makes it
+//! fast again ([`TargetEvent::Fast`]) and restarts the smoothing from that answer.
+//!
 //! Invariants: a map's servers share one IP family; each server address has one health state
 //! however many maps name it; with no answer ever expected (no copy started since its last
 //! answer) a server stays as it is.
@@ -110,11 +118,13 @@ pub struct HealthConfig {
     pub retry: Duration,
     /// Live copies at which a server is overloaded (0: no limit).
     pub max_live: usize,
+    /// Smoothed answer time above which a server is slow (0: off).
+    pub slow_after: Duration,
 }
 
 impl Default for HealthConfig {
     fn default() -> Self {
-        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0 }
+        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0, slow_after: Duration::ZERO }
     }
 }
 
@@ -138,6 +148,15 @@ pub enum TargetEvent {
     Overloaded(SocketAddr),
     /// The server is down to 3/4 of `max_live` and takes sessions again.
     Relieved(SocketAddr),
+    /// The server's smoothed answer time passed `slow_after`: new sessions go elsewhere.
+    Slow {
+        /// The server.
+        addr: SocketAddr,
+        /// Its smoothed answer time.
+        answer: Duration,
+    },
+    /// A slow server answered within 3/4 of `slow_after`: it takes sessions again.
+    Fast(SocketAddr),
     /// Every server of the map that is up is overloaded: new copies are not made.
     AllOverloaded(PortMap),
     /// A server of the map takes sessions again after [`TargetEvent::AllOverloaded`].
@@ -163,18 +182,41 @@ pub struct TargetStats {
     pub live: usize,
     /// Whether it is overloaded (`max_live` reached).
     pub overloaded: bool,
+    /// Whether it is slow (smoothed answer time above `slow_after`).
+    pub slow: bool,
+    /// Times it turned slow.
+    pub slow_turns: u64,
     /// Copies not made because every server of their map was overloaded (counted on the
     /// map's first server).
     pub refused: u64,
+    /// Request units timed on it that got an answer, and the sum of their answer times
+    /// (send to first answer byte).
+    pub answers: u64,
+    /// Sum of the answer times counted in `answers`.
+    pub answer_sum: Duration,
+    /// The answer time smoothed over the last answers (exponential, weight
+    /// [`ANSWER_SMOOTHING`] to the newest); `None` before the first.
+    pub answer_smoothed: Option<Duration>,
 }
+
+/// The weight of the newest answer time in [`TargetStats::answer_smoothed`] (about the last
+/// ten answers count).
+pub const ANSWER_SMOOTHING: f64 = 0.1;
 
 #[derive(Debug)]
 struct Server {
     stats: TargetStats,
     /// The first copy started since its last answer (what `down_after` counts from).
     waiting_since: Option<Instant>,
-    /// While down: when the next probe may go.
+    /// While down or slow: when the next probe may go.
     next_probe: Option<Instant>,
+}
+
+impl Server {
+    /// Whether it takes no new sessions for its load (overloaded or slow).
+    fn busy(&self) -> bool {
+        self.stats.overloaded || self.stats.slow
+    }
 }
 
 #[derive(Debug)]
@@ -222,7 +264,12 @@ impl Targets {
                             downs: 0,
                             live: 0,
                             overloaded: false,
+                            slow: false,
+                            slow_turns: 0,
                             refused: 0,
+                            answers: 0,
+                            answer_sum: Duration::ZERO,
+                            answer_smoothed: None,
                         },
                         waiting_since: None,
                         next_probe: None,
@@ -243,13 +290,22 @@ impl Targets {
 
     /// The server a new copy under `map` goes to (see the module doc); `map.target` for a map
     /// this chooser does not know; `None` when every server of the map that is up is
-    /// overloaded (the copy is not to be made). Does not count the copy: call
+    /// overloaded or slow (the copy is not to be made). Does not count the copy: call
     /// [`Targets::on_started`] once it started there.
     pub fn pick(&mut self, now: Instant, map: &PortMap) -> Option<SocketAddr> {
         self.check(now);
         let Some(g) = self.groups.iter().position(|g| g.map == *map) else { return Some(map.target) };
+        // A slow server whose probe is due takes this copy (its answer time is measured again).
+        for &(i, _, _) in &self.groups[g].members {
+            let s = &mut self.servers[i];
+            if s.stats.up && s.stats.slow && s.next_probe.is_some_and(|t| t <= now) {
+                s.next_probe = Some(now + self.cfg.retry);
+                s.stats.probes += 1;
+                return Some(s.stats.addr);
+            }
+        }
         let servers = &self.servers;
-        let busy = |i: usize| servers[i].stats.up && servers[i].stats.overloaded;
+        let busy = |i: usize| servers[i].stats.up && servers[i].busy();
         let all_busy = self.groups[g].members.iter().all(|&(i, _, _)| busy(i) || !servers[i].stats.up)
             && self.groups[g].members.iter().any(|&(i, _, _)| busy(i));
         if all_busy {
@@ -280,7 +336,7 @@ impl Targets {
         let servers = &self.servers;
         let group = &mut self.groups[g];
         let any_up = group.members.iter().any(|&(i, _, _)| servers[i].stats.up);
-        let fits = |i: usize| !any_up || (servers[i].stats.up && !servers[i].stats.overloaded);
+        let fits = |i: usize| !any_up || (servers[i].stats.up && !servers[i].busy());
         let mut total = 0;
         let mut best: Option<(usize, i64)> = None;
         for (k, m) in group.members.iter_mut().enumerate() {
@@ -343,11 +399,45 @@ impl Targets {
         s.waiting_since = None;
         if !s.stats.up {
             s.stats.up = true;
-            s.next_probe = None;
+            // Still slow: probed as such.
+            s.next_probe = s.stats.slow.then(|| now + self.cfg.retry);
             push(&mut self.events, TargetEvent::Up(addr));
             self.refresh_groups();
         }
-        let _ = now;
+    }
+
+    /// A request unit timed on `addr` got its first answer byte `took` after it was sent
+    /// (at `now`): the smoothed answer time, and with `slow_after` the slow state: slow when
+    /// the smoothed time passes it, fast again at the first answer within 3/4 of it (the
+    /// smoothed time then starts again from that answer).
+    pub fn on_answer_time(&mut self, now: Instant, addr: SocketAddr, took: Duration) {
+        let Some(i) = self.server_index(addr) else { return };
+        let limit = self.cfg.slow_after;
+        let srv = &mut self.servers[i];
+        let s = &mut srv.stats;
+        s.answers += 1;
+        s.answer_sum = s.answer_sum.saturating_add(took);
+        let smoothed = match s.answer_smoothed {
+            None => took,
+            Some(_) if s.slow && took <= limit * 3 / 4 => took,
+            Some(old) => old.mul_f64(1.0 - ANSWER_SMOOTHING) + took.mul_f64(ANSWER_SMOOTHING),
+        };
+        s.answer_smoothed = Some(smoothed);
+        if limit.is_zero() {
+            return;
+        }
+        if !s.slow && smoothed > limit {
+            s.slow = true;
+            s.slow_turns += 1;
+            srv.next_probe = Some(now + self.cfg.retry);
+            push(&mut self.events, TargetEvent::Slow { addr, answer: smoothed });
+        } else if s.slow && took <= limit * 3 / 4 {
+            s.slow = false;
+            if s.up {
+                srv.next_probe = None;
+            }
+            push(&mut self.events, TargetEvent::Fast(addr));
+        }
     }
 
     /// Take out the servers silent for `down_after` (also done by [`Targets::pick`]).

@@ -1,9 +1,11 @@
 //! The engine's side of the run trace (`--trace`): who each copy is (copy number, virtual user,
-//! pool, ON/OFF source, test server) and every request unit it sends for the first time.
+//! pool, ON/OFF source, test server) and every request unit it sends for the first time, with
+//! its answer time.
 //!
 //! Owns: [`UnitSent`] (one row of the trace) and [`Tags`] (the copy's identity by session slot,
 //! and the rows not yet taken by `Engine::poll_unit`). Sessions only note `(now, slot)` in
-//! `Shared::trace_units` when a unit's first byte leaves; the engine turns those into rows,
+//! `Shared::trace_units` when a unit's first byte leaves (the unit pacing waits on: when its first
+//! answer byte comes or it is given up, with its send time and answer time); the engine turns those into rows,
 //! always before a slot is freed, so a row is never lost or given to the wrong copy.
 //! Nothing is kept when tracing is off.
 
@@ -28,6 +30,10 @@ pub struct UnitSent {
     pub source: Option<u32>,
     /// The test server.
     pub target: SocketAddr,
+    /// From the unit's first byte sent to the first byte of its answer (the first record of
+    /// the test server carrying answer bytes for it); `None` when the unit was not timed (sent
+    /// ahead of another's answer) or got no answer byte (timed out, session ended).
+    pub answer: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -59,8 +65,8 @@ impl Tags {
     }
 
     /// Turn the sessions' notes into rows (to be called before any slot is freed).
-    pub(crate) fn take(&mut self, notes: &mut Vec<(Instant, SlotRef)>, plan: &mut Planner) {
-        for (at, slot) in notes.drain(..) {
+    pub(crate) fn take(&mut self, notes: &mut Vec<(Instant, SlotRef, Option<Duration>)>, plan: &mut Planner) {
+        for (at, slot, answer) in notes.drain(..) {
             let Some(Some(tag)) = self.by_slot.get(slot.idx as usize) else { continue };
             if tag.gen != slot.gen {
                 continue;
@@ -72,6 +78,7 @@ impl Tags {
                 pool: tag.pool,
                 source: tag.source,
                 target: tag.target,
+                answer,
             });
         }
     }

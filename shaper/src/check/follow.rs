@@ -160,3 +160,21 @@ mod count_column {
         assert!(Trace::from_csv("time_s,pool,count\n0.5,home,-1\n").unwrap_err().to_string().contains("count"));
     }
 }
+
+#[cfg(test)]
+mod answer_column {
+    use crate::check::{check_trace, CheckOptions, Trace};
+
+    #[test]
+    fn answer_times_are_read_and_reported() {
+        let csv = "time_s,copy,user,pool,target,answer_s\n0.1,0,-,-,t,0.200\n0.2,0,-,-,t,-\n0.3,1,-,-,t,0.400\n";
+        let tr = Trace::from_csv(csv).unwrap();
+        assert_eq!(tr.answers, vec![(0.1, 0.2), (0.3, 0.4)]);
+        let r = check_trace(None, &tr, &CheckOptions { bin: 1.0, pool_draws: 0, idle: 1.0 });
+        let line = |n: &str| r.lines.iter().find(|l| l.name == n).map(|l| l.value);
+        assert_eq!(line("answer time p50 (s)"), Some(0.2));
+        assert_eq!(line("answer time p99 (s)"), Some(0.4));
+        let bad = Trace::from_csv("time_s,pool,answer_s\n0.5,home,slow\n").unwrap_err().to_string();
+        assert!(bad.contains("line 2") && bad.contains("answer_s"), "{bad}");
+    }
+}

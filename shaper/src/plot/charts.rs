@@ -720,7 +720,10 @@ pub fn compose(data: &PlotData, want: &[super::What], scales: usize) -> Scene {
     let mut y = header(&mut s, &data.title, &data.subtitle);
     for w in want {
         y += match (w, data) {
-            (What::Rate, PlotData { rate: Some(r), .. }) => rate(&mut s, y, r, scales),
+            (What::Rate, PlotData { rate: Some(r), .. }) => {
+                let h = rate(&mut s, y, r, scales);
+                h + data.answer.as_ref().map_or(0.0, |a| rate(&mut s, y + h, a, 1))
+            }
             (What::Onoff, PlotData { onoff: Some(v), .. }) => onoff(&mut s, y, v),
             (What::Users, PlotData { users: Some(u), .. }) => users(&mut s, y, u),
             (What::Pools, PlotData { pools: Some(p), .. }) => pools(&mut s, y, p),

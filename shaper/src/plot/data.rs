@@ -226,6 +226,25 @@ impl PlotData {
             }),
             ..PlotData::default()
         };
+        if !trace.answers.is_empty() {
+            let n = ((span / bin).floor() as usize) + 1;
+            let (mut sum, mut count) = (vec![0.0; n], vec![0u32; n]);
+            for &(t, a) in &trace.answers {
+                let k = (((t - start) / bin).max(0.0) as usize).min(n - 1);
+                sum[k] += a;
+                count[k] += 1;
+            }
+            data.answer = Some(RateSeries {
+                bin,
+                counts: sum
+                    .iter()
+                    .zip(&count)
+                    .map(|(s, &c)| if c > 0 { s / f64::from(c) } else { 0.0 })
+                    .collect(),
+                what: "answer time (s, mean of the timed units)".into(),
+                mean: true,
+            });
+        }
         if let Some(sources) = &trace.sources {
             let mut by: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
             for (&t, &s) in rel.iter().zip(sources) {
@@ -351,6 +370,7 @@ impl PlotData {
                 what: "requests".into(),
                 mean: false,
             }),
+            answer: None,
             onoff: (!all.is_empty()).then(|| timeline(labels, &all, span, opts, note)),
             users: (!fit.clients.is_empty()).then(|| UsersView {
                 pools: vec![(

@@ -177,6 +177,8 @@ pub struct PlotData {
     pub subtitle: String,
     /// The count series.
     pub rate: Option<RateSeries>,
+    /// A trace's answer times (mean per bin, 0 where none), drawn under the count series.
+    pub answer: Option<RateSeries>,
     /// The ON/OFF timelines.
     pub onoff: Option<OnOffView>,
     /// The activity histogram.

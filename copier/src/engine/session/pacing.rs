@@ -91,9 +91,6 @@ impl Session {
         }
         if n > 0 {
             self.unit_acked_at = None;
-            if by_timeout {
-                sh.stats.answer_timeouts += 1;
-            }
         }
         if self.stream.cur_start != before && !by_timeout {
             self.reconnects = 0;
@@ -102,6 +99,12 @@ impl Session {
             self.unit_acked_at = Some(now);
         }
         self.stream.trim(acked, p.replay_keep);
+        if n > 0 {
+            self.note_answer(sh, now, false); // released with no answer byte
+            if by_timeout {
+                sh.stats.answer_timeouts += 1;
+            }
+        }
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by

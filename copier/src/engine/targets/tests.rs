@@ -11,6 +11,11 @@ fn map() -> PortMap {
 }
 
 fn two(w1: u32, w2: u32) -> Targets {
+    two_with(w1, w2, HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), ..HealthConfig::default() })
+}
+
+/// Two servers weighted `w1`, `w2` under `map()`, judged by `cfg`.
+fn two_with(w1: u32, w2: u32, cfg: HealthConfig) -> Targets {
     let m = map();
     let spread = MapTargets {
         map: m,
@@ -19,7 +24,7 @@ fn two(w1: u32, w2: u32) -> Targets {
             WeightedTarget { addr: a("198.18.3.2:80"), weight: w2 },
         ],
     };
-    Targets::new(&[m], &[spread], HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0 })
+    Targets::new(&[m], &[spread], cfg)
 }
 
 #[test]
@@ -135,14 +140,7 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
 #[test]
 fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refuses() {
     let m = map();
-    let spread = MapTargets {
-        map: m,
-        targets: vec![
-            WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 },
-            WeightedTarget { addr: a("198.18.3.2:80"), weight: 1 },
-        ],
-    };
-    let mut t = Targets::new(&[m], &[spread], HealthConfig { max_live: 4, ..HealthConfig::default() });
+    let mut t = two_with(1, 1, HealthConfig { max_live: 4, ..HealthConfig::default() });
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
     // s1 is slow: its copies stay live; s2's end at once.
@@ -176,4 +174,41 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
     assert_eq!(t.pick(now, &m), Some(s1));
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
     assert_eq!(evs, vec![TargetEvent::Relieved(s1), TargetEvent::SomeRelieved(m)]);
+}
+
+#[test]
+fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
+    let m = map();
+    let cfg = HealthConfig { slow_after: Duration::from_millis(200), retry: Duration::from_secs(5), ..HealthConfig::default() };
+    let mut t = two_with(1, 1, cfg);
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    let now = Instant::now();
+    let ms = Duration::from_millis;
+    // s2 answers in 300 ms: the smoothed time passes 200 ms at the first answer.
+    t.on_answer_time(now, s1, ms(10));
+    t.on_answer_time(now, s2, ms(300));
+    assert_eq!(t.poll_event(), Some(TargetEvent::Slow { addr: s2, answer: ms(300) }));
+    let picks: Vec<_> = (0..10).map(|_| t.pick(now, &m).unwrap()).collect();
+    assert!(picks.iter().all(|&p| p == s1), "{picks:?}");
+    // A slow answer keeps it slow; one within 150 ms makes it fast, smoothing from there.
+    t.on_answer_time(now, s2, ms(180));
+    assert!(t.stats().any(|x| x.addr == s2 && x.slow));
+    // Its probe is due after --target-retry.
+    assert_eq!(t.pick(now + ms(5000), &m), Some(s2));
+    assert_eq!(t.stats().find(|x| x.addr == s2).unwrap().probes, 1);
+    assert_eq!(t.pick(now + ms(5001), &m), Some(s1), "one probe per retry");
+    t.on_answer_time(now, s2, ms(120));
+    assert_eq!(t.poll_event(), Some(TargetEvent::Fast(s2)));
+    let st = *t.stats().find(|x| x.addr == s2).unwrap();
+    assert_eq!((st.slow, st.slow_turns, st.answer_smoothed, st.answers), (false, 1, Some(ms(120)), 3));
+    let picks: Vec<_> = (0..4).map(|_| t.pick(now + ms(5002), &m).unwrap()).collect();
+    assert_eq!(picks.iter().filter(|&&p| p == s2).count(), 2, "{picks:?}");
+    // Both slow: no new copy (as when all are overloaded), alerted once.
+    for _ in 0..30 {
+        t.on_answer_time(now + ms(5003), s1, ms(900));
+        t.on_answer_time(now + ms(5003), s2, ms(900));
+    }
+    assert_eq!(t.pick(now + ms(5003), &m), None);
+    let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
+    assert_eq!(evs.last(), Some(&TargetEvent::AllOverloaded(m)));
 }

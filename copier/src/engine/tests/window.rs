@@ -105,3 +105,21 @@ fn the_replay_lag_of_each_unit_is_counted_once() {
     let _ = h.out();
     assert_eq!(h.e.stats().replay_lag.count(), 3);
 }
+
+#[test]
+fn each_unit_pacing_waits_on_is_timed_to_its_first_answer_byte() {
+    let mut h = backlog(1); // req0 sent at 0 ms, acked at 1 ms
+    h.at(40);
+    h.rec(resp(0, 4, 100)); // its answer, 40 ms after it left: req1 goes
+    assert_eq!(payloads(&h.out()), "req1");
+    h.at(65);
+    h.rec(resp(100, 8, 30)); // the first 30 bytes of req1's answer: 25 ms
+    h.at(70);
+    h.rec(resp(130, 8, 70)); // the rest: not timed again
+    assert_eq!(payloads(&h.out()), "req2");
+    let t = h.e.target_stats().next().expect("the map's server");
+    assert_eq!(t.answers, 2);
+    assert_eq!(t.answer_sum, Duration::from_millis(65));
+    // Smoothed: 40 ms, then 10 % of the way to 25 ms.
+    assert_eq!(t.answer_smoothed, Some(Duration::from_micros(38_500)));
+}
