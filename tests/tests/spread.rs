@@ -275,7 +275,7 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
 #[test]
 fn the_trace_and_the_metrics_give_each_servers_answer_times() {
     let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times") else { return };
-    let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.2);
+    let (c, _log2, _slow, _icpt2) = slow_test2(&mut lab, 0.2);
     let trace = lab.dir().join("answers.csv");
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--trace", trace.to_str().unwrap()]);
