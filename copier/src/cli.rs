@@ -453,7 +453,7 @@ pub struct Args {
     /// must allow it: intercept --payload-bytes 65495). Not with
     /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
     /// connection by the client's address and port), nor --offline.
-    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
+    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile"])]
     pub compare: bool,
 
     /// Compare this percentage of the connections (0 < P <= 100, chosen per connection); only
@@ -810,7 +810,8 @@ address and port, which only the first copy keeps; use --copies 1",
         // the comparison's ring: a fixed 16 MiB of the capture's block size
         let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
         let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
-        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10) }))
+        let offline = self.offline.is_some();
+        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
     }
 }
 

@@ -483,13 +483,18 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 );
                 replay.start(now);
             }
-            if io.sender.pending() < SEND_HIGH_WATER {
+            let fed = if io.sender.pending() < SEND_HIGH_WATER {
                 replay.feed(now, OFFLINE_PER_TURN, |pkt| {
                     engine.handle_captured(now, pkt)
                 })
             } else {
                 0
+            };
+            // --compare: both directions of the file, as read
+            if let Some(tap) = &io.shadow {
+                tap.packets(replay.take_tapped());
             }
+            fed
         }
     };
     let now = if fed > 0 { Instant::now() } else { now };
