@@ -136,9 +136,11 @@ through a bounded queue (dropped and counted when full), and a request waits --c
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
 -o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
-whole, as bytes (first differing offset), once every server closed it. A test answer is matched to
-its online connection by the client's address and port, so not with --client-ip, --profile or
---copies above 1.";
+whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
+requests and the online answers come from the file (it must hold both directions: tcpdump -w
+without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
+A test answer is matched to its online connection by the client's address and port, so not with
+--client-ip, --profile or --copies above 1.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -448,11 +450,11 @@ pub struct Args {
     // ---- shadow testing (see "Comparison" in --help; crate::shadow) ----
     /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
     /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
-    /// summary at exit. The copier also captures the online answers of the mapped ports, and
-    /// asks the intercept for the answers' payload of the compared sessions (the intercept
-    /// must allow it: intercept --payload-bytes 65495). Not with
-    /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
-    /// connection by the client's address and port), nor --offline.
+    /// summary at exit. The copier also captures the online answers of the mapped ports (with
+    /// --offline: reads them from the file, which must hold both directions), and asks the
+    /// intercept for the answers' payload of the compared sessions (the intercept must allow
+    /// it: intercept --payload-bytes 65495). Not with --client-ip, --profile or --copies above 1
+    /// (a test answer is matched to its online connection by the client's address and port).
     #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile"])]
     pub compare: bool,
 

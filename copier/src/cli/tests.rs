@@ -703,6 +703,10 @@ fn compare_flags() {
     assert_eq!((s.flows.max_message, s.flows.pair_timeout), (64 << 10, Duration::from_secs(5)));
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
+    assert!(!s.offline, "live: the comparison opens its own capture");
+    // offline: the file's both directions, no capture of the comparison's own
+    let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
+    assert!(v.shadow.unwrap().offline);
     // refused, each with its reason
     let err = |extra: &[&str]| {
         let mut a = vec!["--no-secret"];
