@@ -751,13 +751,6 @@ impl Args {
             }
             return Ok(None);
         }
-        if self.copies > 1 {
-            return Err(format!(
-                "--compare with --copies {}: a test answer is matched to its online connection by the client's \
-address and port, which only the first copy keeps; use --copies 1",
-                self.copies
-            ));
-        }
         let mut maps = Vec::new();
         for m in &self.maps {
             if m.targets.len() > 1 {

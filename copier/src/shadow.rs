@@ -110,15 +110,19 @@ pub struct Tap {
 
 impl Tap {
     /// Hands over the records of connections being compared (never blocks); the engine is
-    /// done with the batch, so the records are moved, not copied.
-    pub fn records(&self, now: Instant, batch: Vec<Record>) {
+    /// done with the batch, so the records are moved, not copied. `keep[i]` says whether record
+    /// `i` is of a copy on the captured client's address and port (with `--copies N`, copy 0
+    /// and its baseline copy: `Engine::record_copy`); a missing entry counts as kept.
+    pub fn records(&self, now: Instant, batch: Vec<Record>, keep: &[bool]) {
         let out: Vec<(Instant, Record)> = batch
             .into_iter()
-            .filter(|r| {
-                parse_tcp_headers(&r.headers)
-                    .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
+            .enumerate()
+            .filter(|(i, r)| {
+                keep.get(*i).copied().unwrap_or(true)
+                    && parse_tcp_headers(&r.headers)
+                        .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
             })
-            .map(|r| (now, r))
+            .map(|(_, r)| (now, r))
             .collect();
         if out.is_empty() {
             return;
