@@ -140,7 +140,8 @@ whole, as bytes (first differing offset), once every server closed it. With --of
 requests and the online answers come from the file (it must hold both directions: tcpdump -w
 without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
 A test answer is matched to its online connection by the client's address and port, so not with
---client-ip, --profile or --copies above 1.";
+--client-ip or --profile; with --copies N, copy 0 (on the client's own address and port) is
+compared and the other copies are not.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -453,8 +454,9 @@ pub struct Args {
     /// summary at exit. The copier also captures the online answers of the mapped ports (with
     /// --offline: reads them from the file, which must hold both directions), and asks the
     /// intercept for the answers' payload of the compared sessions (the intercept must allow
-    /// it: intercept --payload-bytes 65495). Not with --client-ip, --profile or --copies above 1
-    /// (a test answer is matched to its online connection by the client's address and port).
+    /// it: intercept --payload-bytes 65495). Not with --client-ip or --profile (a test answer is
+    /// matched to its online connection by the client's address and port); with --copies N,
+    /// copy 0 is compared.
     #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile"])]
     pub compare: bool,
 

@@ -7,8 +7,8 @@
 //! ([`crate::bpf::build_answer_filter`], `Capture::open_both_directions`: the requests and the
 //! online service's answers), feeds `compare::flows::Flows` with the client, online and test
 //! streams of each connection (keyed by the client's address and port, which the copy keeps on
-//! its test tuple), compares every exchange it completes (`compare::Comparator`), exports the
-//! per-endpoint metrics, writes the JSON Lines file (`compare::jsonl`) and, when stopped, a
+//! its test tuple: with `--copies N`, copy 0's records only), compares every exchange it
+//! completes (`compare::Comparator`), exports the per-endpoint metrics, writes the JSON Lines file (`compare::jsonl`) and, when stopped, a
 //! last tick and the summary ([`ShadowReport`]).
 //!
 //! With `--offline` ([`ShadowConfig::offline`]) no capture is opened: the replay hands the
