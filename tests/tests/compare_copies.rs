@@ -7,35 +7,17 @@
 
 use std::time::Duration;
 
-use lab::setup::{metric_sum, tail, wait_metric, CopyOptions, Copying};
-use lab::{addr, lab_or_skip, Host, NginxOptions};
+use lab::setup::{metric_sum, shop_nginx, tail, wait_metric, CopyOptions, Copying};
+use lab::{addr, lab_or_skip, Host};
 
 const METRICS: &str = "127.0.0.1:9476";
-
-fn nginx(version: u8) -> NginxOptions {
-    let price = if version == 2 { "$1.50" } else { "$1.00" };
-    let orders = if version == 2 {
-        r#"return 500 '{"error":"boom"}';"#
-    } else {
-        r#"return 200 '{"order":$1,"state":"ok"}';"#
-    };
-    NginxOptions {
-        server_extra: format!(
-            r#"location ~ ^/items/(\d+)$ {{ default_type application/json; return 200 '{{"id":$1,"price":"{price}"}}'; }}
-            location ~ ^/orders/(\d+)$ {{ default_type application/json; {orders} }}
-            location = /health {{ default_type application/json; return 200 '{{"ok":true}}'; }}
-"#
-        ),
-        ..NginxOptions::default()
-    }
-}
 
 #[test]
 fn compare_with_three_copies_compares_copy_zero_once() {
     let Some(mut lab) = lab_or_skip("compare_with_three_copies_compares_copy_zero_once") else { return };
     let opts = CopyOptions {
-        online: nginx(1),
-        test: Some(nginx(2)),
+        online: shop_nginx(1),
+        test: Some(shop_nginx(2)),
         ipv6: false,
         intercept_args: vec!["--payload-bytes".into(), "65495".into()],
         copier_args: vec![

@@ -12,30 +12,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use compare::jsonl::{read_lines, Line};
-use lab::setup::{capture_whole_packets, tail, CopyOptions, Copying};
-use lab::{addr, ifname, lab_or_skip, Host, NginxOptions, Proc};
+use lab::setup::{capture_whole_packets, shop_nginx, tail, CopyOptions, Copying};
+use lab::{addr, ifname, lab_or_skip, Host, Proc};
 
 const ITEMS: &str = "GET /items/{n}";
 const ORDERS: &str = "GET /orders/{n}";
-
-fn nginx(version: u8) -> NginxOptions {
-    let price = if version == 2 { "$1.50" } else { "$1.00" };
-    let orders = if version == 2 {
-        r#"return 500 '{"error":"boom"}';"#
-    } else {
-        r#"return 200 '{"order":$1,"state":"ok"}';"#
-    };
-    NginxOptions {
-        server_extra: format!(
-            r#"gzip on; gzip_types application/json; gzip_min_length 1; gzip_comp_level 1;
-            location ~ ^/items/(\d+)$ {{ default_type application/json; return 200 '{{"id":$1,"price":"{price}","name":"item $1"}}'; }}
-            location ~ ^/orders/(\d+)$ {{ default_type application/json; {orders} }}
-            location = /health {{ default_type application/json; return 200 '{{"ok":true}}'; }}
-"#
-        ),
-        ..NginxOptions::default()
-    }
-}
 
 /// Keep-alive connections (every other one asking for gzip) and short HTTP/1.0 ones; returns the
 /// request count: `items` of /items, `orders` of /orders.
@@ -89,8 +70,8 @@ fn offline_compare_names_exactly_the_changed_endpoints() {
         return;
     };
     let opts = CopyOptions {
-        online: nginx(1),
-        test: Some(nginx(2)),
+        online: shop_nginx(1),
+        test: Some(shop_nginx(2)),
         ipv6: false,
         start_copier: false,
         intercept_args: vec!["--payload-bytes".into(), "65495".into()],
