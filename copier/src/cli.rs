@@ -137,9 +137,12 @@ through a bounded queue (dropped and counted when full), and a request waits --c
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
 -o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
-whole, as bytes (first differing offset), once every server closed it. A test answer is matched to
-its online connection by the client's address and port, so not with --client-ip, --profile or
---copies above 1.";
+whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
+requests and the online answers come from the file (it must hold both directions: tcpdump -w
+without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
+A test answer is matched to its online connection by the client's address and port, so not with
+--client-ip or --profile; with --copies N, copy 0 (on the client's own address and port) is
+compared and the other copies are not.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -464,12 +467,13 @@ pub struct Args {
     // ---- shadow testing (see "Comparison" in --help; crate::shadow) ----
     /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
     /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
-    /// summary at exit. The copier also captures the online answers of the mapped ports, and
-    /// asks the intercept for the answers' payload of the compared sessions (the intercept
-    /// must allow it: intercept --payload-bytes 65495). Not with
-    /// --client-ip, --profile or --copies above 1 (a test answer is matched to its online
-    /// connection by the client's address and port), nor --offline.
-    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile", "offline"])]
+    /// summary at exit. The copier also captures the online answers of the mapped ports (with
+    /// --offline: reads them from the file, which must hold both directions), and asks the
+    /// intercept for the answers' payload of the compared sessions (the intercept must allow
+    /// it: intercept --payload-bytes 65495). Not with --client-ip or --profile (a test answer is
+    /// matched to its online connection by the client's address and port); with --copies N,
+    /// copy 0 is compared.
+    #[arg(long, help_heading = "Comparison", conflicts_with_all = ["client_ip", "profile"])]
     pub compare: bool,
 
     /// Compare this percentage of the connections (0 < P <= 100, chosen per connection); only
@@ -771,13 +775,6 @@ impl Args {
             }
             return Ok(None);
         }
-        if self.copies > 1 {
-            return Err(format!(
-                "--compare with --copies {}: a test answer is matched to its online connection by the client's \
-address and port, which only the first copy keeps; use --copies 1",
-                self.copies
-            ));
-        }
         let mut maps = Vec::new();
         for m in &self.maps {
             if m.targets.len() > 1 {
@@ -832,7 +829,8 @@ address and port, which only the first copy keeps; use --copies 1",
         // the comparison's ring: a fixed 16 MiB of the capture's block size
         let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
         let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
-        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10) }))
+        let offline = self.offline.is_some();
+        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
     }
 }
 

@@ -116,10 +116,14 @@ fn run(args: Args) -> Result<RunSummary> {
                 .map(|c| Feed::start(c, feed).map(Source::Live).context("starting the capture thread"))
                 .collect::<anyhow::Result<_>>()?
         }
-        Some(cfg) => vec![Source::Offline(Box::new(Replay::open(
-            cfg.clone(),
-            &v.engine.maps,
-        )?))],
+        Some(cfg) => {
+            let mut replay = Replay::open(cfg.clone(), &v.engine.maps)?;
+            // --compare: the file's answers are the online ones
+            if let Some(s) = &v.shadow {
+                replay.tap(s.flows.sample);
+            }
+            vec![Source::Offline(Box::new(replay))]
+        }
     };
     let mut senders = Vec::with_capacity(workers);
     for _ in 0..workers {
@@ -318,6 +322,15 @@ fn run(args: Args) -> Result<RunSummary> {
         }
     }
     drop(rt);
+    if let (Some(o), Some(_)) = (&v.offline, &shadow) {
+        let answers: u64 = summary.workers.iter().filter_map(|w| w.offline.as_ref()).map(|r| r.answers).sum();
+        if answers == 0 {
+            tracing::warn!(
+                "--compare: {} holds no answer of the mapped services (capture both directions): nothing to compare with",
+                o.path.display()
+            );
+        }
+    }
     if let Some(report) = shadow.and_then(|s| s.stop()) {
         println!("{report}");
     }

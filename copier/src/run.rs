@@ -334,6 +334,8 @@ struct State {
     session_timeout: Duration,
     /// Offline: when the file was done.
     offline_done: Option<Instant>,
+    /// `--compare`: which records of a batch go to the comparison (reused).
+    compared: Vec<bool>,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -359,6 +361,7 @@ pub fn run_engine_loop(
         events: Vec::new(),
         session_timeout: config.session_timeout,
         offline_done: None,
+        compared: Vec::new(),
     };
     let mut fatal = None;
     loop {
@@ -453,14 +456,24 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
-            Ok(Inbound::Records(batch)) => {
-                for r in &batch {
-                    engine.handle_record(now, r);
+            Ok(Inbound::Records(batch)) => match &io.shadow {
+                Some(tap) => {
+                    // --compare: the records of the copies on the captured client's address
+                    // and port (copy 0 and its baseline copy); asked before the engine takes
+                    // the record, which may end its session
+                    st.compared.clear();
+                    for r in &batch {
+                        st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
+                        engine.handle_record(now, r);
+                    }
+                    tap.records(now, batch, &st.compared);
                 }
-                if let Some(tap) = &io.shadow {
-                    tap.records(now, batch);
+                None => {
+                    for r in &batch {
+                        engine.handle_record(now, r);
+                    }
                 }
-            }
+            },
             Ok(Inbound::Verdicts { from, results }) => {
                 for (t, v) in results {
                     engine.handle_registered(now, from, t, v);
@@ -483,13 +496,18 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 );
                 replay.start(now);
             }
-            if io.sender.pending() < SEND_HIGH_WATER {
+            let fed = if io.sender.pending() < SEND_HIGH_WATER {
                 replay.feed(now, OFFLINE_PER_TURN, |pkt| {
                     engine.handle_captured(now, pkt)
                 })
             } else {
                 0
+            };
+            // --compare: both directions of the file, as read
+            if let Some(tap) = &io.shadow {
+                tap.packets(replay.take_tapped());
             }
+            fed
         }
     };
     let now = if fed > 0 { Instant::now() } else { now };

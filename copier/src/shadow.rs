@@ -7,9 +7,14 @@
 //! ([`crate::bpf::build_answer_filter`], `Capture::open_both_directions`: the requests and the
 //! online service's answers), feeds `compare::flows::Flows` with the client, online and test
 //! streams of each connection (keyed by the client's address and port, which the copy keeps on
-//! its test tuple), compares every exchange it completes (`compare::Comparator`), exports the
-//! per-endpoint metrics, writes the JSON Lines file (`compare::jsonl`) and, when stopped, a
+//! its test tuple: with `--copies N`, copy 0's records only), compares every exchange it
+//! completes (`compare::Comparator`), exports the per-endpoint metrics, writes the JSON Lines file (`compare::jsonl`) and, when stopped, a
 //! last tick and the summary ([`ShadowReport`]).
+//!
+//! With `--offline` ([`ShadowConfig::offline`]) no capture is opened: the replay hands the
+//! thread both directions of the mapped ports as it reads them from the file
+//! ([`Tap::packets`]), before the engine's filter keeps only the client's packets, each at its
+//! place on the replay clock (`crate::offline::Replay::take_tapped`).
 //!
 //! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
 //! large enough for a whole segment (a record cut short stops its stream, counted). Only the
@@ -81,36 +86,64 @@ pub struct ShadowConfig {
     pub capture: CaptureConfig,
     /// How often a tick line (cumulative counts) is written.
     pub tick: Duration,
+    /// `--offline`: the requests and the online answers come from the file through
+    /// [`Tap::packets`]; no capture ring is opened.
+    pub offline: bool,
+}
+
+/// What the engine threads hand to the comparison thread.
+#[derive(Debug)]
+enum Input {
+    /// Records of the intercepts, stamped when the engine thread got them.
+    Records(Vec<(Instant, Record)>),
+    /// Packets of an `--offline` file (both directions), at their replay time.
+    Packets(Vec<(Instant, Vec<u8>)>),
 }
 
 /// The engine threads' side of the channel.
 #[derive(Debug, Clone)]
 pub struct Tap {
-    tx: SyncSender<Vec<(Instant, Record)>>,
+    tx: SyncSender<Input>,
     sample: f64,
     dropped: Arc<AtomicU64>,
 }
 
 impl Tap {
     /// Hands over the records of connections being compared (never blocks); the engine is
-    /// done with the batch, so the records are moved, not copied.
-    pub fn records(&self, now: Instant, batch: Vec<Record>) {
+    /// done with the batch, so the records are moved, not copied. `keep[i]` says whether record
+    /// `i` is of a copy on the captured client's address and port (with `--copies N`, copy 0
+    /// and its baseline copy: `Engine::record_copy`); a missing entry counts as kept.
+    pub fn records(&self, now: Instant, batch: Vec<Record>, keep: &[bool]) {
         let out: Vec<(Instant, Record)> = batch
             .into_iter()
-            .filter(|r| {
-                parse_tcp_headers(&r.headers)
-                    .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
+            .enumerate()
+            .filter(|(i, r)| {
+                keep.get(*i).copied().unwrap_or(true)
+                    && parse_tcp_headers(&r.headers)
+                        .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
             })
-            .map(|r| (now, r))
+            .map(|(_, r)| (now, r))
             .collect();
         if out.is_empty() {
             return;
         }
-        let n = out.len() as u64;
-        match self.tx.try_send(out) {
+        self.send(out.len(), Input::Records(out));
+    }
+
+    /// Hands over packets of the `--offline` file (requests and online answers, with their
+    /// replay times; never blocks). A batch dropped because the thread is behind is counted
+    /// with the dropped records (its connections lose sync and are counted again there).
+    pub fn packets(&self, batch: Vec<(Instant, Vec<u8>)>) {
+        if !batch.is_empty() {
+            self.send(batch.len(), Input::Packets(batch));
+        }
+    }
+
+    fn send(&self, n: usize, input: Input) {
+        match self.tx.try_send(input) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.dropped.fetch_add(n, Ordering::Relaxed);
+                self.dropped.fetch_add(n as u64, Ordering::Relaxed);
             }
         }
     }
@@ -129,7 +162,7 @@ pub fn sampled_client(ip: IpAddr, port: u16, sample: f64) -> bool {
 pub struct ShadowReport {
     /// The comparator's summary.
     pub summary: compare::stats::Summary,
-    /// Records dropped because the thread was behind.
+    /// Records (and, offline, file packets) dropped because the thread was behind.
     pub dropped: u64,
     /// Streams and pairing counters.
     pub flows: compare::flows::FlowCounts,
@@ -169,13 +202,17 @@ impl Shadow {
     }
 }
 
-/// Opens the capture and starts the thread. The capture is opened here, so that a missing
-/// permission or interface is an error at start.
+/// Opens the capture (not with `--offline`) and starts the thread. The capture is opened here,
+/// so that a missing permission or interface is an error at start.
 pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     use anyhow::Context;
-    let ports: Vec<u16> = cfg.maps.iter().map(|m| m.port).collect();
-    let filter = build_answer_filter(&ports).context("--compare: the capture filter")?;
-    let capture = Capture::open_both_directions(&cfg.capture, &filter).context("--compare: opening its capture ring")?;
+    let capture = if cfg.offline {
+        None
+    } else {
+        let ports: Vec<u16> = cfg.maps.iter().map(|m| m.port).collect();
+        let filter = build_answer_filter(&ports).context("--compare: the capture filter")?;
+        Some(Capture::open_both_directions(&cfg.capture, &filter).context("--compare: opening its capture ring")?)
+    };
     let log = match &cfg.log {
         Some(l) => Some(
             JsonlWriter::create(&l.path, l.max_bytes, l.keep, l.sample)
@@ -237,26 +274,26 @@ impl Thread {
         }
     }
 
-    fn run(mut self, mut capture: Capture, rx: Receiver<Vec<(Instant, Record)>>, stop: &AtomicBool) -> ShadowReport {
+    fn run(mut self, mut capture: Option<Capture>, rx: Receiver<Input>, stop: &AtomicBool) -> ShadowReport {
         let mut next_house = Instant::now() + HOUSEKEEPING;
         let mut next_tick = Instant::now() + self.cfg.tick;
         loop {
             let stopping = stop.load(Ordering::SeqCst);
             let now = Instant::now();
-            let mut work = capture.drain(8, |pkt| self.packet(now, pkt));
-            while let Ok(batch) = rx.try_recv() {
+            let mut work = capture.as_mut().map_or(0, |c| c.drain(8, |pkt| self.packet(now, pkt)));
+            while let Ok(input) = rx.try_recv() {
                 work += 1;
-                for (t, r) in batch {
-                    self.record(t, &r);
-                }
+                self.input(input);
             }
             let now = Instant::now();
             if now >= next_house || stopping {
                 for ex in self.flows.expire(now) {
                     self.compare(&ex);
                 }
-                let _ = capture.refresh_kernel_stats();
-                self.capture_drops = capture.stats().kernel_drops;
+                if let Some(c) = capture.as_mut() {
+                    let _ = c.refresh_kernel_stats();
+                    self.capture_drops = c.stats().kernel_drops;
+                }
                 self.export();
                 next_house = now + HOUSEKEEPING;
             }
@@ -268,7 +305,16 @@ impl Thread {
                 break;
             }
             if work == 0 {
-                let _ = crate::sys::poll_readable(&[capture.fd()], Duration::from_millis(20));
+                match &capture {
+                    Some(c) => {
+                        let _ = crate::sys::poll_readable(&[c.fd()], Duration::from_millis(20));
+                    }
+                    None => {
+                        if let Ok(input) = rx.recv_timeout(Duration::from_millis(20)) {
+                            self.input(input);
+                        }
+                    }
+                }
             }
         }
         if let Some(l) = self.log.as_mut() {
@@ -283,7 +329,22 @@ impl Thread {
         }
     }
 
-    /// A captured packet: a request or an online answer.
+    fn input(&mut self, input: Input) {
+        match input {
+            Input::Records(batch) => {
+                for (t, r) in batch {
+                    self.record(t, &r);
+                }
+            }
+            Input::Packets(batch) => {
+                for (t, p) in batch {
+                    self.packet(t, &p);
+                }
+            }
+        }
+    }
+
+    /// A captured (or, offline, read) packet: a request or an online answer.
     fn packet(&mut self, now: Instant, pkt: &[u8]) {
         let Ok(p) = parse_tcp_packet(pkt) else { return };
         let (sp, dp) = (p.tcp.src_port(), p.tcp.dst_port());

@@ -436,3 +436,26 @@ pub fn control_bytes_received(lab: &Lab) -> u64 {
         .filter_map(|v| v.parse::<u64>().ok())
         .sum()
 }
+
+/// The small JSON shop the comparison tests copy (gzip on for JSON): version 1 answers
+/// `/items/N` with a price of `$1.00` and `/orders/N` with 200 and the order; version 2 changes
+/// the price to `$1.50` and answers `/orders/N` with 500; `/health` is the same in both.
+#[must_use]
+pub fn shop_nginx(version: u8) -> NginxOptions {
+    let price = if version == 2 { "$1.50" } else { "$1.00" };
+    let orders = if version == 2 {
+        r#"return 500 '{"error":"boom"}';"#
+    } else {
+        r#"return 200 '{"order":$1,"state":"ok"}';"#
+    };
+    NginxOptions {
+        server_extra: format!(
+            r#"gzip on; gzip_types application/json; gzip_min_length 1; gzip_comp_level 1;
+            location ~ ^/items/(\d+)$ {{ default_type application/json; return 200 '{{"id":$1,"price":"{price}","name":"item $1"}}'; }}
+            location ~ ^/orders/(\d+)$ {{ default_type application/json; {orders} }}
+            location = /health {{ default_type application/json; return 200 '{{"ok":true}}'; }}
+"#
+        ),
+        ..NginxOptions::default()
+    }
+}

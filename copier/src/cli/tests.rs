@@ -703,6 +703,13 @@ fn compare_flags() {
     assert_eq!((s.flows.max_message, s.flows.pair_timeout), (64 << 10, Duration::from_secs(5)));
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
+    assert!(!s.offline, "live: the comparison opens its own capture");
+    // offline: the file's both directions, no capture of the comparison's own
+    let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
+    assert!(v.shadow.unwrap().offline);
+    // --copies: copy 0 is compared
+    let v = args(&["--no-secret", "--compare", "--copies", "3"]).unwrap().validate(1).unwrap();
+    assert!(v.shadow.is_some());
     // refused, each with its reason
     let err = |extra: &[&str]| {
         let mut a = vec!["--no-secret"];
@@ -712,7 +719,6 @@ fn compare_flags() {
             Ok(a) => a.validate(1).unwrap_err(),
         }
     };
-    assert!(err(&["--compare", "--copies", "2"]).contains("--copies"));
     assert!(err(&["--compare", "--client-ip", "198.18.9.0/24"]).contains("--client-ip"));
     assert!(err(&["--compare-sample", "10"]).contains("--compare"));
     assert!(err(&["--baseline-map", "80=198.18.1.3:80"]).contains("--compare"));

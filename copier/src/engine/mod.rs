@@ -612,6 +612,18 @@ impl Engine {
         }
     }
 
+    /// For `--compare`: the copy index of the session a record belongs to, and whether that
+    /// copy's test tuple keeps the captured client's address and port (the comparison matches
+    /// test answers to online connections by them). `None` for a record of no live session.
+    /// Call it before [`Engine::handle_record`] (a record may end its session).
+    #[must_use]
+    pub fn record_copy(&self, record: &Record) -> Option<(u16, bool)> {
+        let r = parse_record(record).ok()?;
+        let slot = self.sh.tuples.get(&r.tuple).filter(|&slot| self.live(slot))?;
+        let s = self.slots.get(slot.idx as usize)?.s.as_ref()?;
+        Some((s.copy, s.key.client == r.tuple.client))
+    }
+
     /// Tell the engine whether at least one intercept is connected (while none is, new sessions
     /// are not started: counted as not copied). Same as [`Engine::set_intercept_count`] with
     /// 0 or 1.

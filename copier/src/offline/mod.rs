@@ -19,6 +19,13 @@
 //! Loops: pass `k` of `--loop N` replays the file again with client ports moved
 //! ([`LoopPorts`]), so every pass is a new set of sessions for the test server.
 //!
+//! Comparison (`--compare`, [`Replay::tap`]): the file's both directions of the mapped ports
+//! are also copied, as they are read and before the client -> service filter, for the
+//! comparison thread ([`Replay::take_tapped`]): the client's packets at their due time, the
+//! service's answers at the due time of the client packet read before them plus their capture
+//! distance from it (not divided by `--speed`: the online answer time stays the captured one).
+//! Both follow `--loop`'s port moves and `--from`/`--until`'s slice.
+//!
 //! Invariants: [`Replay::feed`] hands over at most `max` packets, each at or after its due
 //! time, each an IP packet accepted by the [`PortFilter`]; it never panics on the file's
 //! content. An I/O error of the file ends the replay (reported by [`ReplayStats::error`]).
@@ -40,7 +47,7 @@ use crate::engine::PortMap;
 pub use common::pcap::{
     Event, LinkError, LinkType, Packet, ReadError, ReadStats, Reader, Skip, SkipKind,
 };
-pub use pace::{set_source_port, Accepted, LoopPorts, Pacer, PortFilter, Speed};
+pub use pace::{set_destination_port, set_source_port, Accepted, LoopPorts, Pacer, PortFilter, Speed};
 
 /// Problems shown one by one (per run); past this many they are only counted.
 const MAX_MESSAGES: u64 = 20;
@@ -112,6 +119,9 @@ pub struct ReplayStats {
     pub outside_slice: u64,
     /// Times a later pass found no free client port for an address and reused one.
     pub ports_exhausted: u64,
+    /// With `--compare`: the services' answer packets of the replayed sessions (those of the
+    /// sampled sessions go to the comparison).
+    pub answers: u64,
     /// How long the replay took, from [`Replay::start`] to the last packet handed over.
     pub elapsed: Option<Duration>,
     /// The I/O error that ended the replay early, if any.
@@ -139,6 +149,9 @@ impl fmt::Display for ReplayStats {
         )?;
         if self.outside_slice > 0 {
             write!(f, ", {} outside the time slice", self.outside_slice)?;
+        }
+        if self.answers > 0 {
+            write!(f, ", {} online answer packets read for the comparison", self.answers)?;
         }
         if self.ports_exhausted > 0 {
             write!(f, ", client ports reused {} time(s)", self.ports_exhausted)?;
@@ -171,6 +184,24 @@ pub struct Replay {
     stats: ReplayStats,
     shown: u64,
     progress: Progress,
+    /// With `--compare`: what the comparison thread gets.
+    tap: Option<Tapped>,
+}
+
+/// The packets copied for the comparison (see the module documentation).
+#[derive(Debug)]
+struct Tapped {
+    /// The fraction of connections compared (`--compare-sample`): the others are not copied.
+    sample: f64,
+    out: Vec<(Instant, Vec<u8>)>,
+    /// The capture time and due offset of the last client packet read.
+    anchor: Option<(Duration, Duration)>,
+}
+
+impl Tapped {
+    fn sampled(&self, acc: &Accepted, port: u16) -> bool {
+        crate::shadow::sampled_client(acc.client.ip(), port, self.sample)
+    }
 }
 
 impl Replay {
@@ -200,7 +231,20 @@ impl Replay {
             done_read: ReadStats::default(),
             stats: ReplayStats::default(),
             shown: 0,
+            tap: None,
         })
+    }
+
+    /// Also copy both directions of the mapped ports for the comparison (`--compare`; `sample`
+    /// from 0 to 1 as `--compare-sample`); collect them with [`Replay::take_tapped`].
+    pub fn tap(&mut self, sample: f64) {
+        self.tap = Some(Tapped { sample, out: Vec::new(), anchor: None });
+    }
+
+    /// The packets copied for the comparison since the last call, in file order, each with its
+    /// replay time (empty without [`Replay::tap`]).
+    pub fn take_tapped(&mut self) -> Vec<(Instant, Vec<u8>)> {
+        self.tap.as_mut().map(|t| std::mem::take(&mut t.out)).unwrap_or_default()
     }
 
     /// The file's format ("pcap" or "pcapng").
@@ -334,6 +378,25 @@ impl Replay {
                 Some(Event::Packet(p)) => {
                     let Some(acc) = self.filter.accept(p.data) else {
                         self.stats.filtered += 1;
+                        if let (Some(tap), Some(start)) = (self.tap.as_mut(), self.start) {
+                            if let Some(acc) = self.filter.accept_answer(p.data) {
+                                let port = match self.ports.as_ref() {
+                                    Some(ports) => ports.given(acc.client, acc.server),
+                                    None => Some(acc.client.port()),
+                                };
+                                let port = port.filter(|_| self.window.keeps(&acc));
+                                self.stats.answers += u64::from(port.is_some());
+                                if let Some(port) = port.filter(|&port| tap.sampled(&acc, port)) {
+                                    let (ts0, due0) = tap.anchor.unwrap_or((p.ts, Duration::ZERO));
+                                    let at = start + (due0 + p.ts.saturating_sub(ts0)).min(FAR);
+                                    let mut buf = p.data.to_vec();
+                                    if port != acc.client.port() {
+                                        set_destination_port(&mut buf, acc.tcp_offset, port);
+                                    }
+                                    tap.out.push((at, buf));
+                                }
+                            }
+                        }
                         continue;
                     };
                     if !self.window.admit(p.ts, &acc, p.data) {
@@ -344,13 +407,17 @@ impl Replay {
                     buf.clear();
                     buf.extend_from_slice(p.data);
                     let ts = p.ts;
-                    if let Some(ports) = self.ports.as_mut() {
-                        let port = ports.port(acc.client, acc.server);
-                        if port != acc.client.port() {
-                            set_source_port(&mut buf, acc.tcp_offset, port);
-                        }
+                    let port = self.ports.as_mut().map_or(acc.client.port(), |p| p.port(acc.client, acc.server));
+                    if port != acc.client.port() {
+                        set_source_port(&mut buf, acc.tcp_offset, port);
                     }
                     let due = self.pacer.schedule(ts);
+                    if let (Some(tap), Some(start)) = (self.tap.as_mut(), self.start) {
+                        tap.anchor = Some((ts, due));
+                        if tap.sampled(&acc, port) {
+                            tap.out.push((start + due.min(FAR), buf.clone()));
+                        }
+                    }
                     self.pending = Some((due, buf));
                     return true;
                 }

@@ -1,5 +1,6 @@
 //! The sans-IO parts of the offline replay: when each packet is due ([`Pacer`]), which packets
-//! are fed to the engine ([`PortFilter`]), and how each pass of a looped replay gets client
+//! are fed to the engine ([`PortFilter`]; with `--compare`, also which are the services'
+//! answers), and how each pass of a looped replay gets client
 //! ports of its own ([`LoopPorts`]).
 //!
 //! Invariants:
@@ -137,37 +138,51 @@ impl PortFilter {
     /// to a mapped port, and to a mapped address when that port was mapped with addresses.
     #[must_use]
     pub fn accept(&self, ip: &[u8]) -> Option<Accepted> {
-        // The fixed headers only, through the wire views (nothing past them is checked: the
-        // engine judges and counts the rest).
-        let (src, dst, off): (IpAddr, IpAddr, usize) = match ip.first()? >> 4 {
-            4 => {
-                let h = Ipv4Packet::new_unchecked(ip.get(..20)?);
-                if h.protocol() != IPPROTO_TCP || h.frag_offset() != 0 {
-                    return None;
-                }
-                (h.src_addr().into(), h.dst_addr().into(), h.header_len())
-            }
-            6 => {
-                let h = Ipv6Packet::new_unchecked(ip.get(..40)?);
-                if h.next_header() != IPPROTO_TCP {
-                    return None;
-                }
-                (h.src_addr().into(), h.dst_addr().into(), 40)
-            }
-            _ => return None,
-        };
-        let ports = TcpSegment::new_unchecked(ip.get(off..off + 4)?);
-        let (sport, dport) = (ports.src_port(), ports.dst_port());
-        let hit = self
-            .maps
-            .iter()
-            .any(|&(addr, port)| port == dport && !matches!(addr, Some(a) if a != dst));
-        hit.then_some(Accepted {
-            client: SocketAddr::new(src, sport),
-            server: SocketAddr::new(dst, dport),
-            tcp_offset: off,
-        })
+        let (src, dst, off) = tcp_ends(ip)?;
+        self.hit(dst).then_some(Accepted { client: src, server: dst, tcp_offset: off })
     }
+
+    /// The other direction (`--offline --compare`): `Some` when `ip` is a packet of a mapped
+    /// service to its client (what [`PortFilter::accept`] takes, with the ends swapped);
+    /// `client` and `server` are named as for the client's packets.
+    #[must_use]
+    pub fn accept_answer(&self, ip: &[u8]) -> Option<Accepted> {
+        let (src, dst, off) = tcp_ends(ip)?;
+        self.hit(src).then_some(Accepted { client: dst, server: src, tcp_offset: off })
+    }
+
+    /// Whether `service` is a mapped port (and address, when its map names one).
+    fn hit(&self, service: SocketAddr) -> bool {
+        self.maps
+            .iter()
+            .any(|&(addr, port)| port == service.port() && !matches!(addr, Some(a) if a != service.ip()))
+    }
+}
+
+/// The source and destination ends of an IPv4 TCP packet (not a later fragment) or an IPv6 one
+/// whose fixed header says TCP, and the offset of its TCP header.
+fn tcp_ends(ip: &[u8]) -> Option<(SocketAddr, SocketAddr, usize)> {
+    // The fixed headers only, through the wire views (nothing past them is checked: the
+    // engine judges and counts the rest).
+    let (src, dst, off): (IpAddr, IpAddr, usize) = match ip.first()? >> 4 {
+        4 => {
+            let h = Ipv4Packet::new_unchecked(ip.get(..20)?);
+            if h.protocol() != IPPROTO_TCP || h.frag_offset() != 0 {
+                return None;
+            }
+            (h.src_addr().into(), h.dst_addr().into(), h.header_len())
+        }
+        6 => {
+            let h = Ipv6Packet::new_unchecked(ip.get(..40)?);
+            if h.next_header() != IPPROTO_TCP {
+                return None;
+            }
+            (h.src_addr().into(), h.dst_addr().into(), 40)
+        }
+        _ => return None,
+    };
+    let ports = TcpSegment::new_unchecked(ip.get(off..off + 4)?);
+    Some((SocketAddr::new(src, ports.src_port()), SocketAddr::new(dst, ports.dst_port()), off))
 }
 
 /// Lowest port given to a shifted client.
@@ -214,6 +229,13 @@ impl LoopPorts {
         self.exhausted
     }
 
+    /// The port this pass gave the captured `client` talking to `server`, if it gave one (the
+    /// service's answers of a session follow its client's first packet).
+    #[must_use]
+    pub fn given(&self, client: SocketAddr, server: SocketAddr) -> Option<u16> {
+        self.current.get(&(client, server)).copied()
+    }
+
     /// The client port to use for the captured `client` talking to `server` in this pass.
     pub fn port(&mut self, client: SocketAddr, server: SocketAddr) -> u16 {
         if let Some(&p) = self.current.get(&(client, server)) {
@@ -247,9 +269,23 @@ impl LoopPorts {
 /// Rewrite the TCP source port of `pkt` (an accepted packet, TCP header at `tcp_offset`) and
 /// patch its checksum incrementally. Does nothing when the header is not all there.
 pub fn set_source_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
+    set_port(pkt, tcp_offset, port, true);
+}
+
+/// [`set_source_port`] for the destination port (a service's answer to a moved client).
+pub fn set_destination_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
+    set_port(pkt, tcp_offset, port, false);
+}
+
+fn set_port(pkt: &mut [u8], tcp_offset: usize, port: u16, source: bool) {
     let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
     let mut tcp = TcpSegment::new_unchecked(tcp);
-    let csum = common::checksum::update_u16(tcp.checksum(), tcp.src_port(), port);
-    tcp.set_src_port(port);
+    let old = if source { tcp.src_port() } else { tcp.dst_port() };
+    let csum = common::checksum::update_u16(tcp.checksum(), old, port);
+    if source {
+        tcp.set_src_port(port);
+    } else {
+        tcp.set_dst_port(port);
+    }
     tcp.set_checksum(csum);
 }

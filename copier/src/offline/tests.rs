@@ -306,6 +306,67 @@ fn offline_replay_paces_filters_and_loops() {
 }
 
 #[test]
+fn offline_replay_taps_both_directions_for_the_comparison() {
+    let req = |uri: &str| tcp("198.18.1.2:40000", "198.18.1.1:80", uri.as_bytes());
+    let answer = |body: &str| tcp("198.18.1.1:80", "198.18.1.2:40000", body.as_bytes());
+    let frames = vec![
+        (secs(100.0), eth(0x0800, &req("GET /a"))),
+        (secs(100.2), eth(0x0800, &answer("HTTP/1.1 200 a"))),
+        (secs(100.3), eth(0x0800, &tcp("198.18.1.1:81", "198.18.1.2:40000", b"other"))),
+        (secs(100.5), eth(0x0800, &req("GET /b"))),
+        (secs(101.0), eth(0x0800, &answer("HTTP/1.1 200 b"))),
+    ];
+    let file = temp_file("tapped.pcap", &pcap_file(LinkType::Ethernet, &frames));
+    let maps = [parse_map("80=198.18.2.2:80").unwrap()];
+    let mut r = Replay::open(config(file.path(), Speed::Factor(5.0), 2), &maps).unwrap();
+    r.tap(1.0);
+    let t0 = Instant::now();
+    r.start(t0);
+    let mut fed = Vec::new();
+    r.feed(t0 + secs(10.0), 100, |p| fed.push(p.to_vec()));
+    assert!(r.finished());
+    let tapped = r.take_tapped();
+    assert!(r.take_tapped().is_empty());
+    let got: Vec<(u64, u16, u16, Vec<u8>)> = tapped
+        .iter()
+        .map(|(t, p)| {
+            let q = common::wire::parse_tcp_packet(p).unwrap();
+            assert!(common::checksum::verify_transport(q.src, q.dst, 6, &p[q.ip_header_len..]));
+            let ms = t.duration_since(t0).as_millis() as u64;
+            (ms, q.tcp.src_port(), q.tcp.dst_port(), q.payload().to_vec())
+        })
+        .collect();
+    // Requests at their due time (a fifth of the capture's gaps), answers that far after the
+    // request before them as captured; the unmapped port's packet left out.
+    let moved = got[4].1;
+    assert!(moved != 40000, "the second pass moves the client port");
+    let want: Vec<(u64, u16, u16, &[u8])> = vec![
+        (0, 40000, 80, b"GET /a"),
+        (200, 80, 40000, b"HTTP/1.1 200 a"),
+        (100, 40000, 80, b"GET /b"),
+        (600, 80, 40000, b"HTTP/1.1 200 b"),
+        (100, moved, 80, b"GET /a"),
+        (300, 80, moved, b"HTTP/1.1 200 a"),
+        (200, moved, 80, b"GET /b"),
+        (700, 80, moved, b"HTTP/1.1 200 b"),
+    ];
+    let got: Vec<(u64, u16, u16, &[u8])> = got.iter().map(|(t, s, d, p)| (*t, *s, *d, &p[..])).collect();
+    assert_eq!(got, want);
+    // The engine gets the client's packets only, as without the tap.
+    assert_eq!(fed.len(), 4);
+    let st = r.stats();
+    assert_eq!((st.answers, st.filtered), (4, 6));
+    assert!(st.to_string().contains("4 online answer packets read for the comparison"), "{st}");
+    // A sample of none: nothing handed over, the answers still counted.
+    let mut r = Replay::open(config(file.path(), Speed::Max, 1), &maps).unwrap();
+    r.tap(0.0);
+    r.start(t0);
+    r.feed(t0, 100, |_| {});
+    assert!(r.take_tapped().is_empty());
+    assert_eq!(r.stats().answers, 2);
+}
+
+#[test]
 fn offline_replay_of_a_truncated_file_goes_on_with_what_it_holds() {
     let frames: Vec<(Duration, Vec<u8>)> = (0..5)
         .map(|i| (secs(f64::from(i)), v4(format!("GET /{i}").as_bytes())))

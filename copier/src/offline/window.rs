@@ -26,6 +26,13 @@ impl Window {
         Window { from, until, live: HashMap::new() }
     }
 
+    /// Whether the session of `acc` is kept, as decided by its client's packets so far (the
+    /// service's answers of a session go with it; `--offline --compare`).
+    #[must_use]
+    pub fn keeps(&self, acc: &Accepted) -> bool {
+        (self.from.is_none() && self.until.is_none()) || self.live.get(&(acc.client, acc.server)).is_some_and(|x| x.1)
+    }
+
     /// Whether the accepted packet `pkt` (captured at `ts`) is replayed.
     pub fn admit(&mut self, ts: Duration, acc: &Accepted, pkt: &[u8]) -> bool {
         if self.from.is_none() && self.until.is_none() {

@@ -1,7 +1,8 @@
 //! Amplification and sampling: `copies` sessions per captured session, each on a test tuple of
 //! its own and carrying every byte; tuples that never collide (also for N = 100 over thousands
 //! of live sessions, with and without a pool, and across port shares); shared captured bytes;
-//! the multiplier counters; sampling that is consistent per session and near the percentage.
+//! the multiplier counters; sampling that is consistent per session and near the percentage;
+//! which copy a record is of (`--compare`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -373,4 +374,19 @@ fn a_baseline_gets_its_own_copy_with_the_clients_address_and_port() {
     assert!(s.values().all(|v| v == b"GET / HTTP/1.1\r\n\r\n"), "identical copies: {s:?}");
     let st = h.e.stats();
     assert_eq!((st.captured_sessions_started, st.sessions_started), (1, 2));
+}
+
+/// `--compare` hands the comparison only the records of copies on the captured client's
+/// address and port: the engine says which copy a record is of, and whether it kept them.
+#[test]
+fn a_records_copy_and_whether_it_keeps_the_client() {
+    let mut h = H::new(copies(3));
+    h.syn(SYN);
+    let regs = registers(&h.control());
+    let rec = |t: FourTuple| Record::from_packet(&build(&SYN_ACK, t.server, t.client), 0).unwrap().1;
+    let got: Vec<_> = regs.iter().map(|&t| h.e.record_copy(&rec(t))).collect();
+    assert_eq!(got, vec![Some((0, true)), Some((1, false)), Some((2, false))]);
+    let stranger = FourTuple::new(SocketAddr::from(([198, 18, 9, 9], 1234)), target());
+    assert_eq!(h.e.record_copy(&rec(stranger)), None, "no session");
+    assert_eq!(h.e.record_copy(&Record::default()), None, "not a packet");
 }
