@@ -432,6 +432,15 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
     pub target_slow_after: Duration,
 
+    /// A test server that fails more than this percentage of its copies (smoothed over about
+    /// its last five sessions, after five: it refused the connection, left segments
+    /// unacknowledged through every retransmission, or kept closing without answers) is
+    /// failing: its new sessions go to the map's other servers, as when slow, with one probe
+    /// copy every --target-retry; it takes sessions again when the share falls below half of
+    /// this (copier_target_failing, copier_target_failures_total, logged). 0: off.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=99))]
+    pub target_fail_rate: u8,
+
     /// The test servers an intercept guards: INTERCEPT=TARGET_IP[,TARGET_IP...] (repeatable;
     /// INTERCEPT as given to --intercept). Only needed when an intercept does not listen on its
     /// test server's own address: an --intercept at a --map target's address guards that target,
@@ -608,6 +617,7 @@ impl Args {
                 retry: self.target_retry,
                 max_live: self.target_max_live,
                 slow_after: self.target_slow_after,
+                fail_percent: self.target_fail_rate,
             },
             baselines: self.baseline_maps.clone(),
             mtu: self.mtu,

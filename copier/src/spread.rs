@@ -9,7 +9,8 @@
 //! `copier_target_overload_refused_total`, `copier_maps_all_targets_overloaded`), and the
 //! answer times: `copier_target_answers_total`, `copier_target_answer_seconds_total` (their
 //! sum: the mean is the ratio of the two rates), `copier_target_answer_smoothed_seconds`, and
-//! the slow state (`--target-slow-after`): `copier_target_slow`, `copier_target_slow_total`.
+//! the slow state (`--target-slow-after`): `copier_target_slow`, `copier_target_slow_total`, and
+//! failures (`--target-fail-rate`): `copier_target_failures_total`, `copier_target_failing`.
 
 use metrics::{counter, describe_counter, describe_gauge, gauge};
 
@@ -47,6 +48,10 @@ pub mod names {
     pub const TARGET_SLOW: &str = "copier_target_slow";
     /// Times a server turned slow.
     pub const TARGET_SLOW_TOTAL: &str = "copier_target_slow_total";
+    /// Copies a server failed (refused, unanswered retransmissions, closed without answers).
+    pub const TARGET_FAILURES_TOTAL: &str = "copier_target_failures_total";
+    /// 1 while a server is failing (`--target-fail-rate`).
+    pub const TARGET_FAILING: &str = "copier_target_failing";
 }
 
 /// Describe the metrics (once, at start).
@@ -78,6 +83,11 @@ pub fn describe() {
     );
     describe_gauge!(names::TARGET_SLOW, "1 while a test server's smoothed answer time is above --target-slow-after");
     describe_counter!(names::TARGET_SLOW_TOTAL, "Times a test server turned slow (--target-slow-after)");
+    describe_counter!(
+        names::TARGET_FAILURES_TOTAL,
+        "Copies a test server failed (refused, segments unacknowledged through every retransmission, closed without answers)"
+    );
+    describe_gauge!(names::TARGET_FAILING, "1 while a test server fails more than --target-fail-rate percent of its copies");
 }
 
 /// Log the health changes the engine reports.
@@ -107,6 +117,12 @@ pub fn log_events(engine: &mut Engine) {
                  to the map's other servers (one probe every --target-retry)"
             ),
             TargetEvent::Fast(addr) => tracing::info!("test server {addr} answers fast again: it takes sessions again"),
+            TargetEvent::Failing { addr, percent } => tracing::warn!(
+                "test server {addr} failing: {percent}% of its recent copies failed by its doing (refused, unanswered \
+                 retransmissions, closed without answers), above --target-fail-rate; its new sessions go to the map's \
+                 other servers (one probe every --target-retry)"
+            ),
+            TargetEvent::Sound(addr) => tracing::info!("test server {addr} no longer failing: it takes sessions again"),
             TargetEvent::AllOverloaded(m) => tracing::warn!(
                 "--map {}: every test server is overloaded or slow; new sessions are not copied until one is relieved \
                  (copier_target_overload_refused_total, copier_maps_all_targets_overloaded)",
@@ -136,6 +152,8 @@ pub fn export(engine: &Engine) {
         gauge!(names::TARGET_ANSWER_SMOOTHED, "target" => name.clone()).set(smoothed);
         gauge!(names::TARGET_SLOW, "target" => name.clone()).set(f64::from(u8::from(t.slow)));
         counter!(names::TARGET_SLOW_TOTAL, "target" => name.clone()).absolute(t.slow_turns);
+        counter!(names::TARGET_FAILURES_TOTAL, "target" => name.clone()).absolute(t.failures);
+        gauge!(names::TARGET_FAILING, "target" => name.clone()).set(f64::from(u8::from(t.failing)));
         gauge!(names::TARGET_WEIGHT, "target" => name).set(f64::from(t.weight));
     }
     gauge!(names::MAPS_ALL_TARGETS_DOWN).set(engine.maps_all_down() as f64);

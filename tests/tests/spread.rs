@@ -1,7 +1,9 @@
 //! Several test servers behind one map (`--map 80=TEST:80@3,TEST2:80@1`), each test host with
 //! its own intercept: the sessions spread 3:1; a server stopped mid-run is taken out after
 //! `--target-down-after` and its new sessions go to the other one (none of whose sessions is
-//! lost); restarted, it is back in and gets its share again.
+//! lost); restarted, it is back in and gets its share again. Slow (`--target-slow-after`) and
+//! failing (`--target-fail-rate`: test2's kernel resets most SYNs) servers get probes only and
+//! rejoin when they recover.
 //!
 //! Topology: `online` reaches `test2` through `test`, which forwards (the lab's `test2` link);
 //! the copier's registrations for `test2`'s sessions go to `test2`'s intercept only (it listens
@@ -406,4 +408,49 @@ fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
     assert!(samples.iter().all(|s| s.2 <= 20.0), "the session table grew: {samples:?}");
     assert!(got < 150, "the slow server got {got} requests (300 online at 20/s, 40/s asked)");
     drop(c);
+}
+
+#[test]
+fn a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound() {
+    let Some(mut lab) = lab_or_skip("a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound") else { return };
+    let (c, log2, _server, _icpt2) = slow_test2(&mut lab, 0.0);
+    let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
+    let cop = spread_copier(&mut lab, &map, &["--target-fail-rate", "30", "--target-retry", "1s"]);
+    let on2 = |tag: &str| {
+        let prefix = format!("/index.html?{tag}=");
+        std::fs::read_to_string(&log2).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+    };
+    // test2's kernel resets 60 % of the SYNs to port 80 (the RSTs go out through the
+    // intercept's queue, like any answer of the test server).
+    let reject = "INPUT -p tcp --dport 80 --syn -m statistic --mode random --probability 0.6 -j REJECT --reject-with tcp-reset";
+    lab.sh(Host::Test2, &format!("iptables -I {reject}")).unwrap();
+    let failing = format!("test server {}:80 failing", addr::TEST2);
+    let n = sessions_until(&lab, &cop, "f", &failing, Duration::from_secs(40));
+    std::thread::sleep(Duration::from_millis(1500)); // the metrics are exported once a second
+    let m = metrics(&lab);
+    println!("failing after {n} sessions");
+    assert!(target_metric(&m, "copier_target_failing") == 1.0, "{m}");
+    // Five outcomes at least, two of them failures at least (0.2, then 0.36 > 0.3).
+    assert!(target_metric(&m, "copier_target_failures_total") >= 2.0, "{m}");
+
+    // Failing: test2 gets only a probe a second; test takes every other session.
+    sessions(&lab, "p", 0, 40, 0.05);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    let (p1, p2) = (count(c.test(), "p"), on2("p"));
+    println!("failing: test {p1}, test2 {p2} of 40");
+    assert!(p2 <= 10, "test2 got {p2} of 40 sessions while failing (20 by weight)");
+    assert!(p1 >= 28, "test got only {p1} of 40 sessions while test2 was failing");
+
+    // Sound again: the probes complete, the share falls under 15 %, test2 is back.
+    lab.sh(Host::Test2, &format!("iptables -D {reject}")).unwrap();
+    sessions_until(&lab, &cop, "r", &format!("test server {}:80 no longer failing", addr::TEST2), Duration::from_secs(40));
+    sessions(&lab, "b", 0, 40, 0.05);
+    c.settle(Duration::from_secs(1), Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    let (b1, b2) = (count(c.test(), "b"), on2("b"));
+    println!("sound again: test {b1}, test2 {b2} of 40");
+    assert_eq!(b1 + b2, 40, "sessions lost once test2 was sound: {b1} + {b2}");
+    assert!(b2 >= 12, "test2 got only {b2} of 40 sessions once sound again");
+    c.assert_no_leak(&mut lab);
 }

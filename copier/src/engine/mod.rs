@@ -944,7 +944,12 @@ impl Engine {
     }
 
     /// After any change to a session: drop it when finished, else re-arm and mark it ready.
-    fn after_op(&mut self, idx: u32, _now: Instant) {
+    fn after_op(&mut self, idx: u32, now: Instant) {
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        if let Some(failed) = s.outcome.take() {
+            // Before `on_ended` forgets which server the copy was on.
+            self.targets.on_outcome(now, idx, failed);
+        }
         let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.removable() {
             self.remove(idx);

@@ -127,6 +127,9 @@ pub(crate) struct Session {
     gap: Option<Box<Gap>>,
     /// This copy counts the captured packets' drops for the session (see `on_captured`).
     lead: bool,
+    /// How the copy ended, for its test server's failure share (`Targets::on_outcome`): `true`
+    /// failed by the server's doing, `false` completed, `None` not ended or neither.
+    pub outcome: Option<bool>,
     /// The copy's index among the copies of its captured session (the dye value may carry it).
     pub copy: u16,
     pub armed: Option<Instant>,
@@ -163,6 +166,7 @@ impl Session {
             reconnects: 0,
             gap: None,
             lead: true,
+            outcome: None,
             copy: 0,
             armed: None,
             in_ready: false,
@@ -701,6 +705,11 @@ impl Session {
             None => sh.stats.sessions_completed += 1,
             Some(r) => sh.stats.sessions_failed.bump(r),
         }
+        self.outcome = match why {
+            None => Some(false),
+            Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit) => Some(true),
+            Some(_) => None,
+        };
         if why.is_none() && self.stream.has_held() {
             // The client ended with a hole not given up yet: what followed it dies here.
             sh.stats.drops.capture_gap += u64::from(self.lead);

@@ -38,6 +38,14 @@
 //! `retry`; its first answer within 3/4 of `slow_after` (a probe's, or a live copy's) makes it
 //! fast again ([`TargetEvent::Fast`]) and restarts the smoothing from that answer.
 //!
+//! Failures, with `fail_percent` ([`HealthConfig`], 0: off): every copy that ends says whether
+//! its server failed it ([`Targets::on_outcome`]: refused, unacknowledged through every
+//! retransmission, connections closed without answers) or it completed; the server's share of
+//! failed copies is smoothed ([`FAIL_SMOOTHING`]) and past `fail_percent` (after at least five
+//! outcomes) the server is failing ([`TargetEvent::Failing`]): it is treated as a slow one
+//! (no new sessions while another server of the map can take them, one probe every `retry`)
+//! until the share falls below half of `fail_percent` ([`TargetEvent::Sound`]).
+//!
 //! Invariants: a map's servers share one IP family; each server address has one health state
 //! however many maps name it; with no answer ever expected (no copy started since its last
 //! answer) a server stays as it is.
@@ -120,11 +128,20 @@ pub struct HealthConfig {
     pub max_live: usize,
     /// Smoothed answer time above which a server is slow (0: off).
     pub slow_after: Duration,
+    /// Percentage of failed copies (smoothed over its last sessions) above which a server is
+    /// failing (0: off); see [`Targets::on_outcome`].
+    pub fail_percent: u8,
 }
 
 impl Default for HealthConfig {
     fn default() -> Self {
-        HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), max_live: 0, slow_after: Duration::ZERO }
+        HealthConfig {
+            down_after: Duration::from_secs(3),
+            retry: Duration::from_secs(5),
+            max_live: 0,
+            slow_after: Duration::ZERO,
+            fail_percent: 0,
+        }
     }
 }
 
@@ -157,6 +174,17 @@ pub enum TargetEvent {
     },
     /// A slow server answered within 3/4 of `slow_after`: it takes sessions again.
     Fast(SocketAddr),
+    /// The server's smoothed share of failed copies passed `fail_percent`: new sessions go
+    /// elsewhere.
+    Failing {
+        /// The server.
+        addr: SocketAddr,
+        /// Its smoothed share of failed copies, in percent.
+        percent: u32,
+    },
+    /// A failing server's smoothed share of failed copies fell below half of `fail_percent`:
+    /// it takes sessions again.
+    Sound(SocketAddr),
     /// Every server of the map that is up is overloaded: new copies are not made.
     AllOverloaded(PortMap),
     /// A server of the map takes sessions again after [`TargetEvent::AllOverloaded`].
@@ -186,6 +214,13 @@ pub struct TargetStats {
     pub slow: bool,
     /// Times it turned slow.
     pub slow_turns: u64,
+    /// Copies on it that failed by its doing (refused, retransmissions unanswered, connections
+    /// closed without answers).
+    pub failures: u64,
+    /// Whether it is failing (smoothed share of failed copies above `fail_percent`).
+    pub failing: bool,
+    /// Times it turned failing.
+    pub failing_turns: u64,
     /// Copies not made because every server of their map was overloaded (counted on the
     /// map's first server).
     pub refused: u64,
@@ -203,19 +238,35 @@ pub struct TargetStats {
 /// ten answers count).
 pub const ANSWER_SMOOTHING: f64 = 0.1;
 
+/// The weight of the newest session outcome in a server's share of failed copies (about the
+/// last five count).
+pub const FAIL_SMOOTHING: f64 = 0.2;
+
+/// Outcomes a server must have had before it can be judged failing.
+const FAIL_MIN_OUTCOMES: u32 = 5;
+
 #[derive(Debug)]
 struct Server {
     stats: TargetStats,
     /// The first copy started since its last answer (what `down_after` counts from).
     waiting_since: Option<Instant>,
-    /// While down or slow: when the next probe may go.
+    /// While down, slow or failing: when the next probe may go.
     next_probe: Option<Instant>,
+    /// Its share of failed copies, smoothed ([`FAIL_SMOOTHING`]).
+    fail_smoothed: f64,
+    /// Session outcomes counted.
+    outcomes: u32,
 }
 
 impl Server {
-    /// Whether it takes no new sessions for its load (overloaded or slow).
+    /// Whether it takes no new sessions for its load (overloaded, slow or failing).
     fn busy(&self) -> bool {
-        self.stats.overloaded || self.stats.slow
+        self.stats.overloaded || self.stats.slow || self.stats.failing
+    }
+
+    /// Whether it is probed while up (slow or failing).
+    fn probed(&self) -> bool {
+        self.stats.slow || self.stats.failing
     }
 }
 
@@ -266,6 +317,9 @@ impl Targets {
                             overloaded: false,
                             slow: false,
                             slow_turns: 0,
+                            failures: 0,
+                            failing: false,
+                            failing_turns: 0,
                             refused: 0,
                             answers: 0,
                             answer_sum: Duration::ZERO,
@@ -273,6 +327,8 @@ impl Targets {
                         },
                         waiting_since: None,
                         next_probe: None,
+                        fail_smoothed: 0.0,
+                        outcomes: 0,
                     });
                     t.servers.len() - 1
                 });
@@ -298,7 +354,7 @@ impl Targets {
         // A slow server whose probe is due takes this copy (its answer time is measured again).
         for &(i, _, _) in &self.groups[g].members {
             let s = &mut self.servers[i];
-            if s.stats.up && s.stats.slow && s.next_probe.is_some_and(|t| t <= now) {
+            if s.stats.up && s.probed() && s.next_probe.is_some_and(|t| t <= now) {
                 s.next_probe = Some(now + self.cfg.retry);
                 s.stats.probes += 1;
                 return Some(s.stats.addr);
@@ -399,8 +455,8 @@ impl Targets {
         s.waiting_since = None;
         if !s.stats.up {
             s.stats.up = true;
-            // Still slow: probed as such.
-            s.next_probe = s.stats.slow.then(|| now + self.cfg.retry);
+            // Still slow or failing: probed as such.
+            s.next_probe = s.probed().then(|| now + self.cfg.retry);
             push(&mut self.events, TargetEvent::Up(addr));
             self.refresh_groups();
         }
@@ -433,10 +489,43 @@ impl Targets {
             push(&mut self.events, TargetEvent::Slow { addr, answer: smoothed });
         } else if s.slow && took <= limit * 3 / 4 {
             s.slow = false;
-            if s.up {
+            if s.up && !s.failing {
                 srv.next_probe = None;
             }
             push(&mut self.events, TargetEvent::Fast(addr));
+        }
+    }
+
+    /// The copy in session slot `slot` ended: `failed` when by its server's doing (it refused
+    /// the connection, left segments unacknowledged through every retransmission, or kept
+    /// closing connections without answering), not when it completed. Outcomes that say nothing
+    /// of the server (shed for memory, the client gone quiet, a shutdown) are not reported. With
+    /// `fail_percent`, a server whose smoothed share of failed copies passes it is failing: like
+    /// a slow one it takes no new sessions while another server of its map can, but for one
+    /// probe every `retry`; it takes sessions again when the share falls below half of it.
+    pub fn on_outcome(&mut self, now: Instant, slot: u32, failed: bool) {
+        let Some(&i) = self.by_slot.get(slot as usize) else { return };
+        let Some(srv) = self.servers.get_mut(i) else { return };
+        srv.stats.failures += u64::from(failed);
+        srv.fail_smoothed = srv.fail_smoothed * (1.0 - FAIL_SMOOTHING) + if failed { FAIL_SMOOTHING } else { 0.0 };
+        srv.outcomes = srv.outcomes.saturating_add(1);
+        if self.cfg.fail_percent == 0 {
+            return;
+        }
+        let limit = f64::from(self.cfg.fail_percent) / 100.0;
+        let s = &mut srv.stats;
+        if !s.failing && srv.outcomes >= FAIL_MIN_OUTCOMES && srv.fail_smoothed > limit {
+            s.failing = true;
+            s.failing_turns += 1;
+            srv.next_probe = Some(now + self.cfg.retry);
+            let percent = (srv.fail_smoothed * 100.0).round() as u32;
+            push(&mut self.events, TargetEvent::Failing { addr: s.addr, percent });
+        } else if s.failing && srv.fail_smoothed < limit / 2.0 {
+            s.failing = false;
+            if s.up && !s.slow {
+                srv.next_probe = None;
+            }
+            push(&mut self.events, TargetEvent::Sound(s.addr));
         }
     }
 

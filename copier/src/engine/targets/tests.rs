@@ -212,3 +212,69 @@ fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
     assert_eq!(evs.last(), Some(&TargetEvent::AllOverloaded(m)));
 }
+
+#[test]
+fn a_failing_server_gets_no_new_sessions_but_probes_and_is_back_when_sound() {
+    let m = map();
+    let cfg = HealthConfig { fail_percent: 30, retry: Duration::from_secs(5), ..HealthConfig::default() };
+    let mut t = two_with(1, 1, cfg);
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    let now = Instant::now();
+    let ms = Duration::from_millis;
+    // Start copies in slots 0..; each server's copies end: s1's complete, s2's fail half.
+    let mut slot = 0u32;
+    let mut end = |t: &mut Targets, at: Instant, failed_on_s2: bool| -> SocketAddr {
+        let to = t.pick(at, &m).unwrap();
+        t.on_started(at, to, slot);
+        t.on_answer(at, to, false); // it answers (failing is not down)
+        t.on_outcome(at, slot, to == s2 && failed_on_s2);
+        t.on_ended(slot);
+        slot += 1;
+        to
+    };
+    // Four outcomes each, s2's all failed: not judged before five.
+    for _ in 0..8 {
+        end(&mut t, now, true);
+    }
+    assert!(t.stats().all(|x| !x.failing), "at least five outcomes first");
+    // Its fifth failure: failing (smoothed share 67 %).
+    assert_eq!(end(&mut t, now, true), s1);
+    assert_eq!(end(&mut t, now, true), s2);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Failing { addr: s2, percent: 67 }));
+    let st = *t.stats().find(|x| x.addr == s2).unwrap();
+    assert_eq!((st.failing, st.failing_turns, st.failures), (true, 1, 5));
+    assert_eq!(t.stats().find(|x| x.addr == s1).unwrap().failures, 0, "completed copies are no failures");
+    // No new session for s2 but one probe per retry; probes that complete bring it back once
+    // the share is under 15 %.
+    let picks: Vec<_> = (0..10).map(|_| end(&mut t, now, false)).collect();
+    assert!(picks.iter().all(|&p| p == s1), "{picks:?}");
+    let mut probes = 0;
+    let mut at = now;
+    while t.stats().any(|x| x.addr == s2 && x.failing) {
+        at += ms(5000);
+        assert_eq!(end(&mut t, at, false), s2, "the probe, once per retry");
+        assert_eq!(end(&mut t, at, false), s1);
+        probes += 1;
+        assert!(probes < 20);
+    }
+    // 0.67 x 0.8^n < 0.15: n = 7.
+    assert_eq!(probes, 7);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Sound(s2)));
+    let picks: Vec<_> = (0..4).map(|_| end(&mut t, at, false)).collect();
+    assert_eq!(picks.iter().filter(|&&p| p == s2).count(), 2, "{picks:?}");
+}
+
+#[test]
+fn without_a_fail_rate_failures_are_counted_only() {
+    let m = map();
+    let mut t = two_with(1, 1, HealthConfig::default());
+    let now = Instant::now();
+    for slot in 0..20 {
+        let to = t.pick(now, &m).unwrap();
+        t.on_started(now, to, slot);
+        t.on_outcome(now, slot, true);
+        t.on_ended(slot);
+    }
+    assert!(t.stats().all(|x| !x.failing && x.failures == 10));
+    assert_eq!(t.poll_event(), None);
+}
