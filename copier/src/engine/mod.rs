@@ -950,7 +950,6 @@ impl Engine {
             // Before `on_ended` forgets which server the copy was on.
             self.targets.on_outcome(now, idx, failed);
         }
-        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.removable() {
             self.remove(idx);
             return;
