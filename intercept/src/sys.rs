@@ -1,5 +1,6 @@
 //! The intercept's only unsafe code: the NFQUEUE netlink socket (open, bind, socket options,
-//! `send`, `recv` and `recvmmsg`). The messages themselves are built and parsed in safe code
+//! `send`, `recv` and `recvmmsg`), and the NFQUEUE workers' non-blocking writes to a copier's
+//! connection ([`send_now`]). The messages themselves are built and parsed in safe code
 //! ([`crate::netlink`]).
 
 #![allow(unsafe_code)]
@@ -242,4 +243,32 @@ mod tests {
         assert_eq!(b.capacity(), 4);
         assert!(b.get(0).is_empty() && b.get(9).is_empty());
     }
+}
+
+/// Send as much of `buf` as the socket takes now, without waiting. Returns the bytes sent
+/// (0 when it would block), or the error.
+pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        // SAFETY: `rest` is valid for reads of its length; `fd` is an open descriptor we own.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(done),
+                _ => return Err(e),
+            }
+        }
+        done += r as usize;
+    }
+    Ok(done)
 }
