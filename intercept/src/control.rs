@@ -19,14 +19,18 @@
 //! - a copier not heard from for [`ControlConfig::idle_timeout`] (six of its pings) is closed
 //!   and counted (`intercept_control_closed_total{reason="idle"}`); the socket also has TCP
 //!   keepalive, so a vanished host is noticed even while we only write;
-//! - a copier's records wait in its bounded [`Outlet`]; the writer drains it in batches of
-//!   many records per frame, and the socket write is TCP-flow-controlled, so a slow copier costs
-//!   bounded memory (the oldest records are dropped and counted);
-//! - no clock in the record path: a record that finds the writer idle is written at once; the
-//!   records that arrive while a write is in progress are all taken by the next write, so a
-//!   busy connection batches by itself (one wake-up and one write per turn of the writer, not
-//!   per record) and an idle one adds no delay. The outlet wakes the writer only when it goes
-//!   from empty to non-empty, and the NFQUEUE worker pushes each receive batch at once;
+//! - a copier's records are written by the NFQUEUE worker that read them when the connection
+//!   is idle (`crate::outlet`: one write per receive batch); otherwise they wait in its bounded
+//!   [`Outlet`] and the writer here drains it in batches of many records per frame, and the
+//!   socket write is TCP-flow-controlled, so a slow copier costs bounded memory (the oldest
+//!   records are dropped and counted). Both sides seal every frame under the outlet's lock with
+//!   the connection's one frame counter; what a worker's partial write left over is written
+//!   here before anything else;
+//! - no clock in the record path: a record that finds the connection idle is written at once
+//!   by the worker; the records that arrive while a write is in progress are queued and all
+//!   taken by the writer's next write, so a busy connection batches by itself (one wake-up and
+//!   one write per turn of the writer, not per record). The outlet wakes the writer only when
+//!   its queue goes from empty to non-empty or a worker left bytes over;
 //! - answer payload goes only where it is asked for: a copier whose Hello announces
 //!   `FEATURE_PAYLOAD_REQUEST` gets payload only on the tuples of its RegisterPayload messages
 //!   (its plain Registers get headers only); an older copier (no such feature) gets, as before,

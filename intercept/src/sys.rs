@@ -139,6 +139,16 @@ impl NetlinkSocket {
     /// it sleeps until the first arrives, then takes only what is already there
     /// (`MSG_WAITFORONE`). Returns how many were received; their bytes are `batch.get(i)`.
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        self.recv_batch_flags(batch, libc::MSG_WAITFORONE)
+    }
+
+    /// [`recv_batch`](Self::recv_batch) without sleeping: what is already there, or
+    /// `WouldBlock` when nothing is.
+    pub fn recv_batch_now(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        self.recv_batch_flags(batch, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_batch_flags(&self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
         let n = batch.bufs.len();
         batch.lens.iter_mut().for_each(|l| *l = 0);
         batch.iov.clear();
@@ -164,7 +174,7 @@ impl NetlinkSocket {
                 self.fd.as_raw_fd(),
                 batch.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
