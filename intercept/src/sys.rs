@@ -234,27 +234,6 @@ impl RecvBatch {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_netfilter_socket_opens_with_a_forced_buffer_and_batches_start_empty() {
-        let s = NetlinkSocket::open_netfilter().expect("open a NETLINK_NETFILTER socket (root)");
-        assert_eq!(
-            getsockopt_int(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PROTOCOL).unwrap(),
-            libc::NETLINK_NETFILTER
-        );
-        let n = s.force_rcvbuf(4 << 20).unwrap();
-        // the kernel reports twice what was set (its bookkeeping share)
-        assert!(n >= 4 << 20, "receive buffer {n}");
-        s.report_enobufs(true).unwrap();
-        let b = RecvBatch::new(4, 256);
-        assert_eq!(b.capacity(), 4);
-        assert!(b.get(0).is_empty() && b.get(9).is_empty());
-    }
-}
-
 /// Send as much of `buf` as the socket takes now, without waiting. Returns the bytes sent
 /// (0 when it would block), or the error.
 pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
@@ -281,4 +260,25 @@ pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
         done += r as usize;
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_netfilter_socket_opens_with_a_forced_buffer_and_batches_start_empty() {
+        let s = NetlinkSocket::open_netfilter().expect("open a NETLINK_NETFILTER socket (root)");
+        assert_eq!(
+            getsockopt_int(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PROTOCOL).unwrap(),
+            libc::NETLINK_NETFILTER
+        );
+        let n = s.force_rcvbuf(4 << 20).unwrap();
+        // the kernel reports twice what was set (its bookkeeping share)
+        assert!(n >= 4 << 20, "receive buffer {n}");
+        s.report_enobufs(true).unwrap();
+        let b = RecvBatch::new(4, 256);
+        assert_eq!(b.capacity(), 4);
+        assert!(b.get(0).is_empty() && b.get(9).is_empty());
+    }
 }

@@ -846,7 +846,7 @@ async fn a_partial_write_is_finished_by_the_writer_before_anything_else() {
                     assert_eq!(r.payload.len(), 1000);
                     next_len += 1;
                     // Pauses now and then: the socket fills again.
-                    if next_len % 2000 == 0 {
+                    if next_len.is_multiple_of(2000) {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                     }
                 }
