@@ -558,4 +558,72 @@ mod tests {
             .unwrap();
         t.join().unwrap();
     }
+
+    /// The records' `orig_len`s of every Records frame readable now on `sock`.
+    fn read_now(sock: &mut std::os::unix::net::UnixStream) -> Vec<Vec<u32>> {
+        use std::io::Read;
+        sock.set_nonblocking(true).unwrap();
+        let mut dec = common::proto::codec::FrameDecoder::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match sock.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => dec.push(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        let mut frames = Vec::new();
+        while let Some(m) = dec.next().unwrap() {
+            match m {
+                Message::Records { records } => frames.push(records.iter().map(|r| r.orig_len).collect()),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        frames
+    }
+
+    #[test]
+    fn deliver_writes_when_the_connection_is_idle_and_queues_otherwise() {
+        use std::os::fd::AsFd;
+        let (near, mut far) = std::os::unix::net::UnixStream::pair().unwrap();
+        // No socket yet: queued, and the writer is woken.
+        let o = Outlet::new(100);
+        o.deliver(vec![rec(1)]);
+        assert_eq!(o.len(), 1);
+        o.drain_into(&mut Vec::new(), 10);
+        o.attach(Some(near.as_fd().try_clone_to_owned().unwrap()), None, "test");
+        // Idle: one batch, one frame, written by the caller; nothing queued.
+        o.deliver(vec![rec(2), rec(3)]);
+        assert!(o.is_idle());
+        assert_eq!(read_now(&mut far), vec![vec![2, 3]]);
+        // While the control writer writes, records are queued (and they come after what it
+        // took).
+        o.deliver(vec![rec(4)]);
+        assert_eq!(read_now(&mut far), vec![vec![4]]);
+        o.push([rec(5)]);
+        let mut out = Vec::new();
+        assert_eq!(o.begin_write(&mut out, 10, &[]), 1);
+        o.deliver(vec![rec(6)]);
+        assert_eq!(o.len(), 1, "queued while the writer is busy");
+        o.end_write();
+        // Something queued: the next batch queues behind it, whatever the writer does.
+        o.deliver(vec![rec(7)]);
+        assert_eq!(o.len(), 2);
+        let mut out2 = Vec::new();
+        assert_eq!(o.begin_write(&mut out2, 10, &[]), 2);
+        o.end_write();
+        use std::io::Write;
+        far.set_nonblocking(false).unwrap();
+        let mut near2 = near.try_clone().unwrap();
+        near2.write_all(&out).unwrap();
+        near2.write_all(&out2).unwrap();
+        assert_eq!(read_now(&mut far), vec![vec![5], vec![6, 7]]);
+        // The connection ends: nothing is written by a worker any more.
+        let mut last = Vec::new();
+        o.finish(None, &mut last);
+        assert!(last.is_empty());
+        o.deliver(vec![rec(8)]);
+        assert_eq!(o.len(), 1);
+        assert!(read_now(&mut far).is_empty());
+    }
 }
