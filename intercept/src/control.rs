@@ -413,6 +413,15 @@ pub(crate) async fn run_copier<S>(
     let (mut writer, sealer) = writer.into_parts();
     let outlet = Arc::new(Outlet::new(cfg.outlet_capacity));
     outlet.attach(fd, sealer, &label);
+    // However this task ends (even aborted at shutdown), the workers' duplicate of the socket
+    // is closed with it.
+    struct Detach(Arc<Outlet>);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            self.0.detach();
+        }
+    }
+    let _detach = Detach(outlet.clone());
     shared.lock().outlets.insert(id, outlet.clone());
     gauge!(COPIERS_CONNECTED).increment(1.0);
 

@@ -20,8 +20,9 @@
 //! - every frame of a connection is sealed under its [`Wire`] lock with the one frame counter,
 //!   by whichever side writes it, in the order it goes on the wire;
 //! - the workers write to a duplicate of the socket's descriptor, owned by the [`Wire`] and
-//!   dropped when the connection ends ([`Outlet::finish`]), so a worker can never write to a
-//!   descriptor number that has been closed and reused.
+//!   dropped when the connection ends ([`Outlet::finish`], or [`Outlet::detach`] when its task
+//!   is dropped), so a worker can never write to a descriptor number that has been closed and
+//!   reused, and the socket is not kept open after its connection.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -381,6 +382,15 @@ impl Outlet {
     /// How many of the workers' sends the socket took only in part or not at all.
     pub fn leftovers(&self) -> u64 {
         self.lock_wire().leftovers
+    }
+
+    /// No worker writes any more, and the socket's duplicate is closed (what
+    /// [`finish`](Self::finish) also does): for a connection's task that ends without
+    /// finishing (aborted, or panicked), so that the socket is not kept open.
+    pub fn detach(&self) {
+        let mut w = self.lock_wire();
+        w.fd = None;
+        w.busy = true;
     }
 
     /// Whether nothing waits for the control writer: no queued record, no left-over bytes.
