@@ -235,7 +235,8 @@ impl RecvBatch {
 }
 
 /// Send as much of `buf` as the socket takes now, without waiting. Returns the bytes sent
-/// (0 when it would block), or the error.
+/// (0 when it would block), or the error if nothing was sent (after a partial send the error
+/// comes back on the next call).
 pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
@@ -254,6 +255,7 @@ pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
             match e.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => return Ok(done),
+                _ if done > 0 => return Ok(done),
                 _ => return Err(e),
             }
         }
