@@ -19,14 +19,18 @@
 //! - a copier not heard from for [`ControlConfig::idle_timeout`] (six of its pings) is closed
 //!   and counted (`intercept_control_closed_total{reason="idle"}`); the socket also has TCP
 //!   keepalive, so a vanished host is noticed even while we only write;
-//! - a copier's records wait in its bounded [`Outlet`]; the writer drains it in batches of
-//!   many records per frame, and the socket write is TCP-flow-controlled, so a slow copier costs
-//!   bounded memory (the oldest records are dropped and counted);
-//! - no clock in the record path: a record that finds the writer idle is written at once; the
-//!   records that arrive while a write is in progress are all taken by the next write, so a
-//!   busy connection batches by itself (one wake-up and one write per turn of the writer, not
-//!   per record) and an idle one adds no delay. The outlet wakes the writer only when it goes
-//!   from empty to non-empty, and the NFQUEUE worker pushes each receive batch at once;
+//! - a copier's records are written by the NFQUEUE worker that read them when the connection
+//!   is idle (`crate::outlet`: one write per receive batch); otherwise they wait in its bounded
+//!   [`Outlet`] and the writer here drains it in batches of many records per frame, and the
+//!   socket write is TCP-flow-controlled, so a slow copier costs bounded memory (the oldest
+//!   records are dropped and counted). Both sides seal every frame under the outlet's lock with
+//!   the connection's one frame counter; what a worker's partial write left over is written
+//!   here before anything else;
+//! - no clock in the record path: a record that finds the connection idle is written at once
+//!   by the worker; the records that arrive while a write is in progress are queued and all
+//!   taken by the writer's next write, so a busy connection batches by itself (one wake-up and
+//!   one write per turn of the writer, not per record). The outlet wakes the writer only when
+//!   its queue goes from empty to non-empty or a worker left bytes over;
 //! - answer payload goes only where it is asked for: a copier whose Hello announces
 //!   `FEATURE_PAYLOAD_REQUEST` gets payload only on the tuples of its RegisterPayload messages
 //!   (its plain Registers get headers only); an older copier (no such feature) gets, as before,
@@ -37,20 +41,21 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::proto::io::{server_handshake, Established, FrameReader, FrameWriter};
+use common::proto::io::{server_handshake, Established, FrameReader};
 use common::flow::FourTuple;
 use common::proto::{error_code, Message, ProtoError, RegVerdict};
 use metrics::{counter, gauge};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::metrics::{
-    CONTROL_CLOSED, CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED, RECORDS_SENT,
+    CONTROL_CLOSED, CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED,
 };
 use crate::outlet::{Outlet, Shared};
 use crate::router::CopierId;
@@ -352,6 +357,15 @@ async fn connection(
     shutdown: watch::Receiver<bool>,
 ) {
     let _ = sock.set_nodelay(true);
+    // For the NFQUEUE workers' own writes (crate::outlet): a descriptor of our own, so none
+    // of theirs can ever reach a closed and reused number.
+    let fd = match sock.as_fd().try_clone_to_owned() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::warn!("duplicating the socket of the connection from {peer}: {e}; its records are written by the control thread only");
+            None
+        }
+    };
     let keepalive = socket2::TcpKeepalive::new()
         .with_time(KEEPALIVE_TIME)
         .with_interval(KEEPALIVE_INTERVAL)
@@ -372,12 +386,13 @@ async fn connection(
             return;
         }
     };
-    run_copier(est, peer, id, shared, cfg, shutdown).await;
+    run_copier(est, fd, peer, id, shared, cfg, shutdown).await;
 }
 
 /// Serve an authenticated copier connection until it ends; clean up after it.
 pub(crate) async fn run_copier<S>(
     est: Established<S>,
+    fd: Option<OwnedFd>,
     peer: SocketAddr,
     id: CopierId,
     shared: Arc<Shared>,
@@ -388,34 +403,56 @@ pub(crate) async fn run_copier<S>(
 {
     let Established {
         mut reader,
-        mut writer,
+        writer,
         peer: hello,
     } = est;
     reader.set_idle_timeout(Some(cfg.idle_timeout));
     tracing::info!("copier {peer} connected as {id} ({})", hello.software);
+    let label = peer.ip().to_string();
+    // From here on every frame is sealed by the outlet, whoever writes it.
+    let (mut writer, sealer) = writer.into_parts();
     let outlet = Arc::new(Outlet::new(cfg.outlet_capacity));
+    outlet.attach(fd, sealer, &label);
+    // However this task ends (even aborted at shutdown), the workers' duplicate of the socket
+    // is closed with it.
+    struct Detach(Arc<Outlet>);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            self.0.detach();
+        }
+    }
+    let _detach = Detach(outlet.clone());
     shared.lock().outlets.insert(id, outlet.clone());
     gauge!(COPIERS_CONNECTED).increment(1.0);
 
     // Pongs and Registered answers, written by the write loop after the records queued so far.
     let (reply_tx, reply_rx) = mpsc::channel(64);
-    let label = peer.ip().to_string();
     let asks = hello.has(common::proto::FEATURE_PAYLOAD_REQUEST);
     let end = tokio::select! {
         e = read_loop(&mut reader, id, asks, &shared, &outlet, &reply_tx) => e,
-        e = write_loop(&mut writer, &outlet, reply_rx, shutdown, &label) => e,
+        e = write_loop(&mut writer, &outlet, reply_rx, shutdown) => e,
     };
     let tell = match &end {
         End::Protocol(why) | End::BadTag(why) => Some(why.clone()),
         End::Idle(d) => Some(format!("intercept: nothing heard from this copier for {d:?}")),
         _ => None,
     };
-    if let Some(why) = tell {
-        let msg = Message::Error {
+    let last = match (&end, tell) {
+        (_, Some(why)) => Some(Message::Error {
             code: error_code::PROTOCOL,
             message: why,
-        };
-        let _ = tokio::time::timeout(Duration::from_millis(200), writer.write_message(&msg)).await;
+        }),
+        (End::Shutdown, None) => Some(Message::Error {
+            code: error_code::SHUTDOWN,
+            message: "intercept shutting down".into(),
+        }),
+        _ => None,
+    };
+    // No worker writes from here on; what one left over goes before the last message.
+    let mut buf = Vec::new();
+    outlet.finish(last.as_ref(), &mut buf);
+    if !buf.is_empty() {
+        let _ = tokio::time::timeout(Duration::from_millis(200), writer.write_all(&buf)).await;
     }
     counter!(CONTROL_CLOSED, "reason" => end.reason()).increment(1);
     let _ = tokio::time::timeout(Duration::from_millis(200), writer.shutdown()).await;
@@ -538,21 +575,23 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
 }
 
+/// Write what the NFQUEUE workers could not write themselves: queued records, the bytes a
+/// worker's partial write left over (first), and the replies. `out` is the connection's raw
+/// write half: every frame is sealed by the [`Outlet`] ([`Outlet::begin_write`]).
 async fn write_loop<W: AsyncWrite + Unpin>(
-    writer: &mut FrameWriter<W>,
+    out: &mut W,
     outlet: &Outlet,
     mut reply: mpsc::Receiver<Message>,
     mut shutdown: watch::Receiver<bool>,
-    label: &str,
 ) -> End {
-    let sent = counter!(RECORDS_SENT, "copier" => label.to_string());
-    let mut batch = Vec::with_capacity(BATCH);
+    let mut buf = Vec::new();
     let mut stopping = *shutdown.borrow();
     let mut replies: Vec<Message> = Vec::new();
     loop {
-        // Idle: sleep until a record is queued (the outlet wakes us only when it goes from
-        // empty to non-empty), a reply is due or we stop. Busy: no waiting at all.
-        if !stopping && outlet.is_empty() && replies.is_empty() {
+        // Idle: sleep until a record is queued or a worker left bytes over (the outlet wakes
+        // us only when its queue goes from empty to non-empty, or for left-over bytes), a
+        // reply is due or we stop. Busy: no waiting at all.
+        if !stopping && outlet.is_idle() && replies.is_empty() {
             tokio::select! {
                 () = outlet.ready() => {}
                 Some(m) = reply.recv() => replies.push(m),
@@ -567,38 +606,38 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         }
         // Everything queued now goes in one write (several frames if it is large). Records that
         // arrive during the write wait for the next turn of the loop, which takes them all at
-        // once: batches grow with the load, and a record that finds the writer idle goes at
-        // once. A Pong or Registered goes out after the records queued before it (a copier may
-        // use Ping as a barrier); on shutdown everything queued is flushed first.
+        // once: batches grow with the load, and a record that finds the connection idle is
+        // written at once by the NFQUEUE worker itself. A Pong or Registered goes out after
+        // the records queued before it (a copier may use Ping as a barrier); on shutdown
+        // everything queued is flushed first.
         let flush_all = stopping || !replies.is_empty();
         let mut left = if flush_all { outlet.len() } else { BATCH };
         loop {
-            batch.clear();
-            outlet.drain_into(&mut batch, left.min(BATCH));
-            if batch.is_empty() {
-                break;
+            buf.clear();
+            let last = !flush_all || left <= BATCH;
+            let with = if last { &replies[..] } else { &[][..] };
+            let n = outlet.begin_write(&mut buf, left.min(BATCH), with);
+            if !buf.is_empty() {
+                let r = async {
+                    out.write_all(&buf).await?;
+                    out.flush().await
+                }
+                .await;
+                outlet.end_write();
+                if let Err(e) = r {
+                    return End::Io(e.to_string());
+                }
             }
-            if let Err(e) = writer.write_records(&batch).await {
-                return End::Io(e.to_string());
-            }
-            sent.increment(batch.len() as u64);
-            left = left.saturating_sub(batch.len());
-            if !flush_all || left == 0 {
+            left = left.saturating_sub(n);
+            if last || n == 0 {
                 break;
             }
         }
-        if !replies.is_empty() {
-            if let Err(e) = writer.write_messages(&replies).await {
-                return End::Io(e.to_string());
-            }
-            replies.clear();
+        replies.clear();
+        if buf.capacity() > 4 * common::proto::MAX_FRAME {
+            buf = Vec::new();
         }
         if stopping {
-            let bye = Message::Error {
-                code: error_code::SHUTDOWN,
-                message: "intercept shutting down".into(),
-            };
-            let _ = writer.write_message(&bye).await;
             return End::Shutdown;
         }
     }

@@ -47,8 +47,10 @@ given --port(s) is handed to this daemon by an iptables NFQUEUE rule. For each p
 The queue hands over segmentation-offload super-segments whole (NFQUEUE GSO delivery), so a
 large answer is a few packets and a few records, not one per MTU; an accepted one is cut by the
 kernel after the verdict. Packets are read several per system call when several wait, and
-dropped with one batch verdict; records go to the copier as soon as its connection is idle,
-batched while it is busy.
+dropped with one batch verdict; the thread that reads them writes their records to the copier
+itself when its connection is idle (one write per batch, after one more look for packets
+already waiting; a lone record is not held), and queues them for the connection's writer,
+which batches them, while it is busy.
 Copiers connect to --listen and authenticate with the shared secret in --secret-file. A copier's
 registration of a session this intercept cannot guard (a server port that is not a --port, an
 IPv6 session with --ipv4-only, more than --max-registrations) is refused, and the copier told.

@@ -34,6 +34,10 @@ pub const PACKETS_DROPPED: &str = "intercept_packets_dropped_total";
 pub const RECORDS_ROUTED: &str = "intercept_records_routed_total";
 /// Records written to a copier's connection, label `copier` (its address).
 pub const RECORDS_SENT: &str = "intercept_records_sent_total";
+/// Writes of records to copier connections, label `by`: `nfqueue` (an NFQUEUE worker wrote a
+/// receive batch's records itself, the connection being idle) or `writer` (the connection's
+/// control writer wrote what was queued). Records per write = `RECORDS_SENT` / this.
+pub const RECORD_WRITES: &str = "intercept_record_writes_total";
 /// Records dropped from a full copier queue (DESIGN.md), label `reason` =
 /// [`DropReason::CopierSlow`]'s label.
 pub const RECORDS_DROPPED: &str = "intercept_records_dropped_total";
@@ -90,6 +94,10 @@ pub fn describe() {
     describe_counter!(WORKERS_DIED, "NFQUEUE worker threads that died");
     describe_counter!(RECORDS_ROUTED, "Records routed to a copier");
     describe_counter!(RECORDS_SENT, "Records written to a copier connection");
+    describe_counter!(
+        RECORD_WRITES,
+        "Writes of records to copier connections, by who wrote (nfqueue worker or control writer)"
+    );
     describe_counter!(RECORDS_DROPPED, "Records dropped from a full copier queue");
     describe_counter!(
         HELD,

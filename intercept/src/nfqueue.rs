@@ -20,7 +20,13 @@
 //!   accepted one is segmented by the kernel after the verdict; its checksums are partial,
 //!   and nothing here reads them);
 //! - the router lock is held only for the decisions of one batch, never during the verdict
-//!   or a push; a batch's records go to each outlet in one push;
+//!   or a write; a batch's records go to each copier in one [`crate::outlet::Outlet::deliver`]:
+//!   written by this thread in one non-blocking send when the copier's connection is idle,
+//!   else queued for its control writer;
+//! - before it writes, the worker looks once more without waiting (`MSG_DONTWAIT`, at most
+//!   [`MAX_RELOOKS`] times) for packets queued while it decided, and handles them (verdicts
+//!   included) first, so that an answer's head and body a few µs apart share one write. No
+//!   timer: when nothing more is there, the records go at once;
 //! - a worker that ends (an error or a panic) is reported loudly by [`run_supervised`]: an
 //!   error log line, `intercept_nfqueue_workers_died_total{queue}`, and the reason returned to
 //!   the daemon, which then stops with a non-zero exit status.
@@ -230,8 +236,18 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
         }
     }
     let mut errors = 0u32;
+    let mut ctx = Ctx {
+        sock: &sock,
+        num,
+        shared: &shared,
+        queued,
+        verdict_errors,
+        out: &mut out,
+        accepted: &mut accepted,
+        deliveries: &mut deliveries,
+    };
     loop {
-        let n = match sock.recv_batch(&mut batch) {
+        let n = match ctx.sock.recv_batch(&mut batch) {
             Ok(n) => {
                 errors = 0;
                 n
@@ -255,6 +271,51 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
+        ctx.handle(&batch, n);
+        // Before writing, look once more (without waiting) for packets queued while we
+        // decided: an answer's head and body come a few µs apart, and taken now the body's
+        // record goes in the head's write (one frame, one wake-up of the copier) instead of
+        // a write of its own. A lone record is not held: when nothing is there, it goes now.
+        let mut looks = 0;
+        while RELOOK && !ctx.deliveries.is_empty() && looks < MAX_RELOOKS {
+            looks += 1;
+            match ctx.sock.recv_batch_now(&mut batch) {
+                Ok(n) if n > 0 => ctx.handle(&batch, n),
+                Ok(_) => break,
+                Err(e) => {
+                    if e.raw_os_error() == Some(libc::ENOBUFS) {
+                        overruns.increment(1);
+                    }
+                    break;
+                }
+            }
+        }
+        push_all(ctx.deliveries);
+    }
+}
+
+/// Whether the worker looks once more for queued packets before it writes (see [`run`]).
+const RELOOK: bool = true;
+/// Most extra non-blocking receives before a write.
+const MAX_RELOOKS: usize = 4;
+
+/// What a worker needs to handle one receive batch.
+struct Ctx<'a> {
+    sock: &'a NetlinkSocket,
+    num: u16,
+    shared: &'a Shared,
+    queued: metrics::Counter,
+    verdict_errors: metrics::Counter,
+    out: &'a mut Builder,
+    accepted: &'a mut Vec<bool>,
+    deliveries: &'a mut Vec<crate::outlet::Delivery>,
+}
+
+impl Ctx<'_> {
+    /// Parse the `n` datagrams received in `batch`, decide about their packets under one
+    /// lock, give their verdicts in one `send` and keep their records in `deliveries`.
+    fn handle(&mut self, batch: &RecvBatch, n: usize) {
+        let num = self.num;
         let mut packets: Vec<Packet<'_>> = Vec::with_capacity(n);
         let mut unparsed = None;
         for i in 0..n {
@@ -268,7 +329,7 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                         }
                     }
                     Msg::Ack { errno, .. } if errno != 0 => {
-                        verdict_errors.increment(1);
+                        self.verdict_errors.increment(1);
                         tracing::error!(
                             queue = num,
                             "NFQUEUE verdict failed: {}",
@@ -280,11 +341,12 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
             }
         }
         if packets.is_empty() && unparsed.is_none() {
-            continue;
+            return;
         }
-        queued.increment(packets.len() as u64);
-        accepted.clear();
-        shared.route_batch(
+        self.queued.increment(packets.len() as u64);
+        self.accepted.clear();
+        let (accepted, deliveries) = (&mut *self.accepted, &mut *self.deliveries);
+        self.shared.route_batch(
             Instant::now(),
             packets.iter().map(|p| (p.payload, p.orig_len)),
             |_, accept, d| {
@@ -292,13 +354,12 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                 deliveries.extend(d);
             },
         );
-        out.clear();
-        verdicts(num, &packets, unparsed, |i| accepted[i], &mut out);
-        if let Err(e) = sock.send(out.bytes()) {
-            verdict_errors.increment(1);
+        self.out.clear();
+        verdicts(num, &packets, unparsed, |i| self.accepted[i], self.out);
+        if let Err(e) = self.sock.send(self.out.bytes()) {
+            self.verdict_errors.increment(1);
             tracing::error!(queue = num, "NFQUEUE verdict failed: {e}");
         }
-        push_all(&mut deliveries);
     }
 }
 

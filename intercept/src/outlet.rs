@@ -1,5 +1,6 @@
 //! The state shared by the NFQUEUE workers (threads) and the control tasks (tokio): the router,
-//! and one bounded outgoing record queue ([`Outlet`]) per connected copier.
+//! and per connected copier one [`Outlet`]: a bounded queue of records and the connection's
+//! write side (its frame key and counter, and a duplicate of its socket).
 //!
 //! Invariants:
 //! - the [`Core`] mutex is held only for a router call and a map lookup, never across I/O or
@@ -7,18 +8,35 @@
 //! - an outlet holds at most `capacity` records; pushing into a full outlet drops its oldest
 //!   record and counts it (`intercept_records_dropped_total{reason="copier_slow"}`), so a slow
 //!   copier costs bounded memory and never delays a verdict;
-//! - after [`Outlet::close`], pushes are refused (counted as `copier_gone`).
+//! - after [`Outlet::close`], pushes are refused (counted as `copier_gone`);
+//! - a receive batch's records for one copier are written by the NFQUEUE worker itself
+//!   ([`Outlet::deliver`]), sealed as one write (one Records frame unless they exceed
+//!   `MAX_FRAME`) with a non-blocking `send`, when the connection is idle: its write state is
+//!   free (`try_lock`), the control writer is not writing, nothing waits in the queue and no
+//!   bytes of an earlier write are left over. Otherwise they are queued and the control
+//!   writer (`crate::control`) takes them, as before. What a partial or refused (`EAGAIN`)
+//!   send leaves of the sealed bytes is kept ([`Wire::pending`]) and is the first thing the
+//!   control writer writes: a frame is never torn, and nothing queued later overtakes it;
+//! - every frame of a connection is sealed under its [`Wire`] lock with the one frame counter,
+//!   by whichever side writes it, in the order it goes on the wire;
+//! - the workers write to a duplicate of the socket's descriptor, owned by the [`Wire`] and
+//!   dropped when the connection ends ([`Outlet::finish`], or [`Outlet::detach`] when its task
+//!   is dropped), so a worker can never write to a descriptor number that has been closed and
+//!   reused, and the socket is not kept open after its connection.
 
 use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
-use common::proto::Record;
-use metrics::counter;
+use common::proto::auth::FrameKey;
+use common::proto::codec::{encode_records, seal_frames};
+use common::proto::{Message, Record, MAX_FRAME};
+use metrics::{counter, Counter};
 use tokio::sync::Notify;
 
-use crate::metrics::{PACKETS_DROPPED, RECORDS_DROPPED};
+use crate::metrics::{PACKETS_DROPPED, RECORDS_DROPPED, RECORDS_SENT, RECORD_WRITES};
 use crate::refusal::RefusalLog;
 use crate::router::{CopierId, Decision, DropReason, Router};
 
@@ -111,11 +129,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// Queue the record (or count it as `copier_gone`).
+    /// Write the record to the copier's connection if it is idle, else queue it (or count it
+    /// as `copier_gone`): [`Outlet::deliver`].
     pub fn push(self) {
         match self.outlet {
             Some(o) => {
-                o.push([self.record]);
+                o.deliver(vec![self.record]);
             }
             None => {
                 counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(1);
@@ -125,8 +144,9 @@ impl Delivery {
     }
 }
 
-/// Queue the records of one receive batch: one push (one lock, at most one wake-up of the
-/// writer) per copier, each copier's records in the order they came. Empties `deliveries`.
+/// Deliver the records of one receive batch: one [`Outlet::deliver`] per copier (one write
+/// when its connection is idle, else one push and at most one wake-up of its writer), each
+/// copier's records in the order they came. Empties `deliveries`.
 pub fn push_all(deliveries: &mut Vec<Delivery>) {
     if deliveries.len() == 1 {
         if let Some(d) = deliveries.pop() {
@@ -146,7 +166,7 @@ pub fn push_all(deliveries: &mut Vec<Delivery>) {
         }
         match outlet {
             Some(o) => {
-                o.push(records);
+                o.deliver(records);
             }
             None => {
                 counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(records.len() as u64);
@@ -156,28 +176,226 @@ pub fn push_all(deliveries: &mut Vec<Delivery>) {
     }
 }
 
-/// A copier's bounded queue of records waiting to be written to its connection.
+/// The write side of a copier's connection, shared by its control writer and the NFQUEUE
+/// workers (see the module doc).
+#[derive(Debug)]
+pub struct Wire {
+    /// A duplicate of the connection's socket, for the workers' non-blocking writes; `None`
+    /// when the stream is not a socket (tests), before [`Outlet::attach`] and after
+    /// [`Outlet::finish`]: then only the control writer writes.
+    fd: Option<OwnedFd>,
+    /// The session key and the number of the next frame; `None` without a secret.
+    sealer: Option<(FrameKey, u64)>,
+    /// The control writer is writing bytes it took ([`Outlet::begin_write`] to
+    /// [`Outlet::end_write`]): nobody else writes.
+    busy: bool,
+    /// Sealed bytes a worker's send left over (partial or refused): written by the control
+    /// writer before anything else.
+    pending: Vec<u8>,
+    /// Scratch: frames before sealing.
+    plain: Vec<u8>,
+    /// Scratch: the worker's sealed bytes.
+    sealed: Vec<u8>,
+    /// Worker sends the socket took only in part (or not at all), finished by the writer.
+    leftovers: u64,
+    /// `intercept_records_sent_total{copier}`.
+    sent: Counter,
+    /// `intercept_record_writes_total{by="nfqueue"}` and `{by="writer"}`.
+    by_worker: Counter,
+    by_writer: Counter,
+}
+
+impl Wire {
+    /// Encode `f`'s frames into `out` (appended), sealed if there is a key.
+    fn seal(&mut self, out: &mut Vec<u8>, f: impl FnOnce(&mut Vec<u8>)) {
+        match &mut self.sealer {
+            None => f(out),
+            Some((key, counter)) => {
+                self.plain.clear();
+                f(&mut self.plain);
+                seal_frames(key, counter, &self.plain, out);
+                if self.plain.capacity() > 4 * MAX_FRAME {
+                    self.plain = Vec::new();
+                }
+            }
+        }
+    }
+}
+
+/// A copier's bounded queue of records waiting to be written to its connection, and the
+/// connection's write side ([`Wire`]).
 #[derive(Debug)]
 pub struct Outlet {
     queue: Mutex<VecDeque<Record>>,
+    /// Lock order: `wire` before `queue`.
+    wire: Mutex<Wire>,
     capacity: usize,
     notify: Notify,
     closed: AtomicBool,
 }
 
 impl Outlet {
-    /// An empty queue of at most `capacity` records (at least 1).
+    /// An empty queue of at most `capacity` records (at least 1), with no socket and no key
+    /// until [`attach`](Self::attach).
     pub fn new(capacity: usize) -> Outlet {
         Outlet {
             queue: Mutex::new(VecDeque::new()),
+            wire: Mutex::new(Wire {
+                fd: None,
+                sealer: None,
+                busy: false,
+                pending: Vec::new(),
+                plain: Vec::new(),
+                sealed: Vec::new(),
+                leftovers: 0,
+                sent: Counter::noop(),
+                by_worker: Counter::noop(),
+                by_writer: Counter::noop(),
+            }),
             capacity: capacity.max(1),
             notify: Notify::new(),
             closed: AtomicBool::new(false),
         }
     }
 
+    /// Give the outlet its connection's write side: `fd`, a duplicate of the socket for the
+    /// workers' writes (`None`: only the control writer writes), and the frame key with the
+    /// number of the next frame (`None` without a secret). `label` names the copier in
+    /// `intercept_records_sent_total`.
+    pub fn attach(&self, fd: Option<OwnedFd>, sealer: Option<(FrameKey, u64)>, label: &str) {
+        let mut w = self.lock_wire();
+        w.fd = fd;
+        w.sealer = sealer;
+        w.sent = counter!(RECORDS_SENT, "copier" => label.to_string());
+        w.by_worker = counter!(RECORD_WRITES, "by" => "nfqueue");
+        w.by_writer = counter!(RECORD_WRITES, "by" => "writer");
+    }
+
     fn lock(&self) -> MutexGuard<'_, VecDeque<Record>> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_wire(&self) -> MutexGuard<'_, Wire> {
+        self.wire.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hand records to the copier (from an NFQUEUE worker): written at once by this thread
+    /// when the connection is idle (see the module doc), else queued for the control writer
+    /// ([`push`](Self::push)). Never blocks on the socket; waits for no lock held by a writer.
+    pub fn deliver(&self, records: Vec<Record>) {
+        if records.is_empty() {
+            return;
+        }
+        if self.closed.load(Ordering::Acquire) {
+            self.push(records);
+            return;
+        }
+        let mut w = match self.wire.try_lock() {
+            Ok(w) => w,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                self.push(records);
+                return;
+            }
+        };
+        if w.fd.is_none() || w.busy || !w.pending.is_empty() || !self.lock().is_empty() {
+            drop(w);
+            self.push(records);
+            return;
+        }
+        let w = &mut *w;
+        let mut sealed = std::mem::take(&mut w.sealed);
+        sealed.clear();
+        w.seal(&mut sealed, |out| encode_records(&records, out));
+        let n = records.len() as u64;
+        drop(records);
+        let fd = w.fd.as_ref().expect("checked above");
+        let done = crate::sys::send_now(fd, &sealed).unwrap_or_else(|e| {
+            // The control side finds the error on its own read or write and ends the
+            // connection; the bytes wait for it as if the socket were full.
+            tracing::debug!("record write by the NFQUEUE worker failed: {e}");
+            0
+        });
+        w.sent.increment(n);
+        w.by_worker.increment(1);
+        if done < sealed.len() {
+            // Kept whole for the control writer, which writes them before anything else.
+            w.pending.extend_from_slice(&sealed[done..]);
+            w.leftovers += 1;
+            self.notify.notify_one();
+        }
+        if sealed.capacity() > 4 * MAX_FRAME {
+            sealed = Vec::new();
+        }
+        w.sealed = sealed;
+    }
+
+    /// For the control writer: take the bytes a worker left over, then up to `max` queued
+    /// records and `replies` (after the records), sealed, into `out` (appended). Returns the
+    /// number of records taken. If `out` is not empty afterwards the writer owns the socket
+    /// until [`end_write`](Self::end_write): workers queue meanwhile.
+    pub fn begin_write(&self, out: &mut Vec<u8>, max: usize, replies: &[Message]) -> usize {
+        let mut w = self.lock_wire();
+        out.append(&mut w.pending);
+        if w.pending.capacity() > 4 * MAX_FRAME {
+            w.pending = Vec::new();
+        }
+        let mut batch = Vec::new();
+        {
+            let mut q = self.lock();
+            let n = q.len().min(max);
+            batch.extend(q.drain(..n));
+        }
+        if !batch.is_empty() {
+            w.seal(out, |o| encode_records(&batch, o));
+            w.sent.increment(batch.len() as u64);
+            w.by_writer.increment(1);
+        }
+        if !replies.is_empty() {
+            w.seal(out, |o| {
+                for m in replies {
+                    m.encode(o);
+                }
+            });
+        }
+        w.busy = !out.is_empty();
+        batch.len()
+    }
+
+    /// The control writer's write of [`begin_write`](Self::begin_write)'s bytes is done.
+    pub fn end_write(&self) {
+        self.lock_wire().busy = false;
+    }
+
+    /// The connection ends: no worker writes any more. Seals `last` (if any) after the bytes a
+    /// worker left over, into `out`, for the control side's last write.
+    pub fn finish(&self, last: Option<&Message>, out: &mut Vec<u8>) {
+        let mut w = self.lock_wire();
+        w.fd = None;
+        w.busy = true;
+        out.append(&mut w.pending);
+        if let Some(m) = last {
+            w.seal(out, |o| m.encode(o));
+        }
+    }
+
+    /// How many of the workers' sends the socket took only in part or not at all.
+    pub fn leftovers(&self) -> u64 {
+        self.lock_wire().leftovers
+    }
+
+    /// No worker writes any more, and the socket's duplicate is closed (what
+    /// [`finish`](Self::finish) also does): for a connection's task that ends without
+    /// finishing (aborted, or panicked), so that the socket is not kept open.
+    pub fn detach(&self) {
+        let mut w = self.lock_wire();
+        w.fd = None;
+        w.busy = true;
+    }
+
+    /// Whether nothing waits for the control writer: no queued record, no left-over bytes.
+    pub fn is_idle(&self) -> bool {
+        self.is_empty() && self.lock_wire().pending.is_empty()
     }
 
     /// Queue records for the writer; returns how many older records were dropped for room.
@@ -349,5 +567,73 @@ mod tests {
             .await
             .unwrap();
         t.join().unwrap();
+    }
+
+    /// The records' `orig_len`s of every Records frame readable now on `sock`.
+    fn read_now(sock: &mut std::os::unix::net::UnixStream) -> Vec<Vec<u32>> {
+        use std::io::Read;
+        sock.set_nonblocking(true).unwrap();
+        let mut dec = common::proto::codec::FrameDecoder::new();
+        let mut buf = [0u8; 65536];
+        loop {
+            match sock.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => dec.push(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        let mut frames = Vec::new();
+        while let Some(m) = dec.next().unwrap() {
+            match m {
+                Message::Records { records } => frames.push(records.iter().map(|r| r.orig_len).collect()),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        frames
+    }
+
+    #[test]
+    fn deliver_writes_when_the_connection_is_idle_and_queues_otherwise() {
+        use std::os::fd::AsFd;
+        let (near, mut far) = std::os::unix::net::UnixStream::pair().unwrap();
+        // No socket yet: queued, and the writer is woken.
+        let o = Outlet::new(100);
+        o.deliver(vec![rec(1)]);
+        assert_eq!(o.len(), 1);
+        o.drain_into(&mut Vec::new(), 10);
+        o.attach(Some(near.as_fd().try_clone_to_owned().unwrap()), None, "test");
+        // Idle: one batch, one frame, written by the caller; nothing queued.
+        o.deliver(vec![rec(2), rec(3)]);
+        assert!(o.is_idle());
+        assert_eq!(read_now(&mut far), vec![vec![2, 3]]);
+        // While the control writer writes, records are queued (and they come after what it
+        // took).
+        o.deliver(vec![rec(4)]);
+        assert_eq!(read_now(&mut far), vec![vec![4]]);
+        o.push([rec(5)]);
+        let mut out = Vec::new();
+        assert_eq!(o.begin_write(&mut out, 10, &[]), 1);
+        o.deliver(vec![rec(6)]);
+        assert_eq!(o.len(), 1, "queued while the writer is busy");
+        o.end_write();
+        // Something queued: the next batch queues behind it, whatever the writer does.
+        o.deliver(vec![rec(7)]);
+        assert_eq!(o.len(), 2);
+        let mut out2 = Vec::new();
+        assert_eq!(o.begin_write(&mut out2, 10, &[]), 2);
+        o.end_write();
+        use std::io::Write;
+        far.set_nonblocking(false).unwrap();
+        let mut near2 = near.try_clone().unwrap();
+        near2.write_all(&out).unwrap();
+        near2.write_all(&out2).unwrap();
+        assert_eq!(read_now(&mut far), vec![vec![5], vec![6, 7]]);
+        // The connection ends: nothing is written by a worker any more.
+        let mut last = Vec::new();
+        o.finish(None, &mut last);
+        assert!(last.is_empty());
+        o.deliver(vec![rec(8)]);
+        assert_eq!(o.len(), 1);
+        assert!(read_now(&mut far).is_empty());
     }
 }

@@ -1,5 +1,6 @@
 //! The intercept's only unsafe code: the NFQUEUE netlink socket (open, bind, socket options,
-//! `send`, `recv` and `recvmmsg`). The messages themselves are built and parsed in safe code
+//! `send`, `recv` and `recvmmsg`), and the NFQUEUE workers' non-blocking writes to a copier's
+//! connection ([`send_now`]). The messages themselves are built and parsed in safe code
 //! ([`crate::netlink`]).
 
 #![allow(unsafe_code)]
@@ -138,6 +139,16 @@ impl NetlinkSocket {
     /// it sleeps until the first arrives, then takes only what is already there
     /// (`MSG_WAITFORONE`). Returns how many were received; their bytes are `batch.get(i)`.
     pub fn recv_batch(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        self.recv_batch_flags(batch, libc::MSG_WAITFORONE)
+    }
+
+    /// [`recv_batch`](Self::recv_batch) without sleeping: what is already there, or
+    /// `WouldBlock` when nothing is.
+    pub fn recv_batch_now(&self, batch: &mut RecvBatch) -> io::Result<usize> {
+        self.recv_batch_flags(batch, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_batch_flags(&self, batch: &mut RecvBatch, flags: libc::c_int) -> io::Result<usize> {
         let n = batch.bufs.len();
         batch.lens.iter_mut().for_each(|l| *l = 0);
         batch.iov.clear();
@@ -163,7 +174,7 @@ impl NetlinkSocket {
                 self.fd.as_raw_fd(),
                 batch.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                flags,
                 std::ptr::null_mut(),
             )
         };
@@ -221,6 +232,36 @@ impl RecvBatch {
     pub fn capacity(&self) -> usize {
         self.bufs.len()
     }
+}
+
+/// Send as much of `buf` as the socket takes now, without waiting. Returns the bytes sent
+/// (0 when it would block), or the error if nothing was sent (after a partial send the error
+/// comes back on the next call).
+pub fn send_now(fd: &OwnedFd, buf: &[u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &buf[done..];
+        // SAFETY: `rest` is valid for reads of its length; `fd` is an open descriptor we own.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                rest.as_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(done),
+                _ if done > 0 => return Ok(done),
+                _ => return Err(e),
+            }
+        }
+        done += r as usize;
+    }
+    Ok(done)
 }
 
 #[cfg(test)]

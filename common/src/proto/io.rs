@@ -188,6 +188,13 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.inner
     }
+
+    /// The stream and, with a session key, the key and the number of the next frame: for a
+    /// writer that seals its frames itself (with [`seal_frames`], from that number on) and
+    /// writes them to the stream, e.g. from more than one thread under a lock of its own.
+    pub fn into_parts(self) -> (W, Option<(FrameKey, u64)>) {
+        (self.inner, self.sealer.map(|(key, counter, _)| (key, counter)))
+    }
 }
 
 /// A connection whose handshake succeeded.

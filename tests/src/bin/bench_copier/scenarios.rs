@@ -339,6 +339,16 @@ pub(super) fn print_scenarios(rows: &[Row]) {
     println!("log time; CPU % is over the load and the drain after it; records and packets are the intercept's");
     println!("intercept_records_sent_total and intercept_packets_queued_total per copied request; failed sessions: the");
     println!("copier's copier_sessions_failed_total in the step, by reason in its counters at the end.)");
+    for r in rows.iter().filter(|r| r.writes.0 + r.writes.1 > 0) {
+        let copied = r.rt.copied.max(1) as f64;
+        println!(
+            "{}: intercept record writes (frames) per copied request {:.2}: {:.2} by the NFQUEUE worker, {:.2} by the control writer",
+            r.label,
+            (r.writes.0 + r.writes.1) as f64 / copied,
+            r.writes.0 as f64 / copied,
+            r.writes.1 as f64 / copied,
+        );
+    }
     for r in rows.iter().filter(|r| !r.note.is_empty()) {
         println!("{}: {}", r.label, r.note);
     }

@@ -15,10 +15,17 @@ pub(super) fn copier_metrics(lab: &Lab) -> BTreeMap<String, f64> {
     m
 }
 
-/// The intercept's counters that the steps read: (records sent to copiers, packets queued).
-pub(super) fn intercept_counters(lab: &Lab) -> (f64, f64) {
+/// The intercept's counters that the steps read: (records sent to copiers, packets queued,
+/// record writes by the NFQUEUE worker, record writes by the control writer; the writes are 0
+/// for an intercept older than `intercept_record_writes_total`).
+pub(super) fn intercept_counters(lab: &Lab) -> (f64, f64, f64, f64) {
     let text = fetch_metrics(lab, Host::Test, INTERCEPT_METRICS);
-    (metric_sum(&text, "intercept_records_sent_total", &[]), metric_sum(&text, "intercept_packets_queued_total", &[]))
+    (
+        metric_sum(&text, "intercept_records_sent_total", &[]),
+        metric_sum(&text, "intercept_packets_queued_total", &[]),
+        metric_sum(&text, "intercept_record_writes_total", &["by=\"nfqueue\""]),
+        metric_sum(&text, "intercept_record_writes_total", &["by=\"writer\""]),
+    )
 }
 
 /// The copier's metrics as `(name{labels}, value)` lines.
@@ -100,6 +107,9 @@ pub(super) struct Row {
     /// Records the intercept sent to copiers, and packets it read from NFQUEUE, in the step.
     pub(super) records: u64,
     pub(super) queued: u64,
+    /// Writes of records to copiers (frames, but for records past 1 MiB), by the NFQUEUE
+    /// worker and by the control writer (0 for an older intercept).
+    pub(super) writes: (u64, u64),
     /// Client connections (scenarios; 0 for the rate steps).
     pub(super) conns: usize,
     /// The time the CPU was measured over: the load and the drain after it.
@@ -125,8 +135,8 @@ pub(super) struct Before {
     pub(super) nfq: u64,
     pub(super) copier: Cpu,
     pub(super) intercept: Cpu,
-    /// The intercept's (records sent, packets queued).
-    pub(super) icpt: (f64, f64),
+    /// The intercept's (records sent, packets queued, writes by the worker, by the writer).
+    pub(super) icpt: (f64, f64, f64, f64),
     pub(super) at: Instant,
 }
 
@@ -186,6 +196,7 @@ impl Before {
             rt: RealTime::default(),
             records: (i1.0 - self.icpt.0).max(0.0) as u64,
             queued: (i1.1 - self.icpt.1).max(0.0) as u64,
+            writes: ((i1.2 - self.icpt.2).max(0.0) as u64, (i1.3 - self.icpt.3).max(0.0) as u64),
             conns: 0,
             window_secs,
             final_ms: None,
