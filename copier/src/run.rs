@@ -43,8 +43,8 @@ use crate::engine::{Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
-use crate::sys::{self, EventFd};
-use crate::workers::{Inbound, Routes};
+use crate::sys;
+use crate::workers::{Eagerness, Inbound, Routes, TurnSeen, Wake};
 
 /// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
 /// (the ring socket when the kernel retires a block, the eventfd for records and link changes,
@@ -110,8 +110,9 @@ pub struct LoopIo {
     pub registry: Arc<Registry>,
     /// Intercept links that are up.
     pub connected: Arc<AtomicUsize>,
-    /// Poked by the control clients.
-    pub wake: Arc<EventFd>,
+    /// How the control clients wake this loop (its eventfd and record timer, see
+    /// [`crate::workers::Wake`]); the loop tells it whether it is eager.
+    pub wake: Arc<Wake>,
     /// Set to end the loop (poke `wake` after setting it).
     pub stop: Arc<AtomicBool>,
     /// This loop's worker index (0 with one worker).
@@ -336,6 +337,10 @@ struct State {
     offline_done: Option<Instant>,
     /// `--compare`: which records of a batch go to the comparison (reused).
     compared: Vec<bool>,
+    /// Whether records lately released request units by themselves (see
+    /// [`crate::workers::Eagerness`]), and what `io.wake` was last told.
+    eagerness: Eagerness,
+    eager: bool,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -362,6 +367,8 @@ pub fn run_engine_loop(
         session_timeout: config.session_timeout,
         offline_done: None,
         compared: Vec::new(),
+        eagerness: Eagerness::default(),
+        eager: false,
     };
     let mut fatal = None;
     loop {
@@ -444,8 +451,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if io.stop.load(Ordering::SeqCst) {
         return Ok(false);
     }
-    io.wake.drain();
+    io.wake.taking();
     let now = Instant::now();
+    let mut seen = TurnSeen::default();
 
     let n = io.connected.load(Ordering::SeqCst);
     let up = n > 0;
@@ -456,24 +464,30 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
-            Ok(Inbound::Records(batch)) => match &io.shadow {
-                Some(tap) => {
-                    // --compare: the records of the copies on the captured client's address
-                    // and port (copy 0 and its baseline copy); asked before the engine takes
-                    // the record, which may end its session
-                    st.compared.clear();
-                    for r in &batch {
-                        st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
-                        engine.handle_record(now, r);
+            // Each record at the time its link read it: it may have waited for this turn (up to
+            // RECORD_DELAY), and answer times are measured from it.
+            Ok(Inbound::Records { at, records: batch }) => {
+                seen.records += batch.len();
+                seen.urgent |= batch.iter().any(crate::workers::urgent_record);
+                match &io.shadow {
+                    Some(tap) => {
+                        // --compare: the records of the copies on the captured client's address
+                        // and port (copy 0 and its baseline copy); asked before the engine takes
+                        // the record, which may end its session
+                        st.compared.clear();
+                        for r in &batch {
+                            st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
+                            engine.handle_record(at, r);
+                        }
+                        tap.records(at, batch, &st.compared);
                     }
-                    tap.records(now, batch, &st.compared);
-                }
-                None => {
-                    for r in &batch {
-                        engine.handle_record(now, r);
+                    None => {
+                        for r in &batch {
+                            engine.handle_record(at, r);
+                        }
                     }
                 }
-            },
+            }
             Ok(Inbound::Verdicts { from, results }) => {
                 for (t, v) in results {
                     engine.handle_registered(now, from, t, v);
@@ -512,10 +526,19 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     };
     let now = if fed > 0 { Instant::now() } else { now };
 
+    seen.captured = fed;
     if engine.poll_timeout().is_some_and(|t| t <= now) {
+        seen.timer = true;
         engine.handle_timeout(now);
     }
+    let units_before = engine.stats().units_sent;
     drain_outputs(engine, io, st, now);
+    seen.units_sent = engine.stats().units_sent - units_before;
+    let eager = st.eagerness.turn(now, seen);
+    if eager != st.eager {
+        st.eager = eager;
+        io.wake.set_eager(eager);
+    }
 
     if now >= st.next_report {
         st.next_report = now + REPORT_EVERY;
@@ -575,13 +598,18 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     }
     let timeout = deadline.saturating_duration_since(now);
     if !timeout.is_zero() {
+        let [event, timer] = io.wake.fds();
         let polled = match &io.source {
-            Source::Live(capture) => sys::poll_readable(&[capture.fd(), io.wake.fd()], timeout),
-            Source::Offline(_) => sys::poll_readable(&[io.wake.fd()], timeout).map(|r| r << 1),
+            Source::Live(capture) => sys::poll_readable(&[capture.fd(), event, timer], timeout),
+            Source::Offline(_) => sys::poll_readable(&[event, timer], timeout).map(|r| r << 1),
         };
         match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
+                if ready & 4 != 0 {
+                    // Records waited RECORD_DELAY: the next turn takes them.
+                    io.wake.timer_fired();
+                }
                 if let Source::Live(capture) = &mut io.source {
                     if ready & 1 != 0 && !capture.has_ready() {
                         // POLLERR without data: read the error, or poll would return at once
