@@ -526,14 +526,13 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     };
     let now = if fed > 0 { Instant::now() } else { now };
 
-    seen.captured = fed;
     if engine.poll_timeout().is_some_and(|t| t <= now) {
         seen.timer = true;
         engine.handle_timeout(now);
     }
-    let units_before = engine.stats().units_sent;
+    let held_before = held_units(engine.stats());
     drain_outputs(engine, io, st, now);
-    seen.units_sent = engine.stats().units_sent - units_before;
+    seen.held_units = held_units(engine.stats()) - held_before;
     let eager = st.eagerness.turn(now, seen);
     if eager != st.eager {
         st.eager = eager;
@@ -633,6 +632,12 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
     Ok(true)
+}
+
+/// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.
+fn held_units(e: &EngineStats) -> u64 {
+    let first = crate::engine::LAG_BOUNDS.partition_point(|&b| b < crate::workers::HELD.as_secs_f64()) + 1;
+    e.replay_lag.counts[first..].iter().sum()
 }
 
 /// The loop ends: reset every test connection, send the RSTs (at most [`SHUTDOWN_FLUSH`]), then

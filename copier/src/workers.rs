@@ -316,12 +316,16 @@ impl Wake {
 /// units by themselves.
 pub const EAGER_HOLD: Duration = Duration::from_millis(100);
 
+/// How long a request unit waited between its capture and its first send for [`Eagerness`] to
+/// call it held back (a unit sent in the turn that captured it waits far less).
+pub const HELD: Duration = Duration::from_millis(1);
+
 /// The engine's side of the wake decision: whether records lately released request units that
 /// pacing held back (so a session waits on the test server's answers and every record is worth
-/// a wake-up). Told after each turn what the turn did; a turn that handled records and nothing
-/// else that could send (no captured packet, no timer, no SYN, FIN or RST among the records,
-/// which wake the engine anyway), yet sent request units, is the evidence; it holds for
-/// [`EAGER_HOLD`].
+/// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
+/// records, none of them with SYN, FIN or RST (a SYN-ACK releases the requests that waited for
+/// the handshake, and wakes the engine anyway), no engine timer fired, and sent request units
+/// that had waited over [`HELD`] since their capture; it holds for [`EAGER_HOLD`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Eagerness {
     until: Option<Instant>,
@@ -334,18 +338,17 @@ pub struct TurnSeen {
     pub records: usize,
     /// One of them was urgent ([`urgent_record`]).
     pub urgent: bool,
-    /// Captured (or file) packets handled.
-    pub captured: usize,
     /// The engine's timer fired.
     pub timer: bool,
-    /// Request units sent for the first time.
-    pub units_sent: u64,
+    /// Request units sent for the first time that had waited over [`HELD`] since their
+    /// capture.
+    pub held_units: u64,
 }
 
 impl Eagerness {
     /// Note a turn at `now`; returns whether the engine is eager now.
     pub fn turn(&mut self, now: Instant, seen: TurnSeen) -> bool {
-        if seen.records > 0 && !seen.urgent && seen.captured == 0 && !seen.timer && seen.units_sent > 0 {
+        if seen.records > 0 && !seen.urgent && !seen.timer && seen.held_units > 0 {
             self.until = Some(now + EAGER_HOLD);
         }
         self.eager(now)
@@ -686,17 +689,16 @@ mod tests {
     fn records_released_units_by_themselves_makes_the_engine_eager_for_a_while() {
         let t0 = Instant::now();
         let mut e = Eagerness::default();
-        let alone = TurnSeen { records: 2, units_sent: 1, ..TurnSeen::default() };
+        let alone = TurnSeen { records: 2, held_units: 1, ..TurnSeen::default() };
         assert!(!e.eager(t0));
-        // Not evidence: nothing sent, or something else in the turn could have sent it.
-        assert!(!e.turn(t0, TurnSeen { units_sent: 0, ..alone }), "records that released nothing");
-        assert!(!e.turn(t0, TurnSeen { captured: 3, ..alone }), "a captured packet may have sent it");
+        // Not evidence: nothing held back was sent, or a timer may have sent it.
+        assert!(!e.turn(t0, TurnSeen { held_units: 0, ..alone }), "records that released nothing");
         assert!(!e.turn(t0, TurnSeen { timer: true, ..alone }), "a timer may have sent it");
         assert!(!e.turn(t0, TurnSeen { urgent: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
         assert!(!e.turn(t0, TurnSeen { records: 0, ..alone }));
         // Evidence: a session waits on the test server's answers.
         assert!(e.turn(t0, alone));
-        assert!(e.turn(t0 + EAGER_HOLD / 2, TurnSeen { captured: 1, ..TurnSeen::default() }), "holds");
+        assert!(e.turn(t0 + EAGER_HOLD / 2, TurnSeen::default()), "holds");
         assert!(e.turn(t0 + EAGER_HOLD / 2, alone), "renewed");
         assert!(e.eager(t0 + EAGER_HOLD));
         assert!(!e.eager(t0 + EAGER_HOLD * 3 / 2), "and ends");
