@@ -527,7 +527,6 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     let now = if fed > 0 { Instant::now() } else { now };
 
     if engine.poll_timeout().is_some_and(|t| t <= now) {
-        seen.timer = true;
         engine.handle_timeout(now);
     }
     let held_before = held_units(engine.stats());

@@ -324,8 +324,10 @@ pub const HELD: Duration = Duration::from_millis(1);
 /// pacing held back (so a session waits on the test server's answers and every record is worth
 /// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
 /// records, none of them with SYN, FIN or RST (a SYN-ACK releases the requests that waited for
-/// the handshake, and wakes the engine anyway), no engine timer fired, and sent request units
-/// that had waited over [`HELD`] since their capture; it holds for [`EAGER_HOLD`].
+/// the handshake, and wakes the engine anyway), and sent request units that had waited over
+/// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
+/// a captured packet in the same turn may have been what released them, but a false eager
+/// only costs the wake-ups this saves, while a missed one delays paced copies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Eagerness {
     until: Option<Instant>,
@@ -338,8 +340,6 @@ pub struct TurnSeen {
     pub records: usize,
     /// One of them was urgent ([`urgent_record`]).
     pub urgent: bool,
-    /// The engine's timer fired.
-    pub timer: bool,
     /// Request units sent for the first time that had waited over [`HELD`] since their
     /// capture.
     pub held_units: u64,
@@ -348,7 +348,7 @@ pub struct TurnSeen {
 impl Eagerness {
     /// Note a turn at `now`; returns whether the engine is eager now.
     pub fn turn(&mut self, now: Instant, seen: TurnSeen) -> bool {
-        if seen.records > 0 && !seen.urgent && !seen.timer && seen.held_units > 0 {
+        if seen.records > 0 && !seen.urgent && seen.held_units > 0 {
             self.until = Some(now + EAGER_HOLD);
         }
         self.eager(now)
@@ -691,9 +691,8 @@ mod tests {
         let mut e = Eagerness::default();
         let alone = TurnSeen { records: 2, held_units: 1, ..TurnSeen::default() };
         assert!(!e.eager(t0));
-        // Not evidence: nothing held back was sent, or a timer may have sent it.
+        // Not evidence: nothing held back was sent.
         assert!(!e.turn(t0, TurnSeen { held_units: 0, ..alone }), "records that released nothing");
-        assert!(!e.turn(t0, TurnSeen { timer: true, ..alone }), "a timer may have sent it");
         assert!(!e.turn(t0, TurnSeen { urgent: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
         assert!(!e.turn(t0, TurnSeen { records: 0, ..alone }));
         // Evidence: a session waits on the test server's answers.
