@@ -11,7 +11,9 @@
 //!   registry changes and pings while reading records and registration verdicts
 //!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
 //!   Both go to the engine threads through
-//!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels; when one is
+//!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels, records
+//!   stamped with the instant their frame was read (their time for the engine, which may take
+//!   them up to `workers::RECORD_DELAY` later: `workers::Wake` decides); when one is
 //!   full the client stops reading, which pushes back over TCP to the intercept (whose queue then
 //!   sheds the oldest records and counts them). With several workers, each applies its own
 //!   changes to the one registry (their tuples are disjoint), so a reconnected intercept still

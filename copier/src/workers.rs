@@ -235,6 +235,11 @@ pub fn urgent_record(r: &Record) -> bool {
     h.get(tcp + 13).is_none_or(|f| f & SYN_FIN_RST != 0)
 }
 
+/// Whether an inbox is over a quarter full (counted in batches).
+fn filling(tx: &mpsc::Sender<Inbound>) -> bool {
+    tx.capacity() * 4 < tx.max_capacity() * 3
+}
+
 /// How the control links wake one worker's engine thread (see the module doc): its eventfd for
 /// what cannot wait, its one-shot timer for records that can wait up to [`RECORD_DELAY`], and
 /// what the engine publishes about itself.
@@ -268,10 +273,12 @@ impl Wake {
     }
 
     /// Control side, after `n` records were put in the inbox (`urgent`: one of them cannot
-    /// wait, [`urgent_record`]): wake the engine now, or make sure the timer runs.
-    pub fn queued(&self, n: usize, urgent: bool) {
+    /// wait, [`urgent_record`]; `filling`: the inbox is over a quarter full, so a burst of
+    /// small batches does not wait behind a full channel): wake the engine now, or make sure
+    /// the timer runs.
+    pub fn queued(&self, n: usize, urgent: bool, filling: bool) {
         let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
-        if wake_now(self.eager.load(Ordering::Relaxed), urgent, pending) {
+        if filling || wake_now(self.eager.load(Ordering::Relaxed), urgent, pending) {
             self.event.notify();
         } else if !self.armed.swap(true, Ordering::SeqCst) {
             self.timer.set(RECORD_DELAY);
@@ -403,7 +410,7 @@ impl RecordRouter {
         if let [only] = &*self.inboxes {
             let (n, urgent) = (records.len(), records.iter().any(urgent_record));
             only.records.send(Inbound::Records { at, records }).await.map_err(|_| InboxClosed)?;
-            only.wake.queued(n, urgent);
+            only.wake.queued(n, urgent, filling(&only.records));
             return Ok(());
         }
         let mut out: Vec<Vec<Record>> = vec![Vec::new(); self.inboxes.len()];
@@ -423,7 +430,7 @@ impl RecordRouter {
             }
             let (n, urgent) = (batch.len(), batch.iter().any(urgent_record));
             inbox.records.send(Inbound::Records { at, records: batch }).await.map_err(|_| InboxClosed)?;
-            inbox.wake.queued(n, urgent);
+            inbox.wake.queued(n, urgent, filling(&inbox.records));
         }
         Ok(())
     }
