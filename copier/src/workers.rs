@@ -35,7 +35,8 @@
 //!   and the engine takes them at its next turn anyway (the next captured batch, timer, ...).
 //!   So a delivery pokes the worker's eventfd at once only when it cannot wait ([`wake_now`]):
 //!   it holds a verdict or a record with SYN, FIN or RST (or one that does not parse), the
-//!   inbox holds [`PENDING_WAKE`] records or more since the engine last took it, or the engine
+//!   inbox holds [`PENDING_WAKE`] records or more since the engine last took it or is over a
+//!   quarter full, or the engine
 //!   said it is *eager* (records lately released request units that pacing held back: a session
 //!   waits on the test server, see `crate::run`). Otherwise the first such delivery arms the
 //!   worker's one-shot timerfd for [`RECORD_DELAY`], so no record waits longer than that.
@@ -708,6 +709,21 @@ mod tests {
         assert!(e.turn(t0 + EAGER_HOLD / 2, alone), "renewed");
         assert!(e.eager(t0 + EAGER_HOLD));
         assert!(!e.eager(t0 + EAGER_HOLD * 3 / 2), "and ends");
+    }
+
+    #[tokio::test]
+    async fn an_inbox_filling_with_small_batches_wakes_the_engine() {
+        let (tx, _rx) = mpsc::channel(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let answer = || record_with(t(1), TcpFlags::ACK, b"x");
+        let at = Instant::now();
+        for _ in 0..2 {
+            router.deliver(at, vec![answer()]).await.unwrap();
+        }
+        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 0, "2 of 8: waits");
+        router.deliver(at, vec![answer()]).await.unwrap();
+        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 1, "over a quarter full: now");
     }
 
     #[tokio::test]
