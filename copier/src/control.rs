@@ -11,7 +11,9 @@
 //!   registry changes and pings while reading records and registration verdicts
 //!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
 //!   Both go to the engine threads through
-//!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels; when one is
+//!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels, records
+//!   stamped with the instant their frame was read (their time for the engine, which may take
+//!   them up to `workers::RECORD_DELAY` later: `workers::Wake` decides); when one is
 //!   full the client stops reading, which pushes back over TCP to the intercept (whose queue then
 //!   sheds the oldest records and counts them). With several workers, each applies its own
 //!   changes to the one registry (their tuples are disjoint), so a reconnected intercept still
@@ -534,11 +536,13 @@ async fn read_loop<S: AsyncRead + Unpin>(
                 if records.is_empty() {
                     continue;
                 }
+                // The records' time for the engine, which may take them a little later.
+                let at = std::time::Instant::now();
                 counter.increment(records.len() as u64);
                 // Waits while an engine's inbox is full: backpressure toward the intercept.
                 links
                     .records
-                    .deliver(records)
+                    .deliver(at, records)
                     .await
                     .map_err(|_| LinkError::EngineGone)?;
             }
@@ -640,8 +644,7 @@ async fn write_loop<S: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sys::EventFd;
-    use crate::workers::{Inbound, Inbox, Routes};
+    use crate::workers::{Inbound, Inbox, Routes, Wake};
     use common::proto::{Record, RegVerdict};
     use tokio::sync::mpsc;
 
@@ -735,7 +738,7 @@ mod tests {
             records: RecordRouter::new(
                 vec![Inbox {
                     records: tx,
-                    wake: Arc::new(EventFd::new().unwrap()),
+                    wake: Arc::new(Wake::new().unwrap()),
                 }],
                 Arc::new(Routes::new()),
             ),
@@ -832,8 +835,12 @@ mod tests {
                 })
                 .await
                 .unwrap();
-            let got = records.recv().await.unwrap();
-            assert_eq!(got, Inbound::Records(vec![rec.clone(), rec]));
+            let sent_at = std::time::Instant::now();
+            let Inbound::Records { at, records: got } = records.recv().await.unwrap() else {
+                panic!("records expected")
+            };
+            assert_eq!(got, vec![rec.clone(), rec]);
+            assert!(at >= sent_at && at <= std::time::Instant::now(), "stamped when read");
 
             // The intercept's verdicts reach the engine, named by the link's id.
             let results = vec![(t(3), RegVerdict::Accepted), (t(2), RegVerdict::PortNotGuarded)];

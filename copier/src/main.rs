@@ -25,8 +25,7 @@ use copier::engine::{EngineConfig, PortShare};
 use copier::offline::Replay;
 use copier::run::{run_engine_loop, LoopIo, RunSummary, Source};
 use copier::send::RawSender;
-use copier::sys::EventFd;
-use copier::workers::{Inbox, RecordRouter, Routes};
+use copier::workers::{Inbox, RecordRouter, Routes, Wake};
 use tokio::sync::{mpsc, watch};
 
 /// Record batches waiting for one engine thread before the control clients stop reading (a
@@ -214,7 +213,7 @@ fn run(args: Args) -> Result<RunSummary> {
     let mut inboxes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
-        let wake = Arc::new(EventFd::new().context("eventfd")?);
+        let wake = Arc::new(Wake::new().context("eventfd and timerfd")?);
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
         inboxes.push(Inbox {
             records: records_tx,

@@ -1,13 +1,16 @@
 //! The engine thread: one OS thread owns the [`Engine`], the packet source (the capture ring, or
 //! a file with `--offline`) and the raw sender, and drives them with the clock.
 //!
-//! Each turn of the loop: note how many intercepts are connected, feed the records and
-//! registration verdicts that the control clients queued, feed every ready ring block (or the file's packets that are due), fire
+//! Each turn of the loop: note how many intercepts are connected, feed the records (each at the
+//! instant its control link read it) and registration verdicts that the control clients queued,
+//! feed every ready ring block (or the file's packets that are due), fire
 //! the engine's timer, then drain the engine's outputs (registrations first, so they leave before
-//! the SYN they belong to; then packets to the sender, flushed in batches), and about once a
-//! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live) and an
-//! eventfd that the control clients poke, until the engine's next timer, the sender's back-off,
-//! the file's next packet or at most [`MAX_WAIT`].
+//! the SYN they belong to; then packets to the sender, flushed in batches), tell the control
+//! clients whether it is eager for records ([`crate::workers::Eagerness`]), and about once a
+//! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live), the
+//! eventfd that the control clients poke for what cannot wait and the timerfd they arm for
+//! records that can wait a little ([`crate::workers::Wake`]), until the engine's next timer,
+//! the sender's back-off, the file's next packet or at most [`MAX_WAIT`].
 //!
 //! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself
 //! once the file is done and the engine holds no session and the sender no packet (or
@@ -43,11 +46,11 @@ use crate::engine::{Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
-use crate::sys::{self, EventFd};
-use crate::workers::{Inbound, Routes};
+use crate::sys;
+use crate::workers::{Eagerness, Inbound, Routes, TurnSeen, Wake};
 
 /// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
-/// (the ring socket when the kernel retires a block, the eventfd for records and link changes,
+/// (the ring socket when the kernel retires a block, the eventfd and the record timerfd for records and link changes,
 /// the deadline for the engine's timers and the sender's back-off), so this is only a safety net.
 /// Measured on a debug build, idle: 10 ms costs 0.9% of a core (100 wake-ups/s), 100 ms 0.1%.
 pub const MAX_WAIT: Duration = Duration::from_millis(100);
@@ -110,8 +113,9 @@ pub struct LoopIo {
     pub registry: Arc<Registry>,
     /// Intercept links that are up.
     pub connected: Arc<AtomicUsize>,
-    /// Poked by the control clients.
-    pub wake: Arc<EventFd>,
+    /// How the control clients wake this loop (its eventfd and record timer, see
+    /// [`crate::workers::Wake`]); the loop tells it whether it is eager.
+    pub wake: Arc<Wake>,
     /// Set to end the loop (poke `wake` after setting it).
     pub stop: Arc<AtomicBool>,
     /// This loop's worker index (0 with one worker).
@@ -336,6 +340,10 @@ struct State {
     offline_done: Option<Instant>,
     /// `--compare`: which records of a batch go to the comparison (reused).
     compared: Vec<bool>,
+    /// Whether records lately released request units by themselves (see
+    /// [`crate::workers::Eagerness`]), and what `io.wake` was last told.
+    eagerness: Eagerness,
+    eager: bool,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -362,6 +370,8 @@ pub fn run_engine_loop(
         session_timeout: config.session_timeout,
         offline_done: None,
         compared: Vec::new(),
+        eagerness: Eagerness::default(),
+        eager: false,
     };
     let mut fatal = None;
     loop {
@@ -444,8 +454,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if io.stop.load(Ordering::SeqCst) {
         return Ok(false);
     }
-    io.wake.drain();
+    io.wake.taking();
     let now = Instant::now();
+    let mut seen = TurnSeen::default();
 
     let n = io.connected.load(Ordering::SeqCst);
     let up = n > 0;
@@ -456,24 +467,30 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
-            Ok(Inbound::Records(batch)) => match &io.shadow {
-                Some(tap) => {
-                    // --compare: the records of the copies on the captured client's address
-                    // and port (copy 0 and its baseline copy); asked before the engine takes
-                    // the record, which may end its session
-                    st.compared.clear();
-                    for r in &batch {
-                        st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
-                        engine.handle_record(now, r);
+            // Each record at the time its link read it: it may have waited for this turn (up to
+            // RECORD_DELAY), and answer times are measured from it.
+            Ok(Inbound::Records { at, records: batch }) => {
+                seen.records += batch.len();
+                seen.urgent |= batch.iter().any(crate::workers::urgent_record);
+                match &io.shadow {
+                    Some(tap) => {
+                        // --compare: the records of the copies on the captured client's address
+                        // and port (copy 0 and its baseline copy); asked before the engine takes
+                        // the record, which may end its session
+                        st.compared.clear();
+                        for r in &batch {
+                            st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
+                            engine.handle_record(at, r);
+                        }
+                        tap.records(at, batch, &st.compared);
                     }
-                    tap.records(now, batch, &st.compared);
-                }
-                None => {
-                    for r in &batch {
-                        engine.handle_record(now, r);
+                    None => {
+                        for r in &batch {
+                            engine.handle_record(at, r);
+                        }
                     }
                 }
-            },
+            }
             Ok(Inbound::Verdicts { from, results }) => {
                 for (t, v) in results {
                     engine.handle_registered(now, from, t, v);
@@ -515,7 +532,14 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if engine.poll_timeout().is_some_and(|t| t <= now) {
         engine.handle_timeout(now);
     }
+    let held_before = held_units(engine.stats());
     drain_outputs(engine, io, st, now);
+    seen.held_units = held_units(engine.stats()) - held_before;
+    let eager = st.eagerness.turn(now, seen);
+    if eager != st.eager {
+        st.eager = eager;
+        io.wake.set_eager(eager);
+    }
 
     if now >= st.next_report {
         st.next_report = now + REPORT_EVERY;
@@ -575,13 +599,18 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     }
     let timeout = deadline.saturating_duration_since(now);
     if !timeout.is_zero() {
+        let [event, timer] = io.wake.fds();
         let polled = match &io.source {
-            Source::Live(capture) => sys::poll_readable(&[capture.fd(), io.wake.fd()], timeout),
-            Source::Offline(_) => sys::poll_readable(&[io.wake.fd()], timeout).map(|r| r << 1),
+            Source::Live(capture) => sys::poll_readable(&[capture.fd(), event, timer], timeout),
+            Source::Offline(_) => sys::poll_readable(&[event, timer], timeout).map(|r| r << 1),
         };
         match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
+                if ready & 4 != 0 {
+                    // Records waited RECORD_DELAY: the next turn takes them.
+                    io.wake.timer_fired();
+                }
                 if let Source::Live(capture) = &mut io.source {
                     if ready & 1 != 0 && !capture.has_ready() {
                         // POLLERR without data: read the error, or poll would return at once
@@ -605,6 +634,12 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
     Ok(true)
+}
+
+/// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.
+fn held_units(e: &EngineStats) -> u64 {
+    let first = crate::engine::LAG_BOUNDS.partition_point(|&b| b < crate::workers::HELD.as_secs_f64()) + 1;
+    e.replay_lag.counts[first..].iter().sum()
 }
 
 /// The loop ends: reset every test connection, send the RSTs (at most [`SHUTDOWN_FLUSH`]), then

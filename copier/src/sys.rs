@@ -488,6 +488,51 @@ impl EventFd {
     }
 }
 
+/// A non-blocking one-shot `timerfd` (monotonic clock): readable once it expires, until it is
+/// set again or disarmed. The engine thread polls it with its eventfd; the control clients arm it
+/// for records that may wait a little (see `crate::workers::Wake`).
+#[derive(Debug)]
+pub struct TimerFd(OwnedFd);
+
+impl TimerFd {
+    /// A new, disarmed timer.
+    pub fn new() -> io::Result<TimerFd> {
+        // SAFETY: plain syscall; the result is checked and owned right away.
+        let raw = cvt(unsafe {
+            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+        })?;
+        // SAFETY: fresh descriptor.
+        Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(raw) }))
+    }
+
+    /// Expire `after` from now (replacing any earlier setting); `Duration::ZERO` disarms it.
+    /// Either way an expiry not yet read is forgotten (the descriptor is no longer readable).
+    pub fn set(&self, after: Duration) {
+        let ts = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: `ts` is valid for the call; the old value is not asked for.
+        let _ = unsafe { libc::timerfd_settime(self.0.as_raw_fd(), 0, &ts, std::ptr::null_mut()) };
+    }
+
+    /// Read an expiry, making the descriptor not readable (it stays disarmed, being one-shot);
+    /// a timer set again meanwhile is left as it is.
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64; EAGAIN when nothing expired is fine.
+        let _ = unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// The descriptor, for `poll`.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// The index of interface `name`.
 pub fn interface_index(name: &str) -> io::Result<u32> {
     let c = CString::new(name)
@@ -607,6 +652,24 @@ mod tests {
         );
         ev.drain();
         assert_eq!(poll_readable(&[ev.fd()], Duration::ZERO).unwrap(), 0);
+    }
+
+    #[test]
+    fn timerfd_expires_once_and_disarms() {
+        let t = TimerFd::new().unwrap();
+        assert_eq!(poll_readable(&[t.fd()], Duration::from_millis(5)).unwrap(), 0, "disarmed at first");
+        t.set(Duration::from_millis(2));
+        assert_eq!(poll_readable(&[t.fd()], Duration::from_secs(1)).unwrap(), 1);
+        // An expiry not read is forgotten when the timer is set again.
+        t.set(Duration::ZERO);
+        assert_eq!(poll_readable(&[t.fd()], Duration::ZERO).unwrap(), 0);
+        t.set(Duration::from_millis(1));
+        assert_eq!(poll_readable(&[t.fd()], Duration::from_secs(1)).unwrap(), 1);
+        t.clear();
+        assert_eq!(poll_readable(&[t.fd()], Duration::ZERO).unwrap(), 0, "read: no longer readable");
+        t.set(Duration::from_millis(1));
+        t.set(Duration::ZERO);
+        assert_eq!(poll_readable(&[t.fd()], Duration::from_millis(10)).unwrap(), 0, "disarmed before it expired");
     }
 
     #[test]

@@ -29,21 +29,40 @@
 //!   ([`RecordRouter::deliver_verdicts`], by their tuple's owner; one not owned is dropped, its
 //!   session having ended), in the same channel, so a worker sees them in arrival order.
 //!
+//! - [`Wake`]: how a worker's engine thread learns that its inbox has something, without a
+//!   wake-up per record. Most records only move a test connection's acknowledgement and window
+//!   state, or answer a request whose next one has not been captured yet: nothing waits on them,
+//!   and the engine takes them at its next turn anyway (the next captured batch, timer, ...).
+//!   So a delivery pokes the worker's eventfd at once only when it cannot wait ([`wake_now`]):
+//!   it holds a verdict or a record with SYN, FIN or RST (or one that does not parse), the
+//!   inbox holds [`PENDING_WAKE`] records or more since the engine last took it or is over a
+//!   quarter full, or the engine
+//!   said it is *eager* (records lately released request units that pacing held back: a session
+//!   waits on the test server, see `crate::run`). Otherwise the first such delivery arms the
+//!   worker's one-shot timerfd for [`RECORD_DELAY`], so no record waits longer than that.
+//!   Every record carries the instant its link read it ([`Inbound::Records`]`::at`), and the
+//!   engine takes that as the record's time (answer times, the quiet rule, `--compare`), not
+//!   the time it handled it.
+//!
 //! Invariants: a route names the worker whose engine registered the tuple; a worker only
 //! removes its own routes. Every inbox is bounded (the control client waits on a full one,
-//! which pushes back over TCP to the intercept) and every send to an inbox is followed by a
-//! poke of that worker's eventfd.
+//! which pushes back over TCP to the intercept) and every send to an inbox is followed by
+//! either a poke of that worker's eventfd or its timer being armed (or already armed and not
+//! yet taken back by the engine, which disarms it only before it empties the inbox): a record
+//! waits at most [`RECORD_DELAY`] for its engine.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::proto::{Record, RegVerdict};
 use tokio::sync::mpsc;
 
 use crate::control::RegEvent;
-use crate::sys::EventFd;
+use crate::sys::{EventFd, TimerFd};
 
 /// Number of shards of [`Routes`] (a power of two).
 pub const SHARDS: usize = 16;
@@ -161,7 +180,12 @@ pub fn route_records(routes: &Routes, records: Vec<Record>, out: &mut [Vec<Recor
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Inbound {
     /// Records of the test server's answers.
-    Records(Vec<Record>),
+    Records {
+        /// When the control link read them: the records' time for the engine.
+        at: Instant,
+        /// The records, in the order the intercept sent them.
+        records: Vec<Record>,
+    },
     /// Intercept `from`'s verdicts on registered tuples (`Message::Registered`).
     Verdicts {
         /// Which intercept (its `--intercept` index).
@@ -176,8 +200,172 @@ pub enum Inbound {
 pub struct Inbox {
     /// The worker's bounded channel of records and verdicts.
     pub records: mpsc::Sender<Inbound>,
-    /// The worker's eventfd.
-    pub wake: Arc<EventFd>,
+    /// How the worker is woken.
+    pub wake: Arc<Wake>,
+}
+
+/// The longest a record waits for its engine thread when it was not worth a wake-up of its
+/// own (see the module doc). An engine that is busy takes it much sooner, at its next turn.
+/// Short against the times a record's handling can change: `--ack-delay` (40 ms), the answer
+/// quiet rule, retransmission timers (>= 200 ms); and records keep the time they were read.
+pub const RECORD_DELAY: Duration = Duration::from_millis(2);
+
+/// Records queued since the engine last took its inbox at which a delivery wakes it at once
+/// (well under a full inbox, so a burst never waits for [`RECORD_DELAY`] behind a full channel).
+pub const PENDING_WAKE: usize = 128;
+
+/// Whether a delivery wakes the engine thread at once (`true`) or may wait for its next turn,
+/// at most [`RECORD_DELAY`] (`false`): see the module doc. `pending` counts the records queued
+/// since the engine last took its inbox, this delivery's included.
+#[must_use]
+pub fn wake_now(eager: bool, urgent: bool, pending: usize) -> bool {
+    eager || urgent || pending >= PENDING_WAKE
+}
+
+/// Whether a record cannot wait: it opens, closes or resets a connection (SYN, FIN, RST), or
+/// it does not parse as an IPv4 or IPv6 TCP header (the engine counts it; nothing to save).
+#[must_use]
+pub fn urgent_record(r: &Record) -> bool {
+    const SYN_FIN_RST: u8 = 0x07;
+    let h = &r.headers;
+    let tcp = match h.first().map(|b| b >> 4) {
+        Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
+        Some(6) if h.get(6) == Some(&6) => 40,
+        _ => return true,
+    };
+    h.get(tcp + 13).is_none_or(|f| f & SYN_FIN_RST != 0)
+}
+
+/// Whether an inbox is over a quarter full (counted in batches).
+fn filling(tx: &mpsc::Sender<Inbound>) -> bool {
+    tx.capacity() * 4 < tx.max_capacity() * 3
+}
+
+/// How the control links wake one worker's engine thread (see the module doc): its eventfd for
+/// what cannot wait, its one-shot timer for records that can wait up to [`RECORD_DELAY`], and
+/// what the engine publishes about itself.
+#[derive(Debug)]
+pub struct Wake {
+    event: EventFd,
+    timer: TimerFd,
+    /// Set by the engine: every record is worth a wake-up now.
+    eager: AtomicBool,
+    /// The timer is armed for records the engine has not taken yet.
+    armed: AtomicBool,
+    /// Records queued since the engine last took its inbox.
+    pending: AtomicUsize,
+}
+
+impl Wake {
+    /// A worker's wake-up, not eager.
+    pub fn new() -> std::io::Result<Wake> {
+        Ok(Wake {
+            event: EventFd::new()?,
+            timer: TimerFd::new()?,
+            eager: AtomicBool::new(false),
+            armed: AtomicBool::new(false),
+            pending: AtomicUsize::new(0),
+        })
+    }
+
+    /// Wake the engine thread now (a verdict, a link change, a stop).
+    pub fn notify(&self) {
+        self.event.notify();
+    }
+
+    /// Control side, after `n` records were put in the inbox (`urgent`: one of them cannot
+    /// wait, [`urgent_record`]; `filling`: the inbox is over a quarter full, so a burst of
+    /// small batches does not wait behind a full channel): wake the engine now, or make sure
+    /// the timer runs.
+    pub fn queued(&self, n: usize, urgent: bool, filling: bool) {
+        let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
+        if filling || wake_now(self.eager.load(Ordering::Relaxed), urgent, pending) {
+            self.event.notify();
+        } else if !self.armed.swap(true, Ordering::SeqCst) {
+            self.timer.set(RECORD_DELAY);
+        }
+    }
+
+    /// Engine side, at the start of a turn, before it empties its inbox: forget the pokes and
+    /// the timer (what they were for is about to be taken).
+    pub fn taking(&self) {
+        self.pending.store(0, Ordering::Relaxed);
+        if self.armed.swap(false, Ordering::SeqCst) {
+            // Disarms, and forgets an expiry not read. A delivery that armed it again since the
+            // swap put its records in the inbox before, so the engine takes them now.
+            self.timer.set(Duration::ZERO);
+        }
+        self.event.drain();
+    }
+
+    /// Engine side, after `poll` said the timer is readable: make it not readable, without
+    /// disturbing a delivery that armed it again meanwhile.
+    pub fn timer_fired(&self) {
+        self.timer.clear();
+    }
+
+    /// Engine side: whether every record is worth a wake-up now.
+    pub fn set_eager(&self, eager: bool) {
+        self.eager.store(eager, Ordering::Relaxed);
+    }
+
+    /// Whether the engine said it is eager.
+    pub fn eager(&self) -> bool {
+        self.eager.load(Ordering::Relaxed)
+    }
+
+    /// The eventfd and the timer, for `poll`.
+    pub fn fds(&self) -> [std::os::fd::BorrowedFd<'_>; 2] {
+        [self.event.fd(), self.timer.fd()]
+    }
+}
+
+/// How long the engine stays eager ([`Wake::set_eager`]) after records last released request
+/// units by themselves.
+pub const EAGER_HOLD: Duration = Duration::from_millis(100);
+
+/// How long a request unit waited between its capture and its first send for [`Eagerness`] to
+/// call it held back (a unit sent in the turn that captured it waits far less).
+pub const HELD: Duration = Duration::from_millis(1);
+
+/// The engine's side of the wake decision: whether records lately released request units that
+/// pacing held back (so a session waits on the test server's answers and every record is worth
+/// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
+/// records, none of them with SYN, FIN or RST (a SYN-ACK releases the requests that waited for
+/// the handshake, and wakes the engine anyway), and sent request units that had waited over
+/// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
+/// a captured packet in the same turn may have been what released them, but a false eager
+/// only costs the wake-ups this saves, while a missed one delays paced copies.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Eagerness {
+    until: Option<Instant>,
+}
+
+/// What one turn of the engine did, for [`Eagerness::turn`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TurnSeen {
+    /// Records handled.
+    pub records: usize,
+    /// One of them was urgent ([`urgent_record`]).
+    pub urgent: bool,
+    /// Request units sent for the first time that had waited over [`HELD`] since their
+    /// capture.
+    pub held_units: u64,
+}
+
+impl Eagerness {
+    /// Note a turn at `now`; returns whether the engine is eager now.
+    pub fn turn(&mut self, now: Instant, seen: TurnSeen) -> bool {
+        if seen.records > 0 && !seen.urgent && seen.held_units > 0 {
+            self.until = Some(now + EAGER_HOLD);
+        }
+        self.eager(now)
+    }
+
+    /// Whether the engine is eager at `now`.
+    pub fn eager(&self, now: Instant) -> bool {
+        self.until.is_some_and(|t| now < t)
+    }
 }
 
 /// The engine thread is gone (shutting down).
@@ -217,12 +405,13 @@ impl RecordRouter {
         }
     }
 
-    /// Deliver one batch of records to the workers that own them, waiting while an inbox is
-    /// full.
-    pub async fn deliver(&self, records: Vec<Record>) -> Result<(), InboxClosed> {
+    /// Deliver one batch of records, read at `at`, to the workers that own them, waiting while
+    /// an inbox is full; wake each now or arm its timer ([`Wake::queued`]).
+    pub async fn deliver(&self, at: Instant, records: Vec<Record>) -> Result<(), InboxClosed> {
         if let [only] = &*self.inboxes {
-            only.records.send(Inbound::Records(records)).await.map_err(|_| InboxClosed)?;
-            only.wake.notify();
+            let (n, urgent) = (records.len(), records.iter().any(urgent_record));
+            only.records.send(Inbound::Records { at, records }).await.map_err(|_| InboxClosed)?;
+            only.wake.queued(n, urgent, filling(&only.records));
             return Ok(());
         }
         let mut out: Vec<Vec<Record>> = vec![Vec::new(); self.inboxes.len()];
@@ -240,8 +429,9 @@ impl RecordRouter {
             if batch.is_empty() {
                 continue;
             }
-            inbox.records.send(Inbound::Records(batch)).await.map_err(|_| InboxClosed)?;
-            inbox.wake.notify();
+            let (n, urgent) = (batch.len(), batch.iter().any(urgent_record));
+            inbox.records.send(Inbound::Records { at, records: batch }).await.map_err(|_| InboxClosed)?;
+            inbox.wake.queued(n, urgent, filling(&inbox.records));
         }
         Ok(())
     }
@@ -399,28 +589,34 @@ mod tests {
         for _ in 0..2 {
             let (tx, rx) = mpsc::channel(4);
             rxs.push(rx);
+            let wake = Wake::new().unwrap();
+            // Eager: every record wakes at once (the lazy path has its own test).
+            wake.set_eager(true);
             inboxes.push(Inbox {
                 records: tx,
-                wake: Arc::new(EventFd::new().unwrap()),
+                wake: Arc::new(wake),
             });
         }
         let router = RecordRouter::new(inboxes.clone(), routes.clone());
         assert_eq!(router.workers(), 2);
+        let at = Instant::now();
         router
-            .deliver(vec![record(t(2)), record(t(5)), record(t(2))])
+            .deliver(at, vec![record(t(2)), record(t(5)), record(t(2))])
             .await
             .unwrap();
-        assert!(matches!(rxs[1].try_recv().unwrap(), Inbound::Records(v) if v.len() == 2));
+        assert!(matches!(rxs[1].try_recv().unwrap(), Inbound::Records { at: a, records: v } if v.len() == 2 && a == at));
         assert!(rxs[0].try_recv().is_err(), "nothing for worker 0");
-        let ready = |i: usize| {
-            crate::sys::poll_readable(&[inboxes[i].wake.fd()], std::time::Duration::ZERO).unwrap()
-        };
+        // Bit 0: the eventfd; bit 1: the record timer.
+        let ready = |i: usize| crate::sys::poll_readable(&inboxes[i].wake.fds(), Duration::ZERO).unwrap();
         assert_eq!((ready(0), ready(1)), (0, 1));
         router.wake_all();
         assert_eq!(ready(0), 1);
-        // Verdicts go to the owner of their tuple; unowned ones are dropped.
-        inboxes[0].wake.drain();
-        inboxes[1].wake.drain();
+        // Verdicts go to the owner of their tuple; unowned ones are dropped; they wake the
+        // engine at once even when it is not eager.
+        for i in &inboxes {
+            i.wake.set_eager(false);
+            i.wake.taking();
+        }
         router
             .deliver_verdicts(3, vec![(t(2), RegVerdict::Accepted), (t(5), RegVerdict::PortNotGuarded)])
             .await
@@ -437,7 +633,7 @@ mod tests {
         let one = RecordRouter::new(
             vec![Inbox {
                 records: tx,
-                wake: Arc::new(EventFd::new().unwrap()),
+                wake: Arc::new(Wake::new().unwrap()),
             }],
             Arc::new(Routes::new()),
         );
@@ -446,9 +642,125 @@ mod tests {
             headers: vec![1],
             payload: Vec::new(),
         };
-        one.deliver(vec![odd.clone()]).await.unwrap();
-        assert_eq!(rx.try_recv().unwrap(), Inbound::Records(vec![odd]));
+        one.deliver(at, vec![odd.clone()]).await.unwrap();
+        assert_eq!(rx.try_recv().unwrap(), Inbound::Records { at, records: vec![odd] });
         drop(rx);
-        assert_eq!(one.deliver(vec![]).await, Err(InboxClosed));
+        assert_eq!(one.deliver(at, vec![]).await, Err(InboxClosed));
+    }
+
+    /// A record of `tuple` with TCP `flags` and `payload`.
+    fn record_with(tuple: FourTuple, flags: TcpFlags, payload: &[u8]) -> Record {
+        let mut pkt = Vec::new();
+        TcpBuilder {
+            src: tuple.server,
+            dst: tuple.client,
+            seq: common::seq::SeqNum(1),
+            ack: common::seq::SeqNum(2),
+            flags,
+            window: 100,
+            options: &[],
+            payload,
+            ttl: 64,
+            ident: 0,
+        }
+        .emit(&mut pkt);
+        Record::from_packet(&pkt, 0).unwrap().1
+    }
+
+    #[test]
+    fn only_opening_closing_and_broken_records_are_urgent() {
+        let v6 = FourTuple::new("[2001:db8::1]:4000".parse().unwrap(), "[2001:db8::2]:80".parse().unwrap());
+        for tuple in [t(1), v6] {
+            assert!(!urgent_record(&record_with(tuple, TcpFlags::ACK, b"")), "a bare ACK waits");
+            assert!(!urgent_record(&record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK")), "an answer waits");
+            for f in [TcpFlags::SYN | TcpFlags::ACK, TcpFlags::FIN | TcpFlags::ACK, TcpFlags::RST, TcpFlags::RST | TcpFlags::ACK] {
+                assert!(urgent_record(&record_with(tuple, f, b"")), "{f:?} wakes at once");
+            }
+        }
+        let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new() };
+        assert!(!urgent_record(&cut(34)), "the flags byte is all it needs");
+        for n in [0, 1, 20, 33] {
+            assert!(urgent_record(&cut(n)), "{n} bytes: the engine counts it, at once");
+        }
+    }
+
+    #[test]
+    fn the_wake_decision() {
+        assert!(!wake_now(false, false, 1), "a plain record waits for the engine's next turn");
+        assert!(!wake_now(false, false, PENDING_WAKE - 1));
+        assert!(wake_now(false, false, PENDING_WAKE), "a full-ish inbox wakes it");
+        assert!(wake_now(false, true, 1), "SYN, FIN, RST wake it");
+        assert!(wake_now(true, false, 1), "an eager engine wants every record");
+    }
+
+    #[test]
+    fn records_released_units_by_themselves_makes_the_engine_eager_for_a_while() {
+        let t0 = Instant::now();
+        let mut e = Eagerness::default();
+        let alone = TurnSeen { records: 2, held_units: 1, ..TurnSeen::default() };
+        assert!(!e.eager(t0));
+        // Not evidence: nothing held back was sent.
+        assert!(!e.turn(t0, TurnSeen { held_units: 0, ..alone }), "records that released nothing");
+        assert!(!e.turn(t0, TurnSeen { urgent: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
+        assert!(!e.turn(t0, TurnSeen { records: 0, ..alone }));
+        // Evidence: a session waits on the test server's answers.
+        assert!(e.turn(t0, alone));
+        assert!(e.turn(t0 + EAGER_HOLD / 2, TurnSeen::default()), "holds");
+        assert!(e.turn(t0 + EAGER_HOLD / 2, alone), "renewed");
+        assert!(e.eager(t0 + EAGER_HOLD));
+        assert!(!e.eager(t0 + EAGER_HOLD * 3 / 2), "and ends");
+    }
+
+    #[tokio::test]
+    async fn an_inbox_filling_with_small_batches_wakes_the_engine() {
+        let (tx, _rx) = mpsc::channel(8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let answer = || record_with(t(1), TcpFlags::ACK, b"x");
+        let at = Instant::now();
+        for _ in 0..2 {
+            router.deliver(at, vec![answer()]).await.unwrap();
+        }
+        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 0, "2 of 8: waits");
+        router.deliver(at, vec![answer()]).await.unwrap();
+        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 1, "over a quarter full: now");
+    }
+
+    #[tokio::test]
+    async fn a_record_that_can_wait_arms_the_timer_once_and_the_engine_disarms_it() {
+        let (tx, mut rx) = mpsc::channel(PENDING_WAKE + 8);
+        let wake = Arc::new(Wake::new().unwrap());
+        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let ready = |d: Duration| crate::sys::poll_readable(&wake.fds(), d).unwrap();
+        let answer = || record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK");
+        let at = Instant::now();
+        router.deliver(at, vec![answer()]).await.unwrap();
+        router.deliver(at, vec![answer()]).await.unwrap();
+        assert_eq!(ready(Duration::ZERO), 0, "no wake-up at once");
+        let t0 = Instant::now();
+        assert_eq!(ready(Duration::from_secs(1)), 2, "the timer expires");
+        let waited = t0.elapsed();
+        assert!(waited <= RECORD_DELAY + Duration::from_millis(50), "{waited:?}");
+        // The engine's turn: takes the inbox, the timer no longer readable.
+        wake.timer_fired();
+        wake.taking();
+        assert_eq!(ready(Duration::ZERO), 0);
+        assert!(matches!(rx.try_recv(), Ok(Inbound::Records { .. })));
+        assert!(matches!(rx.try_recv(), Ok(Inbound::Records { .. })));
+        // Taken before it expired: disarmed, no late wake-up.
+        router.deliver(at, vec![answer()]).await.unwrap();
+        wake.taking();
+        assert_eq!(ready(RECORD_DELAY * 3), 0, "disarmed by the engine's turn");
+        // An urgent record wakes at once; so do many records that can wait.
+        router.deliver(at, vec![answer(), record_with(t(1), TcpFlags::FIN | TcpFlags::ACK, b"")]).await.unwrap();
+        assert_eq!(ready(Duration::ZERO) & 1, 1);
+        wake.taking();
+        router.deliver(at, (0..PENDING_WAKE).map(|_| answer()).collect()).await.unwrap();
+        assert_eq!(ready(Duration::ZERO) & 1, 1, "a full-ish inbox wakes at once");
+        wake.taking();
+        // Eager: every record at once.
+        wake.set_eager(true);
+        router.deliver(at, vec![answer()]).await.unwrap();
+        assert_eq!(ready(Duration::ZERO), 1);
     }
 }
