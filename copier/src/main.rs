@@ -213,7 +213,7 @@ fn run(args: Args) -> Result<RunSummary> {
     let mut inboxes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
-        let wake = Arc::new(Wake::new().context("eventfd and timerfd")?);
+        let wake = Arc::new(Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT)).context("eventfd and timerfd")?);
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
         inboxes.push(Inbox {
             records: records_tx,

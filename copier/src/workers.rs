@@ -39,7 +39,8 @@
 //!   quarter full, or the engine
 //!   said it is *eager* (records lately released request units that pacing held back: a session
 //!   waits on the test server, see `crate::run`). Otherwise the first such delivery arms the
-//!   worker's one-shot timerfd for [`RECORD_DELAY`], so no record waits longer than that.
+//!   worker's one-shot timerfd for `--record-wait` ([`RECORD_DELAY`] by default, at most
+//!   [`MAX_RECORD_WAIT`]; zero: every delivery pokes the eventfd), so no record waits longer.
 //!   Every record carries the instant its link read it ([`Inbound::Records`]`::at`), and the
 //!   engine takes that as the record's time (answer times, the quiet rule, `--compare`), not
 //!   the time it handled it.
@@ -49,7 +50,7 @@
 //! which pushes back over TCP to the intercept) and every send to an inbox is followed by
 //! either a poke of that worker's eventfd or its timer being armed (or already armed and not
 //! yet taken back by the engine, which disarms it only before it empties the inbox): a record
-//! waits at most [`RECORD_DELAY`] for its engine.
+//! waits at most `--record-wait` for its engine.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -210,6 +211,10 @@ pub struct Inbox {
 /// quiet rule, retransmission timers (>= 200 ms); and records keep the time they were read.
 pub const RECORD_DELAY: Duration = Duration::from_millis(2);
 
+/// Largest `--record-wait` used: well under a test server's shortest retransmission timeout
+/// (200 ms) and the copy lag an operator sees.
+pub const MAX_RECORD_WAIT: Duration = Duration::from_millis(20);
+
 /// Records queued since the engine last took its inbox at which a delivery wakes it at once
 /// (well under a full inbox, so a burst never waits for [`RECORD_DELAY`] behind a full channel).
 pub const PENDING_WAKE: usize = 128;
@@ -254,17 +259,27 @@ pub struct Wake {
     armed: AtomicBool,
     /// Records queued since the engine last took its inbox.
     pending: AtomicUsize,
+    /// How long a record nothing waits on may wait for the engine (`--record-wait`); zero: every
+    /// delivery wakes the engine at once.
+    delay: Duration,
 }
 
 impl Wake {
-    /// A worker's wake-up, not eager.
+    /// A worker's wake-up, not eager, with the default [`RECORD_DELAY`].
     pub fn new() -> std::io::Result<Wake> {
+        Wake::with_delay(RECORD_DELAY)
+    }
+
+    /// A worker's wake-up whose records nothing waits on may wait up to `delay` (zero: none
+    /// waits; every delivery wakes the engine).
+    pub fn with_delay(delay: Duration) -> std::io::Result<Wake> {
         Ok(Wake {
             event: EventFd::new()?,
             timer: TimerFd::new()?,
             eager: AtomicBool::new(false),
             armed: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
+            delay,
         })
     }
 
@@ -279,10 +294,13 @@ impl Wake {
     /// the timer runs.
     pub fn queued(&self, n: usize, urgent: bool, filling: bool) {
         let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
-        if filling || wake_now(self.eager.load(Ordering::Relaxed), urgent, pending) {
+        if self.delay.is_zero()
+            || filling
+            || wake_now(self.eager.load(Ordering::Relaxed), urgent, pending)
+        {
             self.event.notify();
         } else if !self.armed.swap(true, Ordering::SeqCst) {
-            self.timer.set(RECORD_DELAY);
+            self.timer.set(self.delay);
         }
     }
 
@@ -724,6 +742,19 @@ mod tests {
         assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 0, "2 of 8: waits");
         router.deliver(at, vec![answer()]).await.unwrap();
         assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 1, "over a quarter full: now");
+    }
+
+    #[tokio::test]
+    async fn with_no_record_wait_every_record_wakes_the_engine_at_once() {
+        let (tx, _rx) = mpsc::channel(PENDING_WAKE + 8);
+        let wake = Arc::new(Wake::with_delay(Duration::ZERO).unwrap());
+        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let answer = || record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK");
+        router.deliver(Instant::now(), vec![answer()]).await.unwrap();
+        assert_eq!(crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(), 1, "the eventfd, not the timer");
+        wake.taking();
+        router.deliver(Instant::now(), vec![answer()]).await.unwrap();
+        assert_eq!(crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(), 1);
     }
 
     #[tokio::test]
