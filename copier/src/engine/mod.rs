@@ -324,12 +324,12 @@ impl Engine {
             self.sh.stats.drops.malformed += 1;
             return;
         };
-        let Some(map) = self.sh.p.map_for(c.key.server).copied() else {
+        let Some(map) = self.sh.p.map_for(c.key.server.into()).copied() else {
             self.sh.stats.drops.no_map += 1;
             return;
         };
         let syn = c.hdr.has(TcpFlags::SYN) && !c.hdr.has(TcpFlags::ACK);
-        if self.sh.plan.shaper.samples_out(c.key.client) {
+        if self.sh.plan.shaper.samples_out(c.key.client.into()) {
             self.sh.stats.drops.not_sampled += 1;
             if syn {
                 self.sh.stats.sessions_sampled_out += 1;
@@ -498,7 +498,7 @@ impl Engine {
         // The planner says how many copies and on which clients (see "Copies and sampling").
         let t = self.sh.plan.clock(now);
         let v6 = target.is_ipv6();
-        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client, v6) {
+        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client.into(), v6) {
             Ok(p) if p.is_empty() => {
                 self.sh.stats.drops.not_sampled += 1;
                 if syn {
@@ -602,7 +602,7 @@ impl Engine {
         };
         match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
-                self.targets.on_answer(now, r.tuple.server, r.hdr.has(TcpFlags::RST));
+                self.targets.on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
                 if let Some((addr, took)) = self.sh.answered.take() {
                     self.targets.on_answer_time(now, addr, took);
@@ -664,7 +664,7 @@ impl Engine {
                 let mut copy = None;
                 if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
                     s.in_ready = true;
-                    copy = Some((s.copy, s.key.client));
+                    copy = Some((s.copy, s.key.client.socket()));
                 }
                 self.ready.push_back(slot);
                 let st = &mut self.sh.stats;
@@ -702,7 +702,7 @@ impl Engine {
         self.with_session(slot.idx, now, |s, sh| refused = s.on_verdict(sh, now, tuple, from, verdict, need));
         if refused {
             self.sh.stats.drops.registration_refused += 1;
-            let Some(map) = self.sh.p.map_for(key.server).copied() else { return };
+            let Some(map) = self.sh.p.map_for(key.server.into()).copied() else { return };
             if !self.refusals_seen.contains(&(map, verdict)) && self.refusals_seen.len() < 256 {
                 self.refusals_seen.push((map, verdict));
                 self.refusals.push_back(Refusal { map, tuple, verdict });

@@ -185,8 +185,8 @@ impl Conn {
             _ => u16::MAX,
         };
         TcpBuilder {
-            src: self.tuple.client,
-            dst: self.tuple.server,
+            src: self.tuple.client.into(),
+            dst: self.tuple.server.into(),
             seq,
             ack: if with_ack { self.rcv_nxt } else { SeqNum(0) },
             flags,
