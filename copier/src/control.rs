@@ -171,6 +171,7 @@ impl Registry {
                 let _ = g.tx.send(ev);
             }
         }
+        shrink_if_sparse(&mut g.set);
     }
 
     /// Changes not yet seen by every client that was subscribed when they were made (to let
@@ -204,6 +205,14 @@ impl Registry {
     pub fn subscribe(&self) -> (HashSet<FourTuple>, broadcast::Receiver<RegEvent>) {
         let g = self.lock();
         (g.set.clone(), g.tx.subscribe())
+    }
+}
+
+/// Give back a set's room once it holds under a quarter of it (after a peak of sessions), so
+/// that the memory comes down with them; amortised O(1) per removal.
+fn shrink_if_sparse(set: &mut HashSet<FourTuple>) {
+    if set.capacity() > 1024 && set.len() * 4 < set.capacity() {
+        set.shrink_to_fit();
     }
 }
 
@@ -616,6 +625,7 @@ async fn write_loop<S: AsyncWrite + Unpin>(
                 RegEvent::Unregister(t) => sent.remove(&t),
             };
         }
+        shrink_if_sparse(&mut sent);
         if lagged {
             // We missed changes: take a fresh snapshot and send the difference.
             let (mut now_set, new_rx) = links.registry.subscribe();

@@ -255,6 +255,10 @@ pub struct Engine {
     intercepts_for: Vec<(IpAddr, usize)>,
     /// With a run trace: the copies' identities and the rows to take (`trace`).
     trace: Option<trace::Tags>,
+    /// Below this many sessions the tables are compacted (see [`Engine::compact`]).
+    compact_below: usize,
+    /// The generation new slots start at: above that of every slot the table dropped.
+    gen_floor: u32,
 }
 
 #[derive(Debug)]
@@ -311,6 +315,8 @@ impl Engine {
             targets: Targets::new(&config.maps, &config.spread, config.health),
             intercepts_for: config.intercepts_for.clone(),
             trace: config.trace.then(trace::Tags::default),
+            compact_below: 0,
+            gen_floor: 0,
         }
     }
 
@@ -318,6 +324,7 @@ impl Engine {
     /// Packets not matching any map, or of a session the sample leaves out, are counted and
     /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
+        self.maybe_compact();
         self.sh.stats.packets_captured += 1;
         self.sh.plan.clock(now);
         let Ok(c) = parse_captured(packet) else {
@@ -540,7 +547,9 @@ impl Engine {
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
-                    self.slots.push(Slot { gen: 0, s: None });
+                    self.slots.push(Slot { gen: self.gen_floor, s: None });
+                    // The table grew: compact once it is down to a quarter again.
+                    self.compact_below = self.slots.len() / 4;
                     (self.slots.len() - 1) as u32
                 }
             };
@@ -595,6 +604,7 @@ impl Engine {
 
     /// One response header record returned by the intercept.
     pub fn handle_record(&mut self, now: Instant, record: &Record) {
+        self.maybe_compact();
         self.sh.stats.records_received += 1;
         let Ok(r) = parse_record(record) else {
             self.sh.stats.drops.record_malformed += 1;
@@ -812,6 +822,7 @@ impl Engine {
 
     /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.maybe_compact();
         self.expire_syns(now);
         self.targets.check(now);
         let mut due = std::mem::take(&mut self.due);
@@ -931,6 +942,50 @@ impl Engine {
     #[must_use]
     pub fn session_count(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Compact the tables once the sessions fell to a quarter of the slab (checked at the
+    /// start of each input, where no slot index is held).
+    #[inline]
+    fn maybe_compact(&mut self) {
+        if self.session_count() < self.compact_below {
+            self.compact();
+        }
+    }
+
+    /// Give back the room of sessions that are gone, so that the memory comes down after a
+    /// peak (see "Engine memory per live session" in BENCHMARKS.md): the slab loses its free
+    /// tail (and reuses its lowest free slots first from now on, so the tail empties), the hash
+    /// tables, the timer heap and the queues shrink to what they hold. Runs when the sessions
+    /// fell below a quarter of the slab, then again only when they halved once more (or the
+    /// slab grew and fell again): amortised O(1) per session.
+    fn compact(&mut self) {
+        let keep = self.slots.iter().rposition(|x| x.s.is_some()).map_or(0, |i| i + 1);
+        for x in &self.slots[keep..] {
+            // A dropped slot's generation is already past every reference to it.
+            self.gen_floor = self.gen_floor.max(x.gen);
+        }
+        self.slots.truncate(keep);
+        self.slots.shrink_to_fit();
+        self.free.retain(|&i| (i as usize) < keep);
+        // Highest first: `pop` reuses the lowest free slot, so the slab's tail empties.
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.free.shrink_to_fit();
+        self.by_key.shrink_to_fit();
+        self.sh.tuples.shrink_to_fit();
+        self.pending.shrink_to_fit();
+        self.pending_fifo.shrink_to_fit();
+        let live: Vec<Reverse<(Instant, u32, u32)>> = std::mem::take(&mut self.timers)
+            .into_iter()
+            .filter(|Reverse((_, idx, gen))| self.slots.get(*idx as usize).is_some_and(|x| x.gen == *gen && x.s.is_some()))
+            .collect();
+        self.timers = BinaryHeap::from(live);
+        self.timers.shrink_to_fit();
+        self.ready.shrink_to_fit();
+        self.due = Vec::new();
+        self.members = Vec::new();
+        self.sh.control.shrink_to_fit();
+        self.compact_below = self.session_count() / 2;
     }
 
     fn live(&self, slot: SlotRef) -> bool {

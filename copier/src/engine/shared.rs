@@ -111,6 +111,12 @@ impl Tuples {
         Tuples { by_test: HashMap::with_hasher(hash), ports_used: HashMap::with_hasher(hash), rng, share }
     }
 
+    /// Give back the room of the tuples that are gone.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.by_test.shrink_to_fit();
+        self.ports_used.shrink_to_fit();
+    }
+
     /// The session that owns `tuple`.
     pub(crate) fn get(&self, tuple: &FourTuple) -> Option<SlotRef> {
         self.by_test.get(tuple).copied()
