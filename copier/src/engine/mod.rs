@@ -324,7 +324,11 @@ impl Engine {
     /// Packets not matching any map, or of a session the sample leaves out, are counted and
     /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
+        self.captured(now, packet);
         self.maybe_compact();
+    }
+
+    fn captured(&mut self, now: Instant, packet: &[u8]) {
         self.sh.stats.packets_captured += 1;
         self.sh.plan.clock(now);
         let Ok(c) = parse_captured(packet) else {
@@ -604,7 +608,11 @@ impl Engine {
 
     /// One response header record returned by the intercept.
     pub fn handle_record(&mut self, now: Instant, record: &Record) {
+        self.record(now, record);
         self.maybe_compact();
+    }
+
+    fn record(&mut self, now: Instant, record: &Record) {
         self.sh.stats.records_received += 1;
         let Ok(r) = parse_record(record) else {
             self.sh.stats.drops.record_malformed += 1;
@@ -822,7 +830,6 @@ impl Engine {
 
     /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.maybe_compact();
         self.expire_syns(now);
         self.targets.check(now);
         let mut due = std::mem::take(&mut self.due);
@@ -850,6 +857,7 @@ impl Engine {
             }
         }
         self.due = due;
+        self.maybe_compact();
     }
 
     /// Stop copying: every session ends (those being copied count as failed, `shutdown`),
@@ -944,8 +952,8 @@ impl Engine {
         self.slots.len() - self.free.len()
     }
 
-    /// Compact the tables once the sessions fell to a quarter of the slab (checked at the
-    /// start of each input, where no slot index is held).
+    /// Compact the tables once the sessions fell to a quarter of the slab (checked at the end
+    /// of each input and timer run, where no slot index is held).
     #[inline]
     fn maybe_compact(&mut self) {
         if self.session_count() < self.compact_below {
