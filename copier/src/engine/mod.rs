@@ -88,6 +88,7 @@ mod pkt;
 pub mod rules;
 mod session;
 mod shared;
+mod stamp;
 mod stats;
 mod stream;
 mod targets;
@@ -119,6 +120,7 @@ use hash::FastHash;
 use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
+use stamp::Stamp;
 pub use trace::UnitSent;
 pub use targets::{parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget, MAX_WEIGHT};
 
@@ -159,7 +161,7 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
         + std::mem::size_of::<((IpAddr, std::net::SocketAddr), u32)>()
         + 4 * std::mem::size_of::<FourTuple>()
         + std::mem::size_of::<(FourTuple, u16)>())
-    + std::mem::size_of::<Reverse<(Instant, u32, u32)>>();
+    + std::mem::size_of::<Reverse<(Stamp, u32, u32)>>();
 
 /// What one captured SYN waiting for its handshake costs against `max_memory`: its table
 /// entry (twice, as above) and two places in the expiry queue.
@@ -225,9 +227,9 @@ pub struct Engine {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_key: HashMap<FourTuple, Group, FastHash>,
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    timers: BinaryHeap<Reverse<(Stamp, u32, u32)>>,
     ready: VecDeque<SlotRef>,
-    due: Vec<(Instant, u32, u32)>,
+    due: Vec<(Stamp, u32, u32)>,
     /// The members of a group while a captured packet goes to each.
     members: Vec<u32>,
     /// A handle on `sh.meter` for the payload being dispatched (taken and put back, so that a
@@ -821,7 +823,7 @@ impl Engine {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let syn = self.pending_fifo.front().map(|(at, _)| *at + self.sh.p.syn_timeout);
-        let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let t = self.timers.peek().map(|Reverse((t, _, _))| t.at());
         match (t, syn) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -834,8 +836,9 @@ impl Engine {
         self.targets.check(now);
         let mut due = std::mem::take(&mut self.due);
         due.clear();
+        let now_s = Stamp::of(now);
         while let Some(&Reverse(e)) = self.timers.peek() {
-            if e.0 > now {
+            if e.0 > now_s {
                 break;
             }
             self.timers.pop();
@@ -983,7 +986,7 @@ impl Engine {
         self.sh.tuples.shrink_to_fit();
         self.pending.shrink_to_fit();
         self.pending_fifo.shrink_to_fit();
-        let live: Vec<Reverse<(Instant, u32, u32)>> = std::mem::take(&mut self.timers)
+        let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
             .into_iter()
             .filter(|Reverse((_, idx, gen))| self.slots.get(*idx as usize).is_some_and(|x| x.gen == *gen && x.s.is_some()))
             .collect();
@@ -1033,6 +1036,7 @@ impl Engine {
     fn arm(&mut self, idx: u32) {
         let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if let Some(d) = s.next_deadline(&self.sh.p) {
+            let d = Stamp::of(d);
             if s.armed.is_none_or(|a| d < a) {
                 s.armed = Some(d);
                 self.timers.push(Reverse((d, idx, s.slot.gen)));
@@ -1100,7 +1104,7 @@ impl Engine {
         if self.sheddable_memory() <= target {
             return;
         }
-        let mut cands: Vec<(Instant, u32)> = self
+        let mut cands: Vec<(Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()
