@@ -33,7 +33,9 @@ impl Stamp {
     /// to the epoch).
     #[inline]
     pub(crate) fn of(t: Instant) -> Stamp {
-        let ns = u64::try_from(t.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX - 1);
+        // Seconds and nanoseconds apart: no 128-bit arithmetic on the engine's paths.
+        let d = t.saturating_duration_since(epoch());
+        let ns = d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()));
         Stamp(NonZeroU64::MIN.saturating_add(ns))
     }
 
