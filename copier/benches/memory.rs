@@ -64,8 +64,8 @@ fn main() {
             sent += b.exchange(i, r, 100, 200);
         }
     }
-    // Every request and every answer went out (the answers' acknowledgements).
-    assert!(sent >= 2 * 10 * SESSIONS as usize, "sent {sent}");
+    // Every request went out (the answers' acknowledgements may wait: `--ack-delay`).
+    assert!(sent >= 10 * SESSIONS as usize, "sent {sent}");
     let heap = LIVE.load(Ordering::Relaxed) - heap0 - b.template_bytes();
     let rss = rss_kib().saturating_sub(rss0);
     // The templates: one data packet and one record (two vectors) per session.

@@ -33,8 +33,8 @@ fn tuple(i: u32) -> FourTuple {
 fn record(t: FourTuple) -> Record {
     let mut pkt = Vec::new();
     TcpBuilder {
-        src: t.server,
-        dst: t.client,
+        src: t.server.into(),
+        dst: t.client.into(),
         seq: SeqNum(1),
         ack: SeqNum(2),
         flags: TcpFlags::ACK,

@@ -245,7 +245,7 @@ fn probe_tuple(m: &PortMap, n: u16) -> FourTuple {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
     };
-    FourTuple { client: SocketAddr::new(client, 1024 + n), server: m.target }
+    FourTuple { client: SocketAddr::new(client, 1024 + n).into(), server: m.target.into() }
 }
 
 async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]>, maps: &[PortMap]) {
@@ -370,8 +370,8 @@ mod tests {
     fn probes_use_documentation_addresses_of_the_target_family() {
         let m4 = parse_map("80=198.18.2.2:8080").unwrap();
         let m6 = parse_map("80=[fd00::2]:80").unwrap();
-        assert_eq!(probe_tuple(&m4, 0).client, "192.0.2.1:1024".parse().unwrap());
+        assert_eq!(probe_tuple(&m4, 0).client, "192.0.2.1:1024".parse::<SocketAddr>().unwrap());
         assert_eq!(probe_tuple(&m4, 0).server, m4.target);
-        assert_eq!(probe_tuple(&m6, 1).client, "[2001:db8::1]:1025".parse().unwrap());
+        assert_eq!(probe_tuple(&m6, 1).client, "[2001:db8::1]:1025".parse::<SocketAddr>().unwrap());
     }
 }

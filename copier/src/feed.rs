@@ -40,6 +40,9 @@ const BLOCKS_PER_BATCH: usize = 2;
 
 /// Spare batch buffers kept for reuse.
 const SPARES: usize = 8;
+/// Largest batch buffer kept as a spare: a batch grows to the largest two blocks it ever held
+/// (megabytes under a burst), and eight such spares stayed resident after it.
+const SPARE_BYTES: usize = 256 * 1024;
 
 /// How the capture thread holds what the engine has not taken yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,7 +165,7 @@ impl Feed {
                 f(p);
             }
             let mut q = lock(&self.shared.queue);
-            if q.spare.len() < SPARES {
+            if q.spare.len() < SPARES && batch.data.capacity() <= SPARE_BYTES {
                 q.spare.push(batch);
             }
             done += 1;

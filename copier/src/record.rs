@@ -186,7 +186,7 @@ mod tests {
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
         let t = |port: u16| FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
         for port in 1..=4 {
-            r.record(t(port), Some(0), Some(t(port).client), &syn).unwrap();
+            r.record(t(port), Some(0), Some(t(port).client.into()), &syn).unwrap();
             r.record(t(port), Some(0), None, &data).unwrap();
             r.record(t(port), Some(0), None, &data).unwrap();
         }

@@ -804,6 +804,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
 }
 
 fn export(engine: &Engine, io: &LoopIo, st: &State) {
+    sys::trim_after_peak(engine.session_count());
     crate::spread::export(engine);
     crate::shaping::export(engine, Instant::now());
     m::export(&Snapshot {

@@ -238,6 +238,14 @@ impl LogLimit {
     }
 }
 
+/// Packet buffers kept for reuse (2 KiB each, more for large segments). A burst queues up to
+/// the engine loop's high-water mark (4,096 packets); keeping a buffer for each of them held
+/// 2 MiB for good after the burst (see "End to end: RSS at 10,000 live sessions" in
+/// BENCHMARKS.md), so past this many a buffer goes back to the allocator.
+const POOL_BUFFERS: usize = 128;
+/// Places the send queue keeps once a burst is over.
+const QUEUE_KEPT: usize = 1024;
+
 #[derive(Debug)]
 struct Pending {
     tuple: FourTuple,
@@ -321,7 +329,7 @@ impl RawSender {
 
     /// Give back a buffer that was not queued.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < 1024 && buf.capacity() <= 128 * 1024 {
+        if self.pool.len() < POOL_BUFFERS && buf.capacity() <= 128 * 1024 {
             self.pool.push(buf);
         }
     }
@@ -438,6 +446,10 @@ impl RawSender {
                 return;
             }
             self.resume_at = None;
+        }
+        if self.queue.is_empty() && self.queue.capacity() > QUEUE_KEPT {
+            // The last burst is over: its queue's room goes back.
+            self.queue.shrink_to(QUEUE_KEPT);
         }
         while let Some(front) = self.queue.front() {
             let v6 = front.v6;

@@ -2,8 +2,8 @@
 //!
 //! Owns: the `AF_PACKET` socket with its TPACKET_V3 receive ring (setup, the shared mapping,
 //! handing blocks between kernel and user space, `PACKET_STATISTICS`, `PACKET_FANOUT`),
-//! `sendmmsg`, an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex` and
-//! `SO_SNDBUFFORCE`.
+//! `sendmmsg`, an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex`,
+//! `SO_SNDBUFFORCE` and glibc's `malloc_trim`.
 //!
 //! Invariants:
 //! - The ring mapping lives exactly as long as [`RxRing`]; block bytes are only handed out (to a
@@ -677,4 +677,29 @@ mod tests {
         assert!(interface_index("no-such-if0").is_err());
         assert!(interface_index("lo").unwrap() > 0);
     }
+}
+
+thread_local! {
+    /// The most sessions this thread's engine held since memory was last given back.
+    static SESSION_PEAK: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Called about once a second with the sessions the calling thread's engine holds: once they
+/// fell under half of their peak (of at least 1,024), give the allocator's free pages back to
+/// the kernel (glibc's `malloc_trim(0)`: the engine compacts its tables, but the room freed in
+/// the middle of an arena stays resident until trimmed). A no-op on other C libraries.
+pub fn trim_after_peak(sessions: usize) {
+    SESSION_PEAK.with(|peak| {
+        let p = peak.get().max(sessions);
+        if p >= 1024 && sessions * 2 < p {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: `malloc_trim` takes no pointer and may be called at any time.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            peak.set(sessions);
+        } else {
+            peak.set(p);
+        }
+    });
 }

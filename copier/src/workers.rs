@@ -496,8 +496,8 @@ mod tests {
     fn record(tuple: FourTuple) -> Record {
         let mut pkt = Vec::new();
         TcpBuilder {
-            src: tuple.server,
-            dst: tuple.client,
+            src: tuple.server.into(),
+            dst: tuple.client.into(),
             seq: common::seq::SeqNum(1),
             ack: common::seq::SeqNum(2),
             flags: TcpFlags::ACK,

@@ -189,8 +189,8 @@ impl Harness {
             let p = parse_tcp_packet(pkt).expect("the engine emits packets that parse");
             assert!(tx.dst == T4.ip() || tx.dst == T6.ip(), "sent to {}, not a map target", tx.dst);
             assert_eq!(p.dst, tx.dst);
-            assert_eq!(SocketAddr::new(p.dst, p.tcp.dst_port()), tx.tuple.server);
-            assert_eq!(SocketAddr::new(p.src, p.tcp.src_port()), tx.tuple.client);
+            assert_eq!(SocketAddr::new(p.dst, p.tcp.dst_port()), tx.tuple.server.socket());
+            assert_eq!(SocketAddr::new(p.src, p.tcp.src_port()), tx.tuple.client.socket());
             assert!(self.accepted.contains(&tx.tuple), "sent on {} before an intercept accepted it (or after it was unregistered)", tx.tuple);
             let seg = &pkt[p.ip_header_len..];
             assert!(checksum::verify_transport(p.src, p.dst, 6, seg), "bad TCP checksum");
@@ -299,8 +299,8 @@ fuzz_target!(|input: Input| {
                 let next = h.sent.get(&t).copied().unwrap_or(0);
                 let data = payload(usize::from(len) % 3000);
                 TcpBuilder {
-                    src: t.server,
-                    dst: t.client,
+                    src: t.server.socket(),
+                    dst: t.client.socket(),
                     seq: SeqNum(50_000u32.wrapping_add(u32::from(seq_off))),
                     ack: SeqNum(next.wrapping_add(ack_delta as i32 as u32)),
                     flags: TcpFlags(flags),

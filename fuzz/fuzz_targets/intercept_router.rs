@@ -76,8 +76,8 @@ fn tuple(clients: &[IpAddr], who: u8, port: u8) -> FourTuple {
         IpAddr::V6(_) => IpAddr::V6("fd00:198:18:2::2".parse().unwrap()),
     };
     FourTuple {
-        client: SocketAddr::new(c, 40000 + u16::from(who % 4)),
-        server: SocketAddr::new(server, PORTS[usize::from(port) % PORTS.len()]),
+        client: SocketAddr::new(c, 40000 + u16::from(who % 4)).into(),
+        server: SocketAddr::new(server, PORTS[usize::from(port) % PORTS.len()]).into(),
     }
 }
 
@@ -118,8 +118,8 @@ fuzz_target!(|input: Input| {
                 let t = tuple(&clients, who, port);
                 let data = vec![0x5a; usize::from(len) % 2000];
                 TcpBuilder {
-                    src: t.server,
-                    dst: t.client,
+                    src: t.server.socket(),
+                    dst: t.client.socket(),
                     seq: SeqNum(1000),
                     ack: SeqNum(2000),
                     flags: TcpFlags(flags),

@@ -27,8 +27,8 @@ pub fn control() -> SocketAddr {
 /// `server_port`.
 pub fn spoofed(client_last: u8, port: u16, server_port: u16) -> FourTuple {
     FourTuple {
-        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)),
-        server: SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, server_port)),
+        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)).into(),
+        server: SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, server_port)).into(),
     }
 }
 
@@ -175,8 +175,8 @@ impl RawSender {
     /// Sends one segment of the tuple's client toward its server.
     pub fn send(&mut self, t: FourTuple, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> Result<()> {
         TcpBuilder {
-            src: t.client,
-            dst: t.server,
+            src: t.client.into(),
+            dst: t.server.into(),
             seq: SeqNum(seq),
             ack: SeqNum(ack),
             flags,
@@ -187,7 +187,7 @@ impl RawSender {
             ident: 1,
         }
         .emit(&mut self.buf);
-        match t.server {
+        match t.server.socket() {
             SocketAddr::V4(dst) => {
                 let to = SocketAddrV4::new(*dst.ip(), 0);
                 self.v4.send_to(&self.buf, &to.into()).context("raw send")?;

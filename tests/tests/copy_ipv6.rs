@@ -241,8 +241,8 @@ fn intercept_over_ipv6_control_and_nfqueue() {
 
     let fake_client: Ipv6Addr = "fd00:198:19::5".parse().unwrap();
     let t = FourTuple {
-        client: SocketAddr::V6(SocketAddrV6::new(fake_client, 40001, 0, 0)),
-        server: SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 80, 0, 0)),
+        client: SocketAddr::V6(SocketAddrV6::new(fake_client, 40001, 0, 0)).into(),
+        server: SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 80, 0, 0)).into(),
     };
     let records = lab
         .in_ns(Host::Online, move || {

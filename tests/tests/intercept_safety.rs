@@ -62,8 +62,8 @@ fn registrations_the_intercept_cannot_guard_are_refused() {
     let web = tuple(31, 43001, 80);
     let guarded = tuple(31, 43002, 8080);
     let v6 = FourTuple {
-        client: SocketAddr::V6(SocketAddrV6::new("fd00:198:19::31".parse().unwrap(), 43003, 0, 0)),
-        server: SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 8080, 0, 0)),
+        client: SocketAddr::V6(SocketAddrV6::new("fd00:198:19::31".parse().unwrap(), 43003, 0, 0)).into(),
+        server: SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 8080, 0, 0)).into(),
     };
     let verdicts = lab
         .in_ns(Host::Online, || {

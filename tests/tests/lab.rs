@@ -163,8 +163,8 @@ fn leak_counter_counts_what_leaves_the_test_host() {
     lab.in_ns(Host::Test, move || {
         let mut raw = lab::fake::RawSender::new().unwrap();
         // "client" and "server" as RawSender names them: it sends client -> server
-        let leak = common::flow::FourTuple { client: test80, server: fake_client };
-        let other_port = common::flow::FourTuple { client: test81, server: fake_client };
+        let leak = common::flow::FourTuple { client: test80.into(), server: fake_client.into() };
+        let other_port = common::flow::FourTuple { client: test81.into(), server: fake_client.into() };
         for i in 0..3 {
             raw.send(leak, 100 + i, 0, common::wire::TcpFlags::ACK, b"x").unwrap();
         }

@@ -39,7 +39,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::flow::FourTuple;
+use crate::flow::{Endpoint, FourTuple};
 use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
@@ -744,10 +744,11 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&s.as_bytes()[..end]);
 }
 
-fn addr_len(a: &SocketAddr) -> usize {
-    match a {
-        SocketAddr::V4(_) => 1 + 4 + 2,
-        SocketAddr::V6(_) => 1 + 16 + 2,
+fn addr_len(a: &Endpoint) -> usize {
+    if a.is_ipv6() {
+        1 + 16 + 2
+    } else {
+        1 + 4 + 2
     }
 }
 
@@ -755,7 +756,7 @@ fn tuple_len(t: &FourTuple) -> usize {
     addr_len(&t.client) + addr_len(&t.server)
 }
 
-fn put_addr(out: &mut Vec<u8>, a: &SocketAddr) {
+fn put_addr(out: &mut Vec<u8>, a: &Endpoint) {
     match a.ip() {
         IpAddr::V4(ip) => {
             out.push(4);
@@ -875,7 +876,7 @@ fn get_tuple(r: &mut Reader<'_>) -> Result<FourTuple, ProtoError> {
     if client.is_ipv4() != server.is_ipv4() {
         return Err(ProtoError::MixedFamilies);
     }
-    Ok(FourTuple { client, server })
+    Ok(FourTuple::new(client, server))
 }
 
 fn get_record(r: &mut Reader<'_>) -> Result<Record, ProtoError> {

@@ -22,6 +22,7 @@
 //! Invariant: everything counted belongs to the unit and connection the watch is aimed at (or,
 //! after a carry, to the units after the ones released); aiming it elsewhere forgets it.
 
+use crate::engine::stamp::Stamp;
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
@@ -40,7 +41,7 @@ pub(crate) struct Watch {
     /// End of the furthest answer byte seen.
     last: SeqNum,
     /// When new answer bytes last arrived.
-    at: Option<Instant>,
+    at: Option<Stamp>,
     /// A FIN or RST acking the unit came after the answer.
     closed: bool,
     /// The highest ACK number of a record counted: the test server had the client's bytes up
@@ -91,13 +92,13 @@ impl Watch {
                 None => {
                     self.first = Some(s);
                     self.last = e;
-                    self.at = Some(now);
+                    self.at = Some(Stamp::of(now));
                 }
                 Some(f) => {
                     self.first = Some(f.min(s));
                     if e.gt(self.last) {
                         self.last = e;
-                        self.at = Some(now);
+                        self.at = Some(Stamp::of(now));
                     }
                 }
             }
@@ -114,7 +115,7 @@ impl Watch {
             if self.first.is_none() && h.has(TcpFlags::FIN) && h.seq.gt(from) && h.seq.diff(from) < (1 << 30) {
                 self.first = Some(from);
                 self.last = h.seq;
-                self.at = Some(now);
+                self.at = Some(Stamp::of(now));
             }
             self.closed = true;
         }
@@ -159,7 +160,7 @@ impl Watch {
     /// rule does not apply, only quiet or a close do).
     pub(crate) fn answered(&self, now: Instant, need: Option<u32>, quiet: Duration) -> bool {
         let b = self.bytes();
-        b > 0 && ((self.closed && !self.carried) || need.is_some_and(|n| b >= n.max(1)) || self.at.is_some_and(|t| t + quiet <= now))
+        b > 0 && ((self.closed && !self.carried) || need.is_some_and(|n| b >= n.max(1)) || self.at.is_some_and(|t| t.at() + quiet <= now))
     }
 
     /// Whether the answer counted is at least `need` bytes (the online answer's size; `None`:
@@ -179,6 +180,6 @@ impl Watch {
         if self.bytes() == 0 {
             return None;
         }
-        self.at.map(|t| t + quiet)
+        self.at.map(|t| t.at() + quiet)
     }
 }

@@ -174,6 +174,11 @@ impl ByteQueue {
         if n == 0 {
             return;
         }
+        if self.chunks.capacity() == 0 {
+            // Room for one chunk only: an idle keep-alive session holds its last request, one
+            // chunk, and a deque grown by doubling would give it four places (144 bytes more).
+            self.chunks.reserve_exact(1);
+        }
         self.chunks.push_back((self.pushed, c));
         self.pushed += n as u64;
         self.len += n;

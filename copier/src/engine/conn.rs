@@ -14,6 +14,7 @@
 //! - once `reset` (we sent RST) the connection only answers challenge ACKs with RST again;
 //! - `dead` connections are unregistered and dropped by the session at the next sweep.
 
+use crate::engine::stamp::Stamp;
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
@@ -34,6 +35,14 @@ const DEFAULT_MSS: u32 = 536;
 const RST_REPEATS: u8 = 4;
 /// RSTs sent in answer to challenge ACKs before giving up on them.
 const MAX_RST: u8 = 4;
+
+/// `Conn::srtt` before the first RTT sample.
+const NO_SRTT: u64 = u64::MAX;
+
+/// A duration in nanoseconds (saturating below [`NO_SRTT`]: 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(NO_SRTT - 1).min(NO_SRTT - 1)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
@@ -102,7 +111,7 @@ pub(crate) struct Conn {
     acked_rcv: SeqNum,
     ack_due: bool,
     /// A test server segment waits for its ACK until then (see `EngineConfig::ack_delay`).
-    ack_at: Option<Instant>,
+    ack_at: Option<Stamp>,
     /// The delayed ACK ran out once: acknowledge at once from now on.
     quick_ack: bool,
     ts_offered: bool,
@@ -147,13 +156,15 @@ pub(crate) struct Conn {
     /// After a timeout, how far beyond `snd_una` the go-back-N resend may run (slow start),
     /// so that a receiver that kept the later bytes is not sent them all again at once.
     recovery_wnd: u32,
-    rto: Duration,
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    /// The retransmission timeout and the RTT estimates (RFC 6298), in nanoseconds (8 bytes
+    /// each rather than a `Duration`'s 16; `srtt` is [`NO_SRTT`] before the first sample).
+    rto: u64,
+    srtt: u64,
+    rttvar: u64,
     pub retries: u32,
-    pub rto_at: Option<Instant>,
-    rtt_probe: Option<(SeqNum, Instant)>,
-    pub linger_until: Option<Instant>,
+    pub rto_at: Option<Stamp>,
+    rtt_probe: Option<(SeqNum, Stamp)>,
+    pub linger_until: Option<Stamp>,
     /// No intercept has accepted its registration yet (`Engine::handle_registered`): send
     /// nothing.
     pub reg_pending: bool,
@@ -212,9 +223,9 @@ impl Conn {
             dupacks: 0,
             fast_rexmit: false,
             recovery_wnd: 0,
-            rto: p.initial_rto,
-            srtt: None,
-            rttvar: Duration::ZERO,
+            rto: nanos(p.initial_rto),
+            srtt: NO_SRTT,
+            rttvar: 0,
             retries: 0,
             rto_at: None,
             rtt_probe: None,
@@ -239,28 +250,30 @@ impl Conn {
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min()
+        [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min().map(Stamp::at)
     }
 
     fn cur_rto(&self, p: &Params) -> Duration {
         let shift = self.retries.min(16);
-        self.rto.saturating_mul(1 << shift).min(p.max_rto)
+        Duration::from_nanos(self.rto).saturating_mul(1 << shift).min(p.max_rto)
     }
 
     fn sample_rtt(&mut self, r: Duration, p: &Params) {
-        match self.srtt {
+        let (mut srtt, mut rttvar) = ((self.srtt != NO_SRTT).then(|| Duration::from_nanos(self.srtt)), Duration::from_nanos(self.rttvar));
+        match srtt {
             None => {
-                self.srtt = Some(r);
-                self.rttvar = r / 2;
+                srtt = Some(r);
+                rttvar = r / 2;
             }
             Some(s) => {
                 let d = s.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + d) / 4;
-                self.srtt = Some((s * 7 + r) / 8);
+                rttvar = (rttvar * 3 + d) / 4;
+                srtt = Some((s * 7 + r) / 8);
             }
         }
-        let s = self.srtt.unwrap_or(r);
-        self.rto = (s + (self.rttvar * 4).max(Duration::from_millis(1))).clamp(p.min_rto, p.max_rto);
+        let s = srtt.unwrap_or(r);
+        let rto = (s + (rttvar * 4).max(Duration::from_millis(1))).clamp(p.min_rto, p.max_rto);
+        (self.srtt, self.rttvar, self.rto) = (srtt.map_or(NO_SRTT, nanos), nanos(rttvar), nanos(rto));
     }
 
     /// Stop: send RST (unless nothing was ever sent) and linger for challenge ACKs. Returns
@@ -287,7 +300,7 @@ impl Conn {
         self.rst_count = 1;
         self.rst_again = RST_REPEATS;
         self.enter_linger(now, p);
-        self.rto_at = Some(now + self.cur_rto(p));
+        self.rto_at = Some(Stamp::of(now + self.cur_rto(p)));
         false
     }
 
@@ -319,7 +332,7 @@ impl Conn {
         self.rto_at = None;
         self.probe_due = false;
         self.syn_due = false;
-        self.linger_until = Some(now + p.linger);
+        self.linger_until = Some(Stamp::of(now + p.linger));
     }
 
     /// A segment of the test server on this connection.
@@ -362,7 +375,7 @@ impl Conn {
             // Its FIN again: our last ACK was lost. Its next retransmission comes after twice
             // the gap: stay long enough to ack that one too.
             self.fin_repeats = self.fin_repeats.saturating_add(1);
-            self.linger_until = Some(now + p.linger * (1 << self.fin_repeats.min(4)));
+            self.linger_until = Some(Stamp::of(now + p.linger * (1 << self.fin_repeats.min(4))));
         }
         if r.data_len > 0 || fin {
             let end = h.seq.add(r.seq_len());
@@ -442,7 +455,7 @@ impl Conn {
             self.snd_nxt = self.snd_una;
         }
         if let Some((_, t)) = self.rtt_probe.take() {
-            self.sample_rtt(now.saturating_duration_since(t), p);
+            self.sample_rtt(now.saturating_duration_since(t.at()), p);
         }
         self.retries = 0;
         self.rto_at = None;
@@ -466,13 +479,13 @@ impl Conn {
             if let Some((end, t)) = self.rtt_probe {
                 if h.ack.ge(end) {
                     self.rtt_probe = None;
-                    self.sample_rtt(now.saturating_duration_since(t), p);
+                    self.sample_rtt(now.saturating_duration_since(t.at()), p);
                 }
             }
             if self.fin_sent.is_some_and(|f| h.ack == f.add(1)) {
                 self.fin_acked = true;
             }
-            self.rto_at = (self.snd_una != self.snd_max).then(|| now + self.cur_rto(p));
+            self.rto_at = (self.snd_una != self.snd_max).then(|| Stamp::of(now + self.cur_rto(p)));
         } else if h.ack == self.snd_una
             && r.data_len == 0
             && !h.has(TcpFlags::FIN)
@@ -510,7 +523,7 @@ impl Conn {
         // segment is all that is unacknowledged.
         let first = self.ack_at.is_none() && !self.ack_due;
         if deferrable && first && !self.quick_ack && !p.ack_delay.is_zero() && self.state == State::Established && self.fin_sent.is_none() {
-            self.ack_at = Some(now + p.ack_delay);
+            self.ack_at = Some(Stamp::of(now + p.ack_delay));
         } else {
             self.ack_due = true;
         }
@@ -524,13 +537,13 @@ impl Conn {
             && self.snd_una == self.snd_max
             && self.rto_at.is_none()
         {
-            self.rto_at = Some(now + self.cur_rto(p));
+            self.rto_at = Some(Stamp::of(now + self.cur_rto(p)));
         }
     }
 
     /// The timer fired (the caller checked the deadline). `pending`: data waits to be sent.
     pub(crate) fn on_timeout(&mut self, now: Instant, p: &Params, pending: bool) -> Expiry {
-        if self.ack_at.is_some_and(|t| t <= now) {
+        if self.ack_at.is_some_and(|t| t.at() <= now) {
             // Nothing of ours came to carry it: acknowledge now, and at once from now on (this
             // connection's client does not answer quickly, or the server waits for the ACK).
             self.ack_at = None;
@@ -538,21 +551,21 @@ impl Conn {
             self.quick_ack = true;
         }
         if self.state == State::Linger {
-            if self.linger_until.is_some_and(|t| t <= now) {
+            if self.linger_until.is_some_and(|t| t.at() <= now) {
                 self.dead = true;
-            } else if self.rto_at.is_some_and(|t| t <= now) {
+            } else if self.rto_at.is_some_and(|t| t.at() <= now) {
                 self.rto_at = None;
                 if self.reset && self.rst_again > 0 {
                     self.rst_again -= 1;
                     self.rst_due = Some(self.last_rst);
                     self.rst_low_due = self.rst_low.is_some();
                     let k = u32::from(RST_REPEATS - self.rst_again);
-                    self.rto_at = Some(now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto));
+                    self.rto_at = Some(Stamp::of(now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto)));
                 }
             }
             return Expiry::Nothing;
         }
-        if self.rto_at.is_none_or(|t| t > now) {
+        if self.rto_at.is_none_or(|t| t.at() > now) {
             return Expiry::Nothing;
         }
         self.rto_at = None;
@@ -574,7 +587,7 @@ impl Conn {
         } else {
             self.probe_due = true;
         }
-        self.rto_at = Some(now + self.cur_rto(p));
+        self.rto_at = Some(Stamp::of(now + self.cur_rto(p)));
         Expiry::Retransmit
     }
 }

@@ -88,6 +88,7 @@ mod pkt;
 pub mod rules;
 mod session;
 mod shared;
+mod stamp;
 mod stats;
 mod stream;
 mod targets;
@@ -119,6 +120,7 @@ use hash::FastHash;
 use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
+use stamp::Stamp;
 pub use trace::UnitSent;
 pub use targets::{parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget, MAX_WEIGHT};
 
@@ -159,7 +161,7 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
         + std::mem::size_of::<((IpAddr, std::net::SocketAddr), u32)>()
         + 4 * std::mem::size_of::<FourTuple>()
         + std::mem::size_of::<(FourTuple, u16)>())
-    + std::mem::size_of::<Reverse<(Instant, u32, u32)>>();
+    + std::mem::size_of::<Reverse<(Stamp, u32, u32)>>();
 
 /// What one captured SYN waiting for its handshake costs against `max_memory`: its table
 /// entry (twice, as above) and two places in the expiry queue.
@@ -225,9 +227,9 @@ pub struct Engine {
     slots: Vec<Slot>,
     free: Vec<u32>,
     by_key: HashMap<FourTuple, Group, FastHash>,
-    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    timers: BinaryHeap<Reverse<(Stamp, u32, u32)>>,
     ready: VecDeque<SlotRef>,
-    due: Vec<(Instant, u32, u32)>,
+    due: Vec<(Stamp, u32, u32)>,
     /// The members of a group while a captured packet goes to each.
     members: Vec<u32>,
     /// A handle on `sh.meter` for the payload being dispatched (taken and put back, so that a
@@ -255,6 +257,10 @@ pub struct Engine {
     intercepts_for: Vec<(IpAddr, usize)>,
     /// With a run trace: the copies' identities and the rows to take (`trace`).
     trace: Option<trace::Tags>,
+    /// Below this many sessions the tables are compacted (see [`Engine::compact`]).
+    compact_below: usize,
+    /// The generation new slots start at: above that of every slot the table dropped.
+    gen_floor: u32,
 }
 
 #[derive(Debug)]
@@ -311,6 +317,8 @@ impl Engine {
             targets: Targets::new(&config.maps, &config.spread, config.health),
             intercepts_for: config.intercepts_for.clone(),
             trace: config.trace.then(trace::Tags::default),
+            compact_below: 0,
+            gen_floor: 0,
         }
     }
 
@@ -318,18 +326,23 @@ impl Engine {
     /// Packets not matching any map, or of a session the sample leaves out, are counted and
     /// ignored. Never panics on any input.
     pub fn handle_captured(&mut self, now: Instant, packet: &[u8]) {
+        self.captured(now, packet);
+        self.maybe_compact();
+    }
+
+    fn captured(&mut self, now: Instant, packet: &[u8]) {
         self.sh.stats.packets_captured += 1;
         self.sh.plan.clock(now);
         let Ok(c) = parse_captured(packet) else {
             self.sh.stats.drops.malformed += 1;
             return;
         };
-        let Some(map) = self.sh.p.map_for(c.key.server).copied() else {
+        let Some(map) = self.sh.p.map_for(c.key.server.into()).copied() else {
             self.sh.stats.drops.no_map += 1;
             return;
         };
         let syn = c.hdr.has(TcpFlags::SYN) && !c.hdr.has(TcpFlags::ACK);
-        if self.sh.plan.shaper.samples_out(c.key.client) {
+        if self.sh.plan.shaper.samples_out(c.key.client.into()) {
             self.sh.stats.drops.not_sampled += 1;
             if syn {
                 self.sh.stats.sessions_sampled_out += 1;
@@ -498,7 +511,7 @@ impl Engine {
         // The planner says how many copies and on which clients (see "Copies and sampling").
         let t = self.sh.plan.clock(now);
         let v6 = target.is_ipv6();
-        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client, v6) {
+        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client.into(), v6) {
             Ok(p) if p.is_empty() => {
                 self.sh.stats.drops.not_sampled += 1;
                 if syn {
@@ -540,7 +553,9 @@ impl Engine {
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
-                    self.slots.push(Slot { gen: 0, s: None });
+                    self.slots.push(Slot { gen: self.gen_floor, s: None });
+                    // The table grew: compact once it is down to a quarter again.
+                    self.compact_below = self.slots.len() / 4;
                     (self.slots.len() - 1) as u32
                 }
             };
@@ -595,6 +610,11 @@ impl Engine {
 
     /// One response header record returned by the intercept.
     pub fn handle_record(&mut self, now: Instant, record: &Record) {
+        self.record(now, record);
+        self.maybe_compact();
+    }
+
+    fn record(&mut self, now: Instant, record: &Record) {
         self.sh.stats.records_received += 1;
         let Ok(r) = parse_record(record) else {
             self.sh.stats.drops.record_malformed += 1;
@@ -602,7 +622,7 @@ impl Engine {
         };
         match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
-                self.targets.on_answer(now, r.tuple.server, r.hdr.has(TcpFlags::RST));
+                self.targets.on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
                 if let Some((addr, took)) = self.sh.answered.take() {
                     self.targets.on_answer_time(now, addr, took);
@@ -664,7 +684,7 @@ impl Engine {
                 let mut copy = None;
                 if let Some(s) = self.slots[slot.idx as usize].s.as_mut() {
                     s.in_ready = true;
-                    copy = Some((s.copy, s.key.client));
+                    copy = Some((s.copy, s.key.client.socket()));
                 }
                 self.ready.push_back(slot);
                 let st = &mut self.sh.stats;
@@ -702,7 +722,7 @@ impl Engine {
         self.with_session(slot.idx, now, |s, sh| refused = s.on_verdict(sh, now, tuple, from, verdict, need));
         if refused {
             self.sh.stats.drops.registration_refused += 1;
-            let Some(map) = self.sh.p.map_for(key.server).copied() else { return };
+            let Some(map) = self.sh.p.map_for(key.server.into()).copied() else { return };
             if !self.refusals_seen.contains(&(map, verdict)) && self.refusals_seen.len() < 256 {
                 self.refusals_seen.push((map, verdict));
                 self.refusals.push_back(Refusal { map, tuple, verdict });
@@ -803,7 +823,7 @@ impl Engine {
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         let syn = self.pending_fifo.front().map(|(at, _)| *at + self.sh.p.syn_timeout);
-        let t = self.timers.peek().map(|Reverse((t, _, _))| *t);
+        let t = self.timers.peek().map(|Reverse((t, _, _))| t.at());
         match (t, syn) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -816,8 +836,9 @@ impl Engine {
         self.targets.check(now);
         let mut due = std::mem::take(&mut self.due);
         due.clear();
+        let now_s = Stamp::of(now);
         while let Some(&Reverse(e)) = self.timers.peek() {
-            if e.0 > now {
+            if e.0 > now_s {
                 break;
             }
             self.timers.pop();
@@ -839,6 +860,7 @@ impl Engine {
             }
         }
         self.due = due;
+        self.maybe_compact();
     }
 
     /// Stop copying: every session ends (those being copied count as failed, `shutdown`),
@@ -933,6 +955,50 @@ impl Engine {
         self.slots.len() - self.free.len()
     }
 
+    /// Compact the tables once the sessions fell to a quarter of the slab (checked at the end
+    /// of each input and timer run, where no slot index is held).
+    #[inline]
+    fn maybe_compact(&mut self) {
+        if self.session_count() < self.compact_below {
+            self.compact();
+        }
+    }
+
+    /// Give back the room of sessions that are gone, so that the memory comes down after a
+    /// peak (see "Engine memory per live session" in BENCHMARKS.md): the slab loses its free
+    /// tail (and reuses its lowest free slots first from now on, so the tail empties), the hash
+    /// tables, the timer heap and the queues shrink to what they hold. Runs when the sessions
+    /// fell below a quarter of the slab, then again only when they halved once more (or the
+    /// slab grew and fell again): amortised O(1) per session.
+    fn compact(&mut self) {
+        let keep = self.slots.iter().rposition(|x| x.s.is_some()).map_or(0, |i| i + 1);
+        for x in &self.slots[keep..] {
+            // A dropped slot's generation is already past every reference to it.
+            self.gen_floor = self.gen_floor.max(x.gen);
+        }
+        self.slots.truncate(keep);
+        self.slots.shrink_to_fit();
+        self.free.retain(|&i| (i as usize) < keep);
+        // Highest first: `pop` reuses the lowest free slot, so the slab's tail empties.
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.free.shrink_to_fit();
+        self.by_key.shrink_to_fit();
+        self.sh.tuples.shrink_to_fit();
+        self.pending.shrink_to_fit();
+        self.pending_fifo.shrink_to_fit();
+        let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
+            .into_iter()
+            .filter(|Reverse((_, idx, gen))| self.slots.get(*idx as usize).is_some_and(|x| x.gen == *gen && x.s.is_some()))
+            .collect();
+        self.timers = BinaryHeap::from(live);
+        self.timers.shrink_to_fit();
+        self.ready.shrink_to_fit();
+        self.due = Vec::new();
+        self.members = Vec::new();
+        self.sh.control.shrink_to_fit();
+        self.compact_below = self.session_count() / 2;
+    }
+
     fn live(&self, slot: SlotRef) -> bool {
         self.slots.get(slot.idx as usize).is_some_and(|x| x.gen == slot.gen && x.s.is_some())
     }
@@ -970,6 +1036,7 @@ impl Engine {
     fn arm(&mut self, idx: u32) {
         let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if let Some(d) = s.next_deadline(&self.sh.p) {
+            let d = Stamp::of(d);
             if s.armed.is_none_or(|a| d < a) {
                 s.armed = Some(d);
                 self.timers.push(Reverse((d, idx, s.slot.gen)));
@@ -1037,7 +1104,7 @@ impl Engine {
         if self.sheddable_memory() <= target {
             return;
         }
-        let mut cands: Vec<(Instant, u32)> = self
+        let mut cands: Vec<(Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()

@@ -44,6 +44,7 @@ use common::flow::FourTuple;
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
+use super::stamp::Stamp;
 use super::answer::Watch;
 use super::chunk::Payload;
 use super::config::Params;
@@ -104,11 +105,11 @@ pub(crate) struct Session {
     pub old: Vec<Conn>,
     midstream: bool,
     tsval: Option<u32>,
-    pub last_activity: Instant,
-    unit_acked_at: Option<Instant>,
+    pub last_activity: Stamp,
+    unit_acked_at: Option<Stamp>,
     /// When the unit pacing waits on first left, until its first answer byte (its answer
     /// time: [`Session::note_answer`]); units sent ahead of it are not timed.
-    sent_at: Option<Instant>,
+    sent_at: Option<Stamp>,
     /// How far the test server answered the unit pacing waits on.
     watch: Watch,
     /// Request units the current connection may have in flight (windowed pacing: see
@@ -120,7 +121,7 @@ pub(crate) struct Session {
     /// The start of the last request unit whose replay lag was counted.
     lag_done: Option<SeqNum>,
     /// When the client reset the connection while requests were still to be carried.
-    client_reset: Option<Instant>,
+    client_reset: Option<Stamp>,
     reconnects: u32,
     /// The capture hole the stream waits at (boxed: most sessions never have one; `None`
     /// when neither `since` nor `due` is set).
@@ -132,7 +133,7 @@ pub(crate) struct Session {
     pub outcome: Option<bool>,
     /// The copy's index among the copies of its captured session (the dye value may carry it).
     pub copy: u16,
-    pub armed: Option<Instant>,
+    pub armed: Option<Stamp>,
     pub in_ready: bool,
     /// Counted in the engine's sessions that are done and only linger.
     pub closing_counted: bool,
@@ -155,7 +156,7 @@ impl Session {
             old: Vec::new(),
             midstream: false,
             tsval: None,
-            last_activity: now,
+            last_activity: Stamp::of(now),
             unit_acked_at: None,
             sent_at: None,
             watch: Watch::default(),
@@ -238,7 +239,7 @@ impl Session {
     pub(crate) fn next_deadline(&self, p: &Params) -> Option<Instant> {
         let mut d = match self.phase {
             Phase::Done => None,
-            _ => Some(self.last_activity + p.session_timeout),
+            _ => Some(self.last_activity.at() + p.session_timeout),
         };
         let mut take = |t: Option<Instant>| {
             if let Some(t) = t {
@@ -253,11 +254,11 @@ impl Session {
         }
         if self.phase == Phase::Active && self.cur.is_some() {
             // Set only while a unit waits for its answer (see `waiting`).
-            take(self.unit_acked_at.map(|t| t + p.answer_timeout));
+            take(self.unit_acked_at.map(|t| t.at() + p.answer_timeout));
             take(self.quiet_deadline(p));
         }
         if self.phase == Phase::Active {
-            take(self.client_reset.map(|t| t + p.session_timeout));
+            take(self.client_reset.map(|t| t.at() + p.session_timeout));
             take(self.gate.as_deref().and_then(Gate::until));
             take(self.gap.as_ref().and_then(|g| g.due));
         }
@@ -278,7 +279,7 @@ impl Session {
                 return;
             }
             Phase::Syncing { ack } => {
-                self.last_activity = now;
+                self.last_activity = Stamp::of(now);
                 if h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) {
                     if !c.payload.is_empty() {
                         sh.stats.drops.midstream_skip += lead;
@@ -315,7 +316,7 @@ impl Session {
             sh.stats.drops.after_close += lead;
             return;
         }
-        self.last_activity = now;
+        self.last_activity = Stamp::of(now);
         if let Some((v, _)) = h.opts.ts {
             if self.tsval.is_none_or(|old| SeqNum(v).ge(SeqNum(old))) {
                 self.tsval = Some(v);
@@ -328,7 +329,7 @@ impl Session {
         if h.has(TcpFlags::RST) {
             if self.stream.unanswered() {
                 // Requests are still to be carried: the RST waits for their answers.
-                self.client_reset = Some(now);
+                self.client_reset = Some(Stamp::of(now));
                 self.reconcile(sh, now);
             } else {
                 self.finish(sh, now, None);
@@ -385,7 +386,7 @@ impl Session {
 
     /// A record of one of this session's connections.
     pub(crate) fn on_record(&mut self, sh: &mut Shared, now: Instant, r: &RecordInfo) {
-        self.last_activity = now;
+        self.last_activity = Stamp::of(now);
         let mut answer = false; // answer bytes for the unit pacing waits on
         if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == r.tuple) {
             if c.state != State::SynSent {
@@ -421,7 +422,7 @@ impl Session {
         let Some(mut c) = self.cur.take() else { return };
         let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
         c.abandon(now, &sh.p);
-        self.old.push(c);
+        self.retire(c);
         match sh.tuples.free_tuple(self.client_ip, self.target, None) {
             Some(t) => {
                 sh.stats.syn_port_moves += 1;
@@ -514,7 +515,7 @@ impl Session {
         self.watch = Watch::default();
         if let Some(mut c) = self.cur.take() {
             let drop_now = c.abandon(now, &sh.p);
-            self.old.push(c);
+            self.retire(c);
             if drop_now {
                 self.sweep(sh);
             }
@@ -524,8 +525,8 @@ impl Session {
     /// A deadline of this session passed.
     pub(crate) fn on_timeout(&mut self, sh: &mut Shared, now: Instant) {
         let st = sh.p.session_timeout;
-        let reset_overdue = self.client_reset.is_some_and(|t| t + st <= now);
-        if self.phase != Phase::Done && (self.last_activity + st <= now || reset_overdue) {
+        let reset_overdue = self.client_reset.is_some_and(|t| t.at() + st <= now);
+        if self.phase != Phase::Done && (self.last_activity.at() + st <= now || reset_overdue) {
             self.finish(sh, now, Some(FailReason::Timeout));
         }
         let pending = self.send_limit(&sh.p).gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
@@ -590,7 +591,7 @@ impl Session {
 
                 let drop_now = c.abandon(now, &sh.p);
                 if let Some(c) = self.cur.take() {
-                    self.old.push(c);
+                    self.retire(c);
                 }
                 if drop_now {
                     self.sweep(sh);
@@ -646,11 +647,11 @@ impl Session {
         let fresh = |at: SeqNum, done: Option<SeqNum>| done.is_none_or(|d| at.gt(d)) && snd_max.gt(at);
         if fresh(s.cur_start, self.lag_done) {
             if let Some(t) = s.cur_t {
-                sh.stats.replay_lag.record(now.saturating_duration_since(t));
+                sh.stats.replay_lag.record(now.saturating_duration_since(t.at()));
             }
             sh.stats.units_sent += 1;
             // Timed until its first answer byte; its trace row waits for that.
-            self.sent_at = Some(now);
+            self.sent_at = Some(Stamp::of(now));
             self.lag_done = Some(s.cur_start);
         }
         let done = self.lag_done;
@@ -660,7 +661,7 @@ impl Session {
                 break;
             }
             if let Some(t) = b.t {
-                sh.stats.replay_lag.record(now.saturating_duration_since(t));
+                sh.stats.replay_lag.record(now.saturating_duration_since(t.at()));
             }
             sh.stats.units_sent += 1;
             if let Some(v) = sh.trace_units.as_mut() {
@@ -676,7 +677,7 @@ impl Session {
     /// (released by timeout, the session ends): its trace row, and its answer time for the
     /// test server's figures.
     pub(super) fn note_answer(&mut self, sh: &mut Shared, now: Instant, answered: bool) {
-        let Some(at) = self.sent_at.take() else { return };
+        let Some(at) = self.sent_at.take().map(Stamp::at) else { return };
         let took = answered.then(|| now.saturating_duration_since(at));
         if let Some(d) = took {
             sh.answered = Some((self.target, d));
@@ -715,7 +716,7 @@ impl Session {
             sh.stats.drops.capture_gap += u64::from(self.lead);
         }
         if let Some(c) = self.cur.take() {
-            self.old.push(c);
+            self.retire(c);
         }
         for c in &mut self.old {
             c.abandon(now, &sh.p);
@@ -723,6 +724,14 @@ impl Session {
         self.stream.free();
         self.unit_acked_at = None;
         self.sweep(sh);
+    }
+
+    /// `c` closes beside the current connection (or after the session). Room for it only: 10,000
+    /// sessions ending together would otherwise each take a place for four connections (1.2 KB)
+    /// until they linger out.
+    fn retire(&mut self, c: Conn) {
+        self.old.reserve_exact(1);
+        self.old.push(c);
     }
 
     /// The next segment of this session, if any: the test tuple it belongs to.
@@ -761,7 +770,7 @@ impl Session {
     pub(crate) fn shutdown(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<(FourTuple, Vec<u8>)>, unreg: &mut Vec<FourTuple>) {
         self.finish(sh, now, Some(FailReason::Shutdown));
         if let Some(c) = self.cur.take() {
-            self.old.push(c);
+            self.retire(c);
         }
         for mut c in self.old.drain(..) {
             c.shutdown(now, &sh.p);

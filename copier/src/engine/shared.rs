@@ -93,8 +93,9 @@ impl Shared {
 #[derive(Debug)]
 pub(crate) struct Tuples {
     pub by_test: HashMap<FourTuple, SlotRef, FastHash>,
-    /// Test tuples in `by_test` per (client address, test server): how full that port space is.
-    ports_used: HashMap<(IpAddr, SocketAddr), u32, FastHash>,
+    /// Test tuples in `by_test` per (client address, test server), keyed by the tuple with
+    /// client port 0: how full that port space is.
+    ports_used: HashMap<FourTuple, u32, FastHash>,
     rng: SmallRng,
     share: PortShare,
 }
@@ -110,6 +111,12 @@ impl Tuples {
         Tuples { by_test: HashMap::with_hasher(hash), ports_used: HashMap::with_hasher(hash), rng, share }
     }
 
+    /// Give back the room of the tuples that are gone.
+    pub(crate) fn shrink_to_fit(&mut self) {
+        self.by_test.shrink_to_fit();
+        self.ports_used.shrink_to_fit();
+    }
+
     /// The session that owns `tuple`.
     pub(crate) fn get(&self, tuple: &FourTuple) -> Option<SlotRef> {
         self.by_test.get(tuple).copied()
@@ -117,13 +124,13 @@ impl Tuples {
 
     fn insert(&mut self, tuple: FourTuple, slot: SlotRef) {
         if self.by_test.insert(tuple, slot).is_none() {
-            *self.ports_used.entry((tuple.client.ip(), tuple.server)).or_insert(0) += 1;
+            *self.ports_used.entry(port_space(tuple)).or_insert(0) += 1;
         }
     }
 
     fn remove(&mut self, tuple: FourTuple) {
         if self.by_test.remove(&tuple).is_some() {
-            let k = (tuple.client.ip(), tuple.server);
+            let k = port_space(tuple);
             if let Some(n) = self.ports_used.get_mut(&k) {
                 *n -= 1;
                 if *n == 0 {
@@ -142,7 +149,7 @@ impl Tuples {
         if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
             return Some(t);
         }
-        let used = self.ports_used.get(&(ip, target)).copied().unwrap_or(0);
+        let used = self.ports_used.get(&port_space(t)).copied().unwrap_or(0);
         if used >= share.size() {
             return None;
         }
@@ -163,6 +170,12 @@ impl Tuples {
         }
         None
     }
+}
+
+/// The key of `tuple`'s port space in [`Tuples`]' counts: the tuple with client port 0.
+fn port_space(mut tuple: FourTuple) -> FourTuple {
+    tuple.client.set_port(0);
+    tuple
 }
 
 /// The copy planner (a [`shaper::Shaper`]: the profile's, or the trivial one of the flags) and

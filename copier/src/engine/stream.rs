@@ -42,6 +42,7 @@
 //! synchronised on, raised to the first request's own); a unit closed by the client's FIN, or
 //! still open, is measured up to the highest ACK the client sent (`max_ack`).
 
+use crate::engine::stamp::Stamp;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -74,7 +75,7 @@ pub(crate) struct Bound {
     /// dropped (then the ACK where the first of them started).
     pub end: Option<SeqNum>,
     /// When its first byte was captured (the stream's `now` then), for the replay lag.
-    pub t: Option<Instant>,
+    pub t: Option<Stamp>,
 }
 
 /// What [`Stream::push`] did with a segment.
@@ -124,7 +125,7 @@ pub(crate) struct Stream {
     /// A greeting gate was set (the server spoke first).
     pub server_first: bool,
     /// When the current unit's first byte was captured.
-    pub cur_t: Option<Instant>,
+    pub cur_t: Option<Stamp>,
 }
 
 impl Stream {
@@ -437,7 +438,7 @@ impl Stream {
     /// `n` bytes were written to `buf`.
     fn advance(&mut self, n: usize, now: Instant) {
         if self.next == self.cur_start && n > 0 {
-            self.cur_t = Some(now);
+            self.cur_t = Some(Stamp::of(now));
         }
         self.next = self.next.add(n as u32);
     }
@@ -450,7 +451,7 @@ impl Stream {
             }
             return;
         }
-        let t = Some(now);
+        let t = Some(Stamp::of(now));
         if at.gt(self.cur_start) {
             self.bounds.push_back(Bound { at, ack, end: ack, t });
         } else if at == self.cur_start {

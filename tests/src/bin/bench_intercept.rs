@@ -236,8 +236,8 @@ impl Sender {
         self.next = (self.next + 1) % self.tuples.len();
         self.seq = self.seq.wrapping_add(self.payload.len() as u32);
         TcpBuilder {
-            src: t.server,
-            dst: t.client,
+            src: t.server.into(),
+            dst: t.client.into(),
             seq: SeqNum(self.seq),
             ack: SeqNum(1001),
             flags: TcpFlags::ACK | TcpFlags::PSH,
@@ -251,7 +251,7 @@ impl Sender {
             ident: self.seq as u16,
         }
         .emit(&mut self.buf);
-        let SocketAddr::V4(dst) = t.client else { return false };
+        let SocketAddr::V4(dst) = t.client.socket() else { return false };
         match self.sock.send_to(&self.buf, &SocketAddrV4::new(*dst.ip(), 0).into()) {
             Ok(_) => true,
             Err(e) => {

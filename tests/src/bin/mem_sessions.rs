@@ -6,12 +6,15 @@
 //! holds; before the load it prints the same for the idle daemons.
 //!
 //! Usage (root): `cargo build --release -p copier -p intercept -p lab --bins &&
-//! target/release/mem_sessions [--conns 10000] [--ring-start-blocks 16]`
-//! (`--ring-start-blocks` is passed to the copier when given).
+//! target/release/mem_sessions [--conns 10000] [--ring-start-blocks 16] [--smaps]`
+//! (`--ring-start-blocks` is passed to the copier when given; `--smaps` adds where the copier's
+//! RSS lies, from `/proc/PID/smaps`). After the connections close it waits (up to 60 s) for the
+//! copier's sessions to end and leave its table (`copier_memory_bytes` 0) and prints the same
+//! figures again: what stays once they are gone.
 
 use anyhow::{bail, Context, Result};
 use lab::bench::fetch_metrics;
-use lab::procstat::memory_kib;
+use lab::procstat::{memory_kib, smaps_kib};
 use lab::setup::{metric_sample, CopyOptions, Copying};
 use lab::{addr, Host, Lab, NginxOptions};
 use std::time::Duration;
@@ -25,6 +28,10 @@ const OPENING: usize = 500;
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn arg_flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
 }
 
 fn main() {
@@ -76,6 +83,10 @@ fn sample(what: &str, lab: &Lab, c: &Copying) -> Result<()> {
         irss as f64 / 1024.0,
         irss as f64 * 1.024 / 1000.0,
     );
+    if arg_flag("--smaps") {
+        let parts: Vec<String> = smaps_kib(copier, 6).iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  copier Rss by mapping (KiB): {}", parts.join(", "));
+    }
     Ok(())
 }
 
@@ -129,5 +140,15 @@ fn run() -> Result<()> {
     if copied < online {
         bail!("the test server saw {copied} of {online} requests");
     }
+    // The clients closed: once the copier's sessions are gone, how much of the memory stayed.
+    let m = lab::setup::metric_sample;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    // Gone from the table (they linger a while after they end): its memory is 0.
+    while std::time::Instant::now() < deadline && m(&fetch_metrics(&lab, Host::Online, COPIER_METRICS), "copier_memory_bytes") > 0.0 {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The engine loop gives the free pages back within a second.
+    std::thread::sleep(Duration::from_secs(2));
+    sample("after the sessions ended", &lab, &c)?;
     Ok(())
 }

@@ -416,8 +416,8 @@ fn arb_v6() -> impl Strategy<Value = SocketAddr> {
 
 fn arb_tuple() -> impl Strategy<Value = FourTuple> {
     prop_oneof![
-        (arb_v4(), arb_v4()).prop_map(|(client, server)| FourTuple { client, server }),
-        (arb_v6(), arb_v6()).prop_map(|(client, server)| FourTuple { client, server }),
+        (arb_v4(), arb_v4()).prop_map(|(client, server)| FourTuple::new(client, server)),
+        (arb_v6(), arb_v6()).prop_map(|(client, server)| FourTuple::new(client, server)),
     ]
 }
 

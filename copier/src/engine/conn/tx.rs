@@ -2,6 +2,7 @@
 //! FIN, ACKs of the test server's bytes, RSTs, probes and fast retransmissions, each built
 //! whole with fresh checksums by `common::wire::TcpBuilder`.
 
+use crate::engine::stamp::Stamp;
 use std::time::Instant;
 
 use common::seq::SeqNum;
@@ -46,9 +47,9 @@ impl Conn {
                 self.snd_nxt = self.iss.add(1);
                 self.snd_max = self.snd_nxt;
                 if !retransmit {
-                    self.rtt_probe = Some((self.snd_nxt, now));
+                    self.rtt_probe = Some((self.snd_nxt, Stamp::of(now)));
                 }
-                self.rto_at.get_or_insert(now + self.cur_rto(p));
+                self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
                 Some(Sent { payload: 0, retransmit })
             }
             State::Established => self.poll_established(now, p, tx, out),
@@ -103,9 +104,9 @@ impl Conn {
                     self.acked_rcv = self.rcv_nxt;
                     self.ack_due = false;
                     if self.rtt_probe.is_none() && !retransmit {
-                        self.rtt_probe = Some((end, now));
+                        self.rtt_probe = Some((end, Stamp::of(now)));
                     }
-                    self.rto_at.get_or_insert(now + self.cur_rto(p));
+                    self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
                     return Some(Sent { payload: n, retransmit });
                 }
             }
@@ -119,7 +120,7 @@ impl Conn {
                 self.snd_max = self.snd_max.max(self.snd_nxt);
                 self.acked_rcv = self.rcv_nxt;
                 self.ack_due = false;
-                self.rto_at.get_or_insert(now + self.cur_rto(p));
+                self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
                 return Some(Sent { payload: 0, retransmit });
             }
         }
@@ -185,8 +186,8 @@ impl Conn {
             _ => u16::MAX,
         };
         TcpBuilder {
-            src: self.tuple.client,
-            dst: self.tuple.server,
+            src: self.tuple.client.into(),
+            dst: self.tuple.server.into(),
             seq,
             ack: if with_ack { self.rcv_nxt } else { SeqNum(0) },
             flags,

@@ -10,6 +10,7 @@
 //! server-speaks-first sessions and shaped ones.
 //!
 
+use crate::engine::stamp::Stamp;
 use std::time::Instant;
 
 use common::flow::FourTuple;
@@ -81,7 +82,7 @@ impl Session {
         let Some(c) = &self.cur else { return };
         let (acked, answered, tuple) = (c.acked(), c.answered, c.tuple);
         let before = self.stream.cur_start;
-        let timed_out = self.unit_acked_at.is_some_and(|t| t + p.answer_timeout <= now);
+        let timed_out = self.unit_acked_at.is_some_and(|t| t.at() + p.answer_timeout <= now);
         let (mut n, mut by_timeout) = (0, false);
         if !p.pace {
             (n, by_timeout) = self.stream.release(acked, answered, timed_out);
@@ -96,7 +97,7 @@ impl Session {
             self.reconnects = 0;
         }
         if self.unit_acked_at.is_none() && self.waiting(acked) {
-            self.unit_acked_at = Some(now);
+            self.unit_acked_at = Some(Stamp::of(now));
         }
         self.stream.trim(acked, p.replay_keep);
         if n > 0 {

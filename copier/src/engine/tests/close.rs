@@ -184,7 +184,7 @@ fn test_server_closing_with_queued_requests_moves_them_to_a_new_connection() {
     let ev = h.control();
     assert_eq!(ev.len(), 1, "{ev:?}");
     let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
-    assert_eq!((t2.client.ip(), t2.server), (client().ip(), target()));
+    assert_eq!((t2.client.ip(), t2.server.socket()), (client().ip(), target()));
     assert_ne!(t2.client.port(), client().port());
     let out = h.packets();
     assert_eq!(out.len(), 2, "{out:?}");

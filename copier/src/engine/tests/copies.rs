@@ -51,7 +51,7 @@ fn three_copies_get_three_tuples_and_each_gets_every_byte() {
     assert_eq!(regs.iter().collect::<BTreeSet<_>>().len(), 3, "distinct: {regs:?}");
     assert_eq!(regs[0], test_tuple(), "copy 0 keeps the client's address and port");
     for t in &regs {
-        assert_eq!((t.client.ip(), t.server), (client().ip(), target()), "no pool: the client's address");
+        assert_eq!((t.client.ip(), t.server.socket()), (client().ip(), target()), "no pool: the client's address");
     }
     let syns = h.packets();
     assert_eq!(syns.iter().map(|o| o.tuple).collect::<Vec<_>>(), regs, "one SYN per copy, after its Register");
@@ -383,7 +383,7 @@ fn a_records_copy_and_whether_it_keeps_the_client() {
     let mut h = H::new(copies(3));
     h.syn(SYN);
     let regs = registers(&h.control());
-    let rec = |t: FourTuple| Record::from_packet(&build(&SYN_ACK, t.server, t.client), 0).unwrap().1;
+    let rec = |t: FourTuple| Record::from_packet(&build(&SYN_ACK, t.server.into(), t.client.into()), 0).unwrap().1;
     let got: Vec<_> = regs.iter().map(|&t| h.e.record_copy(&rec(t))).collect();
     assert_eq!(got, vec![Some((0, true)), Some((1, false)), Some((2, false))]);
     let stranger = FourTuple::new(SocketAddr::from(([198, 18, 9, 9], 1234)), target());

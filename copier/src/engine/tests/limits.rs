@@ -142,3 +142,44 @@ proptest! {
         while h.fire(1_000_000) { let _ = h.out(); }
     }
 }
+
+/// After a peak of sessions the engine gives its room back: once they fell below a quarter of
+/// the slab, the slab loses its free tail and the tables shrink; sessions started afterwards
+/// work as before, and stale references to a dropped slot (timers, the ready queue) do not
+/// reach the session that takes its place.
+#[test]
+fn tables_shrink_after_a_peak_of_sessions() {
+    let mut h = H::default();
+    let started = |i: u32| SocketAddr::new(client().ip(), 20_000 + i as u16);
+    for i in 0..4000 {
+        h.e.handle_captured(h.now, &build(&data(0, 0, b"GET / HTTP/1.1\r\n\r\n"), started(i), ONLINE.parse().unwrap()));
+    }
+    h.control();
+    h.packets();
+    assert_eq!(h.e.session_count(), 4000);
+    assert_eq!(h.e.slots.len(), 4000);
+    let (slots_cap, keys_cap) = (h.e.slots.capacity(), h.e.by_key.capacity());
+    assert!(keys_cap >= 4000);
+    h.e.close_all(h.now);
+    h.packets();
+    h.control();
+    assert_eq!(h.e.session_count(), 0);
+    h.at(10);
+    h.e.handle_timeout(h.now);
+    assert!(h.e.slots.is_empty() && h.e.slots.capacity() < slots_cap, "{} of {slots_cap}", h.e.slots.capacity());
+    assert!(h.e.by_key.capacity() < keys_cap / 4 && h.e.sh.tuples.by_test.capacity() < keys_cap / 4);
+    assert!(h.e.free.is_empty() && h.e.timers.is_empty());
+    // New sessions take fresh slots, with generations past every dropped one.
+    for i in 0..10 {
+        h.e.handle_captured(h.now, &build(&data(0, 0, b"GET / HTTP/1.1\r\n\r\n"), started(i), ONLINE.parse().unwrap()));
+    }
+    assert_eq!(h.e.session_count(), 10);
+    assert!(h.e.slots.iter().all(|x| x.gen >= 1 && x.s.is_some()));
+    assert_eq!(h.e.by_key.len(), 10);
+    for g in h.e.by_key.values() {
+        let i = g.members[0];
+        assert!(h.e.live(crate::engine::SlotRef { idx: i, gen: h.e.slots[i as usize].gen }));
+        // A reference from before the compaction does not reach the new session.
+        assert!(!h.e.live(crate::engine::SlotRef { idx: i, gen: 0 }));
+    }
+}

@@ -218,7 +218,7 @@ impl H {
     pub fn rec_to(&mut self, t: FourTuple, s: Seg) {
         // Headers only, the IP length field saying how much data followed (as NFQUEUE's copy
         // range would cut it).
-        let mut p = build(&s, t.server, t.client);
+        let mut p = build(&s, t.server.into(), t.client.into());
         if p[0] >> 4 == 4 {
             let tl = u16::try_from(p.len() + s.data_len).expect("fits an IPv4 length");
             p[2..4].copy_from_slice(&tl.to_be_bytes());
@@ -228,7 +228,7 @@ impl H {
         }
         let (tuple, r) = Record::from_packet(&p, 0).unwrap();
         assert_eq!(r.orig_len as usize, p.len() + s.data_len);
-        assert_eq!(tuple, FourTuple { client: s.dst.unwrap_or(t.client), server: s.src.unwrap_or(t.server) });
+        assert_eq!(tuple, FourTuple { client: s.dst.unwrap_or(t.client.into()).into(), server: s.src.unwrap_or(t.server.into()).into() });
         assert!(r.payload.is_empty());
         self.e.handle_record(self.now, &r);
     }

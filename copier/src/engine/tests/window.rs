@@ -84,7 +84,7 @@ fn requests_in_flight_when_the_test_server_closes_go_again_on_a_new_connection()
     let syn = out.iter().find(|o| o.has(TcpFlags::SYN)).expect("a new connection");
     assert_eq!(syn.seq, CISN + 8, "it starts at req2");
     let t = syn.tuple;
-    h.rec_to(t, Seg { seq: 9000, ack: CISN + 9, flags: TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0), mss: Some(1460), dst: Some(t.client), ..BASE });
+    h.rec_to(t, Seg { seq: 9000, ack: CISN + 9, flags: TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0), mss: Some(1460), dst: Some(t.client.into()), ..BASE });
     let out = h.out();
     assert_eq!(payloads(&out), "req2", "lock-step on the new connection: {out:?}");
     assert_eq!(h.e.stats().drops.replay_skipped, 0);
