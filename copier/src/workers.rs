@@ -670,8 +670,8 @@ mod tests {
     fn record_with(tuple: FourTuple, flags: TcpFlags, payload: &[u8]) -> Record {
         let mut pkt = Vec::new();
         TcpBuilder {
-            src: tuple.server,
-            dst: tuple.client,
+            src: tuple.server.into(),
+            dst: tuple.client.into(),
             seq: common::seq::SeqNum(1),
             ack: common::seq::SeqNum(2),
             flags,
