@@ -13,7 +13,7 @@
 //!   Both go to the engine threads through
 //!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels, records
 //!   stamped with the instant their frame was read (their time for the engine, which may take
-//!   them up to `workers::RECORD_DELAY` later: `workers::Wake` decides); when one is
+//!   them up to `--record-wait` later: `workers::Wake` decides); when one is
 //!   full the client stops reading, which pushes back over TCP to the intercept (whose queue then
 //!   sheds the oldest records and counts them). With several workers, each applies its own
 //!   changes to the one registry (their tuples are disjoint), so a reconnected intercept still

@@ -468,7 +468,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     for _ in 0..RECORD_BATCHES_PER_TURN {
         match io.records.try_recv() {
             // Each record at the time its link read it: it may have waited for this turn (up to
-            // RECORD_DELAY), and answer times are measured from it.
+            // --record-wait), and answer times are measured from it.
             Ok(Inbound::Records { at, records: batch }) => {
                 seen.records += batch.len();
                 seen.urgent |= batch.iter().any(crate::workers::urgent_record);
@@ -608,7 +608,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
             Ok(ready) => {
                 st.poll_errors = 0;
                 if ready & 4 != 0 {
-                    // Records waited RECORD_DELAY: the next turn takes them.
+                    // Records waited --record-wait: the next turn takes them.
                     io.wake.timer_fired();
                 }
                 if let Source::Live(capture) = &mut io.source {
