@@ -146,6 +146,9 @@ fn filtered_requests_leave_consistent_sessions_keepalive_pipelined_and_close() {
         let kept = (1..=10).filter(|&i| i != 3 && i != 7).map(|i| path(&s, i)).collect();
         want.insert(s, (way, kept));
     }
+    // nginx logs a request once its answer is out: the last line may come just after the
+    // client read that answer.
+    c.online.wait_requests(50, Duration::from_secs(10));
     let online = c.online.requests().unwrap();
     assert_eq!(online.len(), 50, "every request was served online");
     let log = test_log(&c, 40);
@@ -202,7 +205,9 @@ fn dyed_uploads_of_1mb_arrive_intact() {
         argv.push(&url);
         assert_eq!(lab.exec_ok(Host::Client, &argv).unwrap().trim(), "200");
     }
+    c.online.wait_requests(2, Duration::from_secs(10));
     let online = c.online.requests().unwrap();
+    assert_eq!(online.len(), 2, "{online:#?}");
     let test = test_log(&c, 2);
     assert_eq!(test.len(), 2, "{test:#?}");
     let dye_line = "X-Traffic-Copy: 1\r\n".len() as u64;
@@ -264,6 +269,7 @@ fn malformed_http_is_counted_and_the_session_passes_as_captured() {
         request("/f3?s=m&i=6", false),
     ];
     send(&lab, &reqs, Way::KeepAlive);
+    c.online.wait_requests(6, Duration::from_secs(10));
     let online = c.online.requests().unwrap();
     assert_eq!(online.len(), 6, "nginx served the odd request too: {online:#?}");
     let test = test_log(&c, 5);
