@@ -494,23 +494,7 @@ mod tests {
 
     /// A record of the test server's answer on `tuple`.
     fn record(tuple: FourTuple) -> Record {
-        let mut pkt = Vec::new();
-        TcpBuilder {
-            src: tuple.server.into(),
-            dst: tuple.client.into(),
-            seq: common::seq::SeqNum(1),
-            ack: common::seq::SeqNum(2),
-            flags: TcpFlags::ACK,
-            window: 100,
-            options: &[],
-            payload: b"HTTP/1.1 200 OK\r\n",
-            ttl: 64,
-            ident: 0,
-        }
-        .emit(&mut pkt);
-        let (got, r) = Record::from_packet(&pkt, 8).unwrap();
-        assert_eq!(got, tuple);
-        r
+        record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK\r\n")
     }
 
     #[test]
@@ -682,7 +666,9 @@ mod tests {
             ident: 0,
         }
         .emit(&mut pkt);
-        Record::from_packet(&pkt, 0).unwrap().1
+        let (got, r) = Record::from_packet(&pkt, 0).unwrap();
+        assert_eq!(got, tuple);
+        r
     }
 
     #[test]
