@@ -99,6 +99,7 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -155,7 +156,7 @@ pub struct Refusal {
 /// factor and growth by doubling).
 pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
     + std::mem::size_of::<conn::Conn>()
-    + 2 * (std::mem::size_of::<(FourTuple, Group)>()
+    + 2 * (std::mem::size_of::<u32>()
         + std::mem::size_of::<u32>()
         + std::mem::size_of::<(FourTuple, SlotRef)>()
         + std::mem::size_of::<((IpAddr, std::net::SocketAddr), u32)>()
@@ -226,7 +227,11 @@ pub struct Engine {
     sh: Shared,
     slots: Vec<Slot>,
     free: Vec<u32>,
-    by_key: HashMap<FourTuple, Group, FastHash>,
+    /// The captured sessions: each entry the slot of a group's lead copy, found by that
+    /// copy's `key` (see [`Slot::next`]). 4 bytes an entry: the key is the session's own.
+    by_key: hashbrown::HashTable<u32>,
+    /// The hasher of `by_key`.
+    key_hash: FastHash,
     timers: BinaryHeap<Reverse<(Stamp, u32, u32)>>,
     ready: VecDeque<SlotRef>,
     due: Vec<(Stamp, u32, u32)>,
@@ -266,18 +271,15 @@ pub struct Engine {
 #[derive(Debug)]
 struct Slot {
     gen: u32,
+    /// The next copy of the same captured session in its group ([`NO_SLOT`] for the last, and
+    /// for a session in no group): a group is its lead's `by_key` entry and this list, in copy
+    /// order (in the slot's padding: no byte more a session).
+    next: u32,
     s: Option<Session>,
 }
 
-/// The copy sessions of one captured session.
-#[derive(Debug, Default)]
-struct Group {
-    /// Slots of the copies still in the table, by copy number (inline up to two copies: no
-    /// allocation per captured session).
-    members: smallvec::SmallVec<[u32; 2]>,
-    /// A copy started (counted in `captured_sessions_started`).
-    started: bool,
-}
+/// No slot: the end of a group's list.
+const NO_SLOT: u32 = u32::MAX;
 
 impl Engine {
     /// An engine with no session. `seed` drives every random choice (ports of new
@@ -300,7 +302,8 @@ impl Engine {
             sh,
             slots: Vec::new(),
             free: Vec::new(),
-            by_key: HashMap::with_hasher(hash),
+            by_key: hashbrown::HashTable::new(),
+            key_hash: hash,
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
             due: Vec::new(),
@@ -349,10 +352,13 @@ impl Engine {
             }
             return;
         }
-        if let Some(g) = self.by_key.get(&c.key) {
+        if let Some(lead) = self.group_of(&c.key) {
+            let mut members = std::mem::take(&mut self.members);
+            self.group_members(lead, &mut members);
+            self.members = members;
             // A SYN starts a new session unless it repeats the one a copy is carrying.
             let replace = syn
-                && !g.members.iter().any(|&i| {
+                && !self.members.iter().any(|&i| {
                     self.slots[i as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.isn == c.hdr.seq)
                 });
             if !replace {
@@ -360,8 +366,6 @@ impl Engine {
                 self.check_memory(now);
                 return;
             }
-            self.members.clear();
-            self.members.extend_from_slice(&g.members);
             for i in 0..self.members.len() {
                 let idx = self.members[i];
                 let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
@@ -378,7 +382,7 @@ impl Engine {
                 // Else the client had closed (FIN or RST) and reuses its port: the old copy
                 // goes on carrying what it captured, detached from the key.
             }
-            self.by_key.remove(&c.key);
+            self.group_detach(&c.key);
         }
         if syn {
             self.hold_syn(now, &c);
@@ -465,11 +469,10 @@ impl Engine {
 
     /// Hand a captured packet of a known session to each of its copies.
     fn dispatch(&mut self, now: Instant, c: &Captured<'_>) {
-        let Some(g) = self.by_key.get(&c.key) else { return };
-        let was_started = g.started;
+        let Some(lead) = self.group_of(&c.key) else { return };
+        let was_started = self.slots[lead as usize].s.as_ref().is_some_and(|s| s.group_started);
         let mut members = std::mem::take(&mut self.members);
-        members.clear();
-        members.extend_from_slice(&g.members);
+        self.group_members(lead, &mut members);
         let started = self.sh.stats.sessions_started;
         let meter = self.payload_meter.take().unwrap_or_else(|| self.sh.meter.clone());
         let mut payload = Payload::new(c.payload, &meter);
@@ -483,9 +486,7 @@ impl Engine {
         self.members = members;
         if self.sh.stats.sessions_started > started && !was_started {
             self.sh.stats.captured_sessions_started += 1;
-            if let Some(g) = self.by_key.get_mut(&c.key) {
-                g.started = true;
-            }
+            self.set_group_started(&c.key, true);
         }
     }
 
@@ -537,7 +538,9 @@ impl Engine {
             return;
         }
         let started = self.sh.stats.sessions_started;
-        self.by_key.insert(c.key, Group { members: smallvec::SmallVec::with_capacity(plans.len()), started: false });
+        // Whether a copy of this call formed the group (once it is gone, later copies are
+        // made outside any group).
+        let mut grouped = false;
         // the baseline's copy: the first copy's client, toward the baseline (no plan of its own)
         let extra = baseline.filter(|b| b.is_ipv6() == v6).map(|b| (b, plans[0].client));
         let copies = plans.iter().map(|p| (target, p.client, Some(p))).chain(extra.map(|(b, cl)| (b, cl, None)));
@@ -553,7 +556,7 @@ impl Engine {
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
-                    self.slots.push(Slot { gen: self.gen_floor, s: None });
+                    self.slots.push(Slot { gen: self.gen_floor, next: NO_SLOT, s: None });
                     // The table grew: compact once it is down to a quarter again.
                     self.compact_below = self.slots.len() / 4;
                     (self.slots.len() - 1) as u32
@@ -591,21 +594,18 @@ impl Engine {
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
             }
             self.slots[idx as usize].s = Some(s);
-            if let Some(g) = self.by_key.get_mut(&c.key) {
-                g.members.push(idx);
+            self.slots[idx as usize].next = NO_SLOT;
+            if !grouped || self.group_of(&c.key).is_some() {
+                self.group_join(&c.key, idx);
+                grouped = true;
             }
             self.after_op(idx, now);
         }
         if self.sh.stats.sessions_started > started {
             self.sh.stats.captured_sessions_started += 1;
         }
-        match self.by_key.get_mut(&c.key) {
-            Some(g) if g.members.is_empty() => {
-                self.by_key.remove(&c.key);
-            }
-            Some(g) => g.started = self.sh.stats.sessions_started > started,
-            None => {}
-        }
+        let now_started = self.sh.stats.sessions_started > started;
+        self.set_group_started(&c.key, now_started);
     }
 
     /// One response header record returned by the intercept.
@@ -915,7 +915,7 @@ impl Engine {
             ("stream", size_of::<stream::Stream>()),
             ("conn", size_of::<conn::Conn>()),
             ("watch", size_of::<answer::Watch>()),
-            ("key entry", size_of::<(FourTuple, Group)>()),
+            ("key entry", size_of::<u32>()),
             ("SESSION_COST", SESSION_COST),
         ]
     }
@@ -982,7 +982,8 @@ impl Engine {
         // Highest first: `pop` reuses the lowest free slot, so the slab's tail empties.
         self.free.sort_unstable_by(|a, b| b.cmp(a));
         self.free.shrink_to_fit();
-        self.by_key.shrink_to_fit();
+        let (slots, h) = (&self.slots, self.key_hash);
+        self.by_key.shrink_to_fit(|&i| key_hash(slots, h, i));
         self.sh.tuples.shrink_to_fit();
         self.pending.shrink_to_fit();
         self.pending_fifo.shrink_to_fit();
@@ -1069,13 +1070,93 @@ impl Engine {
             self.sh.unindex(c.tuple);
             self.sh.control.push_back(RegEvent::Unregister(c.tuple));
         }
-        if let Some(g) = self.by_key.get_mut(&s.key) {
-            if let Some(i) = g.members.iter().position(|&m| m == idx) {
-                g.members.remove(i);
-                if g.members.is_empty() {
-                    self.by_key.remove(&s.key);
+        self.group_leave(&s.key, idx, s.group_started);
+    }
+
+    /// The lead slot of the group of captured sessions `key`, if it has one.
+    fn group_of(&self, key: &FourTuple) -> Option<u32> {
+        let slots = &self.slots;
+        let eq = |&i: &u32| slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
+        self.by_key.find(self.key_hash.hash_one(key), eq).copied()
+    }
+
+    /// The slots of the group led by `lead`, in copy order, into `out` (cleared first).
+    fn group_members(&self, lead: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let mut i = lead;
+        while i != NO_SLOT && out.len() < self.slots.len() {
+            out.push(i);
+            i = self.slots[i as usize].next;
+        }
+    }
+
+    /// Mark the group of `key` started or not (its lead keeps the flag).
+    fn set_group_started(&mut self, key: &FourTuple, started: bool) {
+        if let Some(lead) = self.group_of(key) {
+            if let Some(s) = self.slots[lead as usize].s.as_mut() {
+                s.group_started = started;
+            }
+        }
+    }
+
+    /// Add the session in slot `idx` (its `key`'s, `next` clear) last to the group of `key`,
+    /// or make it a group of its own.
+    fn group_join(&mut self, key: &FourTuple, idx: u32) {
+        match self.group_of(key) {
+            Some(lead) => {
+                let mut i = lead;
+                while self.slots[i as usize].next != NO_SLOT {
+                    i = self.slots[i as usize].next;
+                }
+                self.slots[i as usize].next = idx;
+            }
+            None => {
+                let (slots, h) = (&self.slots, self.key_hash);
+                self.by_key.insert_unique(h.hash_one(key), idx, |&i| key_hash(slots, h, i));
+            }
+        }
+    }
+
+    /// The group of `key` is no more: its sessions go on outside any group.
+    fn group_detach(&mut self, key: &FourTuple) {
+        let slots = &self.slots;
+        let eq = |&i: &u32| slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
+        let Ok(e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else { return };
+        let (mut i, _) = e.remove();
+        while i != NO_SLOT {
+            i = std::mem::replace(&mut self.slots[i as usize].next, NO_SLOT);
+        }
+    }
+
+    /// The session of slot `idx` (of captured session `key`, its group's flag `started` if it
+    /// leads it; taken out of its slot already) leaves its group, if it is in one.
+    fn group_leave(&mut self, key: &FourTuple, idx: u32, started: bool) {
+        let next = std::mem::replace(&mut self.slots[idx as usize].next, NO_SLOT);
+        let slots = &self.slots;
+        // The entry led by `idx` is `key`'s (a slot leads one group at most).
+        let eq = |&i: &u32| i == idx || slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
+        let Ok(mut e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else { return };
+        let lead = *e.get();
+        if lead == idx {
+            if next == NO_SLOT {
+                e.remove();
+            } else {
+                *e.get_mut() = next;
+                // The group's flag goes to its new lead.
+                if let Some(s) = self.slots[next as usize].s.as_mut() {
+                    s.group_started = started;
                 }
             }
+            return;
+        }
+        let mut i = lead;
+        while i != NO_SLOT {
+            let n = self.slots[i as usize].next;
+            if n == idx {
+                self.slots[i as usize].next = next;
+                return;
+            }
+            i = n;
         }
     }
 
@@ -1119,4 +1200,10 @@ impl Engine {
             self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Memory)));
         }
     }
+}
+
+/// The `by_key` hash of the entry led by slot `i` (its session's key; never asked of an empty
+/// slot, which no entry names).
+fn key_hash(slots: &[Slot], h: FastHash, i: u32) -> u64 {
+    slots[i as usize].s.as_ref().map_or(0, |s| h.hash_one(s.key))
 }

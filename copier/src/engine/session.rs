@@ -137,6 +137,9 @@ pub(crate) struct Session {
     pub in_ready: bool,
     /// Counted in the engine's sessions that are done and only linger.
     pub closing_counted: bool,
+    /// As the lead copy of its captured session's group: a copy of the group started (counted
+    /// in `captured_sessions_started`).
+    pub group_started: bool,
 }
 
 impl Session {
@@ -172,6 +175,7 @@ impl Session {
             armed: None,
             in_ready: false,
             closing_counted: false,
+            group_started: false,
         }
     }
 
