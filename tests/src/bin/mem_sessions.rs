@@ -86,8 +86,37 @@ fn sample(what: &str, lab: &Lab, c: &Copying) -> Result<()> {
     if arg_flag("--smaps") {
         let parts: Vec<String> = smaps_kib(copier, 6).iter().map(|(k, v)| format!("{k} {v}")).collect();
         println!("  copier Rss by mapping (KiB): {}", parts.join(", "));
+        println!("  copier file pages (KiB): {}", file_rss(copier).join(", "));
     }
     Ok(())
+}
+
+/// The copier's file-backed Rss by file and permissions (`copier r-xp 4100`), largest first:
+/// which of the binary's and the libraries' pages are resident.
+fn file_rss(pid: u32) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    let mut rows: Vec<(String, u64)> = Vec::new();
+    let mut name = None;
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let first = it.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            let perms = it.next().unwrap_or("");
+            name = it.nth(3).filter(|n| n.starts_with('/')).map(|n| {
+                format!("{} {perms}", n.rsplit('/').next().unwrap_or(n))
+            });
+        } else if first == "Rss:" {
+            if let Some(n) = &name {
+                let kib: u64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+                match rows.iter_mut().find(|(m, _)| m == n) {
+                    Some((_, k)) => *k += kib,
+                    None => rows.push((n.clone(), kib)),
+                }
+            }
+        }
+    }
+    rows.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+    rows.into_iter().filter(|(_, k)| *k > 0).map(|(n, k)| format!("{n} {k}")).collect()
 }
 
 fn run() -> Result<()> {
