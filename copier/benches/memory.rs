@@ -82,6 +82,8 @@ fn main() {
         b.e.memory_used() as f64 / f64::from(1 << 20),
         b.e.buffered_bytes() as f64 / f64::from(1 << 20),
     );
+    // What `--max-memory` counts covers what the sessions really take.
+    assert!(b.e.memory_used() >= heap, "memory_used {} below the heap {heap}", b.e.memory_used());
     let parts: Vec<String> = copier::engine::Engine::layout().iter().map(|(n, b)| format!("{n} {b}")).collect();
     println!("inline bytes: {}", parts.join(", "));
 }

@@ -587,7 +587,7 @@ impl Engine {
             let mut s = Session::new(c.key, slot, target, client.ip(), now);
             s.copy = k as u16;
             s.want_port = client.port();
-            s.plan_id = plan.map(|p| p.session);
+            s.plan_id = session::PlanId::of(plan.map(|p| p.session));
             s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Box::new(Gate::new(p.session)));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
@@ -1060,13 +1060,13 @@ impl Engine {
         if s.closing_counted {
             self.closing = self.closing.saturating_sub(1);
         }
-        if let Some(id) = s.plan_id {
+        if let Some(id) = s.plan_id.get() {
             self.sh.plan.shaper.end_session(id);
         }
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
         self.targets.on_ended(idx);
-        for c in s.cur.iter().chain(&s.old) {
+        for c in s.cur.iter().chain(s.old.iter()) {
             self.sh.unindex(c.tuple);
             self.sh.control.push_back(RegEvent::Unregister(c.tuple));
         }

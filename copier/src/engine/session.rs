@@ -40,7 +40,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use common::flow::FourTuple;
+use common::flow::{Endpoint, FourTuple};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
@@ -57,6 +57,74 @@ use super::stats::FailReason;
 use super::stream::Stream;
 
 mod pacing;
+
+/// The planner's id of a copy, if it has one, in 8 bytes (an `Option<SessionId>` takes 16;
+/// the planner counts its ids up from 0 and never reaches `u64::MAX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlanId(u64);
+
+impl PlanId {
+    pub(crate) const NONE: PlanId = PlanId(u64::MAX);
+
+    pub(crate) fn of(id: Option<shaper::SessionId>) -> PlanId {
+        id.map_or(PlanId::NONE, |i| PlanId(i.0))
+    }
+
+    pub(crate) fn get(self) -> Option<shaper::SessionId> {
+        (self != PlanId::NONE).then_some(shaper::SessionId(self.0))
+    }
+
+    /// The id, leaving none.
+    pub(crate) fn take(&mut self) -> Option<shaper::SessionId> {
+        std::mem::replace(self, PlanId::NONE).get()
+    }
+}
+
+/// The connections of a session that are closing (boxed: most sessions have none and pay a
+/// pointer; room for one more at a time: 10,000 sessions ending together would otherwise each
+/// take a place for four connections, 1 KB, until they linger out). Its room goes back once
+/// the last one is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Closing(Option<Box<Vec<Conn>>>);
+
+impl Closing {
+    fn push(&mut self, c: Conn) {
+        let v = self.0.get_or_insert_with(Box::default);
+        v.reserve_exact(1);
+        v.push(c);
+    }
+
+    /// Keep the connections `f` says; the room goes back when none is left.
+    fn retain(&mut self, f: impl FnMut(&Conn) -> bool) {
+        if let Some(v) = self.0.as_mut() {
+            v.retain(f);
+            if v.is_empty() {
+                self.0 = None;
+            }
+        }
+    }
+
+    /// All of them, leaving none.
+    fn take(&mut self) -> Vec<Conn> {
+        self.0.take().map_or_else(Vec::new, |v| *v)
+    }
+}
+
+impl std::ops::Deref for Closing {
+    type Target = [Conn];
+    fn deref(&self) -> &[Conn] {
+        self.0.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
+impl std::ops::DerefMut for Closing {
+    fn deref_mut(&mut self) -> &mut [Conn] {
+        match self.0.as_deref_mut() {
+            Some(v) => v.as_mut_slice(),
+            None => &mut [],
+        }
+    }
+}
 
 /// How long a hole in the captured stream may wait for its bytes before the damaged request
 /// unit is given up (when a later request is known).
@@ -88,13 +156,14 @@ struct Gap {
 pub(crate) struct Session {
     pub key: FourTuple,
     pub slot: SlotRef,
-    target: SocketAddr,
+    /// The copy's test server (an `Endpoint`: 19 bytes where a `SocketAddr` takes 32).
+    target: Endpoint,
     client_ip: IpAddr,
     /// The client port the first test connection takes when free (the plan's: the captured
     /// client's, or the profile's virtual port).
     pub want_port: u16,
     /// The planner's id of this copy (ended in the planner when the engine removes the copy).
-    pub plan_id: Option<shaper::SessionId>,
+    pub plan_id: PlanId,
     /// The planner's hold on the request units, when it gates them (a profile; boxed: a
     /// session without one pays a pointer).
     pub gate: Option<Box<Gate>>,
@@ -102,7 +171,7 @@ pub(crate) struct Session {
     pub isn: SeqNum,
     pub stream: Stream,
     pub cur: Option<Conn>,
-    pub old: Vec<Conn>,
+    pub old: Closing,
     midstream: bool,
     tsval: Option<u32>,
     pub last_activity: Stamp,
@@ -147,16 +216,16 @@ impl Session {
         Session {
             key,
             slot,
-            target,
+            target: target.into(),
             client_ip,
             want_port: key.client.port(),
-            plan_id: None,
+            plan_id: PlanId::NONE,
             gate: None,
             phase: Phase::Done,
             isn: SeqNum(0),
             stream: Stream::new(SeqNum(0)),
             cur: None,
-            old: Vec::new(),
+            old: Closing::default(),
             midstream: false,
             tsval: None,
             last_activity: Stamp::of(now),
@@ -206,7 +275,7 @@ impl Session {
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, Some(self.want_port)) else {
+        let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target.into(), Some(self.want_port)) else {
             sh.stats.sessions_no_tuple += 1;
             self.phase = Phase::Done;
             return;
@@ -253,7 +322,7 @@ impl Session {
         if let Some(c) = &self.cur {
             take(c.deadline());
         }
-        for c in &self.old {
+        for c in self.old.iter() {
             take(c.deadline());
         }
         if self.phase == Phase::Active && self.cur.is_some() {
@@ -427,7 +496,7 @@ impl Session {
         let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
         c.abandon(now, &sh.p);
         self.retire(c);
-        match sh.tuples.free_tuple(self.client_ip, self.target, None) {
+        match sh.tuples.free_tuple(self.client_ip, self.target.into(), None) {
             Some(t) => {
                 sh.stats.syn_port_moves += 1;
                 self.open_conn(sh, now, t, start);
@@ -539,7 +608,7 @@ impl Session {
                 self.finish(sh, now, Some(FailReason::RetransmitLimit));
             }
         }
-        for c in &mut self.old {
+        for c in self.old.iter_mut() {
             c.on_timeout(now, &sh.p, false);
         }
         self.reconcile(sh, now);
@@ -559,10 +628,6 @@ impl Session {
             }
             !c.dead
         });
-        if self.old.is_empty() && self.old.capacity() > 0 {
-            // The closing connections are gone: their room goes back.
-            self.old = Vec::new();
-        }
     }
 
     /// Bring connections in line with the stream after any event.
@@ -617,7 +682,7 @@ impl Session {
                 // it, losing the answer to the last it served, so the rest of this session
                 // goes lock-step (nothing is sent ahead of an answer again).
                 self.lock_step();
-                let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target, None) else {
+                let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target.into(), None) else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
                 };
@@ -684,7 +749,7 @@ impl Session {
         let Some(at) = self.sent_at.take().map(Stamp::at) else { return };
         let took = answered.then(|| now.saturating_duration_since(at));
         if let Some(d) = took {
-            sh.answered = Some((self.target, d));
+            sh.answered = Some((self.target.into(), d));
         }
         if let Some(v) = sh.trace_units.as_mut() {
             v.push((at, self.slot, took));
@@ -722,7 +787,7 @@ impl Session {
         if let Some(c) = self.cur.take() {
             self.retire(c);
         }
-        for c in &mut self.old {
+        for c in self.old.iter_mut() {
             c.abandon(now, &sh.p);
         }
         self.stream.free();
@@ -730,17 +795,14 @@ impl Session {
         self.sweep(sh);
     }
 
-    /// `c` closes beside the current connection (or after the session). Room for it only: 10,000
-    /// sessions ending together would otherwise each take a place for four connections (1.2 KB)
-    /// until they linger out.
+    /// `c` closes beside the current connection (or after the session).
     fn retire(&mut self, c: Conn) {
-        self.old.reserve_exact(1);
         self.old.push(c);
     }
 
     /// The next segment of this session, if any: the test tuple it belongs to.
     pub(crate) fn poll_transmit(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<u8>) -> Option<(FourTuple, Sent)> {
-        for c in &mut self.old {
+        for c in self.old.iter_mut() {
             if let Some(s) = c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), out) {
                 return Some((c.tuple, s));
             }
@@ -776,7 +838,7 @@ impl Session {
         if let Some(c) = self.cur.take() {
             self.retire(c);
         }
-        for mut c in self.old.drain(..) {
+        for mut c in self.old.take() {
             c.shutdown(now, &sh.p);
             let mut buf = Vec::new();
             while c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), &mut buf).is_some() {

@@ -63,6 +63,14 @@ struct Held {
     fin: bool,
 }
 
+/// The segments a stream holds for the bytes before them, and their bytes (boxed in the
+/// stream: most never hold one).
+#[derive(Debug, Default)]
+struct Holding {
+    segs: Vec<Held>,
+    bytes: usize,
+}
+
 /// The start of a request unit, with the client's ACK number on its first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Bound {
@@ -104,8 +112,8 @@ pub(crate) struct Stream {
     cnext: SeqNum,
     /// The request editor (`--rules`), if any (boxed: a session without rules pays a pointer).
     edit: Option<Box<Editor>>,
-    held: Vec<Held>,
-    held_bytes: usize,
+    /// Segments held for the bytes before them (`None` when there is none).
+    held: Option<Box<Holding>>,
     /// Position of the client's FIN, once it is in order.
     pub fin: Option<SeqNum>,
     /// The client's ACK number on its latest in-order data (the online server's sequence space).
@@ -138,8 +146,7 @@ impl Stream {
             next: start,
             cnext: start,
             edit: None,
-            held: Vec::new(),
-            held_bytes: 0,
+            held: None,
             fin: None,
             last_ack: None,
             max_ack: None,
@@ -172,7 +179,17 @@ impl Stream {
 
     /// Bytes this stream holds (in order and out of order).
     pub(crate) fn mem(&self) -> usize {
-        self.buf.len() + self.held_bytes + self.edit.as_ref().map_or(0, |e| e.held())
+        self.buf.len() + self.held_bytes() + self.edit.as_ref().map_or(0, |e| e.held())
+    }
+
+    /// Bytes of the segments held.
+    fn held_bytes(&self) -> usize {
+        self.held.as_ref().map_or(0, |h| h.bytes)
+    }
+
+    /// The segments held, by distance from `cnext`.
+    fn held_segs(&self) -> &[Held] {
+        self.held.as_ref().map_or(&[], |h| &h.segs)
     }
 
     /// The client sequence number where reassembly waits (a hole when segments are held).
@@ -188,8 +205,7 @@ impl Stream {
     /// Free every buffer (the session ended).
     pub(crate) fn free(&mut self) {
         self.buf.free();
-        self.held = Vec::new();
-        self.held_bytes = 0;
+        self.held = None;
         self.base = self.next;
         if let Some(e) = self.edit.as_mut() {
             e.reset();
@@ -237,13 +253,15 @@ impl Stream {
         }
         if seq.gt(self.cnext) {
             let ahead = seq.diff(self.cnext) as u32;
-            if ahead > MAX_AHEAD || self.held_bytes + payload.len() > max_held {
+            if ahead > MAX_AHEAD || self.held_bytes() + payload.len() > max_held {
                 r.overflow = true;
                 return r;
             }
-            let pos = self.held.partition_point(|h| h.seq.diff(self.cnext) as u32 <= ahead);
-            self.held.insert(pos, Held { seq, ack, data: payload.keep(0), fin });
-            self.held_bytes += payload.len();
+            let cnext = self.cnext;
+            let hold = self.held.get_or_insert_with(Box::default);
+            let pos = hold.segs.partition_point(|h| h.seq.diff(cnext) as u32 <= ahead);
+            hold.segs.insert(pos, Held { seq, ack, data: payload.keep(0), fin });
+            hold.bytes += payload.len();
             r.held = true;
             return r;
         }
@@ -258,13 +276,14 @@ impl Stream {
     fn drain_held(&mut self, now: Instant) -> usize {
         let mut appended = 0;
         while self.fin.is_none() {
-            let Some(h) = self.held.first() else { break };
+            let Some(hold) = self.held.as_mut() else { break };
+            let Some(h) = hold.segs.first() else { break };
             if h.seq.gt(self.cnext) {
                 break;
             }
-            let h = self.held.remove(0);
+            let h = hold.segs.remove(0);
             let len = h.data.as_ref().map_or(0, Chunk::len);
-            self.held_bytes -= len;
+            hold.bytes -= len;
             let end = h.seq.add(len as u32);
             if end.lt(self.cnext) || (end == self.cnext && !h.fin) {
                 continue;
@@ -272,20 +291,16 @@ impl Stream {
             let skip = self.cnext.diff(h.seq) as usize;
             appended += self.append(h.ack, h.data.and_then(|d| d.tail(skip)), h.fin, now);
         }
-        if self.fin.is_some() && !self.held.is_empty() {
-            self.held_bytes = 0;
-            self.held.clear();
-        }
-        if self.held.is_empty() && self.held.capacity() > 0 {
-            // A hole filled: its segments' room goes back.
-            self.held = Vec::new();
+        if self.fin.is_some() || self.held.as_ref().is_some_and(|h| h.segs.is_empty()) {
+            // Nothing is accepted after the FIN; or a hole filled: its segments' room goes back.
+            self.held = None;
         }
         appended
     }
 
     /// Whether segments wait for bytes before them (a hole at `next`).
     pub(crate) fn has_held(&self) -> bool {
-        !self.held.is_empty()
+        !self.held_segs().is_empty()
     }
 
     /// Where the stream can resume past the hole at `next`: the first held segment that
@@ -298,7 +313,7 @@ impl Stream {
     pub(crate) fn gap_resume(&self) -> Option<SeqNum> {
         let last = self.last_ack?;
         let mut prev: Option<(SeqNum, Option<SeqNum>)> = None; // (end, ack) of the run so far
-        for h in &self.held {
+        for h in self.held_segs() {
             if h.fin && h.data.is_none() {
                 return Some(h.seq); // the client's FIN: nothing partial can follow
             }
@@ -325,8 +340,7 @@ impl Stream {
     /// will come to resume at): the bytes before the hole count as carried, the held ones are
     /// dropped.
     pub(crate) fn skip_gap_to_end(&mut self) {
-        self.held.clear();
-        self.held_bytes = 0;
+        self.held = None;
         self.bounds.clear();
         self.buf.consume(self.buf.len());
         self.base = self.next;
@@ -339,7 +353,7 @@ impl Stream {
     /// Whether the hole at `next` is inside a unit: the first segment after it carries the
     /// same ACK number as the bytes before it.
     pub(crate) fn gap_mid_unit(&self) -> bool {
-        match (self.held.first(), self.last_ack) {
+        match (self.held_segs().first(), self.last_ack) {
             (Some(h), Some(l)) => h.ack.is_none_or(|a| !a.gt(l)),
             _ => false,
         }
@@ -356,11 +370,13 @@ impl Stream {
             return false;
         }
         let Some(at) = self.gap_resume() else { return false };
-        let i = self.held.iter().position(|h| h.seq == at).unwrap_or(0);
-        for h in self.held.drain(..i) {
-            self.held_bytes -= h.data.as_ref().map_or(0, Chunk::len);
+        if let Some(hold) = self.held.as_mut() {
+            let i = hold.segs.iter().position(|h| h.seq == at).unwrap_or(0);
+            for h in hold.segs.drain(..i) {
+                hold.bytes -= h.data.as_ref().map_or(0, Chunk::len);
+            }
         }
-        let ack = self.held.first().and_then(|h| h.ack);
+        let ack = self.held_segs().first().and_then(|h| h.ack);
         self.buf.consume(self.buf.len());
         // The test side goes on a new connection: any number does, and one past everything
         // numbered so far keeps that space growing (without an editor it is `at`).
