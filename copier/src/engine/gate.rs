@@ -80,7 +80,7 @@ impl Gate {
         if self.asked != Some(cur) && !known(&self.arrivals, cur) {
             self.arrivals.push_back((cur, now));
         }
-        for b in &stream.bounds {
+        for b in stream.bounds.iter() {
             if b.at.gt(cur) && !known(&self.arrivals, b.at) {
                 self.arrivals.push_back((b.at, now));
             }

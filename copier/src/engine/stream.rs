@@ -86,6 +86,49 @@ pub(crate) struct Bound {
     pub t: Option<Stamp>,
 }
 
+/// The starts of the request units after the current one, first first (boxed: a session
+/// whose client waits for each answer before its next request never has one, and pays a
+/// pointer). Reads go through `Deref`; the room goes once the last one is released.
+#[derive(Debug, Default)]
+pub(crate) struct Bounds(Option<Box<VecDeque<Bound>>>);
+
+static NO_BOUNDS: VecDeque<Bound> = VecDeque::new();
+
+impl Bounds {
+    fn room(&mut self) -> &mut VecDeque<Bound> {
+        self.0.get_or_insert_with(Box::default)
+    }
+
+    pub(crate) fn push_back(&mut self, b: Bound) {
+        self.room().push_back(b);
+    }
+
+    pub(crate) fn push_front(&mut self, b: Bound) {
+        self.room().push_front(b);
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<Bound> {
+        self.0.as_mut().and_then(|q| q.pop_front())
+    }
+
+    pub(crate) fn back_mut(&mut self) -> Option<&mut Bound> {
+        self.0.as_mut().and_then(|q| q.back_mut())
+    }
+
+    pub(crate) fn clear(&mut self) {
+        if let Some(q) = self.0.as_mut() {
+            q.clear();
+        }
+    }
+}
+
+impl std::ops::Deref for Bounds {
+    type Target = VecDeque<Bound>;
+    fn deref(&self) -> &VecDeque<Bound> {
+        self.0.as_deref().unwrap_or(&NO_BOUNDS)
+    }
+}
+
 /// What [`Stream::push`] did with a segment.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Pushed {
@@ -121,7 +164,7 @@ pub(crate) struct Stream {
     /// The highest ACK number the client sent (data, pure ACKs, FIN).
     max_ack: Option<SeqNum>,
     /// Starts of the request units after the current one.
-    pub bounds: VecDeque<Bound>,
+    pub bounds: Bounds,
     /// Start of the first request unit not yet answered.
     pub cur_start: SeqNum,
     /// The client's ACK number at `cur_start`: where the online answer to that unit began.
@@ -150,7 +193,7 @@ impl Stream {
             fin: None,
             last_ack: None,
             max_ack: None,
-            bounds: VecDeque::new(),
+            bounds: Bounds::default(),
             cur_start: start,
             cur_ack: None,
             seen_data: false,
@@ -528,7 +571,7 @@ impl Stream {
         }
         if self.bounds.is_empty() {
             // No allocation held between requests (the next boundary allocates it again).
-            self.bounds = VecDeque::new();
+            self.bounds = Bounds::default();
         }
     }
 
