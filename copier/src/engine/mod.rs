@@ -353,16 +353,17 @@ impl Engine {
             return;
         }
         if let Some(lead) = self.group_of(&c.key) {
-            let mut members = std::mem::take(&mut self.members);
-            self.group_members(lead, &mut members);
-            self.members = members;
-            // A SYN starts a new session unless it repeats the one a copy is carrying.
-            let replace = syn
-                && !self.members.iter().any(|&i| {
+            let replace = syn && {
+                let mut members = std::mem::take(&mut self.members);
+                self.group_members(lead, &mut members);
+                self.members = members;
+                // A SYN starts a new session unless it repeats the one a copy is carrying.
+                !self.members.iter().any(|&i| {
                     self.slots[i as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.isn == c.hdr.seq)
-                });
+                })
+            };
             if !replace {
-                self.dispatch(now, &c);
+                self.dispatch_to(now, &c, lead);
                 self.check_memory(now);
                 return;
             }
@@ -469,7 +470,13 @@ impl Engine {
 
     /// Hand a captured packet of a known session to each of its copies.
     fn dispatch(&mut self, now: Instant, c: &Captured<'_>) {
-        let Some(lead) = self.group_of(&c.key) else { return };
+        if let Some(lead) = self.group_of(&c.key) {
+            self.dispatch_to(now, c, lead);
+        }
+    }
+
+    /// [`Engine::dispatch`] to the group led by slot `lead`.
+    fn dispatch_to(&mut self, now: Instant, c: &Captured<'_>, lead: u32) {
         let was_started = self.slots[lead as usize].s.as_ref().is_some_and(|s| s.group_started);
         let mut members = std::mem::take(&mut self.members);
         self.group_members(lead, &mut members);
