@@ -115,7 +115,7 @@ fn file_rss(pid: u32) -> Vec<String> {
             }
         }
     }
-    rows.sort_unstable_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.1));
     rows.into_iter().filter(|(_, k)| *k > 0).map(|(n, k)| format!("{n} {k}")).collect()
 }
 
