@@ -390,3 +390,31 @@ fn a_records_copy_and_whether_it_keeps_the_client() {
     assert_eq!(h.e.record_copy(&rec(stranger)), None, "no session");
     assert_eq!(h.e.record_copy(&Record::default()), None, "not a packet");
 }
+
+#[test]
+fn the_copies_go_on_when_the_first_is_gone_and_a_new_syn_still_finds_them() {
+    // The captured-session table names a group by its first copy's slot (`by_key`): once that
+    // copy is gone, the next one leads it.
+    let mut h = H::new(copies(3));
+    h.syn(SYN);
+    let regs = registers(&h.control());
+    let _ = h.packets();
+    h.rec_to(regs[0], Seg { seq: 0, ack: CISN + 1, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    assert_eq!(h.e.stats().sessions_failed.refused, 1);
+    assert_eq!(h.e.session_count(), 2, "copy 0 left the table");
+    h.cap(HS_ACK);
+    for &t in &regs[1..] {
+        syn_ack(&mut h, t);
+    }
+    let _ = h.out();
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    let s = streams(&h.out());
+    assert_eq!(s.keys().copied().collect::<Vec<_>>(), regs[1..].iter().copied().collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>());
+    assert!(s.values().all(|v| v == b"GET / HTTP/1.1\r\n\r\n"), "{s:?}");
+    assert_eq!(h.e.stats().captured_sessions_started, 1);
+    // A new connection on the same port supersedes both copies left.
+    h.syn(Seg { seq: CISN + 777_777, ..SYN });
+    let st = h.e.stats();
+    assert_eq!((st.sessions_failed.superseded, st.captured_sessions_started), (2, 2));
+    assert_eq!(h.e.by_key.len(), 1);
+}
