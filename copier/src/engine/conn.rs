@@ -92,6 +92,24 @@ pub(crate) enum Expiry {
     GaveUp,
 }
 
+/// The RSTs a connection owes and has sent (see [`Conn::rst`]).
+#[derive(Debug, Default)]
+struct Resets {
+    due: Option<SeqNum>,
+    count: u8,
+    /// Our RST is sent again this many more times, with backoff, while lingering: a lost RST
+    /// would leave the test server with a half-open connection, and nothing else tells.
+    again: u8,
+    last: SeqNum,
+    /// A second RST at `snd_una`, for when the test server did not get our last bytes: its
+    /// next expected byte is somewhere in `[snd_una, snd_max]`, and only an exact match resets
+    /// it (RFC 5961) without a round trip.
+    low: Option<SeqNum>,
+    low_due: bool,
+    /// A RST for a stale connection of the test server on our tuple.
+    stale: Option<SeqNum>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub tuple: FourTuple,
@@ -126,19 +144,9 @@ pub(crate) struct Conn {
     pub refused: bool,
     /// We reset the connection.
     pub reset: bool,
-    rst_due: Option<SeqNum>,
-    rst_count: u8,
-    /// Our RST is sent again this many more times, with backoff, while lingering: a lost RST
-    /// would leave the test server with a half-open connection, and nothing else tells.
-    rst_again: u8,
-    last_rst: SeqNum,
-    /// A second RST at `snd_una`, for when the test server did not get our last bytes: its
-    /// next expected byte is somewhere in `[snd_una, snd_max]`, and only an exact match resets
-    /// it (RFC 5961) without a round trip.
-    rst_low: Option<SeqNum>,
-    rst_low_due: bool,
-    /// A RST for a stale connection of the test server on our tuple.
-    stale_rst: Option<SeqNum>,
+    /// The RSTs it owes (boxed: made the first time one is, which most connections never
+    /// need; 8 bytes in every slot rather than 32).
+    rst: Option<Box<Resets>>,
     /// Bare ACKs (no SYN) the test server answered our SYN with: its socket on this tuple is
     /// still in TIME_WAIT (the client reused a port). The first is reset and the SYN sent again
     /// at once; from the second on, `port_busy` asks the session to move to another port.
@@ -208,13 +216,7 @@ impl Conn {
             peer_fin: false,
             refused: false,
             reset: false,
-            rst_due: None,
-            rst_count: 0,
-            rst_again: 0,
-            last_rst: SeqNum(0),
-            rst_low: None,
-            rst_low_due: false,
-            stale_rst: None,
+            rst: None,
             tw_acks: 0,
             port_busy: false,
             syn_due: true,
@@ -290,15 +292,17 @@ impl Conn {
             return true;
         }
         self.reset = true;
-        if self.synced || !self.port_busy {
-            self.rst_due = Some(self.snd_max);
+        let (synced, port_busy, snd_una, snd_max) = (self.synced, self.port_busy, self.snd_una, self.snd_max);
+        let r = self.rst_mut();
+        if synced || !port_busy {
+            r.due = Some(snd_max);
         }
-        if self.synced && self.snd_una != self.snd_max {
-            self.rst_low = Some(self.snd_una);
-            self.rst_low_due = true;
+        if synced && snd_una != snd_max {
+            r.low = Some(snd_una);
+            r.low_due = true;
         }
-        self.rst_count = 1;
-        self.rst_again = RST_REPEATS;
+        r.count = 1;
+        r.again = RST_REPEATS;
         self.enter_linger(now, p);
         self.rto_at = Some(Stamp::of(now + self.cur_rto(p)));
         false
@@ -317,14 +321,23 @@ impl Conn {
             if self.state == State::Linger {
                 // Closed gracefully: its last ACK of ours may be lost.
                 self.reset = true;
-                self.rst_due = Some(self.snd_nxt);
+                let snd_nxt = self.snd_nxt;
+                self.rst_mut().due = Some(snd_nxt);
             } else {
                 self.abandon(now, p);
             }
-        } else if self.rst_due.is_none() {
-            self.rst_due = Some(self.last_rst);
-            self.rst_low_due = self.rst_low.is_some();
+        } else {
+            let r = self.rst_mut();
+            if r.due.is_none() {
+                r.due = Some(r.last);
+                r.low_due = r.low.is_some();
+            }
         }
+    }
+
+    /// The RSTs it owes, made at the first.
+    fn rst_mut(&mut self) -> &mut Resets {
+        self.rst.get_or_insert_with(Box::default)
     }
 
     fn enter_linger(&mut self, now: Instant, p: &Params) {
@@ -358,10 +371,11 @@ impl Conn {
         }
         if self.reset {
             // A challenge ACK (RFC 5961): its ACK number is exactly what the RST needs.
-            if h.has(TcpFlags::ACK) && self.rst_count < MAX_RST {
-                self.rst_due = Some(h.ack);
-                self.rst_low = None; // the exact number is known now
-                self.rst_count += 1;
+            let r = self.rst_mut();
+            if h.has(TcpFlags::ACK) && r.count < MAX_RST {
+                r.due = Some(h.ack);
+                r.low = None; // the exact number is known now
+                r.count += 1;
             }
             return;
         }
@@ -418,7 +432,7 @@ impl Conn {
                 // A challenge ACK of a TIME_WAIT socket on our tuple (RFC 793 reset generation:
                 // seq = its ACK number; Linux with tcp_rfc1337=0 then drops the TIME_WAIT
                 // socket), then our SYN again at once rather than after the RTO.
-                self.stale_rst = Some(h.ack);
+                self.rst_mut().stale = Some(h.ack);
                 self.tw_acks = self.tw_acks.saturating_add(1);
                 if self.tw_acks >= 2 {
                     self.port_busy = true;
@@ -433,7 +447,7 @@ impl Conn {
         }
         if !acks_syn {
             // The test server holds an older connection on this tuple: reset it, as a stack would.
-            self.stale_rst = Some(h.ack);
+            self.rst_mut().stale = Some(h.ack);
             return;
         }
         self.irs = h.seq;
@@ -555,11 +569,17 @@ impl Conn {
                 self.dead = true;
             } else if self.rto_at.is_some_and(|t| t.at() <= now) {
                 self.rto_at = None;
-                if self.reset && self.rst_again > 0 {
-                    self.rst_again -= 1;
-                    self.rst_due = Some(self.last_rst);
-                    self.rst_low_due = self.rst_low.is_some();
-                    let k = u32::from(RST_REPEATS - self.rst_again);
+                let again = match self.rst.as_deref_mut() {
+                    Some(r) if self.reset && r.again > 0 => {
+                        r.again -= 1;
+                        r.due = Some(r.last);
+                        r.low_due = r.low.is_some();
+                        Some(r.again)
+                    }
+                    _ => None,
+                };
+                if let Some(again) = again {
+                    let k = u32::from(RST_REPEATS - again);
                     self.rto_at = Some(Stamp::of(now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto)));
                 }
             }

@@ -17,20 +17,25 @@ impl Conn {
         if self.reg_pending || self.dead {
             return None;
         }
-        if let Some(seq) = self.stale_rst.take() {
-            self.emit(p, seq, TcpFlags::RST, &[], None, out);
-            return Some(Sent { payload: 0, retransmit: false });
-        }
-        let low = self.rst_low.filter(|_| self.rst_low_due && self.rst_due.is_none());
-        if let Some(seq) = self.rst_due.take().or(low) {
-            if low == Some(seq) {
-                self.rst_low_due = false;
+        if let Some(r) = self.rst.as_deref_mut() {
+            let rst = if let Some(seq) = r.stale.take() {
+                Some((seq, TcpFlags::RST))
             } else {
-                self.last_rst = seq;
+                let low = r.low.filter(|_| r.low_due && r.due.is_none());
+                let seq = r.due.take().or(low);
+                if let Some(seq) = seq {
+                    if low == Some(seq) {
+                        r.low_due = false;
+                    } else {
+                        r.last = seq;
+                    }
+                }
+                seq.map(|seq| (seq, if self.synced { TcpFlags::RST | TcpFlags::ACK } else { TcpFlags::RST }))
+            };
+            if let Some((seq, flags)) = rst {
+                self.emit(p, seq, flags, &[], None, out);
+                return Some(Sent { payload: 0, retransmit: false });
             }
-            let flags = if self.synced { TcpFlags::RST | TcpFlags::ACK } else { TcpFlags::RST };
-            self.emit(p, seq, flags, &[], None, out);
-            return Some(Sent { payload: 0, retransmit: false });
         }
         match self.state {
             State::SynSent => {
