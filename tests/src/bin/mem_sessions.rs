@@ -8,7 +8,7 @@
 //! Usage (root): `cargo build --release -p copier -p intercept -p lab --bins &&
 //! target/release/mem_sessions [--conns 10000] [--ring-start-blocks 16] [--smaps]`
 //! (`--ring-start-blocks` is passed to the copier when given; `--smaps` adds where the copier's
-//! RSS lies, from `/proc/PID/smaps`). After the connections close it waits (up to 60 s) for the
+//! RSS lies, from `/proc/PID/smaps`: by kind of mapping, and its file pages by file). After the connections close it waits (up to 60 s) for the
 //! copier's sessions to end and leave its table (`copier_memory_bytes` 0) and prints the same
 //! figures again: what stays once they are gone.
 
