@@ -1091,9 +1091,9 @@ impl Engine {
     fn group_members(&self, lead: u32, out: &mut Vec<u32>) {
         out.clear();
         let mut i = lead;
-        while i != NO_SLOT && out.len() < self.slots.len() {
+        while let Some(x) = self.slots.get(i as usize).filter(|_| out.len() < self.slots.len()) {
             out.push(i);
-            i = self.slots[i as usize].next;
+            i = x.next;
         }
     }
 
@@ -1111,11 +1111,17 @@ impl Engine {
     fn group_join(&mut self, key: &FourTuple, idx: u32) {
         match self.group_of(key) {
             Some(lead) => {
+                // (Bounded, as every walk of a group: no broken link can make it spin.)
                 let mut i = lead;
-                while self.slots[i as usize].next != NO_SLOT {
-                    i = self.slots[i as usize].next;
+                for _ in 0..self.slots.len() {
+                    match self.slots.get(i as usize).map(|x| x.next) {
+                        Some(NO_SLOT) | None => break,
+                        Some(n) => i = n,
+                    }
                 }
-                self.slots[i as usize].next = idx;
+                if let Some(x) = self.slots.get_mut(i as usize) {
+                    x.next = idx;
+                }
             }
             None => {
                 let (slots, h) = (&self.slots, self.key_hash);
@@ -1130,8 +1136,11 @@ impl Engine {
         let eq = |&i: &u32| slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
         let Ok(e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else { return };
         let (mut i, _) = e.remove();
-        while i != NO_SLOT {
-            i = std::mem::replace(&mut self.slots[i as usize].next, NO_SLOT);
+        for _ in 0..self.slots.len() {
+            match self.slots.get_mut(i as usize) {
+                Some(x) => i = std::mem::replace(&mut x.next, NO_SLOT),
+                None => break,
+            }
         }
     }
 
@@ -1157,13 +1166,13 @@ impl Engine {
             return;
         }
         let mut i = lead;
-        while i != NO_SLOT {
-            let n = self.slots[i as usize].next;
-            if n == idx {
-                self.slots[i as usize].next = next;
+        for _ in 0..self.slots.len() {
+            let Some(x) = self.slots.get_mut(i as usize) else { return };
+            if x.next == idx {
+                x.next = next;
                 return;
             }
-            i = n;
+            i = x.next;
         }
     }
 
