@@ -212,6 +212,9 @@ fn run(args: Args) -> Result<RunSummary> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut inboxes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
+    // One worker reads the intercept links itself (no hop through the main thread).
+    let desk = (workers == 1 && v.intercepts.len() <= copier::link::MAX_DIRECT_LINKS)
+        .then(|| Arc::new(copier::link::LinkDesk::new()));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
         let wake = Arc::new(Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT)).context("eventfd and timerfd")?);
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
@@ -239,6 +242,7 @@ fn run(args: Args) -> Result<RunSummary> {
                 ),
             },
             shadow: shadow.as_ref().map(|s| s.tap.clone()),
+            desk: desk.clone(),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {
@@ -270,6 +274,7 @@ fn run(args: Args) -> Result<RunSummary> {
         registry: registry.clone(),
         records: router.clone(),
         connected,
+        desk,
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {
