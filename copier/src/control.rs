@@ -10,7 +10,9 @@
 //!   tuples of the test servers it guards, [`ClientConfig::serves`], see `crate::routing`), then forward
 //!   registry changes and pings while reading records and registration verdicts
 //!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
-//!   Both go to the engine threads through
+//!   With one worker the engine thread reads them itself ([`serve_direct`], `crate::link`):
+//!   the client hands it the socket's read side and keeps writing and the silence check.
+//!   With several, both go to the engine threads through
 //!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels, records
 //!   stamped with the instant their frame was read (their time for the engine, which may take
 //!   them up to `--record-wait` later: `workers::Wake` decides); when one is
@@ -954,6 +956,69 @@ mod tests {
             0,
             "the link no longer counts as up"
         );
+    }
+
+    #[tokio::test]
+    async fn with_one_worker_the_engine_reads_the_link_and_ends_it_with_its_reason() {
+        use crate::link::LinkDesk;
+        use common::proto::io::{client_handshake, server_handshake};
+        let (mut links, mut inbox) = links();
+        let desk = Arc::new(LinkDesk::new());
+        links.desk = Some(desk.clone());
+        links.registry.apply(&[RegEvent::Register(t(1))]);
+        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        cfg.id = 4;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = async {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let est = client_handshake(stream, Some(b"s3cret"), "copier test").await.unwrap();
+            serve_direct(&cfg, &links, &desk, est).await
+        };
+        let fake = async {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut est = server_handshake(stream, Some(b"s3cret"), "fake intercept").await.unwrap();
+            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(1)] });
+            // The engine's side: the link it was handed.
+            let mut engine_links = Vec::new();
+            while engine_links.is_empty() {
+                desk.take(&mut engine_links);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            assert_eq!(links.connected.load(Ordering::SeqCst), 1);
+            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new() };
+            let results = vec![(t(1), RegVerdict::Accepted)];
+            est.writer.write_message(&Message::Records { records: vec![rec.clone()] }).await.unwrap();
+            est.writer.write_message(&Message::Registered { results: results.clone() }).await.unwrap();
+            let sent_at = std::time::Instant::now();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 1024];
+            while got.len() < 2 {
+                engine_links[0].pump(&mut buf, |i| got.push(i)).unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let Inbound::Records { at, records } = &got[0] else { panic!("{got:?}") };
+            assert_eq!(records, &vec![rec]);
+            assert!(*at >= sent_at, "stamped when the engine read it");
+            assert_eq!(got[1], Inbound::Verdicts { from: 4, results });
+            assert!(inbox.try_recv().is_err(), "nothing went through the inbox");
+            // Registrations still go out from the client.
+            links.registry.apply(&[RegEvent::Register(t(2))]);
+            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(2)] });
+            // A frame of an unknown type: the engine ends the link, the client ends with its reason.
+            est.writer.write_frames(&[0, 0, 0, 1, 0xee]).await.unwrap();
+            let e = loop {
+                match engine_links[0].pump(&mut buf, |_| panic!("no message")) {
+                    Err(e) => break e,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            };
+            engine_links.pop().unwrap().fail(e);
+            est
+        };
+        let (result, _est) = tokio::join!(client, fake);
+        assert!(matches!(result, Err(LinkError::Proto(ProtoError::UnknownType(0xee)))), "{result:?}");
+        assert_eq!(links.connected.load(Ordering::SeqCst), 0, "the link no longer counts as up");
     }
 
     #[test]

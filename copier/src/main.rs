@@ -3,9 +3,10 @@
 //! Threads: `main` runs a single-threaded tokio runtime with the intercept clients, the metrics
 //! exporter and the signal handler; each `engine` thread (one per `--workers`, `engine-<i>` when
 //! several) owns a session engine, a capture ring (or, with `--offline`, the file being
-//! replayed) and raw sockets (see `copier::run`). They meet in bounded record channels (one per
-//! worker, fed through `copier::workers::RecordRouter`), the registration registry and an
-//! eventfd per worker. SIGINT/SIGTERM stop the workers first (each resets its test connections
+//! replayed) and raw sockets (see `copier::run`); one engine thread reads the intercept links'
+//! sockets itself (`copier::link`). They meet in the registration registry, an eventfd per
+//! worker and, with several workers, bounded record channels (one per worker, fed through
+//! `copier::workers::RecordRouter`). SIGINT/SIGTERM stop the workers first (each resets its test connections
 //! and unregisters them), then the intercept clients once they passed the Unregisters on, and
 //! print a one-line summary; an offline replay also ends by itself.
 

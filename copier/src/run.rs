@@ -2,14 +2,15 @@
 //! a file with `--offline`) and the raw sender, and drives them with the clock.
 //!
 //! Each turn of the loop: note how many intercepts are connected, feed the records (each at the
-//! instant its control link read it) and registration verdicts that the control clients queued,
-//! feed every ready ring block (or the file's packets that are due), fire
+//! instant its control link read it) and registration verdicts that the control clients queued
+//! (several workers) or that it reads itself from the links' sockets (one worker, `io.desk`,
+//! see [`crate::link`]), feed every ready ring block (or the file's packets that are due), fire
 //! the engine's timer, then drain the engine's outputs (registrations first, so they leave before
 //! the SYN they belong to; then packets to the sender, flushed in batches), tell the control
 //! clients whether it is eager for records ([`crate::workers::Eagerness`]), and about once a
 //! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live), the
 //! eventfd that the control clients poke for what cannot wait and the timerfd they arm for
-//! records that can wait a little ([`crate::workers::Wake`]), until the engine's next timer,
+//! records that can wait a little ([`crate::workers::Wake`]), and the links it reads, until the engine's next timer,
 //! the sender's back-off, the file's next packet or at most [`MAX_WAIT`].
 //!
 //! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself
