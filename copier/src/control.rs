@@ -10,7 +10,9 @@
 //!   tuples of the test servers it guards, [`ClientConfig::serves`], see `crate::routing`), then forward
 //!   registry changes and pings while reading records and registration verdicts
 //!   (`Registered`: a connection's packets leave only once an intercept accepted its tuple).
-//!   Both go to the engine threads through
+//!   With one worker the engine thread reads them itself ([`serve_direct`], `crate::link`):
+//!   the client hands it the socket's read side and keeps writing and the silence check.
+//!   With several, both go to the engine threads through
 //!   a [`RecordRouter`] (to the worker that owns each session) and bounded channels, records
 //!   stamped with the instant their frame was read (their time for the engine, which may take
 //!   them up to `--record-wait` later: `workers::Wake` decides); when one is
@@ -38,10 +40,11 @@ use common::proto::io::{client_handshake, Established, FrameReader, FrameWriter}
 use common::proto::{Message, ProtoError, DEFAULT_PORT};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, watch};
 
+use crate::link::{EngineLink, FdWriter, LinkDesk, LinkShared};
 use crate::workers::RecordRouter;
 
 /// Most tuples put in one Register/Unregister message.
@@ -281,6 +284,9 @@ pub struct Links {
     pub records: RecordRouter,
     /// Links that are up.
     pub connected: Arc<AtomicUsize>,
+    /// With one engine worker: where each link's read side goes, for the engine thread to read
+    /// itself (`crate::link`); `None`: the clients read and deliver through `records`.
+    pub desk: Option<Arc<LinkDesk>>,
 }
 
 /// How one client behaves.
@@ -396,8 +402,14 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
             Ok(est) => {
                 backoff = Duration::from_millis(100);
                 last_err = None;
+                let served = async {
+                    match &links.desk {
+                        Some(desk) => serve_direct(&cfg, &links, desk, est).await,
+                        None => serve(&cfg, &links, est).await,
+                    }
+                };
                 let outcome = tokio::select! {
-                    r = serve(&cfg, &links, est) => r,
+                    r = served => r,
                     _ = shutdown.changed() => return,
                 };
                 ::metrics::counter!(crate::metrics::names::CONTROL_LOSSES_TOTAL, "intercept" => name.clone())
@@ -472,31 +484,100 @@ where
         mut writer,
         peer,
     } = est;
-    let write_timeout = cfg.ping_interval * 3;
     let ask = payload_ask(cfg, &peer);
+    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &mut writer).await?;
+    links.connected.fetch_add(1, Ordering::SeqCst);
+    let _up = UpGuard(links);
+    links.records.wake_all();
+    log_connected(cfg, &peer, snapshot.len());
 
+    tokio::select! {
+        r = read_loop(cfg, links, &mut reader) => r,
+        r = write_loop(cfg, ask, links, &mut writer, snapshot, rx) => r,
+    }
+}
+
+/// Send the registry's tuples this link guards; returns them and the receiver of every later
+/// change.
+async fn send_snapshot<W: AsyncWrite + Unpin>(
+    cfg: &ClientConfig,
+    links: &Links,
+    ask: Option<&PayloadAsk>,
+    writer: &mut FrameWriter<W>,
+) -> Result<(HashSet<FourTuple>, broadcast::Receiver<RegEvent>), LinkError> {
     let (mut snapshot, rx) = links.registry.subscribe();
     snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
-    messages_for(&events, ask.as_ref(), &mut msgs);
+    messages_for(&events, ask, &mut msgs);
     for chunk in msgs.chunks(4) {
-        write(&mut writer, chunk, write_timeout).await?;
+        write(writer, chunk, cfg.ping_interval * 3).await?;
     }
-    links.connected.fetch_add(1, Ordering::SeqCst);
-    let _up = UpGuard(links);
-    links.records.wake_all();
+    Ok((snapshot, rx))
+}
+
+fn log_connected(cfg: &ClientConfig, peer: &common::proto::Hello, sessions: usize) {
     ::metrics::counter!(crate::metrics::names::CONTROL_CONNECTS_TOTAL, "intercept" => cfg.addr.to_string())
         .increment(1);
     tracing::info!(
         "connected to intercept {} ({}); {} live session(s) registered",
         cfg.addr,
         peer.software,
-        snapshot.len()
+        sessions
     );
+}
+
+/// Marks a link the engine reads dead when its client ends it, however it ends, and shuts its
+/// socket down (the engine's duplicate descriptor would keep it open until its next turn).
+struct DeadGuard<'a> {
+    shared: Arc<LinkShared>,
+    sock: std::net::TcpStream,
+    links: &'a Links,
+}
+
+impl Drop for DeadGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.end(None);
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        self.links.records.wake_all();
+    }
+}
+
+/// [`serve`] with one engine worker: the engine thread reads the link (`crate::link`). The
+/// socket leaves tokio's reactor for a registration for writability only, so the intercept's
+/// frames wake the engine and nothing else; this task writes the registrations and pings and
+/// ends the link when the engine finds it dead or it is silent too long. Public for tests.
+pub async fn serve_direct(
+    cfg: &ClientConfig,
+    links: &Links,
+    desk: &LinkDesk,
+    est: Established<TcpStream>,
+) -> Result<(), LinkError> {
+    let Established { reader, writer, peer } = est;
+    let (read_half, decoder) = reader.into_parts();
+    let (write_half, sealer) = writer.into_parts();
+    let io = |e: std::io::Error| LinkError::Proto(ProtoError::Io(e));
+    // Deregisters the socket from the reactor (it stays non-blocking).
+    let sock = read_half.unsplit(write_half).into_std().map_err(io)?;
+    let engine_sock = sock.try_clone().map_err(io)?;
+    let closer = sock.try_clone().map_err(io)?;
+    let mut writer = FrameWriter::from_parts(FdWriter::new(sock).map_err(io)?, sealer);
+    let ask = payload_ask(cfg, &peer);
+    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &mut writer).await?;
+
+    let shared = Arc::new(LinkShared::new());
+    let counter =
+        ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
+    desk.hand(EngineLink::new(engine_sock, decoder, cfg.id, shared.clone(), counter));
+    links.connected.fetch_add(1, Ordering::SeqCst);
+    let _up = UpGuard(links);
+    // Dropped before `_up`: the engine, woken by `_up`, finds the link dead.
+    let _dead = DeadGuard { shared: shared.clone(), sock: closer, links };
+    links.records.wake_all();
+    log_connected(cfg, &peer, snapshot.len());
 
     tokio::select! {
-        r = read_loop(cfg, links, &mut reader) => r,
+        e = shared.watch(cfg.ping_interval * 3) => Err(e),
         r = write_loop(cfg, ask, links, &mut writer, snapshot, rx) => r,
     }
 }
@@ -519,8 +600,8 @@ fn payload_ask(cfg: &ClientConfig, peer: &common::proto::Hello) -> Option<Payloa
     None
 }
 
-async fn write<S: AsyncWrite + Unpin>(
-    writer: &mut FrameWriter<WriteHalf<S>>,
+async fn write<W: AsyncWrite + Unpin>(
+    writer: &mut FrameWriter<W>,
     msgs: &[Message],
     limit: Duration,
 ) -> Result<(), LinkError> {
@@ -577,11 +658,11 @@ async fn read_loop<S: AsyncRead + Unpin>(
     }
 }
 
-async fn write_loop<S: AsyncWrite + Unpin>(
+async fn write_loop<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     ask: Option<PayloadAsk>,
     links: &Links,
-    writer: &mut FrameWriter<WriteHalf<S>>,
+    writer: &mut FrameWriter<W>,
     mut sent: HashSet<FourTuple>,
     mut rx: broadcast::Receiver<RegEvent>,
 ) -> Result<(), LinkError> {
@@ -756,6 +837,7 @@ mod tests {
                 Arc::new(Routes::new()),
             ),
             connected: Arc::new(AtomicUsize::new(0)),
+            desk: None,
         };
         (links, rx)
     }
@@ -874,6 +956,69 @@ mod tests {
             0,
             "the link no longer counts as up"
         );
+    }
+
+    #[tokio::test]
+    async fn with_one_worker_the_engine_reads_the_link_and_ends_it_with_its_reason() {
+        use crate::link::LinkDesk;
+        use common::proto::io::{client_handshake, server_handshake};
+        let (mut links, mut inbox) = links();
+        let desk = Arc::new(LinkDesk::new());
+        links.desk = Some(desk.clone());
+        links.registry.apply(&[RegEvent::Register(t(1))]);
+        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        cfg.id = 4;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = async {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            let est = client_handshake(stream, Some(b"s3cret"), "copier test").await.unwrap();
+            serve_direct(&cfg, &links, &desk, est).await
+        };
+        let fake = async {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut est = server_handshake(stream, Some(b"s3cret"), "fake intercept").await.unwrap();
+            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(1)] });
+            // The engine's side: the link it was handed.
+            let mut engine_links = Vec::new();
+            while engine_links.is_empty() {
+                desk.take(&mut engine_links);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            assert_eq!(links.connected.load(Ordering::SeqCst), 1);
+            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new() };
+            let results = vec![(t(1), RegVerdict::Accepted)];
+            est.writer.write_message(&Message::Records { records: vec![rec.clone()] }).await.unwrap();
+            est.writer.write_message(&Message::Registered { results: results.clone() }).await.unwrap();
+            let sent_at = std::time::Instant::now();
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 1024];
+            while got.len() < 2 {
+                engine_links[0].pump(&mut buf, |i| got.push(i)).unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let Inbound::Records { at, records } = &got[0] else { panic!("{got:?}") };
+            assert_eq!(records, &vec![rec]);
+            assert!(*at >= sent_at, "stamped when the engine read it");
+            assert_eq!(got[1], Inbound::Verdicts { from: 4, results });
+            assert!(inbox.try_recv().is_err(), "nothing went through the inbox");
+            // Registrations still go out from the client.
+            links.registry.apply(&[RegEvent::Register(t(2))]);
+            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(2)] });
+            // A frame of an unknown type: the engine ends the link, the client ends with its reason.
+            est.writer.write_frames(&[0, 0, 0, 1, 0xee]).await.unwrap();
+            let e = loop {
+                match engine_links[0].pump(&mut buf, |_| panic!("no message")) {
+                    Err(e) => break e,
+                    Ok(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                }
+            };
+            engine_links.pop().unwrap().fail(e);
+            est
+        };
+        let (result, _est) = tokio::join!(client, fake);
+        assert!(matches!(result, Err(LinkError::Proto(ProtoError::UnknownType(0xee)))), "{result:?}");
+        assert_eq!(links.connected.load(Ordering::SeqCst), 0, "the link no longer counts as up");
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod control;
 pub mod doctor;
 pub mod engine;
 pub mod feed;
+pub mod link;
 pub mod metrics;
 pub mod offline;
 pub mod rate;

@@ -3,9 +3,10 @@
 //! Threads: `main` runs a single-threaded tokio runtime with the intercept clients, the metrics
 //! exporter and the signal handler; each `engine` thread (one per `--workers`, `engine-<i>` when
 //! several) owns a session engine, a capture ring (or, with `--offline`, the file being
-//! replayed) and raw sockets (see `copier::run`). They meet in bounded record channels (one per
-//! worker, fed through `copier::workers::RecordRouter`), the registration registry and an
-//! eventfd per worker. SIGINT/SIGTERM stop the workers first (each resets its test connections
+//! replayed) and raw sockets (see `copier::run`); one engine thread reads the intercept links'
+//! sockets itself (`copier::link`). They meet in the registration registry, an eventfd per
+//! worker and, with several workers, bounded record channels (one per worker, fed through
+//! `copier::workers::RecordRouter`). SIGINT/SIGTERM stop the workers first (each resets its test connections
 //! and unregisters them), then the intercept clients once they passed the Unregisters on, and
 //! print a one-line summary; an offline replay also ends by itself.
 
@@ -212,6 +213,9 @@ fn run(args: Args) -> Result<RunSummary> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut inboxes = Vec::with_capacity(workers);
     let mut threads = Vec::with_capacity(workers);
+    // One worker reads the intercept links itself (no hop through the main thread).
+    let desk = (workers == 1 && v.intercepts.len() <= copier::link::MAX_DIRECT_LINKS)
+        .then(|| Arc::new(copier::link::LinkDesk::new()));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
         let wake = Arc::new(Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT)).context("eventfd and timerfd")?);
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
@@ -239,6 +243,7 @@ fn run(args: Args) -> Result<RunSummary> {
                 ),
             },
             shadow: shadow.as_ref().map(|s| s.tap.clone()),
+            desk: desk.clone(),
         };
         let engine_cfg = EngineConfig {
             port_share: PortShare {
@@ -270,6 +275,7 @@ fn run(args: Args) -> Result<RunSummary> {
         registry: registry.clone(),
         records: router.clone(),
         connected,
+        desk,
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {

@@ -2,14 +2,15 @@
 //! a file with `--offline`) and the raw sender, and drives them with the clock.
 //!
 //! Each turn of the loop: note how many intercepts are connected, feed the records (each at the
-//! instant its control link read it) and registration verdicts that the control clients queued,
-//! feed every ready ring block (or the file's packets that are due), fire
+//! instant its control link read it) and registration verdicts that the control clients queued
+//! (several workers) or that it reads itself from the links' sockets (one worker, `io.desk`,
+//! see [`crate::link`]), feed every ready ring block (or the file's packets that are due), fire
 //! the engine's timer, then drain the engine's outputs (registrations first, so they leave before
 //! the SYN they belong to; then packets to the sender, flushed in batches), tell the control
 //! clients whether it is eager for records ([`crate::workers::Eagerness`]), and about once a
 //! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live), the
 //! eventfd that the control clients poke for what cannot wait and the timerfd they arm for
-//! records that can wait a little ([`crate::workers::Wake`]), until the engine's next timer,
+//! records that can wait a little ([`crate::workers::Wake`]), and the links it reads, until the engine's next timer,
 //! the sender's back-off, the file's next packet or at most [`MAX_WAIT`].
 //!
 //! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself
@@ -46,6 +47,7 @@ use crate::engine::{Engine, EngineConfig, EngineStats};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
+use crate::link::{EngineLink, LinkDesk};
 use crate::sys;
 use crate::workers::{Eagerness, Inbound, Routes, TurnSeen, Wake};
 
@@ -131,6 +133,9 @@ pub struct LoopIo {
     pub recorder: Option<crate::record::Recorder>,
     /// With `--compare`: where copies of the records go (`crate::shadow`).
     pub shadow: Option<crate::shadow::Tap>,
+    /// With one worker: where the control clients hand over their links' read sides, which
+    /// this loop then reads itself (`crate::link`); `None`: records come through `records`.
+    pub desk: Option<Arc<LinkDesk>>,
 }
 
 /// Hand a packet about to be sent to the archive (`--record`); an archive that fails is logged
@@ -344,6 +349,9 @@ struct State {
     /// [`crate::workers::Eagerness`]), and what `io.wake` was last told.
     eagerness: Eagerness,
     eager: bool,
+    /// The intercept links this loop reads itself (`io.desk`), and its read buffer.
+    links: Vec<EngineLink>,
+    link_buf: Vec<u8>,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -372,6 +380,8 @@ pub fn run_engine_loop(
         compared: Vec::new(),
         eagerness: Eagerness::default(),
         eager: false,
+        links: Vec::new(),
+        link_buf: if io.desk.is_some() { vec![0; crate::link::READ_CHUNK] } else { Vec::new() },
     };
     let mut fatal = None;
     loop {
@@ -469,36 +479,12 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         match io.records.try_recv() {
             // Each record at the time its link read it: it may have waited for this turn (up to
             // --record-wait), and answer times are measured from it.
-            Ok(Inbound::Records { at, records: batch }) => {
-                seen.records += batch.len();
-                seen.urgent |= batch.iter().any(crate::workers::urgent_record);
-                match &io.shadow {
-                    Some(tap) => {
-                        // --compare: the records of the copies on the captured client's address
-                        // and port (copy 0 and its baseline copy); asked before the engine takes
-                        // the record, which may end its session
-                        st.compared.clear();
-                        for r in &batch {
-                            st.compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
-                            engine.handle_record(at, r);
-                        }
-                        tap.records(at, batch, &st.compared);
-                    }
-                    None => {
-                        for r in &batch {
-                            engine.handle_record(at, r);
-                        }
-                    }
-                }
-            }
-            Ok(Inbound::Verdicts { from, results }) => {
-                for (t, v) in results {
-                    engine.handle_registered(now, from, t, v);
-                }
-            }
+            Ok(inbound) => take_inbound(engine, io.shadow.as_ref(), &mut st.compared, &mut seen, now, inbound),
             Err(_) => break,
         }
     }
+    // With one worker: the links' records and verdicts, read now (each record at its read).
+    read_links(engine, io, st, &mut seen, now);
 
     let fed = match &mut io.source {
         Source::Live(capture) => {
@@ -577,7 +563,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         Source::Live(capture) => capture.has_ready(),
         Source::Offline(replay) => io.sender.pending() < SEND_HIGH_WATER && replay.ready(now),
     };
-    if source_ready || !io.records.is_empty() {
+    if source_ready || !io.records.is_empty() || st.links.iter().any(|l| l.ready) {
+        // No poll this turn: the next one reads the links (they may have data meanwhile).
+        st.links.iter_mut().for_each(|l| l.ready = true);
         return Ok(true);
     }
     let now = Instant::now();
@@ -598,15 +586,29 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         deadline = deadline.min(t);
     }
     let timeout = deadline.saturating_duration_since(now);
-    if !timeout.is_zero() {
+    if timeout.is_zero() {
+        st.links.iter_mut().for_each(|l| l.ready = true);
+    } else {
         let [event, timer] = io.wake.fds();
+        // Bits: 0 the ring, 1 the eventfd, 2 the timer, 3.. the links (at most
+        // crate::link::MAX_DIRECT_LINKS).
+        let mut fds = Vec::with_capacity(3 + st.links.len());
+        if let Source::Live(capture) = &io.source {
+            fds.push(capture.fd());
+        }
+        fds.extend([event, timer]);
+        fds.extend(st.links.iter().map(EngineLink::fd));
         let polled = match &io.source {
-            Source::Live(capture) => sys::poll_readable(&[capture.fd(), event, timer], timeout),
-            Source::Offline(_) => sys::poll_readable(&[event, timer], timeout).map(|r| r << 1),
+            Source::Live(_) => sys::poll_readable(&fds, timeout),
+            Source::Offline(_) => sys::poll_readable(&fds, timeout).map(|r| r << 1),
         };
+        drop(fds);
         match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
+                for (i, l) in st.links.iter_mut().enumerate() {
+                    l.ready = ready & (1 << (3 + i)) != 0;
+                }
                 if ready & 4 != 0 {
                     // Records waited --record-wait: the next turn takes them.
                     io.wake.timer_fired();
@@ -624,6 +626,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 }
             }
             Err(e) => {
+                st.links.iter_mut().for_each(|l| l.ready = true);
                 st.poll_errors += 1;
                 tracing::warn!("ppoll: {e}");
                 if st.poll_errors > 100 {
@@ -634,6 +637,75 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     }
     Ok(true)
+}
+
+/// Hand the engine one batch of records or verdicts (from the inbox or a link this loop reads).
+fn take_inbound(
+    engine: &mut Engine,
+    shadow: Option<&crate::shadow::Tap>,
+    compared: &mut Vec<bool>,
+    seen: &mut TurnSeen,
+    now: Instant,
+    inbound: Inbound,
+) {
+    match inbound {
+        Inbound::Records { at, records: batch } => {
+            seen.records += batch.len();
+            seen.urgent |= batch.iter().any(crate::workers::urgent_record);
+            match shadow {
+                Some(tap) => {
+                    // --compare: the records of the copies on the captured client's address
+                    // and port (copy 0 and its baseline copy); asked before the engine takes
+                    // the record, which may end its session
+                    compared.clear();
+                    for r in &batch {
+                        compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
+                        engine.handle_record(at, r);
+                    }
+                    tap.records(at, batch, compared);
+                }
+                None => {
+                    for r in &batch {
+                        engine.handle_record(at, r);
+                    }
+                }
+            }
+        }
+        Inbound::Verdicts { from, results } => {
+            for (t, v) in results {
+                engine.handle_registered(now, from, t, v);
+            }
+        }
+    }
+}
+
+/// Take the links the control clients handed over, drop those their clients ended, and read
+/// the readable ones (`crate::link`): their records and verdicts go to the engine now, each
+/// record at the instant of its read. A link that fails is ended (its client logs why and
+/// reconnects).
+fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnSeen, now: Instant) {
+    let Some(desk) = &io.desk else { return };
+    desk.take(&mut st.links);
+    let mut i = 0;
+    while i < st.links.len() {
+        if st.links[i].is_dead() {
+            st.links.swap_remove(i);
+            continue;
+        }
+        if !st.links[i].ready {
+            i += 1;
+            continue;
+        }
+        let (link, buf, compared) = (&mut st.links[i], &mut st.link_buf, &mut st.compared);
+        let shadow = io.shadow.as_ref();
+        match link.pump(buf, |inbound| take_inbound(engine, shadow, compared, seen, now, inbound)) {
+            Ok(more) => {
+                link.ready = more;
+                i += 1;
+            }
+            Err(e) => st.links.swap_remove(i).fail(e),
+        }
+    }
 }
 
 /// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.

@@ -3,7 +3,8 @@
 //! Owns: the `AF_PACKET` socket with its TPACKET_V3 receive ring (setup, the shared mapping,
 //! handing blocks between kernel and user space, `PACKET_STATISTICS`, `PACKET_FANOUT`),
 //! `sendmmsg`, an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex`,
-//! `SO_SNDBUFFORCE` and glibc's `malloc_trim`.
+//! `SO_SNDBUFFORCE`, glibc's `malloc_trim` and the registration of a socket with tokio for
+//! writability only.
 //!
 //! Invariants:
 //! - The ring mapping lives exactly as long as [`RxRing`]; block bytes are only handed out (to a
@@ -434,6 +435,19 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Duration) -> io::Result<u3
         }
     }
     Ok(ready)
+}
+
+/// Register `sock` with the current tokio runtime for writability only (incoming bytes do not
+/// wake the runtime: another thread reads the socket, see `crate::link`).
+pub fn register_writable(
+    sock: std::net::TcpStream,
+) -> io::Result<tokio::io::unix::AsyncFd<std::net::TcpStream>> {
+    // SAFETY: the TcpStream owns its descriptor, which stays open and the same until the
+    // AsyncFd, which owns the stream, is dropped.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(sock, tokio::io::Interest::WRITABLE)?
+    };
+    Ok(fd)
 }
 
 /// Read and clear the socket's pending error (`SO_ERROR`); `None` if there is none. An

@@ -122,6 +122,35 @@ fn two_workers_reset_every_test_connection_on_sigterm() {
     drop(conns);
 }
 
+/// One worker (the default) reads the intercept link itself (`copier::link`); when it stops, its
+/// client still passes the last Unregisters on before it closes the link.
+#[test]
+fn one_worker_resets_and_unregisters_every_test_connection_on_sigterm() {
+    let Some(mut lab) = lab_or_skip("one_worker_resets_and_unregisters_every_test_connection_on_sigterm") else { return };
+    let opts = CopyOptions {
+        copier_args: vec!["--metrics".into(), COPIER_METRICS.into()],
+        ..CopyOptions::default()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let conns = open_connections(&lab, 12, "held");
+    c.test().wait_requests(12, Duration::from_secs(20));
+    wait_for("12 copied connections on the test host", Duration::from_secs(10), || test_established(&lab) == 12);
+
+    let copier = c.copier.as_ref().unwrap();
+    let status = copier.stop().expect("the copier stops on SIGTERM");
+    let log = copier.log();
+    assert!(status.success(), "{status}\n{}", tail(&log, 20));
+    wait_for("the test connections to be reset", Duration::from_secs(3), || test_established(&lab) == 0);
+    assert!(log.contains("closed 12 session(s)"), "{}", tail(&log, 20));
+    // The intercept got every Unregister before the link closed: it had nothing left to forget.
+    wait_for("the intercept to see the copier leave", Duration::from_secs(5), || {
+        c.intercept.log().contains("closed the connection; forgot")
+    });
+    let ilog = c.intercept.log();
+    assert!(ilog.contains("closed the connection; forgot 0 registrations"), "{}", tail(&ilog, 10));
+    drop(conns);
+}
+
 #[test]
 fn two_workers_survive_an_intercept_restart() {
     let Some(mut lab) = lab_or_skip("two_workers_survive_an_intercept_restart") else { return };

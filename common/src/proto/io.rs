@@ -95,6 +95,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn get_mut(&mut self) -> &mut R {
         &mut self.inner
     }
+
+    /// The stream and the decoder, with the bytes read but not yet decoded, its frame limit
+    /// and, with a session key, the key and the number of the next frame: for a reader that
+    /// goes on decoding the same stream elsewhere, without tokio (feed the decoder what the
+    /// stream gives, [`FrameDecoder::push`], and take the messages, [`FrameDecoder::next`]).
+    pub fn into_parts(self) -> (R, FrameDecoder) {
+        (self.inner, self.decoder)
+    }
 }
 
 /// Writes messages to a byte stream, several per write where possible.
@@ -114,6 +122,16 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
             inner,
             buf: Vec::new(),
             sealer: None,
+        }
+    }
+
+    /// Wrap a stream with the sealing state [`into_parts`](Self::into_parts) gave (the key and
+    /// the number of the next frame), so a writer can move to another stream type mid-session.
+    pub fn from_parts(inner: W, sealer: Option<(FrameKey, u64)>) -> FrameWriter<W> {
+        FrameWriter {
+            inner,
+            buf: Vec::new(),
+            sealer: sealer.map(|(key, counter)| (key, counter, Vec::new())),
         }
     }
 
