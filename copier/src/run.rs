@@ -73,6 +73,14 @@ const OFFLINE_PER_TURN: usize = 1024;
 const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Longest time spent sending the RSTs of [`Engine::close_all`] when the loop ends.
 pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
+/// How long the Unregisters of ended sessions may wait to be applied to the registry (and so
+/// sent to the intercepts) when no Register comes to take them along: nothing waits on them
+/// (the intercept drops the answers of a tuple either way), while every publication of the
+/// registry wakes the control clients. With one request per connection a Register comes at
+/// nearly every turn, and the Unregisters ride with it.
+pub const UNREGISTER_WAIT: Duration = Duration::from_millis(50);
+/// Unregisters waiting that are applied at once whatever their age.
+const UNREGISTER_BATCH: usize = 4096;
 
 /// Where client packets come from.
 #[derive(Debug)]
@@ -338,7 +346,11 @@ struct State {
     panics: u64,
     poll_errors: u32,
     last_kernel_drops: u64,
+    /// Registration changes taken from the engine and not yet applied: Unregisters wait here
+    /// (see [`UNREGISTER_WAIT`]) for the next Register, a full batch or their deadline.
     events: Vec<RegEvent>,
+    /// When the oldest Unregister in `events` came.
+    unregister_since: Option<Instant>,
     /// Offline: how long to wait for the sessions once the file is done.
     session_timeout: Duration,
     /// Offline: when the file was done.
@@ -375,6 +387,7 @@ pub fn run_engine_loop(
         poll_errors: 0,
         last_kernel_drops: 0,
         events: Vec::new(),
+        unregister_since: None,
         session_timeout: config.session_timeout,
         offline_done: None,
         compared: Vec::new(),
@@ -418,6 +431,9 @@ pub fn run_engine_loop(
                     None => io.registry.clear(),
                 }
                 st.up = None;
+                // Unregisters of the old engine's sessions: the registry was cleared above.
+                st.events.clear();
+                st.unregister_since = None;
                 if st.panics > 1000 {
                     // Something panics on every turn: do not spin at full speed.
                     std::thread::sleep(Duration::from_millis(100));
@@ -578,6 +594,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         engine.poll_timeout(),
         io.sender.wakeup(),
         Some(st.next_report),
+        st.unregister_since.map(|t| t + UNREGISTER_WAIT),
         file_due,
     ]
     .into_iter()
@@ -749,7 +766,7 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
         });
         std::thread::sleep(wait.clamp(Duration::from_micros(100), Duration::from_millis(20)));
     }
-    drain_control(engine, io, st);
+    drain_control(engine, io, st, Instant::now(), true);
     if sessions > 0 {
         tracing::info!(
             "closed {sessions} session(s): {} reset(s) sent, {} left unsent",
@@ -785,18 +802,38 @@ fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> b
     false
 }
 
-fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State) {
-    st.events.clear();
+/// Whether the registration changes waiting go to the registry now: Registers at once (a
+/// connection's first segment waits for its verdict), with every Unregister before them, in
+/// order; Unregisters alone once the oldest waited [`UNREGISTER_WAIT`] or [`UNREGISTER_BATCH`]
+/// of them wait.
+fn publish_now(register: bool, unregister_since: Option<Instant>, now: Instant, waiting: usize) -> bool {
+    register
+        || waiting >= UNREGISTER_BATCH
+        || unregister_since.is_some_and(|t| now >= t + UNREGISTER_WAIT)
+}
+
+fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant, flush: bool) {
+    let mut register = false;
     while let Some(ev) = engine.poll_control() {
+        register |= matches!(ev, RegEvent::Register(_));
+        if !register && st.unregister_since.is_none() {
+            st.unregister_since = Some(now);
+        }
         st.events.push(ev);
     }
-    if !st.events.is_empty() {
-        // Routes first: a record may follow the registration as soon as the intercept has it.
-        if let Some(routes) = &io.routes {
-            routes.apply(io.worker, &st.events);
-        }
-        io.registry.apply(&st.events);
+    if st.events.is_empty() {
+        return;
     }
+    if !(flush || publish_now(register, st.unregister_since, now, st.events.len())) {
+        return;
+    }
+    // Routes first: a record may follow the registration as soon as the intercept has it.
+    if let Some(routes) = &io.routes {
+        routes.apply(io.worker, &st.events);
+    }
+    io.registry.apply(&st.events);
+    st.events.clear();
+    st.unregister_since = None;
 }
 
 /// Log the intercepts' refusals the engine reports (once per map and verdict).
@@ -843,7 +880,7 @@ fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
 fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Instant) {
     log_refusals(engine);
     crate::spread::log_events(engine);
-    drain_control(engine, io, st);
+    drain_control(engine, io, st, now, false);
     for _ in 0..TRANSMITS_PER_TURN {
         if io.sender.pending() >= SEND_HIGH_WATER {
             io.sender.flush(now);
@@ -868,7 +905,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
         }
     }
     // Sending may have produced no new registrations, but a timer or record may have.
-    drain_control(engine, io, st);
+    drain_control(engine, io, st, now, false);
     if let Some(t) = io.trace.as_mut() {
         t.drain(engine);
     }
@@ -911,6 +948,20 @@ mod tests {
     }
 
     #[test]
+    #[test]
+    fn unregisters_wait_for_a_register_or_their_deadline() {
+        let t0 = Instant::now();
+        // A Register goes at once, with whatever waits before it.
+        assert!(publish_now(true, None, t0, 1));
+        assert!(publish_now(true, Some(t0), t0, 10));
+        // Unregisters alone wait...
+        assert!(!publish_now(false, Some(t0), t0, 1));
+        assert!(!publish_now(false, Some(t0), t0 + UNREGISTER_WAIT - Duration::from_millis(1), 10));
+        // ... until the oldest is UNREGISTER_WAIT old, or a batch is full.
+        assert!(publish_now(false, Some(t0), t0 + UNREGISTER_WAIT, 1));
+        assert!(publish_now(false, Some(t0), t0, UNREGISTER_BATCH));
+    }
+
     fn the_summary_line_says_how_far_behind_the_copies_ran() {
         let mut lags = vec![0.3; 98];
         lags.extend([15.0, 15.0]);

@@ -287,3 +287,36 @@ fn intercept_restarted_during_a_run() {
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }
+
+#[test]
+fn ended_sessions_leave_the_intercept_while_the_copier_runs() {
+    // Unregisters of ended sessions may wait (run::UNREGISTER_WAIT) for a Register to ride
+    // with; with no new session coming they must still reach the intercept, not only at exit.
+    let Some(mut lab) = lab_or_skip("ended_sessions_leave_the_intercept_while_the_copier_runs") else { return };
+    let intercept_metrics = format!("{}:9101", addr::TEST);
+    let opts = CopyOptions { intercept_args: vec!["--metrics".into(), intercept_metrics.clone()], ..copier_opts() };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let script = format!(
+        "for i in $(seq 1 20); do curl -sS --http1.0 -o /dev/null {}?n=$i || exit 1; done",
+        online_url("/index.html")
+    );
+    lab.sh(Host::Client, &script).unwrap();
+    let n = c.assert_copied_exactly(&mut lab);
+    assert_eq!(n, 20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let text = loop {
+        let text = lab
+            .exec_ok(Host::Test, &["curl", "-sS", "--max-time", "3", &format!("http://{intercept_metrics}/metrics")])
+            .unwrap_or_default();
+        let answered = metric_sum(&text, "intercept_records_sent_total", &[]);
+        if answered > 0.0 && lab::setup::metric_sample(&text, "intercept_registrations") == 0.0 {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "the intercept still holds registrations:\n{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(text.contains("intercept_registrations 0"), "{text}");
+    c.check_alive().unwrap();
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(lab::setup::metric_sample(&m, "copier_registered_sessions"), 0.0, "{m}");
+}
