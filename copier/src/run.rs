@@ -948,7 +948,6 @@ mod tests {
     }
 
     #[test]
-    #[test]
     fn unregisters_wait_for_a_register_or_their_deadline() {
         let t0 = Instant::now();
         // A Register goes at once, with whatever waits before it.
@@ -962,6 +961,7 @@ mod tests {
         assert!(publish_now(false, Some(t0), t0, UNREGISTER_BATCH));
     }
 
+    #[test]
     fn the_summary_line_says_how_far_behind_the_copies_ran() {
         let mut lags = vec![0.3; 98];
         lags.extend([15.0, 15.0]);
