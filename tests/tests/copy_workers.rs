@@ -99,20 +99,28 @@ fn two_workers_copy_wrk_and_short_connections_exactly() {
     assert_eq!(metric_sample(&m, "copier_records_unroutable_total{reason=\"malformed\"}"), 0.0, "{m}");
 }
 
-#[test]
-fn two_workers_reset_every_test_connection_on_sigterm() {
-    let Some(mut lab) = lab_or_skip("two_workers_reset_every_test_connection_on_sigterm") else { return };
-    let c = Copying::start(&mut lab, two_workers()).unwrap();
-    let conns = open_connections(&lab, 12, "held");
+/// Copy 12 keep-alive connections that stay open, stop the copier with SIGTERM (it must exit
+/// cleanly) and wait until every test connection was reset (none is left waiting for nginx's
+/// keep-alive timeout). Returns the copying (the intercept still runs), the copier's log and the
+/// client connections.
+fn copy_12_held_connections_then_sigterm(lab: &mut Lab, opts: CopyOptions) -> (Copying, String, Vec<TcpStream>) {
+    let c = Copying::start(lab, opts).unwrap();
+    let conns = open_connections(lab, 12, "held");
     c.test().wait_requests(12, Duration::from_secs(20));
-    wait_for("12 copied connections on the test host", Duration::from_secs(10), || test_established(&lab) == 12);
+    wait_for("12 copied connections on the test host", Duration::from_secs(10), || test_established(lab) == 12);
 
     let copier = c.copier.as_ref().unwrap();
     let status = copier.stop().expect("the copier stops on SIGTERM");
     let log = copier.log();
     assert!(status.success(), "{status}\n{}", tail(&log, 20));
-    // every test connection was reset: none is left waiting for nginx's keep-alive timeout
-    wait_for("the test connections to be reset", Duration::from_secs(3), || test_established(&lab) == 0);
+    wait_for("the test connections to be reset", Duration::from_secs(3), || test_established(lab) == 0);
+    (c, log, conns)
+}
+
+#[test]
+fn two_workers_reset_every_test_connection_on_sigterm() {
+    let Some(mut lab) = lab_or_skip("two_workers_reset_every_test_connection_on_sigterm") else { return };
+    let (_c, log, conns) = copy_12_held_connections_then_sigterm(&mut lab, two_workers());
     let closed: usize = log
         .lines()
         .filter_map(|l| l.split("closed ").nth(1)?.split(' ').next()?.parse::<usize>().ok())
@@ -131,16 +139,7 @@ fn one_worker_resets_and_unregisters_every_test_connection_on_sigterm() {
         copier_args: vec!["--metrics".into(), COPIER_METRICS.into()],
         ..CopyOptions::default()
     };
-    let c = Copying::start(&mut lab, opts).unwrap();
-    let conns = open_connections(&lab, 12, "held");
-    c.test().wait_requests(12, Duration::from_secs(20));
-    wait_for("12 copied connections on the test host", Duration::from_secs(10), || test_established(&lab) == 12);
-
-    let copier = c.copier.as_ref().unwrap();
-    let status = copier.stop().expect("the copier stops on SIGTERM");
-    let log = copier.log();
-    assert!(status.success(), "{status}\n{}", tail(&log, 20));
-    wait_for("the test connections to be reset", Duration::from_secs(3), || test_established(&lab) == 0);
+    let (c, log, conns) = copy_12_held_connections_then_sigterm(&mut lab, opts);
     assert!(log.contains("closed 12 session(s)"), "{}", tail(&log, 20));
     // The intercept got every Unregister before the link closed: it had nothing left to forget.
     wait_for("the intercept to see the copier leave", Duration::from_secs(5), || {
