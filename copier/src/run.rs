@@ -609,17 +609,22 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         let [event, timer] = io.wake.fds();
         // Bits: 0 the ring, 1 the eventfd, 2 the timer, 3.. the links (at most
         // crate::link::MAX_DIRECT_LINKS).
-        let mut fds = Vec::with_capacity(3 + st.links.len());
+        // On the stack: this runs before every sleep.
+        let mut fds = [event; 3 + crate::link::MAX_DIRECT_LINKS];
+        let mut n = 0;
         if let Source::Live(capture) = &io.source {
-            fds.push(capture.fd());
+            fds[n] = capture.fd();
+            n += 1;
         }
-        fds.extend([event, timer]);
-        fds.extend(st.links.iter().map(EngineLink::fd));
+        let links = st.links.iter().take(crate::link::MAX_DIRECT_LINKS).map(EngineLink::fd);
+        for fd in [event, timer].into_iter().chain(links) {
+            fds[n] = fd;
+            n += 1;
+        }
         let polled = match &io.source {
-            Source::Live(_) => sys::poll_readable(&fds, timeout),
-            Source::Offline(_) => sys::poll_readable(&fds, timeout).map(|r| r << 1),
+            Source::Live(_) => sys::poll_readable(&fds[..n], timeout),
+            Source::Offline(_) => sys::poll_readable(&fds[..n], timeout).map(|r| r << 1),
         };
-        drop(fds);
         match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
