@@ -103,9 +103,8 @@ shaped sessions (--profile) are always one at a time. Choose strict for a test s
 must never see two requests of a connection at once, off (--no-pacing) for a load test where
 only the request rate matters. The ACK of a test server's answer waits up to --ack-delay (40ms)
 for the next request to carry it, as a client's delayed ACK does. With one worker the engine
-thread reads the intercept links itself and takes every record as it arrives; with --workers
-above 1 a record that nothing waits on waits up to --record-wait (2ms) to share the engine's next
-wake-up (0: every record wakes it). copier_replay_lag_seconds tells how far behind production the
+thread reads the intercept links itself; records that nothing waits on wait up to --record-wait
+(2ms) to share the engine's next wake-up (0: every record wakes it). copier_replay_lag_seconds tells how far behind production the
 copies run; copier_units_ahead_total counts requests sent ahead of an answer.
 
 Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
@@ -308,11 +307,14 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "40ms", value_parser = parse_duration)]
     pub ack_delay: Duration,
 
-    /// With --workers above 1: how long a record of the intercept that nothing waits on (it
-    /// only moves a test connection's ACK and window) may wait for its engine thread, so that
-    /// records share its wake-ups. SYN, FIN and RST records, registration verdicts, a filling
-    /// inbox and a copy running behind wake it at once; 0 wakes it for every record (at most
-    /// 20ms is used). One worker reads the intercept links itself: no record waits.
+    /// How long a record of the intercept that nothing waits on (it only moves a test
+    /// connection's ACK and window) may wait for its engine thread, so that records share its
+    /// wake-ups; 0 wakes it for every record (at most 20ms is used). With one worker, after the
+    /// engine read records from the links it leaves them unpolled this long and reads them at
+    /// its next wake-up, unless a connection is opening (a Register lately, a SYN, FIN or RST
+    /// record), --compare times the answers, or a copy runs behind. With --workers above 1, SYN,
+    /// FIN and RST records, registration verdicts, a filling inbox and a copy running behind
+    /// wake it at once.
     #[arg(long, value_name = "DURATION", default_value = "2ms", value_parser = parse_duration)]
     pub record_wait: Duration,
 

@@ -10,8 +10,9 @@
 //! clients whether it is eager for records ([`crate::workers::Eagerness`]), and about once a
 //! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live), the
 //! eventfd that the control clients poke for what cannot wait and the timerfd they arm for
-//! records that can wait a little ([`crate::workers::Wake`]), and the links it reads, until the engine's next timer,
-//! the sender's back-off, the file's next packet or at most [`MAX_WAIT`].
+//! records that can wait a little ([`crate::workers::Wake`]), and the links it reads (unless they
+//! rest after a read, see [`link_rest`]), until the engine's next timer, the sender's back-off,
+//! the file's next packet, the links' rest or at most [`MAX_WAIT`].
 //!
 //! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself
 //! once the file is done and the engine holds no session and the sender no packet (or
@@ -364,6 +365,12 @@ struct State {
     /// The intercept links this loop reads itself (`io.desk`), and its read buffer.
     links: Vec<EngineLink>,
     link_buf: Vec<u8>,
+    /// Until when the links rest: their sockets are left out of `ppoll`, and every turn reads
+    /// them, whatever woke it (see [`link_rest`]).
+    link_rest: Option<Instant>,
+    /// When the engine last gave a Register (its verdict and then its handshake come on the
+    /// links, and the connection's first segment waits for them).
+    last_register: Option<Instant>,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -395,6 +402,8 @@ pub fn run_engine_loop(
         eager: false,
         links: Vec::new(),
         link_buf: if io.desk.is_some() { vec![0; crate::link::READ_CHUNK] } else { Vec::new() },
+        link_rest: None,
+        last_register: None,
     };
     let mut fatal = None;
     loop {
@@ -499,8 +508,12 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
             Err(_) => break,
         }
     }
-    // With one worker: the links' records and verdicts, read now (each record at its read).
-    read_links(engine, io, st, &mut seen, now);
+    // With one worker: the links' records and verdicts, read now (each record at its read);
+    // resting links whatever woke this turn.
+    if st.link_rest.is_some() {
+        st.links.iter_mut().for_each(|l| l.ready = true);
+    }
+    let linked = read_links(engine, io, st, &mut seen, now);
 
     let fed = match &mut io.source {
         Source::Live(capture) => {
@@ -541,6 +554,15 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if eager != st.eager {
         st.eager = eager;
         io.wake.set_eager(eager);
+    }
+    if !st.links.is_empty() {
+        let waits = eager
+            || seen.urgent
+            || io.shadow.is_some()
+            || st.last_register.is_some_and(|t| now < t + crate::workers::EAGER_HOLD);
+        st.link_rest = link_rest(io.wake.delay(), waits, linked, st.link_rest, now);
+    } else {
+        st.link_rest = None;
     }
 
     if now >= st.next_report {
@@ -596,6 +618,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         Some(st.next_report),
         st.unregister_since.map(|t| t + UNREGISTER_WAIT),
         file_due,
+        st.link_rest,
     ]
     .into_iter()
     .flatten()
@@ -616,7 +639,10 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
             fds[n] = capture.fd();
             n += 1;
         }
-        let links = st.links.iter().take(crate::link::MAX_DIRECT_LINKS).map(EngineLink::fd);
+        // Resting links are not polled: the next turn reads them, at the latest at the end
+        // of their rest.
+        let polled_links = if st.link_rest.is_some() { 0 } else { crate::link::MAX_DIRECT_LINKS };
+        let links = st.links.iter().take(polled_links).map(EngineLink::fd);
         for fd in [event, timer].into_iter().chain(links) {
             fds[n] = fd;
             n += 1;
@@ -628,8 +654,10 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         match polled {
             Ok(ready) => {
                 st.poll_errors = 0;
-                for (i, l) in st.links.iter_mut().enumerate() {
-                    l.ready = ready & (1 << (3 + i)) != 0;
+                if st.link_rest.is_none() {
+                    for (i, l) in st.links.iter_mut().enumerate() {
+                        l.ready = ready & (1 << (3 + i)) != 0;
+                    }
                 }
                 if ready & 4 != 0 {
                     // Records waited --record-wait: the next turn takes them.
@@ -705,8 +733,11 @@ fn take_inbound(
 /// the readable ones (`crate::link`): their records and verdicts go to the engine now, each
 /// record at the instant of its read. A link that fails is ended (its client logs why and
 /// reconnects).
-fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnSeen, now: Instant) {
-    let Some(desk) = &io.desk else { return };
+///
+/// Returns whether it took a record or verdict.
+fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnSeen, now: Instant) -> bool {
+    let Some(desk) = &io.desk else { return false };
+    let mut got = false;
     desk.take(&mut st.links);
     let mut i = 0;
     while i < st.links.len() {
@@ -720,7 +751,11 @@ fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnS
         }
         let (link, buf, compared) = (&mut st.links[i], &mut st.link_buf, &mut st.compared);
         let shadow = io.shadow.as_ref();
-        match link.pump(buf, |inbound| take_inbound(engine, shadow, compared, seen, now, inbound)) {
+        let take = |inbound| {
+            got = true;
+            take_inbound(engine, shadow, compared, seen, now, inbound);
+        };
+        match link.pump(buf, take) {
             Ok(more) => {
                 link.ready = more;
                 i += 1;
@@ -728,6 +763,25 @@ fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnS
             Err(e) => st.links.swap_remove(i).fail(e),
         }
     }
+    got
+}
+
+/// Until when the links the engine reads itself rest after a turn at `now` (`None`: they are
+/// polled, and a record wakes the engine at once). Links rest for `rest` (`--record-wait`)
+/// after a turn that read something from them, unless something `waits` on the records (the
+/// engine is eager, a record opened or closed a connection, a Register was given lately, or
+/// `--compare` times the answers), so that records that come in a stream are taken a batch per
+/// wake-up, or by a wake-up that came anyway (a captured block, a timer), instead of one
+/// wake-up per frame. A rest that read nothing ends at its deadline (or at once when `waits`).
+/// No record waits longer than `rest` after its arrival.
+fn link_rest(rest: Duration, waits: bool, got: bool, until: Option<Instant>, now: Instant) -> Option<Instant> {
+    if waits || rest.is_zero() {
+        return None;
+    }
+    if got {
+        return Some(now + rest);
+    }
+    until.filter(|&t| now < t)
 }
 
 /// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.
@@ -825,6 +879,9 @@ fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant,
             st.unregister_since = Some(now);
         }
         st.events.push(ev);
+    }
+    if register {
+        st.last_register = Some(now);
     }
     if st.events.is_empty() {
         return;
@@ -964,6 +1021,23 @@ mod tests {
         // ... until the oldest is UNREGISTER_WAIT old, or a batch is full.
         assert!(publish_now(false, Some(t0), t0 + UNREGISTER_WAIT, 1));
         assert!(publish_now(false, Some(t0), t0, UNREGISTER_BATCH));
+    }
+
+    #[test]
+    fn links_rest_after_a_read_unless_something_waits_on_the_records() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let rest = ms(2);
+        // A read that took records starts (or renews) a rest of --record-wait.
+        assert_eq!(link_rest(rest, false, true, None, t0), Some(t0 + rest));
+        assert_eq!(link_rest(rest, false, true, Some(t0 + ms(1)), t0 + ms(1)), Some(t0 + ms(3)));
+        // A turn that read nothing keeps the rest until its deadline, then polls again.
+        assert_eq!(link_rest(rest, false, false, Some(t0 + rest), t0 + ms(1)), Some(t0 + rest));
+        assert_eq!(link_rest(rest, false, false, Some(t0 + rest), t0 + rest), None);
+        assert_eq!(link_rest(rest, false, false, None, t0), None);
+        // Something waits on the records, or --record-wait 0: no rest, even one under way.
+        assert_eq!(link_rest(rest, true, true, Some(t0 + rest), t0), None);
+        assert_eq!(link_rest(Duration::ZERO, false, true, None, t0), None);
     }
 
     #[test]

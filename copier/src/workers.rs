@@ -327,6 +327,11 @@ impl Wake {
         self.eager.store(eager, Ordering::Relaxed);
     }
 
+    /// How long a record nothing waits on may wait for the engine (`--record-wait`).
+    pub fn delay(&self) -> Duration {
+        self.delay
+    }
+
     /// Whether the engine said it is eager.
     pub fn eager(&self) -> bool {
         self.eager.load(Ordering::Relaxed)
