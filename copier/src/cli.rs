@@ -104,8 +104,9 @@ must never see two requests of a connection at once, off (--no-pacing) for a loa
 only the request rate matters. The ACK of a test server's answer waits up to --ack-delay (40ms)
 for the next request to carry it, as a client's delayed ACK does. With one worker the engine
 thread reads the intercept links itself; records that nothing waits on wait up to --record-wait
-(2ms) to share the engine's next wake-up (0: every record wakes it). copier_replay_lag_seconds tells how far behind production the
-copies run; copier_units_ahead_total counts requests sent ahead of an answer.
+(2ms) to share the engine's next wake-up (0: every record wakes it). copier_replay_lag_seconds
+tells how far behind production the copies run; copier_units_ahead_total counts requests sent
+ahead of an answer.
 
 Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
 marks and edits what each copy sends. HTTP/1.x requests (pipelined, Content-Length or chunked
