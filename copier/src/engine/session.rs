@@ -465,7 +465,9 @@ impl Session {
         let mut answer = false; // answer bytes for the unit pacing waits on
         if let Some(c) = self.cur.as_mut().filter(|c| c.tuple == r.tuple) {
             if c.state != State::SynSent {
-                if let Some(end) = self.stream.waiting_end() {
+                // A greeting can come before the client's first bytes are captured: it counts
+                // for the greeting's unit once those bytes show there was one.
+                if let Some(end) = self.stream.waiting_end().or_else(|| self.stream.greeting_end()) {
                     self.watch.aim(c.tuple, end);
                     self.watch.on_record(now, r, c.rcv_nxt);
                     answer = self.watch.bytes() > 0;

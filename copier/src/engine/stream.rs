@@ -529,6 +529,13 @@ impl Stream {
         }
     }
 
+    /// Where a greeting's answer counts when the test server speaks before the client has sent
+    /// anything: the start, while no client byte was captured (the greeting's unit, pushed
+    /// when the client's first bytes show that it read one online, ends there).
+    pub(crate) fn greeting_end(&self) -> Option<SeqNum> {
+        (!self.seen_data && self.bounds.is_empty() && self.next == self.cur_start).then_some(self.cur_start)
+    }
+
     /// The end of the first unanswered unit: the first boundary, or `next` for the last,
     /// open unit. `None` when everything is answered.
     pub(crate) fn waiting_end(&self) -> Option<SeqNum> {

@@ -165,6 +165,24 @@ fn server_speaks_first_waits_for_the_greeting() {
 }
 
 #[test]
+fn a_greeting_that_comes_before_the_first_command_is_captured_counts() {
+    // The session starts at the client's handshake ACK; the test server greets before the
+    // client's first command is captured (a busy capture, or a client slow to speak).
+    let mut h = H::default();
+    h.establish();
+    h.at(5);
+    h.rec(resp(0, 0, 20));
+    assert!(h.out().iter().all(|o| o.payload.is_empty()), "nothing to send yet");
+    h.at(7);
+    h.cap(data(0, 20, b"EHLO x\r\n")); // the online greeting was 20 bytes
+    let out = h.out();
+    let sent: Vec<&[u8]> = out.iter().map(|o| &o.payload[..]).filter(|p| !p.is_empty()).collect();
+    assert_eq!(sent, vec![b"EHLO x\r\n"], "the greeting came already: no wait for the answer timeout");
+    assert_eq!(out.iter().find(|o| !o.payload.is_empty()).unwrap().ack, TISN + 1 + 20);
+    assert_eq!(h.e.stats().answer_timeouts, 0);
+}
+
+#[test]
 fn greeting_wait_gives_up_after_the_answer_timeout() {
     let mut h = H::new(EngineConfig { pace_requests: false, answer_timeout: Duration::from_secs(1), ..cfg() });
     h.establish();
