@@ -60,10 +60,7 @@ fn connect(lab: &Lab) -> TcpStream {
     loop {
         match lab.in_ns(Host::Client, || TcpStream::connect_timeout(&to, Duration::from_secs(2))).unwrap() {
             Ok(s) => return s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
             Err(e) => panic!("the online greeting server does not answer: {e}"),
         }
     }
