@@ -85,10 +85,9 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     stats: Mutex<CaptureStats>,
+    /// Made readable by the thread when it queues a batch into an empty queue; read empty by
+    /// the engine when its poll says it is readable ([`Feed::woken`]).
     wake: EventFd,
-    /// Set after the thread made `wake` readable, so the engine reads the eventfd only then
-    /// (not once a turn).
-    notified: AtomicBool,
     stop: AtomicBool,
     max_bytes: usize,
 }
@@ -114,7 +113,6 @@ impl Feed {
             queue: Mutex::new(Queue::default()),
             stats: Mutex::new(capture.stats()),
             wake: EventFd::new()?,
-            notified: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             max_bytes: cfg.max_bytes,
         });
@@ -135,6 +133,14 @@ impl Feed {
         self.shared.wake.fd()
     }
 
+    /// The caller's poll said [`Feed::fd`] is readable: make it not readable. Call it before
+    /// the next [`Feed::has_ready`] and [`Feed::drain`]: a batch queued after this read finds the
+    /// queue empty or is taken by that drain, and one queued into an empty queue makes the
+    /// descriptor readable again, so no batch waits for a poll that does not wake.
+    pub fn woken(&self) {
+        self.shared.wake.drain();
+    }
+
     /// Is a batch waiting?
     pub fn has_ready(&self) -> bool {
         !lock(&self.shared.queue).batches.is_empty()
@@ -143,12 +149,6 @@ impl Feed {
     /// Hand the packets of up to `max_batches` batches, in capture order, to `f`. Returns the
     /// number of batches taken.
     pub fn drain(&mut self, max_batches: usize, mut f: impl FnMut(&[u8])) -> usize {
-        // Reset the wake-up before looking, so a batch queued after the look wakes the next poll.
-        // The thread sets `notified` after its write: a write seen before the flag is reset on
-        // the next turn.
-        if self.shared.notified.swap(false, Ordering::AcqRel) {
-            self.shared.wake.drain();
-        }
         let mut done = 0;
         while done < max_batches {
             let Some(batch) = ({
@@ -181,11 +181,6 @@ impl Feed {
     /// The thread reads the kernel's counters itself (every [`STATS_EVERY`]); nothing to do.
     pub fn refresh_kernel_stats(&mut self) -> io::Result<()> {
         Ok(())
-    }
-
-    /// The thread reads and logs socket errors itself.
-    pub fn take_error(&self) -> Option<io::Error> {
-        None
     }
 
     /// The id of the workers' fanout group this ring belongs to, if any.
@@ -231,7 +226,6 @@ fn read_ring(mut capture: Capture, shared: &Shared) {
                 drop(q);
                 if was_empty {
                     shared.wake.notify();
-                    shared.notified.store(true, Ordering::Release);
                 }
                 *lock(&shared.stats) = capture.stats();
             }

@@ -663,15 +663,10 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                     // Records waited --record-wait: the next turn takes them.
                     io.wake.timer_fired();
                 }
-                if let Source::Live(capture) = &mut io.source {
-                    if ready & 1 != 0 && !capture.has_ready() {
-                        // POLLERR without data: read the error, or poll would return at once
-                        // forever.
-                        if let Some(e) = capture.take_error() {
-                            tracing::warn!(
-                                "capture socket: {e} (interface down? capture resumes when it is up)"
-                            );
-                        }
+                if let Source::Live(capture) = &io.source {
+                    if ready & 1 != 0 {
+                        // Batches came: the next turn takes them.
+                        capture.woken();
                     }
                 }
             }

@@ -703,3 +703,47 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
     assert_exact(&got, &sent, &st);
     assert_eq!(feed.queued_bytes(), 0);
 }
+
+#[test]
+fn the_capture_threads_wake_up_is_read_once_and_never_spins() {
+    if !root_or_skip("the_capture_threads_wake_up_is_read_once_and_never_spins") {
+        return;
+    }
+    let lab = Lab::new();
+    let cap = ring_in_b(&lab, 16, 16);
+    let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
+    let mut sender = sender_in_a(&lab);
+    // Small bursts with pauses, while the engine side below takes them the way the engine
+    // loop does: poll, read the wake-up when the poll says so, take every batch.
+    let sending = std::thread::spawn(move || send_numbered(&mut sender, 40002, 2000, 10, Duration::from_millis(1)));
+    let (mut got, mut wakes, mut empty_wakes, mut batches) = (Vec::new(), 0u64, 0u64, 0u64);
+    let until = Instant::now() + Duration::from_secs(10);
+    while got.len() < 2000 && Instant::now() < until {
+        let ready = copier::sys::poll_readable(&[feed.fd()], Duration::from_millis(50)).unwrap();
+        if ready & 1 != 0 {
+            wakes += 1;
+            feed.woken();
+        }
+        let n = feed.drain(usize::MAX, |p| got.push(p.to_vec()));
+        batches += n as u64;
+        if ready & 1 != 0 && n == 0 {
+            empty_wakes += 1;
+        }
+    }
+    let sent = sending.join().unwrap();
+    std::thread::sleep(Duration::from_millis(250));
+    feed.drain(usize::MAX, |p| got.push(p.to_vec()));
+    assert_exact(&got, &sent, &feed.stats());
+    // A wake-up that finds nothing is one whose batch an earlier drain already took: at most
+    // one per batch. (A wake-up that stayed readable after its batch was taken made the engine
+    // loop spin until the capture thread ran again.)
+    assert!(empty_wakes <= batches, "{empty_wakes} empty wake-ups for {batches} batches ({wakes} wake-ups)");
+    // Everything taken, no more traffic: the descriptor is not readable.
+    let ready = copier::sys::poll_readable(&[feed.fd()], Duration::ZERO).unwrap();
+    if ready & 1 != 0 {
+        feed.woken();
+    }
+    assert_eq!(feed.drain(usize::MAX, |_| ()), 0);
+    assert_eq!(copier::sys::poll_readable(&[feed.fd()], Duration::ZERO).unwrap(), 0, "idle: not readable");
+    println!("{wakes} wake-ups, {empty_wakes} of them empty, {batches} batches");
+}
