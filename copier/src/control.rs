@@ -287,6 +287,9 @@ pub struct Links {
     /// With one engine worker: where each link's read side goes, for the engine thread to read
     /// itself (`crate::link`); `None`: the clients read and deliver through `records`.
     pub desk: Option<Arc<LinkDesk>>,
+    /// How long the intercepts may hold records that nothing waits on, as the engines say
+    /// (`Message::RecordWait`, to an intercept with `FEATURE_RECORD_WAIT`).
+    pub hold: Arc<crate::workers::InterceptHold>,
 }
 
 /// How one client behaves.
@@ -493,7 +496,7 @@ where
 
     tokio::select! {
         r = read_loop(cfg, links, &mut reader) => r,
-        r = write_loop(cfg, ask, links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
     }
 }
 
@@ -578,7 +581,7 @@ pub async fn serve_direct(
 
     tokio::select! {
         e = shared.watch(cfg.ping_interval * 3) => Err(e),
-        r = write_loop(cfg, ask, links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
     }
 }
 
@@ -598,6 +601,23 @@ fn payload_ask(cfg: &ClientConfig, peer: &common::proto::Hello) -> Option<Payloa
         peer.software
     );
     None
+}
+
+/// The record hold this link follows: `None` with an intercept that predates
+/// `Message::RecordWait` (it sends every record at once).
+fn hold_watch(links: &Links, peer: &common::proto::Hello) -> Option<watch::Receiver<u32>> {
+    peer.has(common::proto::FEATURE_RECORD_WAIT).then(|| links.hold.watch())
+}
+
+/// The next record hold to tell the intercept (`None`: never, for a link without one).
+async fn hold_changed(hold: &mut Option<watch::Receiver<u32>>) -> u32 {
+    if let Some(rx) = hold {
+        if rx.changed().await.is_ok() {
+            return *rx.borrow_and_update();
+        }
+    }
+    // No hold to follow (or the engines are gone): nothing more to tell.
+    std::future::pending().await
 }
 
 async fn write<W: AsyncWrite + Unpin>(
@@ -661,6 +681,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
 async fn write_loop<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     ask: Option<PayloadAsk>,
+    mut hold: Option<watch::Receiver<u32>>,
     links: &Links,
     writer: &mut FrameWriter<W>,
     mut sent: HashSet<FourTuple>,
@@ -673,6 +694,13 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     let mut token = 0u64;
     let mut events = Vec::new();
     let mut msgs = Vec::new();
+    // A connection starts with no hold: say ours if we have one.
+    if let Some(rx) = hold.as_mut() {
+        let micros = *rx.borrow_and_update();
+        if micros > 0 {
+            write(writer, &[Message::RecordWait { micros }], limit).await?;
+        }
+    }
     loop {
         events.clear();
         msgs.clear();
@@ -698,6 +726,10 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             _ = ping.tick() => {
                 token = token.wrapping_add(1);
                 write(writer, &[Message::Ping { token }], limit).await?;
+                continue;
+            }
+            micros = hold_changed(&mut hold) => {
+                write(writer, &[Message::RecordWait { micros }], limit).await?;
                 continue;
             }
         }
@@ -838,6 +870,7 @@ mod tests {
             ),
             connected: Arc::new(AtomicUsize::new(0)),
             desk: None,
+            hold: Arc::new(crate::workers::InterceptHold::new(Duration::ZERO)),
         };
         (links, rx)
     }
@@ -859,7 +892,8 @@ mod tests {
                     .unwrap(),
                 m @ (Message::Register { .. }
                 | Message::Unregister { .. }
-                | Message::RegisterPayload { .. }) => return m,
+                | Message::RegisterPayload { .. }
+                | Message::RecordWait { .. }) => return m,
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -1082,6 +1116,52 @@ mod tests {
         // An older intercept would refuse the unknown message: it gets a plain Register (and
         // sends payload on every session by itself, if it runs with --payload-bytes).
         assert_eq!(first_registration(0).await, Message::Register { tuples: vec![t(1)] });
+    }
+
+    /// What a fake intercept announcing `features` reads from a link whose record hold is 2 ms,
+    /// while the engine turns eager and calm again and then a session registers.
+    async fn holds_told(features: u32) -> Vec<Message> {
+        use common::proto::io::{client_handshake, handshake_with_features};
+        use common::proto::Role;
+        let (mut links, _records) = links();
+        links.hold = Arc::new(crate::workers::InterceptHold::new(Duration::from_millis(2)));
+        let hold = links.hold.clone();
+        let cfg = ClientConfig::new("fake:1".parse().unwrap(), None, 1);
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let client = async {
+            let est = client_handshake(a, None, "copier test").await.unwrap();
+            let _ = serve(&cfg, &links, est).await;
+        };
+        let fake = async {
+            let mut est = handshake_with_features(b, None, "intercept", Role::Intercept, features).await.unwrap();
+            let mut got = Vec::new();
+            if features & common::proto::FEATURE_RECORD_WAIT != 0 {
+                got.push(next_reg(&mut est).await);
+                hold.engine_eager(true);
+                got.push(next_reg(&mut est).await);
+                hold.engine_eager(false);
+                got.push(next_reg(&mut est).await);
+            } else {
+                hold.engine_eager(true);
+                hold.engine_eager(false);
+            }
+            links.registry.apply(&[RegEvent::Register(t(1))]);
+            got.push(next_reg(&mut est).await);
+            got
+        };
+        tokio::select! {
+            () = client => panic!("the link ended first"),
+            m = fake => m,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_intercept_is_told_how_long_it_may_hold_records_if_it_understands() {
+        let wait = |micros| Message::RecordWait { micros };
+        let reg = Message::Register { tuples: vec![t(1)] };
+        assert_eq!(holds_told(common::proto::FEATURES).await, vec![wait(2000), wait(0), wait(2000), reg.clone()]);
+        // An older intercept would refuse the message: it is never sent one.
+        assert_eq!(holds_told(0).await, vec![reg]);
     }
 
     #[tokio::test]

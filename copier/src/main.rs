@@ -216,6 +216,9 @@ fn run(args: Args) -> Result<RunSummary> {
     // One worker reads the intercept links itself (no hop through the main thread).
     let desk = (workers == 1 && v.intercepts.len() <= copier::link::MAX_DIRECT_LINKS)
         .then(|| Arc::new(copier::link::LinkDesk::new()));
+    // --compare times records at their read: the intercepts hold none.
+    let calm = if v.shadow.is_some() { std::time::Duration::ZERO } else { args.record_wait };
+    let hold = Arc::new(copier::workers::InterceptHold::new(calm));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
         let wake = Arc::new(Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT)).context("eventfd and timerfd")?);
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
@@ -230,6 +233,7 @@ fn run(args: Args) -> Result<RunSummary> {
             registry: registry.clone(),
             connected: connected.clone(),
             wake,
+            hold: hold.clone(),
             stop: stop.clone(),
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
@@ -276,6 +280,7 @@ fn run(args: Args) -> Result<RunSummary> {
         records: router.clone(),
         connected,
         desk,
+        hold,
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {

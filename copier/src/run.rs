@@ -127,6 +127,9 @@ pub struct LoopIo {
     /// How the control clients wake this loop (its eventfd and record timer, see
     /// [`crate::workers::Wake`]); the loop tells it whether it is eager.
     pub wake: Arc<Wake>,
+    /// What the intercepts are told about holding records; the loop says when it turns eager
+    /// and back.
+    pub hold: Arc<crate::workers::InterceptHold>,
     /// Set to end the loop (poke `wake` after setting it).
     pub stop: Arc<AtomicBool>,
     /// This loop's worker index (0 with one worker).
@@ -554,6 +557,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if eager != st.eager {
         st.eager = eager;
         io.wake.set_eager(eager);
+        io.hold.engine_eager(eager);
     }
     if !st.links.is_empty() {
         let waits = eager
@@ -696,7 +700,7 @@ fn take_inbound(
     match inbound {
         Inbound::Records { at, records: batch } => {
             seen.records += batch.len();
-            seen.urgent |= batch.iter().any(crate::workers::urgent_record);
+            seen.urgent |= batch.iter().any(common::proto::Record::urgent);
             match shadow {
                 Some(tap) => {
                     // --compare: the records of the copies on the captured client's address

@@ -45,6 +45,13 @@
 //!   engine takes that as the record's time (answer times, the quiet rule, `--compare`), not
 //!   the time it handled it.
 //!
+//! - [`InterceptHold`]: what the copier lets its intercepts do with the same records before
+//!   they leave the test host: hold them up to `--record-wait` (an intercept whose Hello has
+//!   `FEATURE_RECORD_WAIT` then rests its NFQUEUE reads, and its writes, between batches), or
+//!   not at all while any engine is eager or with `--compare` (records are timed at their
+//!   read). Each engine says when its eagerness changes; each control client tells its
+//!   intercept every change (`Message::RecordWait`).
+//!
 //! Invariants: a route names the worker whose engine registered the tuple; a worker only
 //! removes its own routes. Every inbox is bounded (the control client waits on a full one,
 //! which pushes back over TCP to the intercept) and every send to an inbox is followed by
@@ -60,7 +67,7 @@ use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::proto::{Record, RegVerdict};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::control::RegEvent;
 use crate::sys::{EventFd, TimerFd};
@@ -227,20 +234,6 @@ pub fn wake_now(eager: bool, urgent: bool, pending: usize) -> bool {
     eager || urgent || pending >= PENDING_WAKE
 }
 
-/// Whether a record cannot wait: it opens, closes or resets a connection (SYN, FIN, RST), or
-/// it does not parse as an IPv4 or IPv6 TCP header (the engine counts it; nothing to save).
-#[must_use]
-pub fn urgent_record(r: &Record) -> bool {
-    const SYN_FIN_RST: u8 = 0x07;
-    let h = &r.headers;
-    let tcp = match h.first().map(|b| b >> 4) {
-        Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
-        Some(6) if h.get(6) == Some(&6) => 40,
-        _ => return true,
-    };
-    h.get(tcp + 13).is_none_or(|f| f & SYN_FIN_RST != 0)
-}
-
 /// Whether an inbox is over a quarter full (counted in batches).
 fn filling(tx: &mpsc::Sender<Inbound>) -> bool {
     tx.capacity() * 4 < tx.max_capacity() * 3
@@ -289,7 +282,7 @@ impl Wake {
     }
 
     /// Control side, after `n` records were put in the inbox (`urgent`: one of them cannot
-    /// wait, [`urgent_record`]; `filling`: the inbox is over a quarter full, so a burst of
+    /// wait, [`Record::urgent`]; `filling`: the inbox is over a quarter full, so a burst of
     /// small batches does not wait behind a full channel): wake the engine now, or make sure
     /// the timer runs.
     pub fn queued(&self, n: usize, urgent: bool, filling: bool) {
@@ -343,6 +336,45 @@ impl Wake {
     }
 }
 
+/// What the copier tells its intercepts about holding records that nothing waits on (see the
+/// module doc): `calm` while no engine is eager, zero (send every record at once) while one
+/// is.
+#[derive(Debug)]
+pub struct InterceptHold {
+    calm: u32,
+    eager: AtomicUsize,
+    tx: watch::Sender<u32>,
+}
+
+impl InterceptHold {
+    /// Records may wait up to `calm` (capped at [`MAX_RECORD_WAIT`]; zero: never) while no
+    /// engine is eager.
+    pub fn new(calm: Duration) -> InterceptHold {
+        let calm = u32::try_from(calm.min(MAX_RECORD_WAIT).as_micros()).unwrap_or(0);
+        InterceptHold { calm, eager: AtomicUsize::new(0), tx: watch::Sender::new(calm) }
+    }
+
+    /// An engine became eager (`true`) or stopped being eager: call on every change, and
+    /// only then.
+    pub fn engine_eager(&self, eager: bool) {
+        if eager {
+            self.eager.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.eager.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Under the channel's lock, so the last change of several engines' wins.
+        self.tx.send_if_modified(|v| {
+            let want = if self.eager.load(Ordering::SeqCst) > 0 { 0 } else { self.calm };
+            std::mem::replace(v, want) != want
+        });
+    }
+
+    /// How long the intercepts may hold records now (microseconds), and every change of it.
+    pub fn watch(&self) -> watch::Receiver<u32> {
+        self.tx.subscribe()
+    }
+}
+
 /// How long the engine stays eager ([`Wake::set_eager`]) after records last released request
 /// units by themselves.
 pub const EAGER_HOLD: Duration = Duration::from_millis(100);
@@ -369,7 +401,7 @@ pub struct Eagerness {
 pub struct TurnSeen {
     /// Records handled.
     pub records: usize,
-    /// One of them was urgent ([`urgent_record`]).
+    /// One of them was urgent ([`Record::urgent`]).
     pub urgent: bool,
     /// Request units sent for the first time that had waited over [`HELD`] since their
     /// capture.
@@ -432,7 +464,7 @@ impl RecordRouter {
     /// an inbox is full; wake each now or arm its timer ([`Wake::queued`]).
     pub async fn deliver(&self, at: Instant, records: Vec<Record>) -> Result<(), InboxClosed> {
         if let [only] = &*self.inboxes {
-            let (n, urgent) = (records.len(), records.iter().any(urgent_record));
+            let (n, urgent) = (records.len(), records.iter().any(Record::urgent));
             only.records.send(Inbound::Records { at, records }).await.map_err(|_| InboxClosed)?;
             only.wake.queued(n, urgent, filling(&only.records));
             return Ok(());
@@ -452,7 +484,7 @@ impl RecordRouter {
             if batch.is_empty() {
                 continue;
             }
-            let (n, urgent) = (batch.len(), batch.iter().any(urgent_record));
+            let (n, urgent) = (batch.len(), batch.iter().any(Record::urgent));
             inbox.records.send(Inbound::Records { at, records: batch }).await.map_err(|_| InboxClosed)?;
             inbox.wake.queued(n, urgent, filling(&inbox.records));
         }
@@ -680,17 +712,34 @@ mod tests {
     fn only_opening_closing_and_broken_records_are_urgent() {
         let v6 = FourTuple::new("[2001:db8::1]:4000".parse().unwrap(), "[2001:db8::2]:80".parse().unwrap());
         for tuple in [t(1), v6] {
-            assert!(!urgent_record(&record_with(tuple, TcpFlags::ACK, b"")), "a bare ACK waits");
-            assert!(!urgent_record(&record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK")), "an answer waits");
+            assert!(!record_with(tuple, TcpFlags::ACK, b"").urgent(), "a bare ACK waits");
+            assert!(!record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK").urgent(), "an answer waits");
             for f in [TcpFlags::SYN | TcpFlags::ACK, TcpFlags::FIN | TcpFlags::ACK, TcpFlags::RST, TcpFlags::RST | TcpFlags::ACK] {
-                assert!(urgent_record(&record_with(tuple, f, b"")), "{f:?} wakes at once");
+                assert!(record_with(tuple, f, b"").urgent(), "{f:?} wakes at once");
             }
         }
         let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new() };
-        assert!(!urgent_record(&cut(34)), "the flags byte is all it needs");
+        assert!(!cut(34).urgent(), "the flags byte is all it needs");
         for n in [0, 1, 20, 33] {
-            assert!(urgent_record(&cut(n)), "{n} bytes: the engine counts it, at once");
+            assert!(cut(n).urgent(), "{n} bytes: the engine counts it, at once");
         }
+    }
+
+    #[test]
+    fn intercepts_may_hold_records_only_while_no_engine_is_eager() {
+        let h = InterceptHold::new(Duration::from_millis(2));
+        let mut rx = h.watch();
+        assert_eq!(*rx.borrow(), 2000, "calm at the start");
+        h.engine_eager(true);
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 0, "one eager engine: records go at once");
+        h.engine_eager(true);
+        h.engine_eager(false);
+        assert!(!rx.has_changed().unwrap(), "another engine still eager: no change to tell");
+        h.engine_eager(false);
+        assert_eq!(*rx.borrow_and_update(), 2000, "all calm again");
+        assert_eq!(*InterceptHold::new(Duration::ZERO).watch().borrow(), 0, "--record-wait 0: never");
+        assert_eq!(*InterceptHold::new(Duration::from_secs(1)).watch().borrow(), 20_000, "capped at MAX_RECORD_WAIT");
     }
 
     #[test]

@@ -424,6 +424,15 @@ pub(crate) async fn run_copier<S>(
     let _detach = Detach(outlet.clone());
     shared.lock().outlets.insert(id, outlet.clone());
     gauge!(COPIERS_CONNECTED).increment(1.0);
+    // Its records go at once until it says they may wait; forgotten however this task ends.
+    shared.rest.join(id);
+    struct Leave<'a>(&'a Shared, CopierId);
+    impl Drop for Leave<'_> {
+        fn drop(&mut self) {
+            self.0.rest.leave(self.1);
+        }
+    }
+    let _leave = Leave(&shared, id);
 
     // Pongs and Registered answers, written by the write loop after the records queued so far.
     let (reply_tx, reply_rx) = mpsc::channel(64);
@@ -521,6 +530,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             msg @ (Message::Register { .. } | Message::RegisterPayload { .. }) => {
                 let tuples = registration(msg, asks).unwrap_or_default();
                 let now = Instant::now();
+                shared.rest.registered(now);
                 let (reg, warning) = {
                     let mut core = shared.lock();
                     let reg = core.router.handle_register_payload(now, id, &tuples);
@@ -557,6 +567,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Message::Unregister { tuples } => {
                 shared.lock().router.handle_unregister(id, &tuples);
             }
+            Message::RecordWait { micros } => shared.rest.set_wait(id, micros),
             Message::Ping { token } => {
                 // A copier that pings faster than we answer loses pongs, not memory.
                 let _ = reply.try_send(Message::Pong { token });

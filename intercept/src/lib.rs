@@ -17,6 +17,7 @@ pub mod netlink;
 pub mod nfqueue;
 pub mod outlet;
 pub mod refusal;
+pub mod rest;
 pub mod router;
 pub mod rules;
 pub mod sys;

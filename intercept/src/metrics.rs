@@ -64,12 +64,18 @@ pub const NFQUEUE_OVERRUNS: &str = "intercept_nfqueue_overruns_total";
 /// The kernel's own per-queue drop counters (`/proc/net/netfilter/nfnetlink_queue`), labels
 /// `queue` and `reason` (`queue_full`, `socket_full`).
 pub const NFQUEUE_KERNEL_DROPPED: &str = "intercept_nfqueue_kernel_dropped_total";
+/// Rests of an NFQUEUE worker between batches (`crate::rest`), label `queue`.
+pub const NFQUEUE_RESTS: &str = "intercept_nfqueue_rests_total";
 /// Verdicts the kernel refused.
 pub const VERDICT_ERRORS: &str = "intercept_verdict_errors_total";
 
 /// Register help texts with the installed recorder.
 pub fn describe() {
     describe_counter!(PACKETS_QUEUED, "Packets read from NFQUEUE");
+    describe_counter!(
+        NFQUEUE_RESTS,
+        "Rests of an NFQUEUE worker between batches, as the copiers allow (their records wait meanwhile)"
+    );
     describe_counter!(
         PACKETS_ACCEPTED,
         "Packets accepted because their destination is on the allow list"

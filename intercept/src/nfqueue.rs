@@ -27,6 +27,9 @@
 //!   [`MAX_RELOOKS`] times) for packets queued while it decided, and handles them (verdicts
 //!   included) first, so that an answer's head and body a few µs apart share one write. No
 //!   timer: when nothing more is there, the records go at once;
+//! - after a cycle whose records nothing waits on, the worker may rest before its next receive,
+//!   as long as the copiers allow (see [`crate::rest`]), so that the packets queued meanwhile
+//!   share one receive, one verdict message and one write;
 //! - a worker that ends (an error or a panic) is reported loudly by [`run_supervised`]: an
 //!   error log line, `intercept_nfqueue_workers_died_total{queue}`, and the reason returned to
 //!   the daemon, which then stops with a non-zero exit status.
@@ -38,9 +41,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use metrics::counter;
 
-use crate::metrics::{NFQUEUE_OVERRUNS, PACKETS_QUEUED, VERDICT_ERRORS, WORKERS_DIED};
+use crate::metrics::{NFQUEUE_OVERRUNS, NFQUEUE_RESTS, PACKETS_QUEUED, VERDICT_ERRORS, WORKERS_DIED};
 use crate::netlink::{self, Builder, Msg, Packet, Verdict, CFG_F_FAIL_OPEN, CFG_F_GSO};
 use crate::outlet::{push_all, Shared};
+use crate::rest::{rests_after, CycleSeen};
 use crate::sys::{NetlinkSocket, RecvBatch};
 
 /// Bytes copied per packet when no payload is asked for: IPv4 (≤ 60) + TCP (≤ 60) headers.
@@ -221,7 +225,9 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
     } = bound;
     let label = num.to_string();
     let queued = counter!(PACKETS_QUEUED, "queue" => label.clone());
-    let overruns = counter!(NFQUEUE_OVERRUNS, "queue" => label);
+    let overruns = counter!(NFQUEUE_OVERRUNS, "queue" => label.clone());
+    let rests = counter!(NFQUEUE_RESTS, "queue" => label);
+    shared.rest.enlist_current_worker();
     let verdict_errors = counter!(VERDICT_ERRORS);
     let count = (4 << 20) / msg_size;
     let mut batch = RecvBatch::new(count.clamp(8, RECV_BATCH), msg_size);
@@ -237,6 +243,7 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
     }
     let mut errors = 0u32;
     let mut ctx = Ctx {
+        seen: CycleSeen::default(),
         sock: &sock,
         num,
         shared: &shared,
@@ -271,6 +278,7 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
+        ctx.seen = CycleSeen { full: n >= batch.capacity(), ..CycleSeen::default() };
         ctx.handle(&batch, n);
         // Before writing, look once more (without waiting) for packets queued while we
         // decided: an answer's head and body come a few µs apart, and taken now the body's
@@ -280,7 +288,10 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
         while RELOOK && !ctx.deliveries.is_empty() && looks < MAX_RELOOKS {
             looks += 1;
             match ctx.sock.recv_batch_now(&mut batch) {
-                Ok(n) if n > 0 => ctx.handle(&batch, n),
+                Ok(n) if n > 0 => {
+                    ctx.seen.full |= n >= batch.capacity();
+                    ctx.handle(&batch, n);
+                }
                 Ok(_) => break,
                 Err(e) => {
                     if e.raw_os_error() == Some(libc::ENOBUFS) {
@@ -290,7 +301,16 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                 }
             }
         }
+        ctx.seen.records = ctx.deliveries.len();
+        ctx.seen.urgent = ctx.deliveries.iter().any(|d| d.record.urgent());
         push_all(ctx.deliveries);
+        if rests_after(ctx.seen) {
+            let rest = shared.rest.length(Instant::now());
+            if !rest.is_zero() {
+                rests.increment(1);
+                std::thread::park_timeout(rest);
+            }
+        }
     }
 }
 
@@ -301,6 +321,8 @@ const MAX_RELOOKS: usize = 4;
 
 /// What a worker needs to handle one receive batch.
 struct Ctx<'a> {
+    /// What this cycle saw, for the rest after it.
+    seen: CycleSeen,
     sock: &'a NetlinkSocket,
     num: u16,
     shared: &'a Shared,
@@ -354,6 +376,7 @@ impl Ctx<'_> {
                 deliveries.extend(d);
             },
         );
+        self.seen.accepted |= self.accepted.iter().any(|&a| a);
         self.out.clear();
         verdicts(num, &packets, unparsed, |i| self.accepted[i], self.out);
         if let Err(e) = self.sock.send(self.out.bytes()) {

@@ -58,6 +58,8 @@ pub struct Shared {
     /// Most TCP payload bytes kept per record (`--payload-bytes`); each registration says how
     /// many of them its records keep (see `crate::router`).
     pub payload_bytes: usize,
+    /// How long the NFQUEUE workers may rest between batches, as the copiers say.
+    pub rest: crate::rest::Rest,
 }
 
 impl Shared {
@@ -70,6 +72,7 @@ impl Shared {
                 refusals: RefusalLog::new(),
             }),
             payload_bytes,
+            rest: crate::rest::Rest::new(),
         })
     }
 

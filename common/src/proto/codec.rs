@@ -24,6 +24,7 @@
 //! | 9    | Pong       | `u64 token` |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
+//! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
@@ -44,7 +45,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::FEATURE_PAYLOAD_REQUEST;
+pub use super::{FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -57,6 +58,7 @@ const T_PING: u8 = 8;
 const T_PONG: u8 = 9;
 const T_REGISTERED: u8 = 10;
 const T_REGISTER_PAYLOAD: u8 = 11;
+const T_RECORD_WAIT: u8 = 12;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -232,6 +234,21 @@ pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> 
 }
 
 impl Record {
+    /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
+    /// FIN, RST), or its headers do not parse as IPv4 or IPv6 TCP (the copier counts it; there
+    /// is nothing to save by holding it).
+    #[must_use]
+    pub fn urgent(&self) -> bool {
+        const SYN_FIN_RST: u8 = 0x07;
+        let h = &self.headers;
+        let tcp = match h.first().map(|b| b >> 4) {
+            Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
+            Some(6) if h.get(6) == Some(&6) => 40,
+            _ => return true,
+        };
+        h.get(tcp + 13).is_none_or(|f| f & SYN_FIN_RST != 0)
+    }
+
     /// Build a record from a server -> client IP packet (possibly cut short after its headers,
     /// as NFQUEUE's copy range does), keeping at most `payload_bytes` bytes of TCP payload.
     /// Returns the session too, so the caller parses once.
@@ -339,6 +356,15 @@ pub enum Message {
         /// Each tuple of the Register with its verdict, in the Register's order.
         results: Vec<(FourTuple, RegVerdict)>,
     },
+    /// Copier -> intercept: how long the intercept may hold this copier's records that nothing
+    /// waits on (none of SYN, FIN, RST) before it sends them; 0, the default of a connection:
+    /// not at all. The copier says 0 while its engine waits on records (lock-step sessions),
+    /// its `--record-wait` otherwise. Only to an intercept whose Hello has
+    /// [`FEATURE_RECORD_WAIT`].
+    RecordWait {
+        /// Microseconds.
+        micros: u32,
+    },
 }
 
 impl Message {
@@ -356,6 +382,7 @@ impl Message {
             Message::Pong { .. } => "Pong",
             Message::Registered { .. } => "Registered",
             Message::RegisterPayload { .. } => "RegisterPayload",
+            Message::RecordWait { .. } => "RecordWait",
         }
     }
 
@@ -410,6 +437,11 @@ impl Message {
                     put_tuple(out, t);
                     out.push(v.code());
                 })
+            }
+            Message::RecordWait { micros } => {
+                let start = begin_frame(out, T_RECORD_WAIT);
+                out.extend_from_slice(&micros.to_be_bytes());
+                end_frame(out, start);
             }
             Message::Ping { token } | Message::Pong { token } => {
                 let ty = if matches!(self, Message::Ping { .. }) {
@@ -510,6 +542,12 @@ impl Message {
                     })?,
                 },
                 "Registered",
+            ),
+            T_RECORD_WAIT => (
+                Message::RecordWait {
+                    micros: r.u32("record wait")?,
+                },
+                "RecordWait",
             ),
             T_REGISTER_PAYLOAD => (
                 Message::RegisterPayload {

@@ -42,8 +42,11 @@ pub const VERSION: u16 = 2;
 /// Hello feature bit: the sender understands [`Message::RegisterPayload`] (an intercept) or
 /// asks for payload only with it (a copier: its plain Registers want no payload).
 pub const FEATURE_PAYLOAD_REQUEST: u32 = 1;
+/// Hello feature bit: the sender understands [`Message::RecordWait`] (an intercept: it may then
+/// hold a copier's records that nothing waits on for as long as the copier says).
+pub const FEATURE_RECORD_WAIT: u32 = 2;
 /// The features this build announces in its Hello.
-pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST;
+pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

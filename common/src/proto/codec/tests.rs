@@ -98,6 +98,16 @@ fn hello_of_a_build_before_features_decodes_with_none() {
 }
 
 #[test]
+fn record_wait_literal() {
+    let m = Message::RecordWait { micros: 2000 };
+    let want = [0, 0, 0, 5, 12, 0, 0, 0x07, 0xd0];
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+    // Cut short: an error naming the field, not a panic.
+    assert!(matches!(first_error(&[0, 0, 0, 3, 12, 0, 0]), ProtoError::Truncated { .. }), "{:?}", first_error(&[0, 0, 0, 3, 12, 0, 0]));
+}
+
+#[test]
 fn register_payload_literal() {
     let t = FourTuple {
         client: "198.18.0.10:40000".parse().unwrap(),
@@ -465,6 +475,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
         proptest::collection::vec(arb_record(), 0..10)
             .prop_map(|records| Message::Records { records }),
         any::<u64>().prop_map(|token| Message::Ping { token }),
+        any::<u32>().prop_map(|micros| Message::RecordWait { micros }),
         any::<u64>().prop_map(|token| Message::Pong { token }),
         proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| Message::Registered {
             results: v.into_iter().map(|(t, c)| (t, RegVerdict::from_code(c))).collect()
