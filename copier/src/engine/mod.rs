@@ -837,29 +837,6 @@ impl Engine {
         }
     }
 
-    /// Drop the timer entries at the head of the queue that no longer stand for a deadline:
-    /// their session is gone, or its next deadline moved later (a deferred ACK that a request
-    /// carried, an answer that came), in which case the session is armed again at the new
-    /// one. Call before sleeping until [`Engine::poll_timeout`], so that the loop does not wake
-    /// for a deadline that went away. Stops at the first entry that stands.
-    pub fn prune_timers(&mut self) {
-        while let Some(&Reverse((t, idx, gen))) = self.timers.peek() {
-            if !self.live(SlotRef { idx, gen }) {
-                self.timers.pop();
-                continue;
-            }
-            let Some(s) = self.slots[idx as usize].s.as_mut() else { break };
-            if s.armed == Some(t) && s.next_deadline(&self.sh.p).is_some_and(|d| Stamp::of(d) <= t) {
-                break;
-            }
-            self.timers.pop();
-            if s.armed == Some(t) {
-                s.armed = None;
-                self.arm(idx);
-            }
-        }
-    }
-
     /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_syns(now);
