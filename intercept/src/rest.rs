@@ -12,7 +12,9 @@
 //!
 //! Invariants:
 //! - a worker rests only after a batch that gave records to copiers and accepted nothing (an
-//!   allow-listed client's answers keep their pace), none of whose records has SYN, FIN or RST
+//!   allow-listed client's answer that comes during a rest waits for its end, at most the
+//!   copiers' wait, and the next batch, having accepted it, is followed by no rest, so such
+//!   traffic flows at the kernel's pace), none of whose records has SYN, FIN or RST
 //!   (a handshake or a close waits on it), and whose receive was not full (then more is queued
 //!   already);
 //! - it rests at most the smallest wait of the connected copiers, capped at [`MAX_REST`], and
