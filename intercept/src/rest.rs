@@ -18,8 +18,8 @@
 //!   (a handshake or a close waits on it), and whose receive was not full (then more is queued
 //!   already);
 //! - it rests at most the smallest wait of the connected copiers, capped at [`MAX_REST`], and
-//!   not at all while any of them says zero or within [`AFTER_REGISTER`] of a registration
-//!   (its verdict, then the connection's SYN-ACK, are on their way);
+//!   at [`REGISTER_REST`] within [`AFTER_REGISTER`] of a registration (the connection's
+//!   SYN-ACK is on its way: it waits at most that), and not at all while any copier says zero;
 //! - a copier that turns to zero, and every registration, wake resting workers at once
 //!   (`Thread::unpark`): nothing waits for the end of a rest that is no longer allowed;
 //! - the kernel keeps the packets meanwhile (the queue holds 16,384 and the socket buffer
@@ -36,8 +36,11 @@ use crate::router::CopierId;
 /// The longest rest, whatever a copier says.
 pub const MAX_REST: Duration = Duration::from_millis(20);
 
-/// No rest for this long after a registration.
+/// Rests are short for this long after a registration.
 pub const AFTER_REGISTER: Duration = Duration::from_millis(100);
+
+/// The longest rest within [`AFTER_REGISTER`] of a registration.
+pub const REGISTER_REST: Duration = Duration::from_micros(500);
 
 /// What one worker cycle (a receive, the extra looks before its write) saw, for [`rests_after`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,7 +122,7 @@ impl Rest {
         });
     }
 
-    /// A registration came: no rest for [`AFTER_REGISTER`], from now.
+    /// A registration came: short rests for [`AFTER_REGISTER`], from now.
     pub fn registered(&self, now: Instant) {
         self.last_register.fetch_max(self.millis(now), Ordering::Relaxed);
         self.wake_workers();
@@ -134,10 +137,12 @@ impl Rest {
             return Duration::ZERO;
         }
         let last = self.last_register.load(Ordering::Relaxed);
-        if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
-            return Duration::ZERO;
-        }
-        Duration::from_micros(u64::from(least)).min(MAX_REST)
+        let cap = if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
+            REGISTER_REST
+        } else {
+            MAX_REST
+        };
+        Duration::from_micros(u64::from(least)).min(cap)
     }
 
     /// Milliseconds from `epoch` to `now`, plus one (so 0 means never).
@@ -199,8 +204,10 @@ mod tests {
         r.set_wait(CopierId(9), 1);
         assert_eq!(r.length(t0), MAX_REST, "a copier not connected says nothing");
         r.registered(t0);
-        assert_eq!(r.length(t0 + Duration::from_millis(50)), Duration::ZERO, "a registration: its SYN-ACK is coming");
+        assert_eq!(r.length(t0 + Duration::from_millis(50)), REGISTER_REST, "a registration: its SYN-ACK is coming");
         assert_eq!(r.length(t0 + AFTER_REGISTER + Duration::from_millis(2)), MAX_REST);
+        r.set_wait(CopierId(2), 300);
+        assert_eq!(r.length(t0 + Duration::from_millis(50)), Duration::from_micros(300), "never more than the copiers allow");
     }
 
     #[test]
