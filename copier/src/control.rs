@@ -609,7 +609,7 @@ fn hold_watch(links: &Links, peer: &common::proto::Hello) -> Option<watch::Recei
     peer.has(common::proto::FEATURE_RECORD_WAIT).then(|| links.hold.watch())
 }
 
-/// The next record hold to tell the intercept (`None`: never, for a link without one).
+/// The next record hold to tell the intercept; never ready for a link without one.
 async fn hold_changed(hold: &mut Option<watch::Receiver<u32>>) -> u32 {
     if let Some(rx) = hold {
         if rx.changed().await.is_ok() {
