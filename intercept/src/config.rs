@@ -65,6 +65,8 @@ pub struct InterceptConfig {
     pub local_answers: bool,
     /// Records queued per copier before the oldest are dropped (`--copier-queue`).
     pub copier_queue: usize,
+    /// The longest rest of an NFQUEUE worker between batches (`--max-rest`; zero: never).
+    pub max_rest: Duration,
 }
 
 /// A configuration the daemon refuses to start with; each names its flag.
@@ -183,6 +185,7 @@ mod tests {
             exit_grace: Duration::from_secs(2),
             local_answers: true,
             copier_queue: 65536,
+            max_rest: crate::rest::MAX_REST,
         }
     }
 

@@ -201,6 +201,14 @@ struct Cli {
     #[arg(long, value_name = "N", default_value_t = 65536)]
     copier_queue: usize,
 
+    /// The longest an NFQUEUE worker rests between batches of records that nothing waits on,
+    /// whatever the copiers allow (a copier tells its --record-wait, 2ms by default, while no
+    /// copy of it waits on records; see README). Resting reads, gives verdicts and writes
+    /// records in batches; an allow-listed answer that comes during a rest waits for its end.
+    /// 0: never rest (every packet at the kernel's pace). At most 20ms.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_max_rest)]
+    max_rest: Duration,
+
     /// More log output (-v debug, -vv trace).
     #[arg(short = 'v', action = ArgAction::Count)]
     verbose: u8,
@@ -257,6 +265,10 @@ fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     units::parse_duration_at_most(s, MAX_DURATION)
 }
 
+fn parse_max_rest(s: &str) -> Result<Duration, UnitError> {
+    units::parse_duration_at_most(s, intercept::rest::MAX_REST)
+}
+
 impl Cli {
     /// The daemon's configuration from the flags (checked by [`InterceptConfig::validate`]).
     fn config(&self) -> InterceptConfig {
@@ -283,6 +295,7 @@ impl Cli {
             exit_grace: self.exit_grace,
             local_answers: !self.no_local_answers,
             copier_queue: self.copier_queue,
+            max_rest: self.max_rest,
         }
     }
 }
@@ -345,6 +358,7 @@ fn run(cli: InterceptConfig) -> Result<()> {
         router.set_local_addrs(addrs);
     }
     let shared = Shared::new(router, cli.payload_bytes);
+    shared.rest.set_max(cli.max_rest);
 
     // The queues first: once a rule exists, packets wait for a reader.
     let mut bound = Vec::new();
@@ -669,6 +683,10 @@ mod tests {
         assert_eq!(c.linger, Duration::from_secs(5));
         assert_eq!(c.exit_grace, Duration::from_secs(2));
         assert_eq!(c.max_registrations, DEFAULT_MAX_REGISTRATIONS);
+        assert_eq!(c.max_rest, intercept::rest::MAX_REST);
+        assert_eq!(parse(&["--port", "80", "--max-rest", "0"]).unwrap().max_rest, Duration::ZERO);
+        let e = parse(&["--port", "80", "--max-rest", "21ms"]).unwrap_err().to_string();
+        assert!(e.contains("--max-rest") && e.contains("too long"), "{e}");
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //!   traffic flows at the kernel's pace), none of whose records has SYN, FIN or RST
 //!   (a handshake or a close waits on it), and whose receive was not full (then more is queued
 //!   already);
-//! - it rests at most the smallest wait of the connected copiers, capped at [`MAX_REST`], and
+//! - it rests at most the smallest wait of the connected copiers, capped at `--max-rest`
+//!   ([`MAX_REST`] by default and at most; zero: never), and
 //!   at [`REGISTER_REST`] within [`AFTER_REGISTER`] of a registration (the connection's
 //!   SYN-ACK is on its way: it waits at most that), and not at all while any copier says zero;
 //! - a copier that turns to zero, and every registration, wake resting workers at once
@@ -69,6 +70,8 @@ pub struct Rest {
     waits: Mutex<HashMap<CopierId, u32>>,
     /// The smallest of them (0 with no copier): what the workers read.
     least: AtomicU32,
+    /// The longest rest this intercept allows (`--max-rest`), in microseconds.
+    max: AtomicU32,
     epoch: Instant,
     /// The last registration, in milliseconds since `epoch`, plus one (0: none yet).
     last_register: AtomicU64,
@@ -87,10 +90,18 @@ impl Rest {
         Rest {
             waits: Mutex::new(HashMap::new()),
             least: AtomicU32::new(0),
+            max: AtomicU32::new(MAX_REST.as_micros() as u32),
             epoch: Instant::now(),
             last_register: AtomicU64::new(0),
             workers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The longest rest this intercept allows (`--max-rest`; zero: never rest), at most
+    /// [`MAX_REST`].
+    pub fn set_max(&self, max: Duration) {
+        let us = u32::try_from(max.min(MAX_REST).as_micros()).unwrap_or(0);
+        self.max.store(us, Ordering::Relaxed);
     }
 
     /// The calling thread is a worker that rests with [`std::thread::park_timeout`]: wake it
@@ -142,7 +153,8 @@ impl Rest {
         } else {
             MAX_REST
         };
-        Duration::from_micros(u64::from(least)).min(cap)
+        let max = Duration::from_micros(u64::from(self.max.load(Ordering::Relaxed)));
+        Duration::from_micros(u64::from(least)).min(cap).min(max)
     }
 
     /// Milliseconds from `epoch` to `now`, plus one (so 0 means never).
@@ -208,6 +220,10 @@ mod tests {
         assert_eq!(r.length(t0 + AFTER_REGISTER + Duration::from_millis(2)), MAX_REST);
         r.set_wait(CopierId(2), 300);
         assert_eq!(r.length(t0 + Duration::from_millis(50)), Duration::from_micros(300), "never more than the copiers allow");
+        r.set_max(Duration::from_micros(100));
+        assert_eq!(r.length(t0 + AFTER_REGISTER * 2), Duration::from_micros(100), "--max-rest");
+        r.set_max(Duration::ZERO);
+        assert_eq!(r.length(t0 + AFTER_REGISTER * 2), Duration::ZERO, "--max-rest 0: never");
     }
 
     #[test]

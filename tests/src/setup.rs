@@ -158,6 +158,17 @@ impl Copying {
         Ok(p)
     }
 
+    /// Stops the intercept and starts it again with `extra` flags added to this setup's (for
+    /// tests of an intercept flag).
+    pub fn restart_intercept_with(&mut self, lab: &mut Lab, extra: &[&str]) -> Result<()> {
+        self.intercept.stop();
+        let mut args = intercept_args(&self.opts);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        self.intercept = start_intercept(lab, &self.secret, &args, self.intercept_runs)?;
+        self.intercept_runs += 1;
+        Ok(())
+    }
+
     /// Stops the intercept and starts it again (for restart tests).
     pub fn restart_intercept(&mut self, lab: &mut Lab) -> Result<()> {
         self.intercept.stop();

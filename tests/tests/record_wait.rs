@@ -1,7 +1,7 @@
 //! The intercept rests between NFQUEUE batches only as the copier allows (`--record-wait`, told
-//! with `Message::RecordWait`): with the default, keep-alive clients that think between requests
-//! make its workers rest, and every request is still copied exactly; with `--record-wait 0`
-//! they never rest.
+//! with `Message::RecordWait`) and its own `--max-rest` lets it: with the defaults, keep-alive
+//! clients that think between requests make its workers rest, and every request is still
+//! copied exactly; with `copier --record-wait 0`, or `intercept --max-rest 0`, they never rest.
 
 use lab::setup::{metric_sum, scrape_metrics, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab};
@@ -43,8 +43,8 @@ fn rests(lab: &Lab) -> f64 {
 }
 
 #[test]
-fn the_intercept_rests_only_as_the_copier_allows() {
-    let Some(mut lab) = lab_or_skip("the_intercept_rests_only_as_the_copier_allows") else { return };
+fn the_intercept_rests_only_as_the_copier_and_its_max_rest_allow() {
+    let Some(mut lab) = lab_or_skip("the_intercept_rests_only_as_the_copier_and_its_max_rest_allow") else { return };
     let opts = CopyOptions {
         intercept_args: vec!["--metrics".into(), INTERCEPT_METRICS.into()],
         ipv6: false,
@@ -75,4 +75,17 @@ fn the_intercept_rests_only_as_the_copier_allows() {
     assert_eq!(rests(&lab), calm, "no rest with --record-wait 0");
     let copied = c.assert_copied_exactly(&mut lab);
     println!("--record-wait 0: {copied} requests in all copied exactly, no more rests");
+
+    // intercept --max-rest 0 (a new intercept process, its counter from 0), a copier with the
+    // default --record-wait: no rest either.
+    c.copier.take().unwrap().stop();
+    c.restart_intercept_with(&mut lab, &["--max-rest", "0"]).unwrap();
+    let p = c.spawn_copier(&mut lab, "copier-default", &["--map", &map, "--interface", iface]).unwrap();
+    c.copier = Some(p);
+    let before = c.test().request_count();
+    let sent = thinking_clients(&lab, "capped", 3.0);
+    c.test().wait_requests(before + sent, Duration::from_secs(30));
+    assert_eq!(rests(&lab), 0.0, "no rest with intercept --max-rest 0");
+    let copied = c.assert_copied_exactly(&mut lab);
+    println!("intercept --max-rest 0: {copied} requests in all copied exactly, no rest");
 }
