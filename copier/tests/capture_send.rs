@@ -616,6 +616,13 @@ fn ring_in_b(lab: &Lab, block_count: u32, initial_blocks: u32) -> Capture {
     lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"))
 }
 
+/// A capture thread over a fixed ring of 16 x 64 KiB in `b` (16 MiB of queue), and a sender in
+/// `a`.
+fn feed_in_b_and_sender(lab: &Lab) -> (Feed, RawSender) {
+    let feed = Feed::start(ring_in_b(lab, 16, 16), FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
+    (feed, sender_in_a(lab))
+}
+
 /// No kernel drop, and `got` is `sent`: every packet once, in order, byte for byte.
 fn assert_exact(got: &[Vec<u8>], sent: &[Vec<u8>], st: &copier::capture::CaptureStats) {
     assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
@@ -683,9 +690,7 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
     // A fixed ring of 16 x 64 KiB: about 960 of the packets below fit in it. (Four blocks made
     // the test depend on the capture thread being scheduled within 5 ms under a loaded CI
     // machine; it failed once that way. A ring a third of the burst still shows the point.)
-    let cap = ring_in_b(&lab, 16, 16);
-    let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
-    let mut sender = sender_in_a(&lab);
+    let (mut feed, mut sender) = feed_in_b_and_sender(&lab);
     // 3000 packets of 1 KB (3 MB, three times the ring) while the engine takes nothing; at
     // 25 MB/s the ring covers 40 ms of the thread not being scheduled.
     let sent = send_numbered(&mut sender, 40001, 3000, 50, Duration::from_millis(2));
@@ -710,9 +715,7 @@ fn the_capture_threads_wake_up_is_read_once_and_never_spins() {
         return;
     }
     let lab = Lab::new();
-    let cap = ring_in_b(&lab, 16, 16);
-    let mut feed = Feed::start(cap, FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
-    let mut sender = sender_in_a(&lab);
+    let (mut feed, mut sender) = feed_in_b_and_sender(&lab);
     // Small bursts with pauses, while the engine side below takes them the way the engine
     // loop does: poll, read the wake-up when the poll says so, take every batch.
     let sending = std::thread::spawn(move || send_numbered(&mut sender, 40002, 2000, 10, Duration::from_millis(1)));

@@ -143,18 +143,13 @@ impl Rest {
     /// not at all).
     #[must_use]
     pub fn length(&self, now: Instant) -> Duration {
-        let least = self.least.load(Ordering::Relaxed);
-        if least == 0 {
-            return Duration::ZERO;
-        }
+        let least = self.least.load(Ordering::Relaxed).min(self.max.load(Ordering::Relaxed));
+        let rest = Duration::from_micros(u64::from(least));
         let last = self.last_register.load(Ordering::Relaxed);
-        let cap = if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
-            REGISTER_REST
-        } else {
-            MAX_REST
-        };
-        let max = Duration::from_micros(u64::from(self.max.load(Ordering::Relaxed)));
-        Duration::from_micros(u64::from(least)).min(cap).min(max)
+        if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
+            return rest.min(REGISTER_REST);
+        }
+        rest
     }
 
     /// Milliseconds from `epoch` to `now`, plus one (so 0 means never).
