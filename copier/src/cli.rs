@@ -104,7 +104,7 @@ must never see two requests of a connection at once, off (--no-pacing) for a loa
 only the request rate matters. The ACK of a test server's answer waits up to --ack-delay (40ms)
 for the next request to carry it, as a client's delayed ACK does. With one worker the engine
 thread reads the intercept links itself; records that nothing waits on wait up to --record-wait
-(2ms) to share the engine's next wake-up, and the intercepts may hold them as long to read and
+(20ms) to share the engine's next wake-up, and the intercepts may hold them as long to read and
 send them in batches (0: every record goes and wakes at once). copier_replay_lag_seconds
 tells how far behind production the copies run; copier_units_ahead_total counts requests sent
 ahead of an answer.
@@ -309,16 +309,18 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "40ms", value_parser = parse_duration)]
     pub ack_delay: Duration,
 
-    /// How long a record of the intercept that nothing waits on (it only moves a test
-    /// connection's ACK and window) may wait for its engine thread, so that records share its
-    /// wake-ups; 0 wakes it for every record (at most 20ms is used). With one worker, after the
-    /// engine read records from the links it leaves them unpolled this long and reads them at
-    /// its next wake-up, unless a connection is opening (a Register lately, a SYN, FIN or RST
-    /// record), --compare times the answers, or a copy runs behind. With --workers above 1, SYN,
-    /// FIN and RST records, registration verdicts, a filling inbox and a copy running behind
-    /// wake it at once. The intercepts are told the same wait (except with --compare, or while a
-    /// copy runs behind: then 0): theirs rest between batches of such records that long.
-    #[arg(long, value_name = "DURATION", default_value = "2ms", value_parser = parse_duration)]
+    /// How long a record of the intercept that nothing waits on (a bare ACK or the end of a
+    /// small answer: it only moves a test connection's ACK and window) may wait for its engine
+    /// thread, so that records share its wake-ups; 0 wakes it for every record (at most 20ms is
+    /// used). With one worker, after the engine read records from the links it leaves them
+    /// unpolled this long and reads them at its next wake-up, unless a connection is opening (a
+    /// Register lately, a SYN, FIN or RST record), a record is part of a large answer or of one
+    /// the test server is still writing (more than 4 KiB, or data without PSH), --compare times
+    /// the answers, or a copy runs behind. With --workers above 1, those records, registration
+    /// verdicts, a filling inbox and a copy running behind wake it at once. The intercepts are
+    /// told the same wait (except with --compare, or while a copy runs behind: then 0): theirs
+    /// rest between batches of such records that long.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_duration)]
     pub record_wait: Duration,
 
     /// Request rules (TOML): filters, a dye header, header edits and request-line rewrites

@@ -194,6 +194,10 @@ impl RegVerdict {
     }
 }
 
+/// Bytes of TCP payload above which a record is part of a large answer and never waits
+/// ([`Record::urgent`]): three full segments, as a GSO super-segment delivers them.
+pub const BULK_BYTES: usize = 4096;
+
 /// One response packet of the test server, as the intercept sends it to the copier.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Record {
@@ -235,18 +239,28 @@ pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> 
 
 impl Record {
     /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
-    /// FIN, RST), or its headers do not parse as IPv4 or IPv6 TCP (the copier counts it; there
-    /// is nothing to save by holding it).
+    /// FIN, RST); it carries data without PSH (the test server is in the middle of a write,
+    /// and the rest of it may wait for the ACK of this part: a window or congestion window
+    /// that is full, Nagle; Linux, like the other stacks, sets PSH on the last segment of each
+    /// write, so the end of a small answer can wait); it carries more than [`BULK_BYTES`] (a
+    /// large answer, whose next ones the test server sends as our ACKs open its congestion
+    /// window; a handful of such records is all it costs); or its headers do not parse as IPv4
+    /// or IPv6 TCP (the copier counts it; there is nothing to save by holding it).
     #[must_use]
     pub fn urgent(&self) -> bool {
         const SYN_FIN_RST: u8 = 0x07;
+        const PSH: u8 = 0x08;
         let h = &self.headers;
         let tcp = match h.first().map(|b| b >> 4) {
             Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
             Some(6) if h.get(6) == Some(&6) => 40,
             _ => return true,
         };
-        h.get(tcp + 13).is_none_or(|f| f & SYN_FIN_RST != 0)
+        let (Some(&offset), Some(&flags)) = (h.get(tcp + 12), h.get(tcp + 13)) else {
+            return true;
+        };
+        let data = (self.orig_len as usize).saturating_sub(tcp + usize::from(offset >> 4) * 4);
+        flags & SYN_FIN_RST != 0 || (data > 0 && flags & PSH == 0) || data > BULK_BYTES
     }
 
     /// Build a record from a server -> client IP packet (possibly cut short after its headers,

@@ -28,7 +28,7 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
+    encode_records, BULK_BYTES, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
     ResponseHeaders, Role,
 };
 

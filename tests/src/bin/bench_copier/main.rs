@@ -614,18 +614,21 @@ fn run() -> Result<()> {
     }
     // The test server's view: SYNs its TIME_WAIT sockets refused (PAWS), connections killed
     // in TIME_WAIT by a RST, listen queue drops. Non-zero PAWSTimewait means copies arrived on
-    // tuples the test server still remembered.
+    // tuples the test server still remembered. Loss probes and retransmitted segments are
+    // the test server resending what a copy acknowledged late (or never).
     let counters: Vec<String> = [
         "TcpExtPAWSTimewait",
         "TcpExtTWKilled",
         "TcpExtTWRecycled",
         "TcpExtListenDrops",
+        "TcpExtTCPLossProbes",
+        "TcpRetransSegs",
     ]
     .iter()
     .map(|k| {
         format!(
             "{} {}",
-            k.trim_start_matches("TcpExt"),
+            k.trim_start_matches("TcpExt").trim_start_matches("Tcp"),
             lab.netstat_counter(Host::Test, k).unwrap_or(0)
         )
     })
