@@ -768,7 +768,8 @@ fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnS
 /// Until when the links the engine reads itself rest after a turn at `now` (`None`: they are
 /// polled, and a record wakes the engine at once). Links rest for `rest` (`--record-wait`)
 /// after a turn that read something from them, unless something `waits` on the records (the
-/// engine is eager, a record opened or closed a connection, a Register was given lately, or
+/// engine is eager, a record was urgent (it opened or closed a connection, or is part of a
+/// large or unfinished answer: `Record::urgent`), a Register was given lately, or
 /// `--compare` times the answers), so that records that come in a stream are taken a batch per
 /// wake-up, or by a wake-up that came anyway (a captured block, a timer), instead of one
 /// wake-up per frame. A rest that read nothing ends at its deadline (or at once when `waits`).

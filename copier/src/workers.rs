@@ -34,7 +34,8 @@
 //!   state, or answer a request whose next one has not been captured yet: nothing waits on them,
 //!   and the engine takes them at its next turn anyway (the next captured batch, timer, ...).
 //!   So a delivery pokes the worker's eventfd at once only when it cannot wait ([`wake_now`]):
-//!   it holds a verdict or a record with SYN, FIN or RST (or one that does not parse), the
+//!   it holds a verdict or an urgent record ([`Record::urgent`]: SYN, FIN or RST, part of a
+//!   large answer or of one the test server is still writing, or one that does not parse), the
 //!   inbox holds [`PENDING_WAKE`] records or more since the engine last took it or is over a
 //!   quarter full, or the engine
 //!   said it is *eager* (records lately released request units that pacing held back: a session
@@ -390,8 +391,8 @@ pub const HELD: Duration = Duration::from_millis(1);
 /// The engine's side of the wake decision: whether records lately released request units that
 /// pacing held back (so a session waits on the test server's answers and every record is worth
 /// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
-/// records, none of them with SYN, FIN or RST (a SYN-ACK releases the requests that waited for
-/// the handshake, and wakes the engine anyway), and sent request units that had waited over
+/// records, none of them urgent ([`Record::urgent`]: a SYN-ACK releases the requests that
+/// waited for the handshake, and such records wake the engine anyway), and sent request units that had waited over
 /// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
 /// a captured packet in the same turn may have been what released them, but a false eager
 /// only costs the wake-ups this saves, while a missed one delays paced copies.

@@ -202,7 +202,7 @@ struct Cli {
     copier_queue: usize,
 
     /// The longest an NFQUEUE worker rests between batches of records that nothing waits on,
-    /// whatever the copiers allow (a copier tells its --record-wait, 2ms by default, while no
+    /// whatever the copiers allow (a copier tells its --record-wait, 20ms by default, while no
     /// copy of it waits on records; see README). Resting reads, gives verdicts and writes
     /// records in batches; an allow-listed answer that comes during a rest waits for its end.
     /// 0: never rest (every packet at the kernel's pace). At most 20ms.

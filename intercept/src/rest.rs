@@ -2,7 +2,7 @@
 //! wait a little before it reads the queue again, so that the next packets come in one read,
 //! one verdict message and one write to the copier instead of one each (at 4 ms think time the
 //! intercept read about two packets per wake-up; resting 2 ms cut its CPU per copied request
-//! by about 30 %, see BENCHMARKS.md).
+//! by about half, 20 ms, the copier's default since, by about two thirds: see BENCHMARKS.md).
 //!
 //! Each copier says how long its records may wait (`Message::RecordWait`, with
 //! `FEATURE_RECORD_WAIT`): its `--record-wait` while its engine does not wait on records, zero
@@ -14,9 +14,10 @@
 //! - a worker rests only after a batch that gave records to copiers and accepted nothing (an
 //!   allow-listed client's answer that comes during a rest waits for its end, at most the
 //!   copiers' wait, and the next batch, having accepted it, is followed by no rest, so such
-//!   traffic flows at the kernel's pace), none of whose records has SYN, FIN or RST
-//!   (a handshake or a close waits on it), and whose receive was not full (then more is queued
-//!   already);
+//!   traffic flows at the kernel's pace), none of whose records is urgent (SYN, FIN or RST: a
+//!   handshake or a close waits on it; more than 4 KiB of data or data without PSH: the rest of
+//!   an answer may wait for the copier's ACK; `Record::urgent`), and whose receive was not full
+//!   (then more is queued already);
 //! - it rests at most the smallest wait of the connected copiers, capped at `--max-rest`
 //!   ([`MAX_REST`] by default and at most; zero: never), and
 //!   at [`REGISTER_REST`] within [`AFTER_REGISTER`] of a registration (the connection's
@@ -48,7 +49,8 @@ pub const REGISTER_REST: Duration = Duration::from_micros(500);
 pub struct CycleSeen {
     /// Records handed to copiers.
     pub records: usize,
-    /// One of them had SYN, FIN or RST (or did not parse).
+    /// One of them was urgent (`Record::urgent`: SYN, FIN or RST, part of a large or
+    /// unfinished answer, or did not parse).
     pub urgent: bool,
     /// A packet got an ACCEPT verdict.
     pub accepted: bool,
@@ -184,7 +186,7 @@ mod tests {
         let calm = CycleSeen { records: 3, ..CycleSeen::default() };
         assert!(rests_after(calm));
         assert!(!rests_after(CycleSeen { records: 0, ..calm }), "nothing for a copier: no reason to");
-        assert!(!rests_after(CycleSeen { urgent: true, ..calm }), "a SYN-ACK, FIN or RST goes at once");
+        assert!(!rests_after(CycleSeen { urgent: true, ..calm }), "a SYN-ACK, FIN, RST or a large answer goes at once");
         assert!(!rests_after(CycleSeen { accepted: true, ..calm }), "allow-listed answers keep their pace");
         assert!(!rests_after(CycleSeen { full: true, ..calm }), "more is queued already");
     }

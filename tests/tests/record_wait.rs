@@ -53,7 +53,7 @@ fn the_intercept_rests_only_as_the_copier_and_its_max_rest_allow() {
     let mut c = Copying::start(&mut lab, opts).unwrap();
     assert_eq!(rests(&lab), 0.0, "nothing to rest after yet");
 
-    // The default --record-wait: records nothing waits on may wait 2 ms at the intercept.
+    // The default --record-wait: records nothing waits on may wait 20 ms at the intercept.
     let sent = thinking_clients(&lab, "calm", 3.0);
     c.test().wait_requests(sent, Duration::from_secs(30));
     let calm = rests(&lab);
