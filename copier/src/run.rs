@@ -703,13 +703,22 @@ fn take_inbound(
             seen.urgent |= batch.iter().any(common::proto::Record::urgent);
             match shadow {
                 Some(tap) => {
-                    // --compare: the records of the copies on the captured client's address
-                    // and port (copy 0 and its baseline copy); asked before the engine takes
-                    // the record, which may end its session
+                    // --compare: the records of the copies that stand for the captured client
+                    // (copy 0 and its baseline copy), filed under its address and port; asked
+                    // before the engine takes the record, which may end its session
                     compared.clear();
-                    for r in &batch {
-                        compared.push(engine.record_copy(r).is_none_or(|(_, keeps)| keeps));
+                    let mut batch = batch;
+                    for r in &mut batch {
+                        let copy = engine.record_copy(r);
                         engine.handle_record(at, r);
+                        compared.push(match copy {
+                            None => true,
+                            Some((_, None)) => false,
+                            Some((_, Some(client))) => {
+                                crate::shadow::file_under(r, client);
+                                true
+                            }
+                        });
                     }
                     tap.records(at, batch, compared);
                 }

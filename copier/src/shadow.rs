@@ -100,6 +100,28 @@ enum Input {
     Packets(Vec<(Instant, Vec<u8>)>),
 }
 
+/// Files the record of a copy that stands for the captured `client` under it: when the copy's
+/// test tuple has another client port or address (the client's port was taken by another live
+/// copy, a TIME_WAIT moved it, or the copy reconnected after the test server closed), the
+/// record's destination becomes `client`, so that the comparison, which keys connections by the
+/// captured client, gets the copy's answers (a reconnection's SYN-ACK starts its stream again:
+/// `compare::flows`). Checksums are left as they are (nothing here checks them); a record that
+/// does not parse, or of the other family, is left alone.
+pub fn file_under(record: &mut Record, client: SocketAddr) {
+    let Ok(h) = parse_tcp_headers(&record.headers) else { return };
+    if h.packet.dst == client.ip() && h.packet.tcp.dst_port() == client.port() {
+        return;
+    }
+    let tcp = h.packet.ip_header_len;
+    let hd = &mut record.headers;
+    match client.ip() {
+        IpAddr::V4(a) if hd[0] >> 4 == 4 => hd[16..20].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) if hd[0] >> 4 == 6 => hd[24..40].copy_from_slice(&a.octets()),
+        _ => return,
+    }
+    hd[tcp + 2..tcp + 4].copy_from_slice(&client.port().to_be_bytes());
+}
+
 /// The engine threads' side of the channel.
 #[derive(Debug, Clone)]
 pub struct Tap {
@@ -111,8 +133,9 @@ pub struct Tap {
 impl Tap {
     /// Hands over the records of connections being compared (never blocks); the engine is
     /// done with the batch, so the records are moved, not copied. `keep[i]` says whether record
-    /// `i` is of a copy on the captured client's address and port (with `--copies N`, copy 0
-    /// and its baseline copy: `Engine::record_copy`); a missing entry counts as kept.
+    /// `i` is of a copy that stands for the captured client (with `--copies N`, copy 0 and its
+    /// baseline copy: `Engine::record_copy`; filed under the client by [`file_under`]); a
+    /// missing entry counts as kept.
     pub fn records(&self, now: Instant, batch: Vec<Record>, keep: &[bool]) {
         let out: Vec<(Instant, Record)> = batch
             .into_iter()

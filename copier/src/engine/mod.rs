@@ -639,16 +639,25 @@ impl Engine {
         }
     }
 
-    /// For `--compare`: the copy index of the session a record belongs to, and whether that
-    /// copy's test tuple keeps the captured client's address and port (the comparison matches
-    /// test answers to online connections by them). `None` for a record of no live session.
+    /// For `--compare`: the copy index of the session a record belongs to, and the captured
+    /// client that copy stands for, if it stands for one: it is on the captured client's address
+    /// and port (with `--copies N`, copy 0 and its baseline copy; the comparison matches test
+    /// answers to online connections by them), or it is copy 0, planned there, and had to take
+    /// another port (the client's was taken by another live copy, a TIME_WAIT moved it, or the
+    /// test server closed and the copy reconnected); the caller files such a record under the
+    /// client ([`crate::shadow::file_under`]). `None` for a record of no live session.
     /// Call it before [`Engine::handle_record`] (a record may end its session).
     #[must_use]
-    pub fn record_copy(&self, record: &Record) -> Option<(u16, bool)> {
+    pub fn record_copy(&self, record: &Record) -> Option<(u16, Option<SocketAddr>)> {
         let r = parse_record(record).ok()?;
         let slot = self.sh.tuples.get(&r.tuple).filter(|&slot| self.live(slot))?;
         let s = self.slots.get(slot.idx as usize)?.s.as_ref()?;
-        Some((s.copy, s.key.client == r.tuple.client))
+        let client = s.key.client.socket();
+        // On the client's own tuple (copy 0, the baseline's copy), or copy 0 planned there
+        // and moved (the flags' plan: the client's address and port).
+        let stands = r.tuple.client == s.key.client
+            || (s.copy == 0 && s.client_ip == client.ip() && s.want_port == client.port());
+        Some((s.copy, stands.then_some(client)))
     }
 
     /// Tell the engine whether at least one intercept is connected (while none is, new sessions

@@ -160,7 +160,8 @@ pub(crate) struct Session {
     pub slot: SlotRef,
     /// The copy's test server (an `Endpoint`: 19 bytes where a `SocketAddr` takes 32).
     target: Endpoint,
-    client_ip: IpAddr,
+    /// The copy's client address (the plan's: the captured client's, or a pool's).
+    pub client_ip: IpAddr,
     /// The client port the first test connection takes when free (the plan's: the captured
     /// client's, or the profile's virtual port).
     pub want_port: u16,

@@ -376,19 +376,35 @@ fn a_baseline_gets_its_own_copy_with_the_clients_address_and_port() {
     assert_eq!((st.captured_sessions_started, st.sessions_started), (1, 2));
 }
 
-/// `--compare` hands the comparison only the records of copies on the captured client's
-/// address and port: the engine says which copy a record is of, and whether it kept them.
+/// `--compare` hands the comparison only the records of copies that stand for the captured
+/// client (its address and port): the engine says which copy a record is of, and for whom.
 #[test]
-fn a_records_copy_and_whether_it_keeps_the_client() {
+fn a_records_copy_and_the_client_it_stands_for() {
     let mut h = H::new(copies(3));
     h.syn(SYN);
     let regs = registers(&h.control());
     let rec = |t: FourTuple| Record::from_packet(&build(&SYN_ACK, t.server.into(), t.client.into()), 0).unwrap().1;
     let got: Vec<_> = regs.iter().map(|&t| h.e.record_copy(&rec(t))).collect();
-    assert_eq!(got, vec![Some((0, true)), Some((1, false)), Some((2, false))]);
+    assert_eq!(got, vec![Some((0, Some(client()))), Some((1, None)), Some((2, None))]);
     let stranger = FourTuple::new(SocketAddr::from(([198, 18, 9, 9], 1234)), target());
     assert_eq!(h.e.record_copy(&rec(stranger)), None, "no session");
     assert_eq!(h.e.record_copy(&Record::default()), None, "not a packet");
+
+    // A later client whose port another copy holds: its copy 0 takes another port, and still
+    // stands for that client (the comparison files its records under it).
+    let taken = regs[1].client;
+    let later = Seg { src: Some(taken.into()), ..SYN };
+    h.syn(later);
+    let regs2 = registers(&h.control());
+    assert_eq!(regs2.len(), 3, "{regs2:?}");
+    assert_ne!(regs2[0].client, taken, "the port is taken: copy 0 moves");
+    assert_eq!(h.e.record_copy(&rec(regs2[0])), Some((0, Some(taken.into()))), "it stands for the client all the same");
+    assert_eq!(h.e.record_copy(&rec(regs[1])), Some((1, None)), "the copy holding the port does not");
+    let mut r = rec(regs2[0]);
+    crate::shadow::file_under(&mut r, taken.into());
+    let filed = common::wire::parse_tcp_headers(&r.headers).unwrap();
+    assert_eq!((filed.packet.dst, filed.packet.tcp.dst_port()), (taken.ip(), taken.port()), "filed under the client");
+    assert_eq!(filed.packet.tcp.src_port(), regs2[0].server.port(), "the rest unchanged");
 }
 
 #[test]
