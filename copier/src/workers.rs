@@ -392,8 +392,8 @@ pub const HELD: Duration = Duration::from_millis(1);
 /// pacing held back (so a session waits on the test server's answers and every record is worth
 /// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
 /// records, none of them urgent ([`Record::urgent`]: a SYN-ACK releases the requests that
-/// waited for the handshake, and such records wake the engine anyway), and sent request units that had waited over
-/// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
+/// waited for the handshake, and such records wake the engine anyway), and sent request units
+/// that had waited over [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
 /// a captured packet in the same turn may have been what released them, but a false eager
 /// only costs the wake-ups this saves, while a missed one delays paced copies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -28,8 +28,8 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, BULK_BYTES, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
-    ResponseHeaders, Role,
+    encode_records, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
+    ResponseHeaders, Role, BULK_BYTES,
 };
 
 use std::path::PathBuf;
