@@ -698,7 +698,7 @@ fn take_inbound(
     inbound: Inbound,
 ) {
     match inbound {
-        Inbound::Records { at, records: batch } => {
+        Inbound::Records { at, records: mut batch } => {
             seen.records += batch.len();
             seen.urgent |= batch.iter().any(common::proto::Record::urgent);
             match shadow {
@@ -707,7 +707,6 @@ fn take_inbound(
                     // (copy 0 and its baseline copy), filed under its address and port; asked
                     // before the engine takes the record, which may end its session
                     compared.clear();
-                    let mut batch = batch;
                     for r in &mut batch {
                         let copy = engine.record_copy(r);
                         engine.handle_record(at, r);

@@ -101,25 +101,19 @@ enum Input {
 }
 
 /// Files the record of a copy that stands for the captured `client` under it: when the copy's
-/// test tuple has another client port or address (the client's port was taken by another live
-/// copy, a TIME_WAIT moved it, or the copy reconnected after the test server closed), the
-/// record's destination becomes `client`, so that the comparison, which keys connections by the
-/// captured client, gets the copy's answers (a reconnection's SYN-ACK starts its stream again:
-/// `compare::flows`). Checksums are left as they are (nothing here checks them); a record that
-/// does not parse, or of the other family, is left alone.
+/// test tuple has another client port (the client's was taken by another live copy, a TIME_WAIT
+/// moved it, or the copy reconnected after the test server closed), the record's destination
+/// port becomes the client's, so that the comparison, which keys connections by the captured
+/// client, gets the copy's answers (a reconnection's SYN-ACK starts its stream again:
+/// `compare::flows`). Such a copy keeps the client's address (`Engine::record_copy`); a record
+/// that does not parse, or to another address, is left alone.
 pub fn file_under(record: &mut Record, client: SocketAddr) {
     let Ok(h) = parse_tcp_headers(&record.headers) else { return };
-    if h.packet.dst == client.ip() && h.packet.tcp.dst_port() == client.port() {
+    if h.packet.dst != client.ip() || h.packet.tcp.dst_port() == client.port() {
         return;
     }
     let tcp = h.packet.ip_header_len;
-    let hd = &mut record.headers;
-    match client.ip() {
-        IpAddr::V4(a) if hd[0] >> 4 == 4 => hd[16..20].copy_from_slice(&a.octets()),
-        IpAddr::V6(a) if hd[0] >> 4 == 6 => hd[24..40].copy_from_slice(&a.octets()),
-        _ => return,
-    }
-    hd[tcp + 2..tcp + 4].copy_from_slice(&client.port().to_be_bytes());
+    crate::offline::set_destination_port(&mut record.headers, tcp, client.port());
 }
 
 /// The engine threads' side of the channel.
