@@ -191,6 +191,17 @@ pub enum PacingMode {
     Off,
 }
 
+/// `--gso`: how data larger than one segment leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GsoMode {
+    /// Super-segments of up to 64K, cut into MSS-sized segments by the kernel or the NIC (an
+    /// AF_PACKET socket with a GSO header, where the route to the test server is Ethernet and
+    /// its next hop is known), else by the copier as TSO would.
+    Auto,
+    /// One MSS per segment, built and sent one by one (as before --gso).
+    Off,
+}
+
 /// The copier's command line.
 #[derive(Debug, Parser)]
 #[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES,
@@ -231,6 +242,14 @@ pub struct Args {
     /// Path MTU toward the test server: larger segments (GRO/TSO) are split to fit.
     #[arg(long, value_name = "N", default_value_t = 1500, value_parser = clap::value_parser!(u16).range(576..))]
     pub mtu: u16,
+
+    /// How data larger than one segment leaves: auto sends super-segments of up to 64K whole,
+    /// cut into --mtu sized segments by the kernel or the NIC (AF_PACKET with a GSO header) where
+    /// the route to the test server allows, and by the copier, the same way, elsewhere; off
+    /// builds and sends every segment one by one. `copier doctor` says which path each test
+    /// server gets.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = GsoMode::Auto)]
+    pub gso: GsoMode,
 
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9100).
     #[arg(long, value_name = "ADDR:PORT")]
@@ -639,6 +658,7 @@ impl Args {
             },
             baselines: self.baseline_maps.clone(),
             mtu: self.mtu,
+            gso: self.gso == GsoMode::Auto,
             client_ip,
             copies: self.copies,
             sample_percent: self.sample,
@@ -762,6 +782,7 @@ impl Args {
             capture,
             send: SendConfig {
                 mtu: self.mtu,
+                gso: self.gso == GsoMode::Auto,
                 ..SendConfig::default()
             },
             intercepts,

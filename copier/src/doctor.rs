@@ -55,6 +55,10 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "N", default_value_t = 1500)]
     pub mtu: u16,
 
+    /// The copier's --gso.
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = crate::cli::GsoMode::Auto)]
+    pub gso: crate::cli::GsoMode,
+
     /// The copier's --ring-block-size.
     #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
     pub ring_block_size: u64,
@@ -80,6 +84,7 @@ pub fn run(a: &DoctorArgs) -> Report {
     for m in &maps {
         online_service(&mut r, m);
         target(&mut r, m, a.mtu);
+        send_path(&mut r, m, a.gso);
     }
     let secret = match (&a.secret_file, a.no_secret) {
         (Some(path), false) => match common::proto::auth::load_secret(path) {
@@ -202,6 +207,43 @@ fn target(r: &mut Report, m: &PortMap, mtu: u16) {
         );
     } else {
         r.ok(item, format!("--mtu {mtu} fits {} (mtu {path})", route.dev));
+    }
+}
+
+/// Which way super-segments (`--gso`) take toward a test server: whole through AF_PACKET, or cut
+/// by the copier, and why.
+fn send_path(r: &mut Report, m: &PortMap, gso: crate::cli::GsoMode) {
+    let t = m.target;
+    let item = format!("send path toward {t}");
+    if gso == crate::cli::GsoMode::Off {
+        r.ok(item, "--gso off: every segment is built and sent one by one through the raw socket");
+        return;
+    }
+    if let Err(e) = crate::sys::PacketTx::open(1 << 16) {
+        r.warn(
+            item,
+            format!("no AF_PACKET socket with PACKET_VNET_HDR ({e}): super-segments are cut by the copier (more CPU per MB)"),
+            "run the copier with CAP_NET_RAW on a kernel with PACKET_VNET_HDR",
+        );
+        return;
+    }
+    match crate::egress::lookup(t.ip()) {
+        Ok(e) => r.ok(
+            item,
+            format!(
+                "super-segments leave whole through {} (AF_PACKET with a GSO header, next hop {}, mtu {}): the kernel or the NIC cuts them",
+                e.dev, e.next_hop, e.mtu
+            ),
+        ),
+        Err(why) if why.contains("no Ethernet address known yet") => r.ok(
+            item,
+            format!("{why}: the first copies (raw socket) make the kernel resolve it; super-segments leave whole from then on"),
+        ),
+        Err(why) => r.warn(
+            item,
+            format!("super-segments are cut by the copier: {why} (more CPU per MB)"),
+            "route the test server through an Ethernet interface (a NIC, veth or bridge) to have the kernel cut them",
+        ),
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! - `engine`: the sans-IO session table (no socket, no clock);
 //! - [`capture`] (with [`bpf`] and [`sys`]): the AF_PACKET TPACKET_V3 ring and its kernel filter;
-//! - [`send`]: raw IP_HDRINCL sockets toward the test server; [`spread`]: logs and metrics of the
+//! - [`send`]: raw IP_HDRINCL sockets toward the test server, and [`egress`]: super-segments
+//!   (`--gso`) whole through AF_PACKET with a GSO header, or cut as TSO would; [`spread`]: logs and metrics of the
 //!   test servers of a map over several;
 //! - [`control`]: the clients of the intercepts; [`routing`]: which intercept guards which test server;
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture; [`rate`]: the
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod compare_report;
 pub mod control;
 pub mod doctor;
+pub mod egress;
 pub mod engine;
 pub mod feed;
 pub mod link;

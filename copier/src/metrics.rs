@@ -100,6 +100,12 @@ pub mod names {
     pub const SEND_PACKETS_TOTAL: &str = "copier_send_packets_total";
     pub const SEND_QUEUE: &str = "copier_send_queue";
     pub const SEND_SPLIT_EXTRA_TOTAL: &str = "copier_send_split_extra_total";
+    /// Super-segments (`--gso`), by path: `whole` (AF_PACKET with a GSO header) or `cut` (by the copier).
+    pub const SEND_GSO_TOTAL: &str = "copier_send_gso_total";
+    /// Segments on the wire that the super-segments sent whole stand for.
+    pub const SEND_GSO_WIRE_SEGMENTS_TOTAL: &str = "copier_send_gso_wire_segments_total";
+    /// AF_PACKET sends of super-segments that failed (then cut by the copier).
+    pub const SEND_GSO_ERRORS_TOTAL: &str = "copier_send_gso_errors_total";
     pub const SESSIONS_ACTIVE: &str = "copier_sessions_active";
     pub const SESSIONS_COMPLETED_TOTAL: &str = "copier_sessions_completed_total";
     pub const SESSIONS_FAILED_TOTAL: &str = "copier_sessions_failed_total";
@@ -383,7 +389,19 @@ fn describe() {
     );
     describe_counter!(
         names::SEND_SPLIT_EXTRA_TOTAL,
-        "Extra packets made by splitting after EMSGSIZE"
+        "Extra packets made by splitting after EMSGSIZE, or by cutting super-segments in user space"
+    );
+    describe_counter!(
+        names::SEND_GSO_TOTAL,
+        "Super-segments (--gso) by path: whole (AF_PACKET with a GSO header, cut by the kernel or the NIC) or cut (by the copier)"
+    );
+    describe_counter!(
+        names::SEND_GSO_WIRE_SEGMENTS_TOTAL,
+        "Segments on the wire that the super-segments sent whole stand for"
+    );
+    describe_counter!(
+        names::SEND_GSO_ERRORS_TOTAL,
+        "AF_PACKET sends of super-segments that failed (the super-segment was then cut by the copier)"
     );
     describe_gauge!(names::SEND_QUEUE, "Packets waiting in the send queue");
     describe_gauge!(names::INTERCEPTS_CONNECTED, "Intercepts connected now");
@@ -518,6 +536,10 @@ pub fn export(s: &Snapshot<'_>) {
         counter!(names::SEND_DROPPED_TOTAL, "reason" => reason).absolute(v);
     }
     counter!(names::SEND_SPLIT_EXTRA_TOTAL).absolute(t.split_extra);
+    counter!(names::SEND_GSO_TOTAL, "path" => "whole").absolute(t.gso_whole);
+    counter!(names::SEND_GSO_TOTAL, "path" => "cut").absolute(t.gso_cut);
+    counter!(names::SEND_GSO_WIRE_SEGMENTS_TOTAL).absolute(t.gso_wire_segments);
+    counter!(names::SEND_GSO_ERRORS_TOTAL).absolute(t.gso_errors);
     gauge!(names::SEND_QUEUE).set(s.send_queue as f64);
 
     gauge!(names::INTERCEPTS_CONNECTED).set(s.intercepts as f64);

@@ -188,6 +188,9 @@ struct Line {
     not_copied: u64,
     sent: u64,
     sent_bytes: u64,
+    gso_whole: u64,
+    gso_wire: u64,
+    gso_cut: u64,
     retransmissions: u64,
     send_errors: u64,
     records: u64,
@@ -211,6 +214,9 @@ impl Line {
             l.not_copied += e.sessions_not_copied;
             l.sent += s.packets;
             l.sent_bytes += s.bytes;
+            l.gso_whole += s.gso_whole;
+            l.gso_wire += s.gso_wire_segments;
+            l.gso_cut += s.gso_cut;
             l.retransmissions += e.retransmissions;
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
@@ -241,6 +247,13 @@ impl Line {
             self.send_errors,
             self.records,
         )?;
+        if self.gso_whole + self.gso_cut > 0 {
+            write!(
+                f,
+                "; super-segments: {} sent whole ({} segments on the wire), {} cut by the copier",
+                self.gso_whole, self.gso_wire, self.gso_cut
+            )?;
+        }
         if self.units > 0 {
             let ms = |q: f64| match self.lag.quantile_bound(q) {
                 Some(b) if b.is_finite() => format!("<= {} ms", (b * 1e6).round() / 1e3),
@@ -815,7 +828,7 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
                 Some(t) => {
                     buf.truncate(t.len);
                     record(io, &t, &buf);
-                    io.sender.enqueue(t.tuple, t.dst, buf);
+                    io.sender.enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 }
                 None => {
                     io.sender.recycle(buf);
@@ -963,7 +976,7 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
             Some(t) => {
                 buf.truncate(t.len);
                 record(io, &t, &buf);
-                io.sender.enqueue(t.tuple, t.dst, buf);
+                io.sender.enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 if io.sender.pending() >= sys::MAX_BATCH {
                     io.sender.flush(now);
                 }

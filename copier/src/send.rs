@@ -1,7 +1,19 @@
-//! Sending the engine's packets to the test server through raw `IP_HDRINCL` sockets.
+//! Sending the engine's packets to the test server through raw `IP_HDRINCL` sockets, and its
+//! super-segments (`--gso`) whole through an `AF_PACKET` socket.
 //!
-//! Owns: one `AF_INET`/`IPPROTO_RAW` socket (and one `AF_INET6` if the host has IPv6), a bounded
-//! queue of packets waiting to go out, batching with `sendmmsg`, and what happens on a send error.
+//! Owns: one `AF_INET`/`IPPROTO_RAW` socket (and one `AF_INET6` if the host has IPv6), with
+//! `--gso` one `AF_PACKET` socket ([`crate::sys::PacketTx`]) and the way out toward each test
+//! server ([`crate::egress::Egress`], looked up at its first super-segment, again every
+//! [`PATH_REFRESH`], and after a failure every [`PATH_RETRY`]), a bounded queue of packets
+//! waiting to go out, batching with `sendmmsg`, and what happens on a send error.
+//!
+//! A super-segment (a TCP packet of several MSS, `gso_size` each) leaves whole, with a
+//! `virtio_net_hdr` that has the kernel (or the NIC) cut it as TSO cuts a client's, when the
+//! route toward its test server is an Ethernet interface whose next hop's address is known and
+//! whose MTU takes a piece; otherwise, or when the `AF_PACKET` send fails with anything but
+//! back-pressure, the sender cuts it itself the same way ([`crate::egress::cut_like_tso`]) and
+//! sends the pieces through the raw socket (counted, logged once per destination and reason).
+//!
 //! A send error never ends the process:
 //! - `EAGAIN`/`ENOBUFS` (socket buffer or qdisc full): the packet stays queued, sending backs off
 //!   (1 ms doubling to 50 ms, reset by the next success), counted;
@@ -12,10 +24,11 @@
 //!   once, counted;
 //! - anything else: dropped and logged with the session (at most one line a second), counted.
 //!
-//! Invariants: the queue holds at most `queue_cap` packets (more are dropped and counted, the
-//! engine retransmits); packets leave in the order they were queued; buffers are recycled.
+//! Invariants: the queue holds at most `queue_cap` packets, a super-segment weighing as many as
+//! the MTU-sized packets it holds (more are dropped and counted, the engine retransmits);
+//! packets leave in the order they were queued, through either socket; buffers are recycled.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsFd;
@@ -27,7 +40,17 @@ use common::wire::{
 };
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::egress::{self, Egress};
 use crate::sys;
+
+/// How long a way out toward a test server is used before it is looked up again (the next
+/// hop's Ethernet address may change).
+pub const PATH_REFRESH: Duration = Duration::from_secs(30);
+/// How long after a failed lookup (or a failed send) super-segments toward that destination
+/// are cut in user space before the path is looked up again.
+pub const PATH_RETRY: Duration = Duration::from_secs(2);
+/// Bytes that weigh one packet in the queue (see [`RawSender::pending`]).
+const WEIGHT_BYTES: usize = 1536;
 
 /// Smallest packet the splitter produces, per family (the minimum MTUs IP guarantees).
 const MIN_SPLIT_V4: usize = 576;
@@ -44,6 +67,8 @@ pub struct SendConfig {
     pub queue_cap: usize,
     /// The `--mtu` the engine cuts to (for messages only).
     pub mtu: u16,
+    /// Send super-segments whole where the path takes them (`--gso auto`).
+    pub gso: bool,
 }
 
 impl Default for SendConfig {
@@ -52,6 +77,7 @@ impl Default for SendConfig {
             sndbuf: 4 << 20,
             queue_cap: 8192,
             mtu: 1500,
+            gso: false,
         }
     }
 }
@@ -81,8 +107,17 @@ pub struct SendStats {
     pub dropped_no_socket: u64,
     /// Packets dropped because they were too big and could not be split.
     pub dropped_unsplittable: u64,
-    /// Extra packets created by splitting.
+    /// Extra packets created by splitting (super-segments cut in user space included).
     pub split_extra: u64,
+    /// Super-segments the kernel took whole through the `AF_PACKET` socket.
+    pub gso_whole: u64,
+    /// The segments those stand for on the wire.
+    pub gso_wire_segments: u64,
+    /// Super-segments cut in user space (no way out for them, or their send failed).
+    pub gso_cut: u64,
+    /// `AF_PACKET` sends that failed with anything but back-pressure (the super-segment was
+    /// then cut and sent through the raw socket).
+    pub gso_errors: u64,
 }
 
 /// What kind of send error this is, for counting and for the reaction.
@@ -252,6 +287,24 @@ struct Pending {
     dst: SockAddr,
     v6: bool,
     buf: Vec<u8>,
+    /// A super-segment to send whole: its `virtio_net_hdr` (its checksum field already holds
+    /// the pseudo-header sum) and `gso_size`.
+    gso: Option<([u8; sys::VNET_HDR_LEN], u16)>,
+}
+
+impl Pending {
+    fn weight(&self) -> usize {
+        1 + self.buf.len() / WEIGHT_BYTES
+    }
+}
+
+/// The way out toward one destination for super-segments.
+#[derive(Debug)]
+enum Path {
+    /// Found; looked up again after `until`.
+    Ready { egress: Egress, until: Instant },
+    /// None (why); looked up again after `until`.
+    Missing { why: String, until: Instant },
 }
 
 /// The raw sockets and the send queue.
@@ -263,7 +316,13 @@ pub struct RawSender {
     /// destination to ask the kernel for the route's MTU after EMSGSIZE.
     probes: [Option<Socket>; 2],
     cfg: SendConfig,
+    /// The `AF_PACKET` socket for super-segments (`--gso`), if it could be opened.
+    packet: Option<sys::PacketTx>,
+    /// The way out toward each destination of super-segments.
+    paths: HashMap<IpAddr, Path>,
     queue: VecDeque<Pending>,
+    /// The queue's weight ([`Pending::weight`] summed).
+    weight: usize,
     pool: Vec<Vec<u8>>,
     backoff: Duration,
     resume_at: Option<Instant>,
@@ -273,6 +332,7 @@ pub struct RawSender {
     other_log: LogLimit,
     perm_log: LogLimit,
     msgsize_logged: bool,
+    gso_log: LogLimit,
 }
 
 fn raw_socket(domain: Domain, cfg: &SendConfig) -> io::Result<Socket> {
@@ -303,12 +363,26 @@ impl RawSender {
             }
         };
         let probe = |d: Domain| Socket::new(d, Type::DGRAM, None).ok();
+        let packet = if cfg.gso {
+            match sys::PacketTx::open(cfg.sndbuf) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!("--gso: no AF_PACKET socket with PACKET_VNET_HDR ({e}); super-segments are cut in user space");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(RawSender {
             v4,
             v6,
             probes: [probe(Domain::IPV4), probe(Domain::IPV6)],
             cfg,
+            packet,
+            paths: HashMap::new(),
             queue: VecDeque::with_capacity(cfg.queue_cap.min(1024)),
+            weight: 0,
             pool: Vec::new(),
             backoff: Duration::ZERO,
             resume_at: None,
@@ -317,7 +391,111 @@ impl RawSender {
             other_log: LogLimit::default(),
             perm_log: LogLimit::default(),
             msgsize_logged: false,
+            gso_log: LogLimit::default(),
         })
+    }
+
+    /// Whether super-segments can leave whole at all (`--gso` and the `AF_PACKET` socket).
+    pub fn gso_capable(&self) -> bool {
+        self.packet.is_some()
+    }
+
+    /// Queue a packet of the engine: a plain one as [`RawSender::enqueue`]; a super-segment
+    /// (`gso_size` > 0) whole when the way out toward `dst` takes it, else cut in user space
+    /// into pieces of `gso_size` payload bytes as TSO would.
+    pub fn enqueue_segment(&mut self, tuple: FourTuple, dst: IpAddr, mut buf: Vec<u8>, gso_size: u16, now: Instant) {
+        if gso_size == 0 {
+            self.enqueue(tuple, dst, buf);
+            return;
+        }
+        let v6 = dst.is_ipv6();
+        if v6 && self.v6.is_none() {
+            self.stats.dropped_no_socket += 1;
+            self.recycle(buf);
+            return;
+        }
+        let headers = parse_tcp_packet(&buf).map(|p| p.ip_header_len + p.tcp.header_len()).unwrap_or(usize::MAX);
+        let fits = self.path(dst, now).is_some_and(|e| headers.saturating_add(usize::from(gso_size)) <= e.mtu as usize);
+        if fits {
+            if let Some(vnet) = egress::prepare_gso(&mut buf, gso_size) {
+                self.push_back(Pending {
+                    tuple,
+                    dst: SockAddr::from(SocketAddr::new(dst, 0)),
+                    v6,
+                    buf,
+                    gso: Some((vnet, gso_size)),
+                });
+                return;
+            }
+        }
+        self.cut_and_queue(tuple, dst, buf, gso_size, false);
+    }
+
+    /// The way out toward `dst` for super-segments, looked up when unknown or stale.
+    fn path(&mut self, dst: IpAddr, now: Instant) -> Option<&Egress> {
+        self.packet.as_ref()?;
+        let stale = match self.paths.get(&dst) {
+            None => true,
+            Some(Path::Ready { until, .. } | Path::Missing { until, .. }) => now >= *until,
+        };
+        if stale {
+            let path = match egress::lookup(dst) {
+                Ok(egress) => {
+                    if !matches!(self.paths.get(&dst), Some(Path::Ready { egress: e, .. }) if *e == egress) {
+                        tracing::info!(
+                            "--gso: super-segments toward {dst} leave whole through {} (AF_PACKET, next hop {}, mtu {})",
+                            egress.dev,
+                            egress.next_hop,
+                            egress.mtu
+                        );
+                    }
+                    Path::Ready { egress, until: now + PATH_REFRESH }
+                }
+                Err(why) => {
+                    if !matches!(self.paths.get(&dst), Some(Path::Missing { why: w, .. }) if *w == why) {
+                        tracing::info!(
+                            "--gso: super-segments toward {dst} are cut in user space for now: {why} (looked up again every {:?})",
+                            PATH_RETRY
+                        );
+                    }
+                    Path::Missing { why, until: now + PATH_RETRY }
+                }
+            };
+            self.paths.insert(dst, path);
+        }
+        match self.paths.get(&dst) {
+            Some(Path::Ready { egress, .. }) => Some(egress),
+            _ => None,
+        }
+    }
+
+    /// Cut a super-segment in user space and queue the pieces, at the front (a failed send)
+    /// or at the back.
+    fn cut_and_queue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>, gso_size: u16, front: bool) {
+        let mut pieces = Vec::new();
+        match egress::cut_like_tso(&buf, gso_size, &mut pieces) {
+            Ok(n) => {
+                self.stats.gso_cut += 1;
+                self.stats.split_extra += n.saturating_sub(1) as u64;
+                if front {
+                    let addr = SockAddr::from(SocketAddr::new(dst, 0));
+                    for b in pieces.into_iter().rev() {
+                        let p = Pending { tuple, dst: addr.clone(), v6: dst.is_ipv6(), buf: b, gso: None };
+                        self.weight += p.weight();
+                        self.queue.push_front(p);
+                    }
+                } else {
+                    for b in pieces {
+                        self.enqueue(tuple, dst, b);
+                    }
+                }
+            }
+            Err(e) => {
+                self.stats.dropped_unsplittable += 1;
+                tracing::debug!(session = %tuple, "dropping a {}-byte super-segment that cannot be cut: {e}", buf.len());
+            }
+        }
+        self.recycle(buf);
     }
 
     /// An empty buffer to fill with a packet (recycled when possible).
@@ -353,16 +531,24 @@ impl RawSender {
             dst: SockAddr::from(SocketAddr::new(dst, 0)),
             v6,
             buf,
+            gso: None,
         });
     }
 
     fn push_back(&mut self, p: Pending) {
-        if self.queue.len() >= self.cfg.queue_cap {
+        if self.weight + p.weight() > self.cfg.queue_cap {
             self.stats.dropped_queue_full += 1;
             self.recycle(p.buf);
         } else {
+            self.weight += p.weight();
             self.queue.push_back(p);
         }
+    }
+
+    fn pop_front(&mut self) -> Option<Pending> {
+        let p = self.queue.pop_front()?;
+        self.weight -= p.weight();
+        Some(p)
     }
 
     /// Split `buf` to `limit` and queue the pieces, at the front (a retry) or at the back.
@@ -385,9 +571,11 @@ impl RawSender {
                     dst: addr.clone(),
                     v6,
                     buf: b,
+                    gso: None,
                 });
                 if front {
                     for p in items.rev() {
+                        self.weight += p.weight();
                         self.queue.push_front(p);
                     }
                 } else {
@@ -415,9 +603,10 @@ impl RawSender {
             .map(|m| m as usize)
     }
 
-    /// Packets waiting.
+    /// Packets waiting, a super-segment weighing one packet per 1,536 bytes it holds (so the
+    /// engine loop's high-water mark bounds bytes as it did with MTU-sized packets).
     pub fn pending(&self) -> usize {
-        self.queue.len()
+        self.weight
     }
 
     /// When [`RawSender::flush`] should run again if packets wait out a back-off.
@@ -452,12 +641,18 @@ impl RawSender {
             self.queue.shrink_to(QUEUE_KEPT);
         }
         while let Some(front) = self.queue.front() {
+            if front.gso.is_some() {
+                if !self.send_whole(now) {
+                    return;
+                }
+                continue;
+            }
             let v6 = front.v6;
             let result = {
                 let batch: Vec<(&[u8], &SockAddr)> = self
                     .queue
                     .iter()
-                    .take_while(|p| p.v6 == v6)
+                    .take_while(|p| p.v6 == v6 && p.gso.is_none())
                     .take(sys::MAX_BATCH)
                     .map(|p| (p.buf.as_slice(), &p.dst))
                     .collect();
@@ -470,7 +665,7 @@ impl RawSender {
             match result {
                 Ok(n) => {
                     for _ in 0..n {
-                        if let Some(p) = self.queue.pop_front() {
+                        if let Some(p) = self.pop_front() {
                             self.stats.packets += 1;
                             self.stats.bytes += p.buf.len() as u64;
                             self.recycle(p.buf);
@@ -488,6 +683,81 @@ impl RawSender {
         }
     }
 
+    /// Send the super-segment at the front whole through the `AF_PACKET` socket; `false` to
+    /// stop flushing for now (back-pressure). A way out gone meanwhile, or a send that fails
+    /// otherwise, has it cut and its pieces put at the front.
+    fn send_whole(&mut self, now: Instant) -> bool {
+        let Some(p) = self.pop_front() else { return true };
+        let Some((vnet, gso_size)) = p.gso else {
+            self.push_front(p);
+            return true;
+        };
+        let Some(dst) = p.dst.as_socket().map(|s| s.ip()) else {
+            self.recycle(p.buf);
+            return true;
+        };
+        let egress = match self.paths.get(&dst) {
+            Some(Path::Ready { egress, .. }) => Some(egress),
+            _ => None,
+        };
+        let result = match (self.packet.as_ref(), egress) {
+            (Some(sock), Some(e)) => {
+                self.stats.syscalls += 1;
+                let ethertype = if p.v6 { egress::ETH_P_IPV6 } else { egress::ETH_P_IP };
+                sock.send(e.ifindex, ethertype, &vnet, &e.eth_header(p.v6), &p.buf)
+            }
+            _ => {
+                self.cut_and_queue(p.tuple, dst, p.buf, gso_size, true);
+                return true;
+            }
+        };
+        match result {
+            Ok(_) => {
+                let payload = parse_tcp_packet(&p.buf).map(|t| t.payload().len()).unwrap_or(0);
+                self.stats.packets += 1;
+                self.stats.bytes += p.buf.len() as u64;
+                self.stats.gso_whole += 1;
+                self.stats.gso_wire_segments += payload.div_ceil(usize::from(gso_size).max(1)) as u64;
+                self.backoff = Duration::ZERO;
+                self.recycle(p.buf);
+                true
+            }
+            Err(e) => match SendErrorKind::of(&e) {
+                SendErrorKind::Interrupted => {
+                    self.push_front(p);
+                    true
+                }
+                kind @ (SendErrorKind::Again | SendErrorKind::NoBufs) => {
+                    if kind == SendErrorKind::Again {
+                        self.stats.err_again += 1;
+                    } else {
+                        self.stats.err_nobufs += 1;
+                    }
+                    self.push_front(p);
+                    self.back_off(now);
+                    false
+                }
+                _ => {
+                    self.stats.gso_errors += 1;
+                    if let Some(held) = self.gso_log.allow(now) {
+                        tracing::warn!(
+                            session = %p.tuple,
+                            "--gso: sending a super-segment whole toward {dst} failed ({e}); cutting super-segments                              toward it in user space for {PATH_RETRY:?} ({held} similar failures not logged)"
+                        );
+                    }
+                    self.paths.insert(dst, Path::Missing { why: e.to_string(), until: now + PATH_RETRY });
+                    self.cut_and_queue(p.tuple, dst, p.buf, gso_size, true);
+                    true
+                }
+            },
+        }
+    }
+
+    fn push_front(&mut self, p: Pending) {
+        self.weight += p.weight();
+        self.queue.push_front(p);
+    }
+
     /// React to an error of the front packet; `false` to stop flushing for now.
     fn on_error(&mut self, now: Instant, kind: SendErrorKind, e: &io::Error) -> bool {
         match kind {
@@ -503,7 +773,7 @@ impl RawSender {
             }
             SendErrorKind::Perm => {
                 self.stats.err_perm += 1;
-                if let Some(p) = self.queue.pop_front() {
+                if let Some(p) = self.pop_front() {
                     if let Some(held) = self.perm_log.allow(now) {
                         tracing::warn!(
                             session = %p.tuple,
@@ -517,7 +787,7 @@ impl RawSender {
             }
             SendErrorKind::MsgSize => {
                 self.stats.err_msgsize += 1;
-                let Some(p) = self.queue.pop_front() else {
+                let Some(p) = self.pop_front() else {
                     return true;
                 };
                 let min = if p.v6 { MIN_SPLIT_V6 } else { MIN_SPLIT_V4 };
@@ -551,7 +821,7 @@ impl RawSender {
             }
             SendErrorKind::Other => {
                 self.stats.err_other += 1;
-                if let Some(p) = self.queue.pop_front() {
+                if let Some(p) = self.pop_front() {
                     if let Some(held) = self.other_log.allow(now) {
                         tracing::warn!(session = %p.tuple, "send of a {}-byte copy failed: {e} ({held} similar errors not logged)", p.buf.len());
                     }

@@ -2,7 +2,8 @@
 //!
 //! Owns: the `AF_PACKET` socket with its TPACKET_V3 receive ring (setup, the shared mapping,
 //! handing blocks between kernel and user space, `PACKET_STATISTICS`, `PACKET_FANOUT`),
-//! `sendmmsg`, an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex`,
+//! `sendmmsg`, the `AF_PACKET` send socket of super-segments ([`PacketTx`]: `PACKET_VNET_HDR`,
+//! `sendmsg` of a `virtio_net_hdr`, an Ethernet header and the IP packet), an `eventfd` for waking the engine thread, `ppoll`, `if_nametoindex`,
 //! `SO_SNDBUFFORCE`, glibc's `malloc_trim` and the registration of a socket with tokio for
 //! writability only.
 //!
@@ -587,6 +588,75 @@ pub fn connected_mtu(fd: BorrowedFd<'_>, v6: bool) -> io::Result<u32> {
         )
     })?;
     u32::try_from(v).map_err(|_| io::Error::other("negative MTU"))
+}
+
+/// An `AF_PACKET`/`SOCK_RAW` socket that only sends: whole Ethernet frames, each after a
+/// `virtio_net_hdr` (`PACKET_VNET_HDR`) that can ask the kernel to cut a TCP super-segment into
+/// segments (GSO) and to finish its checksum, as a virtual NIC hands its host such packets. It
+/// receives nothing (protocol 0, never bound).
+#[derive(Debug)]
+pub struct PacketTx(OwnedFd);
+
+/// Bytes of a `struct virtio_net_hdr` (without `num_buffers`).
+pub const VNET_HDR_LEN: usize = 10;
+
+impl PacketTx {
+    /// Open the socket with `PACKET_VNET_HDR` on, non-blocking, with a send buffer of `sndbuf`
+    /// bytes (forced past `wmem_max` when allowed). Needs CAP_NET_RAW.
+    pub fn open(sndbuf: usize) -> io::Result<PacketTx> {
+        // SAFETY: plain syscall; the result is checked and owned right away.
+        let raw = cvt(unsafe {
+            libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
+        })?;
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &(1 as libc::c_int))?;
+        if force_send_buffer(fd.as_fd(), sndbuf).is_err() {
+            let v = libc::c_int::try_from(sndbuf).unwrap_or(libc::c_int::MAX);
+            setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &v)?;
+        }
+        Ok(PacketTx(fd))
+    }
+
+    /// Send one frame out of interface `ifindex`: `vnet` (a `virtio_net_hdr`, host byte order
+    /// little-endian as the kernel reads it without `PACKET_VNET_HDR_SZ`), then `eth` (the
+    /// Ethernet header, whose EtherType is `ethertype`), then `packet` (the IP packet), with one
+    /// `sendmsg(MSG_DONTWAIT)`. Returns the bytes the kernel took.
+    pub fn send(
+        &self,
+        ifindex: u32,
+        ethertype: u16,
+        vnet: &[u8; VNET_HDR_LEN],
+        eth: &[u8; 14],
+        packet: &[u8],
+    ) -> io::Result<usize> {
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as libc::c_ushort;
+        sll.sll_protocol = ethertype.to_be();
+        sll.sll_ifindex = ifindex as libc::c_int;
+        sll.sll_halen = 6;
+        sll.sll_addr[..6].copy_from_slice(&eth[..6]);
+        let mut iov = [
+            libc::iovec { iov_base: vnet.as_ptr() as *mut libc::c_void, iov_len: vnet.len() },
+            libc::iovec { iov_base: eth.as_ptr() as *mut libc::c_void, iov_len: eth.len() },
+            libc::iovec { iov_base: packet.as_ptr() as *mut libc::c_void, iov_len: packet.len() },
+        ];
+        // SAFETY: msghdr is plain old data; all-zero is valid (no control data, no flags).
+        let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
+        mh.msg_name = (&mut sll as *mut libc::sockaddr_ll).cast();
+        mh.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+        mh.msg_iov = iov.as_mut_ptr();
+        mh.msg_iovlen = iov.len();
+        // SAFETY: `mh` points at `sll` and at three iovecs over buffers borrowed for the call;
+        // the kernel only reads them.
+        let ret = unsafe { libc::sendmsg(self.0.as_raw_fd(), &mh, libc::MSG_DONTWAIT) };
+        if ret < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(ret as usize)
+        }
+    }
 }
 
 /// Most messages one [`send_batch`] call passes to the kernel.

@@ -34,6 +34,11 @@ pub struct EngineConfig {
     pub baselines: Vec<PortMap>,
     /// Path MTU toward the test server; segments are cut to fit it.
     pub mtu: u16,
+    /// Emit data as super-segments of up to [`GSO_MAX_PAYLOAD`] bytes, each to be cut into
+    /// segments of the connection's MSS by the kernel or the NIC (or by the sender when the
+    /// path cannot): every `Transmit` then says its `gso_size` (`--gso`). Off: segments of one
+    /// MSS, as a client without TSO sends.
+    pub gso: bool,
     /// Rewrite client addresses into these ranges (the ranges of each target's family),
     /// sticky per real client and copy.
     pub client_ip: Option<ClientIpPool>,
@@ -218,6 +223,7 @@ impl Default for EngineConfig {
             maps: Vec::new(),
             baselines: Vec::new(),
             mtu: 1500,
+            gso: false,
             client_ip: None,
             copies: 1,
             sample_percent: 100.0,
@@ -368,6 +374,11 @@ impl EngineConfig {
     }
 }
 
+/// Most payload bytes of one super-segment (`EngineConfig::gso`): whole segments of the MSS
+/// that fit in it, so that the IP packet (at most 120 bytes of IPv6/IPv4 and TCP headers with
+/// options) stays under the 64 KiB an IP length field and the kernel's GSO take.
+pub const GSO_MAX_PAYLOAD: u32 = 65_535 - 120;
+
 /// Clamped parameters, derived once from [`EngineConfig`].
 #[derive(Debug, Clone)]
 pub(crate) struct Params {
@@ -377,6 +388,8 @@ pub(crate) struct Params {
     pub mss_v4: u16,
     /// MSS we announce over IPv6.
     pub mss_v6: u16,
+    /// Super-segments on (`EngineConfig::gso`).
+    pub gso: bool,
     pub session_timeout: Duration,
     pub max_memory: usize,
     pub per_session_cap: usize,
@@ -417,6 +430,7 @@ impl Params {
             baselines: c.baselines.clone(),
             mss_v4: (mtu - 40).max(64),
             mss_v6: mtu.saturating_sub(60).max(64),
+            gso: c.gso,
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
             max_memory: c.max_memory.max(1),
             per_session_cap: c.per_session_cap.max(1),

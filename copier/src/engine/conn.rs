@@ -82,6 +82,9 @@ impl TxCtx<'_> {
 pub(crate) struct Sent {
     pub payload: usize,
     pub retransmit: bool,
+    /// A super-segment (payload over one MSS, `Params::gso`): the MSS its pieces carry; 0 for a
+    /// plain segment.
+    pub gso_size: u16,
 }
 
 /// What a timer expiry did.

@@ -108,7 +108,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use config::{ConfigError, EngineConfig, GSO_MAX_PAYLOAD, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
@@ -216,6 +216,9 @@ pub struct Transmit {
     pub dst: IpAddr,
     /// Length of the IP packet in the buffer.
     pub len: usize,
+    /// A super-segment (`EngineConfig::gso`): the payload of each segment it stands for (the
+    /// connection's MSS), to be cut by the kernel, the NIC or the sender; 0 for a plain packet.
+    pub gso_size: u16,
     /// The copy index of its session and the captured client (`None` for the RSTs of
     /// [`Engine::close_all`]): what `--record` keeps and indexes.
     pub copy: Option<(u16, std::net::SocketAddr)>,
@@ -686,7 +689,7 @@ impl Engine {
             let st = &mut self.sh.stats;
             st.segments_sent += 1;
             st.bytes_sent += out.len() as u64;
-            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy: None });
+            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), gso_size: 0, copy: None });
         }
         while let Some(slot) = self.ready.pop_front() {
             let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
@@ -710,7 +713,7 @@ impl Engine {
                 if sent.retransmit {
                     st.retransmissions += 1;
                 }
-                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), copy });
+                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), gso_size: sent.gso_size, copy });
             }
         }
         None

@@ -1,4 +1,5 @@
-//! What a test connection sends: SYN, data within the test server's window (cut to the MSS),
+//! What a test connection sends: SYN, data within the test server's window (cut to the MSS, or
+//! with `Params::gso` in super-segments of whole MSS that say their `gso_size`),
 //! FIN, ACKs of the test server's bytes, RSTs, probes and fast retransmissions, each built
 //! whole with fresh checksums by `common::wire::TcpBuilder`.
 
@@ -34,7 +35,7 @@ impl Conn {
             };
             if let Some((seq, flags)) = rst {
                 self.emit(p, seq, flags, &[], None, out);
-                return Some(Sent { payload: 0, retransmit: false });
+                return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
             }
         }
         match self.state {
@@ -55,7 +56,7 @@ impl Conn {
                     self.rtt_probe = Some((self.snd_nxt, Stamp::of(now)));
                 }
                 self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                Some(Sent { payload: 0, retransmit })
+                Some(Sent { payload: 0, retransmit, gso_size: 0 })
             }
             State::Established => self.poll_established(now, p, tx, out),
             State::Linger => {
@@ -63,7 +64,7 @@ impl Conn {
                     return None;
                 }
                 self.emit_ack(p, tx.tsval, out);
-                Some(Sent { payload: 0, retransmit: false })
+                Some(Sent { payload: 0, retransmit: false, gso_size: 0 })
             }
         }
     }
@@ -76,7 +77,7 @@ impl Conn {
             self.emit(p, self.snd_una.sub(1), TcpFlags::ACK, &[], tx.tsval, out);
             self.acked_rcv = self.rcv_nxt;
             self.ack_due = false;
-            return Some(Sent { payload: 0, retransmit: false });
+            return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
         }
         if self.fast_rexmit {
             self.fast_rexmit = false;
@@ -93,7 +94,7 @@ impl Conn {
             let room = self.snd_una.add(wnd).diff(seq);
             if room > 0 {
                 let avail = tx.limit.diff(seq) as u32;
-                let n = avail.min(room as u32).min(self.mss) as usize;
+                let n = avail.min(room as u32).min(self.max_payload(p)) as usize;
                 let off = seq.diff(tx.base) as usize;
                 let data = tx.data;
                 if let Some(payload) = data.get(off, n, &mut tx.scratch).filter(|b| b.len() == n) {
@@ -112,7 +113,8 @@ impl Conn {
                         self.rtt_probe = Some((end, Stamp::of(now)));
                     }
                     self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                    return Some(Sent { payload: n, retransmit });
+                    let gso_size = if n as u32 > self.mss { self.mss as u16 } else { 0 };
+                    return Some(Sent { payload: n, retransmit, gso_size });
                 }
             }
         }
@@ -126,14 +128,24 @@ impl Conn {
                 self.acked_rcv = self.rcv_nxt;
                 self.ack_due = false;
                 self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                return Some(Sent { payload: 0, retransmit });
+                return Some(Sent { payload: 0, retransmit, gso_size: 0 });
             }
         }
         if self.ack_due || (self.acked_rcv != self.rcv_nxt && self.ack_at.is_none()) {
             self.emit_ack(p, tx.tsval, out);
-            return Some(Sent { payload: 0, retransmit: false });
+            return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
         }
         None
+    }
+
+    /// Most payload of one data segment: one MSS, or with `Params::gso` as many whole MSS as a
+    /// super-segment holds (the kernel or the NIC cuts it as TSO cuts a client's).
+    fn max_payload(&self, p: &Params) -> u32 {
+        if p.gso {
+            (crate::engine::config::GSO_MAX_PAYLOAD / self.mss).max(1) * self.mss
+        } else {
+            self.mss
+        }
     }
 
     /// Fast retransmit: the first unacknowledged segment (or our FIN), leaving `snd_nxt`.
@@ -144,7 +156,7 @@ impl Conn {
         }
         if self.fin_sent == Some(seq) {
             self.emit(p, seq, TcpFlags::FIN | TcpFlags::ACK, &[], tx.tsval, out);
-            return Some(Sent { payload: 0, retransmit: true });
+            return Some(Sent { payload: 0, retransmit: true, gso_size: 0 });
         }
         let end = self.fin_sent.unwrap_or(self.snd_max).min(self.snd_max);
         let n = (end.diff(seq).max(0) as u32).min(self.mss) as usize;
@@ -157,7 +169,7 @@ impl Conn {
         self.emit(p, seq, TcpFlags::ACK, payload, tx.tsval, out);
         self.acked_rcv = self.rcv_nxt;
         self.ack_due = false;
-        Some(Sent { payload: n, retransmit: true })
+        Some(Sent { payload: n, retransmit: true, gso_size: 0 })
     }
 
     fn emit_ack(&mut self, p: &Params, tsval: Option<u32>, out: &mut Vec<u8>) {

@@ -154,6 +154,34 @@ fn super_segments_are_cut_to_the_mtu() {
 }
 
 #[test]
+fn with_gso_data_leaves_in_super_segments_of_whole_mss() {
+    let mut h = H::new(EngineConfig { mtu: 1500, gso: true, ..cfg() });
+    h.establish();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    for (i, c) in big.chunks(50_000).enumerate() {
+        h.cap(data(i as u32 * 50_000, 0, c));
+    }
+    let mut out = h.out();
+    // The SYN-ACK's window (65535, no scaling) bounds what is in flight: one super-segment of
+    // 44 MSS (64,240 bytes) and a tail that fills the window.
+    assert_eq!(out.iter().map(|o| o.payload.len()).collect::<Vec<_>>(), vec![44 * 1460, 65535 - 44 * 1460]);
+    assert_eq!(out[0].gso_size, 1460, "a super-segment says the MSS of its pieces");
+    assert_eq!(out[1].gso_size, 0, "one MSS or less: a plain segment");
+    assert!(out[0].len <= 65535);
+    // Acknowledged, the rest leaves the same way; the stream is whole and in order.
+    let mut acked = 65535u32;
+    while (acked as usize) < big.len() {
+        h.rec(Seg { window: 65535, ..resp(0, acked, 0) });
+        let more = h.out();
+        assert!(!more.is_empty());
+        assert!(more.iter().all(|o| o.payload.len() <= 44 * 1460 && (o.gso_size == 0) == (o.payload.len() <= 1460)));
+        acked = more.iter().map(|o| o.seq.wrapping_sub(CISN + 1) + o.payload.len() as u32).max().unwrap();
+        out.extend(more);
+    }
+    assert_eq!(stream_of(&out, CISN + 1), big);
+}
+
+#[test]
 fn unacked_data_is_retransmitted_with_backoff() {
     let mut h = H::default();
     h.establish();

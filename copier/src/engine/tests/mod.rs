@@ -116,6 +116,8 @@ pub(super) struct Out {
     pub sack_permitted: bool,
     pub payload: Vec<u8>,
     pub len: usize,
+    /// `Transmit::gso_size`.
+    pub gso_size: u16,
 }
 
 impl Out {
@@ -287,6 +289,7 @@ impl H {
                 sack_permitted,
                 payload: p.payload().to_vec(),
                 len: self.buf.len(),
+                gso_size: t.gso_size,
             });
         }
         v
