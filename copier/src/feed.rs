@@ -192,6 +192,11 @@ impl Feed {
     pub fn queued_bytes(&self) -> usize {
         lock(&self.shared.queue).bytes
     }
+
+    /// The most bytes the queue holds ([`FeedConfig::max_bytes`]).
+    pub fn max_bytes(&self) -> usize {
+        self.shared.max_bytes
+    }
 }
 
 impl Drop for Feed {

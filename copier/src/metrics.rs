@@ -114,6 +114,8 @@ pub mod names {
     pub const SESSIONS_NOT_COPIED_TOTAL: &str = "copier_sessions_not_copied_total";
     pub const SESSIONS_SAMPLED_OUT_TOTAL: &str = "copier_sessions_sampled_out_total";
     pub const SESSIONS_SHED_TOTAL: &str = "copier_sessions_shed_total";
+    /// Sessions not copied at all because the copier was behind when they started, by reason.
+    pub const SESSIONS_SHED_OVERLOAD_TOTAL: &str = "copier_sessions_shed_overload_total";
     pub const SESSIONS_STARTED_TOTAL: &str = "copier_sessions_started_total";
     pub const SYN_PORT_MOVES_TOTAL: &str = "copier_syn_port_moves_total";
     pub const SYN_TIME_WAIT_RESETS_TOTAL: &str = "copier_syn_time_wait_resets_total";
@@ -392,6 +394,10 @@ fn describe() {
         "Extra packets made by splitting after EMSGSIZE, or by cutting super-segments in user space"
     );
     describe_counter!(
+        names::SESSIONS_SHED_OVERLOAD_TOTAL,
+        "Captured sessions not copied at all because the copier was behind when they started (capture_backlog, kernel_drops): each session is copied whole or not at all"
+    );
+    describe_counter!(
         names::SEND_GSO_TOTAL,
         "Super-segments (--gso) by path: whole (AF_PACKET with a GSO header, cut by the kernel or the NIC) or cut (by the copier)"
     );
@@ -481,6 +487,9 @@ pub fn export(s: &Snapshot<'_>) {
     }
     counter!(names::SESSIONS_NOT_COPIED_TOTAL).absolute(e.sessions_not_copied);
     counter!(names::SESSIONS_SHED_TOTAL).absolute(e.sessions_shed);
+    for (reason, v) in e.sessions_shed_overload.iter() {
+        counter!(names::SESSIONS_SHED_OVERLOAD_TOTAL, "reason" => reason).absolute(v);
+    }
     gauge!(names::SYNS_PENDING).set(e.syns_pending as f64);
     for (reason, v) in e.syns_incomplete.iter() {
         counter!(names::SYNS_INCOMPLETE_TOTAL, "reason" => reason).absolute(v);

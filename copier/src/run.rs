@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use crate::capture::CaptureStats;
 use crate::feed::Feed;
 use crate::control::{RegEvent, Registry};
-use crate::engine::{Engine, EngineConfig, EngineStats};
+use crate::engine::{Engine, EngineConfig, EngineStats, OverloadReason};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
@@ -72,6 +72,10 @@ const SEND_HIGH_WATER: usize = 4096;
 const OFFLINE_PER_TURN: usize = 1024;
 /// Shortest interval between two warnings about shedding (sessions or pending SYNs).
 const SHED_LOG_EVERY: Duration = Duration::from_secs(10);
+/// After the kernel dropped captured packets, the copier counts as behind this long (no new
+/// session starts), so the capacity goes to the sessions it copies.
+pub const OVERLOAD_AFTER_DROPS: Duration = Duration::from_secs(2);
+
 /// Longest time spent sending the RSTs of [`Engine::close_all`] when the loop ends.
 pub const SHUTDOWN_FLUSH: Duration = Duration::from_secs(1);
 /// How long the Unregisters of ended sessions may wait to be applied to the registry (and so
@@ -191,6 +195,7 @@ struct Line {
     gso_whole: u64,
     gso_wire: u64,
     gso_cut: u64,
+    shed_overload: crate::engine::ShedCounts,
     retransmissions: u64,
     send_errors: u64,
     records: u64,
@@ -217,6 +222,7 @@ impl Line {
             l.gso_whole += s.gso_whole;
             l.gso_wire += s.gso_wire_segments;
             l.gso_cut += s.gso_cut;
+            l.shed_overload.merge(&e.sessions_shed_overload);
             l.retransmissions += e.retransmissions;
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
@@ -247,6 +253,15 @@ impl Line {
             self.send_errors,
             self.records,
         )?;
+        if self.shed_overload.total() > 0 {
+            write!(
+                f,
+                "; {} session(s) not copied because the copier was behind ({} for a capture backlog, {} after kernel drops)",
+                self.shed_overload.total(),
+                self.shed_overload.capture_backlog,
+                self.shed_overload.kernel_drops
+            )?;
+        }
         if self.gso_whole + self.gso_cut > 0 {
             write!(
                 f,
@@ -387,6 +402,11 @@ struct State {
     /// When the engine last gave a Register (its verdict and then its handshake come on the
     /// links, and the connection's first segment waits for them).
     last_register: Option<Instant>,
+    /// Kernel drops as last seen by [`overload_turn`], and when they last grew.
+    overload_drops: u64,
+    drops_grew_at: Option<Instant>,
+    /// When the copier last said it was behind (logged at most every [`SHED_LOG_EVERY`]).
+    overload_log_at: Option<Instant>,
 }
 
 /// Run the loop until `io.stop` is set. `config` and `seed` build the engine (again after a
@@ -420,6 +440,9 @@ pub fn run_engine_loop(
         link_buf: if io.desk.is_some() { vec![0; crate::link::READ_CHUNK] } else { Vec::new() },
         link_rest: None,
         last_register: None,
+        overload_drops: 0,
+        drops_grew_at: None,
+        overload_log_at: None,
     };
     let mut fatal = None;
     loop {
@@ -559,6 +582,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
     };
     let now = if fed > 0 { Instant::now() } else { now };
+    overload_turn(engine, io, st, now);
 
     if engine.poll_timeout().is_some_and(|t| t <= now) {
         engine.handle_timeout(now);
@@ -805,6 +829,65 @@ fn link_rest(rest: Duration, waits: bool, got: bool, until: Option<Instant>, now
     until.filter(|&t| now < t)
 }
 
+/// Whether the copier is behind, from what the capture holds for the engine (`backlog` of at
+/// most `max` bytes) and when the kernel last dropped captured packets: behind after drops for
+/// [`OVERLOAD_AFTER_DROPS`], or while over a quarter of the capture's room waits; once behind,
+/// until under a sixteenth waits (so that it does not flap at the edge).
+pub fn overload_of(backlog: usize, max: usize, drops_at: Option<Instant>, was: Option<OverloadReason>, now: Instant) -> Option<OverloadReason> {
+    if drops_at.is_some_and(|t| now < t + OVERLOAD_AFTER_DROPS) {
+        return Some(OverloadReason::KernelDrops);
+    }
+    if backlog.saturating_mul(4) > max {
+        return Some(OverloadReason::CaptureBacklog);
+    }
+    if was.is_some() && backlog.saturating_mul(16) > max {
+        return Some(OverloadReason::CaptureBacklog);
+    }
+    None
+}
+
+/// Tell the engine whether the copier keeps up (live capture only): while it is behind, no
+/// new session starts, so that the sessions it copies keep the capacity and are copied whole
+/// (see [`Engine::set_overload`]). Says so in the log when it starts (at most every
+/// [`SHED_LOG_EVERY`]) and ends.
+fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant) {
+    let Source::Live(feed) = &io.source else { return };
+    let drops = feed.stats().kernel_drops;
+    if drops > st.overload_drops {
+        st.overload_drops = drops;
+        st.drops_grew_at = Some(now);
+    }
+    let was = engine.overloaded();
+    let why = overload_of(feed.queued_bytes(), feed.max_bytes(), st.drops_grew_at, was, now);
+    if why == was {
+        return;
+    }
+    engine.set_overload(now, why);
+    let shed = engine.stats().sessions_shed_overload.clone();
+    match why {
+        Some(why) if was.is_none() && st.overload_log_at.is_none_or(|t| now >= t + SHED_LOG_EVERY) => {
+            st.overload_log_at = Some(now);
+            let what = match why {
+                OverloadReason::KernelDrops => "the kernel dropped captured packets".to_string(),
+                OverloadReason::CaptureBacklog => {
+                    format!("{} KiB of captured packets wait for the engine", feed.queued_bytes() >> 10)
+                }
+            };
+            tracing::warn!(
+                "the copier is behind ({what}): new sessions are not copied until it catches up, so the ones it copies                  stay whole (copier_sessions_shed_overload_total; {} left out so far)",
+                shed.total()
+            );
+        }
+        None => tracing::info!(
+            "the copier caught up: new sessions are copied again ({} left out so far: {} for a capture backlog, {} after kernel drops)",
+            shed.total(),
+            shed.capture_backlog,
+            shed.kernel_drops
+        ),
+        _ => {}
+    }
+}
+
 /// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.
 fn held_units(e: &EngineStats) -> u64 {
     let first = crate::engine::LAG_BOUNDS.partition_point(|&b| b < crate::workers::HELD.as_secs_f64()) + 1;
@@ -1028,6 +1111,23 @@ mod tests {
             elapsed: Duration::from_secs(2),
             offline: None,
         }
+    }
+
+    #[test]
+    fn behind_on_a_backlog_or_after_drops_with_hysteresis() {
+        let t0 = Instant::now();
+        let max = 1600;
+        let backlog = Some(OverloadReason::CaptureBacklog);
+        assert_eq!(overload_of(0, max, None, None, t0), None);
+        assert_eq!(overload_of(400, max, None, None, t0), None, "a quarter is still fine");
+        assert_eq!(overload_of(401, max, None, None, t0), backlog);
+        // Once behind, until under a sixteenth.
+        assert_eq!(overload_of(101, max, None, backlog, t0), backlog);
+        assert_eq!(overload_of(100, max, None, backlog, t0), None);
+        // Kernel drops: behind for OVERLOAD_AFTER_DROPS whatever the backlog.
+        let drops = Some(OverloadReason::KernelDrops);
+        assert_eq!(overload_of(0, max, Some(t0), None, t0 + Duration::from_millis(1999)), drops);
+        assert_eq!(overload_of(0, max, Some(t0), drops, t0 + OVERLOAD_AFTER_DROPS), None);
     }
 
     #[test]

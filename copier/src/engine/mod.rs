@@ -112,7 +112,7 @@ pub use config::{ConfigError, EngineConfig, GSO_MAX_PAYLOAD, PortMap, PortShare,
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
-pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, SynCounts, SynEnd, LAG_BOUNDS};
+pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
 use config::Params;
@@ -163,6 +163,11 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
         + 4 * std::mem::size_of::<FourTuple>()
         + std::mem::size_of::<(FourTuple, u16)>())
     + std::mem::size_of::<Reverse<(Stamp, u32, u32)>>();
+
+/// Most captured sessions remembered as left out for overload (`Engine::set_overload`); past
+/// it the oldest is forgotten, and its later packets could start a mid-stream session (which
+/// copies only whole requests after a request boundary).
+pub const MAX_SHED_KEYS: usize = 65_536;
 
 /// What one captured SYN waiting for its handshake costs against `max_memory`: its table
 /// entry (twice, as above) and two places in the expiry queue.
@@ -249,6 +254,14 @@ pub struct Engine {
     shutdown_unreg: Vec<FourTuple>,
     /// Captured SYNs waiting for their handshake (see "Handshakes first").
     pending: HashMap<FourTuple, PendingSyn, FastHash>,
+    /// Why the copier is behind, while it is (`set_overload`): no session starts meanwhile.
+    overload: Option<OverloadReason>,
+    /// Captured sessions left out because the copier was behind when they started: their later
+    /// packets are dropped too (`drops.overload`), so a session is copied whole or not at all.
+    /// Forgotten at a new SYN on the tuple, after `session_timeout`, or past [`MAX_SHED_KEYS`]
+    /// (oldest first; with the FIFO of when each was left out).
+    shed_keys: HashMap<FourTuple, Instant, FastHash>,
+    shed_fifo: VecDeque<(Instant, FourTuple)>,
     /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
     /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
     pending_fifo: VecDeque<(Instant, FourTuple)>,
@@ -315,6 +328,9 @@ impl Engine {
             shutdown_tx: VecDeque::new(),
             shutdown_unreg: Vec::new(),
             pending: HashMap::with_hasher(hash),
+            overload: None,
+            shed_keys: HashMap::with_hasher(hash),
+            shed_fifo: VecDeque::new(),
             pending_fifo: VecDeque::new(),
             intercepts: 1,
             refusals: VecDeque::new(),
@@ -388,9 +404,27 @@ impl Engine {
             }
             self.group_detach(&c.key);
         }
+        if self.shed_keys.contains_key(&c.key) {
+            if syn {
+                // The client starts over on this port: a new session, copied if the copier
+                // keeps up by the end of its handshake.
+                self.shed_keys.remove(&c.key);
+            } else {
+                self.sh.stats.drops.overload += 1;
+                return;
+            }
+        }
         if syn {
             self.hold_syn(now, &c);
             self.check_memory(now);
+            return;
+        }
+        if let Some(why) = self.overload {
+            // Behind: no session starts (whole or not at all); a pending SYN goes with it.
+            if self.pending.remove(&c.key).is_some() {
+                self.sh.stats.syns_pending = self.pending.len() as u64;
+            }
+            self.shed_for_overload(now, c.key, why);
             return;
         }
         if let Some(p) = self.pending.get(&c.key).copied() {
@@ -416,6 +450,53 @@ impl Engine {
         let baseline = self.sh.p.baseline_for(&map);
         self.new_session(now, &c, map, baseline, Start::Midstream);
         self.check_memory(now);
+    }
+
+    /// The I/O layer's view of whether the copier keeps up: `Some(why)` while it is behind
+    /// (captured packets wait long for the engine, or the kernel dropped some), `None` once it
+    /// caught up. While behind, no new session starts: a captured session whose handshake
+    /// completes (or that is caught mid-stream) meanwhile is not copied at all, and its later
+    /// packets are dropped too (`EngineStats::sessions_shed_overload`, `drops.overload`);
+    /// sessions already being copied go on, so the capacity left goes to them.
+    pub fn set_overload(&mut self, now: Instant, why: Option<OverloadReason>) {
+        self.overload = why;
+        self.expire_shed(now);
+    }
+
+    /// Whether the copier is behind (`set_overload`).
+    pub fn overloaded(&self) -> Option<OverloadReason> {
+        self.overload
+    }
+
+    fn shed_for_overload(&mut self, now: Instant, key: FourTuple, why: OverloadReason) {
+        self.sh.stats.drops.overload += 1;
+        self.sh.stats.sessions_shed_overload.add(why, 1);
+        self.expire_shed(now);
+        while self.shed_keys.len() >= MAX_SHED_KEYS {
+            let Some((_, k)) = self.shed_fifo.pop_front() else { break };
+            self.shed_keys.remove(&k);
+        }
+        self.shed_keys.insert(key, now);
+        self.shed_fifo.push_back((now, key));
+    }
+
+    /// Forget the sessions left out longer than `session_timeout` ago (entries of keys
+    /// forgotten or left out again since are skipped).
+    fn expire_shed(&mut self, now: Instant) {
+        let timeout = self.sh.p.session_timeout;
+        while let Some(&(at, k)) = self.shed_fifo.front() {
+            if now.saturating_duration_since(at) < timeout {
+                break;
+            }
+            self.shed_fifo.pop_front();
+            if self.shed_keys.get(&k) == Some(&at) {
+                self.shed_keys.remove(&k);
+            }
+        }
+        if self.shed_keys.is_empty() && self.shed_fifo.capacity() > 1024 {
+            self.shed_fifo = VecDeque::new();
+            self.shed_keys.shrink_to_fit();
+        }
     }
 
     /// Keep a captured SYN until its handshake completes (a retransmission refreshes it, a

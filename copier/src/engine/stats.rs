@@ -179,6 +179,35 @@ reasons! {
     /// Test tuples the intercepts refused to guard: the session each belonged to failed
     /// (`registration_refused`) and nothing of it was sent on that tuple.
     RegistrationRefused => registration_refused,
+    /// Packets of sessions not copied because the copier was behind when they started
+    /// (`Engine::set_overload`): the whole session is left out, never a part of it.
+    Overload => overload,
+}
+
+reasons! {
+    /// Why the copier was behind when it left a new session out (`Engine::set_overload`).
+    enum OverloadReason;
+    /// Sessions not copied because the copier was behind when they started, by why.
+    struct ShedCounts;
+    /// Captured packets waited for the engine beyond a quarter of what the capture holds.
+    CaptureBacklog => capture_backlog,
+    /// The kernel dropped captured packets lately (the capture ring overflowed).
+    KernelDrops => kernel_drops,
+}
+
+impl ShedCounts {
+    /// Every session left out.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.iter().map(|(_, v)| v).sum()
+    }
+
+    /// Add another worker's counts.
+    pub fn merge(&mut self, o: &ShedCounts) {
+        for &r in OverloadReason::ALL {
+            self.add(r, o.get(r));
+        }
+    }
 }
 
 /// Everything the engine counts.
@@ -237,6 +266,9 @@ pub struct EngineStats {
     /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`; pending
     /// SYNs shed for it are in `syns_incomplete.shed`).
     pub sessions_shed: u64,
+    /// Sessions not copied at all because the copier was behind when they started
+    /// (`Engine::set_overload`), by why; their packets are in `drops.overload`.
+    pub sessions_shed_overload: ShedCounts,
     /// Captured SYNs waiting for the client's handshake ACK now (a gauge).
     pub syns_pending: u64,
     /// Captured SYNs whose handshake never completed, by what ended them.

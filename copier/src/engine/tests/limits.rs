@@ -182,3 +182,36 @@ fn tables_shrink_after_a_peak_of_sessions() {
         assert!(!h.e.live(crate::engine::SlotRef { idx: i, gen: 0 }));
     }
 }
+
+#[test]
+fn behind_no_session_starts_and_a_left_out_one_stays_out_whole() {
+    use crate::engine::OverloadReason;
+    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    // A session copied before the overload goes on.
+    let old = from_port(1001);
+    h.cap(Seg { src: old, ..SYN });
+    h.cap(Seg { src: old, ..HS_ACK });
+    assert_eq!(h.out().len(), 1, "the first session's SYN");
+    h.e.set_overload(h.now, Some(OverloadReason::CaptureBacklog));
+    assert_eq!(h.e.overloaded(), Some(OverloadReason::CaptureBacklog));
+    // A session whose handshake completes while behind is left out, with its data.
+    h.cap(SYN);
+    h.cap(HS_ACK);
+    h.cap(data(0, 0, b"POST /upload HTTP/1.1\r\nContent-Length: 10\r\n\r\n01234"));
+    assert!(h.out().is_empty(), "nothing of it is sent");
+    // Caught up: the rest of the left-out session is not copied either (no part of a session).
+    h.e.set_overload(h.now, None);
+    h.cap(data(48, 0, b"56789"));
+    h.cap(data(53, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    assert!(h.out().is_empty(), "the left-out session stays out");
+    let s = h.e.stats();
+    assert_eq!(s.sessions_shed_overload.capture_backlog, 1);
+    assert_eq!(s.drops.overload, 4, "its handshake ACK and three data segments");
+    assert_eq!(s.sessions_started, 1, "only the one copied before");
+    // The client starts over on that port: a new session, copied.
+    h.cap(Seg { seq: CISN + 5000, ..SYN });
+    h.cap(Seg { seq: CISN + 5001, ..HS_ACK });
+    let out = h.out();
+    assert!(out.iter().any(|o| o.has(TcpFlags::SYN) && o.tuple.client.port() == 40000), "{out:?}");
+    assert_eq!(h.e.stats().sessions_started, 2);
+}
