@@ -554,6 +554,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     }
     let linked = read_links(engine, io, st, &mut seen, now);
 
+    // Before taking captured packets, so that a backlog found now already keeps the sessions
+    // in it from starting.
+    overload_turn(engine, io, st, now);
     let fed = match &mut io.source {
         Source::Live(capture) => {
             // A few batches per turn, so a flood cannot starve records, timers and sending.
@@ -858,7 +861,18 @@ fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant)
         st.drops_grew_at = Some(now);
     }
     let was = engine.overloaded();
-    let why = overload_of(feed.queued_bytes(), feed.max_bytes(), st.drops_grew_at, was, now);
+    let backlog = feed.queued_bytes();
+    let why = overload_of(backlog, feed.max_bytes(), st.drops_grew_at, was, now);
+    if let Some(why) = why {
+        // Far behind (half the capture's room waits, or packets were lost): the sessions that
+        // have sent nothing yet go too, before the kernel drops packets of the others.
+        if backlog.saturating_mul(2) > feed.max_bytes() || why == OverloadReason::KernelDrops {
+            let n = engine.give_up_unsent(now, why);
+            if n > 0 {
+                tracing::debug!("far behind ({} KiB wait): gave up {n} session(s) that had sent nothing yet", backlog >> 10);
+            }
+        }
+    }
     if why == was {
         return;
     }

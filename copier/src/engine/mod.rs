@@ -463,6 +463,23 @@ impl Engine {
         self.expire_shed(now);
     }
 
+    /// The copier is far behind: give up every session none of whose bytes has left yet
+    /// (newly started ones, whose data still waits in the capture behind the others'), failed
+    /// as `overload` and counted in `sessions_shed_overload` too, so that the engine gets
+    /// through the backlog sooner (their later packets are dropped as `after_close`) and the
+    /// sessions it is copying keep their bytes. Nothing of a session given up reached the test
+    /// server. Returns how many were given up.
+    pub fn give_up_unsent(&mut self, now: Instant, why: OverloadReason) -> usize {
+        let idle: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&i| self.slots[i as usize].s.as_ref().is_some_and(Session::sent_nothing))
+            .collect();
+        for &i in &idle {
+            self.with_session(i, now, |s, sh| s.finish(sh, now, Some(FailReason::Overload)));
+        }
+        self.sh.stats.sessions_shed_overload.add(why, idle.len() as u64);
+        idle.len()
+    }
+
     /// Whether the copier is behind (`set_overload`).
     pub fn overloaded(&self) -> Option<OverloadReason> {
         self.overload

@@ -800,6 +800,15 @@ impl Session {
         self.sweep(sh);
     }
 
+    /// Whether none of the client's bytes has left toward the test server yet (a connection
+    /// at most sent its SYN): failed now, the session leaves nothing there (a server logs no
+    /// request for a connection that carried none).
+    pub(crate) fn sent_nothing(&self) -> bool {
+        self.phase == Phase::Active
+            && self.old.iter().all(|c| c.snd_max.diff(c.iss) <= 1)
+            && self.cur.as_ref().is_none_or(|c| c.snd_max.diff(c.iss) <= 1)
+    }
+
     /// `c` closes beside the current connection (or after the session).
     fn retire(&mut self, c: Conn) {
         self.old.push(c);

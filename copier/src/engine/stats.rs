@@ -97,6 +97,9 @@ reasons! {
     Superseded => superseded,
     /// The copier stopped ([`crate::engine::Engine::close_all`]).
     Shutdown => shutdown,
+    /// Given up while the copier was far behind, before any of its bytes had been sent
+    /// ([`crate::engine::Engine::give_up_unsent`]): nothing of it reached the test server.
+    Overload => overload,
     /// A new connection was needed and every test 4-tuple it could use was taken.
     NoTuple => no_tuple,
     /// Every connected intercept refused to guard one of its test tuples (the port or family

@@ -215,3 +215,24 @@ fn behind_no_session_starts_and_a_left_out_one_stays_out_whole() {
     assert!(out.iter().any(|o| o.has(TcpFlags::SYN) && o.tuple.client.port() == 40000), "{out:?}");
     assert_eq!(h.e.stats().sessions_started, 2);
 }
+
+#[test]
+fn far_behind_the_sessions_that_sent_nothing_are_given_up() {
+    use crate::engine::OverloadReason;
+    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    // One session sends its request; another has only sent its SYN (no SYN-ACK record yet).
+    h.establish();
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    assert!(h.out().iter().any(|o| !o.payload.is_empty()));
+    let young = from_port(1001);
+    h.cap(Seg { src: young, ..SYN });
+    h.cap(Seg { src: young, ..HS_ACK });
+    h.cap(Seg { src: young, ..data(0, 0, b"POST /upload HTTP/1.1\r\n") });
+    assert!(h.out().iter().all(|o| o.payload.is_empty()), "only its SYN");
+    assert_eq!(h.e.give_up_unsent(h.now, OverloadReason::CaptureBacklog), 1);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.overload, s.sessions_shed_overload.capture_backlog, s.sessions_active), (1, 1, 1));
+    // Nothing more of it is sent (a RST for its SYN at most); the other goes on.
+    assert!(h.out().iter().all(|o| o.payload.is_empty() && o.tuple.client.port() == 1001));
+    assert_eq!(h.e.give_up_unsent(h.now, OverloadReason::CaptureBacklog), 0);
+}
