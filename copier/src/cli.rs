@@ -261,6 +261,13 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
     pub max_memory: u64,
 
+    /// Most bytes one session may hold that its copy has not sent yet (a large upload that
+    /// arrives faster than the test server takes it); over it the session fails (buffer_cap)
+    /// and the test server gets its request cut short: raise it for bulk uploads (at most
+    /// --max-memory).
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    pub session_buffer: u64,
+
     /// Most sessions in the table at once (per worker); more are not copied (counted as
     /// copier_packets_dropped_total{reason="table_full"}). The default fits the default
     /// --max-memory.
@@ -663,6 +670,7 @@ impl Args {
             copies: self.copies,
             sample_percent: self.sample,
             session_timeout: self.session_timeout,
+            per_session_cap: usize::try_from(self.session_buffer).unwrap_or(usize::MAX).max(64 << 10),
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
