@@ -102,7 +102,7 @@ fn copied_whole_or_left_out(lab: &mut Lab, c: &mut Copying, n: usize) -> String 
     let test = lab::setup::fingerprints(&c.test().requests().unwrap());
     let shed = metric_sum(&m, "copier_sessions_shed_overload_total", &[]);
     let drops = metric_sum(&m, "copier_kernel_drops_total", &[]);
-    println!("{} of {n} uploads copied whole, {shed} sessions left out, {drops} kernel drops\n{log}", test.len());
+    println!("{} of {n} uploads reached the test server, {shed} sessions left out, {drops} kernel drops\n{log}", test.len());
     let cut: Vec<&String> = test.keys().filter(|k| !online.contains_key(*k)).collect();
     assert!(cut.is_empty(), "uploads reached the test server cut short: {cut:?}\nonline: {online:?}\n{log}");
     assert!(!test.is_empty(), "no upload copied:\n{log}");
