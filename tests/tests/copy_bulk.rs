@@ -124,12 +124,13 @@ fn gso_off_cuts_in_user_space_and_uploads_still_arrive_whole() {
 
 #[test]
 fn overloaded_copier_leaves_sessions_out_whole_and_counts_them() {
-    // A small capture (2 MiB ring, and as much waiting for the engine) and uploads that start
-    // one after another while the first ones flood it: the copier falls behind on purpose.
+    // A smaller capture (16 MiB ring, and as much waiting for the engine) and eight uploads
+    // that start 0.2 s apart while the first ones flood it: the copier falls behind on purpose.
+    // (--session-buffer holds a whole 20 MB body: a copy over its buffer cap is cut short.)
     // Whatever it could not copy must be left out whole: every upload the test server got is
     // the online one, byte for byte, and the ones left out are counted.
     let Some(mut lab) = lab_or_skip("overloaded_copier_leaves_sessions_out_whole_and_counts_them") else { return };
-    let mut c = Copying::start(&mut lab, opts(&["--ring-blocks", "64", "--ring-start-blocks", "64"])).unwrap();
+    let mut c = Copying::start(&mut lab, opts(&["--ring-blocks", "64", "--ring-start-blocks", "64", "--session-buffer", "64M"])).unwrap();
     let (n, size) = (8, 20 << 20);
     let mut script = String::new();
     for i in 0..n {

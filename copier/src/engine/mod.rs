@@ -473,10 +473,21 @@ impl Engine {
         let idle: Vec<u32> = (0..self.slots.len() as u32)
             .filter(|&i| self.slots[i as usize].s.as_ref().is_some_and(Session::sent_nothing))
             .collect();
+        let mut keys = Vec::with_capacity(idle.len());
         for &i in &idle {
+            if let Some(s) = self.slots[i as usize].s.as_ref() {
+                keys.push(s.key);
+            }
             self.with_session(i, now, |s, sh| s.finish(sh, now, Some(FailReason::Overload)));
         }
-        self.sh.stats.sessions_shed_overload.add(why, idle.len() as u64);
+        // Their later packets are dropped as the left-out sessions' are: a session given up
+        // and gone from the table must not start again mid-stream, nor be counted twice.
+        keys.sort_unstable();
+        keys.dedup();
+        for k in keys {
+            self.sh.stats.sessions_shed_overload.add(why, 1);
+            self.remember_shed(now, k);
+        }
         idle.len()
     }
 
@@ -488,6 +499,11 @@ impl Engine {
     fn shed_for_overload(&mut self, now: Instant, key: FourTuple, why: OverloadReason) {
         self.sh.stats.drops.overload += 1;
         self.sh.stats.sessions_shed_overload.add(why, 1);
+        self.remember_shed(now, key);
+    }
+
+    /// Remember `key` as left out (see `shed_keys`).
+    fn remember_shed(&mut self, now: Instant, key: FourTuple) {
         self.expire_shed(now);
         while self.shed_keys.len() >= MAX_SHED_KEYS {
             let Some((_, k)) = self.shed_fifo.pop_front() else { break };

@@ -235,4 +235,13 @@ fn far_behind_the_sessions_that_sent_nothing_are_given_up() {
     // Nothing more of it is sent (a RST for its SYN at most); the other goes on.
     assert!(h.out().iter().all(|o| o.payload.is_empty() && o.tuple.client.port() == 1001));
     assert_eq!(h.e.give_up_unsent(h.now, OverloadReason::CaptureBacklog), 0);
+    // Its later packets start nothing again, even once the copier caught up and the session
+    // left the table: counted once.
+    h.e.set_overload(h.now, None);
+    h.at(60_000);
+    let _ = h.run_timers(60_000);
+    h.cap(Seg { src: young, ..data(23, 0, b"Content-Length: 0\r\n\r\n") });
+    assert!(h.out().iter().all(|o| o.tuple.client.port() != 1001 || o.payload.is_empty()));
+    let s = h.e.stats();
+    assert_eq!((s.sessions_shed_overload.total(), s.sessions_started), (1, 2));
 }
