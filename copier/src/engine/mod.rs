@@ -69,6 +69,17 @@
 //! gives each copy a `gate`, and its sessions go lock-step; the flags' plan gates nothing, and
 //! its sessions pace with the adaptive window.
 //!
+//! # Idle sessions
+//! A session whose captured bytes were all sent and answered, with nothing outstanding and the
+//! client's connection open (a keep-alive connection between requests: `Session::idle`) has no
+//! timer: `session_timeout` bounds only the wait for something outstanding, and an idle session
+//! ends by `idle_timeout` if one is set, when the client or the test server closes, or when room
+//! is needed: over `max_memory`, and when a new session finds `max_sessions` taken, the idle
+//! sessions go first, quiet longest first (`idle_shed`). A session ended idle leaves its
+//! captured session's group at once, so the client's next packet starts a new session caught
+//! mid-stream (its old test connection is reset and lingers on its own tuple; the new one takes
+//! another port).
+//!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
 //! tuple to the session that owns it and counts them per client address and target (`shared`); the meter counts the captured bytes any session still holds, and
@@ -534,7 +545,12 @@ impl Engine {
                 return;
             }
         };
-        if self.session_count() + plans.len() > self.sh.p.max_sessions {
+        if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
+            // Room from the idle sessions, idle longest first.
+            let want = self.live_sessions() + plans.len() - self.sh.p.max_sessions;
+            self.shed_idle(now, want);
+        }
+        if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
             self.sh.stats.drops.table_full += 1;
             self.end_plans(&plans);
             return;
@@ -846,7 +862,7 @@ impl Engine {
         }
     }
 
-    /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
+    /// Run every timer due at `now` (retransmissions, pacing, session timeouts, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_syns(now);
         self.targets.check(now);
@@ -1037,6 +1053,12 @@ impl Engine {
             self.remove(idx);
             return;
         }
+        if std::mem::take(&mut s.detach) {
+            // Ended idle: the client's next packet starts a new session (see `Session::detach`).
+            let (key, started) = (s.key, std::mem::take(&mut s.group_started));
+            self.group_leave(&key, idx, started);
+        }
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.phase == Phase::Done && !s.closing_counted {
             s.closing_counted = true;
             self.closing += 1;
@@ -1193,7 +1215,8 @@ impl Engine {
 
     /// Over `max_memory` (what shedding can free: see `sheddable_memory`), shed until 90% of
     /// it: first the oldest pending SYNs (a flood of SYNs that never complete goes before any
-    /// session), then the sessions idle longest, empty ones included. A copy shed frees only
+    /// session), then the idle sessions (`Session::idle`: `idle_shed`), then the others
+    /// (`memory`), each quiet longest first, empty ones included. A copy shed frees only
     /// the bytes no other copy holds: the copies of one session go one by one, oldest first,
     /// until their bytes are freed.
     fn check_memory(&mut self, now: Instant) {
@@ -1210,20 +1233,52 @@ impl Engine {
         if self.sheddable_memory() <= target {
             return;
         }
+        // Idle sessions first (`false` sorts first), then the others; idle longest first.
+        let mut cands: Vec<(bool, Stamp, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (!s.idle(), s.last_activity, i as u32)))
+            .collect();
+        cands.sort_unstable();
+        for (busy, _, idx) in cands {
+            if self.sheddable_memory() <= target {
+                break;
+            }
+            self.shed(now, idx, if busy { FailReason::Memory } else { FailReason::IdleShed });
+        }
+    }
+
+    /// Sessions in the table but those done and only lingering (they leave by themselves
+    /// within `close_linger`): what `max_sessions` bounds.
+    fn live_sessions(&self) -> usize {
+        self.session_count().saturating_sub(self.closing)
+    }
+
+    /// Shed the `n` sessions idle longest among the idle ones (fewer if fewer are idle; with
+    /// a large table, a few more, so that a full table of idle sessions is not scanned for
+    /// every new one): `idle_shed`.
+    fn shed_idle(&mut self, now: Instant, n: usize) {
+        let n = n + self.sh.p.max_sessions / 256;
         let mut cands: Vec<(Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.last_activity, i as u32)))
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.idle()).map(|s| (s.last_activity, i as u32)))
             .collect();
-        cands.sort_unstable();
-        for (_, idx) in cands {
-            if self.sheddable_memory() <= target {
-                break;
-            }
-            self.sh.stats.sessions_shed += 1;
-            self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Memory)));
+        if cands.len() > n {
+            cands.select_nth_unstable(n);
+            cands.truncate(n);
         }
+        for (_, idx) in cands {
+            self.shed(now, idx, FailReason::IdleShed);
+        }
+    }
+
+    /// End the session of slot `idx` to make room (`sessions_shed`, and failed by `why`).
+    fn shed(&mut self, now: Instant, idx: u32, why: FailReason) {
+        self.sh.stats.sessions_shed += 1;
+        self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(why)));
     }
 }
 
