@@ -167,7 +167,7 @@ fn a_full_table_makes_room_from_idle_sessions_idle_longest_first() {
 #[test]
 fn over_max_memory_idle_sessions_are_shed_before_older_busy_ones() {
     use crate::engine::chunk::{BUF_OVERHEAD, SLOT_OVERHEAD};
-    assert!(SESSION_COST > 1_500, "the figures below need it: {SESSION_COST}");
+    const { assert!(SESSION_COST > 1_500, "the figures below need it") };
     let ov = BUF_OVERHEAD + SLOT_OVERHEAD;
     let max = 3 * SESSION_COST + 8_000 + 2 * ov - 1;
     let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(60), max_memory: max, ..cfg() });
