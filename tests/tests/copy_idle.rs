@@ -4,9 +4,9 @@
 //! exactly once, and nothing leaks. The test nginx closes idle connections after 2 s
 //! (`keepalive_timeout`): a request after a longer quiet goes on a new test connection, one
 //! after a shorter quiet (but past the session timeout) on the same one. And with a cap
-//! (`--max-sessions 3`) that forces idle sessions out: every request the copier says it copied
-//! arrives once, the shed sessions are counted (`idle_shed`), and the requests not copied are
-//! counted by reason.
+//! (`--max-sessions 3`, six connections) that forces idle sessions out: the shed sessions are
+//! counted (`idle_shed`), a shed session's next request starts a new session at once, every
+//! request the copier says it copied arrives once, and any not copied is counted by reason.
 
 use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab, NginxOptions};
@@ -152,8 +152,8 @@ fn idle_keep_alive_and_redis_connections_are_copied_after_every_quiet_spell() {
 }
 
 #[test]
-fn idle_sessions_forced_out_by_the_session_cap_are_counted_and_nothing_is_copied_twice() {
-    let Some(mut lab) = lab_or_skip("idle_sessions_forced_out_by_the_session_cap_are_counted_and_nothing_is_copied_twice") else {
+fn idle_sessions_forced_out_by_the_session_cap_are_counted_and_their_next_requests_copied() {
+    let Some(mut lab) = lab_or_skip("idle_sessions_forced_out_by_the_session_cap_are_counted_and_their_next_requests_copied") else {
         return;
     };
     let opts = CopyOptions {
@@ -201,13 +201,18 @@ fn idle_sessions_forced_out_by_the_session_cap_are_counted_and_nothing_is_copied
     assert_eq!(metric_sum(&m, "copier_units_sent_total", &[]), copied as f64, "{m}\n{log}");
     assert!(failed("idle_shed") >= 3.0, "{m}");
     assert_eq!((failed("memory"), failed("timeout")), (0.0, 0.0), "{m}");
-    // Each request not copied is counted: one packet each (a GET fits a segment), skipped
-    // while a new session waited for a request boundary, or with no room in the table.
+    // A shed session's client that sends again starts a new session at that request (the
+    // copier remembered where its stream stood): nothing is lost for lack of a request
+    // boundary. Only a request that finds the table full of busy sessions is not copied, and is
+    // counted (one packet each: a GET fits a segment), as is any request of its connection
+    // skipped while a new session waits for a boundary.
     let missing = online - copied;
-    assert!(missing > 0, "the cap forced some out");
-    let counted = dropped("midstream_skip") + dropped("table_full") + dropped("after_close");
-    assert!(counted >= missing as f64, "{missing} not copied, {counted} counted\n{m}");
-    println!("{online} requests online, {copied} copied, {missing} not copied; idle_shed {}", failed("idle_shed"));
+    let (full, skipped) = (dropped("table_full"), dropped("midstream_skip"));
+    assert!(missing as f64 <= full + skipped + dropped("after_close"), "{missing} not copied\n{m}");
+    if full == 0.0 {
+        assert_eq!((missing, skipped), (0, 0.0), "{m}\n{log}");
+    }
+    println!("{online} requests online, {copied} copied, {missing} not copied; idle_shed {}, table_full {full}", failed("idle_shed"));
     drop(conns);
     c.assert_no_leak(&mut lab);
 }

@@ -180,6 +180,10 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
 pub const PENDING_SYN_COST: usize =
     2 * std::mem::size_of::<(FourTuple, PendingSyn)>() + 2 * std::mem::size_of::<(Instant, FourTuple)>();
 
+/// What remembering where a session that ended idle stood costs against `max_memory`: its
+/// entry (twice, as above) and its place in the queue of them.
+pub const RESUME_COST: usize = 2 * std::mem::size_of::<(FourTuple, SeqNum)>() + std::mem::size_of::<FourTuple>();
+
 /// A captured SYN waiting for the client's handshake ACK (or first data) before its test
 /// session starts: what the test SYN needs of it.
 #[derive(Debug, Clone, Copy)]
@@ -197,6 +201,9 @@ enum Start {
     Syn { isn: SeqNum, tsval: Option<u32> },
     /// From a packet caught mid-stream.
     Midstream,
+    /// From the first data of a captured session that ended idle, at the point its client
+    /// stream stood (see "Idle sessions").
+    Resume,
 }
 
 /// The shaper's state, for the metrics ([`Engine::shaper_stats`]).
@@ -257,6 +264,12 @@ pub struct Engine {
     shutdown_unreg: Vec<FourTuple>,
     /// Captured SYNs waiting for their handshake (see "Handshakes first").
     pending: HashMap<FourTuple, PendingSyn, FastHash>,
+    /// Where the client stream of each captured session that ended idle stood (its next
+    /// sequence number), so that its next request starts a session at once (see "Idle
+    /// sessions"); at most `max_sessions`, the oldest forgotten first (`resume_fifo`, stale
+    /// entries skipped).
+    resumes: HashMap<FourTuple, SeqNum, FastHash>,
+    resume_fifo: VecDeque<(FourTuple, SeqNum)>,
     /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
     /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
     pending_fifo: VecDeque<(Instant, FourTuple)>,
@@ -324,6 +337,8 @@ impl Engine {
             shutdown_unreg: Vec::new(),
             pending: HashMap::with_hasher(hash),
             pending_fifo: VecDeque::new(),
+            resumes: HashMap::with_hasher(hash),
+            resume_fifo: VecDeque::new(),
             intercepts: 1,
             refusals: VecDeque::new(),
             refusals_seen: Vec::new(),
@@ -422,6 +437,22 @@ impl Engine {
             return;
         }
         let baseline = self.sh.p.baseline_for(&map);
+        if let Some(&next) = self.resumes.get(&c.key) {
+            let h = &c.hdr;
+            let plain = h.has(TcpFlags::ACK) && !h.has(TcpFlags::FIN) && !h.has(TcpFlags::RST);
+            if plain && c.payload.is_empty() {
+                // A keep-alive probe or a window update: the session starts at the next data.
+                self.sh.stats.drops.no_session += 1;
+                return;
+            }
+            self.resumes.remove(&c.key);
+            if plain && h.seq == next {
+                self.new_session(now, &c, map, baseline, Start::Resume);
+                self.dispatch(now, &c);
+                self.check_memory(now);
+                return;
+            }
+        }
         self.new_session(now, &c, map, baseline, Start::Midstream);
         self.check_memory(now);
     }
@@ -448,6 +479,32 @@ impl Engine {
             self.pending_fifo.retain(|(at, k)| pending.get(k).is_some_and(|p| p.at == *at));
         }
         self.sh.stats.syns_pending = self.pending.len() as u64;
+    }
+
+    /// Remember where the client stream of `key`, whose last copy ended idle, stood.
+    fn remember_resume(&mut self, key: FourTuple, next: SeqNum) {
+        self.resumes.insert(key, next);
+        self.resume_fifo.push_back((key, next));
+        while self.resumes.len() > self.sh.p.max_sessions {
+            if !self.forget_oldest_resume() {
+                break;
+            }
+        }
+        if self.resume_fifo.len() > 2 * self.resumes.len() + 64 {
+            let resumes = &self.resumes;
+            self.resume_fifo.retain(|(k, n)| resumes.get(k) == Some(n));
+        }
+    }
+
+    /// Forget the oldest place remembered for a session that ended idle. `false` if none is.
+    fn forget_oldest_resume(&mut self) -> bool {
+        while let Some((k, n)) = self.resume_fifo.pop_front() {
+            if self.resumes.get(&k) == Some(&n) {
+                self.resumes.remove(&k);
+                return true;
+            }
+        }
+        false
     }
 
     /// Forget the oldest pending SYN (counted as shed). `false` if none is left.
@@ -615,6 +672,7 @@ impl Engine {
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
+                Start::Resume => s.start_resumed(&mut self.sh, now, c),
             }
             self.slots[idx as usize].s = Some(s);
             self.slots[idx as usize].next = NO_SLOT;
@@ -913,6 +971,8 @@ impl Engine {
         self.timers.clear();
         self.ready.clear();
         self.pending.clear();
+        self.resumes.clear();
+        self.resume_fifo.clear();
         self.pending_fifo.clear();
         self.sh.stats.syns_pending = 0;
         self.closing = 0;
@@ -960,7 +1020,10 @@ impl Engine {
     /// is under it, so the true total may exceed it by their cost for up to `close_linger`.
     #[must_use]
     pub fn memory_used(&self) -> usize {
-        self.sh.meter.bytes() + self.session_count() * SESSION_COST + self.pending.len() * PENDING_SYN_COST
+        self.sh.meter.bytes()
+            + self.session_count() * SESSION_COST
+            + self.pending.len() * PENDING_SYN_COST
+            + self.resumes.len() * RESUME_COST
     }
 
     /// Captured client bytes the sessions hold, with their bookkeeping: the part of
@@ -1018,6 +1081,8 @@ impl Engine {
         self.by_key.shrink_to_fit(|&i| key_hash(slots, h, i));
         self.sh.tuples.shrink_to_fit();
         self.pending.shrink_to_fit();
+        self.resumes.shrink_to_fit();
+        self.resume_fifo.shrink_to_fit();
         self.pending_fifo.shrink_to_fit();
         let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
             .into_iter()
@@ -1055,8 +1120,11 @@ impl Engine {
         }
         if std::mem::take(&mut s.detach) {
             // Ended idle: the client's next packet starts a new session (see `Session::detach`).
-            let (key, started) = (s.key, std::mem::take(&mut s.group_started));
+            let (key, started, next) = (s.key, std::mem::take(&mut s.group_started), s.client_next());
             self.group_leave(&key, idx, started);
+            if self.group_of(&key).is_none() {
+                self.remember_resume(key, next);
+            }
         }
         let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.phase == Phase::Done && !s.closing_counted {
@@ -1227,6 +1295,11 @@ impl Engine {
         let target = self.sh.p.max_memory - self.sh.p.max_memory / 10;
         while self.sheddable_memory() > target && !self.pending.is_empty() {
             if !self.shed_oldest_syn() {
+                break;
+            }
+        }
+        while self.sheddable_memory() > target && !self.resumes.is_empty() {
+            if !self.forget_oldest_resume() {
                 break;
             }
         }

@@ -280,6 +280,22 @@ impl Session {
         }
     }
 
+    /// Start at `c`, the first data of a captured session that ended idle (shed, or its idle
+    /// timeout) and whose client stream stood exactly there: `c` starts a request, as at the
+    /// request boundary a session caught mid-stream waits for. The caller hands `c` over next.
+    pub(crate) fn start_resumed(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
+        self.midstream = true;
+        self.isn = c.hdr.seq.sub(1);
+        self.stream = Stream::midstream(self.isn, c.hdr.ack).with_editor(self.editor(sh));
+        self.tsval = c.hdr.opts.ts.map(|t| t.0);
+        self.start(sh, now);
+    }
+
+    /// Where the client's stream stands: its next sequence number.
+    pub(crate) fn client_next(&self) -> SeqNum {
+        self.stream.client_next()
+    }
+
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {

@@ -85,7 +85,7 @@ fn a_test_handshake_never_answered_still_times_out() {
 }
 
 #[test]
-fn the_idle_timeout_ends_an_idle_session_and_its_client_starts_over_mid_stream() {
+fn the_idle_timeout_ends_an_idle_session_and_its_next_request_starts_a_new_one() {
     let c = EngineConfig { session_timeout: Duration::from_secs(1), idle_timeout: Some(Duration::from_secs(10)), ..cfg() };
     let mut h = H::new(c);
     h.establish();
@@ -101,19 +101,26 @@ fn the_idle_timeout_ends_an_idle_session_and_its_client_starts_over_mid_stream()
     assert!(ctl.is_empty(), "its connection lingers");
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.idle_timeout, s.sessions_failed.timeout, s.sessions_active), (1, 0, 0));
-    // The client sends again while the old connection lingers: a new session catches it
-    // mid-stream (its first request is skipped, counted), not a drop after the close.
+    // The client sends again while the old connection lingers (a keep-alive probe first): the
+    // engine remembered where its stream stood, so the request starts a new session at once
+    // (on another port: the old tuple still lingers), nothing skipped, nothing dropped.
     h.at(11_000);
+    let next = CISN + 1 + REQS[0].len() as u32;
+    h.cap(Seg { seq: next - 1, ack: OISN + 1 + 100, ..BASE });
+    assert_eq!(h.e.session_count(), 1, "a probe starts nothing");
     h.cap(request(1));
     let s = h.e.stats();
-    assert_eq!((s.drops.after_close, s.drops.midstream_skip), (0, 1));
-    h.at(11_100);
-    h.cap(request(2));
+    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.sessions_midstream), (0, 0, 1));
     let out = h.out();
-    let sent: Vec<&Out> = out.iter().filter(|o| o.flags == TcpFlags::SYN).collect();
-    assert_eq!(sent.len(), 1, "{out:?}");
-    assert_ne!(sent[0].tuple, test_tuple(), "the old tuple still lingers: another port");
-    assert_eq!(h.e.stats().sessions_midstream, 1);
+    let syn: Vec<&Out> = out.iter().filter(|o| o.flags == TcpFlags::SYN).collect();
+    assert_eq!(syn.len(), 1, "{out:?}");
+    let (t, isn) = (syn[0].tuple, syn[0].seq);
+    assert_ne!(t, test_tuple(), "the old tuple still lingers: another port");
+    assert_eq!(isn, next - 1);
+    h.rec_to(t, Seg { ack: next, ..SYN_ACK });
+    let out = h.out();
+    let data: Vec<&[u8]> = out.iter().filter(|o| !o.payload.is_empty()).map(|o| &o.payload[..]).collect();
+    assert_eq!(data, vec![REQS[1]]);
 }
 
 /// A session on `port` made idle: handshake, one request answered.
@@ -159,9 +166,11 @@ fn a_full_table_makes_room_from_idle_sessions_idle_longest_first() {
     let _ = busy_session(&mut h, 1006);
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.idle_shed, s.drops.table_full, s.sessions_failed.memory), (2, 1, 0));
-    // The shed session's client sends again: a new session (mid-stream), not a drop.
+    // The shed session's client sends again: a new session from that request on (it sheds
+    // no one: the others are busy, but the shed ones linger and do not count), not a drop.
     h.cap(Seg { src: from_port(1001), ..request(1) });
-    assert_eq!(h.e.stats().drops.after_close, 0);
+    let s = h.e.stats();
+    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.drops.table_full), (0, 0, 2));
 }
 
 #[test]
