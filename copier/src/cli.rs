@@ -278,9 +278,9 @@ pub struct Args {
     pub session_timeout: Duration,
 
     /// End an idle session (see --session-timeout) after this long with no packet and no
-    /// response (copier_sessions_failed_total{reason="idle_timeout"}); the client's later
-    /// packets start a new session caught mid-stream, whose first request is skipped (counted
-    /// in copier_packets_dropped_total{reason="midstream_skip"}). Default: none, idle sessions
+    /// response (copier_sessions_failed_total{reason="idle_timeout"}); the copier remembers
+    /// where the client's stream stood (about 130 bytes), so its next request starts a new
+    /// session on a new test connection, nothing skipped. Default: none, idle sessions
     /// stay until the client closes or room is needed (a test server that closes an idle
     /// connection does not end the session: its next request goes on a new connection) (about 1.7K each
     /// against --max-memory: see --session-timeout).

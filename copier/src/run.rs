@@ -944,9 +944,8 @@ fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
     if e.sessions_failed.idle_timeout > 0 && !st.idle_timeout_logged {
         st.idle_timeout_logged = true;
         tracing::info!(
-            "idle sessions end after --idle-timeout: their clients' later packets start new sessions caught \
-             mid-stream, whose first request is not copied (copier_sessions_failed_total{{reason=\"idle_timeout\"}}, \
-             copier_packets_dropped_total{{reason=\"midstream_skip\"}}); logged once"
+            "idle sessions end after --idle-timeout (copier_sessions_failed_total{{reason=\"idle_timeout\"}}): a \
+             client that sends again starts a new session at its next request, on a new test connection; logged once"
         );
     }
     let (sessions, syns, idle) = (e.sessions_shed, e.syns_incomplete.shed, e.sessions_failed.idle_shed);
@@ -958,8 +957,7 @@ fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
          first, then quiet longest first) and {} captured SYN(s) waiting for their handshake (oldest first) since \
          the last warning; {} byte(s) held now (copier_sessions_shed_total, copier_sessions_failed_total\
          {{reason=\"idle_shed\"|\"memory\"}}, copier_syns_incomplete_total{{reason=\"shed\"}}); a shed idle \
-         session's client that sends again starts a new session caught mid-stream (its first request is not \
-         copied: reason=\"midstream_skip\")",
+         session's client that sends again starts a new session at its next request",
         sessions.saturating_sub(st.shed_logged.0),
         idle.saturating_sub(st.shed_logged.2),
         syns.saturating_sub(st.shed_logged.1),

@@ -76,9 +76,13 @@
 //! ends by `idle_timeout` if one is set, when the client or the test server closes, or when room
 //! is needed: over `max_memory`, and when a new session finds `max_sessions` taken, the idle
 //! sessions go first, quiet longest first (`idle_shed`). A session ended idle leaves its
-//! captured session's group at once, so the client's next packet starts a new session caught
-//! mid-stream (its old test connection is reset and lingers on its own tuple; the new one takes
-//! another port).
+//! captured session's group at once, and once its group's last copy is gone the engine keeps
+//! where its client stream stood (the client's next sequence number, [`RESUME_COST`] against
+//! `max_memory`, at most `max_sessions` of them, the oldest forgotten first, and first when
+//! shedding): the client's next data at exactly that number starts a new session there, as at a
+//! request boundary (`Start::Resume`; its old test connection is reset and lingers on its own
+//! tuple, the new one takes another port); a pure ACK (a keep-alive probe) does not use it up;
+//! any other packet forgets it and starts a session caught mid-stream as usual.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
@@ -182,7 +186,7 @@ pub const PENDING_SYN_COST: usize =
 
 /// What remembering where a session that ended idle stood costs against `max_memory`: its
 /// entry (twice, as above) and its place in the queue of them.
-pub const RESUME_COST: usize = 2 * std::mem::size_of::<(FourTuple, SeqNum)>() + std::mem::size_of::<FourTuple>();
+pub const RESUME_COST: usize = 3 * std::mem::size_of::<(FourTuple, SeqNum)>();
 
 /// A captured SYN waiting for the client's handshake ACK (or first data) before its test
 /// session starts: what the test SYN needs of it.

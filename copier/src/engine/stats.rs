@@ -91,12 +91,12 @@ reasons! {
     /// request not answered, a segment not acknowledged, a handshake, a close to carry).
     Timeout => timeout,
     /// Idle (everything answered, nothing outstanding, the client's connection open) with no
-    /// packet and no record for `idle_timeout` (only when one is set). The client's later
-    /// packets start a new session, caught mid-stream.
+    /// packet and no record for `idle_timeout` (only when one is set). The client's next
+    /// request starts a new session (the engine remembers where its stream stood).
     IdleTimeout => idle_timeout,
     /// Idle, and shed to make room (over `max_memory`, or the table full at `max_sessions`
-    /// when a new session came): idle sessions go first, idle longest first. The client's later
-    /// packets start a new session, caught mid-stream.
+    /// when a new session came): idle sessions go first, idle longest first. The client's next
+    /// request starts a new session (the engine remembers where its stream stood).
     IdleShed => idle_shed,
     /// The test server refused the connection (RST to our SYN).
     Refused => refused,
