@@ -195,3 +195,26 @@ fn over_max_memory_idle_sessions_are_shed_before_older_busy_ones() {
     let rst: Vec<u16> = out.iter().filter(|o| o.has(TcpFlags::RST)).map(|o| o.tuple.client.port()).collect();
     assert_eq!(rst, vec![1002], "the idle one, not the older busy one");
 }
+
+#[test]
+fn where_sessions_ended_idle_stood_is_counted_and_bounded() {
+    use crate::engine::RESUME_COST;
+    let c = EngineConfig { session_timeout: Duration::from_secs(60), idle_timeout: Some(Duration::from_secs(1)), max_sessions: 2, ..cfg() };
+    let mut h = H::new(c);
+    for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
+        h.at(100 * i as u64);
+        idle_session(&mut h, port);
+    }
+    // The third shed the first to make room; the idle timeout ends the other two.
+    let _ = h.run_timers(20_000);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_shed, s.sessions_failed.idle_timeout), (1, 2));
+    assert_eq!(h.e.session_count(), 0, "their connections lingered out");
+    assert_eq!(h.e.memory_used(), 2 * RESUME_COST, "at most max_sessions places kept, the oldest forgotten");
+    // The forgotten one starts mid-stream (skipped to the next boundary); a kept one at once.
+    h.cap(Seg { src: from_port(1001), ..request(1) });
+    h.cap(Seg { src: from_port(1003), ..request(1) });
+    let s = h.e.stats();
+    assert_eq!((s.drops.midstream_skip, s.sessions_started), (1, 4));
+    assert_eq!(h.e.memory_used() - h.e.buffered_bytes(), RESUME_COST + 2 * SESSION_COST);
+}
