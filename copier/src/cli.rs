@@ -237,12 +237,16 @@ pub struct Args {
     pub metrics: Option<SocketAddr>,
 
     /// Most memory for sessions: their buffered data plus a fixed cost per session (about
-    /// 2.4K, empty sessions included) and per captured SYN waiting for its handshake; above it
-    /// the oldest waiting SYNs, then the sessions idle longest, are shed (counted, and logged).
+    /// 1.5K, empty sessions included) and per captured SYN waiting for its handshake; above it
+    /// the oldest waiting SYNs, then the idle sessions (see --session-timeout), then the others,
+    /// quiet longest first, are shed (counted, and logged).
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
     pub max_memory: u64,
 
-    /// Most sessions in the table at once (per worker); more are not copied (counted as
+    /// Most sessions in the table at once (per worker; those closed and only lingering not
+    /// counted). When a new session finds it full, the idle sessions quiet longest make room
+    /// (copier_sessions_failed_total{reason="idle_shed"}, see --session-timeout); without an
+    /// idle one the new session is not copied (counted as
     /// copier_packets_dropped_total{reason="table_full"}). The default fits the default
     /// --max-memory.
     #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_MAX_SESSIONS,
@@ -261,9 +265,27 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub syn_timeout: Duration,
 
-    /// A session with no packet and no response for this long is abandoned.
+    /// A session waiting for something (a request not answered yet, a segment not
+    /// acknowledged, the test handshake, a close to carry) with no packet and no response for
+    /// this long is abandoned (copier_sessions_failed_total{reason="timeout"}). An idle session
+    /// (every request answered, nothing outstanding, the client's connection open: a keep-alive
+    /// or pooled connection between requests) is kept however long it stays quiet, and its
+    /// later requests are copied on: it costs its place in --max-sessions and about 1.7K
+    /// against --max-memory (1.5K fixed, plus its last request, kept for a resend; 1.6K of heap
+    /// measured at 10,000 idle sessions: BENCHMARKS.md), and when room is needed the idle sessions go first, quiet longest
+    /// first (reason="idle_shed"; see --idle-timeout).
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub session_timeout: Duration,
+
+    /// End an idle session (see --session-timeout) after this long with no packet and no
+    /// response (copier_sessions_failed_total{reason="idle_timeout"}); the copier remembers
+    /// where the client's stream stood (about 130 bytes), so its next request starts a new
+    /// session on a new test connection, nothing skipped. Default: none, idle sessions
+    /// stay until the client closes or room is needed (a test server that closes an idle
+    /// connection does not end the session: its next request goes on a new connection) (about 1.7K each
+    /// against --max-memory: see --session-timeout).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
 
     /// Rewrite client addresses into these ranges (sticky per real client), e.g.
     /// 198.19.0.0/16, or a list: 198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48 (repeatable;
@@ -643,6 +665,7 @@ impl Args {
             copies: self.copies,
             sample_percent: self.sample,
             session_timeout: self.session_timeout,
+            idle_timeout: self.idle_timeout,
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
@@ -667,6 +690,9 @@ impl Args {
                 "--session-timeout {:?} is too short (at least 1s)",
                 self.session_timeout
             ));
+        }
+        if let Some(t) = self.idle_timeout.filter(|t| *t < Duration::from_secs(1)) {
+            return Err(format!("--idle-timeout {t:?} is too short (at least 1s)"));
         }
         if engine.max_memory < 1 << 20 {
             return Err(format!(

@@ -131,6 +131,16 @@ fn one_map_per_family_on_a_port() {
 }
 
 #[test]
+fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
+    let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.idle_timeout, None);
+    let v = args(&["--no-secret", "--idle-timeout", "1h"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.idle_timeout, Some(Duration::from_secs(3600)));
+    let e = args(&["--no-secret", "--idle-timeout", "100ms"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--idle-timeout"), "{e}");
+}
+
+#[test]
 fn session_caps_parse_and_default() {
     let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
     assert_eq!(v.engine.max_sessions, crate::engine::DEFAULT_MAX_SESSIONS);

@@ -45,8 +45,16 @@ pub struct EngineConfig {
     /// Percentage of the captured sessions that are copied (0 < p <= 100), chosen per session
     /// by a keyed hash of the seed and the client's address and port (see [`FlagPlan`]).
     pub sample_percent: f64,
-    /// A session with no captured packet and no record for this long is abandoned.
+    /// A session waiting for something outstanding (a request not answered yet, a segment not
+    /// acknowledged, the test handshake, the rest of a capture hole, a close to carry) with no
+    /// captured packet and no record for this long is abandoned (`timeout`). An *idle* session
+    /// (everything captured was sent and answered, nothing outstanding, the client has not
+    /// closed: a keep-alive connection between requests) is not: it keeps its slot, and
+    /// `max_memory` / `max_sessions` decide which idle sessions go (`idle_shed`), not time.
     pub session_timeout: Duration,
+    /// An idle session (see `session_timeout`) with no captured packet and no record for this
+    /// long ends (`idle_timeout`); `None`: idle sessions end only when shed or closed.
+    pub idle_timeout: Option<Duration>,
     /// Global cap on what the engine holds: buffered bytes, plus a fixed cost per session
     /// ([`crate::engine::SESSION_COST`], empty sessions included) and per pending SYN
     /// ([`crate::engine::PENDING_SYN_COST`]); above it the oldest pending SYNs, then the
@@ -88,7 +96,9 @@ pub struct EngineConfig {
     /// How long a closed or reset test connection stays registered, to answer the test server's
     /// retransmitted FIN or challenge ACK.
     pub close_linger: Duration,
-    /// Most sessions in the table (including ones waiting to synchronise); more are dropped.
+    /// Most sessions in the table (including ones waiting to synchronise; not those done and
+    /// only lingering); when full, the idle sessions idle longest are shed to make room for a
+    /// new one (`idle_shed`), and without an idle one the new session is dropped.
     pub max_sessions: usize,
     /// How long a captured SYN waits for the client's handshake ACK (or first data) before it
     /// is forgotten; a retransmission of the SYN starts the wait again. No test session starts
@@ -222,6 +232,7 @@ impl Default for EngineConfig {
             copies: 1,
             sample_percent: 100.0,
             session_timeout: Duration::from_secs(120),
+            idle_timeout: None,
             max_memory: 512 << 20,
             per_session_cap: 16 << 20,
             pace_requests: true,
@@ -378,6 +389,7 @@ pub(crate) struct Params {
     /// MSS we announce over IPv6.
     pub mss_v6: u16,
     pub session_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
     pub max_memory: usize,
     pub per_session_cap: usize,
     pub pace: bool,
@@ -418,6 +430,7 @@ impl Params {
             mss_v4: (mtu - 40).max(64),
             mss_v6: mtu.saturating_sub(60).max(64),
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
+            idle_timeout: c.idle_timeout.map(|t| t.max(Duration::from_millis(1))),
             max_memory: c.max_memory.max(1),
             per_session_cap: c.per_session_cap.max(1),
             pace: c.pace_requests,

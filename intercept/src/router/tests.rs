@@ -670,3 +670,40 @@ fn quiet_only_when_nothing_is_registered_held_or_tombstoned() {
     assert_eq!(r.quiet().held, 1);
     assert!(!r.quiet().is_quiet());
 }
+
+/// A registration has no time limit: a copied session that stays quiet for as long as the
+/// copier keeps it (an idle keep-alive connection, issue 33) is still routed to its copier
+/// however many timers ran meanwhile; once unregistered, none of its answers goes out, neither
+/// during the linger (tombstone) nor after it (held, then dropped as unregistered).
+#[test]
+fn a_quiet_registration_never_expires_and_an_unregistered_one_never_lets_an_answer_out() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let c = "198.19.7.1:40000"; // neither allowed nor local
+    let t = tuple(c);
+    let answer = || response(c, TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0), b"late answer");
+    assert_eq!(r.handle_register(t0, A, &[t]).verdicts, vec![RegVerdict::Accepted]);
+    assert_eq!(r.poll_timeout(), None, "no timer for a registration");
+    for secs in [1u64, 60, 600, 3_600, 86_400] {
+        let now = t0 + Duration::from_secs(secs);
+        assert_eq!(r.handle_timeout(now), 0);
+        let (copier, _) = record_of(r.handle_packet(now, &answer(), 0));
+        assert_eq!(copier, A, "after {secs} s of quiet");
+    }
+    assert_eq!((r.route(&t), r.registrations_of(A)), (Some(A), 1));
+    let t1 = t0 + Duration::from_secs(86_400);
+    assert_eq!(r.handle_unregister(A, &[t]), 1);
+    for secs in [0, 1, 60] {
+        let d = r.handle_packet(t1 + Duration::from_secs(secs), &answer(), 0);
+        assert_eq!(d, Decision::Drop(DropReason::RecentlyUnregistered));
+    }
+    // The tombstone expired: an answer is held for a registration that never comes, then
+    // dropped.
+    let after = t1 + LINGER;
+    r.handle_timeout(after);
+    assert!(!r.is_tombstoned(&t));
+    assert_eq!(r.handle_packet(after, &answer(), 0), Decision::Held);
+    assert_eq!(r.handle_timeout(after + HOLD), 1);
+    let s = r.stats();
+    assert_eq!((s.accepted, s.accepted_local, s.dropped_unregistered, s.delivered), (0, 0, 1, 5));
+}
