@@ -407,7 +407,13 @@ pub(crate) async fn run_copier<S>(
         peer: hello,
     } = est;
     reader.set_idle_timeout(Some(cfg.idle_timeout));
-    tracing::info!("copier {peer} connected as {id} ({})", hello.software);
+    tracing::info!(
+        "copier {peer} connected as {id} ({}; instance {:016x}, fleet {}/{})",
+        hello.software,
+        hello.instance,
+        hello.fleet_index,
+        hello.fleet_size
+    );
     let label = peer.ip().to_string();
     // From here on every frame is sealed by the outlet, whoever writes it.
     let (mut writer, sealer) = writer.into_parts();
@@ -422,7 +428,12 @@ pub(crate) async fn run_copier<S>(
         }
     }
     let _detach = Detach(outlet.clone());
-    shared.lock().outlets.insert(id, outlet.clone());
+    {
+        let mut core = shared.lock();
+        core.outlets.insert(id, outlet.clone());
+        // Before its first Register: who it is decides between a reconnection and another copier.
+        core.router.set_instance(id, hello.instance);
+    }
     gauge!(COPIERS_CONNECTED).increment(1.0);
     // Its records go at once until it says they may wait; forgotten however this task ends.
     shared.rest.join(id);

@@ -13,7 +13,7 @@
 //!
 //! | type | message    | body |
 //! |------|------------|------|
-//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features]` (+ fields of later versions, ignored) |
+//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features [| u64 instance | u16 fleet_index | u16 fleet_size]]` (+ fields of later versions, ignored) |
 //! | 2    | Auth       | `[32] mac` |
 //! | 3    | AuthOk     | `[32] mac` |
 //! | 4    | Error      | `u16 code | str message` |
@@ -22,7 +22,7 @@
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
 //! | 9    | Pong       | `u64 token` |
-//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
+//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
 //! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //!
@@ -30,6 +30,9 @@
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
 //! build ignores it (it ignores whatever follows `software`). So the version stays 2 and both
 //! pairings of old and new ends keep working; a feature is used only when the peer announced it.
+//! The copier's identity (`instance`, a random number per copier process, kept across its
+//! reconnections, and its fleet share `fleet_index`/`fleet_size`, `--fleet`) was appended the
+//! same way: encoded only when set (an instance above 0), decoded as 0 when absent.
 //!
 //! Invariants: the decoder never panics, whatever the input; a tagged frame is decoded only
 //! after its tag verified, and the counter advances only then; it allocates only for bytes it has
@@ -115,6 +118,15 @@ pub struct Hello {
     /// What the sender supports beyond version 2's first form (bits such as
     /// [`FEATURE_PAYLOAD_REQUEST`]); 0 from a build that predates the field.
     pub features: u32,
+    /// A copier's instance: random per copier process (never 0), the same on every
+    /// connection it opens and reopens, so an intercept tells a copier reconnecting (which
+    /// takes its tuples back) from another copier (refused a tuple it does not hold). 0: not
+    /// announced (an intercept, or a build that predates the field).
+    pub instance: u64,
+    /// The copier's share of the test ports in its fleet (`--fleet I/N`): index ...
+    pub fleet_index: u16,
+    /// ... of this many copiers (1: no fleet, the whole range; 0: not announced).
+    pub fleet_size: u16,
 }
 
 impl Hello {
@@ -127,6 +139,9 @@ impl Hello {
             nonce,
             software: software.to_string(),
             features: FEATURES,
+            instance: 0,
+            fleet_index: 0,
+            fleet_size: 0,
         }
     }
 
@@ -150,6 +165,9 @@ pub enum RegVerdict {
     FamilyNotGuarded,
     /// The copier holds as many registrations as the intercept allows one copier.
     LimitReached,
+    /// Another live copier (another instance, see [`Hello::instance`]) holds the tuple: two
+    /// copiers picked the same test 4-tuple. The copier moves its copy to another tuple.
+    HeldByOther,
     /// A verdict code this build does not know (a newer intercept): treated as a refusal.
     Other(u8),
 }
@@ -162,6 +180,7 @@ impl RegVerdict {
             RegVerdict::PortNotGuarded => 1,
             RegVerdict::FamilyNotGuarded => 2,
             RegVerdict::LimitReached => 3,
+            RegVerdict::HeldByOther => 4,
             RegVerdict::Other(c) => c,
         }
     }
@@ -173,6 +192,7 @@ impl RegVerdict {
             1 => RegVerdict::PortNotGuarded,
             2 => RegVerdict::FamilyNotGuarded,
             3 => RegVerdict::LimitReached,
+            4 => RegVerdict::HeldByOther,
             c => RegVerdict::Other(c),
         }
     }
@@ -189,6 +209,7 @@ impl RegVerdict {
             RegVerdict::PortNotGuarded => "port_not_guarded",
             RegVerdict::FamilyNotGuarded => "family_not_guarded",
             RegVerdict::LimitReached => "limit_reached",
+            RegVerdict::HeldByOther => "held_by_other",
             RegVerdict::Other(_) => "unknown",
         }
     }
@@ -415,6 +436,11 @@ impl Message {
                 out.extend_from_slice(&h.nonce);
                 put_str(out, &h.software);
                 out.extend_from_slice(&h.features.to_be_bytes());
+                if h.instance != 0 {
+                    out.extend_from_slice(&h.instance.to_be_bytes());
+                    out.extend_from_slice(&h.fleet_index.to_be_bytes());
+                    out.extend_from_slice(&h.fleet_size.to_be_bytes());
+                }
                 end_frame(out, start);
             }
             Message::Auth { mac } | Message::AuthOk { mac } => {
@@ -487,6 +513,11 @@ impl Message {
                 let software = r.string("software")?;
                 // Absent from a build that predates it.
                 let features = if r.buf.len() >= 4 { r.u32("features")? } else { 0 };
+                let (instance, fleet_index, fleet_size) = if r.buf.len() >= 12 {
+                    (r.u64("instance")?, r.u16("fleet_index")?, r.u16("fleet_size")?)
+                } else {
+                    (0, 0, 0)
+                };
                 // Later versions may append fields to Hello: ignore them.
                 r.buf = &[];
                 (
@@ -497,6 +528,9 @@ impl Message {
                         nonce,
                         software,
                         features,
+                        instance,
+                        fleet_index,
+                        fleet_size,
                     }),
                     "Hello",
                 )

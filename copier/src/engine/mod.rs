@@ -108,7 +108,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use config::{ConfigError, EngineConfig, FleetShare, PortMap, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
