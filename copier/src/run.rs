@@ -192,6 +192,7 @@ struct Line {
     send_errors: u64,
     records: u64,
     panics: u64,
+    tuple_moves: u64,
     units: u64,
     ahead: u64,
     lag: crate::engine::LagHistogram,
@@ -215,6 +216,7 @@ impl Line {
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
             l.panics += p.panics;
+            l.tuple_moves += e.tuple_moves;
             l.units += e.units_sent;
             l.ahead += e.units_ahead;
             l.lag.merge(&e.replay_lag);
@@ -265,6 +267,9 @@ impl Line {
             let matched: Vec<String> =
                 r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
             write!(f, " (matched: {})", matched.join(", "))?;
+        }
+        if self.tuple_moves > 0 {
+            write!(f, "; {} copies moved to another test tuple (held by another copier)", self.tuple_moves)?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;

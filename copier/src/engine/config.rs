@@ -666,4 +666,67 @@ mod tests {
         };
         assert!(matches!(bad.validate(), Err(ConfigError::PortShare { .. })));
     }
+
+    proptest::proptest! {
+        /// The engines of a fleet (N copiers, each with its own --workers) split the test ports
+        /// 1024..=65535: every port is in exactly one engine's share, every share draws and
+        /// walks only its own ports, and the shares' sizes add up to the whole range.
+        #[test]
+        fn fleet_shares_never_overlap(
+            workers in proptest::collection::vec(1u16..=8, 1..=40),
+            ports in proptest::collection::vec(1024u16..=65535, 64),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            use rand::SeedableRng;
+            let size = workers.len() as u16;
+            let engines: Vec<PortShare> = workers
+                .iter()
+                .enumerate()
+                .flat_map(|(f, &w)| (0..w).map(move |i| PortShare { index: i, count: w, fleet: FleetShare { index: f as u16, size } }))
+                .collect();
+            for &p in &ports {
+                let n = engines.iter().filter(|e| e.contains(p)).count();
+                proptest::prop_assert_eq!(n, 1, "port {} in {} shares", p, n);
+            }
+            let total: u32 = engines.iter().map(|e| e.size()).sum();
+            proptest::prop_assert_eq!(total, 64512);
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            for e in &engines {
+                for _ in 0..8 {
+                    let p = e.random(&mut rng);
+                    proptest::prop_assert!(e.contains(p), "{} drawn outside {:?}", p, e);
+                    for o in engines.iter().filter(|o| *o != e) {
+                        proptest::prop_assert!(!o.contains(p), "{} of {:?} also in {:?}", p, e, o);
+                    }
+                }
+                let first = e.walk(e.random(&mut rng)).take(3).collect::<Vec<_>>();
+                proptest::prop_assert!(first.iter().all(|&p| e.contains(p)));
+            }
+            // Copiers' runs overlap only with themselves.
+            for a in 0..size {
+                for b in 0..size {
+                    let (x, y) = (FleetShare { index: a, size }, FleetShare { index: b, size });
+                    proptest::prop_assert_eq!(x.overlaps(y), a == b);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_fleet_too_large_for_its_workers_is_refused_naming_the_flags() {
+        let c = |index, size, workers| EngineConfig {
+            maps: vec![map(80, "198.18.2.2:80")],
+            port_share: PortShare { index: 0, count: workers, fleet: FleetShare { index, size } },
+            ..EngineConfig::default()
+        };
+        assert!(c(3, 4, 2).validate().is_ok());
+        assert!(matches!(c(4, 4, 1).validate(), Err(ConfigError::Fleet { index: 4, size: 4 })));
+        let e = c(0, 1000, 64).validate().unwrap_err();
+        assert!(matches!(e, ConfigError::FleetTooLarge { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("--fleet 0/1000") && text.contains("--workers 64"), "{text}");
+        // The runs: copier 1 of 4 has the second quarter of the ports.
+        assert_eq!(FleetShare { index: 1, size: 4 }.ports(), (17152, 33279));
+        assert_eq!(FleetShare::default().ports(), (1024, 65535));
+    }
 }

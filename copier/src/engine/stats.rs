@@ -234,6 +234,10 @@ pub struct EngineStats {
     pub syn_time_wait_resets: u64,
     /// Test connections moved to another port because the SYN met a TIME_WAIT socket twice.
     pub syn_port_moves: u64,
+    /// Test connections moved to another tuple before sending anything because an intercept
+    /// said another copier holds theirs (`RegVerdict::HeldByOther`: two copiers of a fleet
+    /// picked the same test tuple).
+    pub tuple_moves: u64,
     /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`; pending
     /// SYNs shed for it are in `syns_incomplete.shed`).
     pub sessions_shed: u64,
