@@ -255,6 +255,7 @@ fn run(args: Args) -> Result<RunSummary> {
                 count: workers as u16,
                 fleet: v.engine.port_share.fleet,
             },
+            port_salt: copier::control::instance(),
             ..v.engine.clone()
         };
         let seed = v.seed;

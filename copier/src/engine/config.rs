@@ -111,6 +111,10 @@ pub struct EngineConfig {
     /// The share of test-side client ports this engine may use (several engines at once, one
     /// per `--workers` thread); the whole range by default.
     pub port_share: PortShare,
+    /// Salts the random choice of test ports (not the sampling, not the pool address): the
+    /// copier's instance, random per process, so that copiers started with one `--seed` do
+    /// not draw the same ports in the same order. 0 (the default): the seed alone.
+    pub port_salt: u64,
     /// A shaping profile (`--profile`): when set, the copies of each captured session (their
     /// number, virtual client addresses and ports, and when their requests may go) come from
     /// a [`shaper::Shaper`] built from it and the engine seed, and `copies`, `sample_percent`
@@ -336,6 +340,7 @@ impl Default for EngineConfig {
             max_reconnects: 4,
             ttl: 64,
             port_share: PortShare::default(),
+            port_salt: 0,
             profile: None,
             spread: Vec::new(),
             health: super::targets::HealthConfig::default(),

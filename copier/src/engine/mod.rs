@@ -296,7 +296,7 @@ impl Engine {
         }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
-        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone());
+        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()), plan, meter.clone());
         sh.trace_units = config.trace.then(Vec::new);
         Engine {
             sh,
