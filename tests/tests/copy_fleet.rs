@@ -11,6 +11,9 @@
 //!   setup): the intercept refuses the second registration of a tuple another copier holds
 //!   (`held_by_other`), and that copier moves its copy to another port.
 //!
+//! Both run `copier doctor` while the copiers are connected: it warns about two copiers that
+//! share test ports (no `--fleet`), and not about a split fleet.
+//!
 //! Both assert that every online request reached the test server exactly once (method, URI,
 //! length, body hash), no copy failed, and no response left the test host.
 
@@ -96,10 +99,21 @@ fn fleet(lab: &mut Lab, c: &Copying, fleet: Option<[&str; 2]>) -> [lab::Proc; 2]
     [pa, pb]
 }
 
+/// `copier doctor` on `online` (its stdout and stderr).
+fn doctor(lab: &Lab) -> String {
+    let bin = lab::workspace_bin("copier").unwrap().to_string_lossy().into_owned();
+    let map = format!("80={}:80", addr::TEST);
+    let icpt = format!("{}:{}", addr::TEST, lab::setup::CONTROL_PORT);
+    let secret = lab.dir().join("secret").to_string_lossy().into_owned();
+    let argv = [bin.as_str(), "doctor", "--map", &map, "--intercept", &icpt, "--secret-file", &secret, "--interface", ifname::ONLINE_TO_CLIENT];
+    let out = lab.exec(Host::Online, &argv).unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// Runs the client against both services through two copiers and checks the test server got
-/// every request once. Returns the copiers' tuple moves and the intercept's `held_by_other`
-/// refusals.
-fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64)> {
+/// every request once. Returns the copiers' tuple moves, the intercept's `held_by_other`
+/// refusals, and what `copier doctor` said meanwhile.
+fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64, String)> {
     let mut lab = lab_or_skip(name)?;
     let opts = CopyOptions {
         start_copier: false,
@@ -110,6 +124,7 @@ fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64)> {
     let c = Copying::start(&mut lab, opts).unwrap();
     let online_b = lab.nginx(Host::Online, NginxOptions { port: 8080, ..NginxOptions::default() }).unwrap();
     let copiers = fleet(&mut lab, &c, shares);
+    let doc = doctor(&lab);
     let started = std::time::Instant::now();
     drive(&lab);
     let want = c.online.request_count() + online_b.request_count();
@@ -151,23 +166,28 @@ fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64)> {
     assert!(from.iter().all(|a| a.starts_with("198.19.0.")), "{from:?}");
     c.assert_no_leak(&mut lab);
     println!("{name}: {want} requests in {:?}; {moves} copies moved ({each:?} by copier), {held} registrations refused as held by another copier", started.elapsed());
-    Some((moves, held))
+    Some((moves, held, doc))
 }
 
 #[test]
 fn a_fleet_with_its_shares_never_collides() {
-    let Some((moves, held)) = run("a_fleet_with_its_shares_never_collides", Some(["0/2", "1/2"])) else { return };
+    let Some((moves, held, doc)) = run("a_fleet_with_its_shares_never_collides", Some(["0/2", "1/2"])) else { return };
     assert_eq!((moves, held), (0.0, 0.0), "disjoint shares: nothing to refuse");
+    assert!(doc.contains("2 copier(s) connected, no two share test ports"), "{doc}");
 }
 
 #[test]
 fn a_fleet_without_shares_is_saved_by_the_intercepts_refusal() {
-    let Some((moves, held)) = run("a_fleet_without_shares_is_saved_by_the_intercepts_refusal", None) else { return };
+    let Some((moves, held, doc)) = run("a_fleet_without_shares_is_saved_by_the_intercepts_refusal", None) else { return };
+    assert!(doc.contains("WARN  copiers at intercept"), "{doc}");
+    assert!(doc.contains("(no --fleet) and"), "{doc}");
     // One seed, one pool, one client port toward both services: the same test tuple, refused
     // to whichever copier registered second, which moved its copy.
     assert!(held > 0.0, "no collision reproduced");
     assert_eq!(moves, held, "every refusal moved a copy");
     // A moved copy draws its port from its copier's own random sequence (salted by the
-    // instance), so it does not collide again: at most one refusal per round.
-    assert!(held <= f64::from(ROUNDS), "{held} refusals for {ROUNDS} rounds");
+    // instance), so it hardly ever collides again: about one refusal per round (with one
+    // random sequence for both, as one seed gave before the salt, copies moved in lock-step
+    // and collided again: some 350 refusals for 200 rounds).
+    assert!(held <= f64::from(ROUNDS) * 1.05, "{held} refusals for {ROUNDS} rounds");
 }

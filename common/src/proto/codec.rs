@@ -24,6 +24,8 @@
 //! | 9    | Pong       | `u64 token` |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
+//! | 13   | FleetQuery | empty: copier -> intercept (`copier doctor`), which copiers are connected; sent only to a peer whose Hello has [`FEATURE_FLEET`] |
+//! | 14   | Fleet      | `list of (u64 instance | address | u16 fleet_index | u16 fleet_size)`: intercept -> copier, the answer to a FleetQuery: every connected copier connection with the identity its Hello announced |
 //! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
@@ -48,7 +50,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
+pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -62,6 +64,8 @@ const T_PONG: u8 = 9;
 const T_REGISTERED: u8 = 10;
 const T_REGISTER_PAYLOAD: u8 = 11;
 const T_RECORD_WAIT: u8 = 12;
+const T_FLEET_QUERY: u8 = 13;
+const T_FLEET: u8 = 14;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -329,6 +333,44 @@ impl Record {
     }
 }
 
+/// One copier connection an intercept has, as [`Message::Fleet`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetMember {
+    /// Its Hello's [`Hello::instance`] (0: not announced).
+    pub instance: u64,
+    /// Where it connected from.
+    pub addr: SocketAddr,
+    /// Its Hello's [`Hello::fleet_index`] ...
+    pub index: u16,
+    /// ... and [`Hello::fleet_size`] (0: not announced).
+    pub size: u16,
+}
+
+/// The test port pairs (`port >> 1`, of 1024..=65535: pairs 512..=32767) of copier `index` of
+/// a fleet of `size` (`copier --fleet I/N`): the `index`-th of `size` contiguous runs, split as
+/// evenly as they go; `lo > hi` when the fleet has more copiers than pairs. A size of 0 or 1
+/// (no fleet) is the whole range.
+#[must_use]
+pub fn fleet_pairs(index: u16, size: u16) -> (u32, u32) {
+    const FIRST: u32 = 512;
+    const LAST: u32 = 32767;
+    let n = u32::from(size.max(1));
+    let i = u32::from(index) % n;
+    let all = LAST - FIRST + 1;
+    (FIRST + i * all / n, FIRST + (i + 1) * all / n - 1)
+}
+
+impl FleetMember {
+    /// Whether two copiers' test port runs overlap (a copier that announced no fleet uses
+    /// every port). Two copiers that overlap and see the same clients pick the same test
+    /// tuples (the intercept refuses the second, and it moves its copy).
+    #[must_use]
+    pub fn shares_ports_with(&self, other: &FleetMember) -> bool {
+        let (a, b) = (fleet_pairs(self.index, self.size), fleet_pairs(other.index, other.size));
+        a.0 <= a.1 && b.0 <= b.1 && a.0 <= b.1 && b.0 <= a.1
+    }
+}
+
 /// A control-protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -384,6 +426,14 @@ pub enum Message {
         /// Sessions as the test server sees them, each with the payload bytes asked for.
         tuples: Vec<(FourTuple, u32)>,
     },
+    /// Copier -> intercept (`copier doctor`): which copiers are connected ([`Message::Fleet`]).
+    /// Only to an intercept whose Hello has [`FEATURE_FLEET`].
+    FleetQuery,
+    /// Intercept -> copier: the answer to a [`Message::FleetQuery`].
+    Fleet {
+        /// Every copier connection, the asking one included.
+        copiers: Vec<FleetMember>,
+    },
     /// Intercept -> copier: the verdict on every tuple of a Register, sent after the
     /// registrations it accepts are in force (a copier sends a session's SYN only after its
     /// tuple was accepted).
@@ -418,6 +468,8 @@ impl Message {
             Message::Registered { .. } => "Registered",
             Message::RegisterPayload { .. } => "RegisterPayload",
             Message::RecordWait { .. } => "RecordWait",
+            Message::FleetQuery => "FleetQuery",
+            Message::Fleet { .. } => "Fleet",
         }
     }
 
@@ -476,6 +528,18 @@ impl Message {
                 encode_list(out, T_REGISTERED, results, |(t, _)| tuple_len(t) + 1, |out, (t, v)| {
                     put_tuple(out, t);
                     out.push(v.code());
+                })
+            }
+            Message::FleetQuery => {
+                let start = begin_frame(out, T_FLEET_QUERY);
+                end_frame(out, start);
+            }
+            Message::Fleet { copiers } => {
+                encode_list(out, T_FLEET, copiers, |m| 8 + addr_len(&Endpoint::new(m.addr.ip(), m.addr.port())) + 4, |out, m| {
+                    out.extend_from_slice(&m.instance.to_be_bytes());
+                    put_addr(out, &Endpoint::new(m.addr.ip(), m.addr.port()));
+                    out.extend_from_slice(&m.index.to_be_bytes());
+                    out.extend_from_slice(&m.size.to_be_bytes());
                 })
             }
             Message::RecordWait { micros } => {
@@ -596,6 +660,17 @@ impl Message {
                     micros: r.u32("record wait")?,
                 },
                 "RecordWait",
+            ),
+            T_FLEET_QUERY => (Message::FleetQuery, "FleetQuery"),
+            T_FLEET => (
+                Message::Fleet {
+                    copiers: r.list("fleet member", 8 + 7 + 4, |r| {
+                        let instance = r.u64("instance")?;
+                        let addr = get_addr(r)?;
+                        Ok(FleetMember { instance, addr, index: r.u16("fleet_index")?, size: r.u16("fleet_size")? })
+                    })?,
+                },
+                "Fleet",
             ),
             T_REGISTER_PAYLOAD => (
                 Message::RegisterPayload {

@@ -181,9 +181,6 @@ impl Default for FleetShare {
     }
 }
 
-/// First and last port pair (`port >> 1`) of 1024..=65535.
-const FIRST_PAIR: u32 = 512;
-const LAST_PAIR: u32 = 32767;
 
 impl FleetShare {
     /// Whether this is a real split (more than one copier).
@@ -196,10 +193,7 @@ impl FleetShare {
     /// pairs).
     #[must_use]
     pub fn pairs(self) -> (u32, u32) {
-        let n = u32::from(self.size.max(1));
-        let i = u32::from(self.index) % n;
-        let all = LAST_PAIR - FIRST_PAIR + 1;
-        (FIRST_PAIR + i * all / n, FIRST_PAIR + (i + 1) * all / n - 1)
+        common::proto::fleet_pairs(self.index, self.size)
     }
 
     /// The ports of this copier: `first..=last` (empty when `first > last`).

@@ -99,6 +99,23 @@ fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features()
 }
 
 #[test]
+fn fleet_query_and_answer_round_trip_and_overlaps_are_found() {
+    use super::{FleetMember, Message};
+    let a = FleetMember { instance: 7, addr: "198.18.1.1:40000".parse().unwrap(), index: 0, size: 2 };
+    let b = FleetMember { instance: 8, addr: "[fd00::1]:1".parse().unwrap(), index: 1, size: 2 };
+    let m = Message::Fleet { copiers: vec![a, b] };
+    assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
+    assert_eq!(decode_all(&encoded(&Message::FleetQuery)).unwrap(), vec![Message::FleetQuery]);
+    assert!(!a.shares_ports_with(&b));
+    assert!(a.shares_ports_with(&FleetMember { instance: 9, ..a }));
+    // No fleet (or an older copier): every port.
+    let whole = FleetMember { size: 1, index: 0, ..b };
+    assert!(whole.shares_ports_with(&a) && whole.shares_ports_with(&b));
+    assert!(FleetMember { size: 0, ..b }.shares_ports_with(&a));
+    assert!(!FleetMember { index: 2, size: 4, ..a }.shares_ports_with(&FleetMember { index: 1, size: 4, ..a }));
+}
+
+#[test]
 fn hello_of_a_build_before_features_decodes_with_none() {
     // What an older build of version 2 sends: the body ends after `software`.
     let mut old = vec![0, 0, 0, 45, 1, b'T', b'C', b'P', b'Y', 0, 2, 1, 0];
