@@ -24,9 +24,9 @@
 //! | 9    | Pong       | `u64 token` |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
+//! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //! | 13   | FleetQuery | empty: copier -> intercept (`copier doctor`), which copiers are connected; sent only to a peer whose Hello has [`FEATURE_FLEET`] |
 //! | 14   | Fleet      | `list of (u64 instance | address | u16 fleet_index | u16 fleet_size)`: intercept -> copier, the answer to a FleetQuery: every connected copier connection with the identity its Hello announced |
-//! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
