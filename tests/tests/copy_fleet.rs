@@ -114,6 +114,7 @@ fn doctor(lab: &Lab) -> String {
 /// every request once. Returns the copiers' tuple moves, the intercept's `held_by_other`
 /// refusals, and what `copier doctor` said meanwhile.
 fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64, String)> {
+    let clash = "shares test ports with";
     let mut lab = lab_or_skip(name)?;
     let opts = CopyOptions {
         start_copier: false,
@@ -166,6 +167,8 @@ fn run(name: &str, shares: Option<[&str; 2]>) -> Option<(f64, f64, String)> {
     assert!(from.iter().all(|a| a.starts_with("198.19.0.")), "{from:?}");
     c.assert_no_leak(&mut lab);
     println!("{name}: {want} requests in {:?}; {moves} copies moved ({each:?} by copier), {held} registrations refused as held by another copier", started.elapsed());
+    // The intercept warned about the second copier when it connected, when they share ports.
+    assert_eq!(c.intercept.log().contains(clash), shares.is_none(), "intercept log:\n{}", tail(&c.intercept.log(), 20));
     Some((moves, held, doc))
 }
 
