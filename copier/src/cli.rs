@@ -78,6 +78,21 @@ and that answers nothing but resets for --target-down-after is taken out (logged
 copier_target_up): its new sessions go to the others; one probe copy every --target-retry tests
 it, and its first answer puts it back in.
 
+Fleets: copiers that run one configuration (a DaemonSet: the same flags, the same --seed, the
+same --client-ip pool) see the same client addresses and ports (clients behind one NAT or load
+balancer) and would pick the same test 4-tuple for them: the test server would see one
+connection where there are two. Give each copier its share with --fleet I/N (copier I of N,
+from 0): copier I takes the I-th of N contiguous runs of the test client ports 1024-65535 (its
+--workers split that run again), so no two copiers of the fleet ever pick the same tuple,
+with or without --client-ip; sampling stays a function of the seed alone (the same sessions
+are picked everywhere). --fleet host/N derives I from a hash of the host name (two hosts may
+land on the same share: `copier doctor` warns). A copy keeps the client's port when it lies
+in the copier's run, else takes one of the run. The start is refused when a run holds fewer
+than 64 ports per worker, and warned about under 4096 (one client address with that many
+connections at once would find no free port). Each intercept also refuses a tuple another
+live copier holds (verdict held_by_other): the copier then moves that copy to another port
+(copier_tuple_moves_total), and a copier that reconnects takes its own tuples back.
+
 Closed loop: --target-rate R holds the request units sent to the test side at R per second:
 once a second the copier measures what it sent in the last second and multiplies the factor by
 (target / measured)^0.4 (a step of at most 2x either way, the factor at most --max-factor): with
@@ -293,6 +308,12 @@ pub struct Args {
     /// route the ranges back to this host.
     #[arg(long, value_name = "CIDR[,CIDR...]", action = ArgAction::Append)]
     pub client_ip: Vec<ClientIpPool>,
+
+    /// This copier's share of the test ports in a fleet of copiers with one configuration:
+    /// I/N (copier I of N, from 0), or host/N (I from a hash of the host name). See "Fleets"
+    /// at the top of --help.
+    #[arg(long, value_name = "I/N", value_parser = parse_fleet)]
+    pub fleet: Option<FleetArg>,
 
     /// Send N copies of every copied session, each on its own client address and/or port
     /// (see "Amplification" at the top of --help).
@@ -700,13 +721,38 @@ impl Args {
                 engine.max_memory
             ));
         }
+        let workers = if self.offline.is_some() { 1 } else { self.workers.max(1) };
+        let fleet = match self.fleet {
+            None => crate::engine::FleetShare::default(),
+            Some(f) => {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                let share = fleet_share(f, host.trim());
+                if f.index.is_none() {
+                    tracing::info!("--fleet host/{}: host {:?} is copier {share}", f.size, host.trim());
+                }
+                share
+            }
+        };
         let engine = EngineConfig {
             per_session_cap: engine.per_session_cap.min(engine.max_memory),
+            port_share: crate::engine::PortShare { index: 0, count: workers, fleet },
             ..engine
         };
         engine
             .validate()
             .map_err(|e| format!("invalid configuration: {e}"))?;
+        if fleet.is_split() {
+            let (first, last) = fleet.ports();
+            let each = engine.port_share.size();
+            tracing::info!("--fleet {fleet}: this copier's test client ports are {first}-{last} ({each} per worker)");
+            if each < crate::engine::FEW_SHARE_PORTS {
+                tracing::warn!(
+                    "--fleet {fleet} with --workers {workers} leaves each worker {each} test ports per client address \
+                     and test server: one client address with more connections at once finds no free port \
+                     (copier_sessions_no_tuple_total); a smaller fleet or fewer workers leave more"
+                );
+            }
+        }
 
         let page = 4096u64;
         if self.ring_block_size < 64 * 1024
@@ -886,6 +932,45 @@ impl Args {
         let offline = self.offline.is_some();
         Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
     }
+}
+
+/// `--fleet`: the copier's index (`None`: from the host name) and the fleet's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetArg {
+    /// Copier `0..size`, or `None` for `host/N`.
+    pub index: Option<u16>,
+    /// Copiers in the fleet.
+    pub size: u16,
+}
+
+/// Parse `I/N` or `host/N`.
+pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected I/N (copier I of N, from 0) or host/N"))?;
+    let size: u16 = n.trim().parse().map_err(|_| format!("{s:?}: the fleet size {n:?} is not a number from 1 to 65535"))?;
+    if size == 0 {
+        return Err(format!("{s:?}: a fleet has at least one copier"));
+    }
+    let index = match i.trim() {
+        "host" => None,
+        i => {
+            let i: u16 = i.parse().map_err(|_| format!("{s:?}: the copier {i:?} is neither a number nor `host`"))?;
+            if i >= size {
+                return Err(format!("{s:?}: copier {i} does not exist in a fleet of {size} (0 to {})", size - 1));
+            }
+            Some(i)
+        }
+    };
+    Ok(FleetArg { index, size })
+}
+
+/// The fleet share of `--fleet` (`host/N`: FNV-1a of `host` modulo N).
+#[must_use]
+pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
+    let index = arg.index.unwrap_or_else(|| {
+        let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        (h % u64::from(arg.size)) as u16
+    });
+    crate::engine::FleetShare { index, size: arg.size }
 }
 
 fn warn_if_readable_by_others(path: &std::path::Path) {

@@ -194,6 +194,7 @@ struct Line {
     send_errors: u64,
     records: u64,
     panics: u64,
+    tuple_moves: u64,
     units: u64,
     ahead: u64,
     lag: crate::engine::LagHistogram,
@@ -220,6 +221,7 @@ impl Line {
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
             l.panics += p.panics;
+            l.tuple_moves += e.tuple_moves;
             l.units += e.units_sent;
             l.ahead += e.units_ahead;
             l.lag.merge(&e.replay_lag);
@@ -272,6 +274,9 @@ impl Line {
             let matched: Vec<String> =
                 r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
             write!(f, " (matched: {})", matched.join(", "))?;
+        }
+        if self.tuple_moves > 0 {
+            write!(f, "; {} copies moved to another test tuple (held by another copier)", self.tuple_moves)?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;

@@ -440,7 +440,7 @@ fn run(cli: InterceptConfig) -> Result<()> {
     eprintln!(
         "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted ({} more to this host), \
          {} dropped unregistered, {} dropped as recently unregistered, {} dropped as hold overflow, {} malformed; \
-         {} registrations refused",
+         {} registrations refused ({} held by another copier)",
         s.packets,
         s.delivered + s.released,
         s.released,
@@ -450,7 +450,8 @@ fn run(cli: InterceptConfig) -> Result<()> {
         s.dropped_recently_unregistered,
         s.dropped_hold_overflow,
         s.dropped_malformed,
-        s.refused_port + s.refused_family + s.refused_limit
+        s.refused_port + s.refused_family + s.refused_limit + s.refused_held,
+        s.refused_held
     );
     for line in &report {
         eprintln!("intercept: {line}");

@@ -739,3 +739,28 @@ fn compare_flags() {
     let help = Args::command().render_long_help().to_string();
     assert!(help.contains("--compare-sample <P>") && help.contains("--baseline-map"), "{help}");
 }
+
+#[test]
+fn fleet_shares_parse_and_are_checked_against_the_workers() {
+    assert_eq!(parse_fleet("2/5"), Ok(FleetArg { index: Some(2), size: 5 }));
+    assert_eq!(parse_fleet("host/3"), Ok(FleetArg { index: None, size: 3 }));
+    for (bad, needle) in [("5/5", "does not exist in a fleet of 5"), ("1/0", "at least one"), ("3", "expected I/N"), ("x/2", "neither a number")] {
+        let e = parse_fleet(bad).unwrap_err();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+    // host/N: the same host always gets the same copier, and copier indices stay in the fleet.
+    let a = fleet_share(FleetArg { index: None, size: 7 }, "front-1");
+    assert_eq!(a, fleet_share(FleetArg { index: None, size: 7 }, "front-1"));
+    assert!(a.index < 7);
+    let fleet = |extra: &[&str]| {
+        let mut v = vec!["--no-secret"];
+        v.extend_from_slice(extra);
+        args(&v).unwrap().validate(1).map(|v| v.engine.port_share)
+    };
+    let s = fleet(&["--fleet", "1/2", "--workers", "2"]).unwrap();
+    assert_eq!((s.count, s.fleet.index, s.fleet.size), (2, 1, 2));
+    assert_eq!(fleet(&[]).unwrap().fleet, crate::engine::FleetShare::default());
+    let e = fleet(&["--fleet", "0/2000", "--workers", "64"]).unwrap_err();
+    assert!(e.contains("--fleet 0/2000") && e.contains("--workers 64"), "{e}");
+    assert!(args(&["--no-secret", "--fleet", "2/2"]).is_err());
+}

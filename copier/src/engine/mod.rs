@@ -14,7 +14,9 @@
 //!    [`Engine::poll_transmit`] until `None`, sending each packet. A connection's packets are
 //!    held back until an intercept accepted its `Register` (`handle_registered`), so no
 //!    packet of a tuple leaves before the intercept guards it; a tuple every connected
-//!    intercept refused fails its session (`registration_refused`) with nothing sent.
+//!    intercept refused fails its session (`registration_refused`) with nothing sent; a tuple
+//!    an intercept says another copier holds (`RegVerdict::HeldByOther`) is dropped unsent and
+//!    the copy opened again on another tuple of the share (`tuple_moves`).
 //!
 //! # Handshakes first
 //! A captured SYN starts no session: it waits in a small pending table (its ISN and timestamp,
@@ -53,7 +55,8 @@
 //! engine saw) gives its copies, none when the sample leaves it out; copy `k` goes from the
 //! plan's client address, and from its port when free in `by_test` and the port share (else a
 //! random port of the share, else the first free one): no two live test tuples ever collide,
-//! whatever N, and with port shares none of another worker's either. A copy that finds no free
+//! whatever N, and with port shares none of another worker's either (nor, with `--fleet`,
+//! another copier's of the fleet: the share lies within the copier's run, `FleetShare`). A copy that finds no free
 //! tuple does not start (`sessions_no_tuple`). The flags' plan keeps the client's address (or
 //! the `k`-th pool address after its pick, `ClientIpPool::pick`) and port; its sample, a keyed
 //! hash of the seed and the client's address and port that does not change in time, is asked
@@ -123,7 +126,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use config::{ConfigError, EngineConfig, FleetShare, PortMap, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
@@ -324,7 +327,7 @@ impl Engine {
         }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
-        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone());
+        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()), plan, meter.clone());
         sh.trace_units = config.trace.then(Vec::new);
         Engine {
             sh,

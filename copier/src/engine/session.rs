@@ -905,7 +905,10 @@ impl Session {
     /// `Engine::handle_registered`): accepted, the connection's packets may go; refused by
     /// `need` different intercepts before any accepted it, the connection is dropped unsent
     /// and, if it is the current one, the session fails (`registration_refused`). Returns
-    /// whether this verdict was such a refusal.
+    /// whether this verdict was such a refusal. A tuple held by another copier
+    /// (`HeldByOther`, from any intercept) is no refusal of the session: the connection is
+    /// dropped unsent and, if it is the current one, opened again on another tuple of the
+    /// share (`tuple_moves`).
     pub(crate) fn on_verdict(
         &mut self,
         sh: &mut Shared,
@@ -922,6 +925,23 @@ impl Session {
         }
         if verdict.accepted() {
             c.reg_pending = false;
+            return false;
+        }
+        if verdict == common::proto::RegVerdict::HeldByOther {
+            // Another copier holds this tuple on the test host: leave it (nothing was sent on
+            // it) and carry the copy on another port of the share.
+            c.dead = true;
+            if is_cur {
+                let start = c.acked().add(1); // nothing sent: the ISN + 1
+                self.sweep(sh);
+                sh.stats.tuple_moves += 1;
+                match sh.tuples.free_tuple(self.client_ip, self.target.into(), None) {
+                    Some(t) => self.open_conn(sh, now, t, start),
+                    None => self.finish(sh, now, Some(FailReason::NoTuple)),
+                }
+            } else {
+                self.sweep(sh);
+            }
             return false;
         }
         c.refused_by |= 1u64 << (from % 64);

@@ -243,6 +243,10 @@ pub struct EngineStats {
     pub syn_time_wait_resets: u64,
     /// Test connections moved to another port because the SYN met a TIME_WAIT socket twice.
     pub syn_port_moves: u64,
+    /// Test connections moved to another tuple before sending anything because an intercept
+    /// said another copier holds theirs (`RegVerdict::HeldByOther`: two copiers of a fleet
+    /// picked the same test tuple).
+    pub tuple_moves: u64,
     /// Sessions shed to stay under `max_memory` or to make room at `max_sessions` (also in
     /// `sessions_failed.idle_shed` for idle ones, `sessions_failed.memory` for the others;
     /// pending SYNs shed for memory are in `syns_incomplete.shed`).

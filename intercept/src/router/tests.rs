@@ -365,6 +365,64 @@ fn reconnecting_copier_takes_over_its_tuples() {
 }
 
 #[test]
+fn a_reconnection_of_the_same_instance_takes_over_its_tuples() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let t = tuple("198.19.7.1:1");
+    // A and B are two connections of one copier process (B opened after A broke).
+    r.set_instance(A, 7);
+    r.set_instance(B, 7);
+    assert!(r.handle_register(t0, A, &[t]).all_accepted());
+    let reg = r.handle_register(t0, B, &[t]);
+    assert_eq!(reg.verdicts, vec![RegVerdict::Accepted]);
+    assert_eq!(r.route(&t), Some(B));
+    assert_eq!(r.stats().register_conflicts, 1);
+    assert_eq!(r.stats().refused_held, 0);
+    assert_eq!(r.registrations_of(A), 0);
+    assert_eq!(r.registrations_of(B), 1);
+    assert_eq!(r.handle_copier_gone(A), 0);
+    assert_eq!(r.route(&t), Some(B));
+}
+
+#[test]
+fn another_live_instance_is_refused_a_tuple_and_gets_it_once_free() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let t = tuple("198.19.7.1:1");
+    let other = tuple("198.19.7.1:2");
+    // Two copiers of a fleet (instances 7 and 8) pick the same test tuple.
+    r.set_instance(A, 7);
+    r.set_instance(B, 8);
+    assert!(r.handle_register(t0, A, &[t]).all_accepted());
+    let reg = r.handle_register(t0, B, &[t, other]);
+    assert_eq!(reg.verdicts, vec![RegVerdict::HeldByOther, RegVerdict::Accepted]);
+    // A keeps it: its answers still go to A, and nothing was taken from it.
+    assert_eq!(r.route(&t), Some(A));
+    assert_eq!(r.route(&other), Some(B));
+    assert_eq!((r.registrations_of(A), r.registrations_of(B)), (1, 1));
+    assert_eq!(r.stats().refused_held, 1);
+    assert_eq!(r.stats().register_conflicts, 0);
+    let d = r.handle_packet(t0, &syn_ack("198.19.7.1:1"), 0);
+    assert!(matches!(d, Decision::Deliver { copier, .. } if copier == A));
+    // B's Unregister of the refused tuple leaves A's registration alone.
+    assert_eq!(r.handle_unregister(B, &[t]), 0);
+    assert_eq!(r.route(&t), Some(A));
+    // Once A is done with it (or gone), B may take it.
+    assert_eq!(r.handle_unregister(A, &[t]), 1);
+    assert!(r.handle_register(t0, B, &[t]).all_accepted());
+    assert_eq!(r.route(&t), Some(B));
+    // A copier that announced no instance (an older build) still takes over, as before.
+    let c = CopierId(99);
+    assert!(r.handle_register(t0, c, &[t]).all_accepted());
+    assert_eq!(r.route(&t), Some(c));
+    assert_eq!(r.stats().register_conflicts, 1);
+    // A gone connection's instance is forgotten with it.
+    r.handle_copier_gone(A);
+    r.set_instance(A, 0);
+    assert_eq!(r.stats().refused_held, 1);
+}
+
+#[test]
 fn ipv6_sessions_route_too() {
     let t0 = Instant::now();
     let mut r = router();
