@@ -4,6 +4,8 @@
 #   PyPI, ships them; --strict refuses unknown fields), and a broken copy must be refused;
 # - what the manifests promise: host network, a node selector, resources, the secret from a
 #   Secret, capabilities NET_RAW and NET_ADMIN only (all others dropped);
+# - the systemd units of packaging/: UMask=0077 (the archive and comparison files hold production
+#   data), and with ProtectSystem=strict a 0700 StateDirectory that ReadWritePaths names;
 # - the Grafana dashboard: valid JSON, and every metric its queries use is one the daemons
 #   define (copier/src/metrics.rs, intercept/src/metrics.rs). The Prometheus lab test
 #   (tests/tests/prometheus.rs) checks the same names against a live scrape.
@@ -53,6 +55,32 @@ for path in sorted(glob.glob("deploy/k8s/*.yaml")):
             if not res.get("requests") or not res.get("limits"):
                 problems.append(f"{path}: {name}/{c['name']} has no resource requests and limits")
 
+# The systemd units: what the daemons write (the --record archive, the --compare-log file) holds
+# production requests and answers, so files are owner-only whatever the code does (UMask=0077),
+# and the copier's one writable data directory is named (ProtectSystem=strict).
+def unit(path):
+    keys = {}
+    for line in open(path):
+        line = line.strip()
+        if line and not line.startswith(("#", ";", "[")) and "=" in line:
+            k, v = line.split("=", 1)
+            keys.setdefault(k.strip(), []).append(v.strip())
+    return keys
+units = sorted(glob.glob("packaging/*/*.service"))
+if len(units) < 2:
+    problems.append(f"packaging: {len(units)} systemd units found, want the copier's and the intercept's")
+for path in units:
+    u = unit(path)
+    if u.get("UMask") != ["0077"]:
+        problems.append(f"{path}: UMask {u.get('UMask')}: want UMask=0077 (files of production data owner-only)")
+    if u.get("ProtectSystem") == ["strict"]:
+        state = ["/var/lib/" + d for d in " ".join(u.get("StateDirectory", [])).split()]
+        rw = " ".join(u.get("ReadWritePaths", [])).split()
+        if not state or any(d not in rw for d in state):
+            problems.append(f"{path}: ProtectSystem=strict with StateDirectory {state} not all in ReadWritePaths {rw}")
+        if u.get("StateDirectoryMode", ["0755"]) != ["0700"]:
+            problems.append(f"{path}: StateDirectoryMode {u.get('StateDirectoryMode')}: want 0700")
+
 defined = set()
 for src in ("copier/src/metrics.rs", "intercept/src/metrics.rs"):
     defined |= set(re.findall(r'"((?:copier|intercept)_[a-z0-9_]+)"', open(src).read()))
@@ -67,5 +95,5 @@ for n in sorted(used - defined):
 if problems:
     print("check-deploy:\n  " + "\n  ".join(problems), file=sys.stderr)
     sys.exit(1)
-print(f"check-deploy: manifests valid (Kubernetes {sys.argv[1] if len(sys.argv) > 1 else '1.33'}), dashboard uses {len(used)} metrics, all defined")
+print(f"check-deploy: manifests valid (Kubernetes {sys.argv[1] if len(sys.argv) > 1 else '1.33'}), {len(units)} systemd units owner-only, dashboard uses {len(used)} metrics, all defined")
 PY

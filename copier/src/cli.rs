@@ -140,7 +140,9 @@ between two answers of one server to identical requests is noise too. The copy n
 through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
--o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
+-o PAGE.html` draws it) and a summary at exit. Files are written 0600 (they hold production
+answers), and the values of Authorization, Cookie, Set-Cookie and Proxy-Authorization are
+compared but never written or logged (--compare-redact). A connection that is not HTTP/1.x is compared
 whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
 requests and the online answers come from the file (it must hold both directions: tcpdump -w
 without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
@@ -331,6 +333,7 @@ pub struct Args {
     /// Archive what is copied (copy 0 of each session, as the test server gets it: after the
     /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
     /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
+    /// The requests are kept whole (cookies, credentials): files 0600, DIR made 0700.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
@@ -521,8 +524,15 @@ pub struct Args {
     #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
     pub baseline_maps: Vec<PortMap>,
 
+    /// Headers whose values are never written or logged by the comparison (comma separated, any
+    /// case; `none`: redact nothing). They are still compared: a difference reads `[redacted]`
+    /// (online) and `[redacted, differs]` (test) in --compare-log and the report.
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',', default_value = "authorization,cookie,set-cookie,proxy-authorization", help_heading = "Comparison")]
+    pub compare_redact: Vec<String>,
+
     /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
-    /// `copier compare-report FILE -o PAGE.html`).
+    /// `copier compare-report FILE -o PAGE.html`). Created 0600: it holds production answers
+    /// (credential headers redacted, see --compare-redact; request lines and bodies are kept).
     #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
     pub compare_log: Option<PathBuf>,
 
@@ -743,7 +753,7 @@ impl Args {
         let record = match &self.record {
             None => None,
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                common::private::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
                 let max_file = self.record_size / u64::from(self.record_files);
                 if max_file < 1 << 16 {
                     return Err(format!(
@@ -836,6 +846,7 @@ impl Args {
         let compare = compare::CompareConfig {
             ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             limits: compare::http::Limits { max_body: max_message },
+            redact: redact_list(&self.compare_redact),
             ..compare::CompareConfig::default()
         };
         let baseline = maps.iter().any(|m| m.baseline.is_some());
@@ -859,6 +870,15 @@ impl Args {
         let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
         let offline = self.offline.is_some();
         Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
+    }
+}
+
+/// `--compare-redact` (and `compare-report --redact`): the names, or nothing for `none`.
+pub fn redact_list(names: &[String]) -> compare::redact::Redact {
+    if names.iter().any(|n| n.trim().eq_ignore_ascii_case("none")) {
+        compare::redact::Redact::none()
+    } else {
+        compare::redact::Redact::new(names)
     }
 }
 

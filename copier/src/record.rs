@@ -12,6 +12,9 @@
 //! filters selects a slice of it (by path, method, header, client range); the index tells which
 //! files hold a time range.
 //!
+//! The archive holds production requests whole (cookies, authorization headers, query strings):
+//! its directory is made 0700 and every file 0600 (`common::private`), whatever the umask.
+//!
 //! Owns: the pcapng writer (section header, one interface description, enhanced packet blocks).
 
 use std::collections::{HashSet, VecDeque};
@@ -93,10 +96,10 @@ pub struct Recorder {
 impl Recorder {
     /// Opens the archive directory (created if missing) for worker `worker`.
     pub fn open(cfg: RecordConfig, worker: u16) -> std::io::Result<Recorder> {
-        std::fs::create_dir_all(&cfg.dir)?;
+        common::private::create_dir_all(&cfg.dir)?;
         let path = cfg.dir.join(format!("index-w{worker}.tsv"));
         let fresh = !path.exists();
-        let mut index = BufWriter::new(File::options().create(true).append(true).open(&path)?);
+        let mut index = BufWriter::new(common::private::append(&path)?);
         if fresh {
             writeln!(index, "start_unix_ms\tclient\ttest_client\ttest_server\tfile")?;
         }
@@ -114,7 +117,7 @@ impl Recorder {
         }
         let path = self.cfg.dir.join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
         self.seq += 1;
-        let mut w = BufWriter::with_capacity(1 << 16, File::create(&path)?);
+        let mut w = BufWriter::with_capacity(1 << 16, common::private::create(&path)?);
         let n = file_header(&mut w)?;
         self.files.push_back(path.clone());
         while self.files.len() > self.cfg.max_files.max(1) {
@@ -210,6 +213,12 @@ mod tests {
             }
         }
         assert_eq!(n, 3);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "the archive's directory is owner-only");
+        for name in &names {
+            assert_eq!(mode(&dir.join(name)), 0o600, "{name} is owner-only");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

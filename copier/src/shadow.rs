@@ -404,7 +404,11 @@ impl Thread {
     fn compare(&mut self, ex: &Exchange) {
         let v = self.cmp.compare(ex);
         if tracing::enabled!(tracing::Level::DEBUG) {
-            let first = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(120)]).replace("\r\n", "|");
+            let redact = &self.cfg.compare.redact;
+            let first = |b: &[u8]| {
+                let b = redact.head(&b[..b.len().min(8192)]);
+                String::from_utf8_lossy(&b[..b.len().min(120)]).replace("\r\n", "|")
+            };
             tracing::debug!(
                 "compare: {:?} {} | online {} | candidate {} | baseline {}",
                 v.outcome,

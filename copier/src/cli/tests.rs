@@ -704,6 +704,10 @@ fn compare_flags() {
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
     assert!(!s.offline, "live: the comparison opens its own capture");
+    assert_eq!(s.compare.redact, compare::redact::Redact::default(), "credential headers redacted by default");
+    let redact = |v: &str| args(&["--no-secret", "--compare", "--compare-redact", v]).unwrap().validate(1).unwrap().shadow.unwrap().compare.redact;
+    assert_eq!(redact("Cookie,X-Api-Key").names(), ["cookie", "x-api-key"]);
+    assert_eq!(redact("none"), compare::redact::Redact::none());
     // offline: the file's both directions, no capture of the comparison's own
     let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
     assert!(v.shadow.unwrap().offline);
