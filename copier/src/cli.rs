@@ -218,7 +218,8 @@ pub struct Args {
     pub intercepts: Vec<InterceptAddr>,
 
     /// File holding the secret shared with the intercepts: at least 16 bytes (trailing newline
-    /// ignored), readable by its owner only (chmod 600).
+    /// ignored), readable by its owner only (chmod 600), not a placeholder (the value of
+    /// deploy/k8s/secret.yaml, or anything with REPLACE-ME, CHANGEME, placeholder in it).
     #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
     pub secret_file: Option<PathBuf>,
 

@@ -353,6 +353,10 @@ fn secret_file_is_read() {
         .validate(1)
         .unwrap_err();
     assert!(e.contains("empty"), "{e}");
+    // the value of deploy/k8s/secret.yaml
+    std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
+    let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
