@@ -29,6 +29,11 @@ use crate::comparator::{Exchange, Reply};
 use crate::http::{message_len, parse_request_head, Framing, HttpError};
 use crate::pending::{Part, Pending};
 
+/// The longest message whose end is skipped to (2^62 bytes): a `Content-Length` beyond it
+/// stops the stream (counted unsynced) instead of skipping to a place no stream reaches, and
+/// keeps every stream offset far from `u64` overflow.
+const MAX_SKIP: u64 = 1 << 62;
+
 /// Which stream a segment belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -527,8 +532,16 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
                 if st.buf.len() < cfg.max_message {
                     return out;
                 }
-                let total = (head + body) as u64;
-                (st.buf.len(), false, total - st.buf.len() as u64)
+                // a length no stream reaches (past 2^62 bytes, `Content-Length:
+                // 18446744073709551615`) is not a place to skip to: compare what is there, stop
+                match head.checked_add(body).map(|t| t as u64).filter(|&t| t < MAX_SKIP) {
+                    Some(total) => (st.buf.len(), false, total.saturating_sub(st.buf.len() as u64)),
+                    None => {
+                        st.dead = true;
+                        counts.unsynced += 1;
+                        (st.buf.len(), false, 0)
+                    }
+                }
             }
             Ok(Framing::UntilClose) if st.fin => (st.buf.len(), true, 0),
             Ok(Framing::Incomplete | Framing::UntilClose) => {
@@ -557,14 +570,14 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
         let keep = len.min(cfg.max_message);
         let bytes = st.buf[..keep].to_vec();
         st.buf.drain(..len.min(st.buf.len()));
-        st.start += len as u64;
+        st.start = st.start.saturating_add(len as u64);
         st.skip = skip;
         st.n += 1;
         let first = st.first_t.take();
         if !st.buf.is_empty() {
             st.first_t = first; // the next message came in the same segment
         }
-        let end_off = st.start + skip;
+        let end_off = st.start.saturating_add(skip);
         let part = if is_req {
             let is_head = parse_request_head(&bytes).is_ok_and(|h| h.method == "HEAD");
             // the request is whole now: the online server's answer time starts here

@@ -312,3 +312,26 @@ fn other_protocols_are_compared_whole_as_bytes() {
     }
     assert!(h.f.bytes() < 1100, "{}", h.f.bytes());
 }
+
+#[test]
+fn an_impossible_content_length_stops_the_stream_without_a_panic() {
+    // usize::MAX and u64::MAX: head + body overflowed (a panic with overflow checks, a wrong
+    // skip without); the stream's end cannot be found, so it stops, counted
+    for side in [Side::Client, Side::Online] {
+        let mut h = H::new(FlowConfig { max_message: 1024, ..FlowConfig::default() });
+        h.open();
+        let head = if side == Side::Client {
+            "POST /u HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n"
+        } else {
+            h.seg(Side::Client, false, b"GET /a HTTP/1.1\r\n\r\n", None);
+            "HTTP/1.1 200 OK\r\nContent-Length: 18446744073709551615\r\n\r\n"
+        };
+        h.seg(side, false, head.as_bytes(), None);
+        for _ in 0..4 {
+            h.seg(side, false, &[b'x'; 600], None);
+        }
+        assert!(h.f.counts().unsynced >= 1, "{side:?}: {:?}", h.f.counts());
+        // what the stream holds stays bounded
+        assert!(h.f.bytes() <= 4 * 1024 + (1 << 20), "{}", h.f.bytes());
+    }
+}
