@@ -557,7 +557,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Comparison")]
     pub compare_timeout: Duration,
 
-    /// Most memory the comparison's waiting answers may hold (oldest dropped, counted).
+    /// Most memory the comparison may hold: the streams it is cutting into messages (partial
+    /// requests and answers, out-of-order bytes) and the exchanges waiting for an answer
+    /// together. Past it the idlest connections are forgotten (counted memory_shed), a
+    /// connection that fills it alone stops being compared (unsynced), the oldest waiting
+    /// exchanges are dropped (shed).
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, help_heading = "Comparison")]
     pub compare_memory: u64,
 }
@@ -855,6 +859,7 @@ impl Args {
             max_message,
             pair_timeout: self.compare_timeout,
             max_pending_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
+            max_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
             baseline,
             sample: self.compare_sample / 100.0,
             port: self.maps.first().map_or(0, |m| m.map.online_port),

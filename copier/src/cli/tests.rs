@@ -709,6 +709,7 @@ fn compare_flags() {
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
     assert!(!s.offline, "live: the comparison opens its own capture");
     assert_eq!(s.compare.redact, compare::redact::Redact::default(), "credential headers redacted by default");
+    assert_eq!((s.flows.max_bytes, s.flows.max_pending_bytes), (256 << 20, 256 << 20), "--compare-memory bounds the streams and the pairing table together");
     let redact = |v: &str| args(&["--no-secret", "--compare", "--compare-redact", v]).unwrap().validate(1).unwrap().shadow.unwrap().compare.redact;
     assert_eq!(redact("Cookie,X-Api-Key").names(), ["cookie", "x-api-key"]);
     assert_eq!(redact("none"), compare::redact::Redact::none());
