@@ -343,10 +343,16 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record", value_parser = parse_size)]
     pub record_size: u64,
 
-    /// With --record, files kept per worker.
+    /// With --record, files kept per worker, those of earlier runs in DIR included (a restart
+    /// numbers its files after the highest there; the index keeps the lines of the files kept).
     #[arg(long, value_name = "N", default_value_t = 8, requires = "record",
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub record_files: u32,
+
+    /// With --record, files older than this (modification time) are deleted when a new file
+    /// starts, whatever their number (default: kept until --record-files pushes them out).
+    #[arg(long, value_name = "DURATION", requires = "record", value_parser = parse_duration)]
+    pub record_max_age: Option<Duration>,
 
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
@@ -766,7 +772,12 @@ impl Args {
                         self.record_size, self.record_files
                     ));
                 }
-                Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
+                Some(crate::record::RecordConfig {
+                    dir: dir.clone(),
+                    max_file,
+                    max_files: self.record_files as usize,
+                    max_age: self.record_max_age,
+                })
             }
         };
         let shadow = self.shadow_config(&capture)?;
