@@ -155,7 +155,9 @@ between two answers of one server to identical requests is noise too. The copy n
 through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
--o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
+-o PAGE.html` draws it) and a summary at exit. Files are written 0600 (they hold production
+answers), and the values of Authorization, Cookie, Set-Cookie and Proxy-Authorization are
+compared but never written or logged (--compare-redact). A connection that is not HTTP/1.x is compared
 whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
 requests and the online answers come from the file (it must hold both directions: tcpdump -w
 without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
@@ -231,7 +233,8 @@ pub struct Args {
     pub intercepts: Vec<InterceptAddr>,
 
     /// File holding the secret shared with the intercepts: at least 16 bytes (trailing newline
-    /// ignored), readable by its owner only (chmod 600).
+    /// ignored), readable by its owner only (chmod 600), not a placeholder (the value of
+    /// deploy/k8s/secret.yaml, or anything with REPLACE-ME, CHANGEME, placeholder in it).
     #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
     pub secret_file: Option<PathBuf>,
 
@@ -374,6 +377,7 @@ pub struct Args {
     /// Archive what is copied (copy 0 of each session, as the test server gets it: after the
     /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
     /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
+    /// The requests are kept whole (cookies, credentials): files 0600, DIR made 0700.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
@@ -382,10 +386,16 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record", value_parser = parse_size)]
     pub record_size: u64,
 
-    /// With --record, files kept per worker.
+    /// With --record, files kept per worker, those of earlier runs in DIR included (a restart
+    /// numbers its files after the highest there; the index keeps the lines of the files kept).
     #[arg(long, value_name = "N", default_value_t = 8, requires = "record",
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub record_files: u32,
+
+    /// With --record, files older than this (modification time) are deleted when a new file
+    /// starts, whatever their number (default: kept until --record-files pushes them out).
+    #[arg(long, value_name = "DURATION", requires = "record", value_parser = parse_duration)]
+    pub record_max_age: Option<Duration>,
 
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
@@ -564,8 +574,15 @@ pub struct Args {
     #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
     pub baseline_maps: Vec<PortMap>,
 
+    /// Headers whose values are never written or logged by the comparison (comma separated, any
+    /// case; `none`: redact nothing). They are still compared: a difference reads `[redacted]`
+    /// (online) and `[redacted, differs]` (test) in --compare-log and the report.
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',', default_value = "authorization,cookie,set-cookie,proxy-authorization", help_heading = "Comparison")]
+    pub compare_redact: Vec<String>,
+
     /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
-    /// `copier compare-report FILE -o PAGE.html`).
+    /// `copier compare-report FILE -o PAGE.html`). Created 0600: it holds production answers
+    /// (credential headers redacted, see --compare-redact; request lines and bodies are kept).
     #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
     pub compare_log: Option<PathBuf>,
 
@@ -589,7 +606,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Comparison")]
     pub compare_timeout: Duration,
 
-    /// Most memory the comparison's waiting answers may hold (oldest dropped, counted).
+    /// Most memory the comparison may hold: the streams it is cutting into messages (partial
+    /// requests and answers, out-of-order bytes) and the exchanges waiting for an answer
+    /// together. Past it the idlest connections are forgotten (counted memory_shed), a
+    /// connection that fills it alone stops being compared (unsynced), the oldest waiting
+    /// exchanges are dropped (shed).
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, help_heading = "Comparison")]
     pub compare_memory: u64,
 }
@@ -815,7 +836,7 @@ impl Args {
         let record = match &self.record {
             None => None,
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                common::private::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
                 let max_file = self.record_size / u64::from(self.record_files);
                 if max_file < 1 << 16 {
                     return Err(format!(
@@ -823,7 +844,12 @@ impl Args {
                         self.record_size, self.record_files
                     ));
                 }
-                Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
+                Some(crate::record::RecordConfig {
+                    dir: dir.clone(),
+                    max_file,
+                    max_files: self.record_files as usize,
+                    max_age: self.record_max_age,
+                })
             }
         };
         let shadow = self.shadow_config(&capture)?;
@@ -908,6 +934,7 @@ impl Args {
         let compare = compare::CompareConfig {
             ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             limits: compare::http::Limits { max_body: max_message },
+            redact: redact_list(&self.compare_redact),
             ..compare::CompareConfig::default()
         };
         let baseline = maps.iter().any(|m| m.baseline.is_some());
@@ -915,6 +942,7 @@ impl Args {
             max_message,
             pair_timeout: self.compare_timeout,
             max_pending_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
+            max_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
             baseline,
             sample: self.compare_sample / 100.0,
             port: self.maps.first().map_or(0, |m| m.map.online_port),
@@ -971,6 +999,15 @@ pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
         (h % u64::from(arg.size)) as u16
     });
     crate::engine::FleetShare { index, size: arg.size }
+}
+
+/// `--compare-redact` (and `compare-report --redact`): the names, or nothing for `none`.
+pub fn redact_list(names: &[String]) -> compare::redact::Redact {
+    if names.iter().any(|n| n.trim().eq_ignore_ascii_case("none")) {
+        compare::redact::Redact::none()
+    } else {
+        compare::redact::Redact::new(names)
+    }
 }
 
 fn warn_if_readable_by_others(path: &std::path::Path) {

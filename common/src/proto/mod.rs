@@ -207,6 +207,14 @@ pub enum ProtoError {
         /// The secret's length after trimming the trailing newline.
         len: usize,
     },
+    /// The secret is a known placeholder (the one of `deploy/k8s/secret.yaml`, or one like it).
+    #[error("secret file {path} holds a placeholder ({placeholder:?}), not a secret: every copier and intercept would share a value anyone can read in the repository; put a random one in it (e.g. `head -c 32 /dev/urandom | base64 > FILE`, or `kubectl create secret generic ... --from-literal=secret=\"$(head -c 32 /dev/urandom | base64)\"`)", path = path.display())]
+    SecretPlaceholder {
+        /// The file.
+        path: PathBuf,
+        /// The placeholder it holds (or contains).
+        placeholder: &'static str,
+    },
     /// The secret file may be read or written by its group or by others.
     #[error("secret file {path} has mode {mode:04o}: it must be readable by its owner only; run `chmod 600 {path}`", path = path.display())]
     SecretPermissions {

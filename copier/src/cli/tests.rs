@@ -363,6 +363,10 @@ fn secret_file_is_read() {
         .validate(1)
         .unwrap_err();
     assert!(e.contains("empty"), "{e}");
+    // the value of deploy/k8s/secret.yaml
+    std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
+    let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -714,6 +718,11 @@ fn compare_flags() {
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
     assert!(!s.offline, "live: the comparison opens its own capture");
+    assert_eq!(s.compare.redact, compare::redact::Redact::default(), "credential headers redacted by default");
+    assert_eq!((s.flows.max_bytes, s.flows.max_pending_bytes), (256 << 20, 256 << 20), "--compare-memory bounds the streams and the pairing table together");
+    let redact = |v: &str| args(&["--no-secret", "--compare", "--compare-redact", v]).unwrap().validate(1).unwrap().shadow.unwrap().compare.redact;
+    assert_eq!(redact("Cookie,X-Api-Key").names(), ["cookie", "x-api-key"]);
+    assert_eq!(redact("none"), compare::redact::Redact::none());
     // offline: the file's both directions, no capture of the comparison's own
     let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
     assert!(v.shadow.unwrap().offline);
