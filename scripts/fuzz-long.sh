@@ -2,14 +2,15 @@
 # A long fuzzing run of one target, measured in CPU time rather than wall time (the machine may
 # be busy): runs fuzz/TARGET until the fuzzer process has used CPU_MINUTES of CPU (default 20),
 # then stops it and prints the executions, the CPU time and the coverage it reached. For
-# BENCHMARKS.md ("Fuzzing"). Usage: scripts/fuzz-long.sh TARGET [CPU_MINUTES]
+# BENCHMARKS.md ("Fuzzing"). Built with debug assertions (overflow checks), as scripts/fuzz.sh.
+# Usage: scripts/fuzz-long.sh TARGET [CPU_MINUTES]
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 export PATH="$HOME/.cargo/bin:$PATH"
 export RUSTC_BOOTSTRAP=1
 t=$1
 mins=${2:-20}
-cargo fuzz build -O "$t" >/dev/null
+cargo fuzz build -O --debug-assertions "$t" >/dev/null
 bin=target/x86_64-unknown-linux-gnu/release/$t
 mkdir -p "corpus/$t" "artifacts/$t"
 log=$(mktemp)

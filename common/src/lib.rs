@@ -1,9 +1,10 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
 //! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
 //! ([`flow`]), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
-//! pcap/pcapng reading, pcap writing), and the one grammar of durations and sizes on the command
-//! lines of the three binaries ([`units`]); and the sample packets and files that every crate's
-//! tests build theirs from ([`testkit`]).
+//! pcap/pcapng reading, pcap writing), the one grammar of durations and sizes on the command
+//! lines of the three binaries ([`units`]), and files of production data made owner-only
+//! ([`private`]); and the sample packets and files that every crate's tests build theirs from
+//! ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
 //! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
@@ -16,6 +17,7 @@ pub mod docs;
 pub mod doctor;
 pub mod flow;
 pub mod pcap;
+pub mod private;
 pub mod proto;
 pub mod seq;
 pub mod testkit;

@@ -39,6 +39,9 @@ pub struct CompareConfig {
     pub max_diffs: usize,
     /// Requests remembered to learn noise from repeated disagreement (0: off).
     pub repeat_table: usize,
+    /// Headers whose values never leave the comparator: compared, but a difference reads
+    /// `[redacted]` / `[redacted, differs]` in its [`Verdict`].
+    pub redact: crate::redact::Redact,
 }
 
 impl Default for CompareConfig {
@@ -50,6 +53,7 @@ impl Default for CompareConfig {
             limits: Limits::default(),
             max_diffs: 32,
             repeat_table: 1024,
+            redact: crate::redact::Redact::default(),
         }
     }
 }
@@ -102,7 +106,8 @@ pub struct Verdict {
     pub request: String,
     /// Outcome.
     pub outcome: Outcome,
-    /// The differences (at most `max_diffs`), online vs candidate.
+    /// The differences (at most `max_diffs`), online vs candidate (redacted headers' values
+    /// replaced by markers: `CompareConfig::redact`).
     pub diffs: Vec<FieldDiff>,
     /// Differences found in all (`diffs` may be fewer).
     pub diff_count: usize,
@@ -209,6 +214,9 @@ impl Comparator {
             .collect();
         v.diff_count = kept.len();
         kept.truncate(self.cfg.max_diffs);
+        for d in &mut kept {
+            self.cfg.redact.diff(d);
+        }
         v.diffs = kept;
         v.outcome = if v.diff_count == 0 { Outcome::Equal } else { Outcome::Differ };
         self.count(ep, &v);

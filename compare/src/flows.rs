@@ -10,7 +10,13 @@
 //! `max_message` bytes: its end is found by `Content-Length` and the rest skipped; a longer
 //! chunked or close-delimited one ends the comparison of its connection) and at most
 //! `max_held` bytes out of order; connections are at most `max_conns` (the idlest forgotten) and
-//! forgotten after `idle` without a segment. A stream that lost bytes (a cut record, a capture
+//! forgotten after `idle` without a segment. The whole is bounded in bytes: what the streams
+//! hold plus the pairing table stays within `max_bytes` (plus the one segment being added):
+//! when a segment would pass it, the idlest other connections are forgotten (down to 7/8 of
+//! the bound, so that shedding comes in batches; counted `memory_shed`), and when the
+//! connection itself is all there is, its stream stops (counted unsynced). The bytes of the
+//! streams are kept as a running total (each segment adds what its connection's streams grew
+//! or shrank by), so the check costs nothing per segment. A stream that lost bytes (a cut record, a capture
 //! hole past the out-of-order bound) stops: counted, no crash. A connection whose client bytes
 //! are not HTTP/1.x is compared whole, as bytes (the first `max_message` of each side, the first
 //! differing offset), once every server closed its side.
@@ -28,6 +34,11 @@ use std::time::{Duration, Instant};
 use crate::comparator::{Exchange, Reply};
 use crate::http::{message_len, parse_request_head, Framing, HttpError};
 use crate::pending::{Part, Pending};
+
+/// The longest message whose end is skipped to (2^62 bytes): a `Content-Length` beyond it
+/// stops the stream (counted unsynced) instead of skipping to a place no stream reaches, and
+/// keeps every stream offset far from `u64` overflow.
+const MAX_SKIP: u64 = 1 << 62;
 
 /// Which stream a segment belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +87,8 @@ pub struct FlowConfig {
     pub pair_timeout: Duration,
     /// Bytes the pairing table holds at most.
     pub max_pending_bytes: usize,
+    /// Bytes the streams and the pairing table hold at most together (see the module doc).
+    pub max_bytes: usize,
     /// Whether a baseline answers too.
     pub baseline: bool,
     /// The fraction of connections compared (0..=1), chosen by a hash of the key.
@@ -93,6 +106,7 @@ impl Default for FlowConfig {
             idle: Duration::from_secs(120),
             pair_timeout: Duration::from_secs(30),
             max_pending_bytes: 256 << 20,
+            max_bytes: 256 << 20,
             baseline: false,
             sample: 1.0,
             port: 0,
@@ -112,6 +126,10 @@ pub struct FlowCounts {
     pub sampled_out: u64,
     /// Connections forgotten to stay within `max_conns`.
     pub conns_shed: u64,
+    /// Connections forgotten to stay within `max_bytes`.
+    pub memory_shed: u64,
+    /// Inputs whose handling panicked (the caller counts them: [`Flows::reset`]).
+    pub panics: u64,
     /// Connections whose first segment seen was a test server's (its records came before the
     /// capture showed the client's SYN; they are kept, not lost).
     pub orphan_segments: u64,
@@ -155,6 +173,13 @@ struct Conn {
     port: u16,
 }
 
+impl Conn {
+    /// Bytes its streams hold.
+    fn bytes(&self) -> usize {
+        self.streams.iter().map(|s| s.buf.len() + s.held_bytes).sum()
+    }
+}
+
 fn idx(s: Side) -> usize {
     match s {
         Side::Client => 0,
@@ -172,6 +197,8 @@ pub struct Flows<K> {
     gen: u64,
     pending: Pending<(K, u64, u64)>,
     counts: FlowCounts,
+    /// What the streams of every connection hold (the running total of [`Conn::bytes`]).
+    stream_bytes: usize,
 }
 
 /// FNV-1a as a `Hasher`: the same key picks the same sample in every run and in every thread.
@@ -214,18 +241,61 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             conns: HashMap::new(),
             gen: 0,
             counts: FlowCounts::default(),
+            stream_bytes: 0,
             cfg,
         }
+    }
+
+    fn remove_conn(&mut self, key: &K) -> bool {
+        match self.conns.remove(key) {
+            Some(c) => {
+                self.stream_bytes -= c.bytes();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Forgets every connection and waiting exchange (after a panic in the caller's handling:
+    /// the state may be half updated); the counts stay, and `panics` goes up.
+    pub fn reset(&mut self) {
+        self.conns.clear();
+        self.stream_bytes = 0;
+        self.pending.clear();
+        self.counts.panics += 1;
+    }
+
+    /// Makes room for `need` more bytes within `max_bytes`: the idlest connections other than
+    /// `key` go, down to 7/8 of the bound. Whether there is room.
+    fn make_room(&mut self, key: &K, need: usize) -> bool {
+        let max = self.cfg.max_bytes;
+        let used = |f: &Self| f.stream_bytes + f.pending.bytes();
+        if used(self).saturating_add(need) <= max {
+            return true;
+        }
+        let goal = max - max / 8;
+        let mut idle: Vec<(Instant, K)> =
+            self.conns.iter().filter(|(k, c)| *k != key && c.bytes() > 0).map(|(k, c)| (c.last, k.clone())).collect();
+        idle.sort_unstable_by_key(|(t, _)| *t);
+        for (_, k) in idle {
+            if used(self).saturating_add(need) <= goal {
+                break;
+            }
+            self.remove_conn(&k);
+            self.counts.memory_shed += 1;
+        }
+        used(self).saturating_add(need) <= max
     }
 
 
     fn new_conn(&mut self, now: Instant, key: &K) {
         if !self.conns.contains_key(key) && self.conns.len() >= self.cfg.max_conns {
             if let Some(k) = self.conns.iter().min_by_key(|(_, c)| c.last).map(|(k, _)| k.clone()) {
-                self.conns.remove(&k);
+                self.remove_conn(&k);
                 self.counts.conns_shed += 1;
             }
         }
+        self.remove_conn(key);
         self.gen += 1;
         let sampled = sampled(key, self.cfg.sample);
         if !sampled {
@@ -256,7 +326,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// [`Flows::handle`] for a connection to the online service's port `port` (it names the
     /// endpoint of a connection that is not HTTP).
     pub fn handle_on(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
-        let mut out = Vec::new();
+        let out = Vec::new();
         // The capture and the records come by different paths: a test server's first segments
         // may be here before the client's SYN. A client SYN starts a new connection only when
         // the key already had one with another ISN (a reused port), not when it repeats the
@@ -275,6 +345,26 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             }
             Some(_) => {}
         }
+        let room = seg.payload.is_empty() || self.make_room(key, seg.payload.len());
+        let Some(c) = self.conns.get_mut(key) else { return out };
+        let before = c.bytes();
+        if !room {
+            // this connection alone fills the bound: the stream stops here
+            let st = &mut c.streams[idx(side)];
+            if !st.dead {
+                st.dead = true;
+                self.counts.unsynced += 1;
+            }
+        }
+        let out = self.feed(now, key, port, side, seg, out);
+        if let Some(c) = self.conns.get(key) {
+            self.stream_bytes = self.stream_bytes - before + c.bytes();
+        }
+        out
+    }
+
+    /// [`Flows::handle_on`] once the connection exists (its bytes accounted by the caller).
+    fn feed(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>, mut out: Vec<Exchange>) -> Vec<Exchange> {
         let Some(c) = self.conns.get_mut(key) else { return out };
         c.last = now;
         c.port = port;
@@ -358,11 +448,15 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     pub fn expire(&mut self, now: Instant) -> Vec<Exchange> {
         let idle = self.cfg.idle;
         let counts = &mut self.counts;
+        let stream_bytes = &mut self.stream_bytes;
         self.conns.retain(|_, c| {
             let keep = now.saturating_duration_since(c.last) < idle;
             // a stream still waiting for the bytes of a hole: what came after it was never compared
             if !keep && c.streams.iter().any(|s| !s.held.is_empty() && !s.dead) {
                 counts.unsynced += 1;
+            }
+            if !keep {
+                *stream_bytes -= c.bytes();
             }
             keep
         });
@@ -384,10 +478,16 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         (self.conns.len(), self.pending.len())
     }
 
-    /// Bytes held: streams (in order and out of order) and the pairing table.
+    /// Bytes held: streams (in order and out of order) and the pairing table (the running
+    /// total: see [`Flows::recount`]).
     pub fn bytes(&self) -> usize {
-        let s: usize = self.conns.values().flat_map(|c| c.streams.iter()).map(|s| s.buf.len() + s.held_bytes).sum();
-        s + self.pending.bytes()
+        self.stream_bytes + self.pending.bytes()
+    }
+
+    /// [`Flows::bytes`] counted afresh over every connection (for tests and the fuzz target:
+    /// it must equal the running total).
+    pub fn recount(&self) -> usize {
+        self.conns.values().map(Conn::bytes).sum::<usize>() + self.pending.bytes()
     }
 }
 
@@ -527,8 +627,16 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
                 if st.buf.len() < cfg.max_message {
                     return out;
                 }
-                let total = (head + body) as u64;
-                (st.buf.len(), false, total - st.buf.len() as u64)
+                // a length no stream reaches (past 2^62 bytes, `Content-Length:
+                // 18446744073709551615`) is not a place to skip to: compare what is there, stop
+                match head.checked_add(body).map(|t| t as u64).filter(|&t| t < MAX_SKIP) {
+                    Some(total) => (st.buf.len(), false, total.saturating_sub(st.buf.len() as u64)),
+                    None => {
+                        st.dead = true;
+                        counts.unsynced += 1;
+                        (st.buf.len(), false, 0)
+                    }
+                }
             }
             Ok(Framing::UntilClose) if st.fin => (st.buf.len(), true, 0),
             Ok(Framing::Incomplete | Framing::UntilClose) => {
@@ -557,14 +665,14 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
         let keep = len.min(cfg.max_message);
         let bytes = st.buf[..keep].to_vec();
         st.buf.drain(..len.min(st.buf.len()));
-        st.start += len as u64;
+        st.start = st.start.saturating_add(len as u64);
         st.skip = skip;
         st.n += 1;
         let first = st.first_t.take();
         if !st.buf.is_empty() {
             st.first_t = first; // the next message came in the same segment
         }
-        let end_off = st.start + skip;
+        let end_off = st.start.saturating_add(skip);
         let part = if is_req {
             let is_head = parse_request_head(&bytes).is_ok_and(|h| h.method == "HEAD");
             // the request is whole now: the online server's answer time starts here

@@ -5,9 +5,9 @@
 //! endpoint, written periodically and at exit, from which the report draws rates over time),
 //! [`JsonlWriter`] (sampling of differing exchanges: `sample` = 0.1 writes every tenth; rotation:
 //! at most `max_bytes` per file, `keep` older files `FILE.1` .. `FILE.keep`, so the disk used is
-//! at most `(keep + 1) x max_bytes`) and [`read_lines`] (every file of a rotation, oldest first).
+//! at most `(keep + 1) x max_bytes`; every file made 0600, `common::private`) and [`read_lines`] (every file of a rotation, oldest first).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -148,7 +148,7 @@ impl JsonlWriter {
     /// Opens `path` (appending), rotating at `max_bytes`, keeping `keep` older files, writing
     /// the fraction `sample` (0..=1) of differing exchanges.
     pub fn create(path: &Path, max_bytes: u64, keep: usize, sample: f64) -> io::Result<JsonlWriter> {
-        let out = OpenOptions::new().create(true).append(true).open(path)?;
+        let out = common::private::append(path)?;
         let size = out.metadata()?.len();
         Ok(JsonlWriter {
             path: path.to_path_buf(),
@@ -200,7 +200,7 @@ impl JsonlWriter {
     fn rotate(&mut self) -> io::Result<()> {
         self.out.flush()?;
         if self.keep == 0 {
-            let f = File::create(&self.path)?;
+            let f = common::private::create(&self.path)?;
             self.out = BufWriter::new(f);
             self.size = 0;
             return Ok(());
@@ -213,7 +213,7 @@ impl JsonlWriter {
             }
         }
         fs::rename(&self.path, numbered(&self.path, 1))?;
-        self.out = BufWriter::new(File::create(&self.path)?);
+        self.out = BufWriter::new(common::private::create(&self.path)?);
         self.size = 0;
         Ok(())
     }
@@ -329,6 +329,11 @@ mod tests {
         let total: u64 = fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
         assert!(total <= 3 * 2048, "{total}");
         assert!(numbered(&p, 2).exists() && !numbered(&p, 3).exists());
+        use std::os::unix::fs::PermissionsExt;
+        for f in [p.clone(), numbered(&p, 1), numbered(&p, 2)] {
+            let mode = fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{} holds production answers: owner-only", f.display());
+        }
         let rb = read_lines(&p).unwrap();
         let ts: Vec<u64> = rb.lines.iter().map(|l| if let Line::Diff { t, .. } = l { *t } else { 0 }).collect();
         assert!(ts.windows(2).all(|w| w[0] < w[1]) && *ts.last().unwrap() == 199, "{ts:?}");

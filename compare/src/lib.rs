@@ -9,7 +9,9 @@
 //! ([`noise`]: an ignore list, fields where a baseline differs from online, fields that change
 //! between answers to identical requests), groups by endpoint ([`endpoint`]: method and path
 //! template, capped) and counts ([`stats`]). [`jsonl`] writes differing exchanges to a bounded,
-//! rotating JSON Lines file with sampling, and [`report`] turns that file into a static HTML page.
+//! rotating JSON Lines file with sampling, and [`report`] turns that file into a static HTML page;
+//! [`redact`] keeps the values of credential headers (`Authorization`, `Cookie`, `Set-Cookie`,
+//! `Proxy-Authorization` by default) out of both, and out of the logs.
 //! No clock and no socket: times are passed in; only [`jsonl`] touches files.
 
 #![deny(unsafe_code)]
@@ -22,6 +24,7 @@ pub mod http;
 pub mod jsonl;
 pub mod noise;
 pub mod pending;
+pub mod redact;
 pub mod report;
 pub mod stats;
 

@@ -176,6 +176,14 @@ impl<K: Hash + Eq + Clone> Pending<K> {
         out
     }
 
+    /// Forgets every entry (counted as shed); the counts stay.
+    pub fn clear(&mut self) {
+        self.counts.shed += self.map.len() as u64;
+        self.map.clear();
+        self.order.clear();
+        self.bytes = 0;
+    }
+
     /// When the oldest entry expires.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.order.front().map(|(t, _)| *t + self.timeout)

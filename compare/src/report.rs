@@ -4,13 +4,15 @@
 //! tick, the differing fields with an example each, fields learned as noise left out; the
 //! difference rate between consecutive ticks) and [`Report::html`] (a table of endpoints ranked
 //! by difference rate, worst first, with `id="ep-N"` rows, and an inline SVG of the difference
-//! rate over time). Every text from the file is HTML-escaped.
+//! rate over time). Every text from the file is HTML-escaped; the values of credential headers
+//! are redacted ([`crate::redact`]) even when the file holds them.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 
 use crate::fields::generalize;
 use crate::jsonl::Line;
+use crate::redact::Redact;
 
 /// One endpoint of the report.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -52,8 +54,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// Builds the report from the lines of a file (oldest first).
+    /// Builds the report from the lines of a file (oldest first), the values of the default
+    /// credential headers redacted ([`crate::redact::DEFAULT_REDACTED`]).
     pub fn from_lines(lines: &[Line]) -> Report {
+        Report::from_lines_redacted(lines, &Redact::default())
+    }
+
+    /// Builds the report, the values of the headers in `redact` replaced by markers (again: a
+    /// file written with redaction off, or by an older version, may hold them).
+    pub fn from_lines_redacted(lines: &[Line], redact: &Redact) -> Report {
         let mut rows: BTreeMap<String, EndpointRow> = BTreeMap::new();
         let mut noise: HashSet<(String, String)> = HashSet::new();
         let mut last_tick: Option<&Vec<crate::jsonl::TickEndpoint>> = None;
@@ -82,6 +91,8 @@ impl Report {
                     row.differing += 1;
                     let mut seen = HashSet::new();
                     for d in diffs {
+                        let mut d = d.clone();
+                        redact.diff(&mut d);
                         let g = generalize(&d.field);
                         if !seen.insert(g.clone()) {
                             continue;
@@ -289,6 +300,21 @@ mod tests {
         assert!(h.contains("<polyline id=\"rate-line\""));
         assert!(h.find("GET /b").unwrap() < h.find("GET /a").unwrap());
         assert!(!h.contains("<script"));
+    }
+
+    #[test]
+    fn credential_values_in_an_old_file_are_redacted() {
+        let mut l = diff("GET /a", "header:Set-Cookie");
+        if let Line::Diff { diffs, .. } = &mut l {
+            diffs[0].field = "header:set-cookie".into();
+            diffs[0].online = Some("sid=0nline-s3cr3t".into());
+            diffs[0].test = Some("sid=test-s3cr3t".into());
+        }
+        let h = Report::from_lines(&[l.clone()]).html("x");
+        assert!(!h.contains("s3cr3t"), "{h}");
+        assert!(h.contains("[redacted] -&gt; [redacted, differs]"), "{h}");
+        let h = Report::from_lines_redacted(&[l], &Redact::none()).html("x");
+        assert!(h.contains("sid=test-s3cr3t"), "redaction off");
     }
 
     #[test]

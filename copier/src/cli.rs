@@ -78,6 +78,21 @@ and that answers nothing but resets for --target-down-after is taken out (logged
 copier_target_up): its new sessions go to the others; one probe copy every --target-retry tests
 it, and its first answer puts it back in.
 
+Fleets: copiers that run one configuration (a DaemonSet: the same flags, the same --seed, the
+same --client-ip pool) see the same client addresses and ports (clients behind one NAT or load
+balancer) and would pick the same test 4-tuple for them: the test server would see one
+connection where there are two. Give each copier its share with --fleet I/N (copier I of N,
+from 0): copier I takes the I-th of N contiguous runs of the test client ports 1024-65535 (its
+--workers split that run again), so no two copiers of the fleet ever pick the same tuple,
+with or without --client-ip; sampling stays a function of the seed alone (the same sessions
+are picked everywhere). --fleet host/N derives I from a hash of the host name (two hosts may
+land on the same share: `copier doctor` warns). A copy keeps the client's port when it lies
+in the copier's run, else takes one of the run. The start is refused when a run holds fewer
+than 64 ports per worker, and warned about under 4096 (one client address with that many
+connections at once would find no free port). Each intercept also refuses a tuple another
+live copier holds (verdict held_by_other): the copier then moves that copy to another port
+(copier_tuple_moves_total), and a copier that reconnects takes its own tuples back.
+
 Closed loop: --target-rate R holds the request units sent to the test side at R per second:
 once a second the copier measures what it sent in the last second and multiplies the factor by
 (target / measured)^0.4 (a step of at most 2x either way, the factor at most --max-factor): with
@@ -140,7 +155,9 @@ between two answers of one server to identical requests is noise too. The copy n
 through a bounded queue (dropped and counted when full), and a request waits --compare-timeout for
 its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, differences by kind,
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
--o PAGE.html` draws it) and a summary at exit. A connection that is not HTTP/1.x is compared
+-o PAGE.html` draws it) and a summary at exit. Files are written 0600 (they hold production
+answers), and the values of Authorization, Cookie, Set-Cookie and Proxy-Authorization are
+compared but never written or logged (--compare-redact). A connection that is not HTTP/1.x is compared
 whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
 requests and the online answers come from the file (it must hold both directions: tcpdump -w
 without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
@@ -227,7 +244,8 @@ pub struct Args {
     pub intercepts: Vec<InterceptAddr>,
 
     /// File holding the secret shared with the intercepts: at least 16 bytes (trailing newline
-    /// ignored), readable by its owner only (chmod 600).
+    /// ignored), readable by its owner only (chmod 600), not a placeholder (the value of
+    /// deploy/k8s/secret.yaml, or anything with REPLACE-ME, CHANGEME, placeholder in it).
     #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
     pub secret_file: Option<PathBuf>,
 
@@ -256,8 +274,9 @@ pub struct Args {
     pub metrics: Option<SocketAddr>,
 
     /// Most memory for sessions: their buffered data plus a fixed cost per session (about
-    /// 2.4K, empty sessions included) and per captured SYN waiting for its handshake; above it
-    /// the oldest waiting SYNs, then the sessions idle longest, are shed (counted, and logged).
+    /// 1.5K, empty sessions included) and per captured SYN waiting for its handshake; above it
+    /// the oldest waiting SYNs, then the idle sessions (see --session-timeout), then the others,
+    /// quiet longest first, are shed (counted, and logged).
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
     pub max_memory: u64,
 
@@ -268,7 +287,10 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub session_buffer: u64,
 
-    /// Most sessions in the table at once (per worker); more are not copied (counted as
+    /// Most sessions in the table at once (per worker; those closed and only lingering not
+    /// counted). When a new session finds it full, the idle sessions quiet longest make room
+    /// (copier_sessions_failed_total{reason="idle_shed"}, see --session-timeout); without an
+    /// idle one the new session is not copied (counted as
     /// copier_packets_dropped_total{reason="table_full"}). The default fits the default
     /// --max-memory.
     #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_MAX_SESSIONS,
@@ -287,9 +309,27 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub syn_timeout: Duration,
 
-    /// A session with no packet and no response for this long is abandoned.
+    /// A session waiting for something (a request not answered yet, a segment not
+    /// acknowledged, the test handshake, a close to carry) with no packet and no response for
+    /// this long is abandoned (copier_sessions_failed_total{reason="timeout"}). An idle session
+    /// (every request answered, nothing outstanding, the client's connection open: a keep-alive
+    /// or pooled connection between requests) is kept however long it stays quiet, and its
+    /// later requests are copied on: it costs its place in --max-sessions and about 1.7K
+    /// against --max-memory (1.5K fixed, plus its last request, kept for a resend; 1.6K of heap
+    /// measured at 10,000 idle sessions: BENCHMARKS.md), and when room is needed the idle sessions go first, quiet longest
+    /// first (reason="idle_shed"; see --idle-timeout).
     #[arg(long, value_name = "DURATION", default_value = "120s", value_parser = parse_duration)]
     pub session_timeout: Duration,
+
+    /// End an idle session (see --session-timeout) after this long with no packet and no
+    /// response (copier_sessions_failed_total{reason="idle_timeout"}); the copier remembers
+    /// where the client's stream stood (about 130 bytes), so its next request starts a new
+    /// session on a new test connection, nothing skipped. Default: none, idle sessions
+    /// stay until the client closes or room is needed (a test server that closes an idle
+    /// connection does not end the session: its next request goes on a new connection) (about 1.7K each
+    /// against --max-memory: see --session-timeout).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
 
     /// Rewrite client addresses into these ranges (sticky per real client), e.g.
     /// 198.19.0.0/16, or a list: 198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48 (repeatable;
@@ -297,6 +337,12 @@ pub struct Args {
     /// route the ranges back to this host.
     #[arg(long, value_name = "CIDR[,CIDR...]", action = ArgAction::Append)]
     pub client_ip: Vec<ClientIpPool>,
+
+    /// This copier's share of the test ports in a fleet of copiers with one configuration:
+    /// I/N (copier I of N, from 0), or host/N (I from a hash of the host name). See "Fleets"
+    /// at the top of --help.
+    #[arg(long, value_name = "I/N", value_parser = parse_fleet)]
+    pub fleet: Option<FleetArg>,
 
     /// Send N copies of every copied session, each on its own client address and/or port
     /// (see "Amplification" at the top of --help).
@@ -357,6 +403,7 @@ pub struct Args {
     /// Archive what is copied (copy 0 of each session, as the test server gets it: after the
     /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
     /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
+    /// The requests are kept whole (cookies, credentials): files 0600, DIR made 0700.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
@@ -365,10 +412,16 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "1G", requires = "record", value_parser = parse_size)]
     pub record_size: u64,
 
-    /// With --record, files kept per worker.
+    /// With --record, files kept per worker, those of earlier runs in DIR included (a restart
+    /// numbers its files after the highest there; the index keeps the lines of the files kept).
     #[arg(long, value_name = "N", default_value_t = 8, requires = "record",
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub record_files: u32,
+
+    /// With --record, files older than this (modification time) are deleted when a new file
+    /// starts, whatever their number (default: kept until --record-files pushes them out).
+    #[arg(long, value_name = "DURATION", requires = "record", value_parser = parse_duration)]
+    pub record_max_age: Option<Duration>,
 
     /// Seed of every random choice (default: random, printed at start).
     #[arg(long, value_name = "N")]
@@ -547,8 +600,15 @@ pub struct Args {
     #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
     pub baseline_maps: Vec<PortMap>,
 
+    /// Headers whose values are never written or logged by the comparison (comma separated, any
+    /// case; `none`: redact nothing). They are still compared: a difference reads `[redacted]`
+    /// (online) and `[redacted, differs]` (test) in --compare-log and the report.
+    #[arg(long, value_name = "HEADERS", value_delimiter = ',', default_value = "authorization,cookie,set-cookie,proxy-authorization", help_heading = "Comparison")]
+    pub compare_redact: Vec<String>,
+
     /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
-    /// `copier compare-report FILE -o PAGE.html`).
+    /// `copier compare-report FILE -o PAGE.html`). Created 0600: it holds production answers
+    /// (credential headers redacted, see --compare-redact; request lines and bodies are kept).
     #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
     pub compare_log: Option<PathBuf>,
 
@@ -572,7 +632,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, help_heading = "Comparison")]
     pub compare_timeout: Duration,
 
-    /// Most memory the comparison's waiting answers may hold (oldest dropped, counted).
+    /// Most memory the comparison may hold: the streams it is cutting into messages (partial
+    /// requests and answers, out-of-order bytes) and the exchanges waiting for an answer
+    /// together. Past it the idlest connections are forgotten (counted memory_shed), a
+    /// connection that fills it alone stops being compared (unsynced), the oldest waiting
+    /// exchanges are dropped (shed).
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size, help_heading = "Comparison")]
     pub compare_memory: u64,
 }
@@ -671,6 +735,7 @@ impl Args {
             sample_percent: self.sample,
             session_timeout: self.session_timeout,
             per_session_cap: usize::try_from(self.session_buffer).unwrap_or(usize::MAX).max(64 << 10),
+            idle_timeout: self.idle_timeout,
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
@@ -696,19 +761,47 @@ impl Args {
                 self.session_timeout
             ));
         }
+        if let Some(t) = self.idle_timeout.filter(|t| *t < Duration::from_secs(1)) {
+            return Err(format!("--idle-timeout {t:?} is too short (at least 1s)"));
+        }
         if engine.max_memory < 1 << 20 {
             return Err(format!(
                 "--max-memory {} is too small (at least 1M)",
                 engine.max_memory
             ));
         }
+        let workers = if self.offline.is_some() { 1 } else { self.workers.max(1) };
+        let fleet = match self.fleet {
+            None => crate::engine::FleetShare::default(),
+            Some(f) => {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+                let share = fleet_share(f, host.trim());
+                if f.index.is_none() {
+                    tracing::info!("--fleet host/{}: host {:?} is copier {share}", f.size, host.trim());
+                }
+                share
+            }
+        };
         let engine = EngineConfig {
             per_session_cap: engine.per_session_cap.min(engine.max_memory),
+            port_share: crate::engine::PortShare { index: 0, count: workers, fleet },
             ..engine
         };
         engine
             .validate()
             .map_err(|e| format!("invalid configuration: {e}"))?;
+        if fleet.is_split() {
+            let (first, last) = fleet.ports();
+            let each = engine.port_share.size();
+            tracing::info!("--fleet {fleet}: this copier's test client ports are {first}-{last} ({each} per worker)");
+            if each < crate::engine::FEW_SHARE_PORTS {
+                tracing::warn!(
+                    "--fleet {fleet} with --workers {workers} leaves each worker {each} test ports per client address \
+                     and test server: one client address with more connections at once finds no free port \
+                     (copier_sessions_no_tuple_total); a smaller fleet or fewer workers leave more"
+                );
+            }
+        }
 
         let page = 4096u64;
         if self.ring_block_size < 64 * 1024
@@ -771,7 +864,7 @@ impl Args {
         let record = match &self.record {
             None => None,
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                common::private::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
                 let max_file = self.record_size / u64::from(self.record_files);
                 if max_file < 1 << 16 {
                     return Err(format!(
@@ -779,7 +872,12 @@ impl Args {
                         self.record_size, self.record_files
                     ));
                 }
-                Some(crate::record::RecordConfig { dir: dir.clone(), max_file, max_files: self.record_files as usize })
+                Some(crate::record::RecordConfig {
+                    dir: dir.clone(),
+                    max_file,
+                    max_files: self.record_files as usize,
+                    max_age: self.record_max_age,
+                })
             }
         };
         let shadow = self.shadow_config(&capture)?;
@@ -865,6 +963,7 @@ impl Args {
         let compare = compare::CompareConfig {
             ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             limits: compare::http::Limits { max_body: max_message },
+            redact: redact_list(&self.compare_redact),
             ..compare::CompareConfig::default()
         };
         let baseline = maps.iter().any(|m| m.baseline.is_some());
@@ -872,6 +971,7 @@ impl Args {
             max_message,
             pair_timeout: self.compare_timeout,
             max_pending_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
+            max_bytes: usize::try_from(self.compare_memory).unwrap_or(usize::MAX),
             baseline,
             sample: self.compare_sample / 100.0,
             port: self.maps.first().map_or(0, |m| m.map.online_port),
@@ -888,6 +988,54 @@ impl Args {
         let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
         let offline = self.offline.is_some();
         Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
+    }
+}
+
+/// `--fleet`: the copier's index (`None`: from the host name) and the fleet's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetArg {
+    /// Copier `0..size`, or `None` for `host/N`.
+    pub index: Option<u16>,
+    /// Copiers in the fleet.
+    pub size: u16,
+}
+
+/// Parse `I/N` or `host/N`.
+pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected I/N (copier I of N, from 0) or host/N"))?;
+    let size: u16 = n.trim().parse().map_err(|_| format!("{s:?}: the fleet size {n:?} is not a number from 1 to 65535"))?;
+    if size == 0 {
+        return Err(format!("{s:?}: a fleet has at least one copier"));
+    }
+    let index = match i.trim() {
+        "host" => None,
+        i => {
+            let i: u16 = i.parse().map_err(|_| format!("{s:?}: the copier {i:?} is neither a number nor `host`"))?;
+            if i >= size {
+                return Err(format!("{s:?}: copier {i} does not exist in a fleet of {size} (0 to {})", size - 1));
+            }
+            Some(i)
+        }
+    };
+    Ok(FleetArg { index, size })
+}
+
+/// The fleet share of `--fleet` (`host/N`: FNV-1a of `host` modulo N).
+#[must_use]
+pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
+    let index = arg.index.unwrap_or_else(|| {
+        let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        (h % u64::from(arg.size)) as u16
+    });
+    crate::engine::FleetShare { index, size: arg.size }
+}
+
+/// `--compare-redact` (and `compare-report --redact`): the names, or nothing for `none`.
+pub fn redact_list(names: &[String]) -> compare::redact::Redact {
+    if names.iter().any(|n| n.trim().eq_ignore_ascii_case("none")) {
+        compare::redact::Redact::none()
+    } else {
+        compare::redact::Redact::new(names)
     }
 }
 

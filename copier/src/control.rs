@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::flow::FourTuple;
-use common::proto::io::{client_handshake, Established, FrameReader, FrameWriter};
+use common::proto::io::{client_handshake_as, Established, FrameReader, FrameWriter, Identity};
 use common::proto::{Message, ProtoError, DEFAULT_PORT};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -317,6 +317,18 @@ pub struct ClientConfig {
     pub serves: Option<Arc<[std::net::IpAddr]>>,
     /// Which sessions ask for their answers' payload (`--compare`); `None`: none do.
     pub payload: Option<PayloadAsk>,
+    /// Who this copier is in its Hello: [`instance`] (the same on every link and reconnection
+    /// of this process) and its `--fleet` share.
+    pub identity: Identity,
+}
+
+/// This copier process's instance (random, never 0, drawn once): an intercept lets a
+/// connection of the same instance take a tuple over (a reconnection) and refuses one of
+/// another instance (`RegVerdict::HeldByOther`).
+#[must_use]
+pub fn instance() -> u64 {
+    static INSTANCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *INSTANCE.get_or_init(|| rand::random::<u64>().max(1))
 }
 
 impl ClientConfig {
@@ -333,6 +345,7 @@ impl ClientConfig {
             id: 0,
             serves: None,
             payload: None,
+            identity: Identity { instance: instance(), fleet_index: 0, fleet_size: 1 },
         }
     }
 
@@ -394,7 +407,14 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
         }
         let attempt = async {
             let stream = connect(&cfg).await?;
-            let est = client_handshake(stream, cfg.secret.as_deref(), &cfg.software).await?;
+            let est = client_handshake_as(
+                stream,
+                cfg.secret.as_deref(),
+                &cfg.software,
+                common::proto::HANDSHAKE_TIMEOUT,
+                cfg.identity,
+            )
+            .await?;
             Ok::<_, LinkError>(est)
         };
         let result = tokio::select! {

@@ -354,7 +354,73 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
             );
         }
     }
+    if est.peer.has(common::proto::FEATURE_FLEET) {
+        fleet(r, name, &mut est, timeout).await;
+    }
     let _ = est.writer.shutdown().await;
+}
+
+/// Asks the intercept which copiers are connected (`Message::FleetQuery`) and warns when two
+/// of them (two instances) share test ports: with one seed and pool they pick the same test
+/// tuples for the same clients.
+async fn fleet<S>(r: &mut Report, name: &str, est: &mut common::proto::io::Established<S>, timeout: Duration)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let item = format!("copiers at intercept {name} have their own test ports");
+    if est.writer.write_message(&Message::FleetQuery).await.is_err() {
+        r.warn(item, "the link closed before the intercept said which copiers it has", "see the intercept's log");
+        return;
+    }
+    let answer = tokio::time::timeout(timeout, async {
+        loop {
+            match est.reader.read_message().await {
+                Ok(Some(Message::Fleet { copiers })) => return Some(copiers),
+                Ok(Some(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some(members) = answer else {
+        r.warn(item, "no answer to the question which copiers are connected", "see the intercept's log");
+        return;
+    };
+    match fleet_clashes(&members) {
+        (n, clashes) if clashes.is_empty() => r.ok(item, format!("{n} copier(s) connected, no two share test ports")),
+        (n, clashes) => r.warn(
+            item,
+            format!("{n} copiers connected; sharing test ports: {}", clashes.join("; ")),
+            "give every copier of a fleet its own `copier --fleet I/N` (I from 0 to N-1); until then the intercept refuses the \
+             second copier's tuple (held_by_other) and it moves the copy",
+        ),
+    }
+}
+
+/// The copiers (distinct instances; a doctor's or an older copier's connection, instance 0,
+/// left out) among `members`, and every pair of them whose test ports overlap, described.
+fn fleet_clashes(members: &[common::proto::FleetMember]) -> (usize, Vec<String>) {
+    let mut seen: Vec<common::proto::FleetMember> = Vec::new();
+    for m in members.iter().filter(|m| m.instance != 0) {
+        if !seen.iter().any(|o| o.instance == m.instance) {
+            seen.push(*m);
+        }
+    }
+    let show = |m: &common::proto::FleetMember| match m.size {
+        0 | 1 => format!("{} (no --fleet)", m.addr.ip()),
+        _ => format!("{} (--fleet {}/{})", m.addr.ip(), m.index, m.size),
+    };
+    let mut clashes = Vec::new();
+    for (i, a) in seen.iter().enumerate() {
+        for b in &seen[i + 1..] {
+            if a.shares_ports_with(b) {
+                clashes.push(format!("{} and {}", show(a), show(b)));
+            }
+        }
+    }
+    (seen.len(), clashes)
 }
 
 fn forwarding(r: &mut Report) {
@@ -392,6 +458,23 @@ mod tests {
     use crate::cli::parse_map;
     use crate::cli::Args;
     use clap::Parser;
+
+    #[test]
+    fn copiers_sharing_test_ports_are_named_and_a_fleet_split_is_not() {
+        use common::proto::FleetMember;
+        let m = |instance, addr: &str, index, size| FleetMember { instance, addr: addr.parse().unwrap(), index, size };
+        // Two copiers without --fleet (the issue's setup), and a doctor's connection.
+        let (n, c) = fleet_clashes(&[m(1, "198.18.1.1:1", 0, 1), m(2, "198.18.1.2:2", 0, 1), m(0, "198.18.1.1:3", 0, 0)]);
+        assert_eq!(n, 2);
+        assert_eq!(c, vec!["198.18.1.1 (no --fleet) and 198.18.1.2 (no --fleet)".to_string()]);
+        // Two copiers given the same share by mistake, one reconnected (two links, one instance).
+        let (n, c) = fleet_clashes(&[m(1, "198.18.1.1:1", 1, 3), m(1, "198.18.1.1:9", 1, 3), m(2, "198.18.1.2:2", 1, 3), m(3, "198.18.1.3:2", 2, 3)]);
+        assert_eq!((n, c.len()), (3, 1), "{c:?}");
+        assert!(c[0].contains("--fleet 1/3"), "{c:?}");
+        // A proper split.
+        let (n, c) = fleet_clashes(&[m(1, "198.18.1.1:1", 0, 2), m(2, "198.18.1.2:2", 1, 2)]);
+        assert_eq!((n, c.len()), (2, 0));
+    }
 
     #[test]
     fn doctor_is_a_subcommand_next_to_the_flat_flags() {

@@ -253,7 +253,9 @@ fn run(args: Args) -> Result<RunSummary> {
             port_share: PortShare {
                 index: i as u16,
                 count: workers as u16,
+                fleet: v.engine.port_share.fleet,
             },
+            port_salt: copier::control::instance(),
             ..v.engine.clone()
         };
         let seed = v.seed;
@@ -288,6 +290,9 @@ fn run(args: Args) -> Result<RunSummary> {
             let mut cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
             // Names this link's registration verdicts to the engines.
             cfg.id = u16::try_from(i).unwrap_or(u16::MAX);
+            let fleet = v.engine.port_share.fleet;
+            cfg.identity.fleet_index = fleet.index;
+            cfg.identity.fleet_size = fleet.size;
             cfg.serves = v.intercept_serves.get(i).cloned().flatten().map(Arc::from);
             // --compare: the compared sessions ask for their answers' payload.
             cfg.payload = v.shadow.as_ref().map(|s| copier::control::PayloadAsk { sample: s.flows.sample });

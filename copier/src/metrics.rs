@@ -118,6 +118,7 @@ pub mod names {
     pub const SESSIONS_SHED_OVERLOAD_TOTAL: &str = "copier_sessions_shed_overload_total";
     pub const SESSIONS_STARTED_TOTAL: &str = "copier_sessions_started_total";
     pub const SYN_PORT_MOVES_TOTAL: &str = "copier_syn_port_moves_total";
+    pub const TUPLE_MOVES_TOTAL: &str = "copier_tuple_moves_total";
     pub const SYN_TIME_WAIT_RESETS_TOTAL: &str = "copier_syn_time_wait_resets_total";
     pub const SYNS_INCOMPLETE_TOTAL: &str = "copier_syns_incomplete_total";
     pub const SYNS_PENDING: &str = "copier_syns_pending";
@@ -363,6 +364,10 @@ fn describe() {
         "SYNs answered by a bare ACK of a TIME_WAIT socket, reset and sent again"
     );
     describe_counter!(
+        names::TUPLE_MOVES_TOTAL,
+        "Test connections moved to another tuple before sending anything: an intercept said another copier holds theirs"
+    );
+    describe_counter!(
         names::SYN_PORT_MOVES_TOTAL,
         "Test connections moved to another port after meeting a TIME_WAIT socket twice"
     );
@@ -518,6 +523,7 @@ pub fn export(s: &Snapshot<'_>) {
     export_lag(&e.replay_lag);
     counter!(names::SYN_TIME_WAIT_RESETS_TOTAL).absolute(e.syn_time_wait_resets);
     counter!(names::SYN_PORT_MOVES_TOTAL).absolute(e.syn_port_moves);
+    counter!(names::TUPLE_MOVES_TOTAL).absolute(e.tuple_moves);
     for (reason, v) in e.drops.iter() {
         counter!(names::PACKETS_DROPPED_TOTAL, "reason" => reason).absolute(v);
     }

@@ -4,13 +4,21 @@
 //! size-bounded pcapng files, with an index of the sessions.
 //!
 //! Files: `DIR/rec-w<worker>-<n>.pcapng` (raw IP link type, microsecond timestamps), a new one
-//! once the current one holds `max_file` bytes, the oldest deleted beyond `max_files` per worker;
+//! once the current one holds `max_file` bytes, the oldest deleted beyond `max_files` per worker
+//! and, with `max_age`, any older than that (by modification time) at each new file;
 //! `DIR/index-w<worker>.tsv` gets a line per recorded test connection when its SYN is recorded:
 //! `start_unix_ms`, the captured client, the test connection's client and server ends, the file.
+//! The bound holds across restarts: a new run finds the worker's files already there, numbers
+//! its own after the highest, and counts the old ones in `max_files` (the oldest go first); at
+//! each new file the index keeps only the lines of files still there, so it is as bounded as the
+//! archive.
 //! A test connection is recorded from its SYN (only copy 0's) until its FIN or RST. An archive
 //! file replays with `copier --offline FILE --map <test port>=...`, and `--rules` with allow
 //! filters selects a slice of it (by path, method, header, client range); the index tells which
 //! files hold a time range.
+//!
+//! The archive holds production requests whole (cookies, authorization headers, query strings):
+//! its directory is made 0700 and every file 0600 (`common::private`), whatever the umask.
 //!
 //! Owns: the pcapng writer (section header, one interface description, enhanced packet blocks).
 
@@ -31,8 +39,10 @@ pub struct RecordConfig {
     pub dir: PathBuf,
     /// Bytes per file before the next one starts.
     pub max_file: u64,
-    /// Files kept per worker (the oldest goes).
+    /// Files kept per worker (the oldest goes), those of earlier runs included.
     pub max_files: usize,
+    /// Files older than this go (None: kept whatever their age).
+    pub max_age: Option<std::time::Duration>,
 }
 
 /// pcapng link type of raw IP packets.
@@ -90,17 +100,96 @@ pub struct Recorder {
     live: HashSet<FourTuple>,
 }
 
+const INDEX_HEADER: &str = "start_unix_ms\tclient\ttest_client\ttest_server\tfile";
+
+/// The archive files of `worker` already in `dir`, by number.
+fn existing(dir: &Path, worker: u16) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let prefix = format!("rec-w{worker}-");
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(n) = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|n| n.strip_suffix(".pcapng")) else {
+            continue;
+        };
+        if let Ok(n) = n.parse::<u64>() {
+            out.push((n, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 impl Recorder {
-    /// Opens the archive directory (created if missing) for worker `worker`.
+    /// Opens the archive directory (created if missing) for worker `worker`, taking over the
+    /// files an earlier run left (see the module documentation).
     pub fn open(cfg: RecordConfig, worker: u16) -> std::io::Result<Recorder> {
-        std::fs::create_dir_all(&cfg.dir)?;
+        common::private::create_dir_all(&cfg.dir)?;
+        let old = existing(&cfg.dir, worker)?;
+        let seq = old.last().map_or(0, |(n, _)| n.saturating_add(1));
         let path = cfg.dir.join(format!("index-w{worker}.tsv"));
         let fresh = !path.exists();
-        let mut index = BufWriter::new(File::options().create(true).append(true).open(&path)?);
+        let mut index = BufWriter::new(common::private::append(&path)?);
         if fresh {
-            writeln!(index, "start_unix_ms\tclient\ttest_client\ttest_server\tfile")?;
+            writeln!(index, "{INDEX_HEADER}")?;
         }
-        Ok(Recorder { cfg, worker, seq: 0, cur: None, files: VecDeque::new(), index, live: HashSet::new() })
+        let files = old.into_iter().map(|(_, p)| p).collect();
+        Ok(Recorder { cfg, worker, seq, cur: None, files, index, live: HashSet::new() })
+    }
+
+    /// Deletes the files beyond `max_files` and past `max_age` (never the current one), then
+    /// rewrites the index with the lines of the files left.
+    fn prune(&mut self) -> std::io::Result<()> {
+        let mut gone = false;
+        while self.files.len() > self.cfg.max_files.max(1) {
+            if let Some(old) = self.files.pop_front() {
+                let _ = std::fs::remove_file(old);
+                gone = true;
+            }
+        }
+        if let Some(age) = self.cfg.max_age {
+            let now = SystemTime::now();
+            let cur = self.cur.as_ref().map(|c| c.0.clone());
+            let before = self.files.len();
+            self.files.retain(|p| {
+                let old = Some(p) != cur.as_ref()
+                    && std::fs::metadata(p)
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| now.duration_since(t).unwrap_or_default() > age);
+                if old {
+                    let _ = std::fs::remove_file(p);
+                }
+                !old
+            });
+            gone |= self.files.len() != before;
+        }
+        if gone {
+            self.rewrite_index()?;
+        }
+        Ok(())
+    }
+
+    /// The index without the lines of deleted files (written aside, then renamed over).
+    fn rewrite_index(&mut self) -> std::io::Result<()> {
+        self.index.flush()?;
+        let path = self.cfg.dir.join(format!("index-w{}.tsv", self.worker));
+        let kept: HashSet<String> =
+            self.files.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let mut out = String::with_capacity(text.len());
+        out.push_str(INDEX_HEADER);
+        out.push('\n');
+        for line in text.lines().skip(1) {
+            if line.rsplit('\t').next().is_some_and(|f| kept.contains(f)) {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        let tmp = self.cfg.dir.join(format!(".index-w{}.tsv.new", self.worker));
+        common::private::write(&tmp, out.as_bytes())?;
+        std::fs::rename(&tmp, &path)?;
+        self.index = BufWriter::new(common::private::append(&path)?);
+        Ok(())
     }
 
     /// The archive's directory.
@@ -114,16 +203,11 @@ impl Recorder {
         }
         let path = self.cfg.dir.join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
         self.seq += 1;
-        let mut w = BufWriter::with_capacity(1 << 16, File::create(&path)?);
+        let mut w = BufWriter::with_capacity(1 << 16, common::private::create(&path)?);
         let n = file_header(&mut w)?;
         self.files.push_back(path.clone());
-        while self.files.len() > self.cfg.max_files.max(1) {
-            if let Some(old) = self.files.pop_front() {
-                let _ = std::fs::remove_file(old);
-            }
-        }
         self.cur = Some((path, w, n));
-        Ok(())
+        self.prune()
     }
 
     /// A packet the engine sends on `tuple`: `copy` and `client` (the captured client) are the
@@ -181,7 +265,7 @@ mod tests {
     fn files_rotate_and_read_back() {
         let dir = std::env::temp_dir().join(format!("record-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut r = Recorder::open(RecordConfig { dir: dir.clone(), max_file: 300, max_files: 2 }, 0).unwrap();
+        let mut r = Recorder::open(RecordConfig { dir: dir.clone(), max_file: 300, max_files: 2, max_age: None }, 0).unwrap();
         let syn = testkit::emit(&common::wire::TcpBuilder { flags: TcpFlags::SYN, ..testkit::SEGMENT });
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
         let t = |port: u16| FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
@@ -196,8 +280,8 @@ mod tests {
         names.sort();
         assert_eq!(names, ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"], "two files kept");
         let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
-        assert_eq!(index.lines().count(), 5, "{index}");
-        assert!(index.lines().nth(4).unwrap().ends_with("198.18.1.1:80\trec-w0-000003.pcapng"), "{index}");
+        assert_eq!(index.lines().count(), 3, "the index keeps the lines of the files kept: {index}");
+        assert!(index.lines().nth(2).unwrap().ends_with("198.18.1.1:80\trec-w0-000003.pcapng"), "{index}");
         let mut rd = Reader::new(File::open(dir.join("rec-w0-000003.pcapng")).unwrap()).unwrap();
         let mut n = 0;
         while let Some(ev) = rd.next_event().unwrap() {
@@ -210,6 +294,67 @@ mod tests {
             }
         }
         assert_eq!(n, 3);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir), 0o700, "the archive's directory is owner-only");
+        for name in &names {
+            assert_eq!(mode(&dir.join(name)), 0o600, "{name} is owner-only");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod restarts {
+    use super::*;
+    use common::testkit;
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    /// One run of the recorder: `sessions` test connections, a file each (max_file is tiny).
+    fn run(cfg: &RecordConfig, first_port: u16, sessions: u16) {
+        let mut r = Recorder::open(cfg.clone(), 0).unwrap();
+        let syn = testkit::emit(&common::wire::TcpBuilder { flags: TcpFlags::SYN, ..testkit::SEGMENT });
+        let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
+        for port in first_port..first_port + sessions {
+            let t = FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
+            r.record(t, Some(0), None, &syn).unwrap();
+            r.record(t, Some(0), None, &data).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_bound_holds_across_restarts_by_count_and_age() {
+        let dir = std::env::temp_dir().join(format!("record-restarts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = RecordConfig { dir: dir.clone(), max_file: 1, max_files: 3, max_age: None };
+        run(&cfg, 1, 2);
+        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000000.pcapng", "rec-w0-000001.pcapng"]);
+        // a restart: numbering goes on (file 0 is not overwritten), the old files count
+        run(&cfg, 10, 2);
+        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000001.pcapng", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"]);
+        run(&cfg, 20, 1);
+        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng", "rec-w0-000004.pcapng"]);
+        // the index: its header and one line per session of the files still there
+        let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
+        let files: Vec<&str> = index.lines().skip(1).map(|l| l.rsplit('\t').next().unwrap()).collect();
+        assert_eq!(index.lines().next(), Some(INDEX_HEADER));
+        assert_eq!(files, ["rec-w0-000002.pcapng", "rec-w0-000003.pcapng", "rec-w0-000004.pcapng"], "{index}");
+        // by age: files older than max_age go at the next new file, whatever their number
+        let old = SystemTime::now() - std::time::Duration::from_secs(7200);
+        for n in [2, 3] {
+            let f = File::options().write(true).open(dir.join(format!("rec-w0-{n:06}.pcapng"))).unwrap();
+            f.set_modified(old).unwrap();
+        }
+        let cfg = RecordConfig { max_age: Some(std::time::Duration::from_secs(3600)), max_files: 10, ..cfg };
+        run(&cfg, 30, 1);
+        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000004.pcapng", "rec-w0-000005.pcapng"]);
+        let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
+        assert_eq!(index.lines().count(), 3, "{index}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

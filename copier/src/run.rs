@@ -189,6 +189,8 @@ struct Line {
     started: u64,
     completed: u64,
     failed: u64,
+    /// `failed` by reason.
+    fails: crate::engine::FailCounts,
     not_copied: u64,
     sent: u64,
     sent_bytes: u64,
@@ -200,6 +202,7 @@ struct Line {
     send_errors: u64,
     records: u64,
     panics: u64,
+    tuple_moves: u64,
     units: u64,
     ahead: u64,
     lag: crate::engine::LagHistogram,
@@ -216,6 +219,9 @@ impl Line {
             l.started += e.sessions_started;
             l.completed += e.sessions_completed;
             l.failed += e.sessions_failed.total();
+            for (r, n) in crate::engine::FailReason::ALL.iter().map(|&r| (r, e.sessions_failed.get(r))) {
+                l.fails.add(r, n);
+            }
             l.not_copied += e.sessions_not_copied;
             l.sent += s.packets;
             l.sent_bytes += s.bytes;
@@ -227,6 +233,7 @@ impl Line {
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
             l.panics += p.panics;
+            l.tuple_moves += e.tuple_moves;
             l.units += e.units_sent;
             l.ahead += e.units_ahead;
             l.lag.merge(&e.replay_lag);
@@ -236,10 +243,12 @@ impl Line {
     }
 
     fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let why: Vec<String> = self.fails.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+        let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join(", ")) };
         write!(
             f,
             "captured {} packets ({} dropped by the kernel); sessions {} started, {} completed, \
-             {} failed, {} not copied (no intercept); sent {} segments ({} bytes, {} retransmissions, {} send errors); \
+             {} failed{why}, {} not copied (no intercept); sent {} segments ({} bytes, {} retransmissions, {} send errors); \
              {} records received",
             self.packets,
             self.kernel_drops,
@@ -293,6 +302,9 @@ impl Line {
             let matched: Vec<String> =
                 r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
             write!(f, " (matched: {})", matched.join(", "))?;
+        }
+        if self.tuple_moves > 0 {
+            write!(f, "; {} copies moved to another test tuple (held by another copier)", self.tuple_moves)?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
@@ -372,8 +384,10 @@ struct State {
     up: Option<usize>,
     /// Sessions and pending SYNs shed, as last logged, and when (logged at most every
     /// [`SHED_LOG_EVERY`]).
-    shed_logged: (u64, u64),
+    shed_logged: (u64, u64, u64),
     shed_log_at: Option<Instant>,
+    /// Whether an idle session ended by `--idle-timeout` was logged (once).
+    idle_timeout_logged: bool,
     next_report: Instant,
     panics: u64,
     poll_errors: u32,
@@ -423,8 +437,9 @@ pub fn run_engine_loop(
     let mut engine = Engine::new(config.clone(), seed);
     let mut st = State {
         up: None,
-        shed_logged: (0, 0),
+        shed_logged: (0, 0, 0),
         shed_log_at: None,
+        idle_timeout_logged: false,
         next_report: started,
         panics: 0,
         poll_errors: 0,
@@ -1041,19 +1056,29 @@ fn log_refusals(engine: &mut Engine) {
 /// [`SHED_LOG_EVERY`].
 fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
     let e = engine.stats();
-    let (sessions, syns) = (e.sessions_shed, e.syns_incomplete.shed);
-    if (sessions, syns) == st.shed_logged || st.shed_log_at.is_some_and(|t| now < t + SHED_LOG_EVERY) {
+    if e.sessions_failed.idle_timeout > 0 && !st.idle_timeout_logged {
+        st.idle_timeout_logged = true;
+        tracing::info!(
+            "idle sessions end after --idle-timeout (copier_sessions_failed_total{{reason=\"idle_timeout\"}}): a \
+             client that sends again starts a new session at its next request, on a new test connection; logged once"
+        );
+    }
+    let (sessions, syns, idle) = (e.sessions_shed, e.syns_incomplete.shed, e.sessions_failed.idle_shed);
+    if (sessions, syns, idle) == st.shed_logged || st.shed_log_at.is_some_and(|t| now < t + SHED_LOG_EVERY) {
         return;
     }
     tracing::warn!(
-        "over --max-memory / --max-pending-syns: shed {} session(s) (idle longest first) and {} captured SYN(s) \
-         waiting for their handshake (oldest first) since the last warning; {} byte(s) held now \
-         (copier_sessions_shed_total, copier_syns_incomplete_total{{reason=\"shed\"}})",
+        "over --max-memory / --max-pending-syns / --max-sessions: shed {} session(s) ({} of them idle; idle ones \
+         first, then quiet longest first) and {} captured SYN(s) waiting for their handshake (oldest first) since \
+         the last warning; {} byte(s) held now (copier_sessions_shed_total, copier_sessions_failed_total\
+         {{reason=\"idle_shed\"|\"memory\"}}, copier_syns_incomplete_total{{reason=\"shed\"}}); a shed idle \
+         session's client that sends again starts a new session at its next request",
         sessions.saturating_sub(st.shed_logged.0),
+        idle.saturating_sub(st.shed_logged.2),
         syns.saturating_sub(st.shed_logged.1),
         engine.memory_used()
     );
-    st.shed_logged = (sessions, syns);
+    st.shed_logged = (sessions, syns, idle);
     st.shed_log_at = Some(now);
 }
 

@@ -297,16 +297,18 @@ impl Thread {
         loop {
             let stopping = stop.load(Ordering::SeqCst);
             let now = Instant::now();
-            let mut work = capture.as_mut().map_or(0, |c| c.drain(8, |pkt| self.packet(now, pkt)));
+            let mut work = capture.as_mut().map_or(0, |c| c.drain(8, |pkt| self.guarded(|t| t.packet(now, pkt))));
             while let Ok(input) = rx.try_recv() {
                 work += 1;
-                self.input(input);
+                self.guarded(|t| t.input(input));
             }
             let now = Instant::now();
             if now >= next_house || stopping {
-                for ex in self.flows.expire(now) {
-                    self.compare(&ex);
-                }
+                self.guarded(|t| {
+                    for ex in t.flows.expire(now) {
+                        t.compare(&ex);
+                    }
+                });
                 if let Some(c) = capture.as_mut() {
                     let _ = c.refresh_kernel_stats();
                     self.capture_drops = c.stats().kernel_drops;
@@ -328,7 +330,7 @@ impl Thread {
                     }
                     None => {
                         if let Ok(input) = rx.recv_timeout(Duration::from_millis(20)) {
-                            self.input(input);
+                            self.guarded(|t| t.input(input));
                         }
                     }
                 }
@@ -343,6 +345,20 @@ impl Thread {
             flows: self.flows.counts(),
             pending: self.flows.pending_counts(),
             capture_drops: self.capture_drops,
+        }
+    }
+
+    /// Runs `f` on the thread's state; a panic (a bug met by some input) does not end the
+    /// comparison: the streams and waiting exchanges, which may be half updated, are forgotten
+    /// (`Flows::reset`, counted `copier_compare_not_compared_total{reason="panic"}`), the
+    /// comparator's counts and learned noise stay, and the copy never notices.
+    fn guarded(&mut self, f: impl FnOnce(&mut Thread)) {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))).is_err() {
+            self.flows.reset();
+            let n = self.flows.counts().panics;
+            if n.is_power_of_two() {
+                tracing::error!("compare: the comparison panicked (panic #{n}); its connections in flight are forgotten");
+            }
         }
     }
 
@@ -404,7 +420,11 @@ impl Thread {
     fn compare(&mut self, ex: &Exchange) {
         let v = self.cmp.compare(ex);
         if tracing::enabled!(tracing::Level::DEBUG) {
-            let first = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(120)]).replace("\r\n", "|");
+            let redact = &self.cfg.compare.redact;
+            let first = |b: &[u8]| {
+                let b = redact.head(&b[..b.len().min(8192)]);
+                String::from_utf8_lossy(&b[..b.len().min(120)]).replace("\r\n", "|")
+            };
             tracing::debug!(
                 "compare: {:?} {} | online {} | candidate {} | baseline {}",
                 v.outcome,
@@ -470,6 +490,8 @@ impl Thread {
             ("queue_full", self.dropped.load(Ordering::Relaxed)),
             ("capture_drops", self.capture_drops),
             ("conns_shed", c.conns_shed),
+            ("memory_shed", c.memory_shed),
+            ("panic", c.panics),
         ] {
             counter!(names::NOT_COMPARED_TOTAL, "reason" => reason).absolute(v);
         }

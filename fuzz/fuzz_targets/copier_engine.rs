@@ -321,7 +321,7 @@ fuzz_target!(|input: Input| {
                 }
                 let i = usize::from(conn) % h.unanswered.len();
                 let t = h.unanswered[i];
-                let verdict = RegVerdict::from_code(code % 5);
+                let verdict = RegVerdict::from_code(code % 6);
                 if verdict.accepted() {
                     h.unanswered.remove(i);
                     h.accepted.insert(t);

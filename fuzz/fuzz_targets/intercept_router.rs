@@ -1,14 +1,18 @@
 //! Fuzz the intercept's router with structured input: response packets (IPv4 and IPv6, a few
 //! clients among them allowed, local and loopback addresses, guarded and unguarded ports, any
-//! flags and sizes), garbage, registrations and unregistrations by three copiers, copiers that
-//! go away, and clock steps; checked against a model of what must never happen.
+//! flags and sizes), garbage, registrations (plain, and with the answer payload each tuple's
+//! records keep: `handle_register_payload`) and unregistrations by three copiers, copiers that
+//! go away, and clock steps, with any `--payload-bytes`; checked against a model of what must
+//! never happen.
 //!
 //! Checked after every step:
 //! - no panic;
 //! - a packet of a tuple that is registered, or was unregistered (or whose copier went away)
 //!   less than `linger` ago, is never accepted: it goes to its copier or is dropped;
 //! - a delivered record goes to the copier that registered the tuple last, and describes the
-//!   packet's tuple;
+//!   packet's tuple; its payload is at most what that registration asked for (0 for a plain
+//!   one), what `--payload-bytes` lets through, and what the packet carried; a record released by
+//!   a registration keeps at most what that registration asked for;
 //! - a registration is accepted only for a guarded port and family; an accepted one routes the
 //!   tuple to its copier, a refused one changes nothing;
 //! - the hold buffer stays within its capacity.
@@ -40,6 +44,8 @@ struct Input {
     /// Linger in 100 ms steps (1..=64).
     linger: u8,
     accept_local: bool,
+    /// `--payload-bytes` (the NFQUEUE copy range) handed with every packet.
+    payload_bytes: u16,
     ops: Vec<Op>,
 }
 
@@ -50,6 +56,8 @@ enum Op {
     /// Garbage from NFQUEUE.
     Raw(Vec<u8>),
     Register { copier: u8, who: Vec<(u8, u8)> },
+    /// A registration asking for answer payload: (client, port, bytes kept).
+    RegisterPayload { copier: u8, who: Vec<(u8, u8, u32)> },
     Unregister { copier: u8, who: Vec<(u8, u8)> },
     Gone { copier: u8 },
     /// Time passes (in 10 ms), then the timers run.
@@ -84,7 +92,8 @@ fn tuple(clients: &[IpAddr], who: u8, port: u8) -> FourTuple {
 /// What the model knows of a tuple.
 #[derive(Debug, Clone, Copy)]
 enum State {
-    Registered(CopierId),
+    /// Its copier, and the answer payload its records keep.
+    Registered(CopierId, u32),
     /// Unregistered at the router's clock then: blocked until `at + linger`.
     Unregistered { at: Instant },
 }
@@ -131,12 +140,14 @@ fuzz_target!(|input: Input| {
                 }
                 .emit(&mut pkt);
                 clock = Some(now);
-                let d = router.handle_packet(now, &pkt, 0);
+                let d = router.handle_packet(now, &pkt, usize::from(input.payload_bytes));
                 match model.get(&t).copied() {
-                    Some(State::Registered(c)) => match &d {
+                    Some(State::Registered(c, want)) => match &d {
                         Decision::Deliver { copier, record } => {
                             assert_eq!(*copier, c, "{t} delivered to {copier}, registered to {c}");
                             assert_eq!(record.tuple().unwrap(), t);
+                            let most = (want as usize).min(usize::from(input.payload_bytes)).min(data.len());
+                            assert!(record.payload.len() <= most, "{t}: {} payload bytes kept, at most {most}", record.payload.len());
                         }
                         other => panic!("{t} is registered to {c} but the router said {other:?}"),
                     },
@@ -149,41 +160,28 @@ fuzz_target!(|input: Input| {
             }
             Op::Raw(bytes) => {
                 clock = Some(now);
-                let d = router.handle_packet(now, &bytes, 0);
+                let d = router.handle_packet(now, &bytes, usize::from(input.payload_bytes));
                 // Garbage may happen to be a valid packet; it may never be accepted unless it is.
                 if d.accepts() {
                     assert!(common::proto::parse_response_headers(&bytes).is_ok());
                 }
             }
             Op::Register { copier, who } => {
-                let c = CopierId(u64::from(copier % 3));
-                let tuples: Vec<FourTuple> = who.iter().take(16).map(|&(w, p)| tuple(&clients, w, p)).collect();
+                let tuples: Vec<(FourTuple, u32)> = who.iter().take(16).map(|&(w, p)| (tuple(&clients, w, p), 0)).collect();
                 clock = Some(now);
-                let reg = router.handle_register(now, c, &tuples);
-                assert_eq!(reg.verdicts.len(), tuples.len());
-                for (t, v) in tuples.iter().zip(&reg.verdicts) {
-                    if v.accepted() {
-                        assert!(guard.verdict(t).accepted(), "{t} accepted outside the guard ({guard})");
-                        model.insert(*t, State::Registered(c));
-                    }
-                    // Refused: the model (and the router) keep what they had.
-                    match model.get(t) {
-                        Some(State::Registered(owner)) => assert_eq!(router.route(t), Some(*owner)),
-                        _ => assert_eq!(router.route(t), None),
-                    }
-                }
-                for (c2, r) in &reg.released {
-                    assert_eq!(*c2, c);
-                    let t = r.tuple().unwrap();
-                    assert!(tuples.contains(&t));
-                }
+                register(&mut router, &mut model, &guard, now, copier, &tuples, false);
+            }
+            Op::RegisterPayload { copier, who } => {
+                let tuples: Vec<(FourTuple, u32)> = who.iter().take(16).map(|&(w, p, n)| (tuple(&clients, w, p), n)).collect();
+                clock = Some(now);
+                register(&mut router, &mut model, &guard, now, copier, &tuples, true);
             }
             Op::Unregister { copier, who } => {
                 let c = CopierId(u64::from(copier % 3));
                 let tuples: Vec<FourTuple> = who.iter().take(16).map(|&(w, p)| tuple(&clients, w, p)).collect();
                 router.handle_unregister(c, &tuples);
                 for t in &tuples {
-                    if let Some(State::Registered(owner)) = model.get(t) {
+                    if let Some(State::Registered(owner, _)) = model.get(t) {
                         if *owner == c {
                             if let Some(at) = clock {
                                 model.insert(*t, State::Unregistered { at });
@@ -196,7 +194,7 @@ fuzz_target!(|input: Input| {
                 let c = CopierId(u64::from(copier % 3));
                 router.handle_copier_gone(c);
                 for s in model.values_mut() {
-                    if matches!(s, State::Registered(owner) if *owner == c) {
+                    if matches!(s, State::Registered(owner, _) if *owner == c) {
                         if let Some(at) = clock {
                             *s = State::Unregistered { at };
                         }
@@ -213,3 +211,43 @@ fuzz_target!(|input: Input| {
         assert!(router.quiet().held <= HOLD_CAPACITY);
     }
 });
+
+/// A registration (plain: `payload` false, every amount 0) checked against the model.
+fn register(
+    router: &mut Router,
+    model: &mut HashMap<FourTuple, State>,
+    guard: &Guard,
+    now: Instant,
+    copier: u8,
+    tuples: &[(FourTuple, u32)],
+    payload: bool,
+) {
+    let c = CopierId(u64::from(copier % 3));
+    let reg = if payload {
+        router.handle_register_payload(now, c, tuples)
+    } else {
+        let plain: Vec<FourTuple> = tuples.iter().map(|&(t, _)| t).collect();
+        router.handle_register(now, c, &plain)
+    };
+    assert_eq!(reg.verdicts.len(), tuples.len());
+    for ((t, want), v) in tuples.iter().zip(&reg.verdicts) {
+        if v.accepted() {
+            assert!(guard.verdict(t).accepted(), "{t} accepted outside the guard ({guard})");
+            model.insert(*t, State::Registered(c, *want));
+        }
+        // Refused: the model (and the router) keep what they had.
+        match model.get(t) {
+            Some(State::Registered(owner, _)) => assert_eq!(router.route(t), Some(*owner)),
+            _ => assert_eq!(router.route(t), None),
+        }
+    }
+    for (c2, r) in &reg.released {
+        assert_eq!(*c2, c);
+        let t = r.tuple().unwrap();
+        // (a tuple may be in a registration twice: the most asked for it)
+        let want = tuples.iter().filter(|(u, _)| *u == t).map(|&(_, n)| n).max();
+        assert!(want.is_some(), "{t} released but not in the registration");
+        let want = want.unwrap() as usize;
+        assert!(r.payload.len() <= want, "{t}: released with {} payload bytes, {want} asked", r.payload.len());
+    }
+}

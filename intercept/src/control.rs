@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::proto::io::{server_handshake, Established, FrameReader};
+use common::proto::FleetMember;
 use common::flow::FourTuple;
 use common::proto::{error_code, Message, ProtoError, RegVerdict};
 use metrics::{counter, gauge};
@@ -407,7 +408,13 @@ pub(crate) async fn run_copier<S>(
         peer: hello,
     } = est;
     reader.set_idle_timeout(Some(cfg.idle_timeout));
-    tracing::info!("copier {peer} connected as {id} ({})", hello.software);
+    tracing::info!(
+        "copier {peer} connected as {id} ({}; instance {:016x}, fleet {}/{})",
+        hello.software,
+        hello.instance,
+        hello.fleet_index,
+        hello.fleet_size
+    );
     let label = peer.ip().to_string();
     // From here on every frame is sealed by the outlet, whoever writes it.
     let (mut writer, sealer) = writer.into_parts();
@@ -422,7 +429,34 @@ pub(crate) async fn run_copier<S>(
         }
     }
     let _detach = Detach(outlet.clone());
-    shared.lock().outlets.insert(id, outlet.clone());
+    {
+        let mut core = shared.lock();
+        core.outlets.insert(id, outlet.clone());
+        // Before its first Register: who it is decides between a reconnection and another copier.
+        core.router.set_instance(id, hello.instance);
+        let me = FleetMember { instance: hello.instance, addr: peer, index: hello.fleet_index, size: hello.fleet_size };
+        // A copier (not a doctor's probe, which announces no instance) whose test ports another
+        // live copier also uses: they will pick the same tuples for the clients they share.
+        if me.instance != 0 {
+            let clash = core
+                .fleet
+                .values()
+                .filter(|o| o.instance != 0 && o.instance != me.instance && me.shares_ports_with(o))
+                .map(|o| format!("{} (fleet {}/{})", o.addr.ip(), o.index, o.size))
+                .collect::<Vec<_>>();
+            if !clash.is_empty() {
+                tracing::warn!(
+                    "copier {peer} ({id}, fleet {}/{}) shares test ports with {}: copiers with one --seed and pool pick \
+                     the same test tuples for the same clients; give each copier its own `--fleet I/N` (clashing \
+                     registrations are refused as held_by_other and moved)",
+                    me.index,
+                    me.size,
+                    clash.join(", ")
+                );
+            }
+        }
+        core.fleet.insert(id, me);
+    }
     gauge!(COPIERS_CONNECTED).increment(1.0);
     // Its records go at once until it says they may wait; forgotten however this task ends.
     shared.rest.join(id);
@@ -469,6 +503,7 @@ pub(crate) async fn run_copier<S>(
     let removed = {
         let mut core = shared.lock();
         core.outlets.remove(&id);
+        core.fleet.remove(&id);
         core.router.handle_copier_gone(id)
     };
     let lost = outlet.close();
@@ -568,6 +603,13 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 shared.lock().router.handle_unregister(id, &tuples);
             }
             Message::RecordWait { micros } => shared.rest.set_wait(id, micros),
+            Message::FleetQuery => {
+                let mut copiers: Vec<FleetMember> = shared.lock().fleet.values().copied().collect();
+                copiers.sort_by_key(|m| (m.addr, m.instance));
+                if reply.send(Message::Fleet { copiers }).await.is_err() {
+                    return End::Shutdown;
+                }
+            }
             Message::Ping { token } => {
                 // A copier that pings faster than we answer loses pongs, not memory.
                 let _ = reply.try_send(Message::Pong { token });

@@ -95,7 +95,9 @@ struct Cli {
     #[arg(long, value_name = "ADDR[:PORT]", value_parser = parse_listen)]
     listen: SocketAddr,
 
-    /// File holding the shared secret that copiers must prove they know.
+    /// File holding the shared secret that copiers must prove they know: at least 16 bytes,
+    /// readable by its owner only, not a placeholder (the value of deploy/k8s/secret.yaml, or
+    /// anything with REPLACE-ME, CHANGEME, placeholder in it).
     #[arg(
         long,
         value_name = "FILE",
@@ -440,7 +442,7 @@ fn run(cli: InterceptConfig) -> Result<()> {
     eprintln!(
         "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted ({} more to this host), \
          {} dropped unregistered, {} dropped as recently unregistered, {} dropped as hold overflow, {} malformed; \
-         {} registrations refused",
+         {} registrations refused ({} held by another copier)",
         s.packets,
         s.delivered + s.released,
         s.released,
@@ -450,7 +452,8 @@ fn run(cli: InterceptConfig) -> Result<()> {
         s.dropped_recently_unregistered,
         s.dropped_hold_overflow,
         s.dropped_malformed,
-        s.refused_port + s.refused_family + s.refused_limit
+        s.refused_port + s.refused_family + s.refused_limit + s.refused_held,
+        s.refused_held
     );
     for line in &report {
         eprintln!("intercept: {line}");
@@ -687,6 +690,19 @@ mod tests {
         assert_eq!(parse(&["--port", "80", "--max-rest", "0"]).unwrap().max_rest, Duration::ZERO);
         let e = parse(&["--port", "80", "--max-rest", "21ms"]).unwrap_err().to_string();
         assert!(e.contains("--max-rest") && e.contains("too long"), "{e}");
+    }
+
+    #[test]
+    fn the_manifests_placeholder_secret_is_refused_at_start() {
+        let dir = std::env::temp_dir().join(format!("intercept-placeholder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("secret");
+        std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let cli = Cli::try_parse_from(["intercept", "--port", "80", "--listen", "127.0.0.1", "--secret-file", f.to_str().unwrap()]).unwrap();
+        let e = format!("{:#}", run(cli.config()).unwrap_err());
+        assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

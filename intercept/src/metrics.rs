@@ -19,7 +19,7 @@ pub const PACKETS_ACCEPTED: &str = "intercept_packets_accepted_total";
 /// interface address).
 pub const PACKETS_ACCEPTED_LOCAL: &str = "intercept_packets_accepted_local_total";
 /// Registrations refused, label `reason` (`port_not_guarded`, `family_not_guarded`,
-/// `limit_reached`).
+/// `limit_reached`, `held_by_other`).
 pub const REGISTRATIONS_REFUSED: &str = "intercept_registrations_refused_total";
 /// Gauge: recently unregistered tuples whose packets are dropped (tombstones).
 pub const TOMBSTONES: &str = "intercept_tombstones";
@@ -152,6 +152,7 @@ pub fn publish_router(s: &Stats) {
         (RegVerdict::PortNotGuarded, s.refused_port),
         (RegVerdict::FamilyNotGuarded, s.refused_family),
         (RegVerdict::LimitReached, s.refused_limit),
+        (RegVerdict::HeldByOther, s.refused_held),
     ] {
         counter!(REGISTRATIONS_REFUSED, "reason" => verdict.as_str()).absolute(n);
     }

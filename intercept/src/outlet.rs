@@ -49,6 +49,9 @@ pub struct Core {
     pub outlets: HashMap<CopierId, Arc<Outlet>>,
     /// Rate limiter of the warnings about refused registrations.
     pub refusals: RefusalLog,
+    /// Who each connected copier said it is (its Hello: instance and `--fleet`), for
+    /// `Message::Fleet`.
+    pub fleet: HashMap<CopierId, common::proto::FleetMember>,
 }
 
 /// The router and outlets, shared by all threads and tasks.
@@ -69,6 +72,7 @@ impl Shared {
             core: Mutex::new(Core {
                 router,
                 outlets: HashMap::new(),
+                fleet: HashMap::new(),
                 refusals: RefusalLog::new(),
             }),
             payload_bytes,

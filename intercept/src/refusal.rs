@@ -69,7 +69,14 @@ impl RefusalLog {
             RegVerdict::LimitReached => {
                 "the copier holds as many registrations as --max-registrations allows".to_string()
             }
+            RegVerdict::HeldByOther => "another live copier holds that test tuple (copiers of one fleet need \
+                 their own `copier --fleet I/N`); the copier moves its copy to another one"
+                .to_string(),
             _ => format!("refused ({})", v.as_str()),
+        };
+        let keep = match v {
+            RegVerdict::HeldByOther => "",
+            _ => "; its responses would not be kept off the network",
         };
         let more = if left_out > 0 {
             format!(
@@ -80,7 +87,7 @@ impl RefusalLog {
         };
         Some(Warning {
             text: format!(
-                "refused the registration of {} -> {} by {copier}: {why}; its responses would not be kept off the network{more}",
+                "refused the registration of {} -> {} by {copier}: {why}{keep}{more}",
                 t.client, t.server
             ),
         })

@@ -24,9 +24,13 @@
 //! - a record keeps the TCP payload its registration asked for (0 for a plain Register), never
 //!   more than the `payload_bytes` the I/O layer passes (`--payload-bytes`, the NFQUEUE copy
 //!   range); held records are cut to that when a registration releases them;
-//! - a tuple belongs to one copier at a time; a later registration of the same tuple by another
-//!   copier takes it over (a reconnecting copier wins over its dead previous connection) and is
-//!   counted as a conflict;
+//! - a tuple belongs to one copier at a time. A later registration of the same tuple by another
+//!   connection of the same copier instance ([`Router::set_instance`], the Hello's `instance`)
+//!   takes it over (a reconnecting copier wins over its dead previous connection) and is counted
+//!   as a conflict; one by a connection of another instance is refused
+//!   ([`RegVerdict::HeldByOther`], two copiers of a fleet picked the same test tuple: the test
+//!   server would see one connection where there are two), and the copier moves its copy. A
+//!   connection that announced no instance (an older copier) takes over as before;
 //! - only enforceable registrations are taken: a tuple whose server port is not guarded (no
 //!   NFQUEUE rule for it), whose IP family has no rule (`--ipv4-only`), or that would take a
 //!   copier past `max_registrations` is refused ([`RegVerdict`]) and not inserted, because the
@@ -263,6 +267,8 @@ pub struct Stats {
     pub refused_family: u64,
     /// Registrations refused: the copier's limit was reached.
     pub refused_limit: u64,
+    /// Registrations refused: another live copier instance holds the tuple.
+    pub refused_held: u64,
     /// Tombstones evicted from a full set before their linger was over.
     pub tombstones_evicted: u64,
     /// Gauge: registered tuples now.
@@ -344,6 +350,8 @@ pub struct Router {
     local: HashSet<IpAddr>,
     routes: HashMap<FourTuple, Route>,
     per_copier: HashMap<CopierId, usize>,
+    /// The copier instance of each connection that announced one (see the module doc).
+    instances: HashMap<CopierId, u64>,
     hold: HoldBuffer,
     tombstones: Tombstones,
     clock: Option<Instant>,
@@ -369,6 +377,7 @@ impl Router {
             local: HashSet::new(),
             routes: HashMap::new(),
             per_copier: HashMap::new(),
+            instances: HashMap::new(),
             hold: HoldBuffer::new(config.hold_capacity, config.hold_time),
             tombstones: Tombstones::new(config.tombstone_capacity, config.linger),
             clock: None,
@@ -488,6 +497,7 @@ impl Router {
                 }
                 RegVerdict::PortNotGuarded => self.stats.refused_port += 1,
                 RegVerdict::FamilyNotGuarded => self.stats.refused_family += 1,
+                RegVerdict::HeldByOther => self.stats.refused_held += 1,
                 RegVerdict::LimitReached | RegVerdict::Other(_) => self.stats.refused_limit += 1,
             }
             out.verdicts.push(verdict);
@@ -513,12 +523,31 @@ impl Router {
             return RegVerdict::LimitReached;
         }
         if let Some(old) = old {
+            let (a, b) = (self.instance_of(old), self.instance_of(copier));
+            if a != 0 && b != 0 && a != b {
+                return RegVerdict::HeldByOther;
+            }
             self.stats.register_conflicts += 1;
             self.uncount(old);
         }
         self.routes.insert(*t, route);
         *self.per_copier.entry(copier).or_insert(0) += 1;
         RegVerdict::Accepted
+    }
+
+    /// The copier instance `copier`'s connection announced in its Hello (0: none, an older
+    /// copier; it then takes over tuples as before instances existed). Call it before the
+    /// connection registers anything; [`Router::handle_copier_gone`] forgets it.
+    pub fn set_instance(&mut self, copier: CopierId, instance: u64) {
+        if instance == 0 {
+            self.instances.remove(&copier);
+        } else {
+            self.instances.insert(copier, instance);
+        }
+    }
+
+    fn instance_of(&self, copier: CopierId) -> u64 {
+        self.instances.get(&copier).copied().unwrap_or(0)
     }
 
     fn uncount(&mut self, copier: CopierId) {
@@ -568,6 +597,7 @@ impl Router {
             self.lay_tombstone(*t);
         }
         self.per_copier.remove(&copier);
+        self.instances.remove(&copier);
         self.update_gauges();
         gone.len()
     }

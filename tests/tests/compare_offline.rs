@@ -5,7 +5,8 @@
 //! changed, `/orders/N` answers 500), and compares each test answer with the online answer the
 //! file holds. Keep-alive, gzip (chunked) and short HTTP/1.0 connections. The JSON Lines file
 //! and the summary must name exactly the two changed endpoints and their fields, every request
-//! of both passes compared once; a file with one direction only says it has no answers.
+//! of both passes compared once, the file owner-only (0600); a file with one direction only says
+//! it has no answers.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -103,6 +104,9 @@ fn offline_compare_names_exactly_the_changed_endpoints() {
     assert!(line.ends_with(&want), "{line}\nwanted {want}\n{}", tail(&log, 30));
     assert!(log.contains(" 0 unanswered (expired), 0 shed, 0 records dropped"), "{}", tail(&log, 30));
     let (fields, lines) = read_file(&jsonl);
+    // production answers: owner-only, whatever the umask
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&jsonl).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o600, "{} holds production answers", jsonl.display());
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     let want_fields = BTreeMap::from([
         (ITEMS.to_string(), set(&["$.price"])),

@@ -20,8 +20,8 @@
 //! Without a secret (both ends explicitly `--no-secret`) the MACs are all zero and are not
 //! checked, and frames carry no tag.
 //!
-//! The secret file ([`load_secret`]) must be readable by its owner only and hold at least
-//! [`MIN_SECRET_LEN`] bytes.
+//! The secret file ([`load_secret`]) must be readable by its owner only, hold at least
+//! [`MIN_SECRET_LEN`] bytes, and not be a known placeholder ([`PLACEHOLDERS`]).
 
 use std::path::Path;
 
@@ -47,6 +47,31 @@ const I2C_LABEL: &[u8] = b"tcopy-v2 i2c";
 pub const TAG_LEN: usize = 16;
 /// Shortest secret accepted (after the trailing newline is removed).
 pub const MIN_SECRET_LEN: usize = 16;
+
+/// Placeholders refused as secrets: a secret that contains one of these (any case) is a template
+/// left as it was, first of all the value of `deploy/k8s/secret.yaml` (`scripts/check-deploy.sh`
+/// reads this list and checks that the manifest's value is in it). The lab's secret is not one.
+pub const PLACEHOLDERS: &[&str] = &[
+    "REPLACE-ME-with-32-random-bytes-base64",
+    "replace-me",
+    "replace_me",
+    "replaceme",
+    "change-me",
+    "change_me",
+    "changeme",
+    "placeholder",
+    "your-secret-here",
+    "<secret>",
+];
+
+/// The placeholder `secret` is or contains, if any ([`PLACEHOLDERS`], any case).
+pub fn placeholder_in(secret: &[u8]) -> Option<&'static str> {
+    let lower = secret.to_ascii_lowercase();
+    PLACEHOLDERS
+        .iter()
+        .copied()
+        .find(|p| lower.windows(p.len()).any(|w| w == p.to_ascii_lowercase().as_bytes()))
+}
 
 /// A fresh nonce from the operating system's random number generator.
 pub fn nonce() -> Result<[u8; 32], ProtoError> {
@@ -180,7 +205,8 @@ pub fn session_keys(
 /// Read the shared secret from `path`: its bytes with trailing `\n`/`\r\n` removed.
 ///
 /// Refused: a file that its group or others may read or write (`mode & 0o077 != 0`; the error
-/// gives the `chmod` command), an empty secret, and a secret shorter than [`MIN_SECRET_LEN`]
+/// gives the `chmod` command), an empty secret, a known placeholder ([`placeholder_in`]), and a
+/// secret shorter than [`MIN_SECRET_LEN`]
 /// bytes. The mode is read from the opened file, so it is the mode of the bytes read.
 pub fn load_secret(path: &Path) -> Result<Vec<u8>, ProtoError> {
     use std::io::Read;
@@ -204,6 +230,12 @@ pub fn load_secret(path: &Path) -> Result<Vec<u8>, ProtoError> {
     }
     if bytes.is_empty() {
         return Err(ProtoError::SecretEmpty(path.to_path_buf()));
+    }
+    if let Some(placeholder) = placeholder_in(&bytes) {
+        return Err(ProtoError::SecretPlaceholder {
+            path: path.to_path_buf(),
+            placeholder,
+        });
     }
     if bytes.len() < MIN_SECRET_LEN {
         return Err(ProtoError::SecretTooShort {
@@ -313,6 +345,29 @@ mod tests {
         // Exactly the minimum is enough.
         write_mode(&f, b"sixteen-bytes!!!\n", 0o400);
         assert_eq!(load_secret(&f).unwrap().len(), MIN_SECRET_LEN);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn placeholder_secrets_are_refused_by_name() {
+        let dir = temp_dir("placeholder-secret");
+        let f = dir.join("s");
+        // the value of deploy/k8s/secret.yaml, as a Kubernetes Secret volume gives it
+        let manifest = include_str!("../../../deploy/k8s/secret.yaml");
+        let value = manifest.lines().find_map(|l| l.trim().strip_prefix("secret: ")).unwrap().trim_matches('"');
+        assert_eq!(value.len(), 38, "{value}");
+        for v in [value, "ChangeMe-ChangeMe-ChangeMe", "xxxx-REPLACE-ME-xxxxxxxxxx\n"] {
+            write_mode(&f, v.as_bytes(), 0o600);
+            let e = load_secret(&f).unwrap_err();
+            assert!(matches!(e, ProtoError::SecretPlaceholder { .. }), "{v}: {e:?}");
+            let text = e.to_string();
+            assert!(text.contains("placeholder") && text.contains(&f.display().to_string()) && text.contains("urandom"), "{text}");
+        }
+        // a random one, and the lab's, are fine
+        for v in ["q3J0Zk8xR1lqTjV2bEhXc2x0Z0pQbmR3Yz0K", "lab-shared-secret"] {
+            write_mode(&f, v.as_bytes(), 0o600);
+            assert_eq!(load_secret(&f).unwrap(), v.as_bytes());
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -13,7 +13,7 @@
 //!
 //! | type | message    | body |
 //! |------|------------|------|
-//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features]` (+ fields of later versions, ignored) |
+//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features [| u64 instance | u16 fleet_index | u16 fleet_size]]` (+ fields of later versions, ignored) |
 //! | 2    | Auth       | `[32] mac` |
 //! | 3    | AuthOk     | `[32] mac` |
 //! | 4    | Error      | `u16 code | str message` |
@@ -22,14 +22,19 @@
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
 //! | 9    | Pong       | `u64 token` |
-//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached) |
+//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
 //! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
+//! | 13   | FleetQuery | empty: copier -> intercept (`copier doctor`), which copiers are connected; sent only to a peer whose Hello has [`FEATURE_FLEET`] |
+//! | 14   | Fleet      | `list of (u64 instance | address | u16 fleet_index | u16 fleet_size)`: intercept -> copier, the answer to a FleetQuery: every connected copier connection with the identity its Hello announced |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
 //! build ignores it (it ignores whatever follows `software`). So the version stays 2 and both
 //! pairings of old and new ends keep working; a feature is used only when the peer announced it.
+//! The copier's identity (`instance`, a random number per copier process, kept across its
+//! reconnections, and its fleet share `fleet_index`/`fleet_size`, `--fleet`) was appended the
+//! same way: encoded only when set (an instance above 0), decoded as 0 when absent.
 //!
 //! Invariants: the decoder never panics, whatever the input; a tagged frame is decoded only
 //! after its tag verified, and the counter advances only then; it allocates only for bytes it has
@@ -45,7 +50,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
+pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -59,6 +64,8 @@ const T_PONG: u8 = 9;
 const T_REGISTERED: u8 = 10;
 const T_REGISTER_PAYLOAD: u8 = 11;
 const T_RECORD_WAIT: u8 = 12;
+const T_FLEET_QUERY: u8 = 13;
+const T_FLEET: u8 = 14;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -115,6 +122,15 @@ pub struct Hello {
     /// What the sender supports beyond version 2's first form (bits such as
     /// [`FEATURE_PAYLOAD_REQUEST`]); 0 from a build that predates the field.
     pub features: u32,
+    /// A copier's instance: random per copier process (never 0), the same on every
+    /// connection it opens and reopens, so an intercept tells a copier reconnecting (which
+    /// takes its tuples back) from another copier (refused a tuple it does not hold). 0: not
+    /// announced (an intercept, or a build that predates the field).
+    pub instance: u64,
+    /// The copier's share of the test ports in its fleet (`--fleet I/N`): index ...
+    pub fleet_index: u16,
+    /// ... of this many copiers (1: no fleet, the whole range; 0: not announced).
+    pub fleet_size: u16,
 }
 
 impl Hello {
@@ -127,6 +143,9 @@ impl Hello {
             nonce,
             software: software.to_string(),
             features: FEATURES,
+            instance: 0,
+            fleet_index: 0,
+            fleet_size: 0,
         }
     }
 
@@ -150,6 +169,9 @@ pub enum RegVerdict {
     FamilyNotGuarded,
     /// The copier holds as many registrations as the intercept allows one copier.
     LimitReached,
+    /// Another live copier (another instance, see [`Hello::instance`]) holds the tuple: two
+    /// copiers picked the same test 4-tuple. The copier moves its copy to another tuple.
+    HeldByOther,
     /// A verdict code this build does not know (a newer intercept): treated as a refusal.
     Other(u8),
 }
@@ -162,6 +184,7 @@ impl RegVerdict {
             RegVerdict::PortNotGuarded => 1,
             RegVerdict::FamilyNotGuarded => 2,
             RegVerdict::LimitReached => 3,
+            RegVerdict::HeldByOther => 4,
             RegVerdict::Other(c) => c,
         }
     }
@@ -173,6 +196,7 @@ impl RegVerdict {
             1 => RegVerdict::PortNotGuarded,
             2 => RegVerdict::FamilyNotGuarded,
             3 => RegVerdict::LimitReached,
+            4 => RegVerdict::HeldByOther,
             c => RegVerdict::Other(c),
         }
     }
@@ -189,6 +213,7 @@ impl RegVerdict {
             RegVerdict::PortNotGuarded => "port_not_guarded",
             RegVerdict::FamilyNotGuarded => "family_not_guarded",
             RegVerdict::LimitReached => "limit_reached",
+            RegVerdict::HeldByOther => "held_by_other",
             RegVerdict::Other(_) => "unknown",
         }
     }
@@ -308,6 +333,44 @@ impl Record {
     }
 }
 
+/// One copier connection an intercept has, as [`Message::Fleet`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetMember {
+    /// Its Hello's [`Hello::instance`] (0: not announced).
+    pub instance: u64,
+    /// Where it connected from.
+    pub addr: SocketAddr,
+    /// Its Hello's [`Hello::fleet_index`] ...
+    pub index: u16,
+    /// ... and [`Hello::fleet_size`] (0: not announced).
+    pub size: u16,
+}
+
+/// The test port pairs (`port >> 1`, of 1024..=65535: pairs 512..=32767) of copier `index` of
+/// a fleet of `size` (`copier --fleet I/N`): the `index`-th of `size` contiguous runs, split as
+/// evenly as they go; `lo > hi` when the fleet has more copiers than pairs. A size of 0 or 1
+/// (no fleet) is the whole range.
+#[must_use]
+pub fn fleet_pairs(index: u16, size: u16) -> (u32, u32) {
+    const FIRST: u32 = 512;
+    const LAST: u32 = 32767;
+    let n = u32::from(size.max(1));
+    let i = u32::from(index) % n;
+    let all = LAST - FIRST + 1;
+    (FIRST + i * all / n, FIRST + (i + 1) * all / n - 1)
+}
+
+impl FleetMember {
+    /// Whether two copiers' test port runs overlap (a copier that announced no fleet uses
+    /// every port). Two copiers that overlap and see the same clients pick the same test
+    /// tuples (the intercept refuses the second, and it moves its copy).
+    #[must_use]
+    pub fn shares_ports_with(&self, other: &FleetMember) -> bool {
+        let (a, b) = (fleet_pairs(self.index, self.size), fleet_pairs(other.index, other.size));
+        a.0 <= a.1 && b.0 <= b.1 && a.0 <= b.1 && b.0 <= a.1
+    }
+}
+
 /// A control-protocol message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
@@ -363,6 +426,14 @@ pub enum Message {
         /// Sessions as the test server sees them, each with the payload bytes asked for.
         tuples: Vec<(FourTuple, u32)>,
     },
+    /// Copier -> intercept (`copier doctor`): which copiers are connected ([`Message::Fleet`]).
+    /// Only to an intercept whose Hello has [`FEATURE_FLEET`].
+    FleetQuery,
+    /// Intercept -> copier: the answer to a [`Message::FleetQuery`].
+    Fleet {
+        /// Every copier connection, the asking one included.
+        copiers: Vec<FleetMember>,
+    },
     /// Intercept -> copier: the verdict on every tuple of a Register, sent after the
     /// registrations it accepts are in force (a copier sends a session's SYN only after its
     /// tuple was accepted).
@@ -397,6 +468,8 @@ impl Message {
             Message::Registered { .. } => "Registered",
             Message::RegisterPayload { .. } => "RegisterPayload",
             Message::RecordWait { .. } => "RecordWait",
+            Message::FleetQuery => "FleetQuery",
+            Message::Fleet { .. } => "Fleet",
         }
     }
 
@@ -415,6 +488,11 @@ impl Message {
                 out.extend_from_slice(&h.nonce);
                 put_str(out, &h.software);
                 out.extend_from_slice(&h.features.to_be_bytes());
+                if h.instance != 0 {
+                    out.extend_from_slice(&h.instance.to_be_bytes());
+                    out.extend_from_slice(&h.fleet_index.to_be_bytes());
+                    out.extend_from_slice(&h.fleet_size.to_be_bytes());
+                }
                 end_frame(out, start);
             }
             Message::Auth { mac } | Message::AuthOk { mac } => {
@@ -452,6 +530,18 @@ impl Message {
                     out.push(v.code());
                 })
             }
+            Message::FleetQuery => {
+                let start = begin_frame(out, T_FLEET_QUERY);
+                end_frame(out, start);
+            }
+            Message::Fleet { copiers } => {
+                encode_list(out, T_FLEET, copiers, |m| 8 + addr_len(&Endpoint::new(m.addr.ip(), m.addr.port())) + 4, |out, m| {
+                    out.extend_from_slice(&m.instance.to_be_bytes());
+                    put_addr(out, &Endpoint::new(m.addr.ip(), m.addr.port()));
+                    out.extend_from_slice(&m.index.to_be_bytes());
+                    out.extend_from_slice(&m.size.to_be_bytes());
+                })
+            }
             Message::RecordWait { micros } => {
                 let start = begin_frame(out, T_RECORD_WAIT);
                 out.extend_from_slice(&micros.to_be_bytes());
@@ -487,6 +577,11 @@ impl Message {
                 let software = r.string("software")?;
                 // Absent from a build that predates it.
                 let features = if r.buf.len() >= 4 { r.u32("features")? } else { 0 };
+                let (instance, fleet_index, fleet_size) = if r.buf.len() >= 12 {
+                    (r.u64("instance")?, r.u16("fleet_index")?, r.u16("fleet_size")?)
+                } else {
+                    (0, 0, 0)
+                };
                 // Later versions may append fields to Hello: ignore them.
                 r.buf = &[];
                 (
@@ -497,6 +592,9 @@ impl Message {
                         nonce,
                         software,
                         features,
+                        instance,
+                        fleet_index,
+                        fleet_size,
                     }),
                     "Hello",
                 )
@@ -562,6 +660,17 @@ impl Message {
                     micros: r.u32("record wait")?,
                 },
                 "RecordWait",
+            ),
+            T_FLEET_QUERY => (Message::FleetQuery, "FleetQuery"),
+            T_FLEET => (
+                Message::Fleet {
+                    copiers: r.list("fleet member", 8 + 7 + 4, |r| {
+                        let instance = r.u64("instance")?;
+                        let addr = get_addr(r)?;
+                        Ok(FleetMember { instance, addr, index: r.u16("fleet_index")?, size: r.u16("fleet_size")? })
+                    })?,
+                },
+                "Fleet",
             ),
             T_REGISTER_PAYLOAD => (
                 Message::RegisterPayload {

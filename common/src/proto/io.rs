@@ -261,7 +261,33 @@ pub async fn client_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Role::Copier, FEATURES).await
+    handshake(stream, secret, software, timeout, Role::Copier, FEATURES, Identity::default()).await
+}
+
+/// Who a copier is, as its Hello says ([`Hello::instance`], [`Hello::fleet_index`],
+/// [`Hello::fleet_size`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Identity {
+    /// Random per copier process, never 0 (0: not announced).
+    pub instance: u64,
+    /// The fleet share's index ...
+    pub fleet_index: u16,
+    /// ... of this many copiers (1: no fleet).
+    pub fleet_size: u16,
+}
+
+/// [`client_handshake_timeout`] announcing the copier's [`Identity`] in its Hello.
+pub async fn client_handshake_as<S>(
+    stream: S,
+    secret: Option<&[u8]>,
+    software: &str,
+    timeout: Duration,
+    identity: Identity,
+) -> Result<Established<S>, ProtoError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    handshake(stream, secret, software, timeout, Role::Copier, FEATURES, identity).await
 }
 
 /// [`server_handshake`] with an explicit timeout.
@@ -274,7 +300,7 @@ pub async fn server_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Role::Intercept, FEATURES).await
+    handshake(stream, secret, software, timeout, Role::Intercept, FEATURES, Identity::default()).await
 }
 
 /// A handshake as `role` (the copier's side for [`Role::Copier`]) that announces `features`
@@ -290,7 +316,7 @@ pub async fn handshake_with_features<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, role, features).await
+    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, role, features, Identity::default()).await
 }
 
 /// Split `stream`, run `side`'s steps of the handshake within `timeout` with frames capped at
@@ -302,6 +328,7 @@ async fn handshake<S>(
     timeout: Duration,
     side: Role,
     features: u32,
+    identity: Identity,
 ) -> Result<Established<S>, ProtoError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -312,7 +339,7 @@ where
     let mut writer = FrameWriter::new(w);
     let steps = async {
         match side {
-            Role::Copier => client_steps(&mut reader, &mut writer, secret, software, features).await,
+            Role::Copier => client_steps(&mut reader, &mut writer, secret, software, features, identity).await,
             Role::Intercept => server_steps(&mut reader, &mut writer, secret, software, features).await,
         }
     };
@@ -432,12 +459,19 @@ async fn client_steps<R, W>(
     secret: Option<&[u8]>,
     software: &str,
     features: u32,
+    id: Identity,
 ) -> Result<Hello, ProtoError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ours = Hello { features, ..Hello::new(Role::Copier, secret.is_some(), auth::nonce()?, software) };
+    let ours = Hello {
+        features,
+        instance: id.instance,
+        fleet_index: id.fleet_index,
+        fleet_size: id.fleet_size,
+        ..Hello::new(Role::Copier, secret.is_some(), auth::nonce()?, software)
+    };
     let peer = exchange_hello(reader, writer, &ours, Role::Intercept).await?;
     let mac = secret.map_or([0; 32], |s| auth::copier_mac(s, &peer.nonce, &ours.nonce));
     writer.write_message(&Message::Auth { mac }).await?;

@@ -28,7 +28,7 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, parse_response_headers, FrameDecoder, Hello, Message, Record, RegVerdict,
+    encode_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict,
     ResponseHeaders, Role, BULK_BYTES,
 };
 
@@ -45,8 +45,11 @@ pub const FEATURE_PAYLOAD_REQUEST: u32 = 1;
 /// Hello feature bit: the sender understands [`Message::RecordWait`] (an intercept: it may then
 /// hold a copier's records that nothing waits on for as long as the copier says).
 pub const FEATURE_RECORD_WAIT: u32 = 2;
+/// Hello feature bit: the sender (an intercept) answers [`Message::FleetQuery`] with
+/// [`Message::Fleet`].
+pub const FEATURE_FLEET: u32 = 4;
 /// The features this build announces in its Hello.
-pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT;
+pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;
@@ -203,6 +206,14 @@ pub enum ProtoError {
         path: PathBuf,
         /// The secret's length after trimming the trailing newline.
         len: usize,
+    },
+    /// The secret is a known placeholder (the one of `deploy/k8s/secret.yaml`, or one like it).
+    #[error("secret file {path} holds a placeholder ({placeholder:?}), not a secret: every copier and intercept would share a value anyone can read in the repository; put a random one in it (e.g. `head -c 32 /dev/urandom | base64 > FILE`, or `kubectl create secret generic ... --from-literal=secret=\"$(head -c 32 /dev/urandom | base64)\"`)", path = path.display())]
+    SecretPlaceholder {
+        /// The file.
+        path: PathBuf,
+        /// The placeholder it holds (or contains).
+        placeholder: &'static str,
     },
     /// The secret file may be read or written by its group or by others.
     #[error("secret file {path} has mode {mode:04o}: it must be readable by its owner only; run `chmod 600 {path}`", path = path.display())]

@@ -203,3 +203,32 @@ fn endpoints_are_capped() {
     assert_eq!(c.endpoints().count(), 4);
     assert_eq!(c.endpoints().last().unwrap().1.compared, 17);
 }
+
+#[test]
+fn credential_headers_are_compared_but_their_values_never_leave() {
+    let ans = |cookie: &str| format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nhi").into_bytes();
+    let ex = |online: &str, test: &str| Exchange {
+        port: 80,
+        request: b"GET / HTTP/1.1\r\nCookie: sid=client-s3cr3t\r\n\r\n".to_vec(),
+        online: reply(ans(online), 1),
+        candidate: reply(ans(test), 1),
+        ..Exchange::default()
+    };
+    let mut c = Comparator::new(CompareConfig { repeat_table: 0, ..CompareConfig::default() });
+    assert_eq!(c.compare(&ex("sid=online-s3cr3t", "sid=online-s3cr3t")).outcome, Outcome::Equal);
+    let v = c.compare(&ex("sid=online-s3cr3t", "sid=test-s3cr3t"));
+    assert_eq!(v.outcome, Outcome::Differ, "a differing Set-Cookie still counts");
+    assert_eq!(v.diffs.len(), 1);
+    assert_eq!(v.diffs[0].field, "header:set-cookie");
+    assert_eq!(v.diffs[0].online.as_deref(), Some(crate::redact::MARK));
+    assert_eq!(v.diffs[0].test.as_deref(), Some(crate::redact::MARK_DIFFERS));
+    let line = crate::jsonl::Line::of_verdict(&v, 1).0.unwrap();
+    let text = serde_json::to_string(&line).unwrap();
+    assert!(!text.contains("s3cr3t"), "{text}");
+    let html = crate::report::Report::from_lines(&[line]).html("r");
+    assert!(!html.contains("s3cr3t") && html.contains("[redacted, differs]"), "{html}");
+    // configurable: off
+    let mut c = Comparator::new(CompareConfig { repeat_table: 0, redact: crate::redact::Redact::none(), ..CompareConfig::default() });
+    let v = c.compare(&ex("sid=online-s3cr3t", "sid=test-s3cr3t"));
+    assert_eq!(v.diffs[0].test.as_deref(), Some("sid=test-s3cr3t"));
+}

@@ -131,6 +131,16 @@ fn one_map_per_family_on_a_port() {
 }
 
 #[test]
+fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
+    let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.idle_timeout, None);
+    let v = args(&["--no-secret", "--idle-timeout", "1h"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.idle_timeout, Some(Duration::from_secs(3600)));
+    let e = args(&["--no-secret", "--idle-timeout", "100ms"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--idle-timeout"), "{e}");
+}
+
+#[test]
 fn session_caps_parse_and_default() {
     let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
     assert_eq!(v.engine.max_sessions, crate::engine::DEFAULT_MAX_SESSIONS);
@@ -353,6 +363,10 @@ fn secret_file_is_read() {
         .validate(1)
         .unwrap_err();
     assert!(e.contains("empty"), "{e}");
+    // the value of deploy/k8s/secret.yaml
+    std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
+    let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -704,6 +718,11 @@ fn compare_flags() {
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
     assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
     assert!(!s.offline, "live: the comparison opens its own capture");
+    assert_eq!(s.compare.redact, compare::redact::Redact::default(), "credential headers redacted by default");
+    assert_eq!((s.flows.max_bytes, s.flows.max_pending_bytes), (256 << 20, 256 << 20), "--compare-memory bounds the streams and the pairing table together");
+    let redact = |v: &str| args(&["--no-secret", "--compare", "--compare-redact", v]).unwrap().validate(1).unwrap().shadow.unwrap().compare.redact;
+    assert_eq!(redact("Cookie,X-Api-Key").names(), ["cookie", "x-api-key"]);
+    assert_eq!(redact("none"), compare::redact::Redact::none());
     // offline: the file's both directions, no capture of the comparison's own
     let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
     assert!(v.shadow.unwrap().offline);
@@ -728,4 +747,29 @@ fn compare_flags() {
     use clap::CommandFactory;
     let help = Args::command().render_long_help().to_string();
     assert!(help.contains("--compare-sample <P>") && help.contains("--baseline-map"), "{help}");
+}
+
+#[test]
+fn fleet_shares_parse_and_are_checked_against_the_workers() {
+    assert_eq!(parse_fleet("2/5"), Ok(FleetArg { index: Some(2), size: 5 }));
+    assert_eq!(parse_fleet("host/3"), Ok(FleetArg { index: None, size: 3 }));
+    for (bad, needle) in [("5/5", "does not exist in a fleet of 5"), ("1/0", "at least one"), ("3", "expected I/N"), ("x/2", "neither a number")] {
+        let e = parse_fleet(bad).unwrap_err();
+        assert!(e.contains(needle), "{bad}: {e}");
+    }
+    // host/N: the same host always gets the same copier, and copier indices stay in the fleet.
+    let a = fleet_share(FleetArg { index: None, size: 7 }, "front-1");
+    assert_eq!(a, fleet_share(FleetArg { index: None, size: 7 }, "front-1"));
+    assert!(a.index < 7);
+    let fleet = |extra: &[&str]| {
+        let mut v = vec!["--no-secret"];
+        v.extend_from_slice(extra);
+        args(&v).unwrap().validate(1).map(|v| v.engine.port_share)
+    };
+    let s = fleet(&["--fleet", "1/2", "--workers", "2"]).unwrap();
+    assert_eq!((s.count, s.fleet.index, s.fleet.size), (2, 1, 2));
+    assert_eq!(fleet(&[]).unwrap().fleet, crate::engine::FleetShare::default());
+    let e = fleet(&["--fleet", "0/2000", "--workers", "64"]).unwrap_err();
+    assert!(e.contains("--fleet 0/2000") && e.contains("--workers 64"), "{e}");
+    assert!(args(&["--no-secret", "--fleet", "2/2"]).is_err());
 }

@@ -50,8 +50,16 @@ pub struct EngineConfig {
     /// Percentage of the captured sessions that are copied (0 < p <= 100), chosen per session
     /// by a keyed hash of the seed and the client's address and port (see [`FlagPlan`]).
     pub sample_percent: f64,
-    /// A session with no captured packet and no record for this long is abandoned.
+    /// A session waiting for something outstanding (a request not answered yet, a segment not
+    /// acknowledged, the test handshake, the rest of a capture hole, a close to carry) with no
+    /// captured packet and no record for this long is abandoned (`timeout`). An *idle* session
+    /// (everything captured was sent and answered, nothing outstanding, the client has not
+    /// closed: a keep-alive connection between requests) is not: it keeps its slot, and
+    /// `max_memory` / `max_sessions` decide which idle sessions go (`idle_shed`), not time.
     pub session_timeout: Duration,
+    /// An idle session (see `session_timeout`) with no captured packet and no record for this
+    /// long ends (`idle_timeout`); `None`: idle sessions end only when shed or closed.
+    pub idle_timeout: Option<Duration>,
     /// Global cap on what the engine holds: buffered bytes, plus a fixed cost per session
     /// ([`crate::engine::SESSION_COST`], empty sessions included) and per pending SYN
     /// ([`crate::engine::PENDING_SYN_COST`]); above it the oldest pending SYNs, then the
@@ -93,7 +101,9 @@ pub struct EngineConfig {
     /// How long a closed or reset test connection stays registered, to answer the test server's
     /// retransmitted FIN or challenge ACK.
     pub close_linger: Duration,
-    /// Most sessions in the table (including ones waiting to synchronise); more are dropped.
+    /// Most sessions in the table (including ones waiting to synchronise; not those done and
+    /// only lingering); when full, the idle sessions idle longest are shed to make room for a
+    /// new one (`idle_shed`), and without an idle one the new session is dropped.
     pub max_sessions: usize,
     /// How long a captured SYN waits for the client's handshake ACK (or first data) before it
     /// is forgotten; a retransmission of the SYN starts the wait again. No test session starts
@@ -116,6 +126,10 @@ pub struct EngineConfig {
     /// The share of test-side client ports this engine may use (several engines at once, one
     /// per `--workers` thread); the whole range by default.
     pub port_share: PortShare,
+    /// Salts the random choice of test ports (not the sampling, not the pool address): the
+    /// copier's instance, random per process, so that copiers started with one `--seed` do
+    /// not draw the same ports in the same order. 0 (the default): the seed alone.
+    pub port_salt: u64,
     /// A shaping profile (`--profile`): when set, the copies of each captured session (their
     /// number, virtual client addresses and ports, and when their requests may go) come from
     /// a [`shaper::Shaper`] built from it and the engine seed, and `copies`, `sample_percent`
@@ -138,7 +152,7 @@ pub struct EngineConfig {
 }
 
 /// A share of the test-side client port space: the ports `p` with `(p >> 1) % count == index`
-/// (pairs of neighbouring ports, taken in turn).
+/// (pairs of neighbouring ports, taken in turn), within the copier's fleet range (`fleet`).
 ///
 /// With several engines copying at once (one per worker thread), each gets its own share, so
 /// two engines can never pick the same test 4-tuple, whatever the client pool maps together.
@@ -146,28 +160,97 @@ pub struct EngineConfig {
 /// share `i` (see [`crate::bpf::fanout_program`]), so an engine keeps the client's own port as
 /// with one engine; it picks a port of its share when the client's is taken (or for a copy or
 /// a new connection). Pairs rather than `p % count`: Linux clients favour ports of one parity,
-/// which would put them all in one share of two. With `count == 1` (one engine) every port is
-/// in the share and the engine behaves exactly as without shares.
+/// which would put them all in one share of two. With `count == 1` (one engine) and no fleet
+/// every port is in the share and the engine behaves exactly as without shares.
+///
+/// Several copiers of one fleet (`--fleet I/N`) split the range first: copier `I` keeps the
+/// `I`-th of `N` contiguous runs of port pairs ([`FleetShare`]), and its workers' shares are
+/// taken within that run, so no two engines of the whole fleet share a test port, whatever
+/// each copier's `--workers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortShare {
     /// This engine's share, `0..count`.
     pub index: u16,
     /// Number of shares (engines).
     pub count: u16,
+    /// The run of ports of this engine's copier in its fleet (the whole range by default).
+    pub fleet: FleetShare,
+}
+
+/// A copier's part of the test-side client ports in a fleet of copiers (`--fleet I/N`): the
+/// `index`-th of `size` contiguous runs of port pairs of 1024..=65535 (pairs `512..=32767`,
+/// split as evenly as they go). Copiers of one fleet see the same clients (one configuration,
+/// one seed, clients behind one address) and would otherwise pick the same test 4-tuple for
+/// the same client address and port; with disjoint runs they never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetShare {
+    /// This copier, `0..size`.
+    pub index: u16,
+    /// Copiers in the fleet (1: no fleet, the whole range).
+    pub size: u16,
+}
+
+impl Default for FleetShare {
+    fn default() -> Self {
+        FleetShare { index: 0, size: 1 }
+    }
+}
+
+
+impl FleetShare {
+    /// Whether this is a real split (more than one copier).
+    #[must_use]
+    pub fn is_split(self) -> bool {
+        self.size > 1
+    }
+
+    /// The port pairs of this copier: `lo..=hi` (`lo > hi`: none, a fleet larger than the
+    /// pairs).
+    #[must_use]
+    pub fn pairs(self) -> (u32, u32) {
+        common::proto::fleet_pairs(self.index, self.size)
+    }
+
+    /// The ports of this copier: `first..=last` (empty when `first > last`).
+    #[must_use]
+    pub fn ports(self) -> (u32, u32) {
+        let (lo, hi) = self.pairs();
+        (2 * lo, 2 * hi + 1)
+    }
+
+    /// Whether two copiers' runs share a port.
+    #[must_use]
+    pub fn overlaps(self, other: FleetShare) -> bool {
+        let (a, b) = (self.pairs(), other.pairs());
+        a.0 <= a.1 && b.0 <= b.1 && a.0 <= b.1 && b.0 <= a.1
+    }
+}
+
+impl std::fmt::Display for FleetShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.size)
+    }
 }
 
 impl PortShare {
+    /// Share `index` of `count` engines of a copier outside any fleet.
+    #[must_use]
+    pub fn new(index: u16, count: u16) -> PortShare {
+        PortShare { index, count, fleet: FleetShare::default() }
+    }
+
     /// The share clamped to one that exists (at least one share; the index wrapped into them).
     #[must_use]
     pub(crate) fn clamped(self) -> PortShare {
         let count = self.count.max(1);
-        PortShare { index: self.index % count, count }
+        let size = self.fleet.size.max(1);
+        PortShare { index: self.index % count, count, fleet: FleetShare { index: self.fleet.index % size, size } }
     }
 }
 
 impl Default for PortShare {
     fn default() -> Self {
-        PortShare { index: 0, count: 1 }
+        PortShare::new(0, 1)
     }
 }
 
@@ -175,15 +258,26 @@ impl PortShare {
     /// Whether `port` is in this share.
     #[must_use]
     pub fn contains(self, port: u16) -> bool {
-        self.count <= 1 || (port >> 1) % self.count == self.index
+        let pair = u32::from(port >> 1);
+        if self.fleet.is_split() {
+            let (lo, hi) = self.fleet.pairs();
+            if pair < lo || pair > hi {
+                return false;
+            }
+        }
+        self.count <= 1 || pair % u32::from(self.count) == u32::from(self.index)
     }
 
-    /// The first port pair (`port >> 1`) of the share in 1024..=65535, and how many pairs it
-    /// holds there (every `count`-th pair from the first).
+    /// The first port pair (`port >> 1`) of the share in its fleet run of 1024..=65535, and
+    /// how many pairs it holds there (every `count`-th pair from the first; 0 when none).
     fn span(self) -> (u32, u32) {
         let c = u32::from(self.count.max(1));
-        let first = 512 + (u32::from(self.index) + c - 512 % c) % c;
-        (first, (32767 - first) / c + 1)
+        let (lo, hi) = self.fleet.pairs();
+        let first = lo + (u32::from(self.index) % c + c - lo % c) % c;
+        if first > hi {
+            return (first, 0);
+        }
+        (first, (hi - first) / c + 1)
     }
 
     /// The `j`-th port of the share in 1024..=65535 (`j < size()`).
@@ -194,16 +288,20 @@ impl PortShare {
     }
 
     /// How many ports of 1024..=65535 the share holds.
-    pub(crate) fn size(self) -> u32 {
+    pub fn size(self) -> u32 {
         2 * self.span().1
     }
 
-    /// A random port of this share in 1024..=65535.
+    /// A random port of this share in 1024..=65535 (a share with no port: 1024; see
+    /// [`EngineConfig::validate`]).
     pub(crate) fn random(self, rng: &mut impl rand::Rng) -> u16 {
-        if self.count <= 1 {
+        if self.count <= 1 && !self.fleet.is_split() {
             return rng.random_range(1024..=65535);
         }
-        self.nth(rng.random_range(0..self.size()))
+        match self.size() {
+            0 => 1024,
+            n => self.nth(rng.random_range(0..n)),
+        }
     }
 
     /// Every port of the share in 1024..=65535 once, from `start` (a port of the share) on,
@@ -212,7 +310,10 @@ impl PortShare {
         let (first, _) = self.span();
         let c = u32::from(self.count.max(1));
         let size = self.size();
-        let at = (u32::from(start >> 1).saturating_sub(first) / c * 2 + u32::from(start & 1)) % size;
+        let at = match size {
+            0 => 0,
+            _ => (u32::from(start >> 1).saturating_sub(first) / c * 2 + u32::from(start & 1)) % size,
+        };
         (0..size).map(move |i| self.nth((at + i) % size))
     }
 }
@@ -228,6 +329,7 @@ impl Default for EngineConfig {
             copies: 1,
             sample_percent: 100.0,
             session_timeout: Duration::from_secs(120),
+            idle_timeout: None,
             max_memory: 512 << 20,
             per_session_cap: 16 << 20,
             pace_requests: true,
@@ -249,6 +351,7 @@ impl Default for EngineConfig {
             max_reconnects: 4,
             ttl: 64,
             port_share: PortShare::default(),
+            port_salt: 0,
             profile: None,
             spread: Vec::new(),
             health: super::targets::HealthConfig::default(),
@@ -273,6 +376,15 @@ pub const MAX_ACK_DELAY: Duration = Duration::from_millis(100);
 /// Default of [`EngineConfig::pace_window`]: enough units in flight for one connection at
 /// tens of thousands of requests a second over a pacing round trip of a millisecond or two.
 pub const DEFAULT_PACE_WINDOW: u32 = 64;
+
+/// Fewest test ports an engine's share may hold (per client address and test server): below,
+/// [`EngineConfig::validate`] refuses the fleet and worker split.
+pub const MIN_SHARE_PORTS: u32 = 64;
+
+/// Below this many test ports per engine (per client address and test server), a fleet split
+/// deserves a warning at start: a client address with that many connections at once (clients
+/// behind one NAT or load balancer) finds no free test tuple (`no_tuple`).
+pub const FEW_SHARE_PORTS: u32 = 4096;
 
 /// Largest [`EngineConfig::pace_window`] accepted.
 pub const MAX_PACE_WINDOW: u32 = 1024;
@@ -303,6 +415,24 @@ pub enum ConfigError {
     /// The sample percentage is not in (0, 100].
     #[error("sample percentage {0} is not above 0 and at most 100")]
     Sample(String),
+    /// The fleet share is not one of its fleet (`--fleet I/N` with `I >= N`).
+    #[error("--fleet {index}/{size}: copier {index} does not exist in a fleet of {size} (0 to {last})", last = size.saturating_sub(1))]
+    Fleet {
+        /// The copier asked for.
+        index: u16,
+        /// Copiers in the fleet.
+        size: u16,
+    },
+    /// The fleet and the workers leave an engine too few test ports.
+    #[error("--fleet {fleet} with --workers {workers} leaves each engine {ports} test ports per client address and test server: too few; use a smaller fleet or fewer workers")]
+    FleetTooLarge {
+        /// The fleet share.
+        fleet: FleetShare,
+        /// Engines of this copier.
+        workers: u16,
+        /// Ports per engine.
+        ports: u32,
+    },
     /// The port share is not one of its count.
     #[error("port share {index} of {count} does not exist")]
     PortShare {
@@ -348,9 +478,16 @@ impl EngineConfig {
         if !(self.sample_percent > 0.0 && self.sample_percent <= 100.0) {
             return Err(ConfigError::Sample(self.sample_percent.to_string()));
         }
-        let PortShare { index, count } = self.port_share;
+        let PortShare { index, count, fleet } = self.port_share;
         if count == 0 || index >= count {
             return Err(ConfigError::PortShare { index, count });
+        }
+        if fleet.size == 0 || fleet.index >= fleet.size {
+            return Err(ConfigError::Fleet { index: fleet.index, size: fleet.size });
+        }
+        let ports = self.port_share.size();
+        if ports < MIN_SHARE_PORTS {
+            return Err(ConfigError::FleetTooLarge { fleet, workers: count, ports });
         }
         Ok(())
     }
@@ -391,6 +528,7 @@ pub(crate) struct Params {
     /// Super-segments on (`EngineConfig::gso`).
     pub gso: bool,
     pub session_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
     pub max_memory: usize,
     pub per_session_cap: usize,
     pub pace: bool,
@@ -432,6 +570,7 @@ impl Params {
             mss_v6: mtu.saturating_sub(60).max(64),
             gso: c.gso,
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
+            idle_timeout: c.idle_timeout.map(|t| t.max(Duration::from_millis(1))),
             max_memory: c.max_memory.max(1),
             per_session_cap: c.per_session_cap.max(1),
             pace: c.pace_requests,
@@ -513,14 +652,14 @@ mod tests {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
         for count in [1u16, 2, 3, 7, 64] {
             for index in 0..count {
-                let share = PortShare { index, count };
+                let share = PortShare::new(index, count);
                 let mut lo = u16::MAX;
                 let mut hi = 0;
                 for _ in 0..5000 {
                     let p = share.random(&mut rng);
                     assert!(p >= 1024 && share.contains(p), "{p} not in {share:?}");
                     for other in (0..count).filter(|&o| o != index) {
-                        assert!(!PortShare { index: other, count }.contains(p));
+                        assert!(!PortShare::new(other, count).contains(p));
                     }
                     lo = lo.min(p);
                     hi = hi.max(p);
@@ -532,7 +671,7 @@ mod tests {
         // size and walk cover exactly the share, walk from its start, once each.
         for count in [1u16, 2, 3, 7] {
             for index in 0..count {
-                let share = PortShare { index, count };
+                let share = PortShare::new(index, count);
                 let all: Vec<u16> = (1024..=65535).filter(|&p| share.contains(p)).collect();
                 assert_eq!(share.size() as usize, all.len(), "{share:?}");
                 let start = all[all.len() / 3 + 1];
@@ -544,13 +683,76 @@ mod tests {
             }
         }
         // Even ports only (as Linux clients pick them) still spread over two shares.
-        let even_in_0 = (40000..40400).step_by(2).filter(|&p| PortShare { index: 0, count: 2 }.contains(p)).count();
+        let even_in_0 = (40000..40400).step_by(2).filter(|&p| PortShare::new(0, 2).contains(p)).count();
         assert_eq!(even_in_0, 100);
         let bad = EngineConfig {
             maps: vec![map(80, "198.18.2.2:80")],
-            port_share: PortShare { index: 2, count: 2 },
+            port_share: PortShare::new(2, 2),
             ..EngineConfig::default()
         };
         assert!(matches!(bad.validate(), Err(ConfigError::PortShare { .. })));
+    }
+
+    proptest::proptest! {
+        /// The engines of a fleet (N copiers, each with its own --workers) split the test ports
+        /// 1024..=65535: every port is in exactly one engine's share, every share draws and
+        /// walks only its own ports, and the shares' sizes add up to the whole range.
+        #[test]
+        fn fleet_shares_never_overlap(
+            workers in proptest::collection::vec(1u16..=8, 1..=40),
+            ports in proptest::collection::vec(1024u16..=65535, 64),
+            seed in proptest::prelude::any::<u64>(),
+        ) {
+            use rand::SeedableRng;
+            let size = workers.len() as u16;
+            let engines: Vec<PortShare> = workers
+                .iter()
+                .enumerate()
+                .flat_map(|(f, &w)| (0..w).map(move |i| PortShare { index: i, count: w, fleet: FleetShare { index: f as u16, size } }))
+                .collect();
+            for &p in &ports {
+                let n = engines.iter().filter(|e| e.contains(p)).count();
+                proptest::prop_assert_eq!(n, 1, "port {} in {} shares", p, n);
+            }
+            let total: u32 = engines.iter().map(|e| e.size()).sum();
+            proptest::prop_assert_eq!(total, 64512);
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            for e in &engines {
+                for _ in 0..8 {
+                    let p = e.random(&mut rng);
+                    proptest::prop_assert!(e.contains(p), "{} drawn outside {:?}", p, e);
+                    for o in engines.iter().filter(|o| *o != e) {
+                        proptest::prop_assert!(!o.contains(p), "{} of {:?} also in {:?}", p, e, o);
+                    }
+                }
+                let first = e.walk(e.random(&mut rng)).take(3).collect::<Vec<_>>();
+                proptest::prop_assert!(first.iter().all(|&p| e.contains(p)));
+            }
+            // Copiers' runs overlap only with themselves.
+            for a in 0..size {
+                for b in 0..size {
+                    let (x, y) = (FleetShare { index: a, size }, FleetShare { index: b, size });
+                    proptest::prop_assert_eq!(x.overlaps(y), a == b);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_fleet_too_large_for_its_workers_is_refused_naming_the_flags() {
+        let c = |index, size, workers| EngineConfig {
+            maps: vec![map(80, "198.18.2.2:80")],
+            port_share: PortShare { index: 0, count: workers, fleet: FleetShare { index, size } },
+            ..EngineConfig::default()
+        };
+        assert!(c(3, 4, 2).validate().is_ok());
+        assert!(matches!(c(4, 4, 1).validate(), Err(ConfigError::Fleet { index: 4, size: 4 })));
+        let e = c(0, 1000, 64).validate().unwrap_err();
+        assert!(matches!(e, ConfigError::FleetTooLarge { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("--fleet 0/1000") && text.contains("--workers 64"), "{text}");
+        // The runs: copier 1 of 4 has the second quarter of the ports.
+        assert_eq!(FleetShare { index: 1, size: 4 }.ports(), (17152, 33279));
+        assert_eq!(FleetShare::default().ports(), (1024, 65535));
     }
 }

@@ -254,6 +254,17 @@ impl Conn {
         self.fin_sent.is_some()
     }
 
+    /// Whether nothing of ours is outstanding on it: established, all we sent acknowledged,
+    /// no FIN or RST of ours, in force at the intercepts (an idle session's connection).
+    pub(crate) fn quiet(&self) -> bool {
+        self.state == State::Established
+            && self.snd_una == self.snd_max
+            && self.fin_sent.is_none()
+            && !self.reset
+            && !self.reg_pending
+            && !self.dead
+    }
+
     pub(crate) fn deadline(&self) -> Option<Instant> {
         [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min().map(Stamp::at)
     }

@@ -14,7 +14,9 @@
 //!    [`Engine::poll_transmit`] until `None`, sending each packet. A connection's packets are
 //!    held back until an intercept accepted its `Register` (`handle_registered`), so no
 //!    packet of a tuple leaves before the intercept guards it; a tuple every connected
-//!    intercept refused fails its session (`registration_refused`) with nothing sent.
+//!    intercept refused fails its session (`registration_refused`) with nothing sent; a tuple
+//!    an intercept says another copier holds (`RegVerdict::HeldByOther`) is dropped unsent and
+//!    the copy opened again on another tuple of the share (`tuple_moves`).
 //!
 //! # Handshakes first
 //! A captured SYN starts no session: it waits in a small pending table (its ISN and timestamp,
@@ -53,7 +55,8 @@
 //! engine saw) gives its copies, none when the sample leaves it out; copy `k` goes from the
 //! plan's client address, and from its port when free in `by_test` and the port share (else a
 //! random port of the share, else the first free one): no two live test tuples ever collide,
-//! whatever N, and with port shares none of another worker's either. A copy that finds no free
+//! whatever N, and with port shares none of another worker's either (nor, with `--fleet`,
+//! another copier's of the fleet: the share lies within the copier's run, `FleetShare`). A copy that finds no free
 //! tuple does not start (`sessions_no_tuple`). The flags' plan keeps the client's address (or
 //! the `k`-th pool address after its pick, `ClientIpPool::pick`) and port; its sample, a keyed
 //! hash of the seed and the client's address and port that does not change in time, is asked
@@ -68,6 +71,21 @@
 //! A planner that gates requests (`Shaper::gates`: a profile's think time and ON/OFF periods)
 //! gives each copy a `gate`, and its sessions go lock-step; the flags' plan gates nothing, and
 //! its sessions pace with the adaptive window.
+//!
+//! # Idle sessions
+//! A session whose captured bytes were all sent and answered, with nothing outstanding and the
+//! client's connection open (a keep-alive connection between requests: `Session::idle`) has no
+//! timer: `session_timeout` bounds only the wait for something outstanding, and an idle session
+//! ends by `idle_timeout` if one is set, when the client or the test server closes, or when room
+//! is needed: over `max_memory`, and when a new session finds `max_sessions` taken, the idle
+//! sessions go first, quiet longest first (`idle_shed`). A session ended idle leaves its
+//! captured session's group at once, and once its group's last copy is gone the engine keeps
+//! where its client stream stood (the client's next sequence number, [`RESUME_COST`] against
+//! `max_memory`, at most `max_sessions` of them, the oldest forgotten first, and first when
+//! shedding): the client's next data at exactly that number starts a new session there, as at a
+//! request boundary (`Start::Resume`; its old test connection is reset and lingers on its own
+//! tuple, the new one takes another port); a pure ACK (a keep-alive probe) does not use it up;
+//! any other packet forgets it and starts a session caught mid-stream as usual.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
@@ -108,7 +126,7 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, GSO_MAX_PAYLOAD, PortMap, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use config::{ConfigError, EngineConfig, FleetShare, GSO_MAX_PAYLOAD, PortMap, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
@@ -174,6 +192,10 @@ pub const MAX_SHED_KEYS: usize = 65_536;
 pub const PENDING_SYN_COST: usize =
     2 * std::mem::size_of::<(FourTuple, PendingSyn)>() + 2 * std::mem::size_of::<(Instant, FourTuple)>();
 
+/// What remembering where a session that ended idle stood costs against `max_memory`: its
+/// entry (twice, as above) and its place in the queue of them.
+pub const RESUME_COST: usize = 3 * std::mem::size_of::<(FourTuple, SeqNum)>();
+
 /// A captured SYN waiting for the client's handshake ACK (or first data) before its test
 /// session starts: what the test SYN needs of it.
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +213,9 @@ enum Start {
     Syn { isn: SeqNum, tsval: Option<u32> },
     /// From a packet caught mid-stream.
     Midstream,
+    /// From the first data of a captured session that ended idle, at the point its client
+    /// stream stood (see "Idle sessions").
+    Resume,
 }
 
 /// The shaper's state, for the metrics ([`Engine::shaper_stats`]).
@@ -262,6 +287,12 @@ pub struct Engine {
     /// (oldest first; with the FIFO of when each was left out).
     shed_keys: HashMap<FourTuple, Instant, FastHash>,
     shed_fifo: VecDeque<(Instant, FourTuple)>,
+    /// Where the client stream of each captured session that ended idle stood (its next
+    /// sequence number), so that its next request starts a session at once (see "Idle
+    /// sessions"); at most `max_sessions`, the oldest forgotten first (`resume_fifo`, stale
+    /// entries skipped).
+    resumes: HashMap<FourTuple, SeqNum, FastHash>,
+    resume_fifo: VecDeque<(FourTuple, SeqNum)>,
     /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
     /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
     pending_fifo: VecDeque<(Instant, FourTuple)>,
@@ -312,7 +343,7 @@ impl Engine {
         }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
-        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed, config.port_share.clamped()), plan, meter.clone());
+        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()), plan, meter.clone());
         sh.trace_units = config.trace.then(Vec::new);
         Engine {
             sh,
@@ -332,6 +363,8 @@ impl Engine {
             shed_keys: HashMap::with_hasher(hash),
             shed_fifo: VecDeque::new(),
             pending_fifo: VecDeque::new(),
+            resumes: HashMap::with_hasher(hash),
+            resume_fifo: VecDeque::new(),
             intercepts: 1,
             refusals: VecDeque::new(),
             refusals_seen: Vec::new(),
@@ -448,6 +481,22 @@ impl Engine {
             return;
         }
         let baseline = self.sh.p.baseline_for(&map);
+        if let Some(&next) = self.resumes.get(&c.key) {
+            let h = &c.hdr;
+            let plain = h.has(TcpFlags::ACK) && !h.has(TcpFlags::FIN) && !h.has(TcpFlags::RST);
+            if plain && c.payload.is_empty() {
+                // A keep-alive probe or a window update: the session starts at the next data.
+                self.sh.stats.drops.no_session += 1;
+                return;
+            }
+            self.resumes.remove(&c.key);
+            if plain && h.seq == next {
+                self.new_session(now, &c, map, baseline, Start::Resume);
+                self.dispatch(now, &c);
+                self.check_memory(now);
+                return;
+            }
+        }
         self.new_session(now, &c, map, baseline, Start::Midstream);
         self.check_memory(now);
     }
@@ -556,6 +605,32 @@ impl Engine {
         self.sh.stats.syns_pending = self.pending.len() as u64;
     }
 
+    /// Remember where the client stream of `key`, whose last copy ended idle, stood.
+    fn remember_resume(&mut self, key: FourTuple, next: SeqNum) {
+        self.resumes.insert(key, next);
+        self.resume_fifo.push_back((key, next));
+        while self.resumes.len() > self.sh.p.max_sessions {
+            if !self.forget_oldest_resume() {
+                break;
+            }
+        }
+        if self.resume_fifo.len() > 2 * self.resumes.len() + 64 {
+            let resumes = &self.resumes;
+            self.resume_fifo.retain(|(k, n)| resumes.get(k) == Some(n));
+        }
+    }
+
+    /// Forget the oldest place remembered for a session that ended idle. `false` if none is.
+    fn forget_oldest_resume(&mut self) -> bool {
+        while let Some((k, n)) = self.resume_fifo.pop_front() {
+            if self.resumes.get(&k) == Some(&n) {
+                self.resumes.remove(&k);
+                return true;
+            }
+        }
+        false
+    }
+
     /// Forget the oldest pending SYN (counted as shed). `false` if none is left.
     fn shed_oldest_syn(&mut self) -> bool {
         while let Some((at, k)) = self.pending_fifo.pop_front() {
@@ -651,7 +726,12 @@ impl Engine {
                 return;
             }
         };
-        if self.session_count() + plans.len() > self.sh.p.max_sessions {
+        if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
+            // Room from the idle sessions, idle longest first.
+            let want = self.live_sessions() + plans.len() - self.sh.p.max_sessions;
+            self.shed_idle(now, want);
+        }
+        if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
             self.sh.stats.drops.table_full += 1;
             self.end_plans(&plans);
             return;
@@ -716,6 +796,7 @@ impl Engine {
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
+                Start::Resume => s.start_resumed(&mut self.sh, now, c),
             }
             self.slots[idx as usize].s = Some(s);
             self.slots[idx as usize].next = NO_SLOT;
@@ -963,7 +1044,7 @@ impl Engine {
         }
     }
 
-    /// Run every timer due at `now` (retransmissions, pacing, idle sessions, lingering).
+    /// Run every timer due at `now` (retransmissions, pacing, session timeouts, lingering).
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire_syns(now);
         self.targets.check(now);
@@ -1014,6 +1095,8 @@ impl Engine {
         self.timers.clear();
         self.ready.clear();
         self.pending.clear();
+        self.resumes.clear();
+        self.resume_fifo.clear();
         self.pending_fifo.clear();
         self.sh.stats.syns_pending = 0;
         self.closing = 0;
@@ -1061,7 +1144,10 @@ impl Engine {
     /// is under it, so the true total may exceed it by their cost for up to `close_linger`.
     #[must_use]
     pub fn memory_used(&self) -> usize {
-        self.sh.meter.bytes() + self.session_count() * SESSION_COST + self.pending.len() * PENDING_SYN_COST
+        self.sh.meter.bytes()
+            + self.session_count() * SESSION_COST
+            + self.pending.len() * PENDING_SYN_COST
+            + self.resumes.len() * RESUME_COST
     }
 
     /// Captured client bytes the sessions hold, with their bookkeeping: the part of
@@ -1119,6 +1205,8 @@ impl Engine {
         self.by_key.shrink_to_fit(|&i| key_hash(slots, h, i));
         self.sh.tuples.shrink_to_fit();
         self.pending.shrink_to_fit();
+        self.resumes.shrink_to_fit();
+        self.resume_fifo.shrink_to_fit();
         self.pending_fifo.shrink_to_fit();
         let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
             .into_iter()
@@ -1154,6 +1242,15 @@ impl Engine {
             self.remove(idx);
             return;
         }
+        if std::mem::take(&mut s.detach) {
+            // Ended idle: the client's next packet starts a new session (see `Session::detach`).
+            let (key, started, next) = (s.key, std::mem::take(&mut s.group_started), s.client_next());
+            self.group_leave(&key, idx, started);
+            if self.group_of(&key).is_none() {
+                self.remember_resume(key, next);
+            }
+        }
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.phase == Phase::Done && !s.closing_counted {
             s.closing_counted = true;
             self.closing += 1;
@@ -1310,7 +1407,8 @@ impl Engine {
 
     /// Over `max_memory` (what shedding can free: see `sheddable_memory`), shed until 90% of
     /// it: first the oldest pending SYNs (a flood of SYNs that never complete goes before any
-    /// session), then the sessions idle longest, empty ones included. A copy shed frees only
+    /// session), then the idle sessions (`Session::idle`: `idle_shed`), then the others
+    /// (`memory`), each quiet longest first, empty ones included. A copy shed frees only
     /// the bytes no other copy holds: the copies of one session go one by one, oldest first,
     /// until their bytes are freed.
     fn check_memory(&mut self, now: Instant) {
@@ -1324,23 +1422,60 @@ impl Engine {
                 break;
             }
         }
+        while self.sheddable_memory() > target && !self.resumes.is_empty() {
+            if !self.forget_oldest_resume() {
+                break;
+            }
+        }
         if self.sheddable_memory() <= target {
             return;
         }
+        // Idle sessions first (`false` sorts first), then the others; idle longest first.
+        let mut cands: Vec<(bool, Stamp, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (!s.idle(), s.last_activity, i as u32)))
+            .collect();
+        cands.sort_unstable();
+        for (busy, _, idx) in cands {
+            if self.sheddable_memory() <= target {
+                break;
+            }
+            self.shed(now, idx, if busy { FailReason::Memory } else { FailReason::IdleShed });
+        }
+    }
+
+    /// Sessions in the table but those done and only lingering (they leave by themselves
+    /// within `close_linger`): what `max_sessions` bounds.
+    fn live_sessions(&self) -> usize {
+        self.session_count().saturating_sub(self.closing)
+    }
+
+    /// Shed the `n` sessions idle longest among the idle ones (fewer if fewer are idle; with
+    /// a large table, a few more, so that a full table of idle sessions is not scanned for
+    /// every new one): `idle_shed`.
+    fn shed_idle(&mut self, now: Instant, n: usize) {
+        let n = n + self.sh.p.max_sessions / 256;
         let mut cands: Vec<(Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.last_activity, i as u32)))
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.idle()).map(|s| (s.last_activity, i as u32)))
             .collect();
-        cands.sort_unstable();
-        for (_, idx) in cands {
-            if self.sheddable_memory() <= target {
-                break;
-            }
-            self.sh.stats.sessions_shed += 1;
-            self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Memory)));
+        if cands.len() > n {
+            cands.select_nth_unstable(n);
+            cands.truncate(n);
         }
+        for (_, idx) in cands {
+            self.shed(now, idx, FailReason::IdleShed);
+        }
+    }
+
+    /// End the session of slot `idx` to make room (`sessions_shed`, and failed by `why`).
+    fn shed(&mut self, now: Instant, idx: u32, why: FailReason) {
+        self.sh.stats.sessions_shed += 1;
+        self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(why)));
     }
 }
 

@@ -212,6 +212,10 @@ pub(crate) struct Session {
     /// As the lead copy of its captured session's group: a copy of the group started (counted
     /// in `captured_sessions_started`).
     pub group_started: bool,
+    /// Ended while idle (`idle_timeout`, `idle_shed`): the engine takes it out of its captured
+    /// session's group, so that the client's next packet starts a new session rather than
+    /// being dropped after the close while this one lingers.
+    pub detach: bool,
 }
 
 impl Session {
@@ -248,6 +252,7 @@ impl Session {
             in_ready: false,
             closing_counted: false,
             group_started: false,
+            detach: false,
         }
     }
 
@@ -273,6 +278,22 @@ impl Session {
         if !c.payload.is_empty() && lead {
             sh.stats.drops.midstream_skip += 1;
         }
+    }
+
+    /// Start at `c`, the first data of a captured session that ended idle (shed, or its idle
+    /// timeout) and whose client stream stood exactly there: `c` starts a request, as at the
+    /// request boundary a session caught mid-stream waits for. The caller hands `c` over next.
+    pub(crate) fn start_resumed(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>) {
+        self.midstream = true;
+        self.isn = c.hdr.seq.sub(1);
+        self.stream = Stream::midstream(self.isn, c.hdr.ack).with_editor(self.editor(sh));
+        self.tsval = c.hdr.opts.ts.map(|t| t.0);
+        self.start(sh, now);
+    }
+
+    /// Where the client's stream stands: its next sequence number.
+    pub(crate) fn client_next(&self) -> SeqNum {
+        self.stream.client_next()
     }
 
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
@@ -312,11 +333,34 @@ impl Session {
         self.client_reset.is_some() || self.stream.fin.is_some()
     }
 
-    pub(crate) fn next_deadline(&self, p: &Params) -> Option<Instant> {
-        let mut d = match self.phase {
+    /// Whether the session is *idle*: being copied, everything captured was sent and answered,
+    /// nothing is outstanding (no request waiting, no hole, no segment of ours unacknowledged,
+    /// no handshake or registration under way) and the client has not closed: a keep-alive
+    /// connection between requests. `session_timeout` does not end an idle session (only
+    /// `idle_timeout`, if set); shedding takes idle sessions first. A current connection the
+    /// test server closed meanwhile still counts (the next request reconnects, as after any
+    /// early close); so does having none.
+    pub(crate) fn idle(&self) -> bool {
+        self.phase == Phase::Active
+            && !self.client_closed()
+            && !self.stream.unanswered()
+            && !self.stream.has_held()
+            && self.gap.is_none()
+            && self.cur.as_ref().is_none_or(Conn::quiet)
+    }
+
+    /// When the session ends for lack of activity, and why: `session_timeout` after the last
+    /// packet or record while something is outstanding, `idle_timeout` (if set) while idle.
+    fn expiry(&self, p: &Params) -> Option<(Instant, FailReason)> {
+        match self.phase {
             Phase::Done => None,
-            _ => Some(self.last_activity.at() + p.session_timeout),
-        };
+            _ if self.idle() => p.idle_timeout.map(|t| (self.last_activity.at() + t, FailReason::IdleTimeout)),
+            _ => Some((self.last_activity.at() + p.session_timeout, FailReason::Timeout)),
+        }
+    }
+
+    pub(crate) fn next_deadline(&self, p: &Params) -> Option<Instant> {
+        let mut d = self.expiry(p).map(|(t, _)| t);
         let mut take = |t: Option<Instant>| {
             if let Some(t) = t {
                 d = Some(d.map_or(t, |x: Instant| x.min(t)));
@@ -604,8 +648,10 @@ impl Session {
     pub(crate) fn on_timeout(&mut self, sh: &mut Shared, now: Instant) {
         let st = sh.p.session_timeout;
         let reset_overdue = self.client_reset.is_some_and(|t| t.at() + st <= now);
-        if self.phase != Phase::Done && (self.last_activity.at() + st <= now || reset_overdue) {
-            self.finish(sh, now, Some(FailReason::Timeout));
+        match self.expiry(&sh.p) {
+            Some((t, why)) if t <= now => self.finish(sh, now, Some(why)),
+            _ if reset_overdue => self.finish(sh, now, Some(FailReason::Timeout)),
+            _ => {}
         }
         let pending = self.send_limit(&sh.p).gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
         if let Some(c) = self.cur.as_mut() {
@@ -774,6 +820,7 @@ impl Session {
             Phase::Active => {}
         }
         self.phase = Phase::Done;
+        self.detach = matches!(why, Some(FailReason::IdleTimeout | FailReason::IdleShed));
         self.note_answer(sh, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
         match why {
@@ -867,7 +914,10 @@ impl Session {
     /// `Engine::handle_registered`): accepted, the connection's packets may go; refused by
     /// `need` different intercepts before any accepted it, the connection is dropped unsent
     /// and, if it is the current one, the session fails (`registration_refused`). Returns
-    /// whether this verdict was such a refusal.
+    /// whether this verdict was such a refusal. A tuple held by another copier
+    /// (`HeldByOther`, from any intercept) is no refusal of the session: the connection is
+    /// dropped unsent and, if it is the current one, opened again on another tuple of the
+    /// share (`tuple_moves`).
     pub(crate) fn on_verdict(
         &mut self,
         sh: &mut Shared,
@@ -884,6 +934,23 @@ impl Session {
         }
         if verdict.accepted() {
             c.reg_pending = false;
+            return false;
+        }
+        if verdict == common::proto::RegVerdict::HeldByOther {
+            // Another copier holds this tuple on the test host: leave it (nothing was sent on
+            // it) and carry the copy on another port of the share.
+            c.dead = true;
+            if is_cur {
+                let start = c.acked().add(1); // nothing sent: the ISN + 1
+                self.sweep(sh);
+                sh.stats.tuple_moves += 1;
+                match sh.tuples.free_tuple(self.client_ip, self.target.into(), None) {
+                    Some(t) => self.open_conn(sh, now, t, start),
+                    None => self.finish(sh, now, Some(FailReason::NoTuple)),
+                }
+            } else {
+                self.sweep(sh);
+            }
             return false;
         }
         c.refused_by |= 1u64 << (from % 64);

@@ -87,8 +87,17 @@ reasons! {
     BufferCap => buffer_cap,
     /// Shed to keep the engine under `max_memory`.
     Memory => memory,
-    /// No packet and no record for `session_timeout`.
+    /// No packet and no record for `session_timeout` while something was outstanding (a
+    /// request not answered, a segment not acknowledged, a handshake, a close to carry).
     Timeout => timeout,
+    /// Idle (everything answered, nothing outstanding, the client's connection open) with no
+    /// packet and no record for `idle_timeout` (only when one is set). The client's next
+    /// request starts a new session (the engine remembers where its stream stood).
+    IdleTimeout => idle_timeout,
+    /// Idle, and shed to make room (over `max_memory`, or the table full at `max_sessions`
+    /// when a new session came): idle sessions go first, idle longest first. The client's next
+    /// request starts a new session (the engine remembers where its stream stood).
+    IdleShed => idle_shed,
     /// The test server refused the connection (RST to our SYN).
     Refused => refused,
     /// The test server kept closing connections without answering.
@@ -266,8 +275,13 @@ pub struct EngineStats {
     pub syn_time_wait_resets: u64,
     /// Test connections moved to another port because the SYN met a TIME_WAIT socket twice.
     pub syn_port_moves: u64,
-    /// Sessions shed to stay under `max_memory` (also in `sessions_failed.memory`; pending
-    /// SYNs shed for it are in `syns_incomplete.shed`).
+    /// Test connections moved to another tuple before sending anything because an intercept
+    /// said another copier holds theirs (`RegVerdict::HeldByOther`: two copiers of a fleet
+    /// picked the same test tuple).
+    pub tuple_moves: u64,
+    /// Sessions shed to stay under `max_memory` or to make room at `max_sessions` (also in
+    /// `sessions_failed.idle_shed` for idle ones, `sessions_failed.memory` for the others;
+    /// pending SYNs shed for memory are in `syns_incomplete.shed`).
     pub sessions_shed: u64,
     /// Sessions not copied at all because the copier was behind when they started
     /// (`Engine::set_overload`), by why; their packets are in `drops.overload`.

@@ -247,6 +247,11 @@ impl Stream {
         &self.buf
     }
 
+    /// The client's next sequence number: where its next captured byte goes.
+    pub(crate) fn client_next(&self) -> SeqNum {
+        self.cnext
+    }
+
     /// Free every buffer (the session ended).
     pub(crate) fn free(&mut self) {
         self.buf.free();

@@ -365,6 +365,64 @@ fn reconnecting_copier_takes_over_its_tuples() {
 }
 
 #[test]
+fn a_reconnection_of_the_same_instance_takes_over_its_tuples() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let t = tuple("198.19.7.1:1");
+    // A and B are two connections of one copier process (B opened after A broke).
+    r.set_instance(A, 7);
+    r.set_instance(B, 7);
+    assert!(r.handle_register(t0, A, &[t]).all_accepted());
+    let reg = r.handle_register(t0, B, &[t]);
+    assert_eq!(reg.verdicts, vec![RegVerdict::Accepted]);
+    assert_eq!(r.route(&t), Some(B));
+    assert_eq!(r.stats().register_conflicts, 1);
+    assert_eq!(r.stats().refused_held, 0);
+    assert_eq!(r.registrations_of(A), 0);
+    assert_eq!(r.registrations_of(B), 1);
+    assert_eq!(r.handle_copier_gone(A), 0);
+    assert_eq!(r.route(&t), Some(B));
+}
+
+#[test]
+fn another_live_instance_is_refused_a_tuple_and_gets_it_once_free() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let t = tuple("198.19.7.1:1");
+    let other = tuple("198.19.7.1:2");
+    // Two copiers of a fleet (instances 7 and 8) pick the same test tuple.
+    r.set_instance(A, 7);
+    r.set_instance(B, 8);
+    assert!(r.handle_register(t0, A, &[t]).all_accepted());
+    let reg = r.handle_register(t0, B, &[t, other]);
+    assert_eq!(reg.verdicts, vec![RegVerdict::HeldByOther, RegVerdict::Accepted]);
+    // A keeps it: its answers still go to A, and nothing was taken from it.
+    assert_eq!(r.route(&t), Some(A));
+    assert_eq!(r.route(&other), Some(B));
+    assert_eq!((r.registrations_of(A), r.registrations_of(B)), (1, 1));
+    assert_eq!(r.stats().refused_held, 1);
+    assert_eq!(r.stats().register_conflicts, 0);
+    let d = r.handle_packet(t0, &syn_ack("198.19.7.1:1"), 0);
+    assert!(matches!(d, Decision::Deliver { copier, .. } if copier == A));
+    // B's Unregister of the refused tuple leaves A's registration alone.
+    assert_eq!(r.handle_unregister(B, &[t]), 0);
+    assert_eq!(r.route(&t), Some(A));
+    // Once A is done with it (or gone), B may take it.
+    assert_eq!(r.handle_unregister(A, &[t]), 1);
+    assert!(r.handle_register(t0, B, &[t]).all_accepted());
+    assert_eq!(r.route(&t), Some(B));
+    // A copier that announced no instance (an older build) still takes over, as before.
+    let c = CopierId(99);
+    assert!(r.handle_register(t0, c, &[t]).all_accepted());
+    assert_eq!(r.route(&t), Some(c));
+    assert_eq!(r.stats().register_conflicts, 1);
+    // A gone connection's instance is forgotten with it.
+    r.handle_copier_gone(A);
+    r.set_instance(A, 0);
+    assert_eq!(r.stats().refused_held, 1);
+}
+
+#[test]
 fn ipv6_sessions_route_too() {
     let t0 = Instant::now();
     let mut r = router();
@@ -669,4 +727,41 @@ fn quiet_only_when_nothing_is_registered_held_or_tombstoned() {
     r.handle_packet(t0 + LINGER, &syn_ack("198.19.7.2:2"), 0);
     assert_eq!(r.quiet().held, 1);
     assert!(!r.quiet().is_quiet());
+}
+
+/// A registration has no time limit: a copied session that stays quiet for as long as the
+/// copier keeps it (an idle keep-alive connection, issue 33) is still routed to its copier
+/// however many timers ran meanwhile; once unregistered, none of its answers goes out, neither
+/// during the linger (tombstone) nor after it (held, then dropped as unregistered).
+#[test]
+fn a_quiet_registration_never_expires_and_an_unregistered_one_never_lets_an_answer_out() {
+    let t0 = Instant::now();
+    let mut r = router();
+    let c = "198.19.7.1:40000"; // neither allowed nor local
+    let t = tuple(c);
+    let answer = || response(c, TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0), b"late answer");
+    assert_eq!(r.handle_register(t0, A, &[t]).verdicts, vec![RegVerdict::Accepted]);
+    assert_eq!(r.poll_timeout(), None, "no timer for a registration");
+    for secs in [1u64, 60, 600, 3_600, 86_400] {
+        let now = t0 + Duration::from_secs(secs);
+        assert_eq!(r.handle_timeout(now), 0);
+        let (copier, _) = record_of(r.handle_packet(now, &answer(), 0));
+        assert_eq!(copier, A, "after {secs} s of quiet");
+    }
+    assert_eq!((r.route(&t), r.registrations_of(A)), (Some(A), 1));
+    let t1 = t0 + Duration::from_secs(86_400);
+    assert_eq!(r.handle_unregister(A, &[t]), 1);
+    for secs in [0, 1, 60] {
+        let d = r.handle_packet(t1 + Duration::from_secs(secs), &answer(), 0);
+        assert_eq!(d, Decision::Drop(DropReason::RecentlyUnregistered));
+    }
+    // The tombstone expired: an answer is held for a registration that never comes, then
+    // dropped.
+    let after = t1 + LINGER;
+    r.handle_timeout(after);
+    assert!(!r.is_tombstoned(&t));
+    assert_eq!(r.handle_packet(after, &answer(), 0), Decision::Held);
+    assert_eq!(r.handle_timeout(after + HOLD), 1);
+    let s = r.stats();
+    assert_eq!((s.accepted, s.accepted_local, s.dropped_unregistered, s.delivered), (0, 0, 1, 5));
 }

@@ -10,7 +10,10 @@
 //! (`--ring-start-blocks` is passed to the copier when given; `--smaps` adds where the copier's
 //! RSS lies, from `/proc/PID/smaps`: by kind of mapping, and its file pages by file). After the connections close it waits (up to 60 s) for the
 //! copier's sessions to end and leave its table (`copier_memory_bytes` 0) and prints the same
-//! figures again: what stays once they are gone.
+//! figures again: what stays once they are gone. `--session-timeout D --idle-for S` (issue
+//! 33): the copier runs with that session timeout, the connections stay idle for S seconds
+//! after the first requests (longer than D), the figures are printed again (the sessions are
+//! kept), and each connection asks once more: every second request must reach the test server.
 
 use anyhow::{bail, Context, Result};
 use lab::bench::fetch_metrics;
@@ -43,7 +46,11 @@ fn main() {
 
 /// One keep-alive connection that asked for `/index.html` and read the whole answer.
 async fn open_one() -> Result<tokio::net::TcpStream> {
-    let mut s = tokio::net::TcpStream::connect((addr::ONLINE, 80)).await?;
+    ask(tokio::net::TcpStream::connect((addr::ONLINE, 80)).await?).await
+}
+
+/// Ask for `/index.html` on `s` and read the whole answer.
+async fn ask(mut s: tokio::net::TcpStream) -> Result<tokio::net::TcpStream> {
     s.write_all(b"GET /index.html HTTP/1.1\r\nHost: online\r\n\r\n").await?;
     let mut buf = Vec::with_capacity(2048);
     loop {
@@ -136,6 +143,10 @@ fn run() -> Result<()> {
     if let Some(b) = arg("--ring-start-blocks") {
         copier_args.extend(["--ring-start-blocks".to_owned(), b]);
     }
+    let idle_for: Option<u64> = arg("--idle-for").map(|v| v.parse()).transpose().context("--idle-for")?;
+    if let Some(t) = arg("--session-timeout") {
+        copier_args.extend(["--session-timeout".to_owned(), t]);
+    }
     // Two workers of 8,192 connections each on both servers.
     let nginx = NginxOptions { workers: 2, ..NginxOptions::default() };
     let c = Copying::start(&mut lab, CopyOptions { online: nginx.clone(), test: Some(nginx), copier_args, ..CopyOptions::default() })?;
@@ -162,6 +173,34 @@ fn run() -> Result<()> {
     c.check_alive()?;
     println!("{} connections held open: {online} requests online, {copied} at the test server", held.len());
     sample(&format!("{} live sessions", held.len()), &lab, &c)?;
+    let mut held = held;
+    if let Some(secs) = idle_for {
+        // Idle past the session timeout: the sessions are kept, and a second request on every
+        // connection is copied on.
+        std::thread::sleep(Duration::from_secs(secs));
+        c.check_alive()?;
+        sample(&format!("{} sessions after {secs} s idle", held.len()), &lab, &c)?;
+        held = lab.in_ns(Host::Client, || {
+            rt.block_on(async {
+                let mut again = Vec::with_capacity(held.len());
+                for s in held {
+                    again.push(tokio::spawn(ask(s)));
+                }
+                let mut out = Vec::with_capacity(again.len());
+                for h in again {
+                    out.push(h.await??);
+                }
+                Ok::<_, anyhow::Error>(out)
+            })
+        })??;
+        let online = c.online.request_count();
+        let copied = c.test().wait_requests(online, Duration::from_secs(120));
+        std::thread::sleep(Duration::from_secs(2));
+        println!("after the idle spell, a request more on each: {online} requests online, {copied} at the test server");
+        if copied < online {
+            bail!("the test server saw {copied} of {online} requests after the idle spell");
+        }
+    }
     {
         let _rt = rt.enter();
         drop(held);

@@ -69,6 +69,9 @@ fn hello_literal() {
         nonce: [7; 32],
         software: "ab".into(),
         features: 0x0102_0304,
+        instance: 0,
+        fleet_index: 0,
+        fleet_size: 0,
     });
     let mut want = vec![0, 0, 0, 49, 1, b'T', b'C', b'P', b'Y', 0, 1, 2, 1];
     want.extend_from_slice(&[7; 32]);
@@ -76,6 +79,40 @@ fn hello_literal() {
     want.extend_from_slice(&[1, 2, 3, 4]);
     assert_eq!(encoded(&m), want);
     assert_eq!(decode_all(&want).unwrap(), vec![m]);
+}
+
+#[test]
+fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features() {
+    let h = Hello { instance: 0x0102_0304_0506_0708, fleet_index: 2, fleet_size: 5, ..Hello::new(Role::Copier, true, [7; 32], "ab") };
+    let f = encoded(&Message::Hello(h.clone()));
+    let plain = encoded(&Message::Hello(Hello::new(Role::Copier, true, [7; 32], "ab")));
+    // The identity is appended after `features`: the rest is what a build without it sends.
+    assert_eq!(f.len(), plain.len() + 12);
+    assert_eq!(&f[4..plain.len()], &plain[4..]);
+    assert_eq!(&f[plain.len()..], &[1, 2, 3, 4, 5, 6, 7, 8, 0, 2, 0, 5]);
+    assert_eq!(decode_all(&f).unwrap(), vec![Message::Hello(h)]);
+    // A Hello without it decodes as "not announced".
+    let Message::Hello(d) = &decode_all(&plain).unwrap()[0] else { panic!() };
+    assert_eq!((d.instance, d.fleet_index, d.fleet_size), (0, 0, 0));
+    assert_eq!(RegVerdict::from_code(4), RegVerdict::HeldByOther);
+    assert_eq!(RegVerdict::HeldByOther.code(), 4);
+}
+
+#[test]
+fn fleet_query_and_answer_round_trip_and_overlaps_are_found() {
+    use super::{FleetMember, Message};
+    let a = FleetMember { instance: 7, addr: "198.18.1.1:40000".parse().unwrap(), index: 0, size: 2 };
+    let b = FleetMember { instance: 8, addr: "[fd00::1]:1".parse().unwrap(), index: 1, size: 2 };
+    let m = Message::Fleet { copiers: vec![a, b] };
+    assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
+    assert_eq!(decode_all(&encoded(&Message::FleetQuery)).unwrap(), vec![Message::FleetQuery]);
+    assert!(!a.shares_ports_with(&b));
+    assert!(a.shares_ports_with(&FleetMember { instance: 9, ..a }));
+    // No fleet (or an older copier): every port.
+    let whole = FleetMember { size: 1, index: 0, ..b };
+    assert!(whole.shares_ports_with(&a) && whole.shares_ports_with(&b));
+    assert!(FleetMember { size: 0, ..b }.shares_ports_with(&a));
+    assert!(!FleetMember { index: 2, size: 4, ..a }.shares_ports_with(&FleetMember { index: 1, size: 4, ..a }));
 }
 
 #[test]
@@ -460,6 +497,9 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     nonce,
                     software,
                     features,
+                    instance: 0,
+                    fleet_index: 0,
+                    fleet_size: 0,
                 })
             }
         ),

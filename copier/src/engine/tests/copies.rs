@@ -228,7 +228,7 @@ fn without_a_pool_copies_use_other_ports_until_none_is_left() {
 fn copies_of_several_workers_stay_in_their_port_shares() {
     let mut all = BTreeSet::new();
     for index in 0..3u16 {
-        let share = PortShare { index, count: 3 };
+        let share = PortShare::new(index, 3);
         let mut h = H::new(EngineConfig { port_share: share, ..copies(5) });
         for port in 40000..40030u16 {
             h.syn(Seg { src: from([203, 0, 113, 7], port), ..SYN });
@@ -294,7 +294,7 @@ fn sampling_is_consistent_per_session_and_near_the_percentage() {
     let mut chosen = Vec::new();
     for index in 0..2u16 {
         // Two workers' engines (same seed, other RNG streams) choose the same sessions.
-        let mut h = H::new(EngineConfig { sample_percent: 50.0, port_share: PortShare { index, count: 2 }, ..cfg() });
+        let mut h = H::new(EngineConfig { sample_percent: 50.0, port_share: PortShare::new(index, 2), ..cfg() });
         let mut mine = BTreeSet::new();
         for i in 0..sessions {
             let src = from([10, 3, (i >> 8) as u8, i as u8], 1024 + (i % 50_000) as u16);

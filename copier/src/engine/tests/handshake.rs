@@ -314,7 +314,7 @@ fn engines_of_several_workers_never_share_a_test_port_and_keep_the_pool_sticky()
     let pool: ClientIpPool = "198.19.0.0/30".parse().unwrap();
     let mut regs = Vec::new();
     for index in 0..2u16 {
-        let share = PortShare { index, count: 2 };
+        let share = PortShare::new(index, 2);
         let mut h = H::new(EngineConfig { client_ip: Some(pool.clone()), port_share: share, ..cfg() });
         // The client's port 40000 is in share 0 of 2 ((40000 >> 1) % 2 == 0): worker 0 keeps
         // it, worker 1 must not.

@@ -58,14 +58,16 @@ fn out_of_order_beyond_the_cap_is_dropped() {
 }
 
 #[test]
-fn idle_sessions_time_out_with_a_reset() {
-    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(10), ..cfg() });
+fn idle_sessions_end_after_the_idle_timeout_with_a_reset() {
+    // Established, nothing sent: idle. The session timeout (1 s) does not end it.
+    let c = EngineConfig { session_timeout: Duration::from_secs(1), idle_timeout: Some(Duration::from_secs(10)), ..cfg() };
+    let mut h = H::new(c);
     h.establish();
     let (outs, ctl) = h.run_timers(60_000);
     let v: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
     let ra = TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0);
     assert_eq!(v, vec![(10_000, ra), (10_200, ra), (10_600, ra), (11_400, ra), (13_000, ra)], "RST, repeated with backoff in case it is lost");
-    assert_eq!(h.e.stats().sessions_failed.timeout, 1);
+    assert_eq!((h.e.stats().sessions_failed.idle_timeout, h.e.stats().sessions_failed.timeout), (1, 0));
     assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }

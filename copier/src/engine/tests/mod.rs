@@ -20,6 +20,7 @@ mod copies;
 mod data;
 mod gap;
 mod handshake;
+mod idle;
 mod limits;
 mod registration;
 mod rules;

@@ -261,3 +261,36 @@ fn max_sessions_bounds_the_table() {
     assert_eq!(h.e.session_count(), 3);
     assert_eq!(h.e.stats().drops.table_full, 2);
 }
+
+#[test]
+fn a_tuple_held_by_another_copier_moves_the_copy_to_another_port() {
+    let mut h = H::default();
+    h.auto_accept = false;
+    h.syn(SYN);
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
+    // Another copier of the fleet holds that tuple on the test host.
+    h.e.handle_registered(h.now, 0, test_tuple(), RegVerdict::HeldByOther);
+    assert!(h.packets().is_empty(), "nothing of the refused tuple leaves");
+    let ctl = h.control();
+    assert_eq!(ctl.len(), 2, "{ctl:?}");
+    assert_eq!(ctl[0], RegEvent::Unregister(test_tuple()), "the refused tuple is withdrawn");
+    let RegEvent::Register(moved) = ctl[1] else { panic!("{ctl:?}") };
+    assert_eq!((moved.client.ip(), moved.server), (test_tuple().client.ip(), test_tuple().server));
+    assert_ne!(moved.client.port(), test_tuple().client.port(), "another port");
+    // Not a refusal of the session: nothing is reported, nothing failed.
+    assert_eq!(h.e.poll_refusal(), None);
+    assert_eq!(h.e.stats().tuple_moves, 1);
+    assert_eq!(h.e.stats().sessions_failed.total(), 0);
+    // The copy goes on the new tuple once it is accepted: SYN with the client's ISN, then the
+    // request.
+    h.e.handle_registered(h.now, 0, moved, RegVerdict::Accepted);
+    let out = h.packets();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].tuple, out[0].flags, out[0].seq), (moved, TcpFlags::SYN, CISN));
+    h.rec_to(moved, SYN_ACK);
+    let out = h.packets();
+    assert_eq!(out.len(), 1, "the request goes: {out:?}");
+    assert_eq!((out[0].tuple, out[0].payload.as_slice()), (moved, &b"GET / HTTP/1.1\r\n\r\n"[..]));
+    assert_eq!(h.e.stats().sessions_failed.total(), 0);
+}

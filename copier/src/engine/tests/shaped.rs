@@ -63,7 +63,7 @@ fn a_factor_of_two_and_a_half_gives_two_or_three_copies_from_the_pools() {
     let sessions = 4000u32;
     let mut runs = Vec::new();
     for index in 0..2u16 {
-        let mut h = H::new(EngineConfig { port_share: PortShare { index, count: 2 }, ..profile(POOLS) });
+        let mut h = H::new(EngineConfig { port_share: PortShare::new(index, 2), ..profile(POOLS) });
         let regs = syns(&mut h, sessions);
         let per: Vec<usize> = regs.iter().map(Vec::len).collect();
         assert!(per.iter().all(|&n| n == 2 || n == 3), "two or three copies each");
@@ -84,7 +84,7 @@ fn a_factor_of_two_and_a_half_gives_two_or_three_copies_from_the_pools() {
                 _ => panic!("{a} is in no pool"),
             };
             *by_pool.entry(pool).or_default() += 1;
-            assert!(PortShare { index, count: 2 }.contains(t.client.port()), "{t}: outside the port share");
+            assert!(PortShare::new(index, 2).contains(t.client.port()), "{t}: outside the port share");
         }
         let home = by_pool["home"] as f64 / all.len() as f64;
         assert!((home - 0.7).abs() < 0.025, "home share {home:.3}");

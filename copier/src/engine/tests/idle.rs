@@ -1,0 +1,220 @@
+//! Idle sessions: a keep-alive connection quiet between requests for longer than
+//! `session_timeout` is carried on (only `idle_timeout`, if set, ends it); a session waiting for
+//! something still times out; room is made from idle sessions first (`idle_shed`).
+
+use super::*;
+use crate::engine::SESSION_COST;
+
+fn from_port(port: u16) -> Option<SocketAddr> {
+    Some(SocketAddr::new(client().ip(), port))
+}
+
+fn tuple_of(port: u16) -> FourTuple {
+    FourTuple::new(SocketAddr::new(client().ip(), port), target())
+}
+
+const REQS: [&[u8]; 3] = [b"GET /1 HTTP/1.1\r\n\r\n", b"GET /2 HTTP/1.1\r\n\r\n", b"GET /3 HTTP/1.1\r\n\r\n"];
+
+/// Request `i` of [`REQS`] on the standard session, each answered online with 100 bytes.
+fn request(i: usize) -> Seg {
+    let off = REQS[..i].iter().map(|r| r.len() as u32).sum();
+    data(off, 100 * i as u32, REQS[i])
+}
+
+/// The test server's answer to request `i`: it acks it and sends 100 bytes.
+fn answer(i: usize) -> Seg {
+    let end = REQS[..=i].iter().map(|r| r.len() as u32).sum();
+    resp(100 * i as u32, end, 100)
+}
+
+#[test]
+fn a_session_idle_for_several_timeouts_carries_every_later_request_once() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(1), ..cfg() });
+    let mut sent = h.establish();
+    for i in 0..REQS.len() {
+        // Every request comes after 5 s of quiet: five session timeouts.
+        h.at(5_000 * i as u64 + 100);
+        h.cap(request(i));
+        sent.extend(h.out());
+        h.rec(answer(i));
+        sent.extend(h.out());
+        let (outs, _) = h.run_timers(5_000 * (i as u64 + 1));
+        sent.extend(outs.into_iter().map(|(_, o)| o));
+        let s = h.e.stats();
+        assert_eq!((s.sessions_failed.total(), s.sessions_active, h.e.session_count()), (0, 1, 1), "still carried after request {i}");
+    }
+    // No timer is left: an idle session costs no wake-up.
+    assert_eq!(h.e.poll_timeout(), None);
+    assert!(sent.iter().all(|o| o.tuple == test_tuple()), "one connection");
+    assert!(!sent.iter().any(|o| o.has(TcpFlags::RST) || o.has(TcpFlags::FIN)));
+    let data: Vec<&[u8]> = sent.iter().filter(|o| !o.payload.is_empty()).map(|o| &o.payload[..]).collect();
+    assert_eq!(data, REQS.to_vec(), "each request once, in order");
+    let s = h.e.stats();
+    assert_eq!((s.units_sent, s.retransmissions, s.drops.after_close), (3, 0, 0));
+    // The client closes at last: completed.
+    let fin = Seg { flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), payload: &[], ..request(3 - 1) };
+    let end: u32 = REQS.iter().map(|r| r.len() as u32).sum();
+    h.at(20_000);
+    h.cap(Seg { seq: CISN + 1 + end, ack: OISN + 1 + 300, ..fin });
+    assert!(h.out().iter().any(|o| o.has(TcpFlags::FIN)));
+}
+
+#[test]
+fn a_session_waiting_for_an_answer_still_times_out() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(1), answer_timeout: Duration::from_secs(60), ..cfg() });
+    h.establish();
+    h.cap(request(0));
+    let _ = h.out();
+    // Acknowledged but never answered: the unit is outstanding.
+    h.at(10);
+    h.rec(resp(0, REQS[0].len() as u32, 0));
+    let (outs, ctl) = h.run_timers(10_000);
+    assert!(outs.iter().any(|(t, o)| *t == 1_010 && o.has(TcpFlags::RST)), "{outs:?}");
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.timeout, s.sessions_failed.idle_timeout), (1, 0));
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
+}
+
+#[test]
+fn a_test_handshake_never_answered_still_times_out() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(1), max_retries: 100, ..cfg() });
+    h.syn(SYN);
+    let _ = h.out();
+    let _ = h.run_timers(5_000);
+    assert_eq!(h.e.stats().sessions_failed.timeout, 1, "a SYN outstanding is not idle");
+}
+
+#[test]
+fn the_idle_timeout_ends_an_idle_session_and_its_next_request_starts_a_new_one() {
+    let c = EngineConfig { session_timeout: Duration::from_secs(1), idle_timeout: Some(Duration::from_secs(10)), ..cfg() };
+    let mut h = H::new(c);
+    h.establish();
+    h.cap(request(0));
+    let _ = h.out();
+    h.at(10);
+    h.rec(answer(0));
+    let _ = h.out();
+    let (outs, ctl) = h.run_timers(9_000);
+    assert!(outs.is_empty() && ctl.is_empty(), "idle: not ended by the session timeout");
+    let (outs, ctl) = h.run_timers(10_100);
+    assert!(outs.iter().any(|(t, o)| *t == 10_010 && o.has(TcpFlags::RST)), "{outs:?}");
+    assert!(ctl.is_empty(), "its connection lingers");
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_timeout, s.sessions_failed.timeout, s.sessions_active), (1, 0, 0));
+    // The client sends again while the old connection lingers (a keep-alive probe first): the
+    // engine remembered where its stream stood, so the request starts a new session at once
+    // (on another port: the old tuple still lingers), nothing skipped, nothing dropped.
+    h.at(11_000);
+    let next = CISN + 1 + REQS[0].len() as u32;
+    h.cap(Seg { seq: next - 1, ack: OISN + 1 + 100, ..BASE });
+    assert_eq!(h.e.session_count(), 1, "a probe starts nothing");
+    h.cap(request(1));
+    let s = h.e.stats();
+    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.sessions_midstream), (0, 0, 1));
+    let out = h.out();
+    let syn: Vec<&Out> = out.iter().filter(|o| o.flags == TcpFlags::SYN).collect();
+    assert_eq!(syn.len(), 1, "{out:?}");
+    let (t, isn) = (syn[0].tuple, syn[0].seq);
+    assert_ne!(t, test_tuple(), "the old tuple still lingers: another port");
+    assert_eq!(isn, next - 1);
+    h.rec_to(t, Seg { ack: next, ..SYN_ACK });
+    let out = h.out();
+    let data: Vec<&[u8]> = out.iter().filter(|o| !o.payload.is_empty()).map(|o| &o.payload[..]).collect();
+    assert_eq!(data, vec![REQS[1]]);
+}
+
+/// A session on `port` made idle: handshake, one request answered.
+fn idle_session(h: &mut H, port: u16) {
+    h.syn(Seg { src: from_port(port), ..SYN });
+    let _ = h.out();
+    h.rec_to(tuple_of(port), SYN_ACK);
+    h.cap(Seg { src: from_port(port), ..request(0) });
+    let _ = h.out();
+    h.rec_to(tuple_of(port), answer(0));
+    let _ = h.out();
+    let until = h.ms() + 200;
+    let _ = h.run_timers(until);
+}
+
+/// A session on `port` waiting for its test handshake (busy); what was sent meanwhile.
+fn busy_session(h: &mut H, port: u16) -> Vec<Out> {
+    h.syn(Seg { src: from_port(port), ..SYN });
+    h.out()
+}
+
+#[test]
+fn a_full_table_makes_room_from_idle_sessions_idle_longest_first() {
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(60), max_sessions: 3, ..cfg() });
+    h.at(0);
+    idle_session(&mut h, 1001);
+    h.at(1_000);
+    busy_session(&mut h, 1002);
+    h.at(2_000);
+    idle_session(&mut h, 1003);
+    // The busy one is older than the second idle one, but idle ones go first.
+    h.at(2_500);
+    let out = busy_session(&mut h, 1004);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_shed, s.sessions_shed, s.drops.table_full), (1, 1, 0));
+    assert!(out.iter().any(|o| o.tuple == tuple_of(1001) && o.has(TcpFlags::RST)), "{out:?}");
+    h.at(2_600);
+    let out = busy_session(&mut h, 1005);
+    assert_eq!(h.e.stats().sessions_failed.idle_shed, 2);
+    assert!(out.iter().any(|o| o.tuple == tuple_of(1003) && o.has(TcpFlags::RST)));
+    // No idle session left: the next one is not copied.
+    h.at(2_700);
+    let _ = busy_session(&mut h, 1006);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_shed, s.drops.table_full, s.sessions_failed.memory), (2, 1, 0));
+    // The shed session's client sends again: a new session from that request on (it sheds
+    // no one: the others are busy, but the shed ones linger and do not count), not a drop.
+    h.cap(Seg { src: from_port(1001), ..request(1) });
+    let s = h.e.stats();
+    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.drops.table_full), (0, 0, 2));
+}
+
+#[test]
+fn over_max_memory_idle_sessions_are_shed_before_older_busy_ones() {
+    use crate::engine::chunk::{BUF_OVERHEAD, SLOT_OVERHEAD};
+    const { assert!(SESSION_COST > 1_500, "the figures below need it") };
+    let ov = BUF_OVERHEAD + SLOT_OVERHEAD;
+    let max = 3 * SESSION_COST + 8_000 + 2 * ov - 1;
+    let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(60), max_memory: max, ..cfg() });
+    // Busy and oldest: its 4000 bytes wait for a test handshake that does not come.
+    let _ = busy_session(&mut h, 1001);
+    h.cap(Seg { src: from_port(1001), ..data(0, 0, &[1; 4000]) });
+    h.at(1_000);
+    idle_session(&mut h, 1002);
+    h.at(2_000);
+    let _ = busy_session(&mut h, 1003);
+    assert_eq!(h.e.stats().sessions_shed, 0);
+    h.cap(Seg { src: from_port(1003), ..data(0, 0, &[1; 4000]) });
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_shed, s.sessions_failed.memory, s.sessions_shed), (1, 0, 1));
+    let out = h.out();
+    let rst: Vec<u16> = out.iter().filter(|o| o.has(TcpFlags::RST)).map(|o| o.tuple.client.port()).collect();
+    assert_eq!(rst, vec![1002], "the idle one, not the older busy one");
+}
+
+#[test]
+fn where_sessions_ended_idle_stood_is_counted_and_bounded() {
+    use crate::engine::RESUME_COST;
+    let c = EngineConfig { session_timeout: Duration::from_secs(60), idle_timeout: Some(Duration::from_secs(1)), max_sessions: 2, ..cfg() };
+    let mut h = H::new(c);
+    for (i, port) in [1001u16, 1002, 1003].into_iter().enumerate() {
+        h.at(100 * i as u64);
+        idle_session(&mut h, port);
+    }
+    // The third shed the first to make room; the idle timeout ends the other two.
+    let _ = h.run_timers(20_000);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.idle_shed, s.sessions_failed.idle_timeout), (1, 2));
+    assert_eq!(h.e.session_count(), 0, "their connections lingered out");
+    assert_eq!(h.e.memory_used(), 2 * RESUME_COST, "at most max_sessions places kept, the oldest forgotten");
+    // The forgotten one starts mid-stream (skipped to the next boundary); a kept one at once.
+    h.cap(Seg { src: from_port(1001), ..request(1) });
+    h.cap(Seg { src: from_port(1003), ..request(1) });
+    let s = h.e.stats();
+    assert_eq!((s.drops.midstream_skip, s.sessions_started), (1, 4));
+    assert_eq!(h.e.memory_used() - h.e.buffered_bytes(), RESUME_COST + 2 * SESSION_COST);
+}
