@@ -18,7 +18,7 @@
 use std::net::IpAddr;
 
 use common::checksum;
-use common::wire::{parse_tcp_packet, tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption, TcpSegment};
+use common::wire::{parse_tcp_packet, TcpSegment};
 
 use crate::send::SplitError;
 use crate::sys::VNET_HDR_LEN;
@@ -150,52 +150,19 @@ pub fn prepare_gso(packet: &mut [u8], gso_size: u16) -> Option<[u8; VNET_HDR_LEN
 /// advanced, FIN and PSH on the last piece only, options copied, the IPv4 identification
 /// counting up, fresh checksums. Returns the number of pieces.
 pub fn cut_like_tso(packet: &[u8], gso_size: u16, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
-    let p = parse_tcp_packet(packet)?;
-    let flags = p.tcp.flags();
-    if flags.intersects(TcpFlags::SYN | TcpFlags::RST) {
-        return Err(SplitError::Flags(flags));
-    }
-    let headers = p.ip_header_len + p.tcp.header_len();
-    if gso_size < 8 {
-        return Err(SplitError::TooSmall { limit: headers + usize::from(gso_size), headers });
-    }
-    let opts: Vec<TcpOption<'_>> = tcp_options(p.options()).filter_map(Result::ok).collect();
-    let ident = match p.src {
-        IpAddr::V4(_) => Ipv4Packet::new_unchecked(packet).ident(),
-        IpAddr::V6(_) => 0,
-    };
-    let payload = p.payload();
-    let mut b = TcpBuilder {
-        src: p.src_socket(),
-        dst: p.dst_socket(),
-        seq: p.tcp.seq(),
-        ack: p.tcp.ack(),
-        flags,
-        window: p.tcp.window(),
-        options: &opts,
-        payload: &[],
-        ttl: p.ttl,
-        ident,
-    };
-    let mut n = 0;
-    for (i, chunk) in payload.chunks(usize::from(gso_size)).enumerate() {
-        let last = (i + 1) * usize::from(gso_size) >= payload.len();
-        b.seq = p.tcp.seq().add((i * usize::from(gso_size)) as u32);
-        b.flags = if last { flags } else { flags.without(TcpFlags::FIN | TcpFlags::PSH) };
-        b.payload = chunk;
-        b.ident = ident.wrapping_add(i as u16);
-        let mut buf = Vec::with_capacity(headers + chunk.len());
-        b.try_emit(&mut buf).map_err(|_| SplitError::TooSmall { limit: headers + chunk.len(), headers })?;
-        out.push(buf);
-        n += 1;
-    }
-    Ok(n)
+    crate::send::cut_tcp_packet(packet, out, |_, headers| {
+        if gso_size < 8 {
+            return Err(SplitError::TooSmall { limit: headers + usize::from(gso_size), headers });
+        }
+        Ok(usize::from(gso_size))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use common::seq::SeqNum;
+    use common::wire::{tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption};
 
     fn packet(src: &str, dst: &str, flags: TcpFlags, payload: &[u8]) -> Vec<u8> {
         let ts = [TcpOption::Timestamps { tsval: 5, tsecr: 6 }];

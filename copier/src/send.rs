@@ -197,6 +197,28 @@ pub fn split_tcp_packet(
         out.push(bytes.to_vec());
         return Ok(1);
     }
+    cut_tcp_packet(packet, out, |payload, headers| {
+        let room = limit.saturating_sub(headers);
+        if room < 8 {
+            return Err(SplitError::TooSmall { limit, headers });
+        }
+        // Even pieces: one 2000-byte payload at room 1400 gives 1000 + 1000, not 1400 + 600.
+        Ok(payload.div_ceil(payload.div_ceil(room)))
+    })
+}
+
+/// Cut an IP + TCP packet into pieces of `piece(payload_len, header_len)` payload bytes each
+/// (the last one shorter), appending them to `out`: the same TCP header on each with the
+/// sequence number advanced, FIN and PSH on the last piece only, options copied, the IPv4
+/// identification counting up, fresh checksums. SYN and RST segments are never cut. Returns
+/// the number of pieces. The one cutter of [`split_tcp_packet`] (to a path MTU) and
+/// [`egress::cut_like_tso`] (to a GSO size).
+pub(crate) fn cut_tcp_packet(
+    packet: &[u8],
+    out: &mut Vec<Vec<u8>>,
+    piece: impl FnOnce(usize, usize) -> Result<usize, SplitError>,
+) -> Result<usize, SplitError> {
+    let p = parse_tcp_packet(packet)?;
     let flags = p.tcp.flags();
     if flags.intersects(TcpFlags::SYN | TcpFlags::RST) {
         return Err(SplitError::Flags(flags));
@@ -221,15 +243,9 @@ pub fn split_tcp_packet(
     let mut probe = Vec::new();
     let headers = b
         .try_emit(&mut probe)
-        .map_err(|_| SplitError::TooSmall { limit, headers: 0 })?;
-    let room = limit.saturating_sub(headers);
-    if room < 8 {
-        return Err(SplitError::TooSmall { limit, headers });
-    }
+        .map_err(|_| SplitError::TooSmall { limit: packet.len(), headers: 0 })?;
     let payload = p.payload();
-    let pieces = payload.len().div_ceil(room);
-    // Even pieces: one 2000-byte payload at room 1400 gives 1000 + 1000, not 1400 + 600.
-    let each = payload.len().div_ceil(pieces);
+    let each = piece(payload.len(), headers)?.max(1);
     let mut n = 0;
     for (i, chunk) in payload.chunks(each).enumerate() {
         let last = (i + 1) * each >= payload.len();
@@ -243,7 +259,7 @@ pub fn split_tcp_packet(
         b.ident = ident.wrapping_add(i as u16);
         let mut buf = Vec::with_capacity(headers + chunk.len());
         b.try_emit(&mut buf)
-            .map_err(|_| SplitError::TooSmall { limit, headers })?;
+            .map_err(|_| SplitError::TooSmall { limit: headers + chunk.len(), headers })?;
         out.push(buf);
         n += 1;
     }

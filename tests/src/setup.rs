@@ -470,3 +470,18 @@ pub fn shop_nginx(version: u8) -> NginxOptions {
         ..NginxOptions::default()
     }
 }
+
+/// A redis on `h` (port 6379, no persistence), with its process kept by the lab.
+pub fn start_redis(lab: &mut Lab, h: Host) {
+    let dir = lab.dir().join(format!("redis-{}", h.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
+    lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
+    let ping = ["redis-cli", "-h", "127.0.0.1", "PING"];
+    let up = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        lab.exec_ok(h, &ping).is_ok_and(|o| o.trim() == "PONG")
+    });
+    assert!(up, "redis on {} did not start", h.name());
+}

@@ -8,7 +8,7 @@
 //! counted (`idle_shed`), a shed session's next request starts a new session at once, every
 //! request the copier says it copied arrives once, and any not copied is counted by reason.
 
-use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
+use lab::setup::{metric_sum, start_redis, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab, NginxOptions};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -18,20 +18,6 @@ use std::time::Duration;
 const COPIER_METRICS: &str = "127.0.0.1:9483";
 const REDIS: u16 = 6379;
 
-/// A redis on `h` (port 6379, no persistence), with its process kept by the lab.
-fn redis(lab: &mut Lab, h: Host) {
-    let dir = lab.dir().join(format!("redis-{}", h.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display().to_string();
-    let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
-    lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
-    let ping = ["redis-cli", "-h", "127.0.0.1", "PING"];
-    let up = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        lab.exec_ok(h, &ping).is_ok_and(|o| o.trim() == "PONG")
-    });
-    assert!(up, "redis on {} did not start", h.name());
-}
 
 /// A connection from `client` to the online host's `port`.
 fn connect(lab: &Lab, port: u16) -> TcpStream {
@@ -88,8 +74,8 @@ fn test_requests(c: &Copying) -> BTreeMap<(usize, usize), Vec<u64>> {
 #[test]
 fn idle_keep_alive_and_redis_connections_are_copied_after_every_quiet_spell() {
     let Some(mut lab) = lab_or_skip("idle_keep_alive_and_redis_connections_are_copied_after_every_quiet_spell") else { return };
-    redis(&mut lab, Host::Online);
-    redis(&mut lab, Host::Test);
+    start_redis(&mut lab, Host::Online);
+    start_redis(&mut lab, Host::Test);
     let opts = CopyOptions {
         // The test nginx ends idle connections after 2 s (the online one after 300 s).
         test: Some(NginxOptions { server_extra: "keepalive_timeout 2s;".into(), ..NginxOptions::default() }),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lab::http::HttpReader;
 use lab::LogEntry;
-use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
+use lab::setup::{metric_sum, start_redis, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab, NginxOptions};
 
 const COPIER_METRICS: &str = "127.0.0.1:9465";
@@ -387,26 +387,12 @@ fn a_recorded_archive_replayed_with_a_slice_filter_gives_exactly_the_selected_re
     c.assert_no_leak(&mut lab);
 }
 
-/// A redis on `h` (port 6379, no persistence), with its process kept by the lab.
-fn redis(lab: &mut Lab, h: Host) {
-    let dir = lab.dir().join(format!("redis-{}", h.name()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let d = dir.display().to_string();
-    let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
-    lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
-    let ping = ["redis-cli", "-h", "127.0.0.1", "PING"];
-    let up = (0..100).any(|_| {
-        std::thread::sleep(Duration::from_millis(50));
-        lab.exec_ok(h, &ping).is_ok_and(|o| o.trim() == "PONG")
-    });
-    assert!(up, "redis on {} did not start", h.name());
-}
 
 #[test]
 fn a_byte_prefix_filter_keeps_a_redis_delete_from_the_test_server() {
     let Some(mut lab) = lab_or_skip("a_byte_prefix_filter_keeps_a_redis_delete_from_the_test_server") else { return };
-    redis(&mut lab, Host::Online);
-    redis(&mut lab, Host::Test);
+    start_redis(&mut lab, Host::Online);
+    start_redis(&mut lab, Host::Test);
     let rules = lab.dir().join("rules.toml");
     // RESP: DEL with one key, as redis-cli sends it.
     std::fs::write(&rules, "[[filter]]\nname = \"no-del\"\nprefix = \"*2\\r\\n$3\\r\\nDEL\\r\\n\"\n").unwrap();
