@@ -37,6 +37,16 @@ impl Redact {
         Redact(v)
     }
 
+    /// The list of a command line (`--compare-redact`, `compare-report --redact`): these
+    /// names, or nothing when one of them is `none`.
+    pub fn from_list<S: AsRef<str>>(names: &[S]) -> Redact {
+        if names.iter().any(|n| n.as_ref().trim().eq_ignore_ascii_case("none")) {
+            Redact::none()
+        } else {
+            Redact::new(names)
+        }
+    }
+
     /// Redacts nothing.
     pub fn none() -> Redact {
         Redact(Vec::new())

@@ -963,7 +963,7 @@ impl Args {
         let compare = compare::CompareConfig {
             ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             limits: compare::http::Limits { max_body: max_message },
-            redact: redact_list(&self.compare_redact),
+            redact: compare::redact::Redact::from_list(&self.compare_redact),
             ..compare::CompareConfig::default()
         };
         let baseline = maps.iter().any(|m| m.baseline.is_some());
@@ -1028,15 +1028,6 @@ pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
         (h % u64::from(arg.size)) as u16
     });
     crate::engine::FleetShare { index, size: arg.size }
-}
-
-/// `--compare-redact` (and `compare-report --redact`): the names, or nothing for `none`.
-pub fn redact_list(names: &[String]) -> compare::redact::Redact {
-    if names.iter().any(|n| n.trim().eq_ignore_ascii_case("none")) {
-        compare::redact::Redact::none()
-    } else {
-        compare::redact::Redact::new(names)
-    }
 }
 
 fn warn_if_readable_by_others(path: &std::path::Path) {

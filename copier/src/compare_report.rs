@@ -35,7 +35,7 @@ pub fn main(a: &ReportArgs) -> Result<String> {
         let (f, n) = rb.first_bad.clone().unwrap_or_default();
         bail!("{}: no comparison line understood ({} bad, the first at {} line {n})", a.file.display(), rb.bad, f.display());
     }
-    let report = compare::report::Report::from_lines_redacted(&rb.lines, &crate::cli::redact_list(&a.redact));
+    let report = compare::report::Report::from_lines_redacted(&rb.lines, &compare::redact::Redact::from_list(&a.redact));
     common::private::write(&a.output, report.html(&a.title).as_bytes()).with_context(|| format!("writing {}", a.output.display()))?;
     let mut msg = format!(
         "compare-report: {} endpoints from {} lines written to {}",

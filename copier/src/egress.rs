@@ -6,10 +6,10 @@
 //! `/sys/class/net` and `ip neigh`), the `virtio_net_hdr` of a TCP super-segment
 //! ([`prepare_gso`], which also puts the pseudo-header sum in the TCP checksum field, as the
 //! kernel's own TSO packets carry it), and the user-space cut that stands in for the kernel's
-//! where the path cannot take a super-segment ([`cut_like_tso`]).
+//! where the path cannot take a super-segment ([`crate::send::cut_like_tso`]).
 //!
 //! Invariants: a super-segment described by [`prepare_gso`] and cut by the kernel, and the same
-//! super-segment cut by [`cut_like_tso`], give the test server the same segments: pieces of
+//! super-segment cut by [`crate::send::cut_like_tso`], give the test server the same segments: pieces of
 //! exactly `gso_size` payload bytes (the last one shorter), the super-segment's TCP header on
 //! each (sequence number advanced, options copied), FIN and PSH on the last piece only, the IPv4
 //! identification counting up, fresh checksums.
@@ -20,7 +20,6 @@ use std::net::IpAddr;
 use common::checksum;
 use common::wire::{parse_tcp_packet, TcpSegment};
 
-use crate::send::SplitError;
 use crate::sys::VNET_HDR_LEN;
 
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: the checksum at `csum_start + csum_offset` is to be finished.
@@ -145,22 +144,10 @@ pub fn prepare_gso(packet: &mut [u8], gso_size: u16) -> Option<[u8; VNET_HDR_LEN
     Some(h)
 }
 
-/// Cut an IP + TCP super-segment into pieces of `gso_size` payload bytes (the last one shorter)
-/// as TSO would, appending them to `out`: the same TCP header on each with the sequence number
-/// advanced, FIN and PSH on the last piece only, options copied, the IPv4 identification
-/// counting up, fresh checksums. Returns the number of pieces.
-pub fn cut_like_tso(packet: &[u8], gso_size: u16, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
-    crate::send::cut_tcp_packet(packet, out, |_, headers| {
-        if gso_size < 8 {
-            return Err(SplitError::TooSmall { limit: headers + usize::from(gso_size), headers });
-        }
-        Ok(usize::from(gso_size))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::send::{cut_like_tso, SplitError};
     use common::seq::SeqNum;
     use common::wire::{tcp_options, Ipv4Packet, TcpBuilder, TcpFlags, TcpOption};
 

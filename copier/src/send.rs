@@ -11,7 +11,7 @@
 //! `virtio_net_hdr` that has the kernel (or the NIC) cut it as TSO cuts a client's, when the
 //! route toward its test server is an Ethernet interface whose next hop's address is known and
 //! whose MTU takes a piece; otherwise, or when the `AF_PACKET` send fails with anything but
-//! back-pressure, the sender cuts it itself the same way ([`crate::egress::cut_like_tso`]) and
+//! back-pressure, the sender cuts it itself the same way ([`cut_like_tso`]) and
 //! sends the pieces through the raw socket (counted, logged once per destination and reason).
 //!
 //! A send error never ends the process:
@@ -212,7 +212,7 @@ pub fn split_tcp_packet(
 /// sequence number advanced, FIN and PSH on the last piece only, options copied, the IPv4
 /// identification counting up, fresh checksums. SYN and RST segments are never cut. Returns
 /// the number of pieces. The one cutter of [`split_tcp_packet`] (to a path MTU) and
-/// [`egress::cut_like_tso`] (to a GSO size).
+/// [`cut_like_tso`] (to a GSO size).
 pub(crate) fn cut_tcp_packet(
     packet: &[u8],
     out: &mut Vec<Vec<u8>>,
@@ -264,6 +264,19 @@ pub(crate) fn cut_tcp_packet(
         n += 1;
     }
     Ok(n)
+}
+
+/// Cut an IP + TCP super-segment into pieces of `gso_size` payload bytes (the last one shorter)
+/// as TSO would, appending them to `out`: the same TCP header on each with the sequence number
+/// advanced, FIN and PSH on the last piece only, options copied, the IPv4 identification
+/// counting up, fresh checksums. Returns the number of pieces.
+pub fn cut_like_tso(packet: &[u8], gso_size: u16, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
+    cut_tcp_packet(packet, out, |_, headers| {
+        if gso_size < 8 {
+            return Err(SplitError::TooSmall { limit: headers + usize::from(gso_size), headers });
+        }
+        Ok(usize::from(gso_size))
+    })
 }
 
 /// Allows one log line per interval and counts what it held back.
@@ -489,7 +502,7 @@ impl RawSender {
     /// or at the back.
     fn cut_and_queue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>, gso_size: u16, front: bool) {
         let mut pieces = Vec::new();
-        match egress::cut_like_tso(&buf, gso_size, &mut pieces) {
+        match cut_like_tso(&buf, gso_size, &mut pieces) {
             Ok(n) => {
                 self.stats.gso_cut += 1;
                 self.stats.split_extra += n.saturating_sub(1) as u64;
