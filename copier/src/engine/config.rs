@@ -60,6 +60,11 @@ pub struct EngineConfig {
     /// An idle session (see `session_timeout`) with no captured packet and no record for this
     /// long ends (`idle_timeout`); `None`: idle sessions end only when shed or closed.
     pub idle_timeout: Option<Duration>,
+    /// How long a session may stay *unproven* (see "Unproven sessions" in the engine's
+    /// documentation: no request of the client's seen answered online yet) while it waits to
+    /// start mid-stream or sits idle: after that it ends (`unproven_timeout`), so that a flood
+    /// of spoofed segments holds no slot for long.
+    pub unproven_timeout: Duration,
     /// Global cap on what the engine holds: buffered bytes, plus a fixed cost per session
     /// ([`crate::engine::SESSION_COST`], empty sessions included) and per pending SYN
     /// ([`crate::engine::PENDING_SYN_COST`]); above it the oldest pending SYNs, then the
@@ -102,8 +107,12 @@ pub struct EngineConfig {
     /// retransmitted FIN or challenge ACK.
     pub close_linger: Duration,
     /// Most sessions in the table (including ones waiting to synchronise; not those done and
-    /// only lingering); when full, the idle sessions idle longest are shed to make room for a
-    /// new one (`idle_shed`), and without an idle one the new session is dropped.
+    /// only lingering); when full, room for a new one is made in this order: unproven
+    /// candidates waiting to start mid-stream, then (for a session that starts with a
+    /// handshake or resumes) idle unproven, idle proven, busy unproven ones (`unproven_shed`,
+    /// `idle_shed`), each quiet longest first; a busy proven session is
+    /// never shed for a new one, which is dropped instead (`table_full`). A new mid-stream
+    /// candidate takes only another candidate's room.
     pub max_sessions: usize,
     /// How long a captured SYN waits for the client's handshake ACK (or first data) before it
     /// is forgotten; a retransmission of the SYN starts the wait again. No test session starts
@@ -330,6 +339,7 @@ impl Default for EngineConfig {
             sample_percent: 100.0,
             session_timeout: Duration::from_secs(120),
             idle_timeout: None,
+            unproven_timeout: DEFAULT_UNPROVEN_TIMEOUT,
             max_memory: 512 << 20,
             per_session_cap: 16 << 20,
             pace_requests: true,
@@ -361,6 +371,9 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// Default of [`EngineConfig::unproven_timeout`].
+pub const DEFAULT_UNPROVEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Default of [`EngineConfig::max_sessions`]: within what the default `max_memory` (512 MiB)
 /// holds of empty sessions at [`crate::engine::SESSION_COST`] each (about 1.5 KB on x86_64:
@@ -529,6 +542,7 @@ pub(crate) struct Params {
     pub gso: bool,
     pub session_timeout: Duration,
     pub idle_timeout: Option<Duration>,
+    pub unproven_timeout: Duration,
     pub max_memory: usize,
     pub per_session_cap: usize,
     pub pace: bool,
@@ -571,6 +585,7 @@ impl Params {
             gso: c.gso,
             session_timeout: c.session_timeout.max(Duration::from_millis(1)),
             idle_timeout: c.idle_timeout.map(|t| t.max(Duration::from_millis(1))),
+            unproven_timeout: c.unproven_timeout.max(Duration::from_millis(1)),
             max_memory: c.max_memory.max(1),
             per_session_cap: c.per_session_cap.max(1),
             pace: c.pace_requests,

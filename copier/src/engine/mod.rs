@@ -24,7 +24,34 @@
 //! `syn_timeout` after its last retransmission) until the client's handshake ACK (ACK without
 //! SYN, seq = ISN + 1) or first data is captured; only then does the test session start. A
 //! spoofed SYN flood never reaches the test server (`EngineStats::syns_incomplete`). Sessions
-//! caught mid-stream start as they did.
+//! caught mid-stream start at their first request boundary; see "Unproven sessions" for what
+//! either costs before it proves itself.
+//!
+//! # Unproven sessions
+//! A session is *proven* once the client's own packets show a request of its answered online:
+//! a segment with data, then a later segment whose ACK number is past the one that data
+//! carried (the online server sent bytes after it). Until then it is *unproven*
+//! (`EngineStats::sessions_unproven`), whether it began with a handshake (whose ACK a blind
+//! spoofer can forge: the copier does not see the online server's ISN) or mid-stream. A
+//! session caught mid-stream is a *candidate* while it waits for its request boundary. Any
+//! ACK or data segment of an unknown tuple makes one, so a flood of spoofed segments from
+//! random ports makes one per packet; they cost little for long:
+//! - a candidate, or an unproven session that is idle, ends `unproven_timeout` after it began
+//!   (`unproven_timeout`; an idle one may resume at the client's next request, as after
+//!   `idle_timeout`); an unproven session with a request under way waits for it first;
+//! - when `max_sessions` is full, room goes in this order (`make_room`): candidates, idle
+//!   unproven, idle proven, then busy unproven sessions (`unproven_shed`, `idle_shed`), each
+//!   quiet longest first; a new candidate takes only another candidate's room, and a busy proven
+//!   session is never shed for a new one (the new one is dropped: `table_full`). So a flood of
+//!   lone spoofed segments churns among its own candidates and a real handshake always finds
+//!   room while any unproven session holds one. `max_memory` sheds in the same order.
+//!
+//! What the proof does not prove: the copier captures only the client's direction, so it
+//! cannot check an ACK number against what the online server really sent. A spoofer who sends
+//! a consistent data segment and a later larger ACK on each tuple passes; a blind flood of lone
+//! segments (one or a few per tuple, random numbers) does not, and an ACK number that only
+//! goes back or stays never proves anything. Every unproven session and candidate that ends so
+//! is counted in `EngineStats::unproven_ended`.
 //!
 //! After reconnecting to an intercept, re-send a `Register` for every tuple of
 //! [`Engine::registered`].
@@ -130,7 +157,7 @@ pub use config::{ConfigError, EngineConfig, FleetShare, GSO_MAX_PAYLOAD, PortMap
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
-pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, LAG_BOUNDS};
+pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
 use config::Params;
@@ -727,9 +754,9 @@ impl Engine {
             }
         };
         if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
-            // Room from the idle sessions, idle longest first.
+            // Room from the unproven first, then the idle (see `make_room`).
             let want = self.live_sessions() + plans.len() - self.sh.p.max_sessions;
-            self.shed_idle(now, want);
+            self.make_room(now, want, matches!(how, Start::Midstream));
         }
         if self.live_sessions() + plans.len() > self.sh.p.max_sessions {
             self.sh.stats.drops.table_full += 1;
@@ -800,6 +827,7 @@ impl Engine {
             }
             self.slots[idx as usize].s = Some(s);
             self.slots[idx as usize].next = NO_SLOT;
+            self.sh.stats.sessions_unproven += 1;
             if !grouped || self.group_of(&c.key).is_some() {
                 self.group_join(&c.key, idx);
                 grouped = true;
@@ -1287,6 +1315,9 @@ impl Engine {
         self.take_trace_notes();
         let slot = &mut self.slots[idx as usize];
         let Some(s) = slot.s.take() else { return };
+        if !s.proven {
+            self.sh.stats.sessions_unproven = self.sh.stats.sessions_unproven.saturating_sub(1);
+        }
         if s.closing_counted {
             self.closing = self.closing.saturating_sub(1);
         }
@@ -1430,19 +1461,20 @@ impl Engine {
         if self.sheddable_memory() <= target {
             return;
         }
-        // Idle sessions first (`false` sorts first), then the others; idle longest first.
-        let mut cands: Vec<(bool, Stamp, u32)> = self
+        // By `Session::shed_rank` (the unproven, then the idle, then the others), each quiet
+        // longest first.
+        let mut cands: Vec<(u8, Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (!s.idle(), s.last_activity, i as u32)))
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.shed_rank(), s.last_activity, i as u32)))
             .collect();
         cands.sort_unstable();
-        for (busy, _, idx) in cands {
+        for (rank, _, idx) in cands {
             if self.sheddable_memory() <= target {
                 break;
             }
-            self.shed(now, idx, if busy { FailReason::Memory } else { FailReason::IdleShed });
+            self.shed(now, idx, shed_reason(rank, FailReason::Memory));
         }
     }
 
@@ -1452,23 +1484,29 @@ impl Engine {
         self.session_count().saturating_sub(self.closing)
     }
 
-    /// Shed the `n` sessions idle longest among the idle ones (fewer if fewer are idle; with
-    /// a large table, a few more, so that a full table of idle sessions is not scanned for
-    /// every new one): `idle_shed`.
-    fn shed_idle(&mut self, now: Instant, n: usize) {
+    /// Make room for a new session by shedding `n` sessions (fewer if fewer may go; with a
+    /// large table, a few more, so that a full table is not scanned for every new one), by
+    /// `Session::shed_rank`, each quiet longest first: mid-stream candidates, then idle
+    /// unproven, idle proven, busy unproven sessions (`unproven_shed`, `idle_shed`). For a
+    /// new mid-stream candidate (`candidate_only`) only other candidates go: a flood of
+    /// spoofed segments churns among its own candidates and sheds nothing that started. A busy
+    /// proven session never goes.
+    fn make_room(&mut self, now: Instant, n: usize, candidate_only: bool) {
         let n = n + self.sh.p.max_sessions / 256;
-        let mut cands: Vec<(Stamp, u32)> = self
+        let worst = if candidate_only { 0 } else { 3 };
+        let mut cands: Vec<(u8, Stamp, u32)> = self
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.idle()).map(|s| (s.last_activity, i as u32)))
+            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.shed_rank(), s.last_activity, i as u32)))
+            .filter(|c| c.0 <= worst)
             .collect();
         if cands.len() > n {
             cands.select_nth_unstable(n);
             cands.truncate(n);
         }
-        for (_, idx) in cands {
-            self.shed(now, idx, FailReason::IdleShed);
+        for (rank, _, idx) in cands {
+            self.shed(now, idx, shed_reason(rank, FailReason::IdleShed));
         }
     }
 
@@ -1476,6 +1514,16 @@ impl Engine {
     fn shed(&mut self, now: Instant, idx: u32, why: FailReason) {
         self.sh.stats.sessions_shed += 1;
         self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(why)));
+    }
+}
+
+/// Why a session of `Session::shed_rank` `rank` is shed: `unproven_shed` for the unproven,
+/// `idle_shed` for the idle proven, `busy` for the busy proven.
+fn shed_reason(rank: u8, busy: FailReason) -> FailReason {
+    match rank {
+        0 | 1 | 3 => FailReason::UnprovenShed,
+        2 => FailReason::IdleShed,
+        _ => busy,
     }
 }
 

@@ -53,7 +53,7 @@ use super::edit::Editor;
 use super::gate::Gate;
 use super::pkt::{Captured, RecordInfo};
 use super::shared::{Shared, SlotRef};
-use super::stats::FailReason;
+use super::stats::{FailReason, UnprovenEnd};
 use super::stream::Stream;
 
 mod pacing;
@@ -216,6 +216,13 @@ pub(crate) struct Session {
     /// session's group, so that the client's next packet starts a new session rather than
     /// being dropped after the close while this one lingers.
     pub detach: bool,
+    /// A request of the client's was seen answered online (its ACK moved past where it stood
+    /// at the client's first data): see "Unproven sessions" in the engine's documentation.
+    pub proven: bool,
+    /// The client's ACK number at its first data captured, while not proven.
+    proof_ack: Option<SeqNum>,
+    /// When the session entered the table (`unproven_timeout` counts from there).
+    born: Stamp,
 }
 
 impl Session {
@@ -253,6 +260,47 @@ impl Session {
             closing_counted: false,
             group_started: false,
             detach: false,
+            proven: false,
+            proof_ack: None,
+            born: Stamp::of(now),
+        }
+    }
+
+    /// Whether the session is a mid-stream candidate: waiting for a request boundary to start.
+    pub(crate) fn candidate(&self) -> bool {
+        matches!(self.phase, Phase::Syncing { .. })
+    }
+
+    /// Look for the proof in a captured packet: data from the client, then an ACK past the one
+    /// it carried (the online server answered it). A blind spoofer's lone segments never show
+    /// it; see "Unproven sessions" in the engine's documentation for what it does not prove.
+    fn note_proof(&mut self, sh: &mut Shared, c: &Captured<'_>) {
+        let h = &c.hdr;
+        if self.proven || !h.has(TcpFlags::ACK) || h.has(TcpFlags::RST) || h.has(TcpFlags::SYN) {
+            return;
+        }
+        match self.proof_ack {
+            Some(a) if h.ack.gt(a) => {
+                self.proven = true;
+                self.proof_ack = None;
+                sh.stats.sessions_proven += 1;
+                sh.stats.sessions_unproven = sh.stats.sessions_unproven.saturating_sub(1);
+            }
+            None if !c.payload.is_empty() => self.proof_ack = Some(h.ack),
+            _ => {}
+        }
+    }
+
+    /// How early the session goes when room is needed (lowest first): 0 a mid-stream
+    /// candidate, 1 unproven and idle, 2 proven and idle, 3 unproven and busy, 4 proven and
+    /// busy.
+    pub(crate) fn shed_rank(&self) -> u8 {
+        match (self.candidate(), self.proven, self.idle()) {
+            (true, _, _) => 0,
+            (false, false, true) => 1,
+            (false, true, true) => 2,
+            (false, false, false) => 3,
+            (false, true, false) => 4,
         }
     }
 
@@ -352,10 +400,19 @@ impl Session {
     /// When the session ends for lack of activity, and why: `session_timeout` after the last
     /// packet or record while something is outstanding, `idle_timeout` (if set) while idle.
     fn expiry(&self, p: &Params) -> Option<(Instant, FailReason)> {
-        match self.phase {
-            Phase::Done => None,
-            _ if self.idle() => p.idle_timeout.map(|t| (self.last_activity.at() + t, FailReason::IdleTimeout)),
+        let unproven = (!self.proven).then(|| (self.born.at() + p.unproven_timeout, FailReason::UnprovenTimeout));
+        let idle = self.idle();
+        let usual = match self.phase {
+            Phase::Done => return None,
+            _ if idle => p.idle_timeout.map(|t| (self.last_activity.at() + t, FailReason::IdleTimeout)),
             _ => Some((self.last_activity.at() + p.session_timeout, FailReason::Timeout)),
+        };
+        // Unproven, a candidate or an idle session goes `unproven_timeout` after it began; a
+        // busy one (a request under way) only once it is idle again.
+        let unproven = unproven.filter(|_| idle || self.candidate());
+        match (usual, unproven) {
+            (Some(a), Some(b)) => Some(if b.0 <= a.0 { b } else { a }),
+            (a, b) => a.or(b),
         }
     }
 
@@ -398,6 +455,10 @@ impl Session {
                 sh.stats.drops.after_close += lead;
                 return;
             }
+            _ => self.note_proof(sh, c),
+        }
+        match self.phase {
+            Phase::Done => return,
             Phase::Syncing { ack } => {
                 self.last_activity = Stamp::of(now);
                 if h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) {
@@ -810,7 +871,15 @@ impl Session {
     /// End the session: `None` = as the client ended it (FIN carried, or its RST), otherwise
     /// failed. Every connection not closed yet is reset.
     pub(crate) fn finish(&mut self, sh: &mut Shared, now: Instant, why: Option<FailReason>) {
+        let was_idle = self.idle();
         self.client_reset = None;
+        if !self.proven && self.phase != Phase::Done {
+            match why {
+                Some(FailReason::UnprovenShed) => sh.stats.unproven_ended.add(UnprovenEnd::Shed, 1),
+                Some(FailReason::UnprovenTimeout) => sh.stats.unproven_ended.add(UnprovenEnd::Timeout, 1),
+                _ => {}
+            }
+        }
         match self.phase {
             Phase::Done => return,
             Phase::Syncing { .. } => {
@@ -820,7 +889,10 @@ impl Session {
             Phase::Active => {}
         }
         self.phase = Phase::Done;
-        self.detach = matches!(why, Some(FailReason::IdleTimeout | FailReason::IdleShed));
+        // Ended idle: the client's next request may resume (an unproven session ends idle
+        // by its timeout; shed unproven, it may have been busy).
+        self.detach = matches!(why, Some(FailReason::IdleTimeout | FailReason::IdleShed | FailReason::UnprovenTimeout))
+            || (why == Some(FailReason::UnprovenShed) && was_idle);
         self.note_answer(sh, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
         match why {

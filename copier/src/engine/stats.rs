@@ -117,6 +117,30 @@ reasons! {
     /// Malformed HTTP inside the body of a request the rules dropped (the stream cannot go on
     /// without its head), or anywhere in allow-only mode (`--rules`).
     MalformedRequest => malformed_request,
+    /// Unproven (no request of the client's seen answered online: see "Unproven sessions" in
+    /// the engine's documentation), and shed to make room for a new session: the unproven go
+    /// first. Also in `unproven_ended`.
+    UnprovenShed => unproven_shed,
+    /// Unproven and idle `unproven_timeout` after it began. The client's next request starts
+    /// a new session (the engine remembers where its stream stood). Also in `unproven_ended`.
+    UnprovenTimeout => unproven_timeout,
+    /// What the rules cannot read (a malformed request, a session caught mid-stream, a huge
+    /// `Content-Length`) with `unparsable = "drop"` in the rules file: the rest of the
+    /// session's copy is dropped (fail closed).
+    Unparsable => unparsable,
+}
+
+reasons! {
+    /// Why an unproven session or mid-stream candidate ended (see "Unproven sessions" in the
+    /// engine's documentation).
+    enum UnprovenEnd;
+    /// Unproven sessions and mid-stream candidates ended before they proved themselves, by
+    /// why (the started ones are in `sessions_failed` too).
+    struct UnprovenCounts;
+    /// Shed to make room for a new session (the unproven go first).
+    Shed => unproven_shed,
+    /// Still unproven `unproven_timeout` after it began, waiting to start or idle.
+    Timeout => unproven_timeout,
 }
 
 impl FailCounts {
@@ -242,6 +266,14 @@ pub struct EngineStats {
     pub sessions_sampled_out: u64,
     /// Of those, sessions caught mid-stream.
     pub sessions_midstream: u64,
+    /// Sessions and mid-stream candidates in the table that have not proven themselves yet
+    /// (a gauge; see "Unproven sessions" in the engine's documentation).
+    pub sessions_unproven: u64,
+    /// Sessions and candidates that proved themselves (a request of the client's answered
+    /// online, as its ACK numbers tell).
+    pub sessions_proven: u64,
+    /// Unproven sessions and candidates ended, by why.
+    pub unproven_ended: UnprovenCounts,
     /// Sessions that ended as the client ended them (FIN or RST carried, after every request
     /// captured before it).
     pub sessions_completed: u64,

@@ -43,7 +43,9 @@ fn a_session_idle_for_several_timeouts_carries_every_later_request_once() {
         let s = h.e.stats();
         assert_eq!((s.sessions_failed.total(), s.sessions_active, h.e.session_count()), (0, 1, 1), "still carried after request {i}");
     }
-    // No timer is left: an idle session costs no wake-up.
+    // No timer is left but the one armed while it was unproven (it finds nothing to do): an
+    // idle session costs no wake-up.
+    let _ = h.run_timers(3_700_000);
     assert_eq!(h.e.poll_timeout(), None);
     assert!(sent.iter().all(|o| o.tuple == test_tuple()), "one connection");
     assert!(!sent.iter().any(|o| o.has(TcpFlags::RST) || o.has(TcpFlags::FIN)));
@@ -132,6 +134,8 @@ fn idle_session(h: &mut H, port: u16) {
     let _ = h.out();
     h.rec_to(tuple_of(port), answer(0));
     let _ = h.out();
+    // The client acknowledges the online answer: proven (see "Unproven sessions").
+    h.cap(Seg { src: from_port(port), seq: CISN + 1 + REQS[0].len() as u32, ack: OISN + 1 + 100, ..BASE });
     let until = h.ms() + 200;
     let _ = h.run_timers(until);
 }
@@ -142,35 +146,51 @@ fn busy_session(h: &mut H, port: u16) -> Vec<Out> {
     h.out()
 }
 
+/// The client on `port`, having sent `len` bytes, acknowledges an online answer: its session
+/// is proven (see "Unproven sessions").
+fn prove(h: &mut H, port: u16, len: u32) {
+    h.cap(Seg { src: from_port(port), seq: CISN + 1 + len, ack: OISN + 2, ..BASE });
+}
+
+/// [`busy_session`] with a request of the client's answered online: busy and proven.
+fn proven_busy_session(h: &mut H, port: u16) -> Vec<Out> {
+    let mut out = busy_session(h, port);
+    h.cap(Seg { src: from_port(port), ..request(0) });
+    prove(h, port, REQS[0].len() as u32);
+    out.extend(h.out());
+    out
+}
+
 #[test]
 fn a_full_table_makes_room_from_idle_sessions_idle_longest_first() {
     let mut h = H::new(EngineConfig { session_timeout: Duration::from_secs(60), max_sessions: 3, ..cfg() });
     h.at(0);
     idle_session(&mut h, 1001);
     h.at(1_000);
-    busy_session(&mut h, 1002);
+    proven_busy_session(&mut h, 1002);
     h.at(2_000);
     idle_session(&mut h, 1003);
     // The busy one is older than the second idle one, but idle ones go first.
     h.at(2_500);
-    let out = busy_session(&mut h, 1004);
+    let out = proven_busy_session(&mut h, 1004);
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.idle_shed, s.sessions_shed, s.drops.table_full), (1, 1, 0));
     assert!(out.iter().any(|o| o.tuple == tuple_of(1001) && o.has(TcpFlags::RST)), "{out:?}");
     h.at(2_600);
-    let out = busy_session(&mut h, 1005);
+    let out = proven_busy_session(&mut h, 1005);
     assert_eq!(h.e.stats().sessions_failed.idle_shed, 2);
     assert!(out.iter().any(|o| o.tuple == tuple_of(1003) && o.has(TcpFlags::RST)));
-    // No idle session left: the next one is not copied.
+    // No idle session left, and a busy proven one is never shed: the next one is not copied
+    // (its handshake ACK, then its request and ACK as mid-stream candidates, all refused).
     h.at(2_700);
-    let _ = busy_session(&mut h, 1006);
+    let _ = proven_busy_session(&mut h, 1006);
     let s = h.e.stats();
-    assert_eq!((s.sessions_failed.idle_shed, s.drops.table_full, s.sessions_failed.memory), (2, 1, 0));
+    assert_eq!((s.sessions_failed.idle_shed, s.drops.table_full, s.sessions_failed.memory), (2, 3, 0));
     // The shed session's client sends again: a new session from that request on (it sheds
     // no one: the others are busy, but the shed ones linger and do not count), not a drop.
     h.cap(Seg { src: from_port(1001), ..request(1) });
     let s = h.e.stats();
-    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.drops.table_full), (0, 0, 2));
+    assert_eq!((s.drops.after_close, s.drops.midstream_skip, s.drops.table_full), (0, 0, 4));
 }
 
 #[test]
@@ -183,12 +203,14 @@ fn over_max_memory_idle_sessions_are_shed_before_older_busy_ones() {
     // Busy and oldest: its 4000 bytes wait for a test handshake that does not come.
     let _ = busy_session(&mut h, 1001);
     h.cap(Seg { src: from_port(1001), ..data(0, 0, &[1; 4000]) });
+    prove(&mut h, 1001, 4000);
     h.at(1_000);
     idle_session(&mut h, 1002);
     h.at(2_000);
     let _ = busy_session(&mut h, 1003);
     assert_eq!(h.e.stats().sessions_shed, 0);
     h.cap(Seg { src: from_port(1003), ..data(0, 0, &[1; 4000]) });
+    prove(&mut h, 1003, 4000);
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.idle_shed, s.sessions_failed.memory, s.sessions_shed), (1, 0, 1));
     let out = h.out();

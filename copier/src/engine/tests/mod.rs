@@ -26,6 +26,7 @@ mod registration;
 mod rules;
 mod shaped;
 mod shutdown;
+mod unproven;
 mod window;
 
 pub(super) const CLIENT: &str = "203.0.113.7:40000";
@@ -156,6 +157,9 @@ pub(super) fn cfg() -> EngineConfig {
         // Every segment acknowledged at once, so tests see each ACK when its record comes;
         // the delayed ACK has its own tests (`ack.rs`).
         ack_delay: std::time::Duration::ZERO,
+        // Most templates never show a request answered online (the client's ACK of the
+        // answer): unproven sessions have their own tests (`unproven.rs`).
+        unproven_timeout: std::time::Duration::from_secs(3600),
         ..EngineConfig::default()
     }
 }
