@@ -288,11 +288,13 @@ pub struct Args {
     pub session_buffer: u64,
 
     /// Most sessions in the table at once (per worker; those closed and only lingering not
-    /// counted). When a new session finds it full, the idle sessions quiet longest make room
-    /// (copier_sessions_failed_total{reason="idle_shed"}, see --session-timeout); without an
-    /// idle one the new session is not copied (counted as
-    /// copier_packets_dropped_total{reason="table_full"}). The default fits the default
-    /// --max-memory.
+    /// counted). When a new session finds it full, room is made in this order, quiet longest
+    /// first: unproven mid-stream candidates, then idle unproven, idle proven and busy
+    /// unproven sessions (copier_sessions_failed_total{reason="unproven_shed"|"idle_shed"};
+    /// see --unproven-timeout, --session-timeout); a busy proven session is never shed, and a
+    /// new mid-stream candidate takes only another candidate's room. Without room the new
+    /// session is not copied (copier_packets_dropped_total{reason="table_full"}). The default
+    /// fits the default --max-memory.
     #[arg(long, value_name = "N", default_value_t = crate::engine::DEFAULT_MAX_SESSIONS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_sessions: usize,
@@ -330,6 +332,20 @@ pub struct Args {
     /// against --max-memory: see --session-timeout).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Option<Duration>,
+
+    /// How long a session may stay unproven while it waits to start mid-stream or sits idle.
+    /// A session is proven once the client's packets show one of its requests answered
+    /// online (data, then an ACK past the one that data carried); until then it may be a
+    /// spoofer's: any ACK or data segment of an unknown connection makes a mid-stream
+    /// candidate, and a handshake's ACK cannot be checked. An unproven candidate or idle
+    /// session ends after this long (copier_unproven_ended_total{reason="unproven_timeout"};
+    /// an idle one's next request starts a new session, nothing skipped), and the unproven go
+    /// first when room is needed (see --max-sessions), so a flood of spoofed segments holds
+    /// no slot for long. The proof is not a cryptographic one: the copier sees only the
+    /// client's direction, so a spoofer who fakes a request and a later ACK per connection
+    /// passes it.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub unproven_timeout: Duration,
 
     /// Rewrite client addresses into these ranges (sticky per real client), e.g.
     /// 198.19.0.0/16, or a list: 198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48 (repeatable;
@@ -736,6 +752,7 @@ impl Args {
             session_timeout: self.session_timeout,
             per_session_cap: usize::try_from(self.session_buffer).unwrap_or(usize::MAX).max(64 << 10),
             idle_timeout: self.idle_timeout,
+            unproven_timeout: self.unproven_timeout,
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
                 "--max-memory is larger than this machine's address space".to_string()
             })?,
@@ -763,6 +780,9 @@ impl Args {
         }
         if let Some(t) = self.idle_timeout.filter(|t| *t < Duration::from_secs(1)) {
             return Err(format!("--idle-timeout {t:?} is too short (at least 1s)"));
+        }
+        if self.unproven_timeout < Duration::from_secs(1) {
+            return Err(format!("--unproven-timeout {:?} is too short (at least 1s)", self.unproven_timeout));
         }
         if engine.max_memory < 1 << 20 {
             return Err(format!(

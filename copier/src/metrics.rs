@@ -122,6 +122,10 @@ pub mod names {
     pub const SYN_TIME_WAIT_RESETS_TOTAL: &str = "copier_syn_time_wait_resets_total";
     pub const SYNS_INCOMPLETE_TOTAL: &str = "copier_syns_incomplete_total";
     pub const SYNS_PENDING: &str = "copier_syns_pending";
+    /// Sessions and mid-stream candidates in the table not proven yet (`--unproven-timeout`).
+    pub const UNPROVEN_SESSIONS: &str = "copier_unproven_sessions";
+    pub const UNPROVEN_PROVEN_TOTAL: &str = "copier_unproven_proven_total";
+    pub const UNPROVEN_ENDED_TOTAL: &str = "copier_unproven_ended_total";
     pub const UNITS_AHEAD_TOTAL: &str = "copier_units_ahead_total";
     pub const REQUESTS_TOTAL: &str = "copier_requests_total";
     pub const REQUESTS_DROPPED_TOTAL: &str = "copier_requests_dropped_total";
@@ -292,7 +296,19 @@ fn describe() {
     );
     describe_counter!(
         names::SESSIONS_SHED_TOTAL,
-        "Sessions shed to stay under --max-memory"
+        "Sessions shed to stay under --max-memory or to make room at --max-sessions (mid-stream candidates included)"
+    );
+    describe_gauge!(
+        names::UNPROVEN_SESSIONS,
+        "Sessions and mid-stream candidates in the table that have not shown a request answered online yet (see --unproven-timeout)"
+    );
+    describe_counter!(
+        names::UNPROVEN_PROVEN_TOTAL,
+        "Sessions and mid-stream candidates that proved themselves (a request of the client's answered online)"
+    );
+    describe_counter!(
+        names::UNPROVEN_ENDED_TOTAL,
+        "Unproven sessions and mid-stream candidates ended before they proved themselves, by reason (unproven_shed: room was needed; unproven_timeout: --unproven-timeout)"
     );
     describe_gauge!(
         names::SYNS_PENDING,
@@ -496,6 +512,11 @@ pub fn export(s: &Snapshot<'_>) {
         counter!(names::SESSIONS_SHED_OVERLOAD_TOTAL, "reason" => reason).absolute(v);
     }
     gauge!(names::SYNS_PENDING).set(e.syns_pending as f64);
+    gauge!(names::UNPROVEN_SESSIONS).set(e.sessions_unproven as f64);
+    counter!(names::UNPROVEN_PROVEN_TOTAL).absolute(e.sessions_proven);
+    for (reason, v) in e.unproven_ended.iter() {
+        counter!(names::UNPROVEN_ENDED_TOTAL, "reason" => reason).absolute(v);
+    }
     for (reason, v) in e.syns_incomplete.iter() {
         counter!(names::SYNS_INCOMPLETE_TOTAL, "reason" => reason).absolute(v);
     }

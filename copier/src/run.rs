@@ -198,6 +198,8 @@ struct Line {
     gso_wire: u64,
     gso_cut: u64,
     shed_overload: crate::engine::ShedCounts,
+    /// Unproven sessions and mid-stream candidates ended, by why.
+    unproven: crate::engine::UnprovenCounts,
     retransmissions: u64,
     send_errors: u64,
     records: u64,
@@ -229,6 +231,9 @@ impl Line {
             l.gso_wire += s.gso_wire_segments;
             l.gso_cut += s.gso_cut;
             l.shed_overload.merge(&e.sessions_shed_overload);
+            for &r in crate::engine::UnprovenEnd::ALL {
+                l.unproven.add(r, e.unproven_ended.get(r));
+            }
             l.retransmissions += e.retransmissions;
             l.send_errors += s.err_msgsize + s.err_nobufs + s.err_again + s.err_perm + s.err_other;
             l.records += e.records_received;
@@ -269,6 +274,14 @@ impl Line {
                 self.shed_overload.total(),
                 self.shed_overload.capture_backlog,
                 self.shed_overload.kernel_drops
+            )?;
+        }
+        let (shed, timeout) = (self.unproven.unproven_shed, self.unproven.unproven_timeout);
+        if shed + timeout > 0 {
+            write!(
+                f,
+                "; {} unproven session(s) or mid-stream candidate(s) ended ({shed} unproven_shed, {timeout} unproven_timeout)",
+                shed + timeout
             )?;
         }
         if self.gso_whole + self.gso_cut > 0 {
