@@ -19,9 +19,12 @@
 //! keeps both (see `stream`), so connections and their ACKs live in the test space alone.
 //!
 //! Malformed HTTP (a head httparse refuses or longer than [`MAX_HEAD`], a bad or conflicting
-//! length, a transfer coding other than chunked, a bad chunk line): counted, and the rest of the
-//! session passes as captured, from the first byte of the bad request on (the test server gets
-//! what the online server got). Only inside the body of a dropped request is that impossible
+//! length, a `Content-Length` above 2^63-1, a transfer coding other than chunked, a bad chunk
+//! line): counted, and with `unparsable = "pass"` the rest of the session passes as captured,
+//! from the first byte of the bad request on (the test server gets what the online server
+//! got); with `unparsable = "drop"` the copy is given up there ([`Editor::unparsable`]), as
+//! it is when a session caught mid-stream ([`Editor::midstream`]) does not start with a
+//! request while HTTP filters exist. Only inside the body of a dropped request is that impossible
 //! (its head is gone), and in allow-only mode (nothing after it is known to be allowed): the
 //! copy is then given up ([`Editor::failed`]); what it sent before stays whole. What follows
 //! an `Upgrade` or `CONNECT` request belongs to it: it passes untouched (not counted) when the
@@ -33,7 +36,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
-use super::rules::{HeaderEdit, Req, Rules, Verdict};
+use super::rules::{HeaderEdit, Req, Rules, Unparsable, Verdict};
 
 /// The longest request head held before it is called malformed.
 pub(crate) const MAX_HEAD: usize = 64 << 10;
@@ -148,6 +151,10 @@ pub(crate) struct Editor {
     pass_after: Option<bool>,
     /// The copy cannot go on (malformed inside a dropped request).
     pub failed: bool,
+    /// ... and only because the rules say `unparsable = "drop"`.
+    pub unparsable: bool,
+    /// The session was caught mid-stream: its first bytes are where a request should start.
+    midstream: bool,
     pub counts: RequestCounts,
 }
 
@@ -166,8 +173,26 @@ impl Editor {
             line: Vec::new(),
             pass_after: None,
             failed: false,
+            unparsable: false,
+            midstream: false,
             counts: RequestCounts::default(),
         }
+    }
+
+    /// For a session caught mid-stream (see `unparsable` in the rules).
+    pub(crate) fn midstream(mut self) -> Editor {
+        self.midstream = true;
+        self
+    }
+
+    /// The rules drop what cannot be parsed: give the copy up (`unparsable`).
+    fn fail_closed(&mut self, work: &mut VecDeque<Chunk>) -> bool {
+        if self.rules.unparsable != Unparsable::Drop {
+            return false;
+        }
+        self.give_up(work);
+        self.unparsable = true;
+        true
     }
 
     /// Bytes held (not yet written), with the editor itself.
@@ -245,6 +270,9 @@ impl Editor {
         self.state = State::Start;
         if self.rules.allow_only {
             self.give_up(work);
+            return 0;
+        }
+        if self.fail_closed(work) {
             return 0;
         }
         self.emit_pend(q, true)
@@ -340,6 +368,12 @@ impl Editor {
             match looks_http(&self.flat) {
                 None => return 0,
                 Some(true) => self.mode = Mode::Http,
+                Some(false) if self.midstream && self.rules.http_filters() && self.fail_closed(work) => {
+                    // Caught mid-stream where no request starts (inside a body, say): with
+                    // HTTP filters nothing after it can be checked.
+                    self.counts.malformed += 1;
+                    return 0;
+                }
                 Some(false) => {
                     // Another protocol: cut by units when a filter may match one, or when
                     // allow-only mode must drop what no filter allows.
@@ -376,7 +410,9 @@ impl Editor {
                     bad = true; // a body without an end we can find
                 }
             } else if n.eq_ignore_ascii_case("content-length") {
-                let l = std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                // Above 2^63-1 is malformed (RFC 9110 servers refuse it too); `u64::MAX` would
+                // also read as "the rest of the stream".
+                let l = std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&l| l <= i64::MAX as u64);
                 match (l, clen) {
                     (None, _) => bad = true,
                     (Some(l), Some(c)) if l != c => bad = true,
@@ -513,6 +549,9 @@ impl Editor {
         self.line.clear();
         if !keep || self.rules.allow_only {
             self.give_up(work);
+            return 0;
+        }
+        if self.fail_closed(work) {
             return 0;
         }
         if let Some(rest) = d.tail(read) {
@@ -692,7 +731,7 @@ mod tests {
 
     #[test]
     fn malformed_http_passes_the_rest_as_captured() {
-        let r = rules(DENY_PAY);
+        let r = rules(&format!("unparsable = \"pass\"\n{DENY_PAY}"));
         let input = b"GET /pay/1 HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /pay/2 HTTP/1.1\r\n\r\n";
         let (out, e) = run(&r, input, 4);
         let from = input.windows(6).position(|w| w == b"GET /x").unwrap();
@@ -796,5 +835,56 @@ mod tests {
             let (out, _) = run(&r, &[input, tail].concat(), cut);
             proptest::prop_assert!(out.starts_with(&want));
         }
+    }
+
+    #[test]
+    fn unparsable_drop_gives_the_copy_up_at_a_malformed_request() {
+        // The default with a filter: fail closed.
+        let r = rules(DENY_PAY);
+        assert_eq!(r.unparsable, Unparsable::Drop);
+        let input = b"GET /a HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /pay/2 HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n";
+        for cut in [1, 4, 200] {
+            let (out, e) = run(&r, input, cut);
+            assert_eq!(&out[..], b"GET /a HTTP/1.1\r\n\r\n", "cut {cut}: what came before stays, nothing after");
+            assert!(e.failed && e.unparsable && e.counts.malformed == 1);
+        }
+        // Without filters, the default passes (nothing to check).
+        assert_eq!(rules("[dye]\n").unparsable, Unparsable::Pass);
+        assert!(Rules::from_toml_str("unparsable = \"maybe\"\n").unwrap_err().to_string().contains("unparsable"));
+    }
+
+    #[test]
+    fn a_content_length_above_i64_max_is_malformed_not_the_rest_of_the_stream() {
+        let huge = b"POST /a HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nGET /pay/1 HTTP/1.1\r\n\r\n";
+        let (out, e) = run(&rules(DENY_PAY), huge, 7);
+        assert!(out.is_empty() && e.unparsable && e.counts.malformed == 1, "{:?}", String::from_utf8_lossy(&out));
+        let pass = rules(&format!("unparsable = \"pass\"\n{DENY_PAY}"));
+        let (out, e) = run(&pass, huge, 7);
+        assert_eq!((&out[..], e.counts.malformed, e.failed), (&huge[..], 1, false), "passes as captured, counted");
+        let max = b"POST /a HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\nbody";
+        let (out, e) = run(&rules(DENY_PAY), max, 7);
+        assert_eq!((&out[..], e.counts.malformed), (&max[..], 0), "2^63-1 is still a length");
+    }
+
+    #[test]
+    fn a_midstream_start_inside_a_body_is_dropped_when_unparsable_is_drop() {
+        let body = b"tail of an upload\r\nGET /pay/1 HTTP/1.1\r\n\r\n";
+        let feed = |r: &Arc<Rules>, mid: bool| {
+            let meter = Meter::default();
+            let mut e = Editor::new(r.clone(), 0, "198.18.0.9".parse().unwrap(), meter.clone());
+            if mid {
+                e = e.midstream();
+            }
+            let mut q = ByteQueue::new();
+            e.feed(Payload::new(body, &meter).keep(0).unwrap(), &mut q);
+            (q.len(), e)
+        };
+        let (n, e) = feed(&rules(DENY_PAY), true);
+        assert!(n == 0 && e.failed && e.unparsable);
+        let (n, e) = feed(&rules(&format!("unparsable = \"pass\"\n{DENY_PAY}")), true);
+        assert!(n == body.len() && !e.failed, "pass: as today");
+        // From the SYN, bytes that are not HTTP are another protocol: they pass.
+        let (n, e) = feed(&rules(DENY_PAY), false);
+        assert!(n == body.len() && !e.failed);
     }
 }

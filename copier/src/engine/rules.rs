@@ -37,6 +37,27 @@
 //! replace = "$1 /v2/"
 //! ```
 //! Header names compare without case. Values may not hold CR or LF.
+//!
+//! Top-level settings (before the first table):
+//! ```toml
+//! path_case = "insensitive"  # default; "sensitive": globs compare the path's case too
+//! unparsable = "drop"        # default with any [[filter]]; "pass" (default without one)
+//! ```
+//!
+//! Paths are matched normalised ([`normalize_target`]), as a server resolves them, so that a
+//! client cannot walk around a filter by spelling the path otherwise: `//pay/1`, `/%70ay/1`,
+//! `/x/../pay/1` and (case-insensitive by default) `/PAY/1` all match `path = "/pay/*"`. A
+//! `path_regex` matches if it matches the raw request target or the normalised one (the
+//! normalised path and the raw query).
+//!
+//! `unparsable`: what becomes of the rest of a session the editor cannot read as HTTP
+//! requests: a malformed request (a head httparse refuses, a bad or conflicting
+//! `Content-Length`, one above 2^63-1, a bad chunk line, an unknown transfer coding), or a
+//! session caught mid-stream whose first bytes are not a request while HTTP filters exist.
+//! `"drop"` (fail closed): the rest of that session's copy is not sent and the copy ends
+//! (`copier_sessions_failed_total{reason="unparsable"}`); what it sent before stays whole.
+//! `"pass"`: the rest passes as captured, unfiltered and undyed (counted in
+//! `copier_requests_malformed_total`).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -55,6 +76,8 @@ pub struct RulesError(String);
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileSpec {
+    path_case: Option<String>,
+    unparsable: Option<String>,
     #[serde(default)]
     filter: Vec<FilterSpec>,
     dye: Option<DyeSpec>,
@@ -122,10 +145,84 @@ pub struct Filter {
     /// What it does when it matches.
     pub action: Action,
     methods: Vec<Vec<u8>>,
-    path: Option<Regex>,
+    path: Option<PathMatch>,
     header: Option<(String, Option<Regex>)>,
     client: Option<Cidr>,
     prefix: Option<Vec<u8>>,
+}
+
+/// How a filter matches the path.
+#[derive(Debug)]
+enum PathMatch {
+    /// A glob, on the normalised path.
+    Glob(Regex),
+    /// A regex, on the raw request target or the normalised one.
+    Regex(Regex),
+}
+
+/// What the rules file says of what cannot be read as requests (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unparsable {
+    /// The rest of the session passes as captured.
+    Pass,
+    /// The rest of the session's copy is dropped (fail closed).
+    Drop,
+}
+
+/// The path of a request target as a server resolves it, for matching: the path alone
+/// (an absolute-form target's scheme and authority, the query and any fragment cut), every
+/// `%XX` decoded once (`%2F` included: a server that decodes it sees a `/`; an escape that is
+/// not one stays as it is), empty and `.` segments dropped (so `//` is one `/`), `..` taking
+/// the segment before it away (never above the root). A trailing `/` stays. Case is left as
+/// it is: globs compare without case unless `path_case = "sensitive"`.
+#[must_use]
+pub fn normalize_target(target: &[u8]) -> Vec<u8> {
+    let mut t = target;
+    if let Some(i) = t.windows(3).position(|w| w == b"://") {
+        if i > 0 && t[..i].iter().all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c)) {
+            let rest = &t[i + 3..];
+            t = &rest[rest.iter().position(|&c| c == b'/').unwrap_or(rest.len())..];
+        }
+    }
+    let end = t.iter().position(|&c| c == b'?' || c == b'#').unwrap_or(t.len());
+    let path = &t[..end];
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut dec = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        if path[i] == b'%' && i + 2 < path.len() {
+            if let (Some(h), Some(l)) = (hex(path[i + 1]), hex(path[i + 2])) {
+                dec.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        dec.push(path[i]);
+        i += 1;
+    }
+    let mut segs: Vec<&[u8]> = Vec::new();
+    let mut trailing = false;
+    for seg in dec.split(|&c| c == b'/') {
+        trailing = false;
+        match seg {
+            b"" | b"." => trailing = true,
+            b".." => {
+                segs.pop();
+                trailing = true;
+            }
+            s => segs.push(s),
+        }
+    }
+    let mut out = Vec::with_capacity(dec.len() + 1);
+    for s in &segs {
+        out.push(b'/');
+        out.extend_from_slice(s);
+    }
+    if out.is_empty() || trailing {
+        out.push(b'/');
+    }
+    out
 }
 
 /// What the editor knows of a request when it asks the filters.
@@ -142,7 +239,8 @@ impl Filter {
         !self.methods.is_empty() || self.path.is_some() || self.header.is_some()
     }
 
-    fn matches(&self, client: IpAddr, req: &Req<'_>) -> bool {
+    /// `norm`: the request's normalised path and its raw query (`?...`), if it has one.
+    fn matches(&self, client: IpAddr, req: &Req<'_>, norm: &(Vec<u8>, &[u8])) -> bool {
         if self.client.as_ref().is_some_and(|c| !c.contains(client)) {
             return false;
         }
@@ -155,7 +253,12 @@ impl Filter {
                 if !self.methods.is_empty() && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method)) {
                     return false;
                 }
-                if self.path.as_ref().is_some_and(|r| !r.is_match(target)) {
+                let path_ok = match &self.path {
+                    None => true,
+                    Some(PathMatch::Glob(r)) => r.is_match(&norm.0),
+                    Some(PathMatch::Regex(r)) => r.is_match(target) || r.is_match(&[&norm.0[..], norm.1].concat()),
+                };
+                if !path_ok {
                     return false;
                 }
                 match &self.header {
@@ -221,6 +324,8 @@ pub struct Rules {
     pub(crate) dye: Option<Dye>,
     pub(crate) headers: Vec<HeaderEdit>,
     pub(crate) rewrites: Vec<(String, Regex, Vec<u8>)>,
+    /// What becomes of what cannot be read as requests.
+    pub unparsable: Unparsable,
 }
 
 /// What the filters say of one request.
@@ -237,9 +342,11 @@ fn bad(rule: &str, what: impl fmt::Display) -> RulesError {
 }
 
 /// A glob on a path as a regex anchored at both ends: `**` any characters, `*` any but `/`,
-/// `?` one but `/`; the rest literal.
-fn glob_regex(glob: &str) -> String {
-    let mut re = String::from("^");
+/// `?` one but `/`; the rest literal; without case unless `case` (`(?i)`).
+fn glob_regex(glob: &str, case: bool) -> String {
+    // Bytes, not characters (`-u`): a decoded path need not be UTF-8, and `[^/]` must take
+    // any byte but `/`.
+    let mut re = String::from(if case { "(?-u)^" } else { "(?i-u)^" });
     let mut chars = glob.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
@@ -249,7 +356,12 @@ fn glob_regex(glob: &str) -> String {
             }
             '*' => re.push_str("[^/]*"),
             '?' => re.push_str("[^/]"),
-            c => re.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+            c if c.is_ascii() => re.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+            c => {
+                for b in c.encode_utf8(&mut [0; 4]).bytes() {
+                    re.push_str(&format!("\\x{b:02X}"));
+                }
+            }
         }
     }
     // The query, if any, is not part of the path.
@@ -322,6 +434,17 @@ impl Rules {
     /// Parse and validate rules (see the module documentation for the format).
     pub fn from_toml_str(text: &str) -> Result<Rules, RulesError> {
         let spec: FileSpec = toml::from_str(text).map_err(|e| RulesError(e.to_string()))?;
+        let case = match spec.path_case.as_deref() {
+            None | Some("insensitive") => false,
+            Some("sensitive") => true,
+            Some(o) => return Err(RulesError(format!("path_case {o:?}: \"insensitive\" (the default) or \"sensitive\""))),
+        };
+        let unparsable = match spec.unparsable.as_deref() {
+            None if spec.filter.is_empty() => Unparsable::Pass,
+            None | Some("drop") => Unparsable::Drop,
+            Some("pass") => Unparsable::Pass,
+            Some(o) => return Err(RulesError(format!("unparsable {o:?}: \"drop\" or \"pass\""))),
+        };
         let mut filters = Vec::new();
         for f in spec.filter {
             let n = f.name.as_str();
@@ -342,9 +465,9 @@ impl Rules {
                     if !g.starts_with('/') && g != "*" {
                         return Err(bad(n, format!("path {g:?} must start with /")));
                     }
-                    Some(regex(n, "path", &glob_regex(g))?)
+                    Some(PathMatch::Glob(regex(n, "path", &glob_regex(g, case))?))
                 }
-                (None, Some(r)) => Some(regex(n, "path_regex", r)?),
+                (None, Some(r)) => Some(PathMatch::Regex(regex(n, "path_regex", r)?)),
                 (None, None) => None,
             };
             let header = match (&f.header, &f.header_regex) {
@@ -417,7 +540,7 @@ impl Rules {
             rewrites.push((r.name.clone(), regex(n, "regex", &r.regex)?, r.replace.into_bytes()));
         }
         let allow_only = filters.iter().any(|f| f.action == Action::Allow);
-        Ok(Rules { filters, allow_only, dye, headers, rewrites })
+        Ok(Rules { filters, allow_only, dye, headers, rewrites, unparsable })
     }
 
     /// Re-read every header value taken from a file. A file that cannot be read or holds a bad
@@ -460,10 +583,22 @@ impl Rules {
         self.filters.iter().any(|f| !f.http_only())
     }
 
+    /// Whether a filter looks at HTTP requests only (methods, path, header).
+    pub(crate) fn http_filters(&self) -> bool {
+        self.filters.iter().any(Filter::http_only)
+    }
+
     /// The filters' verdict on a request of `client`.
     pub(crate) fn verdict(&self, client: IpAddr, req: &Req<'_>) -> Verdict {
+        let norm = match req {
+            Req::Http { target, .. } if self.filters.iter().any(|f| f.path.is_some()) => {
+                let q = target.iter().position(|&c| c == b'?').map_or(&[][..], |i| &target[i..]);
+                (normalize_target(target), q)
+            }
+            _ => (Vec::new(), &[][..]),
+        };
         for (i, f) in self.filters.iter().enumerate() {
-            if f.matches(client, req) {
+            if f.matches(client, req, &norm) {
                 return match f.action {
                     Action::Deny => Verdict::Drop(Some(i)),
                     Action::Allow => Verdict::Copy(Some(i)),
@@ -546,5 +681,43 @@ mod tests {
         // The module example shows every key: drop the alternatives a real file picks among.
         let text = text.replace("path_regex = \"^/pay/\"", "").replace("replace = \"...\"", "").replace("file = \"/etc/tc/token\"", "").replace("delete = true", "").replace("prefix = \"DEL \"", "");
         Rules::from_toml_str(&text).unwrap();
+    }
+
+    #[test]
+    fn paths_are_matched_normalised_so_spellings_do_not_walk_around_a_deny() {
+        for (raw, norm) in [
+            ("/pay/1", "/pay/1"),
+            ("//pay/1", "/pay/1"),
+            ("/%70ay/1", "/pay/1"),
+            ("/pay%2F1", "/pay/1"),
+            ("/x/../pay/./1", "/pay/1"),
+            ("/%2e%2e/pay/1", "/pay/1"),
+            ("/../../pay/1?a=/x", "/pay/1"),
+            ("/pay/1#frag", "/pay/1"),
+            ("http://shop.example//pay/1?x", "/pay/1"),
+            ("/pay/", "/pay/"),
+            ("/pay/x/..", "/pay/"),
+            ("", "/"),
+            ("/%zz/%4", "/%zz/%4"),
+        ] {
+            assert_eq!(String::from_utf8_lossy(&normalize_target(raw.as_bytes())), norm, "{raw}");
+        }
+        let r = Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n").unwrap();
+        let v = |t: &str| r.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
+        for t in ["/pay/1", "//pay/1", "/%70ay/1", "/PAY/1", "/Pay/%31?q", "/a/../pay/1", "/pay/%FF"] {
+            assert_eq!(v(t), Verdict::Drop(Some(0)), "{t} must be denied");
+        }
+        for t in ["/payment/1", "/pay/1/2", "/a/pay/1", "/pa%79x/1"] {
+            assert_eq!(v(t), Verdict::Copy(None), "{t} must pass");
+        }
+        // Case-sensitive on request.
+        let s = Rules::from_toml_str("path_case = \"sensitive\"\n[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n").unwrap();
+        let vs = |t: &str| s.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
+        assert_eq!((vs("/PAY/1"), vs("//pay/1")), (Verdict::Copy(None), Verdict::Drop(Some(0))));
+        assert!(Rules::from_toml_str("path_case = \"upper\"\n").unwrap_err().to_string().contains("path_case"));
+        // A path_regex sees the raw target and the normalised one.
+        let re = Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath_regex = \"^/pay/[0-9]+\\\\?x=1$\"\n").unwrap();
+        let vr = |t: &str| re.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
+        assert_eq!((vr("/pay/1?x=1"), vr("//%70ay/1?x=1"), vr("/pay/1")), (Verdict::Drop(Some(0)), Verdict::Drop(Some(0)), Verdict::Copy(None)));
     }
 }

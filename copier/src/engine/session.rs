@@ -483,7 +483,8 @@ impl Session {
                 // The online server answered in between: a request starts here, and its
                 // answer online starts at this ACK.
                 self.isn = h.seq.sub(1);
-                self.stream = Stream::midstream(self.isn, h.ack).with_editor(self.editor(sh));
+                // Caught mid-stream: whether a request really starts here is not known.
+                self.stream = Stream::midstream(self.isn, h.ack).with_editor(self.editor(sh).map(Editor::midstream));
                 self.tsval = h.opts.ts.map(|t| t.0);
                 self.start(sh, now);
                 if self.phase != Phase::Active {
@@ -529,7 +530,8 @@ impl Session {
         if let Some(e) = self.stream.editor() {
             e.counts.drain_into(&mut sh.stats.requests);
             if e.failed {
-                self.finish(sh, now, Some(FailReason::MalformedRequest));
+                let why = if e.unparsable { FailReason::Unparsable } else { FailReason::MalformedRequest };
+                self.finish(sh, now, Some(why));
                 return;
             }
         }
