@@ -256,7 +256,10 @@ fn request_line_rewrites_lengthen_and_shorten_long_sessions() {
 #[test]
 fn malformed_http_is_counted_and_the_session_passes_as_captured() {
     let Some(mut lab) = lab_or_skip("malformed_http_is_counted_and_the_session_passes_as_captured") else { return };
-    let c = start(&mut lab, "[[filter]]\nname = \"skip\"\npath = \"/skip/**\"\n", &["", "skip/"], &["", "skip/"]);
+    // `unparsable = "pass"`: the rest of a session that cannot be read passes (the default
+    // with filters is to drop it).
+    let rules = "unparsable = \"pass\"\n[[filter]]\nname = \"skip\"\npath = \"/skip/**\"\n";
+    let c = start(&mut lab, rules, &["", "skip/"], &["", "skip/"]);
     // A header value with a control byte: httparse refuses it, nginx serves it. From there on
     // the session passes as captured, the filtered request after it included.
     let bad = "GET /f1?s=m&i=4 HTTP/1.1\r\nHost: lab\r\nX-Odd: a\u{1}b\r\n\r\n".to_string();
@@ -279,6 +282,39 @@ fn malformed_http_is_counted_and_the_session_passes_as_captured() {
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     assert_eq!(metric_sum(&m, "copier_requests_malformed_total", &[]), 1.0, "{m}");
     assert_eq!(metric_sum(&m, "copier_rule_matches_total", &["rule=\"skip\""]), 1.0, "{m}");
+    c.assert_no_leak(&mut lab);
+}
+
+#[test]
+fn other_spellings_of_a_denied_path_are_denied_too() {
+    let Some(mut lab) = lab_or_skip("other_spellings_of_a_denied_path_are_denied_too") else { return };
+    let c = start(&mut lab, "[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n", &["", "pay/"], &["", "pay/"]);
+    // Every spelling of /pay/f0 that nginx serves as that file, and requests that must pass.
+    let denied = ["/pay/f0?s=d&i=1", "//pay/f0?s=d&i=2", "/%70ay/f0?s=d&i=3", "/PAY/f0?s=d&i=4", "/x/../pay/f0?s=d&i=5"];
+    let passed = ["/f0?s=p&i=1", "/payment?s=p&i=2", "/f1?s=p&i=3"];
+    let mut reqs: Vec<String> = Vec::new();
+    for (d, p) in denied.iter().zip(passed.iter().chain(std::iter::repeat(&"/f2?s=p&i=9"))) {
+        reqs.push(request(d, false));
+        reqs.push(request(p, false));
+    }
+    send(&lab, &reqs, Way::KeepAlive);
+    for d in &denied {
+        send(&lab, &[request(d, true)], Way::Close);
+    }
+    let n_online = reqs.len() + denied.len();
+    c.online.wait_requests(n_online, Duration::from_secs(10));
+    let online = c.online.requests().unwrap();
+    assert_eq!(online.len(), n_online);
+    // nginx served each spelling (a 200 for the file, or a 404 for the upper-case one).
+    let kept: Vec<String> = reqs.iter().filter_map(|r| {
+        let uri = r.split(' ').nth(1).unwrap();
+        (!denied.contains(&uri)).then(|| uri.to_string())
+    }).collect();
+    let log = test_log(&c, kept.len());
+    let uris: Vec<String> = log.iter().map(|e| e.uri.clone()).collect();
+    assert_eq!(uris, kept, "only the requests outside /pay/ reached the test server");
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(metric_sum(&m, "copier_rule_matches_total", &["rule=\"pay\""]), (2 * denied.len()) as f64, "{m}");
     c.assert_no_leak(&mut lab);
 }
 

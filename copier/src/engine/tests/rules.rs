@@ -187,3 +187,18 @@ fn a_capture_hole_inside_a_held_head_resumes_edited_at_the_next_request() {
     assert_eq!(String::from_utf8_lossy(&stream_of(&sent, syn.seq + 1)), want);
     assert_eq!(h.e.stats().drops.capture_gap, 1);
 }
+
+#[test]
+fn unparsable_drop_ends_the_copy_at_a_huge_content_length_with_its_own_reason() {
+    // The default with a filter is fail closed: the request after the unreadable one, a
+    // denied one, must not slip through as "body".
+    let mut h = with_rules(DENY_PAY, cfg());
+    h.establish();
+    h.cap(data(0, 0, R1));
+    h.cap(data(off(&[R1]), 100, b"POST /a HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nGET /pay/1 HTTP/1.1\r\n\r\n"));
+    let s = h.e.stats();
+    assert_eq!((s.requests.malformed, s.sessions_failed.unparsable, s.sessions_failed.malformed_request), (1, 1, 0));
+    let out = h.out();
+    assert!(out.iter().any(|o| o.has(TcpFlags::RST)), "the test connection is reset: {out:?}");
+    assert!(out.iter().all(|o| o.payload.is_empty() || o.payload == R1), "only what came before: {out:?}");
+}
