@@ -132,8 +132,16 @@ allow-only; a dropped request is left out of the test session as if the client n
 may get a dye header (its value may carry the copy index and a copier id), header edits (set,
 replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
 line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
-untouched. Malformed HTTP is counted and the rest of its session passes as captured (in
-allow-only mode the copy is given up instead). Matches
+untouched. Paths are matched normalised, as a server resolves them: the query cut, every %XX
+decoded once (%2F too), // and ./.. segments resolved, and without case unless the file says
+path_case = \"sensitive\"; so //pay/1, /%70ay/1 and /PAY/1 all match path = \"/pay/*\" (a path_regex
+matches the raw target or the normalised one). What cannot be read as requests (malformed HTTP,
+a Content-Length above 2^63-1, a session caught mid-stream that does not start with a request
+while HTTP filters exist) is counted; with unparsable = \"drop\" in the file (the default when it
+has a filter: fail closed) the rest of that session's copy is dropped
+(copier_sessions_failed_total{reason=\"unparsable\"}), with unparsable = \"pass\" (the default
+without filters) it passes as captured, unfiltered and undyed (in allow-only mode the copy is
+given up either way). Matches
 per rule: copier_rule_matches_total{rule} and the summary line. --record DIR archives what is
 copied (copy 0, after the rules' filters and edits) as rotating pcapng files with an index of
 sessions; --offline FILE with --rules allow filters (and --from/--until for a time range)

@@ -665,7 +665,7 @@ mod tests {
     #[test]
     fn the_readme_and_module_examples_are_valid() {
         let readme = include_str!("../../../README.md");
-        let start = readme.find("```toml\n  [[filter]]").expect("the README's rules example") + 8;
+        let start = readme.find("```toml\n  path_case").expect("the README's rules example") + 8;
         let end = start + readme[start..].find("```").unwrap();
         let text: String = readme[start..end].lines().map(|l| format!("{}\n", l.trim_start())).collect();
         let token = std::env::temp_dir().join(format!("rules-readme-{}", std::process::id()));
