@@ -45,7 +45,7 @@ fn flood(mut raw: RawSender, rate: u64, stop: Arc<AtomicBool>, sent: Arc<AtomicU
         let t = FourTuple::new(SocketAddr::V4(SocketAddrV4::new(addr::CLIENT, port)), server);
         let (seq, ack) = ((n as u32).wrapping_mul(2_654_435_761), (n as u32).wrapping_mul(40_503) ^ 0x5a5a_0000);
         let flags = TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0);
-        let payload: &[u8] = if n % 2 == 0 { b"GET /spoofed HTTP" } else { b"" };
+        let payload: &[u8] = if n & 1 == 0 { b"GET /spoofed HTTP" } else { b"" };
         raw.send(t, seq, ack, flags, payload).unwrap();
         n += 1;
         sent.store(n, Ordering::Relaxed);
