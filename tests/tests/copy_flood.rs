@@ -11,7 +11,7 @@ use common::flow::FourTuple;
 use common::wire::TcpFlags;
 use lab::fake::RawSender;
 use lab::http::get;
-use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
+use lab::setup::{metric_sum, scrape_metrics, tail, wait_metric, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host, Lab};
 use std::net::{SocketAddr, SocketAddrV4, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +61,9 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
             COPIER_METRICS.into(),
             "--max-sessions".into(),
             MAX_SESSIONS.to_string(),
+            // Short, so that the candidates left when the flood stops are seen to time out.
+            "--unproven-timeout".into(),
+            "2s".into(),
         ],
         ipv6: false,
         ..CopyOptions::default()
@@ -113,5 +116,14 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
     assert!(metric_sum(&m, "copier_unproven_proven_total", &[]) >= (KEEP + SHORT) as f64, "{m}");
     assert_eq!(metric_sum(&m, "copier_sessions_started_total", &[]), (KEEP + SHORT) as f64, "no candidate started\n{m}\n{log}");
     assert_eq!(failed("unproven_shed"), 0.0, "no real session was shed\n{m}");
+    // The candidates left when the flood stopped end by --unproven-timeout; the table holds
+    // no unproven session afterwards.
+    wait_metric(&lab, Host::Online, COPIER_METRICS, "copier_unproven_ended_total", &["reason=\"unproven_timeout\""], 1.0, Duration::from_secs(15))
+        .unwrap();
+    // They were all made within the flood's last milliseconds.
+    std::thread::sleep(Duration::from_secs(1));
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    assert_eq!(metric_sum(&m, "copier_unproven_sessions", &[]), 0.0, "{m}");
     drop(keep);
+    c.assert_no_leak(&mut lab);
 }
