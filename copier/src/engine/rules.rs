@@ -720,4 +720,18 @@ mod tests {
         let vr = |t: &str| re.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
         assert_eq!((vr("/pay/1?x=1"), vr("//%70ay/1?x=1"), vr("/pay/1")), (Verdict::Drop(Some(0)), Verdict::Drop(Some(0)), Verdict::Copy(None)));
     }
+
+    proptest::proptest! {
+        /// Any target: no panic, and the path is rooted, with no empty, `.` or `..` segment
+        /// left (a trailing `/` aside).
+        #[test]
+        fn any_target_normalises_to_a_rooted_path_without_dot_or_empty_segments(t in proptest::collection::vec(proptest::sample::select(b"/.%2fFe?#a0".to_vec()), 0..40)) {
+            let n = normalize_target(&t);
+            proptest::prop_assert_eq!(n.first(), Some(&b'/'));
+            let body = n.strip_suffix(b"/").unwrap_or(&n);
+            for seg in body.split(|&c| c == b'/').skip(1) {
+                proptest::prop_assert!(seg != b"" && seg != b"." && seg != b"..", "{:?} -> {:?}", String::from_utf8_lossy(&t), String::from_utf8_lossy(&n));
+            }
+        }
+    }
 }
