@@ -141,6 +141,16 @@ fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
 }
 
 #[test]
+fn the_unproven_timeout_is_10s_by_default_and_at_least_a_second() {
+    let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.unproven_timeout, Duration::from_secs(10));
+    let v = args(&["--no-secret", "--unproven-timeout", "30s"]).unwrap().validate(1).unwrap();
+    assert_eq!(v.engine.unproven_timeout, Duration::from_secs(30));
+    let e = args(&["--no-secret", "--unproven-timeout", "100ms"]).unwrap().validate(1).unwrap_err();
+    assert!(e.contains("--unproven-timeout"), "{e}");
+}
+
+#[test]
 fn session_caps_parse_and_default() {
     let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
     assert_eq!(v.engine.max_sessions, crate::engine::DEFAULT_MAX_SESSIONS);
