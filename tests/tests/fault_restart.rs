@@ -68,3 +68,41 @@ fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
     c.assert_no_leak(&mut lab);
     println!("figures: {figures:?}");
 }
+
+#[test]
+fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() {
+    let Some(mut lab) = lab_or_skip("a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up") else { return };
+    let opts = CopyOptions {
+        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
+        intercept_args: ["--allow", POOL].map(String::from).to_vec(),
+        ipv6: false,
+        ..CopyOptions::default()
+    };
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let traffic = Traffic::start(&mut lab, 4).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let old = c.copier.take().unwrap();
+    old.signal(Signal::SIGKILL);
+    old.wait_timeout(Duration::from_secs(5)).expect("the copier died");
+    let at = Instant::now();
+    // The intercept keeps dropping the answers of the dead copier's sessions (tombstones).
+    std::thread::sleep(Duration::from_secs(1));
+    let before = c.test().request_count();
+    c.start_copier(&mut lab).unwrap();
+    // The keep-alive connections that were open go on: the new copier picks them up mid-stream.
+    std::thread::sleep(Duration::from_secs(3));
+    let test = c.test().requests().unwrap();
+    let copied = c.test().request_count().saturating_sub(before);
+    let ka_after = test[before.min(test.len())..].iter().filter(|e| e.uri.contains("?ka")).count();
+    println!(
+        "copier kill -9: {copied} requests copied by the new copier in the {:.1} s after its start ({ka_after} on keep-alive \
+         connections opened before the kill); {} leaked",
+        at.elapsed().as_secs_f64() - 1.0,
+        c.leaked(&lab)
+    );
+    assert!(ka_after > 0, "live keep-alive sessions are copied again:\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+    traffic.stop();
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    c.check_alive().unwrap();
+    c.assert_no_leak(&mut lab);
+}
