@@ -78,6 +78,15 @@ and that answers nothing but resets for --target-down-after is taken out (logged
 copier_target_up): its new sessions go to the others; one probe copy every --target-retry tests
 it, and its first answer puts it back in.
 
+Intercept links: a test connection sends nothing until an intercept guarding its server
+accepted its registration on its current link (an intercept refuses servers not on its own
+host: server_not_local, and the copy waits for the one that guards it). When a link ends (the
+intercept restarted or its host went away), every connection in force through it alone is held
+back, sending nothing (copier_registrations_withdrawn_total), until the new link accepted it
+again: the copier reconnects at least every second while sessions are registered and registers
+them all at once. An intercept whose firewall rules went missing says so, and its sessions send
+nothing until the rules are back (copier_intercept_rules_lost_total).
+
 Fleets: copiers that run one configuration (a DaemonSet: the same flags, the same --seed, the
 same --client-ip pool) see the same client addresses and ports (clients behind one NAT or load
 balancer) and would pick the same test 4-tuple for them: the test server would see one

@@ -20,8 +20,16 @@
 //!   sheds the oldest records and counts them). With several workers, each applies its own
 //!   changes to the one registry (their tuples are disjoint), so a reconnected intercept still
 //!   learns every live session of every worker. A lost link is
-//!   retried with exponential back-off (100 ms doubling to 5 s, with jitter) for as long as the
-//!   copier runs.
+//!   retried with exponential back-off (100 ms doubling to 5 s, with jitter; to 1 s while
+//!   sessions are registered) for as long as the copier runs.
+//! - Link generations ([`LinkGens`]): every link that comes up is the next generation of its
+//!   intercept, and the engines learn of each link's start and end in order with its verdicts
+//!   (`crate::engine::LinkEvent`): an acceptance counts only on the link that gave it, so
+//!   after a reconnection (a restarted intercept knows no registration) a session sends
+//!   nothing until the new link accepted it again. After its snapshot the client says
+//!   `Synced` to an intercept with `FEATURE_RESTART` (it may end the intercept's restart
+//!   grace), and that intercept's `Rules` messages (its firewall rules missing or back) go
+//!   to the engines too.
 //!
 //! Invariants: `connected` counts the links that finished their handshake and sent their
 //! snapshot; it is decremented when a link ends, whatever the reason (a guard). No lock is held
@@ -44,9 +52,13 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{broadcast, watch};
 
+use crate::engine::LinkEvent;
 use crate::link::{EngineLink, FdWriter, LinkDesk, LinkShared};
 use crate::workers::RecordRouter;
 
+/// The longest back-off between attempts while sessions are registered (they send nothing
+/// until a link is up again).
+pub const RETRY_WITH_SESSIONS: Duration = Duration::from_secs(1);
 /// Most tuples put in one Register/Unregister message.
 const TUPLES_PER_MESSAGE: usize = 8192;
 /// Capacity of the registration broadcast; a client further behind resynchronises (by
@@ -275,6 +287,45 @@ pub fn messages_for(events: &[RegEvent], ask: Option<&PayloadAsk>, out: &mut Vec
     }
 }
 
+/// The link generations of every intercept: each link that comes up takes the next number of
+/// its intercept (`--intercept` index), from 1.
+#[derive(Debug, Default)]
+pub struct LinkGens(Mutex<Vec<(u16, u32)>>);
+
+impl LinkGens {
+    /// No link came up yet.
+    pub fn new() -> LinkGens {
+        LinkGens::default()
+    }
+
+    /// The generation of intercept `id`'s new link.
+    pub fn next(&self, id: u16) -> u32 {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match g.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, n)) => {
+                *n = n.wrapping_add(1);
+                *n
+            }
+            None => {
+                g.push((id, 1));
+                1
+            }
+        }
+    }
+}
+
+/// Log what an intercept said of its firewall rules (`Message::Rules`).
+pub fn log_rules(id: u16, in_force: bool) {
+    if in_force {
+        tracing::info!("intercept #{id}: its firewall rules are back in force; its sessions send again");
+    } else {
+        tracing::error!(
+            "intercept #{id}: its firewall rules are MISSING (flushed or reloaded): nothing is sent on its sessions \
+             until they are back (copier_intercept_rules_lost_total)"
+        );
+    }
+}
+
 /// What the clients share with the engine thread.
 #[derive(Clone, Debug)]
 pub struct Links {
@@ -290,6 +341,8 @@ pub struct Links {
     /// How long the intercepts may hold records that nothing waits on, as the engines say
     /// (`Message::RecordWait`, to an intercept with `FEATURE_RECORD_WAIT`).
     pub hold: Arc<crate::workers::InterceptHold>,
+    /// The generation of each intercept's links.
+    pub gens: Arc<LinkGens>,
 }
 
 /// How one client behaves.
@@ -471,9 +524,11 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
                 last_err = Some(msg);
             }
         }
+        // Sessions registered: their copies wait for the link, so retry at least every second.
+        let cap = if links.registry.is_empty() { cfg.backoff_max } else { cfg.backoff_max.min(RETRY_WITH_SESSIONS) };
         let jitter = rng.random_range(0.8..1.2);
-        let wait = backoff.mul_f64(jitter);
-        backoff = (backoff * 2).min(cfg.backoff_max);
+        let wait = backoff.min(cap).mul_f64(jitter);
+        backoff = (backoff * 2).min(cap);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => return,
@@ -508,24 +563,29 @@ where
         peer,
     } = est;
     let ask = payload_ask(cfg, &peer);
-    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &mut writer).await?;
+    let gen = links.gens.next(cfg.id);
+    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &peer, &mut writer).await?;
+    links.records.deliver_link(cfg.id, gen, LinkEvent::Up).await.map_err(|_| LinkError::EngineGone)?;
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     links.records.wake_all();
     log_connected(cfg, &peer, snapshot.len());
 
-    tokio::select! {
-        r = read_loop(cfg, links, &mut reader) => r,
+    let r = tokio::select! {
+        r = read_loop(cfg, links, gen, &mut reader) => r,
         r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
-    }
+    };
+    let _ = links.records.deliver_link(cfg.id, gen, LinkEvent::Down).await;
+    r
 }
 
-/// Send the registry's tuples this link guards; returns them and the receiver of every later
-/// change.
+/// Send the registry's tuples this link guards (then `Synced`, to an intercept with
+/// `FEATURE_RESTART`); returns them and the receiver of every later change.
 async fn send_snapshot<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     links: &Links,
     ask: Option<&PayloadAsk>,
+    peer: &common::proto::Hello,
     writer: &mut FrameWriter<W>,
 ) -> Result<(HashSet<FourTuple>, broadcast::Receiver<RegEvent>), LinkError> {
     let (mut snapshot, rx) = links.registry.subscribe();
@@ -533,6 +593,9 @@ async fn send_snapshot<W: AsyncWrite + Unpin>(
     let mut msgs = Vec::new();
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
     messages_for(&events, ask, &mut msgs);
+    if peer.has(common::proto::FEATURE_RESTART) {
+        msgs.push(Message::Synced);
+    }
     for chunk in msgs.chunks(4) {
         write(writer, chunk, cfg.ping_interval * 3).await?;
     }
@@ -586,12 +649,13 @@ pub async fn serve_direct(
     let closer = sock.try_clone().map_err(io)?;
     let mut writer = FrameWriter::from_parts(FdWriter::new(sock).map_err(io)?, sealer);
     let ask = payload_ask(cfg, &peer);
-    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &mut writer).await?;
+    let gen = links.gens.next(cfg.id);
+    let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &peer, &mut writer).await?;
 
     let shared = Arc::new(LinkShared::new());
     let counter =
         ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
-    desk.hand(EngineLink::new(engine_sock, decoder, cfg.id, shared.clone(), counter));
+    desk.hand(EngineLink::new(engine_sock, decoder, cfg.id, shared.clone(), counter).with_gen(gen));
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     // Dropped before `_up`: the engine, woken by `_up`, finds the link dead.
@@ -654,6 +718,7 @@ async fn write<W: AsyncWrite + Unpin>(
 async fn read_loop<S: AsyncRead + Unpin>(
     cfg: &ClientConfig,
     links: &Links,
+    gen: u32,
     reader: &mut FrameReader<ReadHalf<S>>,
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
@@ -680,6 +745,14 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .map_err(|_| LinkError::EngineGone)?;
             }
             Some(Message::Pong { .. }) => {}
+            Some(Message::Rules { in_force }) => {
+                log_rules(cfg.id, in_force);
+                links
+                    .records
+                    .deliver_link(cfg.id, gen, LinkEvent::Rules(in_force))
+                    .await
+                    .map_err(|_| LinkError::EngineGone)?;
+            }
             Some(Message::Registered { results }) => {
                 if results.is_empty() {
                     continue;
@@ -891,6 +964,7 @@ mod tests {
             connected: Arc::new(AtomicUsize::new(0)),
             desk: None,
             hold: Arc::new(crate::workers::InterceptHold::new(Duration::ZERO)),
+            gens: Arc::new(LinkGens::new()),
         };
         (links, rx)
     }
@@ -910,6 +984,8 @@ mod tests {
                     .write_message(&Message::Pong { token })
                     .await
                     .unwrap(),
+                // After the snapshot (the link test checks where).
+                Message::Synced => {}
                 m @ (Message::Register { .. }
                 | Message::Unregister { .. }
                 | Message::RegisterPayload { .. }
@@ -953,6 +1029,11 @@ mod tests {
                 vec![t(1), t(2)],
                 "a (re)connected intercept learns every live session"
             );
+            assert_eq!(
+                est.reader.read_message().await.unwrap(),
+                Some(Message::Synced),
+                "then it is told the snapshot is complete (FEATURE_RESTART)"
+            );
             for _ in 0..100 {
                 if links.connected.load(Ordering::SeqCst) == 1 {
                     break;
@@ -985,6 +1066,11 @@ mod tests {
                 .await
                 .unwrap();
             let sent_at = std::time::Instant::now();
+            // The engines learned first that this link (generation 1 of intercept 7) is up.
+            assert_eq!(
+                records.recv().await.unwrap(),
+                Inbound::Link { from: 7, gen: 1, event: LinkEvent::Up }
+            );
             let Inbound::Records { at, records: got } = records.recv().await.unwrap() else {
                 panic!("records expected")
             };

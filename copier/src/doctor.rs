@@ -346,6 +346,13 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
         let item = format!("intercept {name} guards --map {}", show_map(m));
         if v.accepted() {
             r.ok(item, "a probe registration was accepted");
+        } else if v == common::proto::RegVerdict::ServerNotLocal {
+            r.warn(
+                item,
+                format!("refused (server_not_local): {} is not an address of this intercept's host", m.target.ip()),
+                "another intercept must guard that server (--intercept on its host); for a server behind NAT on this \
+                 host, start the intercept with --any-server",
+            );
         } else {
             r.fail(
                 item,

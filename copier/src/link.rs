@@ -153,6 +153,8 @@ pub struct EngineLink {
     decoder: FrameDecoder,
     /// The link's `--intercept` index (names its verdicts to the engine).
     id: u16,
+    /// Its generation (`crate::control::LinkGens`).
+    gen: u32,
     shared: Arc<LinkShared>,
     records: ::metrics::Counter,
     /// Whether the next turn reads it (poll said so, or the engine did not poll since).
@@ -174,10 +176,23 @@ impl EngineLink {
             sock,
             decoder,
             id,
+            gen: 0,
             shared,
             records,
             ready: true,
         }
+    }
+
+    /// The link's generation (`crate::control::LinkGens`; 0 by default).
+    #[must_use]
+    pub fn with_gen(mut self, gen: u32) -> EngineLink {
+        self.gen = gen;
+        self
+    }
+
+    /// Which intercept and which of its links this is.
+    pub fn link(&self) -> (u16, u32) {
+        (self.id, self.gen)
     }
 
     /// The descriptor, for `poll`.
@@ -230,6 +245,10 @@ impl EngineLink {
                         }
                     }
                     Message::Pong { .. } => {}
+                    Message::Rules { in_force } => {
+                        crate::control::log_rules(self.id, in_force);
+                        f(Inbound::Link { from: self.id, gen: self.gen, event: crate::engine::LinkEvent::Rules(in_force) });
+                    }
                     Message::Error { code, message } => {
                         return Err(ProtoError::Remote { code, message }.into())
                     }

@@ -283,6 +283,7 @@ fn run(args: Args) -> Result<RunSummary> {
         connected,
         desk,
         hold,
+        gens: Arc::new(copier::control::LinkGens::new()),
     };
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {

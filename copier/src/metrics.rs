@@ -119,6 +119,9 @@ pub mod names {
     pub const SESSIONS_STARTED_TOTAL: &str = "copier_sessions_started_total";
     pub const SYN_PORT_MOVES_TOTAL: &str = "copier_syn_port_moves_total";
     pub const TUPLE_MOVES_TOTAL: &str = "copier_tuple_moves_total";
+    pub const REGISTRATIONS_WITHDRAWN_TOTAL: &str = "copier_registrations_withdrawn_total";
+    pub const INTERCEPT_RULES_LOST_TOTAL: &str = "copier_intercept_rules_lost_total";
+    pub const REGISTRATIONS_NOT_LOCAL_TOTAL: &str = "copier_registrations_not_local_total";
     pub const SYN_TIME_WAIT_RESETS_TOTAL: &str = "copier_syn_time_wait_resets_total";
     pub const SYNS_INCOMPLETE_TOTAL: &str = "copier_syns_incomplete_total";
     pub const SYNS_PENDING: &str = "copier_syns_pending";
@@ -380,6 +383,18 @@ fn describe() {
         "SYNs answered by a bare ACK of a TIME_WAIT socket, reset and sent again"
     );
     describe_counter!(
+        names::REGISTRATIONS_WITHDRAWN_TOTAL,
+        "Test connections held back (nothing sent) because their registration stopped being in force: the intercept's link ended or its firewall rules went missing"
+    );
+    describe_counter!(
+        names::INTERCEPT_RULES_LOST_TOTAL,
+        "Times an intercept said its firewall rules went missing (its sessions send nothing until they are back)"
+    );
+    describe_counter!(
+        names::REGISTRATIONS_NOT_LOCAL_TOTAL,
+        "Verdicts server_not_local: an intercept that does not guard the test server (the copy waits for the one that does)"
+    );
+    describe_counter!(
         names::TUPLE_MOVES_TOTAL,
         "Test connections moved to another tuple before sending anything: an intercept said another copier holds theirs"
     );
@@ -545,6 +560,9 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::SYN_TIME_WAIT_RESETS_TOTAL).absolute(e.syn_time_wait_resets);
     counter!(names::SYN_PORT_MOVES_TOTAL).absolute(e.syn_port_moves);
     counter!(names::TUPLE_MOVES_TOTAL).absolute(e.tuple_moves);
+    counter!(names::REGISTRATIONS_WITHDRAWN_TOTAL).absolute(e.registrations_withdrawn);
+    counter!(names::INTERCEPT_RULES_LOST_TOTAL).absolute(e.rules_lost);
+    counter!(names::REGISTRATIONS_NOT_LOCAL_TOTAL).absolute(e.registrations_not_local);
     for (reason, v) in e.drops.iter() {
         counter!(names::PACKETS_DROPPED_TOTAL, "reason" => reason).absolute(v);
     }

@@ -44,7 +44,7 @@ use tokio::sync::mpsc;
 use crate::capture::CaptureStats;
 use crate::feed::Feed;
 use crate::control::{RegEvent, Registry};
-use crate::engine::{Engine, EngineConfig, EngineStats, OverloadReason};
+use crate::engine::{Engine, EngineConfig, EngineStats, LinkEvent, OverloadReason};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
@@ -801,6 +801,9 @@ fn take_inbound(
                 engine.handle_registered(now, from, t, v);
             }
         }
+        Inbound::Link { from, gen, event } => {
+            engine.intercept_link(now, from, gen, event);
+        }
     }
 }
 
@@ -813,11 +816,30 @@ fn take_inbound(
 fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnSeen, now: Instant) -> bool {
     let Some(desk) = &io.desk else { return false };
     let mut got = false;
-    desk.take(&mut st.links);
+    // The links that ended first (their acceptances are void), then the new ones (each the
+    // current link of its intercept from now on), then what they read.
     let mut i = 0;
     while i < st.links.len() {
         if st.links[i].is_dead() {
-            st.links.swap_remove(i);
+            let (from, gen) = st.links.swap_remove(i).link();
+            engine.intercept_link(now, from, gen, LinkEvent::Down);
+            got = true;
+        } else {
+            i += 1;
+        }
+    }
+    let known = st.links.len();
+    desk.take(&mut st.links);
+    for l in &st.links[known..] {
+        let (from, gen) = l.link();
+        engine.intercept_link(now, from, gen, LinkEvent::Up);
+        got = true;
+    }
+    let mut i = 0;
+    while i < st.links.len() {
+        if st.links[i].is_dead() {
+            let (from, gen) = st.links.swap_remove(i).link();
+            engine.intercept_link(now, from, gen, LinkEvent::Down);
             continue;
         }
         if !st.links[i].ready {
@@ -835,7 +857,12 @@ fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnS
                 link.ready = more;
                 i += 1;
             }
-            Err(e) => st.links.swap_remove(i).fail(e),
+            Err(e) => {
+                let link = st.links.swap_remove(i);
+                let (from, gen) = link.link();
+                link.fail(e);
+                engine.intercept_link(now, from, gen, LinkEvent::Down);
+            }
         }
     }
     got

@@ -195,6 +195,17 @@ pub enum Inbound {
         /// The records, in the order the intercept sent them.
         records: Vec<Record>,
     },
+    /// Intercept `from`'s link of generation `gen` came up, ended, or says whether its rules
+    /// are in force (`crate::engine::Engine::intercept_link`); to every worker, in order with
+    /// the link's verdicts.
+    Link {
+        /// Which intercept (its `--intercept` index).
+        from: u16,
+        /// The link's generation (`crate::control::LinkGens`).
+        gen: u32,
+        /// What happened.
+        event: crate::engine::LinkEvent,
+    },
     /// Intercept `from`'s verdicts on registered tuples (`Message::Registered`).
     Verdicts {
         /// Which intercept (its `--intercept` index).
@@ -492,6 +503,16 @@ impl RecordRouter {
             let (n, urgent) = (batch.len(), batch.iter().any(Record::urgent));
             inbox.records.send(Inbound::Records { at, records: batch }).await.map_err(|_| InboxClosed)?;
             inbox.wake.queued(n, urgent, filling(&inbox.records));
+        }
+        Ok(())
+    }
+
+    /// Tell every worker what became of intercept `from`'s link `gen` (after everything the
+    /// link delivered before), waiting while an inbox is full.
+    pub async fn deliver_link(&self, from: u16, gen: u32, event: crate::engine::LinkEvent) -> Result<(), InboxClosed> {
+        for inbox in self.inboxes.iter() {
+            inbox.records.send(Inbound::Link { from, gen, event }).await.map_err(|_| InboxClosed)?;
+            inbox.wake.notify();
         }
         Ok(())
     }

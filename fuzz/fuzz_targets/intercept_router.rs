@@ -113,6 +113,7 @@ fuzz_target!(|input: Input| {
         linger,
         tombstone_capacity: 1 << 16,
         accept_local: input.accept_local,
+        local_servers_only: false,
     });
     router.set_local_addrs([IpAddr::V4(Ipv4Addr::new(198, 18, 2, 2))]);
     let clients = clients();

@@ -67,6 +67,11 @@ pub struct InterceptConfig {
     pub copier_queue: usize,
     /// The longest rest of an NFQUEUE worker between batches (`--max-rest`; zero: never).
     pub max_rest: Duration,
+    /// How long a restarted intercept accepts nothing it cannot prove is no copy
+    /// (`--restart-grace`; zero: no grace).
+    pub restart_grace: Duration,
+    /// Accept registrations for servers whose address is not this host's (`--any-server`).
+    pub any_server: bool,
 }
 
 /// A configuration the daemon refuses to start with; each names its flag.
@@ -119,6 +124,7 @@ impl InterceptConfig {
             ("--hold-time", self.hold_time),
             ("--linger", self.linger),
             ("--exit-grace", self.exit_grace),
+            ("--restart-grace", self.restart_grace),
         ] {
             if value > MAX_DURATION {
                 return Err(ConfigError::TooLong { flag, value });
@@ -151,6 +157,7 @@ impl InterceptConfig {
             linger: self.linger,
             tombstone_capacity: self.tombstone_capacity,
             accept_local: self.local_answers,
+            local_servers_only: !self.any_server,
         }
     }
 
@@ -186,6 +193,8 @@ mod tests {
             local_answers: true,
             copier_queue: 65536,
             max_rest: crate::rest::MAX_REST,
+            restart_grace: Duration::from_secs(15),
+            any_server: false,
         }
     }
 

@@ -434,6 +434,12 @@ pub(crate) async fn run_copier<S>(
         core.outlets.insert(id, outlet.clone());
         // Before its first Register: who it is decides between a reconnection and another copier.
         core.router.set_instance(id, hello.instance);
+        // A copier (not a doctor's probe) connecting during a restart grace: the grace does not
+        // end early before it said its sessions are registered again (an older copier never
+        // says so: the grace then runs its whole length).
+        if hello.instance != 0 {
+            core.router.grace_join(id);
+        }
         let me = FleetMember { instance: hello.instance, addr: peer, index: hello.fleet_index, size: hello.fleet_size };
         // A copier (not a doctor's probe, which announces no instance) whose test ports another
         // live copier also uses: they will pick the same tuples for the clients they share.
@@ -471,9 +477,11 @@ pub(crate) async fn run_copier<S>(
     // Pongs and Registered answers, written by the write loop after the records queued so far.
     let (reply_tx, reply_rx) = mpsc::channel(64);
     let asks = hello.has(common::proto::FEATURE_PAYLOAD_REQUEST);
+    let tells = hello.has(common::proto::FEATURE_RESTART);
     let end = tokio::select! {
         e = read_loop(&mut reader, id, asks, &shared, &outlet, &reply_tx) => e,
         e = write_loop(&mut writer, &outlet, reply_rx, shutdown) => e,
+        e = tell_rules(tells, &shared, &reply_tx) => e,
     };
     let tell = match &end {
         End::Protocol(why) | End::BadTag(why) => Some(why.clone()),
@@ -603,6 +611,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 shared.lock().router.handle_unregister(id, &tuples);
             }
             Message::RecordWait { micros } => shared.rest.set_wait(id, micros),
+            Message::Synced => {
+                let mut core = shared.lock();
+                core.router.handle_synced(Instant::now(), id);
+                tracing::debug!(%id, "copier synced: its live sessions are registered");
+            }
             Message::FleetQuery => {
                 let mut copiers: Vec<FleetMember> = shared.lock().fleet.values().copied().collect();
                 copiers.sort_by_key(|m| (m.addr, m.instance));
@@ -624,6 +637,29 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     other.name()
                 ))
             }
+        }
+    }
+}
+
+/// Tell a copier that understands it (`tells`: `FEATURE_RESTART`) whether the firewall rules
+/// are in force, at connect when they are not and at every change; ends only when the
+/// connection's writer is gone.
+async fn tell_rules(tells: bool, shared: &Shared, reply: &mpsc::Sender<Message>) -> End {
+    if !tells {
+        return std::future::pending().await;
+    }
+    let mut rx = shared.rules_ok.subscribe();
+    let mut told = true;
+    loop {
+        let in_force = *rx.borrow_and_update();
+        if in_force != told {
+            if reply.send(Message::Rules { in_force }).await.is_err() {
+                return End::Shutdown;
+            }
+            told = in_force;
+        }
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
         }
     }
 }

@@ -55,7 +55,16 @@ Copiers connect to --listen and authenticate with the shared secret in --secret-
 registration of a session this intercept cannot guard (a server port that is not a --port, an
 IPv6 session with --ipv4-only, more than --max-registrations) is refused, and the copier told.
 With --install-rules, the rules are removed at exit only when nothing is registered, held or
-recently unregistered (after waiting up to --exit-grace); otherwise they stay (fail closed).";
+recently unregistered (after waiting up to --exit-grace); otherwise they stay (fail closed).
+A registration whose server address is not an address of this host is refused (another
+intercept guards that server; --any-server turns this off).
+Restarts: an intercept that finds its rules in place at start (--install-rules adopted them: an
+earlier intercept stopped while sessions were open; and always without --install-rules, as it
+cannot tell) knows none of the earlier registrations, so for --restart-grace it accepts nothing,
+not even for an allowed or local address, until its copiers have registered their sessions again.
+The rules are checked every second while running: with --install-rules a missing rule is put
+back (logged, intercept_rules_restored_total); without, the copiers are told to send nothing
+until the rules are back, and an error is logged.";
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -211,6 +220,19 @@ struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_max_rest)]
     max_rest: Duration,
 
+    /// After a restart (the rules were found in place at start, or are not ours), how long to
+    /// accept nothing that could be a copy, not even for an allowed or local address: what is
+    /// not registered is held and dropped. Ends earlier, but not before 2s, once every copier
+    /// that connected said its sessions are registered again. 0: no grace. At most 1h.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+    restart_grace: Duration,
+
+    /// Accept registrations for servers whose address is not one of this host's (a test
+    /// server behind NAT on this host). By default they are refused (server_not_local), so an
+    /// intercept never lets a copy go toward a host it does not guard.
+    #[arg(long)]
+    any_server: bool,
+
     /// More log output (-v debug, -vv trace).
     #[arg(short = 'v', action = ArgAction::Count)]
     verbose: u8,
@@ -298,6 +320,8 @@ impl Cli {
             local_answers: !self.no_local_answers,
             copier_queue: self.copier_queue,
             max_rest: self.max_rest,
+            restart_grace: self.restart_grace,
+            any_server: self.any_server,
         }
     }
 }
@@ -351,12 +375,17 @@ fn run(cli: InterceptConfig) -> Result<()> {
     let rules = cli.rules();
 
     let mut router = Router::new(cli.router_config());
-    if cli.local_answers {
+    if cli.local_answers || !cli.any_server {
         let addrs = local::interface_addrs()?;
-        tracing::info!(
-            "answers to this host pass (loopback and {addrs:?}; re-read every {:?})",
-            local::REFRESH
-        );
+        if cli.local_answers {
+            tracing::info!(
+                "answers to this host pass (loopback and {addrs:?}; re-read every {:?})",
+                local::REFRESH
+            );
+        }
+        if !cli.any_server {
+            tracing::info!("registrations accepted for servers on this host only ({addrs:?} and loopback)");
+        }
         router.set_local_addrs(addrs);
     }
     let shared = Shared::new(router, cli.payload_bytes);
@@ -391,6 +420,21 @@ fn run(cli: InterceptConfig) -> Result<()> {
             tracing::info!("found firewall rule: {f}");
         }
         left_behind = report.found;
+    }
+    // A restart: the rules were there before us (adopted), or they are not ours at all and we
+    // cannot tell. Copies of an earlier intercept's copiers may be under way.
+    let restarted = match &installed {
+        Some(g) => g.adopted() > 0,
+        None => true,
+    };
+    if restarted && !cli.restart_grace.is_zero() {
+        shared.lock().router.start_grace(Instant::now(), cli.restart_grace);
+        tracing::warn!(
+            "{}: for up to {:?} nothing of port(s) {:?} is accepted, not even for allowed or local addresses, until              the copiers have registered their sessions again (--restart-grace)",
+            if cli.install_rules { "found our rules in place (an earlier intercept ran)" } else { "rules not ours" },
+            cli.restart_grace,
+            cli.ports
+        );
     }
 
     // From here on, every way out (a signal, an error) comes back here, where the rules are
@@ -544,9 +588,12 @@ async fn serve(
     let ticker = tokio::spawn(tick(
         shared.clone(),
         queues.to_vec(),
-        cli.local_answers,
-        stop_rx,
+        cli.local_answers || !cli.any_server,
+        stop_rx.clone(),
     ));
+    let watcher = (!cli.no_rule_check).then(|| {
+        tokio::spawn(watch_rules(shared.clone(), cli.install_rules, cli.rules(), stop_rx))
+    });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("install the SIGTERM handler")?;
@@ -581,8 +628,62 @@ async fn serve(
     let _ = stop_tx.send(true);
     let _ = server.await;
     let _ = ticker.await;
+    if let Some(w) = watcher {
+        let _ = w.await;
+    }
     names::publish_router(shared.lock().router.stats());
     outcome
+}
+
+/// Check the firewall rules every [`rules::CHECK_EVERY`] until told to stop: with
+/// `--install-rules` put back the missing ones; without, tell the copiers to send nothing while
+/// they are missing (`Shared::rules_ok`).
+async fn watch_rules(shared: Arc<Shared>, install: bool, wanted: Vec<rules::Rule>, mut stop: watch::Receiver<bool>) {
+    let mut every = tokio::time::interval(rules::CHECK_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let wanted = wanted.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            if install {
+                rules::restore(&mut SystemRunner, &wanted).map(Some)
+            } else {
+                rules::check(&mut SystemRunner, &wanted).map(|_| None)
+            }
+        })
+        .await;
+        let Ok(checked) = checked else { continue };
+        match checked {
+            Ok(Some(back)) => {
+                for r in &back {
+                    tracing::warn!("firewall rule was gone (flushed or reloaded), put back: {r}");
+                }
+                metrics::counter!(names::RULES_RESTORED).increment(back.len() as u64);
+            }
+            Ok(None) => {
+                if !*shared.rules_ok.borrow() {
+                    tracing::info!("firewall rules back in force: the copiers may send again");
+                }
+                shared.rules_ok.send_if_modified(|ok| !std::mem::replace(ok, true));
+                metrics::gauge!(names::RULES_MISSING).set(0.0);
+            }
+            Err(e) => {
+                if *shared.rules_ok.borrow() || install {
+                    tracing::error!(
+                        "firewall rules no longer in force: {e:#}{}",
+                        if install { "" } else { "; told the copiers to send nothing until they are back" }
+                    );
+                }
+                if !install {
+                    shared.rules_ok.send_if_modified(|ok| std::mem::replace(ok, false));
+                    metrics::gauge!(names::RULES_MISSING).set(1.0);
+                }
+            }
+        }
+    }
 }
 
 /// Expire held records and tombstones, publish counters, re-read this host's addresses, until
@@ -598,6 +699,7 @@ async fn tick(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let local_every = (local::REFRESH.as_millis() / EVERY.as_millis()) as u64;
     let mut n = 0u64;
+    let mut in_grace = false;
     loop {
         tokio::select! {
             _ = every.tick() => {}
@@ -609,6 +711,12 @@ async fn tick(
             core.router.stats().clone()
         };
         names::publish_router(&stats);
+        if std::mem::replace(&mut in_grace, stats.grace > 0) && stats.grace == 0 {
+            tracing::info!(
+                "restart grace over ({} packet(s) held that would otherwise have passed); allowed and local answers pass again",
+                stats.grace_held
+            );
+        }
         n += 1;
         if n % 10 == 0 {
             names::publish_kernel_queues(&queues);

@@ -19,7 +19,7 @@ pub const PACKETS_ACCEPTED: &str = "intercept_packets_accepted_total";
 /// interface address).
 pub const PACKETS_ACCEPTED_LOCAL: &str = "intercept_packets_accepted_local_total";
 /// Registrations refused, label `reason` (`port_not_guarded`, `family_not_guarded`,
-/// `limit_reached`, `held_by_other`).
+/// `limit_reached`, `held_by_other`, `server_not_local`).
 pub const REGISTRATIONS_REFUSED: &str = "intercept_registrations_refused_total";
 /// Gauge: recently unregistered tuples whose packets are dropped (tombstones).
 pub const TOMBSTONES: &str = "intercept_tombstones";
@@ -68,6 +68,17 @@ pub const NFQUEUE_KERNEL_DROPPED: &str = "intercept_nfqueue_kernel_dropped_total
 pub const NFQUEUE_RESTS: &str = "intercept_nfqueue_rests_total";
 /// Verdicts the kernel refused.
 pub const VERDICT_ERRORS: &str = "intercept_verdict_errors_total";
+
+/// Packets held during a restart grace that the allow list or the local rule would otherwise
+/// have accepted (`--restart-grace`).
+pub const GRACE_HELD: &str = "intercept_restart_grace_held_total";
+/// Gauge: 1 while a restart grace holds.
+pub const GRACE: &str = "intercept_restart_grace";
+/// Firewall rules put back after they went missing at run time (`--install-rules`).
+pub const RULES_RESTORED: &str = "intercept_rules_restored_total";
+/// Gauge: 1 while the firewall rules are missing (without `--install-rules`: the copiers are
+/// told to send nothing).
+pub const RULES_MISSING: &str = "intercept_rules_missing";
 
 /// Register help texts with the installed recorder.
 pub fn describe() {
@@ -131,6 +142,19 @@ pub fn describe() {
     );
     describe_counter!(NFQUEUE_KERNEL_DROPPED, "The kernel's NFQUEUE drop counters");
     describe_counter!(VERDICT_ERRORS, "Verdicts the kernel refused");
+    describe_counter!(
+        GRACE_HELD,
+        "Packets held during a restart grace that the allow list or the local rule would have accepted"
+    );
+    describe_gauge!(GRACE, "1 while a restart grace holds (--restart-grace)");
+    describe_counter!(
+        RULES_RESTORED,
+        "Firewall rules put back after they went missing at run time (--install-rules)"
+    );
+    describe_gauge!(
+        RULES_MISSING,
+        "1 while the firewall rules are missing (the copiers are told to send nothing)"
+    );
 }
 
 /// Copy the router's counters into the registry.
@@ -153,6 +177,7 @@ pub fn publish_router(s: &Stats) {
         (RegVerdict::FamilyNotGuarded, s.refused_family),
         (RegVerdict::LimitReached, s.refused_limit),
         (RegVerdict::HeldByOther, s.refused_held),
+        (RegVerdict::ServerNotLocal, s.refused_not_local),
     ] {
         counter!(REGISTRATIONS_REFUSED, "reason" => verdict.as_str()).absolute(n);
     }
@@ -161,6 +186,8 @@ pub fn publish_router(s: &Stats) {
     counter!(REGISTER_CONFLICTS).absolute(s.register_conflicts);
     gauge!(HOLDING).set(s.holding as f64);
     gauge!(REGISTRATIONS).set(s.registrations as f64);
+    counter!(GRACE_HELD).absolute(s.grace_held);
+    gauge!(GRACE).set(s.grace as f64);
 }
 
 /// One line of `/proc/net/netfilter/nfnetlink_queue`.

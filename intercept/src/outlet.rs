@@ -63,6 +63,9 @@ pub struct Shared {
     pub payload_bytes: usize,
     /// How long the NFQUEUE workers may rest between batches, as the copiers say.
     pub rest: crate::rest::Rest,
+    /// Whether the firewall rules are in force (the rule check sets it; each copier's
+    /// connection tells its copier of a change, `Message::Rules`).
+    pub rules_ok: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -77,6 +80,7 @@ impl Shared {
             }),
             payload_bytes,
             rest: crate::rest::Rest::new(),
+            rules_ok: tokio::sync::watch::Sender::new(true),
         })
     }
 

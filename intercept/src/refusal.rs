@@ -72,10 +72,14 @@ impl RefusalLog {
             RegVerdict::HeldByOther => "another live copier holds that test tuple (copiers of one fleet need \
                  their own `copier --fleet I/N`); the copier moves its copy to another one"
                 .to_string(),
+            RegVerdict::ServerNotLocal => format!(
+                "its server {} is not an address of this host: another intercept guards it (the copier waits for that one's verdict)",
+                t.server.ip()
+            ),
             _ => format!("refused ({})", v.as_str()),
         };
         let keep = match v {
-            RegVerdict::HeldByOther => "",
+            RegVerdict::HeldByOther | RegVerdict::ServerNotLocal => "",
             _ => "; its responses would not be kept off the network",
         };
         let more = if left_out > 0 {

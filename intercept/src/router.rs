@@ -43,6 +43,15 @@
 //! - answers to this host's own addresses (loopback and the interfaces' addresses) cannot
 //!   leave the host and are accepted (unless `accept_local` is off), after the registered and
 //!   tombstoned checks and before the allow list;
+//! - a restarted intercept ([`Router::start_grace`]) knows none of the registrations its
+//!   predecessor held, so for its grace it accepts nothing, not even for an allowed or local
+//!   address: what is not registered is held (and released to a copier that registers it, or
+//!   dropped at `hold_time`). The grace ends at its deadline, or earlier once at least
+//!   [`GRACE_SETTLE`] has passed, at least one copier said its re-registration is complete
+//!   ([`Router::handle_synced`]) and every copier connected since the start that announced an
+//!   instance ([`Router::grace_join`]) has said so;
+//! - with `local_servers_only`, a registration whose server address is not an address of this
+//!   host is refused ([`RegVerdict::ServerNotLocal`]): another intercept guards that server;
 //! - the router is *quiet* ([`Router::quiet`]) when nothing is registered, held or
 //!   tombstoned: only then may the NFQUEUE rules go away at exit.
 //!
@@ -208,6 +217,25 @@ pub struct RouterConfig {
     pub tombstone_capacity: usize,
     /// Accept answers to this host's own addresses (loopback and [`Router::set_local_addrs`]).
     pub accept_local: bool,
+    /// Refuse registrations whose server address is not one of this host's
+    /// ([`RegVerdict::ServerNotLocal`]); off in tests and simulations that set no addresses.
+    pub local_servers_only: bool,
+}
+
+/// The least a restart grace lasts when its copiers are quick ([`Router::handle_synced`]): a
+/// copier holding sessions retries its link at least every second, so every copier of the
+/// previous intercept is back within it.
+pub const GRACE_SETTLE: Duration = Duration::from_secs(2);
+
+/// A restarted intercept's grace (see the module doc).
+#[derive(Debug)]
+struct Grace {
+    until: Instant,
+    settle: Instant,
+    /// Copiers connected during the grace that have not said they are synced.
+    waiting: HashSet<CopierId>,
+    /// Copiers that said so.
+    synced: usize,
 }
 
 /// Default of [`RouterConfig::max_registrations`] (and `--max-registrations`).
@@ -232,6 +260,7 @@ impl Default for RouterConfig {
             linger: DEFAULT_LINGER,
             tombstone_capacity: DEFAULT_TOMBSTONE_CAPACITY,
             accept_local: true,
+            local_servers_only: false,
         }
     }
 }
@@ -269,6 +298,13 @@ pub struct Stats {
     pub refused_limit: u64,
     /// Registrations refused: another live copier instance holds the tuple.
     pub refused_held: u64,
+    /// Registrations refused: the server address is not one of this host's.
+    pub refused_not_local: u64,
+    /// Packets held during a restart grace that would otherwise have been accepted (allow
+    /// list or this host's own address).
+    pub grace_held: u64,
+    /// Gauge: 1 during a restart grace.
+    pub grace: u64,
     /// Tombstones evicted from a full set before their linger was over.
     pub tombstones_evicted: u64,
     /// Gauge: registered tuples now.
@@ -347,6 +383,8 @@ pub struct Router {
     guard: Guard,
     max_registrations: usize,
     accept_local: bool,
+    local_servers_only: bool,
+    grace: Option<Grace>,
     local: HashSet<IpAddr>,
     routes: HashMap<FourTuple, Route>,
     per_copier: HashMap<CopierId, usize>,
@@ -374,6 +412,8 @@ impl Router {
             guard: config.guard,
             max_registrations: config.max_registrations,
             accept_local: config.accept_local,
+            local_servers_only: config.local_servers_only,
+            grace: None,
             local: HashSet::new(),
             routes: HashMap::new(),
             per_copier: HashMap::new(),
@@ -433,11 +473,14 @@ impl Router {
             return Decision::Drop(DropReason::RecentlyUnregistered);
         }
         let client = h.tuple.client.ip();
-        if self.accept_local && (is_loopback(client) || self.local.contains(&client)) {
+        let local = self.accept_local && (is_loopback(client) || self.local.contains(&client));
+        if (local || self.allow.contains(client)) && self.in_grace(now) {
+            // It may be a copy whose copier has not registered it again yet.
+            self.stats.grace_held += 1;
+        } else if local {
             self.stats.accepted_local += 1;
             return Decision::Accept;
-        }
-        if self.allow.contains(client) {
+        } else if self.allow.contains(client) {
             self.stats.accepted += 1;
             return Decision::Accept;
         }
@@ -498,6 +541,7 @@ impl Router {
                 RegVerdict::PortNotGuarded => self.stats.refused_port += 1,
                 RegVerdict::FamilyNotGuarded => self.stats.refused_family += 1,
                 RegVerdict::HeldByOther => self.stats.refused_held += 1,
+                RegVerdict::ServerNotLocal => self.stats.refused_not_local += 1,
                 RegVerdict::LimitReached | RegVerdict::Other(_) => self.stats.refused_limit += 1,
             }
             out.verdicts.push(verdict);
@@ -511,6 +555,9 @@ impl Router {
         let v = self.guard.verdict(t);
         if !v.accepted() {
             return v;
+        }
+        if self.local_servers_only && !self.is_local(t.server.ip()) {
+            return RegVerdict::ServerNotLocal;
         }
         let copier = route.copier;
         let old = self.routes.get(t).map(|r| r.copier);
@@ -598,8 +645,57 @@ impl Router {
         }
         self.per_copier.remove(&copier);
         self.instances.remove(&copier);
+        if let Some(g) = &mut self.grace {
+            g.waiting.remove(&copier);
+        }
         self.update_gauges();
         gone.len()
+    }
+
+    fn is_local(&self, ip: IpAddr) -> bool {
+        is_loopback(ip) || self.local.contains(&ip)
+    }
+
+    /// This intercept is a restart (it found the rules of an earlier one in place): for `len`
+    /// from `now` it accepts nothing it cannot prove is no copy (see the module doc).
+    pub fn start_grace(&mut self, now: Instant, len: Duration) {
+        self.tick(now);
+        self.grace = (!len.is_zero()).then(|| Grace {
+            until: now + len,
+            settle: now + len.min(GRACE_SETTLE),
+            waiting: HashSet::new(),
+            synced: 0,
+        });
+        self.stats.grace = u64::from(self.grace.is_some());
+    }
+
+    /// `copier` connected during the grace and will say when it is synced (a copier that
+    /// announced an instance): the grace does not end early before it did.
+    pub fn grace_join(&mut self, copier: CopierId) {
+        if let Some(g) = &mut self.grace {
+            g.waiting.insert(copier);
+        }
+    }
+
+    /// `copier` registered every session it held when it connected (`Message::Synced`).
+    pub fn handle_synced(&mut self, now: Instant, copier: CopierId) {
+        if let Some(g) = &mut self.grace {
+            if g.waiting.remove(&copier) {
+                g.synced += 1;
+            }
+        }
+        self.in_grace(now);
+    }
+
+    /// Whether the restart grace holds at `now` (ending it when it is over).
+    pub fn in_grace(&mut self, now: Instant) -> bool {
+        let Some(g) = &self.grace else { return false };
+        let over = now >= g.until || (now >= g.settle && g.synced > 0 && g.waiting.is_empty());
+        if over {
+            self.grace = None;
+            self.stats.grace = 0;
+        }
+        !over
     }
 
     /// This host's own addresses (its interfaces'; loopback is always local). Replaces the
@@ -630,6 +726,7 @@ impl Router {
             self.stats.dropped_unregistered += n as u64;
         }
         self.tombstones.expire(now);
+        self.in_grace(now);
         self.update_gauges();
         n
     }

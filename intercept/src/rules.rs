@@ -174,12 +174,19 @@ impl Runner for SystemRunner {
 pub struct Installed<R: Runner> {
     runner: R,
     rules: Vec<Rule>,
+    adopted: usize,
 }
 
 impl<R: Runner> Installed<R> {
     /// The rules still installed by us.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// How many of them were found in place at start (left by an earlier intercept that
+    /// stopped while copied sessions were open) rather than added.
+    pub fn adopted(&self) -> usize {
+        self.adopted
     }
 
     /// Remove every rule we added (newest first); returns one line per rule saying what
@@ -269,6 +276,7 @@ pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
     let mut guard = Installed {
         runner,
         rules: Vec::new(),
+        adopted: 0,
     };
     let mut listings = Listings::default();
     for rule in rules {
@@ -293,6 +301,7 @@ pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
         let shadowed = matches!(finding, Finding::Shadowed(_));
         if !shadowed && guard.runner.run(rule.family.tool(), &rule.args("-C")).ok {
             tracing::info!("adopted existing firewall rule: {rule}");
+            guard.adopted += 1;
             guard.rules.push(*rule);
             continue;
         }
@@ -316,6 +325,28 @@ pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
         guard.rules.push(*rule);
     }
     Ok(guard)
+}
+
+/// How often the running daemon checks its rules ([`restore`] with `--install-rules`,
+/// [`check`] without).
+pub const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Put back every rule of `rules` that is gone (`-C` fails: a flush, a firewall reload), at
+/// the top of OUTPUT. Returns the rules put back, and an error naming the first command that
+/// failed.
+pub fn restore(runner: &mut impl Runner, rules: &[Rule]) -> Result<Vec<Rule>> {
+    let mut back = Vec::new();
+    for rule in rules {
+        if runner.run(rule.family.tool(), &rule.args("-C")).ok {
+            continue;
+        }
+        let r = runner.run(rule.family.tool(), &rule.args("-I"));
+        if !r.ok {
+            bail!("`{}` failed: {}", rule.command("-I"), r.stderr);
+        }
+        back.push(*rule);
+    }
+    Ok(back)
 }
 
 /// What [`check`] found.

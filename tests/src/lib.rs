@@ -29,6 +29,7 @@
 pub mod bench;
 pub mod capture;
 pub mod fake;
+pub mod fault;
 pub mod http;
 pub mod leak;
 pub mod procstat;

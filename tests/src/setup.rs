@@ -33,6 +33,9 @@ pub struct CopyOptions {
     /// Also copy IPv6 clients (a second `--map` to the test server's IPv6 address). Turn it off
     /// when `copier_args` holds an IPv4 `--client-ip`, whose family every map must share.
     pub ipv6: bool,
+    /// The intercept adds (and removes) its rules itself (`--install-rules`); off: the test
+    /// puts the NFQUEUE rules in place before [`Copying::start`], as an operator would.
+    pub install_rules: bool,
 }
 
 impl Default for CopyOptions {
@@ -45,6 +48,7 @@ impl Default for CopyOptions {
             extra_ports: Vec::new(),
             start_copier: true,
             ipv6: true,
+            install_rules: true,
         }
     }
 }
@@ -240,7 +244,8 @@ impl Copying {
 /// The intercept's extra arguments: a `--port` per extra port, then `intercept_args`.
 fn intercept_args(opts: &CopyOptions) -> Vec<String> {
     let ports = opts.extra_ports.iter().flat_map(|p| ["--port".to_owned(), p.to_string()]);
-    ports.chain(opts.intercept_args.iter().cloned()).collect()
+    let install = opts.install_rules.then(|| "--install-rules".to_owned());
+    ports.chain(install).chain(opts.intercept_args.iter().cloned()).collect()
 }
 
 fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], run: u32) -> Result<Proc> {
@@ -258,7 +263,6 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
         secret.to_string_lossy().into_owned(),
         "--allow".into(),
         format!("{},{}", addr::ONLINE_TO_TEST, addr::ONLINE_TO_TEST6),
-        "--install-rules".into(),
     ];
     argv.extend(extra.iter().cloned());
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();

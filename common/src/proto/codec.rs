@@ -22,11 +22,13 @@
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
 //! | 9    | Pong       | `u64 token` |
-//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple) |
+//! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple, 5 server not local: the server address is not one of the intercept's host, another intercept guards it) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
 //! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
 //! | 13   | FleetQuery | empty: copier -> intercept (`copier doctor`), which copiers are connected; sent only to a peer whose Hello has [`FEATURE_FLEET`] |
 //! | 14   | Fleet      | `list of (u64 instance | address | u16 fleet_index | u16 fleet_size)`: intercept -> copier, the answer to a FleetQuery: every connected copier connection with the identity its Hello announced |
+//! | 15   | Synced     | empty: copier -> intercept, its snapshot of live sessions is registered (ends its part of a restarted intercept's grace); sent only to a peer whose Hello has [`FEATURE_RESTART`] |
+//! | 16   | Rules      | `u8 in_force`: intercept -> copier, its firewall rules went missing (0: send nothing on registered sessions) or are back (1); sent only to a peer whose Hello has [`FEATURE_RESTART`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
@@ -50,7 +52,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT};
+pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -66,6 +68,8 @@ const T_REGISTER_PAYLOAD: u8 = 11;
 const T_RECORD_WAIT: u8 = 12;
 const T_FLEET_QUERY: u8 = 13;
 const T_FLEET: u8 = 14;
+const T_SYNCED: u8 = 15;
+const T_RULES: u8 = 16;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -172,6 +176,10 @@ pub enum RegVerdict {
     /// Another live copier (another instance, see [`Hello::instance`]) holds the tuple: two
     /// copiers picked the same test 4-tuple. The copier moves its copy to another tuple.
     HeldByOther,
+    /// The tuple's server address is not an address of the intercept's host (network
+    /// namespace): another intercept guards that server, this one could not keep its answers
+    /// on the test host. The copier waits for the guarding intercept's verdict.
+    ServerNotLocal,
     /// A verdict code this build does not know (a newer intercept): treated as a refusal.
     Other(u8),
 }
@@ -185,6 +193,7 @@ impl RegVerdict {
             RegVerdict::FamilyNotGuarded => 2,
             RegVerdict::LimitReached => 3,
             RegVerdict::HeldByOther => 4,
+            RegVerdict::ServerNotLocal => 5,
             RegVerdict::Other(c) => c,
         }
     }
@@ -197,6 +206,7 @@ impl RegVerdict {
             2 => RegVerdict::FamilyNotGuarded,
             3 => RegVerdict::LimitReached,
             4 => RegVerdict::HeldByOther,
+            5 => RegVerdict::ServerNotLocal,
             c => RegVerdict::Other(c),
         }
     }
@@ -214,6 +224,7 @@ impl RegVerdict {
             RegVerdict::FamilyNotGuarded => "family_not_guarded",
             RegVerdict::LimitReached => "limit_reached",
             RegVerdict::HeldByOther => "held_by_other",
+            RegVerdict::ServerNotLocal => "server_not_local",
             RegVerdict::Other(_) => "unknown",
         }
     }
@@ -450,6 +461,18 @@ pub enum Message {
         /// Microseconds.
         micros: u32,
     },
+    /// Copier -> intercept: every session the copier held when the connection came up is
+    /// registered (its snapshot is sent), so a restarted intercept's grace may end for this
+    /// copier. Only to an intercept whose Hello has [`FEATURE_RESTART`](super::FEATURE_RESTART).
+    Synced,
+    /// Intercept -> copier: whether the intercept's firewall rules are in force (`false`: they
+    /// went missing and the answers of registered sessions could leave the test host, so the
+    /// copier sends nothing on them until `true` comes). Only to a copier whose Hello has
+    /// [`FEATURE_RESTART`](super::FEATURE_RESTART).
+    Rules {
+        /// The rules are in force.
+        in_force: bool,
+    },
 }
 
 impl Message {
@@ -470,6 +493,8 @@ impl Message {
             Message::RecordWait { .. } => "RecordWait",
             Message::FleetQuery => "FleetQuery",
             Message::Fleet { .. } => "Fleet",
+            Message::Synced => "Synced",
+            Message::Rules { .. } => "Rules",
         }
     }
 
@@ -532,6 +557,15 @@ impl Message {
             }
             Message::FleetQuery => {
                 let start = begin_frame(out, T_FLEET_QUERY);
+                end_frame(out, start);
+            }
+            Message::Synced => {
+                let start = begin_frame(out, T_SYNCED);
+                end_frame(out, start);
+            }
+            Message::Rules { in_force } => {
+                let start = begin_frame(out, T_RULES);
+                out.push(u8::from(*in_force));
                 end_frame(out, start);
             }
             Message::Fleet { copiers } => {
@@ -662,6 +696,8 @@ impl Message {
                 "RecordWait",
             ),
             T_FLEET_QUERY => (Message::FleetQuery, "FleetQuery"),
+            T_SYNCED => (Message::Synced, "Synced"),
+            T_RULES => (Message::Rules { in_force: r.u8("rules state")? != 0 }, "Rules"),
             T_FLEET => (
                 Message::Fleet {
                     copiers: r.list("fleet member", 8 + 7 + 4, |r| {

@@ -48,8 +48,13 @@ pub const FEATURE_RECORD_WAIT: u32 = 2;
 /// Hello feature bit: the sender (an intercept) answers [`Message::FleetQuery`] with
 /// [`Message::Fleet`].
 pub const FEATURE_FLEET: u32 = 4;
+/// Hello feature bit: restarts and lost rules. A copier that announces it sends
+/// [`Message::Synced`] after its snapshot of registrations and understands [`Message::Rules`];
+/// an intercept that announces it takes `Synced` (it ends that copier's part of a restarted
+/// intercept's grace) and sends `Rules` when its firewall rules go missing or come back.
+pub const FEATURE_RESTART: u32 = 8;
 /// The features this build announces in its Hello.
-pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET;
+pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET | FEATURE_RESTART;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

@@ -181,6 +181,9 @@ pub(crate) struct Conn {
     pub reg_pending: bool,
     /// Intercepts (bit `from % 64`) that refused its registration.
     pub refused_by: u64,
+    /// Intercepts (bit `from % 64`) whose acceptance of its registration is in force on their
+    /// current link (see `Engine::intercept_link`).
+    pub accepted_by: u64,
     pub dead: bool,
     /// The handshake completed once.
     synced: bool,
@@ -237,6 +240,7 @@ impl Conn {
             linger_until: None,
             reg_pending: true,
             refused_by: 0,
+            accepted_by: 0,
             dead: false,
             synced: false,
             ident: (start.0 >> 16) as u16 ^ start.0 as u16,
@@ -245,6 +249,11 @@ impl Conn {
 
     /// Client bytes the test server has acknowledged on this connection: below the return
     /// value. Before the handshake, `start - 1` (nothing).
+    /// Whether nothing was ever sent on it (not even the SYN).
+    pub(crate) fn sent_nothing(&self) -> bool {
+        self.snd_max == self.iss
+    }
+
     pub(crate) fn acked(&self) -> SeqNum {
         self.snd_una
     }

@@ -181,6 +181,20 @@ pub enum RegEvent {
     Unregister(FourTuple),
 }
 
+/// What became of an intercept's control link ([`Engine::intercept_link`]). Each link that
+/// comes up has a generation, one more than its intercept's last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The link is up and its snapshot of registrations sent: the verdicts that follow are
+    /// this link's; every acceptance of an earlier link of the intercept is void.
+    Up,
+    /// The link ended: its acceptances are void.
+    Down,
+    /// The intercept says whether its firewall rules are in force (`Message::Rules`): while
+    /// they are not, its acceptances do not count.
+    Rules(bool),
+}
+
 /// An intercept refused to guard a test tuple, and with it the session it belonged to (see
 /// [`Engine::handle_registered`]); reported once per map and verdict by
 /// [`Engine::poll_refusal`] (later ones are only counted).
@@ -334,6 +348,8 @@ pub struct Engine {
     targets: Targets,
     /// Intercepts guarding each test server address (`EngineConfig::intercepts_for`).
     intercepts_for: Vec<(IpAddr, usize)>,
+    /// The current link generation of each intercept (`intercept_link`).
+    link_gens: Vec<(u16, u32)>,
     /// With a run trace: the copies' identities and the rows to take (`trace`).
     trace: Option<trace::Tags>,
     /// Below this many sessions the tables are compacted (see [`Engine::compact`]).
@@ -398,6 +414,7 @@ impl Engine {
             closing: 0,
             targets: Targets::new(&config.maps, &config.spread, config.health),
             intercepts_for: config.intercepts_for.clone(),
+            link_gens: Vec::new(),
             trace: config.trace.then(trace::Tags::default),
             compact_below: 0,
             gen_floor: 0,
@@ -899,6 +916,66 @@ impl Engine {
     pub fn set_intercept_count(&mut self, _now: Instant, n: usize) {
         self.sh.intercept_up = n > 0;
         self.intercepts = n;
+    }
+
+    /// What became of intercept `from`'s control link of generation `gen` (see [`LinkEvent`]).
+    /// A registration is in force only through an acceptance on the intercept's current link
+    /// while its rules are in force: when the link ends (or a newer one comes up) or the rules
+    /// go missing, every connection in force through that intercept alone is held back, sends
+    /// nothing (`registrations_withdrawn`) and goes on once an acceptance is in force again
+    /// (the copier registers every live session again on the new link; the rules come back).
+    /// Returns whether the event was of the current link (an event of an older one is ignored).
+    pub fn intercept_link(&mut self, now: Instant, from: u16, gen: u32, event: LinkEvent) -> bool {
+        let bit = 1u64 << (from % 64);
+        let at = self.link_gens.iter().position(|(f, _)| *f == from);
+        let current = at.is_some_and(|i| self.link_gens[i].1 == gen);
+        match event {
+            LinkEvent::Up => {
+                if current {
+                    return true;
+                }
+                match at {
+                    Some(i) => self.link_gens[i].1 = gen,
+                    None => self.link_gens.push((from, gen)),
+                }
+                self.sh.unguarded &= !bit;
+                self.withdraw_all(bit, true);
+            }
+            LinkEvent::Down if current => {
+                self.sh.unguarded &= !bit;
+                self.withdraw_all(bit, true);
+            }
+            LinkEvent::Rules(false) if current => {
+                if self.sh.unguarded & bit == 0 {
+                    self.sh.unguarded |= bit;
+                    self.sh.stats.rules_lost += 1;
+                    self.withdraw_all(bit, false);
+                }
+            }
+            LinkEvent::Rules(true) if current => {
+                if self.sh.unguarded & bit != 0 {
+                    self.sh.unguarded &= !bit;
+                    for idx in 0..self.slots.len() as u32 {
+                        let Some(s) = self.slots[idx as usize].s.as_mut() else { continue };
+                        if s.reinstate(&self.sh) {
+                            self.after_op(idx, now);
+                        }
+                    }
+                }
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    fn withdraw_all(&mut self, bits: u64, forget: bool) {
+        let mut n = 0;
+        for slot in &mut self.slots {
+            if let Some(s) = slot.s.as_mut() {
+                n += s.withdraw(&self.sh, bits, forget);
+            }
+        }
+        self.sh.stats.registrations_withdrawn += n;
     }
 
     /// Next packet to send: writes a complete IP packet (fresh checksums) into `out` (cleared).

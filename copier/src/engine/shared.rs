@@ -40,6 +40,9 @@ pub(crate) struct Shared {
     pub tuples: Tuples,
     pub plan: Planner,
     pub intercept_up: bool,
+    /// Intercepts (bit `from % 64`) whose firewall rules are missing (`LinkEvent::Rules`):
+    /// their acceptances do not count until the rules are back.
+    pub unguarded: u64,
     /// Counts the captured bytes the sessions hold.
     pub meter: Meter,
     /// Kept between polls so that gathering a segment does not allocate each time.
@@ -63,6 +66,7 @@ impl Shared {
             tuples,
             plan,
             intercept_up: true,
+            unguarded: 0,
             meter,
             scratch: Vec::new(),
             trace_units: None,

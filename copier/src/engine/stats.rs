@@ -311,6 +311,15 @@ pub struct EngineStats {
     /// said another copier holds theirs (`RegVerdict::HeldByOther`: two copiers of a fleet
     /// picked the same test tuple).
     pub tuple_moves: u64,
+    /// Test connections whose registration stopped being in force (their intercept's link
+    /// ended, or its firewall rules went missing): held back, nothing sent, until it is in
+    /// force again (`Engine::intercept_link`).
+    pub registrations_withdrawn: u64,
+    /// Times an intercept said its firewall rules went missing (`Message::Rules`).
+    pub rules_lost: u64,
+    /// Verdicts `ServerNotLocal`: an intercept that does not guard the tuple's server; the
+    /// connection waits for the one that does.
+    pub registrations_not_local: u64,
     /// Sessions shed to stay under `max_memory` or to make room at `max_sessions` (also in
     /// `sessions_failed.idle_shed` for idle ones, `sessions_failed.memory` for the others;
     /// pending SYNs shed for memory are in `syns_incomplete.shed`).

@@ -861,3 +861,24 @@ async fn a_partial_write_is_finished_by_the_writer_before_anything_else() {
     assert!(outlet.is_idle());
     writer.abort();
 }
+
+#[tokio::test]
+async fn a_copiers_synced_ends_the_restart_grace_and_it_is_told_when_the_rules_go_and_come_back() {
+    use common::proto::io::{client_handshake_as, Identity};
+    let h = start(1024).await;
+    // A restart whose settle time is over: only the copiers' Synced keeps the grace.
+    h.shared.lock().router.start_grace(Instant::now() - Duration::from_secs(3), Duration::from_secs(60));
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    let id = Identity { instance: 7, fleet_index: 0, fleet_size: 1 };
+    let mut c = client_handshake_as(s, Some(SECRET), "copier-test", common::proto::HANDSHAKE_TIMEOUT, id).await.unwrap();
+    send_synced(&mut c, &[], 1).await;
+    assert!(!inject(&h, &response("198.18.2.1:5000", 1)), "an allowed answer is held during the grace");
+    send_synced(&mut c, &[Message::Synced], 2).await;
+    assert!(inject(&h, &response("198.18.2.1:5001", 1)), "the copier is synced: the grace is over");
+    assert_eq!(h.shared.lock().router.stats().grace, 0);
+    // The rules go missing, then come back: the copier (FEATURE_RESTART) is told both.
+    h.shared.rules_ok.send_replace(false);
+    assert_eq!(next(&mut c).await, Message::Rules { in_force: false });
+    h.shared.rules_ok.send_replace(true);
+    assert_eq!(next(&mut c).await, Message::Rules { in_force: true });
+}

@@ -185,6 +185,7 @@ fn existing_rules_are_adopted_and_kept_rules_survive() {
             2,
             "the existing rule is adopted, the missing one added"
         );
+        assert_eq!(g.adopted(), 1, "a restart: one rule was found in place");
         let kept = g.keep();
         assert_eq!(kept.len(), 2);
         assert!(
@@ -208,6 +209,25 @@ fn existing_rules_are_adopted_and_kept_rules_survive() {
         "{:?}",
         fake.log
     );
+}
+
+#[test]
+fn restore_puts_back_only_the_missing_rules() {
+    let mut fake = Fake {
+        existing: vec!["iptables -C OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".into()],
+        ..Fake::default()
+    };
+    let rules = rules_for(&[80], QueueTarget::Num(0), false);
+    let back = restore(&mut &mut fake, &rules).unwrap();
+    assert_eq!(back, vec![rules[1]], "only the flushed ip6tables rule");
+    assert_eq!(
+        fake.log.iter().filter(|c| c.contains(" -I ")).cloned().collect::<Vec<_>>(),
+        vec!["ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".to_string()]
+    );
+    fake.fail_on = Some("-I".into());
+    fake.existing.clear();
+    let e = restore(&mut &mut fake, &rules).unwrap_err().to_string();
+    assert!(e.contains("iptables -I OUTPUT") && e.contains("boom"), "{e}");
 }
 
 #[test]

@@ -96,6 +96,9 @@ fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features()
     assert_eq!((d.instance, d.fleet_index, d.fleet_size), (0, 0, 0));
     assert_eq!(RegVerdict::from_code(4), RegVerdict::HeldByOther);
     assert_eq!(RegVerdict::HeldByOther.code(), 4);
+    assert_eq!(RegVerdict::from_code(5), RegVerdict::ServerNotLocal);
+    assert_eq!(RegVerdict::ServerNotLocal.code(), 5);
+    assert!(!RegVerdict::ServerNotLocal.accepted());
 }
 
 #[test]
@@ -132,6 +135,16 @@ fn hello_of_a_build_before_features_decodes_with_none() {
     let f = encoded(&Message::Hello(new.clone()));
     assert_eq!(&f[4..old.len()], &old[4..]);
     assert_eq!(f.len(), old.len() + 4);
+}
+
+#[test]
+fn synced_and_rules_literals() {
+    assert_eq!(encoded(&Message::Synced), [0, 0, 0, 1, 15]);
+    assert_eq!(decode_all(&[0, 0, 0, 1, 15]).unwrap(), vec![Message::Synced]);
+    let m = Message::Rules { in_force: false };
+    assert_eq!(encoded(&m), [0, 0, 0, 2, 16, 0]);
+    assert_eq!(decode_all(&[0, 0, 0, 2, 16, 1]).unwrap(), vec![Message::Rules { in_force: true }]);
+    assert!(matches!(first_error(&[0, 0, 0, 1, 16]), ProtoError::Truncated { .. }));
 }
 
 #[test]
@@ -516,6 +529,8 @@ fn arb_message() -> impl Strategy<Value = Message> {
             .prop_map(|records| Message::Records { records }),
         any::<u64>().prop_map(|token| Message::Ping { token }),
         any::<u32>().prop_map(|micros| Message::RecordWait { micros }),
+        any::<bool>().prop_map(|in_force| Message::Rules { in_force }),
+        Just(Message::Synced),
         any::<u64>().prop_map(|token| Message::Pong { token }),
         proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| Message::Registered {
             results: v.into_iter().map(|(t, c)| (t, RegVerdict::from_code(c))).collect()

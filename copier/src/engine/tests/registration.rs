@@ -300,3 +300,77 @@ fn a_tuple_held_by_another_copier_moves_the_copy_to_another_port() {
     assert_eq!((out[0].tuple, out[0].payload.as_slice()), (moved, &b"GET / HTTP/1.1\r\n\r\n"[..]));
     assert_eq!(h.e.stats().sessions_failed.total(), 0);
 }
+
+#[test]
+fn a_lost_link_holds_every_send_until_the_new_link_accepts_the_tuple_again() {
+    use crate::engine::LinkEvent;
+    let mut h = H::default();
+    h.auto_accept = false;
+    assert!(h.e.intercept_link(h.now, 0, 1, LinkEvent::Up));
+    h.syn(SYN);
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
+    h.e.handle_registered(h.now, 0, test_tuple(), RegVerdict::Accepted);
+    assert_eq!(h.packets().len(), 1, "the SYN");
+    h.rec(SYN_ACK);
+    let out = h.packets();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].payload, b"GET / HTTP/1.1\r\n\r\n");
+    // The intercept restarts: the link ends. The request is not acknowledged, but nothing is
+    // sent again while no intercept guards the tuple (a restarted one knows nothing of it).
+    assert!(h.e.intercept_link(h.now, 0, 1, LinkEvent::Down));
+    assert_eq!(h.e.stats().registrations_withdrawn, 1);
+    let (outs, _) = h.run_timers(3_000);
+    assert!(outs.is_empty(), "{outs:?}");
+    // The new link is up and the snapshot registered the tuple again, no verdict yet: still
+    // nothing. An event of the old link is ignored.
+    assert!(h.e.intercept_link(h.now, 0, 2, LinkEvent::Up));
+    assert!(!h.e.intercept_link(h.now, 0, 1, LinkEvent::Down), "stale");
+    let (outs, _) = h.run_timers(1_000);
+    assert!(outs.is_empty(), "{outs:?}");
+    // The new link accepts it: the request goes again.
+    h.e.handle_registered(h.now, 0, test_tuple(), RegVerdict::Accepted);
+    let mut out = h.packets();
+    if out.is_empty() {
+        out = h.run_timers(3_000).0.into_iter().map(|(_, o)| o).collect();
+    }
+    assert!(out.iter().any(|p| p.payload == b"GET / HTTP/1.1\r\n\r\n"), "{out:?}");
+    assert_eq!(h.e.stats().registrations_withdrawn, 1);
+}
+
+#[test]
+fn missing_rules_hold_sends_until_they_are_back_and_server_not_local_waits_for_the_guard() {
+    use crate::engine::LinkEvent;
+    let mut h = H::default();
+    h.auto_accept = false;
+    h.e.set_intercept_count(h.now, 2);
+    h.e.intercept_link(h.now, 0, 1, LinkEvent::Up);
+    h.e.intercept_link(h.now, 1, 1, LinkEvent::Up);
+    h.syn(SYN);
+    h.cap(data(0, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    let _ = h.control();
+    // Intercept 1 does not guard this server: no refusal, the copy waits for intercept 0.
+    h.e.handle_registered(h.now, 1, test_tuple(), RegVerdict::ServerNotLocal);
+    assert!(h.packets().is_empty());
+    assert_eq!(h.e.stats().registrations_not_local, 1);
+    assert_eq!(h.e.session_count(), 1, "not failed");
+    h.e.handle_registered(h.now, 0, test_tuple(), RegVerdict::Accepted);
+    assert_eq!(h.packets().len(), 1, "the guarding intercept accepted: the SYN goes");
+    h.rec(SYN_ACK);
+    assert_eq!(h.packets().len(), 1);
+    // Intercept 0's rules are flushed: nothing goes until they are back.
+    assert!(h.e.intercept_link(h.now, 0, 1, LinkEvent::Rules(false)));
+    assert_eq!(h.e.stats().rules_lost, 1);
+    assert_eq!(h.e.stats().registrations_withdrawn, 1);
+    let (outs, _) = h.run_timers(3_000);
+    assert!(outs.is_empty(), "{outs:?}");
+    // Rules of intercept 1 (which never accepted it) change nothing.
+    h.e.intercept_link(h.now, 1, 1, LinkEvent::Rules(true));
+    assert!(h.run_timers(1_000).0.is_empty());
+    assert!(h.e.intercept_link(h.now, 0, 1, LinkEvent::Rules(true)));
+    let mut out = h.packets();
+    if out.is_empty() {
+        out = h.run_timers(3_000).0.into_iter().map(|(_, o)| o).collect();
+    }
+    assert!(out.iter().any(|p| p.payload == b"GET / HTTP/1.1\r\n\r\n"), "{out:?}");
+}

@@ -1,0 +1,108 @@
+//! Faults while traffic flows (issue 27 item 1): the intercept restarts, by SIGTERM and by
+//! `kill -9`, while keep-alive clients, short connections and a client on the test host itself
+//! run, and the copier's client pool is also on the intercept's allow list (so an answer of a
+//! copy that a restarted intercept accepts by mistake leaves the test host and is counted).
+//! Asserts that no answer leaked (the firewall counter of `lab::leak`) and that copying went on
+//! after each restart; prints how many requests were copied after each fault.
+
+use lab::fault::Traffic;
+use lab::setup::{metric_sum, scrape_metrics, tail, wait_log_count, CopyOptions, Copying};
+use lab::{lab_or_skip, Host};
+use nix::sys::signal::Signal;
+use std::time::{Duration, Instant};
+
+const COPIER_METRICS: &str = "127.0.0.1:9471";
+const INTERCEPT_METRICS: &str = "127.0.0.1:9472";
+/// The copier's client pool, also allowed at the intercept.
+const POOL: &str = "198.19.0.0/24";
+
+#[test]
+fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
+    let Some(mut lab) = lab_or_skip("intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on") else { return };
+    let opts = CopyOptions {
+        copier_args: ["--metrics", COPIER_METRICS, "--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
+        intercept_args: ["--allow", POOL, "--restart-grace", "6s", "--metrics", INTERCEPT_METRICS]
+            .map(String::from)
+            .to_vec(),
+        ipv6: false,
+        ..CopyOptions::default()
+    };
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let traffic = Traffic::start(&mut lab, 4).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(c.test().request_count() > 0, "copying before the faults");
+    assert_eq!(c.leaked(&lab), 0);
+
+    let mut figures = Vec::new();
+    for (run, fault) in [(2usize, "SIGTERM"), (3, "kill -9")] {
+        let before = c.test().request_count();
+        let at = Instant::now();
+        if fault == "kill -9" {
+            c.intercept.signal(Signal::SIGKILL);
+            c.intercept.wait_timeout(Duration::from_secs(5)).expect("the intercept died");
+        }
+        // SIGTERM (or, after kill -9, nothing left to stop) and start again.
+        c.restart_intercept(&mut lab).unwrap();
+        let log = c.intercept.log();
+        assert!(log.contains("found our rules in place"), "the restart is seen and the grace applies:\n{}", tail(&log, 20));
+        wait_log_count(c.copier.as_ref().unwrap(), "connected to intercept", run, Duration::from_secs(15)).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        let copied = c.test().request_count().saturating_sub(before);
+        let secs = at.elapsed().as_secs_f64();
+        let leaked = c.leaked(&lab);
+        let m = scrape_metrics(&lab, Host::Test, INTERCEPT_METRICS);
+        let held = metric_sum(&m, "intercept_restart_grace_held_total", &[]);
+        println!("{fault}: {copied} requests copied in the {secs:.1} s after the fault; {held} answers held by the grace; {leaked} leaked");
+        figures.push((fault, copied, leaked));
+        assert!(copied > 0, "copying goes on after {fault}:\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+        assert_eq!(leaked, 0, "after {fault}");
+    }
+    let ka = traffic.keepalive_requests();
+    traffic.stop();
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
+    let withdrawn = metric_sum(&m, "copier_registrations_withdrawn_total", &[]);
+    println!("keep-alive requests answered online: {ka}; copier connections held back at a lost link: {withdrawn}");
+    assert!(withdrawn > 0.0, "the copier held its sessions back while the link was down");
+    c.check_alive().unwrap();
+    c.assert_no_leak(&mut lab);
+    println!("figures: {figures:?}");
+}
+
+#[test]
+fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() {
+    let Some(mut lab) = lab_or_skip("a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up") else { return };
+    let opts = CopyOptions {
+        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
+        intercept_args: ["--allow", POOL].map(String::from).to_vec(),
+        ipv6: false,
+        ..CopyOptions::default()
+    };
+    let mut c = Copying::start(&mut lab, opts).unwrap();
+    let traffic = Traffic::start(&mut lab, 4).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let old = c.copier.take().unwrap();
+    old.signal(Signal::SIGKILL);
+    old.wait_timeout(Duration::from_secs(5)).expect("the copier died");
+    let at = Instant::now();
+    // The intercept keeps dropping the answers of the dead copier's sessions (tombstones).
+    std::thread::sleep(Duration::from_secs(1));
+    let before = c.test().request_count();
+    c.start_copier(&mut lab).unwrap();
+    // The keep-alive connections that were open go on: the new copier picks them up mid-stream.
+    std::thread::sleep(Duration::from_secs(3));
+    let test = c.test().requests().unwrap();
+    let copied = c.test().request_count().saturating_sub(before);
+    let ka_after = test[before.min(test.len())..].iter().filter(|e| e.uri.contains("?ka")).count();
+    println!(
+        "copier kill -9: {copied} requests copied by the new copier in the {:.1} s after its start ({ka_after} on keep-alive \
+         connections opened before the kill); {} leaked",
+        at.elapsed().as_secs_f64() - 1.0,
+        c.leaked(&lab)
+    );
+    assert!(ka_after > 0, "live keep-alive sessions are copied again:\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+    traffic.stop();
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    c.check_alive().unwrap();
+    c.assert_no_leak(&mut lab);
+}
