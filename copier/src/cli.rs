@@ -46,8 +46,11 @@ starts once an intercept is connected, keeps the file's timing (--speed compress
 cuts idle pauses), and may run several passes (--loop: each pass moves the client ports so that
 it is a new set of sessions for the test server). Damaged records are skipped and named (record
 number and file offset); a file cut mid-record is replayed up to the cut. When the file is done
-the copier waits for the copied sessions to finish (at most --session-timeout), prints its
-summary and exits 0. A progress line is drawn when stderr is a terminal.
+the copier waits for the copied sessions that can still go on (a request not answered, a
+segment not acknowledged, a close to carry; at most --session-timeout), prints its summary and
+exits 0. Sessions idle then (every byte sent and answered, the client's connection left open in
+the capture, as keep-alive connections are) are not waited for: they are counted as open at
+the capture's end (copier_sessions_open_at_end_total), neither completed nor failed. A progress line is drawn when stderr is a terminal.
 
 Amplification: --copies N sends every captured session N times, each copy on a test 4-tuple of
 its own, so the test server sees N distinct connections. Copy 0 keeps the client's address (or
