@@ -2,7 +2,7 @@
 //! run before anything starts.
 //!
 //! Owns: the [`Args`] type (clap), the value parsers (`--map`, percentages, speeds; sizes and
-//! durations are `common::units`'), and [`Args::validate`], which turns the flags into the
+//! durations are `common::units`'), and [`CopierArgs::validate`], which turns the flags into the
 //! configurations of the engine, capture, sender and control clients or says precisely which
 //! flag is wrong. Nothing here opens a socket. Its tests are in `cli/tests.rs`.
 
@@ -222,7 +222,8 @@ pub enum GsoMode {
     Off,
 }
 
-/// The copier's command line.
+/// The copier's command line: a subcommand, or the copier's own flags ([`CopierArgs`], which
+/// `copier doctor` takes too). Derefs to the flags.
 #[derive(Debug, Parser)]
 #[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES,
           subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
@@ -231,6 +232,23 @@ pub struct Args {
     #[command(subcommand)]
     pub command: Option<crate::doctor::Command>,
 
+    /// The copier's flags.
+    #[command(flatten)]
+    pub copier: CopierArgs,
+}
+
+impl std::ops::Deref for Args {
+    type Target = CopierArgs;
+
+    fn deref(&self) -> &CopierArgs {
+        &self.copier
+    }
+}
+
+/// Every flag of the copier: one struct for the copier and for `copier doctor` (which takes
+/// the same command line and ignores what does not matter to it).
+#[derive(Debug, clap::Args)]
+pub struct CopierArgs {
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
     /// Without ONLINE_IP any destination address on that port is copied. A port may have two
     /// such maps, one per target family: `--map 80=TARGET4 --map 80=[TARGET6]:80` sends IPv4
@@ -677,7 +695,7 @@ pub struct Validated {
     pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
-impl Args {
+impl CopierArgs {
     /// Check every flag and build the configurations; `seed` is used when `--seed` is absent.
     /// Reads the secret file; opens nothing else.
     pub fn validate(&self, seed: u64) -> Result<Validated, String> {
@@ -923,7 +941,7 @@ impl Args {
     }
 }
 
-impl Args {
+impl CopierArgs {
     /// The comparison's configuration from the `--compare*` flags (None without `--compare`).
     fn shadow_config(&self, capture: &CaptureConfig) -> Result<Option<crate::shadow::ShadowConfig>, String> {
         use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
