@@ -249,6 +249,13 @@ impl std::ops::Deref for Args {
 /// the same command line and ignores what does not matter to it).
 #[derive(Debug, clap::Args)]
 pub struct CopierArgs {
+    /// Read options from this TOML file: its keys are the long flags of this help
+    /// (`session-timeout = "30s"`, `map = ["80=198.18.2.2:80"]`, `no-secret = true`); a flag on
+    /// the command line overrides the file's. An unknown key or a bad value stops start-up,
+    /// naming the key and its line. `copier doctor --config FILE` reads the same file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
     /// Without ONLINE_IP any destination address on that port is copied. A port may have two
     /// such maps, one per target family: `--map 80=TARGET4 --map 80=[TARGET6]:80` sends IPv4
