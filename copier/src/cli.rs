@@ -248,6 +248,7 @@ impl std::ops::Deref for Args {
 /// Every flag of the copier: one struct for the copier and for `copier doctor` (which takes
 /// the same command line and ignores what does not matter to it).
 #[derive(Debug, clap::Args)]
+#[command(mut_args = help::arrange)]
 pub struct CopierArgs {
     /// Read options from this TOML file: its keys are the long flags of this help
     /// (`session-timeout = "30s"`, `map = ["80=198.18.2.2:80"]`, `no-secret = true`); a flag on
@@ -1274,5 +1275,6 @@ fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
     s.parse()
 }
 
+mod help;
 #[cfg(test)]
 mod tests;

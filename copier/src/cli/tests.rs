@@ -1,6 +1,7 @@
 //! Tests of the copier's command line: value parsers, cross-flag checks, and what `--help` says.
 
 use super::*;
+use super::help;
 
 fn map(s: &str) -> PortMap {
     parse_map(s).unwrap()
@@ -848,4 +849,36 @@ fn an_unknown_or_bad_key_names_itself_and_its_line() {
     assert!(e.contains("syntax.toml") && e.contains("line"), "{e}");
     let e = parse_with_config(&["copier", "--config", "/nonexistent/copier.toml"]).unwrap_err();
     assert!(e.contains("/nonexistent/copier.toml"), "{e}");
+}
+
+#[test]
+fn help_groups_every_flag_under_a_heading_in_short_and_long_help() {
+    use clap::CommandFactory;
+    let headings: Vec<&str> = help::HEADINGS.iter().map(|(h, _)| *h).collect();
+    assert_eq!(
+        headings,
+        ["Capture", "Targets", "Copies and shaping", "Pacing", "Rules and archive", "Comparison", "Limits", "Metrics and logs"]
+    );
+    let mut cmd = Args::command();
+    cmd.build();
+    // Every flag of the copier but --config, -h and -V has its heading.
+    let without: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.get_long().is_some_and(|l| !["config", "help", "version"].contains(&l)))
+        .filter(|a| a.get_help_heading().is_none())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    assert!(without.is_empty(), "flags without a heading (add them to cli::help::HEADINGS): {without:?}");
+    let short = cmd.render_help().to_string();
+    let long = cmd.render_long_help().to_string();
+    let doctor = cmd.find_subcommand_mut("doctor").unwrap().render_help().to_string();
+    for h in headings {
+        for (what, text) in [("-h", &short), ("--help", &long), ("doctor -h", &doctor)] {
+            assert!(text.contains(&format!("\n{h}:\n")), "no heading {h:?} in {what}:\n{text}");
+        }
+    }
+    // -h keeps to first sentences: the long texts are in --help only.
+    assert!(short.len() * 2 < long.len(), "-h is {} bytes, --help {}", short.len(), long.len());
+    assert!(!short.contains("the idle sessions quiet longest make room"), "{short}");
+    assert!(long.contains("the idle sessions quiet longest make room"));
 }
