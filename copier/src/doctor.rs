@@ -359,6 +359,34 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
     let _ = est.writer.shutdown().await;
 }
 
+/// Sends `query` to an intercept and waits, at most `timeout`, for the answer `pick` takes
+/// (other messages are skipped): `Err` when the query could not be sent, `Ok(None)` without an
+/// answer.
+async fn ask<S, T>(
+    est: &mut common::proto::io::Established<S>,
+    query: &Message,
+    timeout: Duration,
+    pick: impl Fn(Message) -> Option<T>,
+) -> Result<Option<T>, ()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    est.writer.write_message(query).await.map_err(|_| ())?;
+    let answer = tokio::time::timeout(timeout, async {
+        loop {
+            match est.reader.read_message().await {
+                Ok(Some(m)) => match pick(m) {
+                    Some(t) => return Some(t),
+                    None => continue,
+                },
+                _ => return None,
+            }
+        }
+    })
+    .await;
+    Ok(answer.ok().flatten())
+}
+
 /// Asks the intercept which copiers are connected (`Message::FleetQuery`) and warns when two
 /// of them (two instances) share test ports: with one seed and pool they pick the same test
 /// tuples for the same clients.
@@ -367,22 +395,15 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let item = format!("copiers at intercept {name} have their own test ports");
-    if est.writer.write_message(&Message::FleetQuery).await.is_err() {
+    let answer = ask(est, &Message::FleetQuery, timeout, |m| match m {
+        Message::Fleet { copiers } => Some(copiers),
+        _ => None,
+    })
+    .await;
+    let Ok(answer) = answer else {
         r.warn(item, "the link closed before the intercept said which copiers it has", "see the intercept's log");
         return;
-    }
-    let answer = tokio::time::timeout(timeout, async {
-        loop {
-            match est.reader.read_message().await {
-                Ok(Some(Message::Fleet { copiers })) => return Some(copiers),
-                Ok(Some(_)) => continue,
-                _ => return None,
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten();
+    };
     let Some(members) = answer else {
         r.warn(item, "no answer to the question which copiers are connected", "see the intercept's log");
         return;
@@ -447,7 +468,7 @@ pub enum Command {
     /// --client-ip pool, or the client networks seen on the mapped ports) and its rp_filter,
     /// ip_forward, conntrack, clock skew. Prints each item with the command that fixes it; exit
     /// status 0 only when copying would work.
-    Doctor(DoctorArgs),
+    Doctor(Box<DoctorArgs>),
     /// Turn a comparison file (--compare-log) into a static HTML page: endpoints ranked by
     /// difference rate, their differing fields with an example, the noise learned, and a picture
     /// of the difference rate over time.

@@ -113,22 +113,15 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let item = format!("route back from test host {host}");
-    if est.writer.write_message(&Message::RouteQuery { nets: nets.to_vec() }).await.is_err() {
+    let answer = super::ask(est, &Message::RouteQuery { nets: nets.to_vec() }, timeout, |m| match m {
+        Message::RouteAnswer { checks } => Some(checks),
+        _ => None,
+    })
+    .await;
+    let Ok(answer) = answer else {
         r.warn(item, "the link closed before the intercept answered", "see the intercept's log");
         return;
-    }
-    let answer = tokio::time::timeout(timeout, async {
-        loop {
-            match est.reader.read_message().await {
-                Ok(Some(Message::RouteAnswer { checks })) => return Some(checks),
-                Ok(Some(_)) => continue,
-                _ => return None,
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten();
+    };
     let Some(checks) = answer else {
         r.warn(item, "no answer to the question of the route back", format!("run `intercept doctor --client-range {}` on the test host", show(nets)));
         return;

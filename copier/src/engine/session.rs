@@ -153,7 +153,7 @@ enum End {
     Failed(FailReason),
     /// Idle when the capture file ended (offline): every byte sent and answered, the client's
     /// connection still open. Neither completed nor failed.
-    OpenAtEnd,
+    LeftOpen,
 }
 
 /// A hole in the captured stream that the session waits at.
@@ -840,7 +840,7 @@ impl Session {
     fn end(&mut self, sh: &mut Shared, now: Instant, how: End) {
         let why = match how {
             End::Failed(r) => Some(r),
-            End::Completed | End::OpenAtEnd => None,
+            End::Completed | End::LeftOpen => None,
         };
         self.client_reset = None;
         match self.phase {
@@ -858,10 +858,10 @@ impl Session {
         match how {
             End::Completed => sh.stats.sessions_completed += 1,
             End::Failed(r) => sh.stats.sessions_failed.bump(r),
-            End::OpenAtEnd => sh.stats.sessions_open_at_end += 1,
+            End::LeftOpen => sh.stats.sessions_open_at_end += 1,
         }
         self.outcome = match why {
-            None if how == End::OpenAtEnd => None,
+            None if how == End::LeftOpen => None,
             None => Some(false),
             Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit) => Some(true),
             Some(_) => None,
@@ -938,7 +938,7 @@ impl Session {
         out: &mut Vec<(FourTuple, Vec<u8>)>,
         unreg: &mut Vec<FourTuple>,
     ) {
-        let how = if at_capture_end && self.idle() { End::OpenAtEnd } else { End::Failed(FailReason::Shutdown) };
+        let how = if at_capture_end && self.idle() { End::LeftOpen } else { End::Failed(FailReason::Shutdown) };
         self.end(sh, now, how);
         if let Some(c) = self.cur.take() {
             self.retire(c);
