@@ -11,6 +11,8 @@
 //! generated man pages and completions ([`docs`], feature `docs`).
 
 pub mod checksum;
+#[cfg(feature = "config")]
+pub mod config_file;
 #[cfg(feature = "docs")]
 pub mod docs;
 #[cfg(feature = "host")]

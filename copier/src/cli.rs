@@ -2,7 +2,7 @@
 //! run before anything starts.
 //!
 //! Owns: the [`Args`] type (clap), the value parsers (`--map`, percentages, speeds; sizes and
-//! durations are `common::units`'), and [`Args::validate`], which turns the flags into the
+//! durations are `common::units`'), and [`CopierArgs::validate`], which turns the flags into the
 //! configurations of the engine, capture, sender and control clients or says precisely which
 //! flag is wrong. Nothing here opens a socket. Its tests are in `cli/tests.rs`.
 
@@ -46,8 +46,11 @@ starts once an intercept is connected, keeps the file's timing (--speed compress
 cuts idle pauses), and may run several passes (--loop: each pass moves the client ports so that
 it is a new set of sessions for the test server). Damaged records are skipped and named (record
 number and file offset); a file cut mid-record is replayed up to the cut. When the file is done
-the copier waits for the copied sessions to finish (at most --session-timeout), prints its
-summary and exits 0. A progress line is drawn when stderr is a terminal.
+the copier waits for the copied sessions that can still go on (a request not answered, a
+segment not acknowledged, a close to carry; at most --session-timeout), prints its summary and
+exits 0. Sessions idle then (every byte sent and answered, the client's connection left open in
+the capture, as keep-alive connections are) are not waited for: they are counted as open at
+the capture's end (copier_sessions_open_at_end_total), neither completed nor failed. A progress line is drawn when stderr is a terminal.
 
 Amplification: --copies N sends every captured session N times, each copy on a test 4-tuple of
 its own, so the test server sees N distinct connections. Copy 0 keeps the client's address (or
@@ -236,7 +239,8 @@ pub enum GsoMode {
     Off,
 }
 
-/// The copier's command line.
+/// The copier's command line: a subcommand, or the copier's own flags ([`CopierArgs`], which
+/// `copier doctor` takes too). Derefs to the flags.
 #[derive(Debug, Parser)]
 #[command(name = "copier", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES,
           subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
@@ -244,6 +248,31 @@ pub struct Args {
     /// `copier doctor ...` checks the host instead of copying.
     #[command(subcommand)]
     pub command: Option<crate::doctor::Command>,
+
+    /// The copier's flags.
+    #[command(flatten)]
+    pub copier: CopierArgs,
+}
+
+impl std::ops::Deref for Args {
+    type Target = CopierArgs;
+
+    fn deref(&self) -> &CopierArgs {
+        &self.copier
+    }
+}
+
+/// Every flag of the copier: one struct for the copier and for `copier doctor` (which takes
+/// the same command line and ignores what does not matter to it).
+#[derive(Debug, clap::Args)]
+#[command(mut_args = help::arrange)]
+pub struct CopierArgs {
+    /// Read options from this TOML file: its keys are the long flags of this help
+    /// (`session-timeout = "30s"`, `map = ["80=198.18.2.2:80"]`, `no-secret = true`); a flag on
+    /// the command line overrides the file's. An unknown key or a bad value stops start-up,
+    /// naming the key and its line. `copier doctor --config FILE` reads the same file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 
     /// Copy TCP sent to [ONLINE_IP:]PORT on this host to TARGET_IP:PORT (repeatable).
     /// Without ONLINE_IP any destination address on that port is copied. A port may have two
@@ -707,7 +736,7 @@ pub struct Validated {
     pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
-impl Args {
+impl CopierArgs {
     /// Check every flag and build the configurations; `seed` is used when `--seed` is absent.
     /// Reads the secret file; opens nothing else.
     pub fn validate(&self, seed: u64) -> Result<Validated, String> {
@@ -957,7 +986,7 @@ impl Args {
     }
 }
 
-impl Args {
+impl CopierArgs {
     /// The comparison's configuration from the `--compare*` flags (None without `--compare`).
     fn shadow_config(&self, capture: &CaptureConfig) -> Result<Option<crate::shadow::ShadowConfig>, String> {
         use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
@@ -1283,5 +1312,6 @@ fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
     s.parse()
 }
 
+mod help;
 #[cfg(test)]
 mod tests;

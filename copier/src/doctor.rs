@@ -5,11 +5,11 @@
 //! interface, the offloads that decide the largest captured packet against the ring block, the
 //! route and path MTU to each target, the route to each intercept, its handshake with the
 //! shared secret and its verdict on a probe registration of each map's test port, and the clock
-//! skew with each intercept host. The host probes themselves (routes, sysctls, conntrack, the
+//! skew with each intercept host, and (`routes`) each test host's route back to the copied
+//! client addresses. The host probes themselves (routes, sysctls, conntrack, the
 //! ICMP clock probe, the report) live in [`common::doctor`], shared with `intercept doctor`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::doctor::{self, Report};
@@ -17,55 +17,37 @@ use common::flow::FourTuple;
 use common::proto::io::client_handshake_timeout;
 use common::proto::Message;
 
-use common::units::{parse_duration, parse_size};
+use common::units::parse_duration;
 
 use crate::cli::show_map;
 use crate::control::InterceptAddr;
 use crate::engine::PortMap;
 
+mod routes;
+
 /// Bytes a TPACKET_V3 block needs besides the packet: the block and packet headers and the
 /// link-layer address (rounded up).
 const RING_OVERHEAD: u64 = 256;
 
-/// `copier doctor`: the same flags as the copier for what it checks.
+/// `copier doctor`: the copier's own flags (every one; those that do not matter to a check are
+/// ignored) and the doctor's. Derefs to the copier's flags.
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
-    /// A map as given to the copier (repeatable; every test server of a weighted map is checked).
-    #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]", required = true,
-          value_parser = crate::cli::parse_map_targets)]
-    pub maps: Vec<crate::engine::MapTargets>,
-
-    /// An intercept as given to the copier (repeatable).
-    #[arg(long = "intercept", value_name = "HOST[:PORT]", required = true, value_parser = |s: &str| s.parse::<InterceptAddr>())]
-    pub intercepts: Vec<InterceptAddr>,
-
-    /// The copier's secret file.
-    #[arg(long, value_name = "FILE", required_unless_present = "no_secret")]
-    pub secret_file: Option<PathBuf>,
-
-    /// The copier runs without a secret.
-    #[arg(long, conflicts_with = "secret_file")]
-    pub no_secret: bool,
-
-    /// The capture interface (default: all interfaces).
-    #[arg(long, value_name = "IF")]
-    pub interface: Option<String>,
-
-    /// The copier's --mtu.
-    #[arg(long, value_name = "N", default_value_t = 1500)]
-    pub mtu: u16,
-
-    /// The copier's --gso.
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = crate::cli::GsoMode::Auto)]
-    pub gso: crate::cli::GsoMode,
-
-    /// The copier's --ring-block-size.
-    #[arg(long, value_name = "SIZE", default_value = "256K", value_parser = parse_size)]
-    pub ring_block_size: u64,
+    /// The copier's flags, as the copier is (or will be) started with them.
+    #[command(flatten)]
+    pub copier: crate::cli::CopierArgs,
 
     /// Largest clock difference with an intercept host accepted.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub max_clock_skew: Duration,
+}
+
+impl std::ops::Deref for DoctorArgs {
+    type Target = crate::cli::CopierArgs;
+
+    fn deref(&self) -> &crate::cli::CopierArgs {
+        &self.copier
+    }
 }
 
 /// Runs every check; prints the report to stdout; returns the exit status.
@@ -76,6 +58,10 @@ pub fn main(a: &DoctorArgs) -> u8 {
 /// Runs every check.
 pub fn run(a: &DoctorArgs) -> Report {
     let mut r = Report::default();
+    match a.copier.validate(0) {
+        Ok(_) => r.ok("copier flags", "the copier accepts them"),
+        Err(e) => r.fail("copier flags", e, "fix the flag named (copier --help)"),
+    }
     permissions(&mut r);
     capture_interface(&mut r, a);
     // One map per test server.
@@ -100,8 +86,10 @@ pub fn run(a: &DoctorArgs) -> Report {
         _ => None,
     };
     let secret_ok = a.no_secret || secret.is_some();
+    let online: Vec<PortMap> = a.maps.iter().map(|m| m.map).collect();
+    let nets = routes::client_nets(&mut r, &a.client_ip, &online);
     for i in &a.intercepts {
-        intercept(&mut r, i, secret.as_deref(), secret_ok, &maps, a.max_clock_skew);
+        intercept(&mut r, i, secret.as_deref(), secret_ok, &maps, &nets, a.max_clock_skew);
     }
     forwarding(&mut r);
     doctor::check_conntrack(&mut r);
@@ -247,7 +235,7 @@ fn send_path(r: &mut Report, m: &PortMap, gso: crate::cli::GsoMode) {
     }
 }
 
-fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok: bool, maps: &[PortMap], skew: Duration) {
+fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok: bool, maps: &[PortMap], nets: &[(IpAddr, u8)], skew: Duration) {
     let name = format!("{}:{}", i.host, i.port);
     let addr = match (i.host.as_str(), i.port).to_socket_addrs().map(|mut a| a.next()) {
         Ok(Some(a)) => a,
@@ -277,7 +265,7 @@ fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok
             return;
         }
     };
-    rt.block_on(talk(r, &name, addr, secret, maps));
+    rt.block_on(talk(r, &name, addr, secret, maps, nets));
 }
 
 /// A client address of the documentation ranges, of the target's family: a probe registration
@@ -290,7 +278,7 @@ fn probe_tuple(m: &PortMap, n: u16) -> FourTuple {
     FourTuple { client: SocketAddr::new(client, 1024 + n).into(), server: m.target.into() }
 }
 
-async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]>, maps: &[PortMap]) {
+async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]>, maps: &[PortMap], nets: &[(IpAddr, u8)]) {
     let timeout = Duration::from_secs(3);
     let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
@@ -364,7 +352,46 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
     if est.peer.has(common::proto::FEATURE_FLEET) {
         fleet(r, name, &mut est, timeout).await;
     }
+    if nets.is_empty() {
+        // Nothing to ask about (said once, by `routes::client_nets`).
+    } else if est.peer.has(common::proto::FEATURE_ROUTES) {
+        routes::ask(r, name, addr.ip(), &mut est, nets, Duration::from_secs(10)).await;
+    } else {
+        r.warn(
+            format!("route back from test host {}", addr.ip()),
+            format!("intercept {name} is older and cannot say whether it routes the copied clients back"),
+            "run `intercept doctor --client-range CIDR` on the test host, or update the intercept",
+        );
+    }
     let _ = est.writer.shutdown().await;
+}
+
+/// Sends `query` to an intercept and waits, at most `timeout`, for the answer `pick` takes
+/// (other messages are skipped): `Err` when the query could not be sent, `Ok(None)` without an
+/// answer.
+async fn ask<S, T>(
+    est: &mut common::proto::io::Established<S>,
+    query: &Message,
+    timeout: Duration,
+    pick: impl Fn(Message) -> Option<T>,
+) -> Result<Option<T>, ()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    est.writer.write_message(query).await.map_err(|_| ())?;
+    let answer = tokio::time::timeout(timeout, async {
+        loop {
+            match est.reader.read_message().await {
+                Ok(Some(m)) => match pick(m) {
+                    Some(t) => return Some(t),
+                    None => continue,
+                },
+                _ => return None,
+            }
+        }
+    })
+    .await;
+    Ok(answer.ok().flatten())
 }
 
 /// Asks the intercept which copiers are connected (`Message::FleetQuery`) and warns when two
@@ -375,22 +402,15 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let item = format!("copiers at intercept {name} have their own test ports");
-    if est.writer.write_message(&Message::FleetQuery).await.is_err() {
+    let answer = ask(est, &Message::FleetQuery, timeout, |m| match m {
+        Message::Fleet { copiers } => Some(copiers),
+        _ => None,
+    })
+    .await;
+    let Ok(answer) = answer else {
         r.warn(item, "the link closed before the intercept said which copiers it has", "see the intercept's log");
         return;
-    }
-    let answer = tokio::time::timeout(timeout, async {
-        loop {
-            match est.reader.read_message().await {
-                Ok(Some(Message::Fleet { copiers })) => return Some(copiers),
-                Ok(Some(_)) => continue,
-                _ => return None,
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten();
+    };
     let Some(members) = answer else {
         r.warn(item, "no answer to the question which copiers are connected", "see the intercept's log");
         return;
@@ -448,11 +468,14 @@ pub enum Command {
     /// Check this host and its intercepts and say what to fix (exit status 0 only when copying
     /// would work).
     ///
-    /// Checks capture permission and interface,
-    /// offloads and MTU, routes to each target and intercept, the intercept reachable, the
-    /// secret accepted and the test ports guarded, ip_forward, conntrack, clock skew. Prints
-    /// each item with the command that fixes it; exit status 0 only when copying would work.
-    Doctor(DoctorArgs),
+    /// Takes every flag of the copier (those a check does not need are ignored) and checks
+    /// them as the copier would, capture permission and interface, offloads and MTU, routes to
+    /// each target and intercept, the intercept reachable, the secret accepted and the test
+    /// ports guarded, each test host's route back to the copied client addresses (the
+    /// --client-ip pool, or the client networks seen on the mapped ports) and its rp_filter,
+    /// ip_forward, conntrack, clock skew. Prints each item with the command that fixes it; exit
+    /// status 0 only when copying would work.
+    Doctor(Box<DoctorArgs>),
     /// Turn a comparison file (--compare-log) into a static HTML page: endpoints ranked by
     /// difference rate, their differing fields with an example, the noise learned, and a picture
     /// of the difference rate over time.
@@ -496,6 +519,19 @@ mod tests {
         // the doctor needs what it checks, and does not mix with the daemon's flags
         assert!(Args::try_parse_from(["copier", "doctor", "--no-secret"]).is_err());
         assert!(Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "doctor"]).is_err());
+    }
+
+    #[test]
+    fn the_doctor_takes_every_flag_of_the_copier_with_its_checks() {
+        let base = ["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"];
+        let parse = |extra: &[&str]| Args::try_parse_from(base.iter().chain(extra)).map(|a| a.command);
+        let Ok(Some(Command::Doctor(d))) = parse(&["--client-ip", "198.19.0.0/16", "--workers", "2", "--pace-window", "4", "--max-clock-skew", "2s"]) else {
+            panic!("the copier's flags are refused")
+        };
+        assert_eq!((d.client_ip.len(), d.workers, d.max_clock_skew), (1, 2, Duration::from_secs(2)));
+        let e = parse(&["--mtu", "100"]).unwrap_err().to_string();
+        assert!(e.contains("--mtu"), "{e}");
+        assert!(parse(&["--no-such-flag"]).is_err());
     }
 
     #[test]

@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use clap::Parser;
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
 use copier::feed::{Feed, FeedConfig};
@@ -36,7 +35,8 @@ const RECORD_CHANNEL: usize = 32;
 
 fn main() -> ExitCode {
     common::docs::generate_if_asked(<Args as clap::CommandFactory>::command());
-    let args = Args::parse();
+    let matches = common::config_file::matches(<Args as clap::CommandFactory>::command());
+    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match &args.command {
         Some(copier::doctor::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
         Some(copier::doctor::Command::CompareReport(r)) => {

@@ -110,6 +110,8 @@ pub mod names {
     pub const SESSIONS_COMPLETED_TOTAL: &str = "copier_sessions_completed_total";
     pub const SESSIONS_FAILED_TOTAL: &str = "copier_sessions_failed_total";
     pub const SESSIONS_MIDSTREAM_TOTAL: &str = "copier_sessions_midstream_total";
+    /// Sessions idle when the capture file ended (`--offline`): neither completed nor failed.
+    pub const SESSIONS_OPEN_AT_END_TOTAL: &str = "copier_sessions_open_at_end_total";
     pub const SESSIONS_NO_TUPLE_TOTAL: &str = "copier_sessions_no_tuple_total";
     pub const SESSIONS_NOT_COPIED_TOTAL: &str = "copier_sessions_not_copied_total";
     pub const SESSIONS_SAMPLED_OUT_TOTAL: &str = "copier_sessions_sampled_out_total";
@@ -288,6 +290,10 @@ fn describe() {
     describe_counter!(
         names::SESSIONS_COMPLETED_TOTAL,
         "Sessions that ended as the client ended them"
+    );
+    describe_counter!(
+        names::SESSIONS_OPEN_AT_END_TOTAL,
+        "Sessions still open, every byte sent and answered, when the capture file ended (--offline): neither completed nor failed"
     );
     describe_counter!(
         names::SESSIONS_FAILED_TOTAL,
@@ -518,6 +524,7 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::SESSIONS_SAMPLED_OUT_TOTAL).absolute(e.sessions_sampled_out);
     counter!(names::SESSIONS_MIDSTREAM_TOTAL).absolute(e.sessions_midstream);
     counter!(names::SESSIONS_COMPLETED_TOTAL).absolute(e.sessions_completed);
+    counter!(names::SESSIONS_OPEN_AT_END_TOTAL).absolute(e.sessions_open_at_end);
     for (reason, v) in e.sessions_failed.iter() {
         counter!(names::SESSIONS_FAILED_TOTAL, "reason" => reason).absolute(v);
     }

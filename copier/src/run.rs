@@ -189,6 +189,7 @@ struct Line {
     started: u64,
     completed: u64,
     failed: u64,
+    open_at_end: u64,
     /// `failed` by reason.
     fails: crate::engine::FailCounts,
     not_copied: u64,
@@ -221,6 +222,7 @@ impl Line {
             l.started += e.sessions_started;
             l.completed += e.sessions_completed;
             l.failed += e.sessions_failed.total();
+            l.open_at_end += e.sessions_open_at_end;
             for (r, n) in crate::engine::FailReason::ALL.iter().map(|&r| (r, e.sessions_failed.get(r))) {
                 l.fails.add(r, n);
             }
@@ -249,7 +251,10 @@ impl Line {
 
     fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let why: Vec<String> = self.fails.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
-        let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join(", ")) };
+        let mut why = if why.is_empty() { String::new() } else { format!(" ({})", why.join(", ")) };
+        if self.open_at_end > 0 {
+            why.push_str(&format!(", {} open at the capture's end", self.open_at_end));
+        }
         write!(
             f,
             "captured {} packets ({} dropped by the kernel); sessions {} started, {} completed, \
@@ -969,7 +974,11 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
     let now = Instant::now();
     let sessions = engine.session_count();
     let sent_before = engine.stats().segments_sent;
-    engine.close_all(now);
+    if st.offline_done.is_some() {
+        engine.close_at_capture_end(now);
+    } else {
+        engine.close_all(now);
+    }
     let deadline = now + SHUTDOWN_FLUSH;
     let mut engine_empty = false;
     loop {
@@ -1008,8 +1017,9 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
     }
 }
 
-/// Offline, the file is done: whether the loop may end (no session left and nothing to send,
-/// or `session_timeout` since the file ended).
+/// Offline, the file is done: whether the loop may end (no session left that could still go
+/// on, [`Engine::unfinished_sessions`], and nothing to send; or `session_timeout` since the
+/// file ended). Sessions idle then end as open at the capture's end ([`close_all`]).
 fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> bool {
     let done_at = *st.offline_done.get_or_insert_with(|| {
         tracing::info!(
@@ -1019,8 +1029,16 @@ fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> b
         );
         now
     });
-    if engine.session_count() == 0 && io.sender.pending() == 0 {
-        tracing::info!("offline: every session finished");
+    if engine.unfinished_sessions() == 0 && io.sender.pending() == 0 {
+        let open = engine.session_count();
+        if open == 0 {
+            tracing::info!("offline: every session finished");
+        } else {
+            tracing::info!(
+                "offline: every session finished or waits for what the capture does not hold \
+                 ({open} open at the capture's end: every byte sent and answered)"
+            );
+        }
         return true;
     }
     if now >= done_at + st.session_timeout {

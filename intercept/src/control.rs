@@ -479,7 +479,7 @@ pub(crate) async fn run_copier<S>(
     let asks = hello.has(common::proto::FEATURE_PAYLOAD_REQUEST);
     let tells = hello.has(common::proto::FEATURE_RESTART);
     let end = tokio::select! {
-        e = read_loop(&mut reader, id, asks, &shared, &outlet, &reply_tx) => e,
+        e = read_loop(&mut reader, id, peer.ip(), asks, &shared, &outlet, &reply_tx) => e,
         e = write_loop(&mut writer, &outlet, reply_rx, shutdown) => e,
         e = tell_rules(tells, &shared, &reply_tx) => e,
     };
@@ -555,6 +555,7 @@ pub(crate) fn registration(msg: Message, asks: bool) -> Option<Vec<(FourTuple, u
 async fn read_loop<R: AsyncRead + Unpin>(
     reader: &mut FrameReader<R>,
     id: CopierId,
+    peer: IpAddr,
     asks: bool,
     shared: &Shared,
     outlet: &Outlet,
@@ -620,6 +621,15 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let mut copiers: Vec<FleetMember> = shared.lock().fleet.values().copied().collect();
                 copiers.sort_by_key(|m| (m.addr, m.instance));
                 if reply.send(Message::Fleet { copiers }).await.is_err() {
+                    return End::Shutdown;
+                }
+            }
+            Message::RouteQuery { nets } => {
+                // `ip route get` per range: off the runtime's threads.
+                let checks = tokio::task::spawn_blocking(move || crate::doctor::route_checks(&nets, peer))
+                    .await
+                    .unwrap_or_default();
+                if reply.send(Message::RouteAnswer { checks }).await.is_err() {
                     return End::Shutdown;
                 }
             }

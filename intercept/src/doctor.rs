@@ -146,6 +146,51 @@ fn queue_bound(r: &mut Report, queue: u16) {
     }
 }
 
+/// Most client ranges one [`common::proto::Message::RouteQuery`] is answered for (each runs
+/// `ip route get`); the rest are answered as not checked.
+pub const MAX_ROUTE_QUERY: usize = 64;
+
+/// The answer to a copier doctor's `RouteQuery`: the checks of `intercept doctor`'s route back
+/// for each range (`route_back`), with `copier` (the asking copier's address as seen here) as
+/// the host the copies come from. Runs `ip route get`: call it off the async threads.
+pub fn route_checks(nets: &[(IpAddr, u8)], copier: IpAddr) -> Vec<common::proto::RouteCheck> {
+    use common::doctor::Status;
+    use common::proto::{RouteCheck, RouteStatus};
+    let mut toward_copier = Vec::new();
+    let mut pre = Report::default();
+    match doctor::route_get(copier) {
+        Ok(route) => toward_copier.push((copier, route.dev)),
+        Err(e) => pre.fail(format!("route to copier {copier}"), format!("none ({e})"), format!("ip route add {copier} via <gateway toward the copier host>")),
+    }
+    let mut out = Vec::new();
+    for (i, &(ip, prefix)) in nets.iter().enumerate() {
+        let mut r = Report { findings: pre.findings.clone() };
+        match IpNet::new(ip, prefix) {
+            None => r.fail(format!("route back to {ip}/{prefix}"), "not a prefix", "ask with a valid range"),
+            Some(_) if i >= MAX_ROUTE_QUERY => {
+                r.warn(format!("route back to {ip}/{prefix}"), format!("not checked: at most {MAX_ROUTE_QUERY} ranges per question"), "run intercept doctor --client-range on the test host")
+            }
+            Some(net) => route_back(&mut r, &net, &toward_copier),
+        }
+        out.extend(r.findings.into_iter().map(|f| RouteCheck {
+            net: (ip, prefix),
+            status: match f.status {
+                Status::Ok => RouteStatus::Ok,
+                Status::Warn => RouteStatus::Warn,
+                Status::Fail => RouteStatus::Fail,
+            },
+            item: f.item,
+            detail: f.detail,
+            // The copier's address where it is of the range's family.
+            fix: match f.fix {
+                Some(fix) if ip.is_ipv4() == copier.is_ipv4() => fix.replace("<the copier host's address>", &copier.to_string()),
+                fix => fix.unwrap_or_default(),
+            },
+        }));
+    }
+    out
+}
+
 /// The route back to a client range exists, and the reverse-path filter lets copies in.
 fn route_back(r: &mut Report, net: &IpNet, toward_copier: &[(IpAddr, String)]) {
     let probe = first_host(net);

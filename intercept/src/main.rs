@@ -95,6 +95,13 @@ struct Cli {
     #[command(subcommand)]
     command: Option<intercept::doctor::Command>,
 
+    /// Read options from this TOML file: its keys are the long flags of this help
+    /// (`listen = "198.18.2.2"`, `port = [80, 443]`, `no-secret = true`); a flag on the command
+    /// line overrides the file's. An unknown key or a bad value stops start-up, naming the key
+    /// and its line.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+
     /// Source port of the test service's responses to intercept; repeat for several ports.
     #[arg(long = "port", value_name = "PORT", required = true, value_parser = parse_port)]
     ports: Vec<u16>,
@@ -344,7 +351,7 @@ fn init_logging(cli: &Cli) {
 fn main() -> ExitCode {
     common::docs::generate_if_asked(<Cli as clap::CommandFactory>::command());
     // `intercept doctor` is matched before the daemon's flags are read: it needs none of them.
-    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let matches = common::config_file::matches(<Cli as clap::CommandFactory>::command());
     if let Some(d) = intercept::doctor::from_matches(&matches) {
         return ExitCode::from(intercept::doctor::main(&d));
     }

@@ -75,6 +75,12 @@ impl IpRange {
         self.base.is_ipv6()
     }
 
+    /// The range's first address and its prefix length.
+    #[must_use]
+    pub fn net(&self) -> (IpAddr, u8) {
+        (self.base, self.prefix)
+    }
+
     /// Whether `ip` lies in the range.
     #[must_use]
     pub fn contains(&self, ip: IpAddr) -> bool {

@@ -272,3 +272,48 @@ fn intercept_doctor_names_every_broken_item() {
     fill_conntrack(&lab, Host::Test, addr::ONLINE_TO_TEST);
     names("conntrack table full", run(&lab, &[]), "FAIL", "conntrack");
 }
+
+/// Holds one keep-alive connection from the client to the online nginx (one request answered)
+/// until stopped: the client network the copier doctor sees on the mapped port.
+const HOLD_CONNECTION: &str = r#"
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], 80), timeout=10)
+s.sendall(b"GET /index.html HTTP/1.1\r\nHost: online\r\n\r\n")
+s.recv(65536)
+print("connected", flush=True)
+time.sleep(60)
+"#;
+
+#[test]
+fn copier_doctor_finds_the_test_hosts_missing_route_back() {
+    let Some(mut lab) = lab_or_skip("copier_doctor_finds_the_test_hosts_missing_route_back") else { return };
+    let _c = Copying::start(&mut lab, CopyOptions { start_copier: false, ..CopyOptions::default() }).expect("start the copying setup");
+    let run = |lab: &Lab, extra: &[&str]| doctor(lab, Host::Online, &[], "copier", &copier_args(lab, extra));
+    let test_host = addr::TEST;
+
+    // A --client-ip pool: the copier's own flag, routed back on the test host.
+    let pool_arg = format!("{},{}", addr::FAKE_CLIENT_NET, addr::FAKE_CLIENT_NET6);
+    let pool = ["--client-ip", pool_arg.as_str()];
+    let (code, text) = run(&lab, &pool);
+    assert!(text.contains(&format!("ok    route back to {} on test host {test_host}", addr::FAKE_CLIENT_NET)), "{text}");
+    healthy("pool routed back", (code, text));
+    sh(&lab, Host::Test, &format!("ip route del {}", addr::FAKE_CLIENT_NET));
+    let (code, text) = run(&lab, &pool);
+    sh(&lab, Host::Test, &format!("ip route replace {} via {}", addr::FAKE_CLIENT_NET, addr::ONLINE_TO_TEST));
+    let fix = format!("on the test host {test_host}: ip route add {} via {}", addr::FAKE_CLIENT_NET, addr::ONLINE_TO_TEST);
+    assert!(text.contains(&fix), "the fix is not named:\n{text}");
+    names("pool not routed back", (code, text), "FAIL", &format!("route back to {} on test host {test_host}", addr::FAKE_CLIENT_NET));
+
+    // The real clients: the network of a connection seen on the mapped port.
+    let online = addr::ONLINE.to_string();
+    let client = lab.spawn(Host::Client, "hold-connection", &["python3", "-c", HOLD_CONNECTION, &online]).unwrap();
+    lab::setup::wait_log(&client, "connected", Duration::from_secs(20)).unwrap();
+    let (code, text) = run(&lab, &[]);
+    assert!(text.contains(&format!("ok    route back to {} on test host {test_host}", addr::CLIENT_NET)), "{text}");
+    healthy("clients routed back", (code, text));
+    sh(&lab, Host::Test, &format!("ip route del {}", addr::CLIENT_NET));
+    let out = run(&lab, &[]);
+    sh(&lab, Host::Test, &format!("ip route replace {} via {}", addr::CLIENT_NET, addr::ONLINE_TO_TEST));
+    client.stop();
+    names("clients not routed back", out, "FAIL", &format!("route back to {} on test host {test_host}", addr::CLIENT_NET));
+}

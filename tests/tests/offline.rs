@@ -5,7 +5,9 @@
 //! request length), at 1x and at 10x (the 10x replay twice over with `--loop 2`, each pass on
 //! its own client ports), the 10x replay takes clearly less time than the 1x one, and nothing
 //! leaks toward the clients. A capture cut in the middle of a record replays what it holds and
-//! names the cut record.
+//! names the cut record. A capture that ends with keep-alive connections still open (as a
+//! browser's page load leaves them) is replayed to its end and the copier stops by itself at
+//! once, the open sessions counted as open at the capture's end, not as failed.
 
 use lab::setup::{
     capture_whole_packets, diff_fingerprints, fingerprints, tail, CopyOptions, Copying,
@@ -282,5 +284,47 @@ fn offline_replay_of_a_truncated_capture() {
         got, held,
         "the test server should get exactly the requests before the cut"
     );
+    c.assert_no_leak(&mut lab);
+}
+
+/// A page load as a browser makes it: six keep-alive connections, nine GETs among them, all
+/// left open (the client holds them past the capture's end).
+const PAGE_LOAD: &str = r#"
+import http.client, sys, time
+host = sys.argv[1]
+conns = [http.client.HTTPConnection(host, 80, timeout=10) for _ in range(6)]
+for i in range(9):
+    c = conns[i % 6]
+    c.request("GET", "/index.html?page=%d" % i)
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, r.status
+print("done", flush=True)
+time.sleep(60)
+"#;
+
+#[test]
+fn offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself() {
+    let Some(mut lab) = lab_or_skip("offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself") else {
+        return;
+    };
+    let c = Copying::start(&mut lab, options()).unwrap();
+    let cap = capture_whole_packets(&mut lab, Host::Online, ifname::ONLINE_TO_CLIENT, "tcp port 80", "open").unwrap();
+    let online = addr::ONLINE.to_string();
+    let client = lab.spawn(Host::Client, "page-load", &["python3", "-c", PAGE_LOAD, &online]).unwrap();
+    lab::setup::wait_log(&client, "done", Duration::from_secs(20)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pcap = cap.stop();
+    let want = fingerprints(&c.online.requests().unwrap());
+    assert_eq!(want.values().sum::<usize>(), 9);
+
+    // The default --session-timeout (120 s): the copier must not wait for it.
+    let (log, wall) = replay(&c, &mut lab, "copier-open", &pcap, &["--speed", "max"], Duration::from_secs(60));
+    client.stop();
+    assert!(wall < Duration::from_secs(20), "the replay took {wall:?}:\n{}", tail(&log, 20));
+    assert_eq!(c.settle(Duration::from_secs(1), Duration::from_secs(30)), 9);
+    assert_same(&want, &c.test().requests().unwrap(), "open at the end", &log);
+    assert!(log.contains(" 0 failed"), "{}", tail(&log, 5));
+    assert!(log.contains("6 open at the capture's end"), "{}", tail(&log, 5));
     c.assert_no_leak(&mut lab);
 }

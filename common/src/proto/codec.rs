@@ -29,6 +29,8 @@
 //! | 14   | Fleet      | `list of (u64 instance | address | u16 fleet_index | u16 fleet_size)`: intercept -> copier, the answer to a FleetQuery: every connected copier connection with the identity its Hello announced |
 //! | 15   | Synced     | empty: copier -> intercept, its snapshot of live sessions is registered (ends its part of a restarted intercept's grace); sent only to a peer whose Hello has [`FEATURE_RESTART`] |
 //! | 16   | Rules      | `u8 in_force`: intercept -> copier, its firewall rules went missing (0: send nothing on registered sessions) or are back (1); sent only to a peer whose Hello has [`FEATURE_RESTART`] |
+//! | 17   | RouteQuery | `list of (address | u8 prefix)`: copier -> intercept (`copier doctor`), does the intercept's host route these client ranges back through the asking copier's host; sent only to a peer whose Hello has [`FEATURE_ROUTES`] |
+//! | 18   | RouteAnswer | `list of (address | u8 prefix | u8 status | str item | str detail | str fix)`: intercept -> copier, the answer to a RouteQuery: its findings per range (status 0 ok, 1 warning, 2 failure) |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
@@ -52,7 +54,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART};
+pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -70,6 +72,8 @@ const T_FLEET_QUERY: u8 = 13;
 const T_FLEET: u8 = 14;
 const T_SYNCED: u8 = 15;
 const T_RULES: u8 = 16;
+const T_ROUTE_QUERY: u8 = 17;
+const T_ROUTE_ANSWER: u8 = 18;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -344,6 +348,54 @@ impl Record {
     }
 }
 
+/// How an intercept judges one client range of a [`Message::RouteQuery`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteStatus {
+    /// Routed back through the asking copier's host, and let in.
+    Ok,
+    /// Copying works, but the operator should know.
+    Warn,
+    /// The test server's answers to this range go nowhere, or its copies are dropped.
+    Fail,
+}
+
+impl RouteStatus {
+    /// The wire code (0, 1, 2).
+    #[must_use]
+    pub fn code(self) -> u8 {
+        match self {
+            RouteStatus::Ok => 0,
+            RouteStatus::Warn => 1,
+            RouteStatus::Fail => 2,
+        }
+    }
+
+    /// The status of a wire code (an unknown one is a failure: it cannot be trusted).
+    #[must_use]
+    pub fn from_code(c: u8) -> RouteStatus {
+        match c {
+            0 => RouteStatus::Ok,
+            1 => RouteStatus::Warn,
+            _ => RouteStatus::Fail,
+        }
+    }
+}
+
+/// One finding of an intercept on a client range, as [`Message::RouteAnswer`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCheck {
+    /// The range asked about: its address and prefix length.
+    pub net: (IpAddr, u8),
+    /// How bad it is.
+    pub status: RouteStatus,
+    /// What was checked (`route back to 198.18.0.0/24`, `rp_filter on eth0`).
+    pub item: String,
+    /// What was found.
+    pub detail: String,
+    /// The command that fixes it (empty when nothing is to fix).
+    pub fix: String,
+}
+
 /// One copier connection an intercept has, as [`Message::Fleet`] lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FleetMember {
@@ -452,6 +504,19 @@ pub enum Message {
         /// Each tuple of the Register with its verdict, in the Register's order.
         results: Vec<(FourTuple, RegVerdict)>,
     },
+    /// Copier -> intercept (`copier doctor`): does the intercept's host route these client
+    /// ranges (address, prefix length) back through the asking copier's host, and does
+    /// rp_filter let their copies in ([`Message::RouteAnswer`]). Only to an intercept whose
+    /// Hello has [`FEATURE_ROUTES`].
+    RouteQuery {
+        /// The client ranges the copies come from.
+        nets: Vec<(IpAddr, u8)>,
+    },
+    /// Intercept -> copier: the answer to a [`Message::RouteQuery`], its findings per range.
+    RouteAnswer {
+        /// The findings, ranges in the query's order.
+        checks: Vec<RouteCheck>,
+    },
     /// Copier -> intercept: how long the intercept may hold this copier's records that nothing
     /// waits on (none of SYN, FIN, RST) before it sends them; 0, the default of a connection:
     /// not at all. The copier says 0 while its engine waits on records (lock-step sessions),
@@ -492,6 +557,8 @@ impl Message {
             Message::RegisterPayload { .. } => "RegisterPayload",
             Message::RecordWait { .. } => "RecordWait",
             Message::FleetQuery => "FleetQuery",
+            Message::RouteQuery { .. } => "RouteQuery",
+            Message::RouteAnswer { .. } => "RouteAnswer",
             Message::Fleet { .. } => "Fleet",
             Message::Synced => "Synced",
             Message::Rules { .. } => "Rules",
@@ -574,6 +641,26 @@ impl Message {
                     put_addr(out, &Endpoint::new(m.addr.ip(), m.addr.port()));
                     out.extend_from_slice(&m.index.to_be_bytes());
                     out.extend_from_slice(&m.size.to_be_bytes());
+                })
+            }
+            Message::RouteQuery { nets } => {
+                encode_list(out, T_ROUTE_QUERY, nets, |(ip, _)| addr_len(&Endpoint::new(*ip, 0)) + 1, |out, (ip, p)| {
+                    put_addr(out, &Endpoint::new(*ip, 0));
+                    out.push(*p);
+                })
+            }
+            Message::RouteAnswer { checks } => {
+                let len = |c: &RouteCheck| {
+                    let s = |t: &str| 2 + t.len().min(u16::MAX as usize);
+                    addr_len(&Endpoint::new(c.net.0, 0)) + 2 + s(&c.item) + s(&c.detail) + s(&c.fix)
+                };
+                encode_list(out, T_ROUTE_ANSWER, checks, len, |out, c| {
+                    put_addr(out, &Endpoint::new(c.net.0, 0));
+                    out.push(c.net.1);
+                    out.push(c.status.code());
+                    put_str(out, &c.item);
+                    put_str(out, &c.detail);
+                    put_str(out, &c.fix);
                 })
             }
             Message::RecordWait { micros } => {
@@ -707,6 +794,22 @@ impl Message {
                     })?,
                 },
                 "Fleet",
+            ),
+            T_ROUTE_QUERY => (
+                Message::RouteQuery {
+                    nets: r.list("client range", 7 + 1, |r| Ok((get_addr(r)?.ip(), r.u8("prefix")?)))?,
+                },
+                "RouteQuery",
+            ),
+            T_ROUTE_ANSWER => (
+                Message::RouteAnswer {
+                    checks: r.list("route check", 7 + 2 + 6, |r| {
+                        let net = (get_addr(r)?.ip(), r.u8("prefix")?);
+                        let status = RouteStatus::from_code(r.u8("route status")?);
+                        Ok(RouteCheck { net, status, item: r.string("item")?, detail: r.string("detail")?, fix: r.string("fix")? })
+                    })?,
+                },
+                "RouteAnswer",
             ),
             T_REGISTER_PAYLOAD => (
                 Message::RegisterPayload {

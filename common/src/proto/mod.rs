@@ -28,7 +28,7 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict,
+    encode_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict, RouteCheck, RouteStatus,
     ResponseHeaders, Role, BULK_BYTES,
 };
 
@@ -53,8 +53,12 @@ pub const FEATURE_FLEET: u32 = 4;
 /// an intercept that announces it takes `Synced` (it ends that copier's part of a restarted
 /// intercept's grace) and sends `Rules` when its firewall rules go missing or come back.
 pub const FEATURE_RESTART: u32 = 8;
+/// Hello feature bit: the sender (an intercept) answers [`Message::RouteQuery`] with
+/// [`Message::RouteAnswer`].
+pub const FEATURE_ROUTES: u32 = 16;
 /// The features this build announces in its Hello.
-pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET | FEATURE_RESTART;
+pub const FEATURES: u32 =
+    FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET | FEATURE_RESTART | FEATURE_ROUTES;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

@@ -1,6 +1,7 @@
 //! Tests of the copier's command line: value parsers, cross-flag checks, and what `--help` says.
 
 use super::*;
+use super::help;
 
 fn map(s: &str) -> PortMap {
     parse_map(s).unwrap()
@@ -782,4 +783,112 @@ fn fleet_shares_parse_and_are_checked_against_the_workers() {
     let e = fleet(&["--fleet", "0/2000", "--workers", "64"]).unwrap_err();
     assert!(e.contains("--fleet 0/2000") && e.contains("--workers 64"), "{e}");
     assert!(args(&["--no-secret", "--fleet", "2/2"]).is_err());
+}
+
+/// Parses `argv` with its `--config` expanded, as `main` does.
+fn parse_with_config(argv: &[&str]) -> Result<Args, String> {
+    use clap::{CommandFactory, FromArgMatches};
+    use common::config_file::{matches_from, Failure};
+    match matches_from(Args::command(), argv.iter().map(Into::into).collect()) {
+        Ok(m) => Args::from_arg_matches(&m).map_err(|e| e.to_string()),
+        Err(Failure::Config(e)) => Err(e.to_string()),
+        Err(Failure::Clap(e, origin)) => Err(format!("{} {}", origin.unwrap_or_default(), e)),
+    }
+}
+
+fn config_file(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("copier-cli-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_config_file_gives_the_same_flags_as_the_command_line() {
+    let f = config_file(
+        "round.toml",
+        "# the copier's options\nmap = [\"80=198.18.2.2:80\", \"443=198.18.2.2:443\"]\nintercept = \"198.18.2.2\"\nno_secret = true\n\
+         session-timeout = \"30s\"\ncopies = 2\nverbose = 1\nclient-ip = \"198.19.0.0/16\"\n",
+    );
+    let from_file = parse_with_config(&["copier", "--config", &f]).unwrap();
+    let from_flags = parse_with_config(&[
+        "copier", "--map", "80=198.18.2.2:80", "--map", "443=198.18.2.2:443", "--intercept", "198.18.2.2", "--no-secret",
+        "--session-timeout", "30s", "--copies", "2", "-v", "--client-ip", "198.19.0.0/16",
+    ])
+    .unwrap();
+    assert_eq!(format!("{:?}", from_file.copier), format!("{:?}", from_flags.copier));
+    assert_eq!((from_file.maps.len(), from_file.session_timeout, from_file.copies, from_file.verbose), (2, Duration::from_secs(30), 2, 1));
+    // copier doctor reads the same file.
+    let d = parse_with_config(&["copier", "doctor", "--config", &f]).unwrap();
+    let Some(crate::doctor::Command::Doctor(d)) = d.command else { panic!("no doctor") };
+    assert_eq!((d.maps.len(), d.copies, d.client_ip.len()), (2, 2, 1));
+}
+
+#[test]
+fn the_command_line_overrides_the_config_file() {
+    let f = config_file("over.toml", "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = true\nsession-timeout = \"30s\"\n");
+    let a = parse_with_config(&["copier", "--session-timeout", "5s", "--config", &f, "--map", "8080=198.18.2.3:8080"]).unwrap();
+    assert_eq!(a.session_timeout, Duration::from_secs(5));
+    assert_eq!(a.maps.len(), 1, "a list flag on the command line replaces the file's");
+    assert_eq!(a.maps[0].map.online_port, 8080);
+    let a = parse_with_config(&["copier", "--config", &f, "-v", "-v"]).unwrap();
+    assert_eq!((a.verbose, a.session_timeout), (2, Duration::from_secs(30)));
+}
+
+#[test]
+fn an_unknown_or_bad_key_names_itself_and_its_line() {
+    let head = "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = true\n";
+    let f = config_file("unknown.toml", &format!("{head}\nsession-timeot = \"30s\"\n"));
+    let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
+    assert!(e.contains("line 5") && e.contains("unknown key `session-timeot`"), "{e}");
+    // a value clap refuses: the flag's own message, with the file's line
+    let f = config_file("range.toml", &format!("{head}mtu = 100\n"));
+    let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
+    assert!(e.contains("line 4: key `mtu`") && e.contains("100"), "{e}");
+    let f = config_file("duration.toml", &format!("session-timeout = \"soon\"\n{head}"));
+    let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
+    assert!(e.contains("line 1: key `session-timeout`"), "{e}");
+    // a value of the wrong kind
+    let f = config_file("kind.toml", "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = \"yes\"\n");
+    let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
+    assert!(e.contains("line 3: key `no-secret`") && e.contains("true or false"), "{e}");
+    // not TOML, a missing file
+    let f = config_file("syntax.toml", "map = [\n");
+    let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
+    assert!(e.contains("syntax.toml") && e.contains("line"), "{e}");
+    let e = parse_with_config(&["copier", "--config", "/nonexistent/copier.toml"]).unwrap_err();
+    assert!(e.contains("/nonexistent/copier.toml"), "{e}");
+}
+
+#[test]
+fn help_groups_every_flag_under_a_heading_in_short_and_long_help() {
+    use clap::CommandFactory;
+    let headings: Vec<&str> = help::HEADINGS.iter().map(|(h, _)| *h).collect();
+    assert_eq!(
+        headings,
+        ["Capture", "Targets", "Copies and shaping", "Pacing", "Rules and archive", "Comparison", "Limits", "Metrics and logs"]
+    );
+    let mut cmd = Args::command();
+    cmd.build();
+    // Every flag of the copier but --config, -h and -V has its heading.
+    let without: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.get_long().is_some_and(|l| !["config", "help", "version"].contains(&l)))
+        .filter(|a| a.get_help_heading().is_none())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    assert!(without.is_empty(), "flags without a heading (add them to cli::help::HEADINGS): {without:?}");
+    let short = cmd.render_help().to_string();
+    let long = cmd.render_long_help().to_string();
+    let doctor = cmd.find_subcommand_mut("doctor").unwrap().render_help().to_string();
+    for h in headings {
+        for (what, text) in [("-h", &short), ("--help", &long), ("doctor -h", &doctor)] {
+            assert!(text.contains(&format!("\n{h}:\n")), "no heading {h:?} in {what}:\n{text}");
+        }
+    }
+    // -h keeps to first sentences: the long texts are in --help only.
+    assert!(short.len() * 2 < long.len(), "-h is {} bytes, --help {}", short.len(), long.len());
+    assert!(!short.contains("the idle sessions quiet longest make room"), "{short}");
+    assert!(long.contains("the idle sessions quiet longest make room"));
 }

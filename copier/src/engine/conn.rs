@@ -274,6 +274,12 @@ impl Conn {
             && !self.dead
     }
 
+    /// Whether it is closed on our side: reset, never sent, or closed gracefully (lingering
+    /// only to answer the test server's last segments).
+    pub(crate) fn closed(&self) -> bool {
+        self.dead || self.reset || self.state == State::Linger
+    }
+
     pub(crate) fn deadline(&self) -> Option<Instant> {
         [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min().map(Stamp::at)
     }

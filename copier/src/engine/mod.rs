@@ -1190,11 +1190,36 @@ impl Engine {
     /// documentation). The engine is empty afterwards: captured packets would start new
     /// sessions, so stop feeding it first.
     pub fn close_all(&mut self, now: Instant) {
+        self.close_sessions(now, false);
+    }
+
+    /// [`Engine::close_all`] at the end of a capture file (`--offline`): the idle sessions
+    /// (every byte sent and answered, the client's connection left open in the capture) are
+    /// counted as open at the capture's end (`sessions_open_at_end`), the others as failed
+    /// (`shutdown`).
+    pub fn close_at_capture_end(&mut self, now: Instant) {
+        self.close_sessions(now, true);
+    }
+
+    /// Sessions that still wait for something that may come once the capture file ended: a
+    /// request not answered, a segment not acknowledged, a close to carry. The others cannot
+    /// go on (an idle one waits for a request, a syncing one for a client ACK, that will not
+    /// come; a done one whose connections are closed only lingers).
+    #[must_use]
+    pub fn unfinished_sessions(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|s| s.s.as_ref())
+            .filter(|s| !s.settled_at_capture_end())
+            .count()
+    }
+
+    fn close_sessions(&mut self, now: Instant, at_capture_end: bool) {
         let mut out = Vec::new();
         let mut unreg = Vec::new();
         for idx in 0..self.slots.len() {
             let Some(s) = self.slots[idx].s.as_mut() else { continue };
-            s.shutdown(&mut self.sh, now, &mut out, &mut unreg);
+            s.shutdown(&mut self.sh, now, at_capture_end, &mut out, &mut unreg);
             self.remove(idx as u32);
         }
         self.timers.clear();

@@ -144,6 +144,18 @@ pub(crate) enum Phase {
     Done,
 }
 
+/// How a session ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// As the client ended it.
+    Completed,
+    /// Without completing.
+    Failed(FailReason),
+    /// Idle when the capture file ended (offline): every byte sent and answered, the client's
+    /// connection still open. Neither completed nor failed.
+    LeftOpen,
+}
+
 /// A hole in the captured stream that the session waits at.
 #[derive(Debug)]
 struct Gap {
@@ -395,6 +407,17 @@ impl Session {
             && !self.stream.has_held()
             && self.gap.is_none()
             && self.cur.as_ref().is_none_or(Conn::quiet)
+    }
+
+    /// Whether nothing more can come of it once the capture file ended: idle (it waits for a
+    /// request), waiting to synchronise (for a client ACK), or done with every connection
+    /// closed on our side.
+    pub(crate) fn settled_at_capture_end(&self) -> bool {
+        match self.phase {
+            Phase::Syncing { .. } => true,
+            Phase::Active => self.idle(),
+            Phase::Done => self.old.iter().all(Conn::closed),
+        }
     }
 
     /// When the session ends for lack of activity, and why: `session_timeout` after the last
@@ -873,6 +896,15 @@ impl Session {
     /// End the session: `None` = as the client ended it (FIN carried, or its RST), otherwise
     /// failed. Every connection not closed yet is reset.
     pub(crate) fn finish(&mut self, sh: &mut Shared, now: Instant, why: Option<FailReason>) {
+        self.end(sh, now, why.map_or(End::Completed, End::Failed));
+    }
+
+    /// [`Session::finish`], with the ends that are neither completed nor failed.
+    fn end(&mut self, sh: &mut Shared, now: Instant, how: End) {
+        let why = match how {
+            End::Failed(r) => Some(r),
+            End::Completed | End::LeftOpen => None,
+        };
         let was_idle = self.idle();
         self.client_reset = None;
         if !self.proven && self.phase != Phase::Done {
@@ -897,11 +929,13 @@ impl Session {
             || (why == Some(FailReason::UnprovenShed) && was_idle);
         self.note_answer(sh, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
-        match why {
-            None => sh.stats.sessions_completed += 1,
-            Some(r) => sh.stats.sessions_failed.bump(r),
+        match how {
+            End::Completed => sh.stats.sessions_completed += 1,
+            End::Failed(r) => sh.stats.sessions_failed.bump(r),
+            End::LeftOpen => sh.stats.sessions_open_at_end += 1,
         }
         self.outcome = match why {
+            None if how == End::LeftOpen => None,
             None => Some(false),
             Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit) => Some(true),
             Some(_) => None,
@@ -968,8 +1002,18 @@ impl Session {
     /// appending the packets to `out`. The connections are dropped and their tuples appended
     /// to `unreg`, for the caller to unregister once the RSTs are on their way (connections
     /// that never sent anything are unregistered through `Shared::control` at once).
-    pub(crate) fn shutdown(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<(FourTuple, Vec<u8>)>, unreg: &mut Vec<FourTuple>) {
-        self.finish(sh, now, Some(FailReason::Shutdown));
+    /// `at_capture_end`: the capture file is done, so an idle session (every byte sent and
+    /// answered) ends as open at the capture's end, not as failed.
+    pub(crate) fn shutdown(
+        &mut self,
+        sh: &mut Shared,
+        now: Instant,
+        at_capture_end: bool,
+        out: &mut Vec<(FourTuple, Vec<u8>)>,
+        unreg: &mut Vec<FourTuple>,
+    ) {
+        let how = if at_capture_end && self.idle() { End::LeftOpen } else { End::Failed(FailReason::Shutdown) };
+        self.end(sh, now, how);
         if let Some(c) = self.cur.take() {
             self.retire(c);
         }

@@ -279,6 +279,9 @@ pub struct EngineStats {
     pub sessions_completed: u64,
     /// Sessions that ended otherwise.
     pub sessions_failed: FailCounts,
+    /// Sessions still open, idle, when the capture file ended (`--offline`; every byte of
+    /// theirs sent and answered): neither completed nor failed.
+    pub sessions_open_at_end: u64,
     /// Sessions not copied because no intercept was connected when they began.
     pub sessions_not_copied: u64,
     /// Connections opened to the test server (more than sessions when it closes early).

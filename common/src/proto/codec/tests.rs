@@ -119,6 +119,30 @@ fn fleet_query_and_answer_round_trip_and_overlaps_are_found() {
 }
 
 #[test]
+fn route_query_and_answer_round_trip() {
+    use super::{Message, RouteCheck, RouteStatus};
+    let q = Message::RouteQuery { nets: vec![("198.18.0.0".parse().unwrap(), 24), ("fd00::".parse().unwrap(), 64)] };
+    assert_eq!(decode_all(&encoded(&q)).unwrap(), vec![q]);
+    let a = Message::RouteAnswer {
+        checks: vec![
+            RouteCheck {
+                net: ("198.18.0.0".parse().unwrap(), 24),
+                status: RouteStatus::Fail,
+                item: "route back to 198.18.0.0/24".into(),
+                detail: "none".into(),
+                fix: "ip route add 198.18.0.0/24 via 198.18.1.1".into(),
+            },
+            RouteCheck { net: ("fd00::".parse().unwrap(), 64), status: RouteStatus::Ok, item: "x".into(), detail: String::new(), fix: String::new() },
+        ],
+    };
+    assert_eq!(decode_all(&encoded(&a)).unwrap(), vec![a]);
+    for s in [RouteStatus::Ok, RouteStatus::Warn, RouteStatus::Fail] {
+        assert_eq!(RouteStatus::from_code(s.code()), s);
+    }
+    assert_eq!(RouteStatus::from_code(9), RouteStatus::Fail);
+}
+
+#[test]
 fn hello_of_a_build_before_features_decodes_with_none() {
     // What an older build of version 2 sends: the body ends after `software`.
     let mut old = vec![0, 0, 0, 45, 1, b'T', b'C', b'P', b'Y', 0, 2, 1, 0];

@@ -240,3 +240,26 @@ fn where_sessions_ended_idle_stood_is_counted_and_bounded() {
     assert_eq!((s.drops.midstream_skip, s.sessions_started), (1, 4));
     assert_eq!(h.e.memory_used() - h.e.buffered_bytes(), RESUME_COST + 2 * SESSION_COST);
 }
+
+#[test]
+fn at_the_capture_end_idle_sessions_are_open_not_failed_and_busy_ones_are_unfinished() {
+    let mut h = H::new(cfg());
+    idle_session(&mut h, 1001);
+    let _ = busy_session(&mut h, 1002);
+    assert_eq!((h.e.session_count(), h.e.unfinished_sessions()), (2, 1), "only the busy one may still go on");
+    h.e.close_at_capture_end(h.now);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_open_at_end, s.sessions_failed.shutdown, s.sessions_completed), (1, 1, 0));
+    assert_eq!(s.sessions_failed.total(), 1, "the idle one is no failure");
+    assert_eq!(h.e.session_count(), 0);
+}
+
+#[test]
+fn close_all_counts_idle_sessions_as_shut_down() {
+    let mut h = H::new(cfg());
+    idle_session(&mut h, 1001);
+    assert_eq!(h.e.unfinished_sessions(), 0);
+    h.e.close_all(h.now);
+    let s = h.e.stats();
+    assert_eq!((s.sessions_open_at_end, s.sessions_failed.shutdown), (0, 1));
+}
