@@ -44,20 +44,26 @@ pub fn build(lab: &Lab, vxlan: bool) -> Result<()> {
                 c = ifname::ONLINE_TO_CLIENT
             ),
         )?;
-        mirror_rule(lab, "ingress")?;
-        mirror_rule(lab, "egress")?;
+        mirror_rule(lab, "ingress", 1)?;
+        mirror_rule(lab, "egress", 1)?;
     }
     Ok(())
 }
 
-/// One more `tc` rule mirroring a direction (`ingress`: the clients' packets; `egress`: the
-/// answers) of `online`'s client link into the VXLAN device: a second one duplicates.
-pub fn mirror_rule(lab: &Lab, dir: &str) -> Result<()> {
+/// The `tc` rule mirroring a direction (`ingress`: the clients' packets; `egress`: the
+/// answers) of `online`'s client link into the VXLAN device, `copies` times per packet (a
+/// second `mirred` action on the rule duplicates; a second rule would not, the first match
+/// ends the classification). [`build`] mirrors both directions once; a test that wants
+/// duplicates calls it again for `ingress` after [`build`] (the rule is replaced).
+pub fn mirror_rule(lab: &Lab, dir: &str, copies: usize) -> Result<()> {
+    let action = format!(" action mirred egress mirror dev {VXLAN_IF}");
     lab.sh(
         Host::Online,
         &format!(
-            "tc filter add dev {} {dir} protocol ip u32 match u32 0 0 action mirred egress mirror dev {VXLAN_IF}",
-            ifname::ONLINE_TO_CLIENT
+            "tc filter del dev {d} {dir} pref 1 2>/dev/null; \
+             tc filter add dev {d} {dir} pref 1 protocol ip u32 match u32 0 0{}",
+            action.repeat(copies),
+            d = ifname::ONLINE_TO_CLIENT
         ),
     )?;
     Ok(())

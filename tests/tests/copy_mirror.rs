@@ -145,8 +145,9 @@ fn vxlan_mirror_with_duplicates() {
     let Some(mut lab) = lab_or_skip("vxlan_mirror_with_duplicates") else { return };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
-    // A second mirror of the clients' direction: every client packet arrives twice.
-    mirror::mirror_rule(&lab, "ingress").unwrap();
+    // The clients' direction mirrored twice (a second mirred action on the rule): every client
+    // packet arrives twice.
+    mirror::mirror_rule(&lab, "ingress", 2).unwrap();
     let p = mirror_copier(&c, &mut lab, "vxlan");
     c.copier = Some(p);
     let n = traffic(&lab, "dup", 10, 1 << 20);
@@ -166,6 +167,7 @@ const GENEVE_MIRROR: &str = r#"
 import socket, struct, sys, signal
 iface, dst, cut_every, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 raw = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3))
+raw.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: hold an upload's burst
 raw.bind((iface, 0))
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 hdr = struct.pack("!BBHI", 2, 0, 0x6558, 7 << 8) + bytes(8)

@@ -131,3 +131,18 @@ fn the_socket_reads_many_datagrams_per_call() {
     assert!(st.reads < 11, "{} reads for 11 datagrams", st.reads);
     assert_eq!(m.stats().packets, 10);
 }
+
+#[test]
+fn a_copy_is_found_after_a_super_segment_of_others() {
+    let mut d = Dedup::default();
+    let pkts: Vec<Vec<u8>> = (0..2000u16).map(|id| tcp4(CLIENT, SERVER, id, 100)).collect();
+    // Runs of 45 segments, then their 45 copies.
+    let mut missed = 0;
+    for run in pkts.chunks(45) {
+        for p in run {
+            assert!(!d.seen(p, 40));
+        }
+        missed += run.iter().filter(|p| !d.seen(p, 40)).count();
+    }
+    assert_eq!(missed, 0);
+}
