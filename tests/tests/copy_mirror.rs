@@ -228,3 +228,46 @@ fn geneve_mirror_from_user_space_with_truncation() {
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }
+
+#[test]
+fn compare_on_a_mirror_host_names_the_changed_endpoints() {
+    // The online answers come from the mirror: nothing is captured on the online host.
+    let Some(mut lab) = lab_or_skip("compare_on_a_mirror_host_names_the_changed_endpoints") else { return };
+    let opts = CopyOptions {
+        online: lab::setup::shop_nginx(1),
+        test: Some(lab::setup::shop_nginx(2)),
+        intercept_args: vec!["--payload-bytes".into(), "65495".into()],
+        ..options()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    mirror::build(&lab, true).unwrap();
+    let map = format!("80={}:80", addr::TEST);
+    let jsonl = lab.dir().join("mirror-compare.jsonl");
+    let jsonl_s = jsonl.display().to_string();
+    let p = c
+        .spawn_copier_in(&mut lab, Host::Test2, "copier", &["--mirror", "vxlan", "--map", &map, "--compare", "--compare-log", &jsonl_s])
+        .unwrap();
+    let u = online_url("");
+    let script = format!(
+        "set -e; for c in 1 2 3 4; do curl -sS {u}/items/$c {u}/orders/$c {u}/health >/dev/null; done; \
+         for i in 1 2 3 4 5 6; do curl -sS --http1.0 {u}/items/$i >/dev/null; done"
+    );
+    lab.sh(Host::Client, &script).unwrap();
+    let n = 4 * 3 + 6;
+    assert_eq!(c.test().wait_requests(n, Duration::from_secs(30)), n);
+    std::thread::sleep(Duration::from_secs(2));
+    p.stop();
+    let log = p.log();
+    let line = log.lines().find(|l| l.contains("exchanges compared")).unwrap_or_else(|| panic!("no summary:\n{}", tail(&log, 30)));
+    let want = format!("compare: {n} exchanges compared, 4 equal, 14 differing, 0 malformed");
+    assert!(line.ends_with(&want), "{line}\nwanted {want}\n{}", tail(&log, 30));
+    let rb = compare::jsonl::read_lines(&jsonl).unwrap();
+    let mut endpoints = std::collections::BTreeSet::new();
+    for l in rb.lines {
+        if let compare::jsonl::Line::Diff { endpoint, .. } = l {
+            endpoints.insert(endpoint);
+        }
+    }
+    assert_eq!(endpoints.into_iter().collect::<Vec<_>>(), vec!["GET /items/{n}".to_string(), "GET /orders/{n}".to_string()]);
+    c.assert_no_leak(&mut lab);
+}
