@@ -454,8 +454,8 @@ pub struct Args {
 
     /// With --mirror: take only these mirror sessions (VNIs, e.g. `42` or `100-103,7`; default
     /// all); the others are counted (copier_mirror_dropped_total{reason="vni"}).
-    #[arg(long, value_name = "LIST", requires = "mirror", value_parser = crate::mirror::parse_vnis)]
-    pub vni: Option<Vec<u32>>,
+    #[arg(long, value_name = "LIST", requires = "mirror", value_parser = |s: &str| s.parse::<crate::mirror::VniList>())]
+    pub vni: Option<crate::mirror::VniList>,
 
     /// With --offline: time compression (10 = ten times faster than captured, 0.5 = half as
     /// fast; 0 or `max` = as fast as the copier goes).
@@ -929,7 +929,7 @@ impl Args {
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
             workers,
-            mirror: self.mirror.clone().map(|m| crate::mirror::MirrorConfig { vnis: self.vni.clone().unwrap_or_default(), ..m }),
+            mirror: self.mirror.clone().map(|m| crate::mirror::MirrorConfig { vnis: self.vni.clone().map(|v| v.0).unwrap_or_default(), ..m }),
             offline: self.offline.as_ref().map(|path| OfflineConfig {
                 speed: self.speed,
                 loops: self.loops,

@@ -271,3 +271,49 @@ fn compare_on_a_mirror_host_names_the_changed_endpoints() {
     assert_eq!(endpoints.into_iter().collect::<Vec<_>>(), vec!["GET /items/{n}".to_string(), "GET /orders/{n}".to_string()]);
     c.assert_no_leak(&mut lab);
 }
+
+#[test]
+fn doctor_checks_the_mirror_input() {
+    let Some(mut lab) = lab_or_skip("doctor_checks_the_mirror_input") else { return };
+    let _c = Copying::start(&mut lab, options()).unwrap();
+    mirror::build(&lab, true).unwrap();
+    // The mirror link's far end at 1500: a 1500-byte inner packet plus 50 does not fit.
+    lab.sh(Host::Test2, &format!("ip link set {MIRROR_IF} mtu 1500")).unwrap();
+    let bin = lab::workspace_bin("copier").unwrap().display().to_string();
+    let secret = lab.dir().join("secret").display().to_string();
+    let map = format!("80={}:80", addr::TEST);
+    let icpt = format!("{}:{}", addr::TEST, lab::setup::CONTROL_PORT);
+    let doctor = |extra: &[&str]| {
+        let mut argv = vec![bin.as_str(), "doctor", "--map", &map, "--intercept", &icpt, "--secret-file", &secret];
+        argv.extend_from_slice(extra);
+        let out = lab.exec(Host::Test2, &argv).unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // Traffic while the doctor listens: short connections, small packets (they fit).
+    let traffic = |lab: &Lab| {
+        lab.sh(Host::Client, &format!("for i in $(seq 1 30); do curl -sS -o /dev/null {}; sleep 0.1; done", online_url("/index.html")))
+            .unwrap();
+    };
+    let (code, text) = std::thread::scope(|s| {
+        let t = s.spawn(|| traffic(&lab));
+        let r = doctor(&["--mirror", "vxlan", "--mirror-listen", "4s"]);
+        t.join().unwrap();
+        r
+    });
+    for line in ["ok    mirror port: vxlan mirror on UDP port 4789: bound", "ok    mirror packets arriving:", "ok    mirror VNIs: seen [42]", "ok    mirror directions:", "ok    mirror truncation:", "WARN  mirror path MTU from 198.18.4.1: 1500 on dev mir0"] {
+        assert!(text.contains(line), "no {line:?} in:\n{text}");
+    }
+    assert_eq!(code, 0, "{text}");
+    // A VNI the mirror does not carry, and nothing arriving on another port.
+    let (code, text) = std::thread::scope(|s| {
+        let t = s.spawn(|| traffic(&lab));
+        let r = doctor(&["--mirror", "vxlan", "--vni", "7", "--mirror-listen", "4s"]);
+        t.join().unwrap();
+        r
+    });
+    assert!(text.contains("FAIL  mirror VNIs: seen [42], none of --vni [7]"), "{text}");
+    assert_ne!(code, 0);
+    let (code, text) = doctor(&["--mirror", "geneve", "--mirror-listen", "1s"]);
+    assert!(text.contains("FAIL  mirror packets arriving: none in 1s"), "{text}");
+    assert_ne!(code, 0);
+}

@@ -88,6 +88,18 @@ impl std::str::FromStr for MirrorConfig {
     }
 }
 
+/// `--vni`'s value: the VNIs, sorted, each once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VniList(pub Vec<u32>);
+
+impl std::str::FromStr for VniList {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_vnis(s).map(VniList)
+    }
+}
+
 /// Parse `--vni`: a comma-separated list of VNIs (0 to 16777215) and ranges `A-B`.
 pub fn parse_vnis(s: &str) -> Result<Vec<u32>, String> {
     let one = |t: &str| -> Result<u32, String> {
