@@ -5,7 +5,9 @@
 //! interface, the offloads that decide the largest captured packet against the ring block, the
 //! route and path MTU to each target, the route to each intercept, its handshake with the
 //! shared secret and its verdict on a probe registration of each map's test port, and the clock
-//! skew with each intercept host. The host probes themselves (routes, sysctls, conntrack, the
+//! skew with each intercept host; with `--mirror`, the mirror input in place of the capture
+//! interface (`mirror_input`: it listens as the copier would and judges what arrives with the
+//! copier's own `crate::mirror::Selector`). The host probes themselves (routes, sysctls, conntrack, the
 //! ICMP clock probe, the report) live in [`common::doctor`], shared with `intercept doctor`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
@@ -577,7 +579,8 @@ pub enum Command {
     /// Check this host and its intercepts and say what to fix (exit status 0 only when copying
     /// would work).
     ///
-    /// Checks capture permission and interface,
+    /// Checks capture permission and interface (with --mirror: the mirror input instead: port,
+    /// datagrams arriving, VNIs, both directions, truncation, the mirror path's MTU),
     /// offloads and MTU, routes to each target and intercept, the intercept reachable, the
     /// secret accepted and the test ports guarded, ip_forward, conntrack, clock skew. Prints
     /// each item with the command that fixes it; exit status 0 only when copying would work.

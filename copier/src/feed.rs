@@ -14,6 +14,9 @@
 //! the engine sees them (published by the thread after every batch and at least every
 //! [`STATS_EVERY`]).
 //!
+//! The thread reads any [`Ring`]: the capture ring ([`Capture`]) or the mirror's UDP socket
+//! (`crate::mirror::MirrorInput`), so both reach the engine the same way.
+//!
 //! Invariants: packets leave in the order the ring delivered them (one producer, one FIFO);
 //! the queue holds at most [`FeedConfig::max_bytes`] (at least one batch): at the bound the
 //! thread stops reading, and the ring (which then grows, up to its limit) holds the rest, so the
