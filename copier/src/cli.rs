@@ -52,6 +52,14 @@ exits 0. Sessions idle then (every byte sent and answered, the client's connecti
 the capture, as keep-alive connections are) are not waited for: they are counted as open at
 the capture's end (copier_sessions_open_at_end_total), neither completed nor failed. A progress line is drawn when stderr is a terminal.
 
+Mirror input: with --mirror vxlan[:PORT] or geneve[:PORT] the copier runs on a host of its own
+and reads a traffic mirror (AWS VPC Traffic Mirroring, Azure vTAP, a switch or tc mirred into a
+VXLAN device) from a UDP port instead of capturing: it takes the inner Ethernet/IP packets of the
+mirror sessions --vni selects, copies the client -> service packets of the mapped ports as it
+would captured ones, and gives the services' answers to --compare. Truncated inner packets and
+duplicates are counted and dropped (copier_mirror_dropped_total{reason}); lost or reordered
+packets are handled as in a capture (holes: copier_dropped_total, reason capture_gap).
+
 Amplification: --copies N sends every captured session N times, each copy on a test 4-tuple of
 its own, so the test server sees N distinct connections. Copy 0 keeps the client's address (or
 its --client-ip address) and port; copy k takes the k-th pool address after it (distinct while
@@ -497,6 +505,20 @@ pub struct CopierArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "interface")]
     pub offline: Option<PathBuf>,
 
+    /// Read a traffic mirror instead of capturing: VXLAN (`vxlan`, UDP 4789) or GENEVE
+    /// (`geneve`, UDP 6081) datagrams arriving on this host's UDP port (`vxlan:PORT` for
+    /// another). The client's packets of the mapped services are copied; with --compare the
+    /// services' answers in the mirror are the online ones (nothing runs on the online host).
+    /// Runs one worker. See docs/MIRROR.md.
+    #[arg(long, value_name = "vxlan[:PORT]|geneve[:PORT]", conflicts_with_all = ["interface", "offline"],
+          value_parser = |s: &str| s.parse::<crate::mirror::MirrorConfig>())]
+    pub mirror: Option<crate::mirror::MirrorConfig>,
+
+    /// With --mirror: take only these mirror sessions (VNIs, e.g. `42` or `100-103,7`; default
+    /// all); the others are counted (copier_mirror_dropped_total{reason="vni"}).
+    #[arg(long, value_name = "LIST", requires = "mirror", value_parser = |s: &str| s.parse::<crate::mirror::VniList>())]
+    pub vni: Option<crate::mirror::VniList>,
+
     /// With --offline: time compression (10 = ten times faster than captured, 0.5 = half as
     /// fast; 0 or `max` = as fast as the copier goes).
     #[arg(long, value_name = "X", default_value = "1", requires = "offline", value_parser = parse_speed)]
@@ -722,6 +744,8 @@ pub struct Validated {
     pub metrics: Option<SocketAddr>,
     /// The file to replay instead of capturing (`--offline`).
     pub offline: Option<OfflineConfig>,
+    /// The mirror to read instead of capturing (`--mirror`, with `--vni`).
+    pub mirror: Option<crate::mirror::MirrorConfig>,
     /// Engine threads to run (1 with `--offline`, whatever `--workers` said).
     pub workers: u16,
     /// The test server addresses each intercept guards (`None`: all), in `intercepts`' order.
@@ -836,7 +860,8 @@ impl CopierArgs {
                 engine.max_memory
             ));
         }
-        let workers = if self.offline.is_some() { 1 } else { self.workers.max(1) };
+        let one_worker = self.offline.is_some() || self.mirror.is_some();
+        let workers = if one_worker { 1 } else { self.workers.max(1) };
         let fleet = match self.fleet {
             None => crate::engine::FleetShare::default(),
             Some(f) => {
@@ -962,18 +987,15 @@ impl CopierArgs {
             trace,
             rate: self.target_rate.map(|rate| crate::rate::RateConfig {
                 rate,
-                part: 1.0 / f64::from(if self.offline.is_some() { 1 } else { self.workers.max(1) }),
+                part: 1.0 / f64::from(workers),
                 max_factor: self.max_factor,
                 gain: crate::rate::DEFAULT_GAIN,
             }),
             secret,
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
-            workers: if self.offline.is_some() {
-                1
-            } else {
-                self.workers
-            },
+            workers,
+            mirror: self.mirror.clone().map(|m| crate::mirror::MirrorConfig { vnis: self.vni.clone().map(|v| v.0).unwrap_or_default(), ..m }),
             offline: self.offline.as_ref().map(|path| OfflineConfig {
                 speed: self.speed,
                 loops: self.loops,
@@ -1052,7 +1074,8 @@ impl CopierArgs {
         // the comparison's ring: a fixed 16 MiB of the capture's block size
         let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
         let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
-        let offline = self.offline.is_some();
+        // Offline and mirrored, both directions reach the comparison through its tap.
+        let offline = self.offline.is_some() || self.mirror.is_some();
         Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
     }
 }

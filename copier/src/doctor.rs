@@ -6,7 +6,9 @@
 //! route and path MTU to each target, the route to each intercept, its handshake with the
 //! shared secret and its verdict on a probe registration of each map's test port, and the clock
 //! skew with each intercept host, and (`routes`) each test host's route back to the copied
-//! client addresses. The host probes themselves (routes, sysctls, conntrack, the
+//! client addresses; with `--mirror`, the mirror input in place of the capture interface
+//! (`mirror_input`: it listens as the copier would and judges what arrives with the copier's own
+//! `crate::mirror::Selector`). The host probes themselves (routes, sysctls, conntrack, the
 //! ICMP clock probe, the report) live in [`common::doctor`], shared with `intercept doctor`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
@@ -37,6 +39,15 @@ pub struct DoctorArgs {
     #[command(flatten)]
     pub copier: crate::cli::CopierArgs,
 
+    /// With --mirror: how long to listen for mirrored packets.
+    #[arg(long, value_name = "DURATION", default_value = "3s", requires = "mirror", value_parser = parse_duration)]
+    pub mirror_listen: Duration,
+
+    /// With --mirror: the MTU of the mirrored interface (the inner packets); the mirror path
+    /// must carry it plus the encapsulation's 50 bytes.
+    #[arg(long, value_name = "N", default_value_t = 1500, requires = "mirror")]
+    pub inner_mtu: u16,
+
     /// Largest clock difference with an intercept host accepted.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub max_clock_skew: Duration,
@@ -63,12 +74,21 @@ pub fn run(a: &DoctorArgs) -> Report {
         Err(e) => r.fail("copier flags", e, "fix the flag named (copier --help)"),
     }
     permissions(&mut r);
-    capture_interface(&mut r, a);
     // One map per test server.
     let maps: Vec<PortMap> =
         a.maps.iter().flat_map(|m| m.targets.iter().map(move |t| PortMap { target: t.addr, ..m.map })).collect();
+    match &a.mirror {
+        Some(m) => {
+            let cfg = crate::mirror::MirrorConfig { vnis: a.vni.clone().map(|v| v.0).unwrap_or_default(), ..m.clone() };
+            mirror_input(&mut r, &cfg, &maps, a.mirror_listen, a.inner_mtu);
+        }
+        None => capture_interface(&mut r, a),
+    }
     for m in &maps {
-        online_service(&mut r, m);
+        // A mirror host does not run the online service.
+        if a.mirror.is_none() {
+            online_service(&mut r, m);
+        }
         target(&mut r, m, a.mtu);
         send_path(&mut r, m, a.gso);
     }
@@ -94,6 +114,114 @@ pub fn run(a: &DoctorArgs) -> Report {
     forwarding(&mut r);
     doctor::check_conntrack(&mut r);
     r
+}
+
+/// `--mirror`: bind the port, listen for `listen`, judge what arrives as the copier would.
+fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortMap], listen: Duration, inner_mtu: u16) {
+    use crate::mirror::{bind, MirrorStats, Selector};
+    let what = format!("{} mirror on UDP port {}", cfg.encap.name(), cfg.port);
+    let sock = match bind(cfg.port) {
+        Ok(s) => {
+            r.ok("mirror port", format!("{what}: bound"));
+            s
+        }
+        Err(e) => {
+            r.fail(
+                "mirror port",
+                format!("{what}: {e}"),
+                format!("stop what listens on UDP {} (ss -lunp sport = :{}), or give the mirror another port (--mirror {}:PORT)", cfg.port, cfg.port, cfg.encap.name()),
+            );
+            return;
+        }
+    };
+    let _ = sock.set_nonblocking(false);
+    let sock = std::net::UdpSocket::from(sock);
+    let mut sel = Selector::new(cfg, maps);
+    let mut st = MirrorStats::default();
+    let mut buf = vec![0u8; crate::mirror::DATAGRAM_MAX];
+    let mut sources = std::collections::BTreeSet::new();
+    let mut largest = 0usize;
+    let deadline = std::time::Instant::now() + listen;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        let Ok((n, from)) = sock.recv_from(&mut buf) else { break };
+        largest = largest.max(n);
+        if sources.len() < 8 {
+            sources.insert(from.ip().to_canonical());
+        }
+        let _ = sel.judge(&buf[..n], &mut st);
+    }
+    if st.datagrams == 0 {
+        r.fail(
+            "mirror packets arriving",
+            format!("none in {listen:?}"),
+            format!(
+                "point the mirror session's target at this host; allow UDP {} in (security group, NSG, firewall: iptables -I INPUT -p udp --dport {} -j ACCEPT)",
+                cfg.port, cfg.port
+            ),
+        );
+        return;
+    }
+    r.ok("mirror packets arriving", format!("{} datagrams in {listen:?} from {:?}", st.datagrams, sources));
+    let vnis: Vec<u32> = st.vnis.iter().copied().collect();
+    if !cfg.vnis.is_empty() && st.drops.vni == st.datagrams {
+        r.fail("mirror VNIs", format!("seen {vnis:?}, none of --vni {:?}", cfg.vnis), "give --vni the VNI of the mirror session (or leave it out)");
+    } else {
+        r.ok("mirror VNIs", format!("seen {vnis:?}"));
+    }
+    match (st.client_packets, st.server_packets) {
+        (0, 0) => r.warn(
+            "mirror directions",
+            format!("no packet of a mapped service among {} datagrams ({} unselected)", st.datagrams, st.drops.unselected),
+            "check --map against what is mirrored (the mirror filter's ports and addresses), and make traffic",
+        ),
+        (_, 0) => r.warn(
+            "mirror directions",
+            format!("{} client packets, no answer of the services", st.client_packets),
+            "mirror both directions (AWS: accept rules for inbound and outbound; tc: ingress and egress) for --compare",
+        ),
+        (0, _) => r.warn(
+            "mirror directions",
+            format!("{} answers, no client packet: nothing to copy", st.server_packets),
+            "mirror the interface's inbound traffic too",
+        ),
+        (c, s) => r.ok("mirror directions", format!("{c} client packets, {s} answers")),
+    }
+    if st.drops.truncated > 0 {
+        r.fail(
+            "mirror truncation",
+            format!("{} of {} datagrams cut short: their sessions cannot be copied whole", st.drops.truncated, st.datagrams),
+            "remove the mirror session's packet length limit (AWS: --packet-length unset)",
+        );
+    } else {
+        r.ok("mirror truncation", "no packet cut short");
+    }
+    let need = u32::from(inner_mtu) + 50;
+    for src in sources {
+        let item = format!("mirror path MTU from {src}");
+        match doctor::route_get(src) {
+            Ok(route) => {
+                let dev_mtu = doctor::link(&route.dev).map(|l| l.mtu).unwrap_or(u32::MAX);
+                let path = route.mtu.unwrap_or(u32::MAX).min(dev_mtu);
+                if path < need {
+                    r.warn(
+                        item,
+                        format!("{path} on dev {}: a {inner_mtu}-byte inner packet needs {need} (50 bytes of encapsulation): the sender fragments or drops it", route.dev),
+                        format!("raise the MTU of the mirror path to at least {need} (ip link set {} mtu {need}, and on the sender's side), or lower the mirrored interface's MTU", route.dev),
+                    );
+                } else {
+                    r.ok(item, format!("{path} on dev {} carries {inner_mtu} + 50", route.dev));
+                }
+            }
+            Err(e) => r.warn(item, e, "check the route back to the mirror's sender"),
+        }
+    }
+    if largest > 0 {
+        r.ok("mirror datagram size", format!("largest {largest} bytes"));
+    }
 }
 
 fn permissions(r: &mut Report) {
@@ -469,12 +597,13 @@ pub enum Command {
     /// would work).
     ///
     /// Takes every flag of the copier (those a check does not need are ignored) and checks
-    /// them as the copier would, capture permission and interface, offloads and MTU, routes to
-    /// each target and intercept, the intercept reachable, the secret accepted and the test
-    /// ports guarded, each test host's route back to the copied client addresses (the
-    /// --client-ip pool, or the client networks seen on the mapped ports) and its rp_filter,
-    /// ip_forward, conntrack, clock skew. Prints each item with the command that fixes it; exit
-    /// status 0 only when copying would work.
+    /// them as the copier would, capture permission and interface (with --mirror: the mirror
+    /// input instead: port, datagrams arriving, VNIs, both directions, truncation, the mirror
+    /// path's MTU), offloads and MTU, routes to each target and intercept, the intercept
+    /// reachable, the secret accepted and the test ports guarded, each test host's route back to
+    /// the copied client addresses (the --client-ip pool, or the client networks seen on the
+    /// mapped ports) and its rp_filter, ip_forward, conntrack, clock skew. Prints each item with
+    /// the command that fixes it; exit status 0 only when copying would work.
     Doctor(Box<DoctorArgs>),
     /// Turn a comparison file (--compare-log) into a static HTML page: endpoints ranked by
     /// difference rate, their differing fields with an example, the noise learned, and a picture

@@ -14,6 +14,9 @@
 //! the engine sees them (published by the thread after every batch and at least every
 //! [`STATS_EVERY`]).
 //!
+//! The thread reads any [`Ring`]: the capture ring ([`Capture`]) or the mirror's UDP socket
+//! (`crate::mirror::MirrorInput`), so both reach the engine the same way.
+//!
 //! Invariants: packets leave in the order the ring delivered them (one producer, one FIFO);
 //! the queue holds at most [`FeedConfig::max_bytes`] (at least one batch): at the bound the
 //! thread stops reading, and the ring (which then grows, up to its limit) holds the rest, so the
@@ -30,6 +33,58 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{Capture, CaptureStats};
 use crate::sys::{self, EventFd};
+
+/// What the thread reads: the capture ring, or the mirror's UDP socket ([`crate::mirror`]).
+pub trait Ring: Send + 'static {
+    /// The descriptor to wait on for more packets.
+    fn fd(&self) -> BorrowedFd<'_>;
+    /// Are packets ready (a source that must read to know may read here)?
+    fn ready(&mut self) -> bool;
+    /// Hand the ready packets of up to `max` units (ring blocks, socket reads) to `f`, each
+    /// one IP packet, in arrival order.
+    fn drain(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize;
+    /// The counters.
+    fn stats(&self) -> CaptureStats;
+    /// Read the kernel's counters (called every [`STATS_EVERY`] when idle).
+    fn refresh_kernel_stats(&mut self) -> io::Result<()>;
+    /// While the source grows: when to look again even if nothing arrives.
+    fn growing_until(&self) -> Option<Instant> {
+        None
+    }
+    /// The pending error of the descriptor, after a poll said it has one.
+    fn take_error(&self) -> Option<io::Error>;
+    /// The workers' fanout group, if any.
+    fn fanout_group(&self) -> Option<u16> {
+        None
+    }
+}
+
+impl Ring for Capture {
+    fn fd(&self) -> BorrowedFd<'_> {
+        Capture::fd(self)
+    }
+    fn ready(&mut self) -> bool {
+        self.has_ready()
+    }
+    fn drain(&mut self, max: usize, f: &mut dyn FnMut(&[u8])) -> usize {
+        Capture::drain(self, max, f)
+    }
+    fn stats(&self) -> CaptureStats {
+        Capture::stats(self)
+    }
+    fn refresh_kernel_stats(&mut self) -> io::Result<()> {
+        Capture::refresh_kernel_stats(self)
+    }
+    fn growing_until(&self) -> Option<Instant> {
+        Capture::growing_until(self)
+    }
+    fn take_error(&self) -> Option<io::Error> {
+        Capture::take_error(self)
+    }
+    fn fanout_group(&self) -> Option<u16> {
+        Capture::fanout_group(self)
+    }
+}
 
 /// How often the thread reads the kernel's counters and publishes them when it has nothing
 /// else to publish; also the longest it sleeps, so a stop is seen within it.
@@ -108,7 +163,7 @@ pub struct Feed {
 impl Feed {
     /// Start the thread that reads `capture`. The thread is created from the calling thread,
     /// so it is in the same network namespace (a ring that grows opens new sockets there).
-    pub fn start(capture: Capture, cfg: FeedConfig) -> io::Result<Feed> {
+    pub fn start(capture: impl Ring, cfg: FeedConfig) -> io::Result<Feed> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             stats: Mutex::new(capture.stats()),
@@ -210,15 +265,15 @@ impl Drop for Feed {
 
 /// The thread: copy every ready block while the queue has room, publish counters, wait on the
 /// ring.
-fn read_ring(mut capture: Capture, shared: &Shared) {
+fn read_ring(mut capture: impl Ring, shared: &Shared) {
     let mut next_stats = Instant::now() + STATS_EVERY;
     let mut last_error_log: Option<Instant> = None;
     let mut batch = Batch::default();
     while !shared.stop.load(Ordering::Acquire) {
         let room = lock(&shared.queue).bytes < shared.max_bytes;
-        if room && capture.has_ready() {
+        if room && capture.ready() {
             batch.clear();
-            capture.drain(BLOCKS_PER_BATCH, |p| {
+            capture.drain(BLOCKS_PER_BATCH, &mut |p| {
                 batch.data.extend_from_slice(p);
                 batch.ends.push(batch.data.len());
             });
@@ -254,7 +309,7 @@ fn read_ring(mut capture: Capture, shared: &Shared) {
             until = until.min(t.max(now + Duration::from_micros(200)));
         }
         match sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now)) {
-            Ok(ready) if ready & 1 != 0 && !capture.has_ready() && capture.growing_until().is_none() => {
+            Ok(ready) if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() => {
                 // POLLERR without data: read the error, or poll would return at once forever.
                 if let Some(e) = capture.take_error() {
                     if last_error_log.map_or(true, |t| now >= t + Duration::from_secs(1)) {

@@ -22,6 +22,7 @@ pub mod egress;
 pub mod engine;
 pub mod feed;
 pub mod link;
+pub mod mirror;
 pub mod metrics;
 pub mod offline;
 pub mod rate;

@@ -22,6 +22,7 @@ use copier::feed::{Feed, FeedConfig};
 use copier::cli::{show_map, Args};
 use copier::control::{run_client, ClientConfig, Links, Registry};
 use copier::engine::{EngineConfig, PortShare};
+use copier::mirror::MirrorInput;
 use copier::offline::Replay;
 use copier::run::{run_engine_loop, LoopIo, RunSummary, Source};
 use copier::send::RawSender;
@@ -95,6 +96,9 @@ fn run(args: Args) -> Result<RunSummary> {
             args.workers
         );
     }
+    if v.mirror.is_some() && args.workers > 1 {
+        tracing::warn!("--workers {} ignored with --mirror: the mirror is read by one worker", args.workers);
+    }
     let workers = usize::from(v.workers);
 
     let targets: Vec<FilterTarget> = v
@@ -106,7 +110,9 @@ fn run(args: Args) -> Result<RunSummary> {
             port: m.online_port,
         })
         .collect();
-    let sources: Vec<Source> = match &v.offline {
+    let mut sources: Vec<Source> = match &v.offline {
+        // --mirror: opened once the comparison runs (its tap takes the answers)
+        None if v.mirror.is_some() => Vec::new(),
         None => {
             let filter = build_filter(&targets).context("building the capture filter")?;
             let feed = FeedConfig { max_bytes: v.capture.block_size as usize * v.capture.block_count as usize };
@@ -151,6 +157,17 @@ fn run(args: Args) -> Result<RunSummary> {
         None => None,
     };
 
+    let mut mirror_stats = None;
+    if let Some(m) = &v.mirror {
+        let tap = shadow.as_ref().zip(v.shadow.as_ref()).map(|(s, c)| (s.tap.clone(), c.flows.sample));
+        let input = MirrorInput::open(m.clone(), &v.engine.maps, tap)
+            .with_context(|| format!("--mirror {}:{}", m.encap.name(), m.port))?;
+        mirror_stats = Some(input.shared());
+        // The queue holds what the ring would (--capture-block-size x --capture-blocks).
+        let feed = FeedConfig { max_bytes: v.capture.block_size as usize * v.capture.block_count as usize };
+        sources.push(Source::Live(Feed::start(input, feed).context("starting the mirror thread")?));
+    }
+
     let registry = Arc::new(Registry::new());
     let routes = Arc::new(Routes::new());
     let connected = Arc::new(AtomicUsize::new(0));
@@ -169,6 +186,15 @@ fn run(args: Args) -> Result<RunSummary> {
         })
         .collect();
     let iface = match (&v.offline, &sources[..]) {
+        (None, _) if v.mirror.is_some() => {
+            let m = v.mirror.as_ref().expect("checked");
+            format!(
+                "{} mirror on UDP port {}, {}",
+                m.encap.name(),
+                m.port,
+                if m.vnis.is_empty() { "every VNI".to_string() } else { format!("VNIs {:?}", m.vnis) }
+            )
+        }
         (Some(o), [Source::Offline(r)]) => format!(
             "replay of {} file {} at speed {}, {} pass(es), gaps cut to {:?}, starting once an intercept is connected",
             r.format_name(),
@@ -328,7 +354,7 @@ fn run(args: Args) -> Result<RunSummary> {
         Ok::<_, anyhow::Error>(())
     })?;
     let _ = shutdown_tx.send(true);
-    let mut summary = RunSummary::default();
+    let mut summary = RunSummary { mirror: mirror_stats.map(|m| m.stats()), ..RunSummary::default() };
     let mut fatal = None;
     for t in threads {
         let (s, f) = t.join().map_err(|_| anyhow!("an engine thread panicked"))?;

@@ -348,12 +348,24 @@ impl fmt::Display for Summary {
 pub struct RunSummary {
     /// One per worker, in worker order.
     pub workers: Vec<Summary>,
+    /// The mirror input's counters (`--mirror`).
+    pub mirror: Option<crate::mirror::MirrorStats>,
 }
 
 impl fmt::Display for RunSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_workers(f)?;
+        if let Some(m) = &self.mirror {
+            write!(f, "; {m}")?;
+        }
+        Ok(())
+    }
+}
+
+impl RunSummary {
+    fn fmt_workers(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let [one] = &self.workers[..] {
-            return one.fmt(f);
+            return fmt::Display::fmt(one, f);
         }
         let elapsed = self
             .workers
@@ -1264,7 +1276,7 @@ mod tests {
         lags.extend([15.0, 15.0]);
         let line = summary(&lags, 40).to_string();
         assert!(line.contains("100 requests sent (40 ahead of an answer), replay lag p50 <= 0.5 ms, p99 <= 20 ms"), "{line}");
-        let two = RunSummary { workers: vec![summary(&[0.3], 0), summary(&[70_000.0], 1)] }.to_string();
+        let two = RunSummary { workers: vec![summary(&[0.3], 0), summary(&[70_000.0], 1)], mirror: None }.to_string();
         assert!(two.contains("2 requests sent (1 ahead of an answer), replay lag p50 <= 0.5 ms, p99 > 60 s"), "{two}");
         assert!(!summary(&[], 0).to_string().contains("replay lag"), "no figure without requests");
     }

@@ -32,6 +32,7 @@ pub mod fake;
 pub mod fault;
 pub mod http;
 pub mod leak;
+pub mod mirror;
 pub mod procstat;
 mod nginx;
 mod proc;
@@ -524,7 +525,7 @@ pub fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-fn run(argv: &[&str]) -> Result<()> {
+pub(crate) fn run(argv: &[&str]) -> Result<()> {
     let out = Command::new(argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())

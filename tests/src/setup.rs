@@ -151,12 +151,17 @@ impl Copying {
     /// and waits until it is connected to the intercept. It is not kept in [`Copying::copier`],
     /// so a test may run several in turn (offline replays end by themselves).
     pub fn spawn_copier(&self, lab: &mut Lab, name: &str, args: &[&str]) -> Result<Proc> {
+        self.spawn_copier_in(lab, Host::Online, name, args)
+    }
+
+    /// [`Copying::spawn_copier`] on host `h` (e.g. a mirror host, [`crate::mirror`]).
+    pub fn spawn_copier_in(&self, lab: &mut Lab, h: Host, name: &str, args: &[&str]) -> Result<Proc> {
         let bin = workspace_bin("copier")?.to_string_lossy().into_owned();
         let icpt = format!("{}:{CONTROL_PORT}", addr::TEST);
         let secret = self.secret.to_string_lossy().into_owned();
         let mut argv: Vec<&str> = vec!["env", "RUST_LOG=info", &bin, "--intercept", &icpt, "--secret-file", &secret];
         argv.extend_from_slice(args);
-        let p = lab.spawn(Host::Online, name, &argv)?;
+        let p = lab.spawn(h, name, &argv)?;
         wait_log(&p, "connected to intercept", Duration::from_secs(10))
             .with_context(|| format!("{name} did not connect to the intercept"))?;
         Ok(p)

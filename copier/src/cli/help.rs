@@ -8,7 +8,7 @@ use clap::Arg;
 
 /// The headings, in the order `--help` shows them, with the ids (field names) of their flags.
 pub const HEADINGS: &[(&str, &[&str])] = &[
-    ("Capture", &["interface", "offline", "speed", "loops", "max_gap", "from", "until", "ring_block_size", "ring_blocks", "ring_start_blocks", "workers"]),
+    ("Capture", &["interface", "offline", "mirror", "vni", "speed", "loops", "max_gap", "from", "until", "ring_block_size", "ring_blocks", "ring_start_blocks", "workers"]),
     (
         "Targets",
         &[

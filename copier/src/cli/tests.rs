@@ -892,3 +892,18 @@ fn help_groups_every_flag_under_a_heading_in_short_and_long_help() {
     assert!(!short.contains("the idle sessions quiet longest make room"), "{short}");
     assert!(long.contains("the idle sessions quiet longest make room"));
 }
+
+#[test]
+fn mirror_flags() {
+    let v = args(&["--no-secret", "--mirror", "geneve:7000", "--vni", "5,3", "--workers", "4"]).unwrap().validate(1).unwrap();
+    let m = v.mirror.unwrap();
+    assert_eq!((m.encap, m.port, m.vnis), (crate::mirror::Encap::Geneve, 7000, vec![3, 5]));
+    assert_eq!(v.workers, 1, "a mirror is read by one worker");
+    assert!(args(&["--no-secret", "--vni", "5"]).is_err(), "--vni needs --mirror");
+    assert!(args(&["--no-secret", "--mirror", "vxlan", "--interface", "eth0"]).is_err());
+    let e = args(&["--no-secret", "--mirror", "gre"]).unwrap_err().to_string();
+    assert!(e.contains("--mirror") && e.contains("gre"), "{e}");
+    let e = args(&["--no-secret", "--mirror", "vxlan", "--vni", "99999999"]).unwrap_err().to_string();
+    assert!(e.contains("--vni") && e.contains("99999999"), "{e}");
+    assert!(args(&["--no-secret"]).unwrap().validate(1).unwrap().mirror.is_none());
+}

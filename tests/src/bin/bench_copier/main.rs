@@ -118,6 +118,18 @@ const EXPORT_LAG: Duration = Duration::from_millis(400);
 /// Fidelity that counts as "copied" for the summary line.
 const GOOD_FIDELITY: f64 = 99.9;
 
+/// Set once by `--mirror`: the copier then runs on `test2`, fed by a VXLAN mirror of `online`.
+static MIRROR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Where the copier runs (and serves its metrics).
+fn copier_host() -> Host {
+    if MIRROR.load(std::sync::atomic::Ordering::Relaxed) {
+        Host::Test2
+    } else {
+        Host::Online
+    }
+}
+
 fn main() {
     match run() {
         Ok(()) => {}
@@ -161,6 +173,9 @@ struct Args {
     redis_requests: u64,
     /// Longest wait for a scenario's copies after its load.
     final_wait: Duration,
+    /// Copy from a VXLAN mirror of `online`'s client link on `test2` (`lab::mirror`) instead
+    /// of capturing on `online`.
+    mirror: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -181,6 +196,7 @@ fn parse_args() -> Result<Args> {
     let mut scenario_step = env("BENCH_SCENARIO_SECS").unwrap_or_else(|| "8".into());
     let mut redis_requests = env("BENCH_REDIS_REQUESTS").unwrap_or_else(|| "200000".into());
     let mut final_wait = env("BENCH_FINAL_WAIT").unwrap_or_else(|| "60".into());
+    let mut mirror = env("BENCH_MIRROR").is_some();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -201,16 +217,19 @@ fn parse_args() -> Result<Args> {
             "--scenario-secs" => scenario_step = val("--scenario-secs")?,
             "--redis-requests" => redis_requests = val("--redis-requests")?,
             "--final-wait" => final_wait = val("--final-wait")?,
+            "--mirror" => mirror = true,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1)\n\n\
+                     --mirror: the copier runs on test2 with --mirror vxlan, fed by a tc mirred VXLAN mirror of online's \
+                     client link (both directions), instead of capturing on online.\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
                      server had logged when the load generator stopped sending, 1 s later, and in all, and the copy lag \
                      (test minus online log time of each request, p50/p99/max ms).\n\n\
@@ -277,6 +296,7 @@ fn parse_args() -> Result<Args> {
         scenario_step: Duration::from_secs_f64(scenario_step),
         redis_requests: redis_requests.parse().context("--redis-requests")?,
         final_wait: Duration::from_secs_f64(final_wait.parse().context("--final-wait is seconds, e.g. 60")?),
+        mirror,
     };
     if args.conns == 0 || args.conns > 4000 {
         bail!("--conns must be 1..=4000");
@@ -404,6 +424,7 @@ fn run() -> Result<()> {
         copier_args.extend(["--map".into(), redis_map]);
     }
     copier_args.extend(args.copier_args.iter().cloned());
+    let mirror_args = copier_args.clone();
     let opts = CopyOptions {
         online: nginx.clone(),
         test: Some(nginx),
@@ -412,7 +433,18 @@ fn run() -> Result<()> {
         extra_ports: if redis { vec![REDIS_PORT] } else { Vec::new() },
         ..CopyOptions::default()
     };
-    let c = Copying::start(&mut lab, opts).context("start the copying setup")?;
+    MIRROR.store(args.mirror, std::sync::atomic::Ordering::Relaxed);
+    let opts = if args.mirror { CopyOptions { start_copier: false, ipv6: false, ..opts } } else { opts };
+    let mut c = Copying::start(&mut lab, opts).context("start the copying setup")?;
+    if args.mirror {
+        lab::mirror::build(&lab, true).context("build the VXLAN mirror toward test2")?;
+        let map = format!("80={}:80", addr::TEST);
+        let mut a: Vec<String> = vec!["--mirror".into(), "vxlan".into(), "--map".into(), map];
+        a.extend(mirror_args);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        c.copier = Some(c.spawn_copier_in(&mut lab, Host::Test2, "copier", &refs).context("start the mirror copier")?);
+    }
+    let c = c;
     let pids = Pids {
         copier: c
             .copier

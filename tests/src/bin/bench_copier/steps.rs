@@ -30,7 +30,7 @@ pub(super) fn intercept_counters(lab: &Lab) -> (f64, f64, f64, f64) {
 
 /// The copier's metrics as `(name{labels}, value)` lines.
 pub(super) fn copier_metric_lines(lab: &Lab) -> Vec<(String, f64)> {
-    let text = fetch_metrics(lab, Host::Online, COPIER_METRICS);
+    let text = fetch_metrics(lab, super::copier_host(), COPIER_METRICS);
     text.lines()
         .filter(|l| l.starts_with("copier_"))
         .filter_map(|l| {
