@@ -35,7 +35,7 @@ impl Session {
     /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
     /// pacing; without, only the last unit of a session closing by reset.
     pub(super) fn watched(&self, p: &Params) -> bool {
-        p.pace || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+        self.paced(p) || (self.client_reset.is_some() && self.stream.bounds.is_empty())
     }
 
     /// Whether the first unanswered unit was acknowledged and waits for its answer (the
@@ -48,7 +48,15 @@ impl Session {
     }
 
     pub(super) fn send_limit(&self, p: &Params) -> SeqNum {
-        send_limit(&self.stream, p, self.window(p))
+        send_limit(&self.stream, p.replay_keep, self.paced(p), self.window(p))
+    }
+
+    /// Whether this session is paced: `--pacing` is on and the client does not speak HTTP/2.
+    /// An HTTP/2 session's units go as captured (its streams answer in any order, and the
+    /// records carry no payload to tell which stream an answer byte belongs to), bounded by the
+    /// test server's TCP window and `per_session_cap`.
+    pub(crate) fn paced(&self, p: &Params) -> bool {
+        p.pace && !self.stream.in_h2()
     }
 
     /// Request units the current connection may have in flight: 1 (lock-step) without a
@@ -57,7 +65,7 @@ impl Session {
     /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
     /// `pace_window`.
     pub(super) fn window(&self, p: &Params) -> u32 {
-        if !p.pace || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+        if !self.paced(p) || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
             1
         } else {
             self.win.clamp(1, p.pace_window)
@@ -84,7 +92,7 @@ impl Session {
         let before = self.stream.cur_start;
         let timed_out = self.unit_acked_at.is_some_and(|t| t.at() + p.answer_timeout <= now);
         let (mut n, mut by_timeout) = (0, false);
-        if !p.pace {
+        if !self.paced(p) {
             (n, by_timeout) = self.stream.release(acked, answered, timed_out);
         }
         if n == 0 && self.watched(p) {
@@ -193,14 +201,14 @@ impl Session {
 /// unanswered unit (the first boundary in lock-step), taking a later unit only whole and only
 /// while everything in flight stays within `replay_keep` of the first unanswered byte (so it
 /// can all be carried again on a new connection); without pacing only a greeting gate stops it.
-fn send_limit(s: &Stream, p: &Params, win: u32) -> SeqNum {
+fn send_limit(s: &Stream, replay_keep: u32, pace: bool, win: u32) -> SeqNum {
     match s.bounds.front() {
-        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => {
+        Some(b) if pace || (s.server_first && b.at == s.cur_start) => {
             let mut limit = b.at.min(s.next);
-            if !p.pace || win <= 1 {
+            if !pace || win <= 1 {
                 return limit;
             }
-            let cap = s.cur_start.add(p.replay_keep);
+            let cap = s.cur_start.add(replay_keep);
             let more = s.bounds.iter().skip(1).take(win as usize - 1);
             let mut taken = 1;
             for x in more {
