@@ -376,6 +376,7 @@ impl Session {
             // Set only while a unit waits for its answer (see `waiting`).
             take(self.unit_acked_at.map(|t| t.at() + p.answer_timeout));
             take(self.quiet_deadline(p));
+            take(self.h2_deadline(p));
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t.at() + p.session_timeout));
@@ -533,6 +534,7 @@ impl Session {
                     sh.stats.syn_time_wait_resets += 1;
                 }
             }
+            self.h2_note_rx(now);
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
         }
@@ -893,10 +895,10 @@ impl Session {
         if self.held() && limit.gt(self.stream.cur_start) {
             limit = self.stream.cur_start;
         }
-        let paced = self.paced(&sh.p);
+        let (paced, h2) = (self.paced(&sh.p), self.stream.in_h2());
         let c = self.cur.as_mut()?;
         let fin = self.stream.fin.filter(|&f| {
-            self.stream.next == f && c.acked().ge(f) && (!paced || self.stream.bounds.is_empty())
+            self.stream.next == f && c.acked().ge(f) && ((!paced && !h2) || self.stream.bounds.is_empty())
         });
         let scratch = std::mem::take(&mut sh.scratch);
         let mut tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval, scratch };

@@ -200,6 +200,9 @@ const SNIFF_UNITS: u8 = 4;
 pub(crate) struct H2 {
     /// Test-side number of the preface's first byte.
     start: SeqNum,
+    /// The online server's first byte (the client's handshake ACK), when the preface opened
+    /// the stream (prior knowledge): the online answers' total is then known.
+    online_from: Option<SeqNum>,
     framer: Framer,
     /// An ACK that grew inside a frame: the next frame's start is a unit boundary.
     pending: Option<(SeqNum, Stamp)>,
@@ -207,6 +210,13 @@ pub(crate) struct H2 {
     pub new_streams: u32,
     /// The session has not yet counted this stream as HTTP/2.
     pub new_session: bool,
+    /// Answer bytes the gate counts as sent although the test server did not send them (it
+    /// went quiet with less than online: smaller answers, refused streams). See
+    /// `Session::h2_limit`.
+    pub credit: u32,
+    /// What the current test connection had received when it last received more, and when.
+    pub rx: u32,
+    pub rx_at: Option<Stamp>,
 }
 
 impl Stream {
@@ -565,7 +575,8 @@ impl Stream {
             took = n;
             self.sniffs_left = 0;
             let start = at.sub(u32::try_from(PREFACE.len() - n).unwrap_or(0));
-            self.h2 = Some(Box::new(H2 { start, framer: Framer::default(), pending: None, new_streams: 0, new_session: true }));
+            let online_from = if start == self.cur_start && self.bounds.is_empty() { self.cur_ack } else { None };
+            self.h2 = Some(Box::new(H2 { start, online_from, new_session: true, ..H2::default() }));
         }
         let Some(h) = self.h2.as_mut() else { return };
         let fed = h.framer.feed(&b[took..]);
@@ -588,6 +599,29 @@ impl Stream {
     /// request before the preface waits for its answer (the `101`) as any other.
     pub(crate) fn in_h2(&self) -> bool {
         self.h2.as_ref().is_some_and(|h| self.cur_start.ge(h.start))
+    }
+
+    /// Bytes the online server sent on an HTTP/2 connection opened with the preface, as far as
+    /// the client's ACK numbers tell (`None` after an `Upgrade: h2c`).
+    pub(crate) fn h2_online_total(&self) -> Option<u32> {
+        self.h2_online_at(self.max_ack?)
+    }
+
+    /// Bytes the online server had sent on an HTTP/2 connection opened with the preface when
+    /// the client acknowledged `ack`.
+    pub(crate) fn h2_online_at(&self, ack: SeqNum) -> Option<u32> {
+        let from = self.h2.as_ref()?.online_from?;
+        Some(ack.diff(from).max(0) as u32)
+    }
+
+    /// The client's ACK number at the start of the first unanswered unit.
+    pub(crate) fn cur_ack(&self) -> Option<SeqNum> {
+        self.cur_ack
+    }
+
+    /// The HTTP/2 state.
+    pub(crate) fn h2_ref(&self) -> Option<&H2> {
+        self.h2.as_deref()
     }
 
     /// The HTTP/2 state, for the session's counts.
@@ -686,7 +720,9 @@ impl Stream {
     /// Release units without pacing: the first boundary goes when the test connection acked
     /// up to it and either answered after it (a data record acking at least that far) or
     /// `timed_out` says the wait is over. The last, open unit counts as answered once acked
-    /// and answered entirely. Returns how many units were released and whether one of them by
+    /// and answered entirely. `keep_last`: the last unit before the client's FIN is left to
+    /// the session's close rule (HTTP/2: a server still answering earlier streams would lose
+    /// them to an early FIN). Returns how many units were released and whether one of them by
     /// timeout. (With pacing, the session releases one unit at a time by the size of the
     /// answers: [`Stream::release_one`].)
     pub(crate) fn release(
@@ -694,12 +730,13 @@ impl Stream {
         acked: SeqNum,
         answered: Option<SeqNum>,
         timed_out: bool,
+        keep_last: bool,
     ) -> (usize, bool) {
         let mut n = 0;
         let mut by_timeout = false;
         let ans = |b: SeqNum| answered.is_some_and(|a| a.ge(b));
         while let Some(&Bound { at: b, .. }) = self.bounds.front() {
-            if !acked.ge(b) {
+            if !acked.ge(b) || (keep_last && self.before_fin()) {
                 return (n, by_timeout);
             }
             if !ans(b) {

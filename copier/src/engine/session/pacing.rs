@@ -21,6 +21,10 @@ use super::super::shared::Shared;
 use super::super::stream::Stream;
 use super::{Session, STRIKES_LOCKSTEP};
 
+/// Answer bytes an HTTP/2 copy may run ahead of the test server beyond what the online server
+/// had sent (`Session::h2_gate`): a few dozen small answers, less than one large one.
+pub(super) const H2_SLACK: u32 = 16 << 10;
+
 impl Session {
     /// When the quiet rule will call the unit pacing waits on answered.
     pub(super) fn quiet_deadline(&self, p: &Params) -> Option<Instant> {
@@ -33,9 +37,13 @@ impl Session {
     }
 
     /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
-    /// pacing; without, only the last unit of a session closing by reset.
+    /// pacing; without, only the last unit of a session closing by reset, and an HTTP/2
+    /// session's last unit before the client's FIN (the FIN waits for the test server to
+    /// finish answering, or for its answers to reach the online size: `Session::h2_done`).
     pub(super) fn watched(&self, p: &Params) -> bool {
-        self.paced(p) || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+        self.paced(p)
+            || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+            || (self.stream.in_h2() && self.stream.before_fin())
     }
 
     /// Whether the first unanswered unit was acknowledged and waits for its answer (the
@@ -48,6 +56,9 @@ impl Session {
     }
 
     pub(super) fn send_limit(&self, p: &Params) -> SeqNum {
+        if let Some((at, _)) = self.h2_gate() {
+            return at;
+        }
         send_limit(&self.stream, p.replay_keep, self.paced(p), self.window(p))
     }
 
@@ -92,8 +103,13 @@ impl Session {
         let before = self.stream.cur_start;
         let timed_out = self.unit_acked_at.is_some_and(|t| t.at() + p.answer_timeout <= now);
         let (mut n, mut by_timeout) = (0, false);
+        self.h2_unstall(now, p);
         if !self.paced(p) {
-            (n, by_timeout) = self.stream.release(acked, answered, timed_out);
+            (n, by_timeout) = self.stream.release(acked, answered, timed_out, self.stream.in_h2());
+        }
+        if n == 0 && self.h2_done(acked) {
+            self.stream.release_one();
+            n = 1;
         }
         if n == 0 && self.watched(p) {
             (n, by_timeout) = self.release_watched(now, p, acked, tuple, timed_out);
@@ -114,6 +130,88 @@ impl Session {
                 sh.stats.answer_timeouts += 1;
             }
         }
+    }
+
+    /// The HTTP/2 gate: the first unit the test server is not ready for, and the answer bytes
+    /// it needs (`None` when nothing is held). The streams of a connection answer in any
+    /// order, but the bytes of all answers together grow as online: a unit goes once the test
+    /// server sent (on the whole connection) as many answer bytes as the online server had
+    /// when the client sent that unit, less [`H2_SLACK`]. So the test server never has many
+    /// more streams open than the online one had (nginx refuses streams beyond
+    /// `http2_max_concurrent_streams`, 128), and a test server as fast as the online one gets
+    /// every unit as captured. Known only for a connection opened with the preface.
+    pub(super) fn h2_gate(&self) -> Option<(SeqNum, u32)> {
+        if !self.stream.in_h2() {
+            return None;
+        }
+        let c = self.cur.as_ref()?;
+        let h = self.stream.h2_ref()?;
+        let got = c.received().saturating_add(h.credit).saturating_add(H2_SLACK);
+        let cur = std::iter::once((self.stream.cur_start, self.stream.cur_ack()));
+        for (at, ack) in cur.chain(self.stream.bounds.iter().map(|b| (b.at, b.ack))) {
+            if at.lt(c.snd_max) {
+                continue; // gone already
+            }
+            if !at.lt(self.stream.next) {
+                return None;
+            }
+            let need = ack.and_then(|a| self.stream.h2_online_at(a))?;
+            if need > got {
+                return Some((at, need));
+            }
+        }
+        None
+    }
+
+    /// The HTTP/2 gate holds a unit, everything sent was acknowledged and the test server has
+    /// been quiet for `answer_quiet`: it answered less than online (smaller answers, refused or
+    /// reset streams). Count the difference as sent so that the held unit goes.
+    fn h2_unstall(&mut self, now: Instant, p: &Params) {
+        let Some((at, need)) = self.h2_gate() else { return };
+        let Some(c) = self.cur.as_ref() else { return };
+        if !c.acked().ge(at) {
+            return;
+        }
+        let got = c.received();
+        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        if last.at() + p.answer_quiet > now {
+            return;
+        }
+        if let Some(h) = self.stream.h2_mut() {
+            h.credit = need.saturating_sub(got.saturating_add(H2_SLACK));
+        }
+    }
+
+    /// When the HTTP/2 gate gives up waiting for answer bytes (see `h2_unstall`).
+    pub(super) fn h2_deadline(&self, p: &Params) -> Option<Instant> {
+        let (at, _) = self.h2_gate()?;
+        if !self.cur.as_ref()?.acked().ge(at) {
+            return None;
+        }
+        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        Some(last.at() + p.answer_quiet)
+    }
+
+    /// A record on the current connection: note when the test server last sent more.
+    pub(super) fn h2_note_rx(&mut self, now: Instant) {
+        let Some(got) = self.cur.as_ref().map(|c| c.received()) else { return };
+        if let Some(h) = self.stream.h2_mut() {
+            if got > h.rx {
+                h.rx = got;
+                h.rx_at = Some(Stamp::of(now));
+            }
+        }
+    }
+
+    /// An HTTP/2 session's last unit before the client's FIN is answered by size: the test
+    /// server took every byte and sent at least as many as the online server did on the whole
+    /// connection (known when the preface opened it).
+    fn h2_done(&self, acked: SeqNum) -> bool {
+        let Some(c) = self.cur.as_ref() else { return false };
+        self.stream.in_h2()
+            && self.stream.before_fin()
+            && acked.ge(self.stream.next)
+            && self.stream.h2_online_total().is_some_and(|t| c.received() >= t)
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by

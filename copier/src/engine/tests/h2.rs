@@ -146,3 +146,92 @@ fn a_close_before_every_frame_was_taken_ends_the_session() {
     let s = h.e.stats();
     assert_eq!((s.sessions_failed.h2_closed, s.reconnects), (1, 0));
 }
+
+#[test]
+fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
+    let mut h = H::new(cfg());
+    h.establish();
+    let first = opening();
+    let n = first.len() as u32;
+    h.cap(data(0, 0, &first));
+    h.cap(data(n, 100, &get(3)));
+    // The client read 500 bytes of answers online, then closed.
+    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    assert_eq!(sent(&h.out()), first.len() + 29);
+    h.at(1);
+    h.rec(resp(0, n + 29, 200));
+    let out = h.out();
+    assert!(!out.iter().any(|o| o.has(TcpFlags::FIN)), "200 of 500 bytes: the server still answers: {out:?}");
+    h.at(2);
+    h.rec(resp(200, n + 29, 300));
+    let out = h.out();
+    assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "all 500 answered: the FIN goes: {out:?}");
+}
+
+#[test]
+fn the_fin_goes_once_the_test_server_is_quiet() {
+    let mut h = H::new(cfg());
+    h.establish();
+    // After an h2c upgrade the online total is not known: the quiet rule closes.
+    let up = b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\n";
+    let n = up.len() as u32;
+    h.cap(data(0, 0, up));
+    let mut rest = PREFACE.to_vec();
+    rest.extend(get(3));
+    h.cap(data(n, 100, &rest));
+    let m = n + rest.len() as u32;
+    h.cap(Seg { seq: CISN + 1 + m, ack: OISN + 1 + 300, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    let _ = h.out();
+    h.at(1);
+    h.rec(resp(0, n, 100));
+    let _ = h.out();
+    h.at(2);
+    h.rec(resp(100, m, 150));
+    assert!(!h.out().iter().any(|o| o.has(TcpFlags::FIN)));
+    let out = h.fire_until_output(1000);
+    assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "{out:?}");
+    assert!(h.ms() < 1000, "by the quiet, not the answer timeout: {} ms", h.ms());
+}
+
+#[test]
+fn a_test_server_behind_the_online_one_holds_the_next_streams() {
+    let mut h = H::new(cfg());
+    h.establish();
+    let first = opening();
+    let n = first.len() as u32;
+    h.cap(data(0, 0, &first));
+    // Stream 3 was sent once the client had 40,000 answer bytes online, stream 5 at 41,000.
+    h.cap(data(n, 40_000, &get(3)));
+    h.cap(data(n + 29, 41_000, &get(5)));
+    assert_eq!(sent(&h.out()), first.len(), "the test server sent nothing yet: stream 3 waits");
+    h.at(1);
+    h.rec(resp(0, n, 20_000)); // 20,000 + 16 KB of slack < 40,000
+    assert_eq!(sent(&h.out()), 0);
+    h.at(2);
+    h.rec(resp(20_000, n, 5_000)); // 25,000 + 16 KB >= 41,000: both go
+    assert_eq!(sent(&h.out()), 58);
+    assert_eq!(h.e.stats().sessions_failed.total(), 0);
+}
+
+#[test]
+fn a_quiet_test_server_with_smaller_answers_does_not_hold_the_streams() {
+    let mut h = H::new(cfg());
+    h.establish();
+    let first = opening();
+    let n = first.len() as u32;
+    h.cap(data(0, 0, &first));
+    h.cap(data(n, 40_000, &get(3)));
+    h.cap(data(n + 29, 80_000, &get(5)));
+    let _ = h.out();
+    h.at(1);
+    h.rec(resp(0, n, 300)); // a 300-byte answer where online sent 40,000
+    assert_eq!(sent(&h.out()), 0);
+    let out = h.fire_until_output(1000);
+    assert_eq!(sent(&out), 29, "stream 3 went after the quiet: {out:?}");
+    let t = h.ms();
+    assert!(t < 500, "by the quiet ({t} ms)");
+    h.rec(resp(300, n + 29, 300));
+    assert_eq!(sent(&h.out()), 0, "stream 5 waits for its 40,000 bytes in turn");
+    let out = h.fire_until_output(1000);
+    assert_eq!(sent(&out), 29);
+}
