@@ -133,7 +133,7 @@ sent them (less 16 KB), so the test server never holds many more streams open th
 one did; a test server that falls quiet with less (smaller answers, refused streams) lets the
 next frames go after the answer quiet time. The client's FIN waits for the test server's last
 answers. An HTTP/2 connection the test server closes before it took every frame is not carried
-on a new one (copier_sessions_failed_total{reason="h2_closed"}); an HTTP/2 session caught
+on a new one (copier_sessions_failed_total, reason h2_closed); an HTTP/2 session caught
 mid-stream (no preface seen) is carried as an unknown protocol, and its test server refuses it.
 copier_h2_sessions_total and copier_h2_streams_total count them. --rules do not look into
 HTTP/2 frames (HPACK header blocks): they pass untouched (an h2c upgrade request itself is
