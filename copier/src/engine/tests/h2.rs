@@ -30,17 +30,37 @@ fn opening() -> Vec<u8> {
     v
 }
 
+/// A session whose client sent the opening (preface, SETTINGS, stream 1); returns it and the
+/// opening's length.
+fn opened() -> (H, u32) {
+    let mut h = H::new(cfg()); // strict pacing: an HTTP/1 session would send one unit
+    h.establish();
+    let first = opening();
+    h.cap(data(0, 0, &first));
+    (h, first.len() as u32)
+}
+
+/// The test server's FIN at its offset `off`, acking client offset `cack`.
+fn server_fin(off: u32, cack: u32) -> Seg {
+    Seg { seq: TISN + 1 + off, ack: CISN + 1 + cack, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE }
+}
+
+/// The close that follows `rec`: no new connection; the session's `h2_closed` count.
+fn close_ends(h: &mut H, rec: Seg) -> u64 {
+    h.rec(rec);
+    let out = h.out();
+    assert!(!out.iter().any(|o| o.has(TcpFlags::SYN)), "no new connection: {out:?}");
+    assert_eq!(h.e.stats().reconnects, 0);
+    h.e.stats().sessions_failed.h2_closed
+}
+
 fn sent(out: &[Out]) -> usize {
     out.iter().map(|o| o.payload.len()).sum()
 }
 
 #[test]
 fn streams_go_as_captured_without_waiting_for_answers() {
-    let mut h = H::new(cfg()); // strict pacing: an HTTP/1 session would send one unit
-    h.establish();
-    let first = opening();
-    h.cap(data(0, 0, &first));
-    let mut off = first.len() as u32;
+    let (mut h, mut off) = opened();
     // The online server answered in between (the client's ACK grows before each request).
     for (i, id) in [3u32, 5, 7, 9].into_iter().enumerate() {
         h.cap(data(off, 100 * (i as u32 + 1), &get(id)));
@@ -117,47 +137,28 @@ fn a_session_caught_mid_stream_is_not_recognised() {
 
 #[test]
 fn a_close_after_every_frame_was_taken_ends_nothing() {
-    let mut h = H::new(cfg());
-    h.establish();
-    let first = opening();
-    h.cap(data(0, 0, &first));
-    let n = first.len() as u32;
-    assert_eq!(sent(&h.out()), first.len());
+    let (mut h, n) = opened();
+    assert_eq!(sent(&h.out()), n as usize);
     // The test server takes it all, answers, and closes (GOAWAY, then FIN).
     h.rec(resp(0, n, 80));
-    h.rec(Seg { seq: TISN + 1 + 80, ack: CISN + 1 + n, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
-    let out = h.out();
-    assert!(!out.iter().any(|o| o.has(TcpFlags::SYN)), "no new connection: {out:?}");
-    let s = h.e.stats();
-    assert_eq!((s.sessions_failed.h2_closed, s.reconnects), (0, 0));
+    assert_eq!(close_ends(&mut h, server_fin(80, n)), 0);
 }
 
 #[test]
 fn a_close_before_every_frame_was_taken_ends_the_session() {
-    let mut h = H::new(cfg());
-    h.establish();
-    let first = opening();
-    h.cap(data(0, 0, &first));
+    let (mut h, _) = opened();
     let _ = h.out();
     // The server took only the preface and closed.
-    h.rec(Seg { seq: TISN + 1, ack: CISN + 1 + 24, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
-    let out = h.out();
-    assert!(!out.iter().any(|o| o.has(TcpFlags::SYN)), "no new connection: {out:?}");
-    let s = h.e.stats();
-    assert_eq!((s.sessions_failed.h2_closed, s.reconnects), (1, 0));
+    assert_eq!(close_ends(&mut h, server_fin(0, 24)), 1);
 }
 
 #[test]
 fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
-    let mut h = H::new(cfg());
-    h.establish();
-    let first = opening();
-    let n = first.len() as u32;
-    h.cap(data(0, 0, &first));
+    let (mut h, n) = opened();
     h.cap(data(n, 100, &get(3)));
     // The client read 500 bytes of answers online, then closed.
     h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
-    assert_eq!(sent(&h.out()), first.len() + 29);
+    assert_eq!(sent(&h.out()), n as usize + 29);
     h.at(1);
     h.rec(resp(0, n + 29, 200));
     let out = h.out();
@@ -195,15 +196,11 @@ fn the_fin_goes_once_the_test_server_is_quiet() {
 
 #[test]
 fn a_test_server_behind_the_online_one_holds_the_next_streams() {
-    let mut h = H::new(cfg());
-    h.establish();
-    let first = opening();
-    let n = first.len() as u32;
-    h.cap(data(0, 0, &first));
+    let (mut h, n) = opened();
     // Stream 3 was sent once the client had 40,000 answer bytes online, stream 5 at 41,000.
     h.cap(data(n, 40_000, &get(3)));
     h.cap(data(n + 29, 41_000, &get(5)));
-    assert_eq!(sent(&h.out()), first.len(), "the test server sent nothing yet: stream 3 waits");
+    assert_eq!(sent(&h.out()), n as usize, "the test server sent nothing yet: stream 3 waits");
     h.at(1);
     h.rec(resp(0, n, 20_000)); // 20,000 + 16 KB of slack < 40,000
     assert_eq!(sent(&h.out()), 0);
@@ -215,11 +212,7 @@ fn a_test_server_behind_the_online_one_holds_the_next_streams() {
 
 #[test]
 fn a_quiet_test_server_with_smaller_answers_does_not_hold_the_streams() {
-    let mut h = H::new(cfg());
-    h.establish();
-    let first = opening();
-    let n = first.len() as u32;
-    h.cap(data(0, 0, &first));
+    let (mut h, n) = opened();
     h.cap(data(n, 40_000, &get(3)));
     h.cap(data(n + 29, 80_000, &get(5)));
     let _ = h.out();
