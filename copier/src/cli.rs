@@ -129,7 +129,7 @@ sends the preface PRI * HTTP/2.0, with prior knowledge or after an Upgrade: h2c 
 waits for its answer first) is not paced request by request, since its streams are answered in
 any order: its bytes are cut at frame boundaries and go as captured as long as the test server
 has sent, on the whole connection, as many answer bytes as the online server had when the client
-sent them (less 16 KB), so the test server never holds many more streams open than the online
+sent them (less 4 KB), so the test server never holds many more streams open than the online
 one did; a test server that falls quiet with less (smaller answers, refused streams) lets the
 next frames go after the answer quiet time. The client's FIN waits for the test server's last
 answers. An HTTP/2 connection the test server closes before it took every frame is not carried

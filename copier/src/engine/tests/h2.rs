@@ -202,10 +202,10 @@ fn a_test_server_behind_the_online_one_holds_the_next_streams() {
     h.cap(data(n + 29, 41_000, &get(5)));
     assert_eq!(sent(&h.out()), n as usize, "the test server sent nothing yet: stream 3 waits");
     h.at(1);
-    h.rec(resp(0, n, 20_000)); // 20,000 + 16 KB of slack < 40,000
+    h.rec(resp(0, n, 30_000)); // 30,000 + 4 KB of slack < 40,000
     assert_eq!(sent(&h.out()), 0);
     h.at(2);
-    h.rec(resp(20_000, n, 5_000)); // 25,000 + 16 KB >= 41,000: both go
+    h.rec(resp(30_000, n, 8_000)); // 38,000 + 4 KB >= 41,000: both go
     assert_eq!(sent(&h.out()), 58);
     assert_eq!(h.e.stats().sessions_failed.total(), 0);
 }
