@@ -9,7 +9,7 @@ declare -A PKG=(
   [ip6tables]=iptables [tcpdump]=tcpdump [ethtool]=ethtool [ping]=iputils-ping [pkill]=procps
   [redis-server]=redis-server [redis-benchmark]=redis-tools [redis-cli]=redis-tools
   [prometheus]=prometheus [setpriv]=util-linux [systemd-analyze]=systemd [dpkg-deb]=dpkg
-  [chromium]=chromium
+  [chromium]=chromium [h2load]=nghttp2-client
 )
 missing=()
 for cmd in "${!PKG[@]}"; do
@@ -34,7 +34,8 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-# (chromium: tests/tests/compare_report.rs renders the comparison report headless)
+# (chromium: tests/tests/compare_report.rs renders the comparison report headless; h2load:
+# tests/tests/copy_h2.rs and bench_copier drive HTTP/2 with it)
 # the Debian nginx package starts a system nginx on port 80 of the host; the lab runs its own
 # nginx inside namespaces and does not need it
 if command -v systemctl >/dev/null 2>&1; then systemctl stop nginx >/dev/null 2>&1 || true; fi

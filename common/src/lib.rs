@@ -1,6 +1,6 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
 //! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
-//! ([`flow`]), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
+//! ([`flow`]), HTTP/2 framing ([`h2`]: the preface and frame headers), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
 //! pcap/pcapng reading, pcap writing), the one grammar of durations and sizes on the command
 //! lines of the three binaries ([`units`]), and files of production data made owner-only
 //! ([`private`]); and the sample packets and files that every crate's tests build theirs from
@@ -18,6 +18,7 @@ pub mod docs;
 #[cfg(feature = "host")]
 pub mod doctor;
 pub mod flow;
+pub mod h2;
 pub mod pcap;
 pub mod private;
 pub mod proto;

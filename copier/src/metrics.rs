@@ -132,6 +132,8 @@ pub mod names {
     pub const UNPROVEN_PROVEN_TOTAL: &str = "copier_unproven_proven_total";
     pub const UNPROVEN_ENDED_TOTAL: &str = "copier_unproven_ended_total";
     pub const UNITS_AHEAD_TOTAL: &str = "copier_units_ahead_total";
+    pub const H2_SESSIONS_TOTAL: &str = "copier_h2_sessions_total";
+    pub const H2_STREAMS_TOTAL: &str = "copier_h2_streams_total";
     pub const REQUESTS_TOTAL: &str = "copier_requests_total";
     pub const REQUESTS_DROPPED_TOTAL: &str = "copier_requests_dropped_total";
     pub const REQUESTS_EDITED_TOTAL: &str = "copier_requests_edited_total";
@@ -340,6 +342,11 @@ fn describe() {
         names::UNITS_SENT_TOTAL,
         "Request units sent to the test server (first send of their first byte), every copy counted"
     );
+    describe_counter!(
+        names::H2_SESSIONS_TOTAL,
+        "Captured sessions recognised as HTTP/2 by the client's preface (copied unpaced, cut at frame boundaries)"
+    );
+    describe_counter!(names::H2_STREAMS_TOTAL, "Streams the clients of HTTP/2 sessions opened (HEADERS frames)");
     describe_counter!(
         names::UNITS_AHEAD_TOTAL,
         "Request units sent before the test server answered the one before (windowed pacing)"
@@ -552,6 +559,8 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::ANSWER_TIMEOUTS_TOTAL).absolute(e.answer_timeouts);
     counter!(names::UNITS_SENT_TOTAL).absolute(e.units_sent);
     counter!(names::UNITS_AHEAD_TOTAL).absolute(e.units_ahead);
+    counter!(names::H2_SESSIONS_TOTAL).absolute(e.h2_sessions);
+    counter!(names::H2_STREAMS_TOTAL).absolute(e.h2_streams);
     let r = &e.requests;
     if !r.names.is_empty() {
         counter!(names::REQUESTS_TOTAL, "protocol" => "http").absolute(r.http_requests);

@@ -28,11 +28,14 @@ pub struct NginxOptions {
     /// More configuration inside the `server` block (locations, `add_header`, `gzip`...),
     /// placed before the catch-all `location /`.
     pub server_extra: String,
+    /// Serve cleartext HTTP/2 with prior knowledge on `port` (`listen PORT http2`) instead of
+    /// HTTP/1.x.
+    pub http2: bool,
 }
 
 impl Default for NginxOptions {
     fn default() -> Self {
-        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000, server_extra: String::new() }
+        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000, server_extra: String::new(), http2: false }
     }
 }
 
@@ -123,8 +126,8 @@ http {{
     keepalive_timeout 300s;
     sendfile on;
     server {{
-        listen {port} reuseport backlog=4096;
-        listen [::]:{port} reuseport backlog=4096 ipv6only=on;
+        listen {port} reuseport backlog=4096{h2};
+        listen [::]:{port} reuseport backlog=4096 ipv6only=on{h2};
         access_log {d}/access.log lab;
         root {d}/root;
         {server_extra}
@@ -147,6 +150,7 @@ http {{
             port = opts.port,
             keepalive_requests = opts.keepalive_requests,
             server_extra = opts.server_extra,
+            h2 = if opts.http2 { " http2" } else { "" },
         )?;
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;

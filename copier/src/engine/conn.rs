@@ -191,6 +191,14 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// Bytes of the test server received in order on this connection (0 before its SYN).
+    pub(crate) fn received(&self) -> u32 {
+        if self.rcv_nxt == self.irs {
+            return 0;
+        }
+        self.rcv_nxt.diff(self.irs.add(1)).max(0) as u32
+    }
+
     pub(crate) fn new(tuple: FourTuple, start: SeqNum, p: &Params) -> Conn {
         let iss = start.sub(1);
         let mss = u32::from(if tuple.server.is_ipv6() { p.mss_v6 } else { p.mss_v4 });

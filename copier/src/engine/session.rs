@@ -456,6 +456,7 @@ impl Session {
             // Set only while a unit waits for its answer (see `waiting`).
             take(self.unit_acked_at.map(|t| t.at() + p.answer_timeout));
             take(self.quiet_deadline(p));
+            take(self.h2_deadline(p));
         }
         if self.phase == Phase::Active {
             take(self.client_reset.map(|t| t.at() + p.session_timeout));
@@ -550,6 +551,12 @@ impl Session {
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
         let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
+        if let Some(h2) = self.stream.h2_mut() {
+            if std::mem::take(&mut h2.new_session) {
+                sh.stats.h2_sessions += lead;
+            }
+            sh.stats.h2_streams += u64::from(std::mem::take(&mut h2.new_streams)) * lead;
+        }
         if let Some(e) = self.stream.editor() {
             e.counts.drain_into(&mut sh.stats.requests);
             if e.failed {
@@ -613,6 +620,7 @@ impl Session {
                     sh.stats.syn_time_wait_resets += 1;
                 }
             }
+            self.h2_note_rx(now);
         } else if let Some(c) = self.old.iter_mut().find(|c| c.tuple == r.tuple) {
             c.on_record(now, r, &sh.p);
         }
@@ -790,6 +798,14 @@ impl Session {
             self.finish(sh, now, None);
             return;
         }
+        let h2_all_taken = self.cur.as_ref().is_some_and(|c| c.peer_fin && c.acked().ge(self.stream.next));
+        if self.stream.is_h2() && h2_all_taken {
+            // The test server closed an HTTP/2 connection (after a GOAWAY) that had taken every
+            // byte captured so far: nothing is left to carry again.
+            while self.stream.unanswered() {
+                self.stream.release_one();
+            }
+        }
         let unanswered = self.stream.unanswered();
         // The test server closed while requests remain: close this one, open another.
         if let Some(c) = self.cur.as_mut() {
@@ -805,6 +821,12 @@ impl Session {
             }
         }
         if self.cur.is_none() && unanswered {
+            if self.stream.is_h2() {
+                // Frames cannot go on a new connection without the preface, SETTINGS and
+                // HPACK state of the old one.
+                self.finish(sh, now, Some(FailReason::H2Closed));
+                return;
+            }
             if self.reconnects >= sh.p.max_reconnects {
                 self.finish(sh, now, Some(FailReason::ReconnectLimit));
                 return;
@@ -981,9 +1003,10 @@ impl Session {
         if self.held() && limit.gt(self.stream.cur_start) {
             limit = self.stream.cur_start;
         }
+        let (paced, h2) = (self.paced(&sh.p), self.stream.in_h2());
         let c = self.cur.as_mut()?;
         let fin = self.stream.fin.filter(|&f| {
-            self.stream.next == f && c.acked().ge(f) && (!sh.p.pace || self.stream.bounds.is_empty())
+            self.stream.next == f && c.acked().ge(f) && ((!paced && !h2) || self.stream.bounds.is_empty())
         });
         let scratch = std::mem::take(&mut sh.scratch);
         let mut tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval, scratch };

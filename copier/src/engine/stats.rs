@@ -114,6 +114,10 @@ reasons! {
     /// Every connected intercept refused to guard one of its test tuples (the port or family
     /// is not guarded there, or its registration limit is reached): nothing of it was sent.
     RegistrationRefused => registration_refused,
+    /// An HTTP/2 session whose test connection closed (after a GOAWAY, or a reset) before it
+    /// had taken every frame captured: the rest cannot go on a new connection without the
+    /// preface, SETTINGS and HPACK state of the old one.
+    H2Closed => h2_closed,
     /// Malformed HTTP inside the body of a request the rules dropped (the stream cannot go on
     /// without its head), or anywhere in allow-only mode (`--rules`).
     MalformedRequest => malformed_request,
@@ -305,6 +309,11 @@ pub struct EngineStats {
     pub units_ahead: u64,
     /// Requests released by pacing because no answer came in time.
     pub answer_timeouts: u64,
+    /// Sessions recognised as HTTP/2 by the client's preface (prior knowledge or after an
+    /// `Upgrade: h2c`); they go unpaced, cut at frame boundaries (once per captured session).
+    pub h2_sessions: u64,
+    /// Streams the clients of those sessions opened (HEADERS frames on a new stream).
+    pub h2_streams: u64,
     /// Our SYN was answered by a bare ACK (a TIME_WAIT socket of the test server on the
     /// tuple): we reset it and sent the SYN again at once.
     pub syn_time_wait_resets: u64,

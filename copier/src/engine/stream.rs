@@ -46,6 +46,7 @@ use crate::engine::stamp::Stamp;
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use common::h2::{Framer, Preface, PREFACE};
 use common::seq::SeqNum;
 
 use super::chunk::{ByteQueue, Chunk, Payload};
@@ -179,6 +180,43 @@ pub(crate) struct Stream {
     pub server_first: bool,
     /// When the current unit's first byte was captured.
     pub cur_t: Option<Stamp>,
+    /// Matching the HTTP/2 preface at the start of a unit (see [`H2`]).
+    sniff: Preface,
+    /// Unit starts at which the preface is still looked for.
+    sniffs_left: u8,
+    /// The HTTP/2 state, once the preface was seen (boxed: most sessions are not HTTP/2).
+    h2: Option<Box<H2>>,
+}
+
+/// Unit starts (the stream's first byte, then each request unit's) at which the HTTP/2
+/// preface is looked for: the first for prior knowledge, the next ones for an `Upgrade: h2c`
+/// request, after whose `101` answer the client sends the preface as a unit of its own.
+const SNIFF_UNITS: u8 = 4;
+
+/// An HTTP/2 stream of client bytes (recognised by its preface, [`common::h2`]): request units
+/// are cut at frame boundaries only, so that a unit always starts with a frame header. A
+/// boundary the client's ACK number asks for inside a frame waits for the next frame's start.
+#[derive(Debug, Default)]
+pub(crate) struct H2 {
+    /// Test-side number of the preface's first byte.
+    start: SeqNum,
+    /// The online server's first byte (the client's handshake ACK), when the preface opened
+    /// the stream (prior knowledge): the online answers' total is then known.
+    online_from: Option<SeqNum>,
+    framer: Framer,
+    /// An ACK that grew inside a frame: the next frame's start is a unit boundary.
+    pending: Option<(SeqNum, Stamp)>,
+    /// Streams the client opened (HEADERS frames) and not yet counted by the session.
+    pub new_streams: u32,
+    /// The session has not yet counted this stream as HTTP/2.
+    pub new_session: bool,
+    /// Answer bytes the gate counts as sent although the test server did not send them (it
+    /// went quiet with less than online: smaller answers, refused streams). See
+    /// `Session::h2_limit`.
+    pub credit: u32,
+    /// What the current test connection had received when it last received more, and when.
+    pub rx: u32,
+    pub rx_at: Option<Stamp>,
 }
 
 impl Stream {
@@ -202,13 +240,16 @@ impl Stream {
             gate_ok: true,
             server_first: false,
             cur_t: None,
+            sniff: Preface::Start,
+            sniffs_left: SNIFF_UNITS,
+            h2: None,
         }
     }
 
     /// A stream of a session caught mid-stream, synchronised on a client packet acking `ack`:
     /// the first unit's online answer is counted from there.
     pub(crate) fn midstream(isn: SeqNum, ack: SeqNum) -> Stream {
-        Stream { last_ack: Some(ack), max_ack: Some(ack), cur_ack: Some(ack), gate_ok: false, ..Stream::new(isn) }
+        Stream { last_ack: Some(ack), max_ack: Some(ack), cur_ack: Some(ack), gate_ok: false, sniffs_left: 0, sniff: Preface::No, ..Stream::new(isn) }
     }
 
     /// The same stream with a request editor.
@@ -455,12 +496,16 @@ impl Stream {
             if let Some(a) = ack {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
-                        if self.seen_data || self.gate_ok {
+                        if let Some(h) = self.h2.as_mut().filter(|h| !h.framer.at_start()) {
+                            // Inside a frame: the unit starts at the next frame.
+                            h.pending = Some((a, Stamp::of(now)));
+                        } else if self.seen_data || self.gate_ok {
                             if let Some(e) = self.edit.as_mut() {
                                 let n = e.unit_start(&mut self.buf);
                                 self.advance(n, now);
                             }
                             self.push_bound(self.next, Some(a), now);
+                            self.sniff_unit();
                         } else {
                             // Mid-stream: the client was still acking the answer before this
                             // request; this request's answer starts where it acks now.
@@ -475,6 +520,11 @@ impl Stream {
                     }
                 }
             }
+            if !self.seen_data && self.sniffs_left > 0 {
+                self.sniff = Preface::Start; // the stream's first byte starts a unit
+            }
+            let at = self.next;
+            self.read_frames(data.as_slice(), at);
             let written = match self.edit.as_mut() {
                 None => {
                     self.buf.push(data);
@@ -499,6 +549,84 @@ impl Stream {
             }
         }
         n
+    }
+
+    /// A unit starts at `next`: look for the HTTP/2 preface there (in the first units only).
+    fn sniff_unit(&mut self) {
+        if self.h2.is_none() && self.sniffs_left > 0 {
+            self.sniff = Preface::Start;
+        }
+    }
+
+    /// Read the client bytes `b`, which will be written at `at`: the HTTP/2 preface, then
+    /// frames. Pushes the unit boundary an ACK asked for inside a frame at the next frame's
+    /// start.
+    fn read_frames(&mut self, b: &[u8], at: SeqNum) {
+        let mut took = 0;
+        if matches!(self.sniff, Preface::Start | Preface::Partial(_)) {
+            if self.sniff == Preface::Start {
+                self.sniffs_left = self.sniffs_left.saturating_sub(1);
+            }
+            let (p, n) = self.sniff.feed(b);
+            self.sniff = p;
+            if p != Preface::Seen {
+                return;
+            }
+            took = n;
+            self.sniffs_left = 0;
+            let start = at.sub(u32::try_from(PREFACE.len() - n).unwrap_or(0));
+            let online_from = if start == self.cur_start && self.bounds.is_empty() { self.cur_ack } else { None };
+            self.h2 = Some(Box::new(H2 { start, online_from, new_session: true, ..H2::default() }));
+        }
+        let Some(h) = self.h2.as_mut() else { return };
+        let fed = h.framer.feed(&b[took..]);
+        h.new_streams += fed.streams;
+        if let (Some(k), Some((ack, t))) = (fed.first_start, h.pending) {
+            h.pending = None;
+            let at = at.add((took + k) as u32);
+            if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
+                self.bounds.push_back(Bound { at, ack: Some(ack), end: Some(ack), t: Some(t) });
+            }
+        }
+    }
+
+    /// Whether the client speaks HTTP/2 on this stream (its preface was seen).
+    pub(crate) fn is_h2(&self) -> bool {
+        self.h2.is_some()
+    }
+
+    /// Whether the first unanswered unit is HTTP/2 (its preface or after): an `Upgrade: h2c`
+    /// request before the preface waits for its answer (the `101`) as any other.
+    pub(crate) fn in_h2(&self) -> bool {
+        self.h2.as_ref().is_some_and(|h| self.cur_start.ge(h.start))
+    }
+
+    /// Bytes the online server sent on an HTTP/2 connection opened with the preface, as far as
+    /// the client's ACK numbers tell (`None` after an `Upgrade: h2c`).
+    pub(crate) fn h2_online_total(&self) -> Option<u32> {
+        self.h2_online_at(self.max_ack?)
+    }
+
+    /// Bytes the online server had sent on an HTTP/2 connection opened with the preface when
+    /// the client acknowledged `ack`.
+    pub(crate) fn h2_online_at(&self, ack: SeqNum) -> Option<u32> {
+        let from = self.h2.as_ref()?.online_from?;
+        Some(ack.diff(from).max(0) as u32)
+    }
+
+    /// The client's ACK number at the start of the first unanswered unit.
+    pub(crate) fn cur_ack(&self) -> Option<SeqNum> {
+        self.cur_ack
+    }
+
+    /// The HTTP/2 state.
+    pub(crate) fn h2_ref(&self) -> Option<&H2> {
+        self.h2.as_deref()
+    }
+
+    /// The HTTP/2 state, for the session's counts.
+    pub(crate) fn h2_mut(&mut self) -> Option<&mut H2> {
+        self.h2.as_deref_mut()
     }
 
     /// `n` bytes were written to `buf`.
@@ -592,7 +720,9 @@ impl Stream {
     /// Release units without pacing: the first boundary goes when the test connection acked
     /// up to it and either answered after it (a data record acking at least that far) or
     /// `timed_out` says the wait is over. The last, open unit counts as answered once acked
-    /// and answered entirely. Returns how many units were released and whether one of them by
+    /// and answered entirely. `keep_last`: the last unit before the client's FIN is left to
+    /// the session's close rule (HTTP/2: a server still answering earlier streams would lose
+    /// them to an early FIN). Returns how many units were released and whether one of them by
     /// timeout. (With pacing, the session releases one unit at a time by the size of the
     /// answers: [`Stream::release_one`].)
     pub(crate) fn release(
@@ -600,12 +730,13 @@ impl Stream {
         acked: SeqNum,
         answered: Option<SeqNum>,
         timed_out: bool,
+        keep_last: bool,
     ) -> (usize, bool) {
         let mut n = 0;
         let mut by_timeout = false;
         let ans = |b: SeqNum| answered.is_some_and(|a| a.ge(b));
         while let Some(&Bound { at: b, .. }) = self.bounds.front() {
-            if !acked.ge(b) {
+            if !acked.ge(b) || (keep_last && self.before_fin()) {
                 return (n, by_timeout);
             }
             if !ans(b) {

@@ -21,6 +21,11 @@ use super::super::shared::Shared;
 use super::super::stream::Stream;
 use super::{Session, STRIKES_LOCKSTEP};
 
+/// Answer bytes an HTTP/2 copy may run ahead of the test server beyond what the online server
+/// had sent (`Session::h2_gate`): a few dozen small answers (about 50 of 80 bytes: with the
+/// online client's own streams, under nginx's 128 concurrent streams), less than one large one.
+pub(super) const H2_SLACK: u32 = 4 << 10;
+
 impl Session {
     /// When the quiet rule will call the unit pacing waits on answered.
     pub(super) fn quiet_deadline(&self, p: &Params) -> Option<Instant> {
@@ -33,9 +38,13 @@ impl Session {
     }
 
     /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
-    /// pacing; without, only the last unit of a session closing by reset.
+    /// pacing; without, only the last unit of a session closing by reset, and an HTTP/2
+    /// session's last unit before the client's FIN (the FIN waits for the test server to
+    /// finish answering, or for its answers to reach the online size: `Session::h2_done`).
     pub(super) fn watched(&self, p: &Params) -> bool {
-        p.pace || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+        self.paced(p)
+            || (self.client_reset.is_some() && self.stream.bounds.is_empty())
+            || (self.stream.in_h2() && self.stream.before_fin())
     }
 
     /// Whether the first unanswered unit was acknowledged and waits for its answer (the
@@ -48,7 +57,18 @@ impl Session {
     }
 
     pub(super) fn send_limit(&self, p: &Params) -> SeqNum {
-        send_limit(&self.stream, p, self.window(p))
+        if let Some((at, _)) = self.h2_gate() {
+            return at;
+        }
+        send_limit(&self.stream, p.replay_keep, self.paced(p), self.window(p))
+    }
+
+    /// Whether this session is paced: `--pacing` is on and the client does not speak HTTP/2.
+    /// An HTTP/2 session's units go as captured (its streams answer in any order, and the
+    /// records carry no payload to tell which stream an answer byte belongs to), bounded by the
+    /// test server's TCP window and `per_session_cap`.
+    pub(crate) fn paced(&self, p: &Params) -> bool {
+        p.pace && !self.stream.in_h2()
     }
 
     /// Request units the current connection may have in flight: 1 (lock-step) without a
@@ -57,7 +77,7 @@ impl Session {
     /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
     /// `pace_window`.
     pub(super) fn window(&self, p: &Params) -> u32 {
-        if !p.pace || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+        if !self.paced(p) || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
             1
         } else {
             self.win.clamp(1, p.pace_window)
@@ -84,8 +104,13 @@ impl Session {
         let before = self.stream.cur_start;
         let timed_out = self.unit_acked_at.is_some_and(|t| t.at() + p.answer_timeout <= now);
         let (mut n, mut by_timeout) = (0, false);
-        if !p.pace {
-            (n, by_timeout) = self.stream.release(acked, answered, timed_out);
+        self.h2_unstall(now, p);
+        if !self.paced(p) {
+            (n, by_timeout) = self.stream.release(acked, answered, timed_out, self.stream.in_h2());
+        }
+        if n == 0 && self.h2_done(acked) {
+            self.stream.release_one();
+            n = 1;
         }
         if n == 0 && self.watched(p) {
             (n, by_timeout) = self.release_watched(now, p, acked, tuple, timed_out);
@@ -106,6 +131,88 @@ impl Session {
                 sh.stats.answer_timeouts += 1;
             }
         }
+    }
+
+    /// The HTTP/2 gate: the first unit the test server is not ready for, and the answer bytes
+    /// it needs (`None` when nothing is held). The streams of a connection answer in any
+    /// order, but the bytes of all answers together grow as online: a unit goes once the test
+    /// server sent (on the whole connection) as many answer bytes as the online server had
+    /// when the client sent that unit, less [`H2_SLACK`]. So the test server never has many
+    /// more streams open than the online one had (nginx refuses streams beyond
+    /// `http2_max_concurrent_streams`, 128), and a test server as fast as the online one gets
+    /// every unit as captured. Known only for a connection opened with the preface.
+    pub(super) fn h2_gate(&self) -> Option<(SeqNum, u32)> {
+        if !self.stream.in_h2() {
+            return None;
+        }
+        let c = self.cur.as_ref()?;
+        let h = self.stream.h2_ref()?;
+        let got = c.received().saturating_add(h.credit).saturating_add(H2_SLACK);
+        let cur = std::iter::once((self.stream.cur_start, self.stream.cur_ack()));
+        for (at, ack) in cur.chain(self.stream.bounds.iter().map(|b| (b.at, b.ack))) {
+            if at.lt(c.snd_max) {
+                continue; // gone already
+            }
+            if !at.lt(self.stream.next) {
+                return None;
+            }
+            let need = ack.and_then(|a| self.stream.h2_online_at(a))?;
+            if need > got {
+                return Some((at, need));
+            }
+        }
+        None
+    }
+
+    /// The HTTP/2 gate holds a unit, everything sent was acknowledged and the test server has
+    /// been quiet for `answer_quiet`: it answered less than online (smaller answers, refused or
+    /// reset streams). Count the difference as sent so that the held unit goes.
+    fn h2_unstall(&mut self, now: Instant, p: &Params) {
+        let Some((at, need)) = self.h2_gate() else { return };
+        let Some(c) = self.cur.as_ref() else { return };
+        if !c.acked().ge(at) {
+            return;
+        }
+        let got = c.received();
+        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        if last.at() + p.answer_quiet > now {
+            return;
+        }
+        if let Some(h) = self.stream.h2_mut() {
+            h.credit = need.saturating_sub(got.saturating_add(H2_SLACK));
+        }
+    }
+
+    /// When the HTTP/2 gate gives up waiting for answer bytes (see `h2_unstall`).
+    pub(super) fn h2_deadline(&self, p: &Params) -> Option<Instant> {
+        let (at, _) = self.h2_gate()?;
+        if !self.cur.as_ref()?.acked().ge(at) {
+            return None;
+        }
+        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        Some(last.at() + p.answer_quiet)
+    }
+
+    /// A record on the current connection: note when the test server last sent more.
+    pub(super) fn h2_note_rx(&mut self, now: Instant) {
+        let Some(got) = self.cur.as_ref().map(|c| c.received()) else { return };
+        if let Some(h) = self.stream.h2_mut() {
+            if got > h.rx {
+                h.rx = got;
+                h.rx_at = Some(Stamp::of(now));
+            }
+        }
+    }
+
+    /// An HTTP/2 session's last unit before the client's FIN is answered by size: the test
+    /// server took every byte and sent at least as many as the online server did on the whole
+    /// connection (known when the preface opened it).
+    fn h2_done(&self, acked: SeqNum) -> bool {
+        let Some(c) = self.cur.as_ref() else { return false };
+        self.stream.in_h2()
+            && self.stream.before_fin()
+            && acked.ge(self.stream.next)
+            && self.stream.h2_online_total().is_some_and(|t| c.received() >= t)
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by
@@ -193,14 +300,14 @@ impl Session {
 /// unanswered unit (the first boundary in lock-step), taking a later unit only whole and only
 /// while everything in flight stays within `replay_keep` of the first unanswered byte (so it
 /// can all be carried again on a new connection); without pacing only a greeting gate stops it.
-fn send_limit(s: &Stream, p: &Params, win: u32) -> SeqNum {
+fn send_limit(s: &Stream, replay_keep: u32, pace: bool, win: u32) -> SeqNum {
     match s.bounds.front() {
-        Some(b) if p.pace || (s.server_first && b.at == s.cur_start) => {
+        Some(b) if pace || (s.server_first && b.at == s.cur_start) => {
             let mut limit = b.at.min(s.next);
-            if !p.pace || win <= 1 {
+            if !pace || win <= 1 {
                 return limit;
             }
-            let cap = s.cur_start.add(p.replay_keep);
+            let cap = s.cur_start.add(replay_keep);
             let more = s.bounds.iter().skip(1).take(win as usize - 1);
             let mut taken = 1;
             for x in more {

@@ -19,6 +19,7 @@ mod close;
 mod copies;
 mod data;
 mod gap;
+mod h2;
 mod handshake;
 mod idle;
 mod limits;

@@ -42,7 +42,9 @@
 //! intercept's records and NFQUEUE packets per request from its metrics), redis GET from
 //! `redis-benchmark -c 16` (redis-server on `online` and `test`, the copier mapping 6379, the
 //! intercept guarding it; counted with `INFO commandstats` at the end of the load, 1 s later, and
-//! once stable), and HTTP keep-alive at full speed on 16 and on 1 connection. Each scenario waits
+//! once stable), HTTP/2 multiplexed at full speed (`h2load -n 40000 -c 8 -m 10` against a second
+//! nginx pair with `listen 8080 http2`, the copier mapping 8080; counted from that pair's access
+//! logs), and HTTP keep-alive at full speed on 16 and on 1 connection. Each scenario waits
 //! for its copies until the test server has them all, none came for 3 s, or `--final-wait` passed.
 //! A last table prints the figures against the targets, PASS/FAIL (informative only).
 //!
@@ -390,6 +392,10 @@ fn run() -> Result<()> {
             }
         }
     }
+    let h2 = args.scenarios.contains(&Scenario::H2);
+    if h2 && lab::which("h2load").is_none() {
+        bail!("the h2 scenario needs `h2load` (package nghttp2-client; scripts/install-deps.sh installs it), or leave it out of --scenarios");
+    }
     let started = Instant::now();
     let mut lab = Lab::with(LabOptions {
         offloads: true,
@@ -423,6 +429,9 @@ fn run() -> Result<()> {
     if redis {
         copier_args.extend(["--map".into(), redis_map]);
     }
+    if h2 {
+        copier_args.extend(["--map".into(), format!("{H2_PORT}={}:{H2_PORT}", addr::TEST)]);
+    }
     copier_args.extend(args.copier_args.iter().cloned());
     let mirror_args = copier_args.clone();
     let opts = CopyOptions {
@@ -430,7 +439,7 @@ fn run() -> Result<()> {
         test: Some(nginx),
         copier_args,
         intercept_args,
-        extra_ports: if redis { vec![REDIS_PORT] } else { Vec::new() },
+        extra_ports: [(redis, REDIS_PORT), (h2, H2_PORT)].into_iter().filter_map(|(on, p)| on.then_some(p)).collect(),
         ..CopyOptions::default()
     };
     MIRROR.store(args.mirror, std::sync::atomic::Ordering::Relaxed);
@@ -464,7 +473,14 @@ fn run() -> Result<()> {
         redis_requests: args.redis_requests,
         final_wait: args.final_wait,
         close_next: 0,
+        h2: None,
     };
+    if h2 {
+        let o = NginxOptions { port: H2_PORT, http2: true, workers: 2, ..NginxOptions::default() };
+        let on = lab.nginx(Host::Online, o.clone()).context("start the HTTP/2 nginx on online")?;
+        let te = lab.nginx(Host::Test, o).context("start the HTTP/2 nginx on test")?;
+        scen.h2 = Some((on, te));
+    }
     if args.scenarios.contains(&Scenario::ThinkClose) {
         lab.exec_ok(Host::Client, &["ip", "addr", "add", &format!("{CLIENT_B}/24"), "dev", lab::ifname::CLIENT_TO_ONLINE])?;
     }

@@ -15,6 +15,13 @@ pub(super) const BIG_SIZE: usize = 100 * 1024;
 /// meets a TIME_WAIT left at the test server by the short-connection steps.
 pub(super) const CLIENT_B: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 3);
 pub(super) const REDIS_PORT: u16 = 6379;
+/// The HTTP/2 nginx pair of the `h2` scenario (cleartext, prior knowledge), beside port 80's.
+pub(super) const H2_PORT: u16 = 8080;
+/// Requests of the `h2` scenario, on [`H2_CONNS`] connections with [`H2_STREAMS`] streams in
+/// flight each (the load of issue 29's measurement).
+pub(super) const H2_REQUESTS: u64 = 40_000;
+pub(super) const H2_CONNS: usize = 8;
+pub(super) const H2_STREAMS: usize = 10;
 /// The time without a new copy that ends the wait for a scenario's copies before its cap
 /// (`--final-wait`).
 pub(super) const STALL: Duration = Duration::from_secs(3);
@@ -29,6 +36,7 @@ pub(super) const C_TOOL_CPU: [(Scenario, f64, f64); 3] = [
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Scenario {
+    H2,
     Full16,
     Full1,
     Redis,
@@ -41,17 +49,19 @@ impl Scenario {
     /// The default order: the fixed-rate CPU scenarios first, the full-speed ones last (their
     /// lock-step copies may still arrive after the wait for them ends, and would otherwise
     /// load the next scenario), the one connection at the very end.
-    pub(super) const ALL: [Scenario; 6] = [
+    pub(super) const ALL: [Scenario; 7] = [
         Scenario::ThinkKeepAlive,
         Scenario::ThinkClose,
         Scenario::Think100k,
         Scenario::Redis,
+        Scenario::H2,
         Scenario::Full16,
         Scenario::Full1,
     ];
 
     pub(super) fn name(self) -> &'static str {
         match self {
+            Scenario::H2 => "h2",
             Scenario::Full16 => "full16",
             Scenario::Full1 => "full1",
             Scenario::Redis => "redis",
@@ -64,6 +74,7 @@ impl Scenario {
     /// The step tag in the URIs.
     pub(super) fn tag(self) -> &'static str {
         match self {
+            Scenario::H2 => "h2",
             Scenario::Full16 => "f16",
             Scenario::Full1 => "f1",
             Scenario::Redis => "rd",
@@ -76,12 +87,14 @@ impl Scenario {
     pub(super) fn conns(self) -> usize {
         match self {
             Scenario::Full1 => 1,
+            Scenario::H2 => H2_CONNS,
             _ => 16,
         }
     }
 
     pub(super) fn what(self) -> &'static str {
         match self {
+            Scenario::H2 => "HTTP/2 multiplexed at full speed: h2load -n 40000 -c 8 -m 10 against nginx `listen 8080 http2` (cleartext, prior knowledge) on online and test, the copier mapping 8080; counted from that nginx pair's access logs, no lag",
             Scenario::Full16 => "HTTP keep-alive, 16 connections at full speed (next request as soon as the answer is in, like wrk -c 16), for --scenario-secs",
             Scenario::Full1 => "HTTP keep-alive, 1 connection at full speed, for --scenario-secs",
             Scenario::Redis => "redis GET: redis-benchmark -h 198.18.1.1 -c 16 -n REQUESTS -t get (no pipelining; --redis-requests, default 200000); counted with INFO commandstats, no lag (no access log)",
@@ -170,9 +183,15 @@ pub(super) struct ScenarioState {
     pub(super) final_wait: Duration,
     /// The next port sequence number of `think-close` (from [`CLIENT_B`]).
     pub(super) close_next: u64,
+    /// The HTTP/2 nginx of `online` and `test` (the `h2` scenario).
+    pub(super) h2: Option<(lab::Nginx, lab::Nginx)>,
 }
 
 pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur: Duration, st: &mut ScenarioState) -> Result<Row> {
+    if sc == Scenario::H2 {
+        let (online, test) = st.h2.as_ref().context("the HTTP/2 nginx are not running")?;
+        return run_h2(ctx, online, test, st.final_wait);
+    }
     if sc == Scenario::Redis {
         let (n, wait) = (st.redis_requests, st.final_wait);
         let r = st.redis.as_mut().context("redis is not running")?;
@@ -286,6 +305,54 @@ pub(super) fn run_redis(ctx: Ctx<'_>, r: &mut Redis, n: u64, final_wait: Duratio
     Ok(row)
 }
 
+/// The `h2` scenario: h2load from `client` against the online HTTP/2 nginx (port [`H2_PORT`]),
+/// its requests counted in the access logs of that nginx pair when h2load ended, 1 s later, and
+/// once they stop growing (every request has the same URI: no per-request lag).
+pub(super) fn run_h2(ctx: Ctx<'_>, on: &lab::Nginx, te: &lab::Nginx, final_wait: Duration) -> Result<Row> {
+    let Ctx { lab, .. } = ctx;
+    let (on0, te0) = (on.request_count() as u64, te.request_count() as u64);
+    let before = Before::take(ctx)?;
+    let url = format!("http://{}:{H2_PORT}/index.html", addr::ONLINE);
+    let (n_s, c_s, m_s) = (H2_REQUESTS.to_string(), H2_CONNS.to_string(), H2_STREAMS.to_string());
+    let out = lab.exec(Host::Client, &["h2load", "-n", &n_s, "-c", &c_s, "-m", &m_s, &url])?;
+    let end_ms = wall_ms();
+    let load_end = Instant::now();
+    let te_end = te.request_count() as u64;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!("h2load failed ({}): {} {}", out.status, stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    // nginx logs a request once its answer is out: the client may have it a moment before
+    std::thread::sleep(Duration::from_millis(100));
+    let online = on.request_count() as u64 - on0;
+    std::thread::sleep((load_end + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
+    let te_1s = te.request_count() as u64;
+    let (mut last, capped) = wait_final(|| te.request_count() as u64, te0 + online, final_wait);
+    let quiet_until = Instant::now() + if capped { Duration::ZERO } else { QUIET };
+    while Instant::now() < quiet_until {
+        std::thread::sleep(Duration::from_millis(100));
+        last = last.max(te.request_count() as u64);
+    }
+    let copied = (last - te0).min(online);
+    let secs = load_end.duration_since(before.at).as_secs_f64();
+    let load = Load { sent: online, ok: online, secs, last_send_ms: end_ms, ..Load::default() };
+    let mut row = before.finish(ctx, Kind::Scenario(Scenario::H2), "h2".into(), "h2".into(), secs, load, online, load_end)?;
+    row.rt = RealTime {
+        online,
+        at_end: (te_end - te0).min(online),
+        within_1s: (te_1s - te0).min(online),
+        copied,
+        lags_ms: Vec::new(),
+    };
+    row.matched = copied;
+    row.test = last - te0;
+    row.capped = capped;
+    row.extra = (last - te0).saturating_sub(online);
+    row.conns = H2_CONNS;
+    row.note = stdout.lines().find(|l| l.starts_with("requests:")).unwrap_or("").trim().to_owned();
+    Ok(row)
+}
+
 pub(super) fn per_thousand(cpu: &Cpu, copied: u64) -> Option<f64> {
     (copied > 0).then(|| cpu.secs() / (copied as f64 / 1000.0))
 }
@@ -371,6 +438,10 @@ pub(super) fn print_targets(rows: &[Row]) {
         t.push((format!("{what}: copied within 1 s of the load's end"), r.map(|r| r.rt.pct(r.rt.within_1s)), 95.0, true, ">= 95 %".into()));
         t.push((format!("{what}: copied in all"), r.map(|r| r.rt.pct(r.rt.copied)), 99.9, true, ">= 99.9 %".into()));
     }
+    let r = find(Scenario::H2);
+    let what = "HTTP/2 multiplexed full speed (8 conns x 10 streams)";
+    t.push((format!("{what}: copied by the load's end"), r.map(|r| r.rt.pct(r.rt.at_end)), 95.0, true, ">= 95 %".into()));
+    t.push((format!("{what}: copied in all"), r.map(|r| r.rt.pct(r.rt.copied)), 100.0, true, "100 %".into()));
     let r = find(Scenario::Full1);
     t.push((
         "HTTP keep-alive full speed (1 conn): copied within 1 s of the load's end".into(),

@@ -1,0 +1,276 @@
+//! HTTP/2 framing (RFC 9113 section 4): the client connection preface and the 9-byte frame
+//! header, as pure functions and one incremental cutter over a byte stream. No HPACK, no
+//! socket, no clock: the copier's engine uses it to recognise an HTTP/2 session and to cut
+//! its client bytes at frame boundaries; the comparison and the request editor can read frames
+//! with the same code.
+//!
+//! Every frame header is valid on the wire as far as framing goes (any 24-bit length, any type
+//! byte: unknown types are ignored by peers, RFC 9113 section 4.1), so the cutter never fails;
+//! whether a length exceeds the peer's `SETTINGS_MAX_FRAME_SIZE` is the peer's business.
+//!
+//! Invariants of [`Framer`]: `have < 9` bytes of a header are kept while `left == 0`; while
+//! `left > 0` the cutter is inside a frame's payload and `have == 0`.
+
+/// The client connection preface: the first 24 bytes a client sends on an HTTP/2 connection
+/// (prior knowledge, or after the `101 Switching Protocols` of an `Upgrade: h2c`).
+pub const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Length of a frame header.
+pub const HEADER_LEN: usize = 9;
+
+/// The frame types of RFC 9113 section 6 (others are carried as `Other`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Data,
+    Headers,
+    Priority,
+    RstStream,
+    Settings,
+    PushPromise,
+    Ping,
+    GoAway,
+    WindowUpdate,
+    Continuation,
+    /// A type this module does not know (extensions; ignored by peers).
+    Other(u8),
+}
+
+impl Kind {
+    pub fn of(b: u8) -> Kind {
+        match b {
+            0 => Kind::Data,
+            1 => Kind::Headers,
+            2 => Kind::Priority,
+            3 => Kind::RstStream,
+            4 => Kind::Settings,
+            5 => Kind::PushPromise,
+            6 => Kind::Ping,
+            7 => Kind::GoAway,
+            8 => Kind::WindowUpdate,
+            9 => Kind::Continuation,
+            x => Kind::Other(x),
+        }
+    }
+}
+
+/// Flag END_STREAM (DATA, HEADERS).
+pub const END_STREAM: u8 = 0x1;
+/// Flag END_HEADERS (HEADERS, PUSH_PROMISE, CONTINUATION).
+pub const END_HEADERS: u8 = 0x4;
+
+/// A frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Payload length (24 bits).
+    pub len: u32,
+    pub kind: Kind,
+    pub flags: u8,
+    /// Stream identifier (31 bits; the reserved bit is cleared). 0 for connection frames.
+    pub stream: u32,
+}
+
+impl FrameHeader {
+    /// The header in the first 9 bytes of `b`, if there are 9.
+    pub fn parse(b: &[u8]) -> Option<FrameHeader> {
+        let h: &[u8; HEADER_LEN] = b.get(..HEADER_LEN)?.try_into().ok()?;
+        Some(FrameHeader {
+            len: u32::from_be_bytes([0, h[0], h[1], h[2]]),
+            kind: Kind::of(h[3]),
+            flags: h[4],
+            stream: u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff,
+        })
+    }
+
+    /// A connection frame (stream 0: SETTINGS, PING, GOAWAY, connection WINDOW_UPDATE).
+    pub fn is_connection(&self) -> bool {
+        self.stream == 0
+    }
+
+    /// The frame that opens a client stream: HEADERS on a stream other than 0.
+    pub fn opens_stream(&self) -> bool {
+        self.kind == Kind::Headers && self.stream != 0
+    }
+
+    /// The client's last frame on its stream (END_STREAM on DATA or HEADERS).
+    pub fn ends_stream(&self) -> bool {
+        matches!(self.kind, Kind::Data | Kind::Headers) && self.flags & END_STREAM != 0
+    }
+}
+
+/// Matching the connection preface against bytes that arrive in pieces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preface {
+    /// Nothing read yet.
+    #[default]
+    Start,
+    /// This many bytes of the preface matched so far.
+    Partial(u8),
+    /// All 24 bytes matched.
+    Seen,
+    /// The bytes are not the preface.
+    No,
+}
+
+impl Preface {
+    /// Match the next bytes. Returns the new state and how many bytes of `b` the preface took
+    /// (the rest are frames, once `Seen`).
+    pub fn feed(self, b: &[u8]) -> (Preface, usize) {
+        let have = match self {
+            Preface::Start => 0,
+            Preface::Partial(n) => n as usize,
+            done => return (done, 0),
+        };
+        let want = &PREFACE[have..];
+        let n = want.len().min(b.len());
+        if b[..n] != want[..n] {
+            return (Preface::No, 0);
+        }
+        if have + n == PREFACE.len() {
+            (Preface::Seen, n)
+        } else {
+            (Preface::Partial((have + n) as u8), n)
+        }
+    }
+}
+
+/// What [`Framer::feed`] found in one piece of bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fed {
+    /// Offset in the piece of the first frame header that starts in it, if one does.
+    pub first_start: Option<usize>,
+    /// Frames whose header completed in the piece.
+    pub frames: u32,
+    /// Of those, HEADERS frames that open a stream (requests).
+    pub streams: u32,
+}
+
+/// Cuts a byte stream of frames (after the preface) at frame boundaries, whatever pieces it
+/// arrives in.
+#[derive(Debug, Clone, Default)]
+pub struct Framer {
+    /// Bytes of the current frame's header seen (when `left == 0`).
+    head: [u8; HEADER_LEN],
+    have: usize,
+    /// Payload bytes of the current frame still to come.
+    left: u32,
+    /// Frames whose header was read.
+    pub frames: u64,
+}
+
+impl Framer {
+    /// Whether the next byte starts a frame header.
+    pub fn at_start(&self) -> bool {
+        self.left == 0 && self.have == 0
+    }
+
+    /// Read the next piece of the stream.
+    pub fn feed(&mut self, mut b: &[u8]) -> Fed {
+        let mut fed = Fed::default();
+        let mut off = 0;
+        while !b.is_empty() {
+            if self.left > 0 {
+                let n = (self.left as usize).min(b.len());
+                self.left -= n as u32;
+                b = &b[n..];
+                off += n;
+                continue;
+            }
+            if self.have == 0 && fed.first_start.is_none() {
+                fed.first_start = Some(off);
+            }
+            let n = (HEADER_LEN - self.have).min(b.len());
+            self.head[self.have..self.have + n].copy_from_slice(&b[..n]);
+            self.have += n;
+            b = &b[n..];
+            off += n;
+            if self.have == HEADER_LEN {
+                self.have = 0;
+                let h = FrameHeader::parse(&self.head).unwrap_or(FrameHeader { len: 0, kind: Kind::Other(0xff), flags: 0, stream: 0 });
+                self.left = h.len;
+                self.frames += 1;
+                fed.frames += 1;
+                if h.opens_stream() {
+                    fed.streams += 1;
+                }
+            }
+        }
+        fed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(len: u32, kind: u8, flags: u8, stream: u32) -> Vec<u8> {
+        let mut v = len.to_be_bytes()[1..].to_vec();
+        v.extend([kind, flags]);
+        v.extend(stream.to_be_bytes());
+        v.extend(std::iter::repeat_n(0xabu8, len as usize));
+        v
+    }
+
+    #[test]
+    fn header_parses_and_clears_the_reserved_bit() {
+        let b = [0, 0x01, 0x02, 1, 0x05, 0x80, 0, 0, 3];
+        let h = FrameHeader::parse(&b).unwrap();
+        assert_eq!(h, FrameHeader { len: 258, kind: Kind::Headers, flags: 5, stream: 3 });
+        assert!(h.opens_stream() && h.ends_stream() && !h.is_connection());
+        assert_eq!(FrameHeader::parse(&b[..8]), None);
+        assert_eq!(Kind::of(0x42), Kind::Other(0x42));
+        // The largest length a header can carry.
+        let h = FrameHeader::parse(&[0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0]).unwrap();
+        assert_eq!((h.len, h.kind, h.is_connection()), (0xff_ffff, Kind::Settings, true));
+    }
+
+    #[test]
+    fn preface_in_pieces() {
+        let (p, n) = Preface::Start.feed(&PREFACE[..5]);
+        assert_eq!((p, n), (Preface::Partial(5), 5));
+        let mut rest = PREFACE[5..].to_vec();
+        rest.extend(frame(0, 4, 0, 0));
+        let (p, n) = p.feed(&rest);
+        assert_eq!((p, n), (Preface::Seen, 19));
+        assert_eq!(Preface::Start.feed(b"GET / HTTP/1.1\r\n").0, Preface::No);
+        assert_eq!(Preface::Partial(3).feed(b"X").0, Preface::No);
+        assert_eq!(Preface::Seen.feed(b"anything"), (Preface::Seen, 0));
+    }
+
+    #[test]
+    fn framer_finds_starts_across_any_cut() {
+        let mut s = frame(6, 4, 0, 0); // SETTINGS
+        s.extend(frame(12, 1, 5, 1)); // HEADERS stream 1, END_STREAM|END_HEADERS
+        s.extend(frame(0, 4, 1, 0)); // SETTINGS ack
+        s.extend(frame(20, 0, 1, 3)); // DATA on 3 (no HEADERS seen: not counted as opening)
+        s.extend(frame(3, 1, 4, 5)); // HEADERS stream 5
+        let starts = [0usize, 15, 36, 45, 74];
+        for cut in 1..s.len() {
+            let mut f = Framer::default();
+            let (a, b) = s.split_at(cut);
+            let fa = f.feed(a);
+            let fb = f.feed(b);
+            assert_eq!(fa.frames + fb.frames, 5, "cut {cut}");
+            assert_eq!(fa.streams + fb.streams, 2, "cut {cut}");
+            assert_eq!(fa.first_start, Some(0));
+            let want = starts.iter().find(|&&x| x >= cut).map(|x| x - cut);
+            assert_eq!(fb.first_start, want, "cut {cut}");
+            assert!(f.at_start());
+        }
+        // Byte by byte.
+        let mut f = Framer::default();
+        let n: u32 = s.chunks(1).map(|c| f.feed(c).frames).sum();
+        assert_eq!((n, f.frames), (5, 5));
+    }
+
+    #[test]
+    fn truncated_frame_leaves_the_framer_inside_it() {
+        let s = frame(100, 0, 0, 1);
+        let mut f = Framer::default();
+        let fed = f.feed(&s[..50]);
+        assert_eq!((fed.frames, fed.first_start), (1, Some(0)));
+        assert!(!f.at_start());
+        let fed = f.feed(&s[50..]);
+        assert_eq!((fed.frames, fed.first_start), (0, None));
+        assert!(f.at_start());
+    }
+}
