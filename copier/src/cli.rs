@@ -344,8 +344,9 @@ pub struct CopierArgs {
 
     /// Most memory for sessions: their buffered data plus a fixed cost per session (about
     /// 1.5K, empty sessions included) and per captured SYN waiting for its handshake; above it
-    /// the oldest waiting SYNs, then the idle sessions (see --session-timeout), then the others,
-    /// quiet longest first, are shed (counted, and logged).
+    /// the oldest waiting SYNs, then the unproven sessions (see --unproven-timeout), then the
+    /// idle ones (see --session-timeout), then the others, each quiet longest first, are shed
+    /// (counted, and logged).
     #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
     pub max_memory: u64,
 
