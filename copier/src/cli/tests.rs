@@ -889,8 +889,8 @@ fn help_groups_every_flag_under_a_heading_in_short_and_long_help() {
     }
     // -h keeps to first sentences: the long texts are in --help only.
     assert!(short.len() * 2 < long.len(), "-h is {} bytes, --help {}", short.len(), long.len());
-    assert!(!short.contains("each quiet longest first, are shed"), "{short}");
-    assert!(long.contains("each quiet longest first, are shed"));
+    assert!(!short.contains("The default fits the default --max-memory"), "{short}");
+    assert!(long.contains("The default fits the default --max-memory"));
 }
 
 #[test]
