@@ -1,4 +1,5 @@
 //! Faults while traffic flows (issue 27 item 4): loss between the copier host and the test host.
+//! `FAULT_LOSS=0.05` tries another share than 1 %.
 //!
 //! netem is not in this kernel (see /work/shared/LAB.md), so the loss is made with the
 //! firewall's `statistic` match on the test host, 1 % of the packets in each direction of the
@@ -28,8 +29,18 @@ const COPIER_METRICS: &str = "127.0.0.1:9473";
 const TAG: &str = "tcopy-fault-loss";
 const UPLOAD: usize = 4 << 20;
 
-/// Drops 1 % of the packets each way between the copier host and the test host (module doc).
-fn add_loss(lab: &Lab) {
+/// The share of packets dropped each way: 1 %, or `FAULT_LOSS` (a probability, e.g. `0.05`) to
+/// try more.
+fn loss() -> f64 {
+    match std::env::var("FAULT_LOSS") {
+        Ok(v) => v.parse().ok().filter(|p| (0.0..1.0).contains(p)).unwrap_or_else(|| panic!("FAULT_LOSS={v:?}: want a probability below 1")),
+        Err(_) => 0.01,
+    }
+}
+
+/// Drops a share of the packets each way between the copier host and the test host (module doc).
+fn add_loss(lab: &Lab, probability: f64) {
+    let p = probability.to_string();
     let port = CONTROL_PORT.to_string();
     let rules: [&[&str]; 2] = [
         &["INPUT", "-i", ifname::TEST_TO_ONLINE],
@@ -38,7 +49,7 @@ fn add_loss(lab: &Lab) {
     for r in rules {
         let mut argv = vec!["iptables", "-w", "-I", r[0], "1"];
         argv.extend_from_slice(&r[1..]);
-        argv.extend_from_slice(&["-m", "statistic", "--mode", "random", "--probability", "0.01"]);
+        argv.extend_from_slice(&["-m", "statistic", "--mode", "random", "--probability", &p]);
         argv.extend_from_slice(&["-m", "comment", "--comment", TAG, "-j", "DROP"]);
         lab.exec_ok(Host::Test, &argv).unwrap();
     }
@@ -70,7 +81,8 @@ fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
-    add_loss(&lab);
+    let loss = loss();
+    add_loss(&lab, loss);
     let t0 = Instant::now();
     let traffic = Traffic::start(&mut lab, 4).unwrap();
     std::thread::sleep(Duration::from_secs(2));
@@ -117,11 +129,12 @@ fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
     let answer_timeouts = metric_sum_u64(&m, "copier_answer_timeouts_total", &[]);
     let kernel_retrans = lab.netstat_counter(Host::Online, "TcpRetransSegs").unwrap();
     println!(
-        "1 % loss each way, {traffic_secs:.1} s of traffic: {} requests online ({ka} keep-alive), {} copied; \
+        "{} % loss each way, {traffic_secs:.1} s of traffic: {} requests online ({ka} keep-alive), {} copied; \
          dropped {to_test} packets toward the test host, {to_copier} toward the copier host; \
          copier: {retrans} of {segments} segments sent again, {failed} sessions failed, {answer_timeouts} answer \
          timeouts, {control_losses} control connections lost; the copier host's kernel sent {kernel_retrans} \
          control segments again",
+        loss * 100.0,
         online.len(),
         test.len(),
     );
