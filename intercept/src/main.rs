@@ -228,8 +228,8 @@ struct Cli {
 
     /// Bytes of records queued per copier before the oldest are dropped (queue_bytes): with
     /// --payload-bytes a record carries up to that much payload, so this, not --copier-queue,
-    /// bounds a slow copier's memory. At least 256K. The intercept needs about --hold-bytes
-    /// plus this per connected copier, plus some 30 MiB of its own (README, Kubernetes).
+    /// bounds a slow copier's memory. At least 256K. The records the intercept keeps are at
+    /// most --hold-bytes plus this per connected copier (docs/DESIGN.md has the arithmetic).
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_bytes)]
     copier_queue_bytes: usize,
 
