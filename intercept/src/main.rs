@@ -797,6 +797,26 @@ mod tests {
     }
 
     #[test]
+    fn byte_bounds_parse_with_units_and_default_to_the_documented_sizes() {
+        let base = ["intercept", "--listen", "127.0.0.1", "--no-secret", "--port", "80"];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        let c = parse(&[]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
+        assert_eq!(c.router_config().hold_bytes, 32 << 20);
+        // The Kubernetes manifest's values.
+        let c = parse(&["--hold-bytes", "32M", "--copier-queue-bytes", "16M"]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
+        assert_eq!(c.validate(), Ok(()));
+        let c = parse(&["--hold-bytes", "0", "--copier-queue-bytes", "512K"]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (0, 512 << 10));
+        let e = parse(&["--hold-bytes", "12Q"]).unwrap_err().to_string();
+        assert!(e.contains("--hold-bytes"), "{e}");
+        let c = parse(&["--copier-queue-bytes", "100K"]).unwrap().config();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--copier-queue-bytes") && e.contains("at least"), "{e}");
+    }
+
+    #[test]
     fn huge_durations_and_port_zero_are_refused_clearly() {
         let base = ["intercept", "--listen", "127.0.0.1", "--no-secret"];
         let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
