@@ -199,7 +199,7 @@ impl HoldBuffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn tuple(port: u16) -> FourTuple {
@@ -221,8 +221,9 @@ mod tests {
     const NONE: Evicted = Evicted { count: 0, bytes: 0 };
     const BY_COUNT: Evicted = Evicted { count: 1, bytes: 0 };
 
-    /// A record as a daemon with `--payload-bytes 65495` holds for a full-sized packet.
-    fn big(n: u32) -> Record {
+    /// A record as a daemon with `--payload-bytes 65495` keeps of a full-sized packet
+    /// (numbered `n`); for the byte-bound tests here and in `crate::outlet`.
+    pub(crate) fn big(n: u32) -> Record {
         Record {
             orig_len: n,
             headers: vec![0; 52],

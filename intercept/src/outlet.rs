@@ -572,17 +572,9 @@ mod tests {
         assert!(o.is_empty());
     }
 
-    /// A record as a daemon with `--payload-bytes 65495` queues for a full-sized packet.
-    fn big(n: u32) -> Record {
-        Record {
-            orig_len: n,
-            headers: vec![0; 52],
-            payload: vec![n as u8; 65495],
-        }
-    }
-
     #[test]
     fn large_records_stay_under_the_byte_bound_and_the_oldest_go() {
+        use crate::hold::tests::big;
         let max = 1 << 20;
         let o = Outlet::bounded(65536, max);
         let mut dropped = 0;
