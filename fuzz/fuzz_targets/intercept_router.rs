@@ -108,6 +108,7 @@ fuzz_target!(|input: Input| {
         ]),
         hold_time: Duration::from_millis(500),
         hold_capacity: HOLD_CAPACITY,
+        hold_bytes: usize::MAX,
         guard: guard.clone(),
         max_registrations: usize::from(input.max_registrations.clamp(1, 8)),
         linger,

@@ -24,6 +24,10 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 /// of 64 KB included, so that shadow testing (`copier --compare`) gets every answer byte.
 pub const MAX_PAYLOAD_BYTES: usize = u16::MAX as usize - 40;
 
+/// The least `--copier-queue-bytes`: room for a few records of the largest packet (a record of
+/// `--payload-bytes 65495` is about 64 KiB), so that a record always fits a queue.
+pub const MIN_COPIER_QUEUE_BYTES: usize = 256 << 10;
+
 /// Everything the daemon runs with (one field per flag of `intercept --help`).
 #[derive(Debug, Clone)]
 pub struct InterceptConfig {
@@ -53,6 +57,8 @@ pub struct InterceptConfig {
     pub hold_time: Duration,
     /// Responses that may wait at once (`--hold-capacity`).
     pub hold_capacity: usize,
+    /// Bytes of responses that may wait at once (`--hold-bytes`).
+    pub hold_bytes: usize,
     /// Registrations one copier connection may hold (`--max-registrations`).
     pub max_registrations: usize,
     /// How long an unregistered session's responses are still dropped (`--linger`).
@@ -65,6 +71,9 @@ pub struct InterceptConfig {
     pub local_answers: bool,
     /// Records queued per copier before the oldest are dropped (`--copier-queue`).
     pub copier_queue: usize,
+    /// Bytes of records queued per copier before the oldest are dropped
+    /// (`--copier-queue-bytes`).
+    pub copier_queue_bytes: usize,
     /// The longest rest of an NFQUEUE worker between batches (`--max-rest`; zero: never).
     pub max_rest: Duration,
     /// How long a restarted intercept accepts nothing it cannot prove is no copy
@@ -100,6 +109,9 @@ pub enum ConfigError {
     /// A count that must be at least 1.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// `--copier-queue-bytes` below [`MIN_COPIER_QUEUE_BYTES`].
+    #[error("--copier-queue-bytes {0} is too small: at least {MIN_COPIER_QUEUE_BYTES} (256K), a few records of the largest packet")]
+    QueueBytes(usize),
 }
 
 impl InterceptConfig {
@@ -138,6 +150,9 @@ impl InterceptConfig {
                 return Err(ConfigError::Zero(flag));
             }
         }
+        if self.copier_queue_bytes < MIN_COPIER_QUEUE_BYTES {
+            return Err(ConfigError::QueueBytes(self.copier_queue_bytes));
+        }
         Ok(())
     }
 
@@ -148,6 +163,7 @@ impl InterceptConfig {
             allow: AllowList::new(self.allow.clone()),
             hold_time: self.hold_time,
             hold_capacity: self.hold_capacity,
+            hold_bytes: self.hold_bytes,
             guard: Guard {
                 ports: Some(self.ports.clone()),
                 ipv4: true,
@@ -186,12 +202,14 @@ mod tests {
             metrics: None,
             hold_time: Duration::from_secs(2),
             hold_capacity: 4096,
+            hold_bytes: 32 << 20,
             max_registrations: 10,
             linger: Duration::from_secs(120),
             tombstone_capacity: 100,
             exit_grace: Duration::from_secs(2),
             local_answers: true,
             copier_queue: 65536,
+            copier_queue_bytes: 16 << 20,
             max_rest: crate::rest::MAX_REST,
             restart_grace: Duration::from_secs(15),
             any_server: false,
@@ -217,6 +235,10 @@ mod tests {
             (|c| c.exit_grace = Duration::from_secs(3601), "--exit-grace"),
             (|c| c.max_registrations = 0, "--max-registrations"),
             (|c| c.copier_queue = 0, "--copier-queue"),
+            (
+                |c| c.copier_queue_bytes = 1000,
+                "--copier-queue-bytes 1000 is too small",
+            ),
         ];
         for (change, needle) in cases {
             let mut c = config();

@@ -86,6 +86,9 @@ pub struct ControlConfig {
     pub secret: Option<Vec<u8>>,
     /// Records queued per copier before the oldest are dropped.
     pub outlet_capacity: usize,
+    /// Bytes of records queued per copier before the oldest are dropped
+    /// ([`crate::outlet::DEFAULT_QUEUE_BYTES`] unless set).
+    pub outlet_bytes: usize,
     /// What we announce in our Hello.
     pub software: String,
     /// Connections in their handshake at once, in all ([`MAX_PENDING`]).
@@ -104,6 +107,7 @@ impl ControlConfig {
         ControlConfig {
             secret,
             outlet_capacity,
+            outlet_bytes: crate::outlet::DEFAULT_QUEUE_BYTES,
             software,
             max_pending: MAX_PENDING,
             max_pending_per_addr: MAX_PENDING_PER_ADDR,
@@ -418,7 +422,7 @@ pub(crate) async fn run_copier<S>(
     let label = peer.ip().to_string();
     // From here on every frame is sealed by the outlet, whoever writes it.
     let (mut writer, sealer) = writer.into_parts();
-    let outlet = Arc::new(Outlet::new(cfg.outlet_capacity));
+    let outlet = Arc::new(Outlet::bounded(cfg.outlet_capacity, cfg.outlet_bytes));
     outlet.attach(fd, sealer, &label);
     // However this task ends (even aborted at shutdown), the workers' duplicate of the socket
     // is closed with it.

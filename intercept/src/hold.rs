@@ -2,18 +2,42 @@
 //! time in case the registration is still on its way (a SYN-ACK can beat the Register message).
 //!
 //! Invariants:
-//! - at most `capacity` records are held; pushing into a full buffer evicts the oldest;
+//! - at most `capacity` records and at most `max_bytes` bytes ([`record_size`]) are held;
+//!   pushing into a full buffer evicts the oldest until the new record fits (a record larger
+//!   than `max_bytes` on its own is not held at all);
 //! - records of one 4-tuple come back out in arrival order;
 //! - a record never stays longer than `hold_time` once [`HoldBuffer::expire`] has run at or after
 //!   its deadline;
-//! - memory is bounded by `capacity` live entries plus the entries taken out within the last
-//!   `hold_time` (taken entries leave a hole in the arrival queue until it reaches the front).
+//! - memory is bounded by `max_bytes` of live records, plus the entries taken out within the
+//!   last `hold_time` (a taken entry leaves a hole of a few dozen bytes, no record, in the
+//!   arrival queue until it reaches the front).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use common::flow::FourTuple;
 use common::proto::Record;
+
+/// Bytes a record costs while it waits (in the hold buffer or a copier's queue): its headers
+/// and payload plus the record's own bookkeeping. Held records of a daemon with
+/// `--payload-bytes` carry up to that many payload bytes each, so the byte bounds
+/// (`--hold-bytes`, `--copier-queue-bytes`), not the record counts, bound the memory.
+pub fn record_size(r: &Record) -> usize {
+    r.headers.len() + r.payload.len() + RECORD_OVERHEAD
+}
+
+/// What a [`Record`] costs beyond its bytes: the struct and its two allocations' headers.
+pub const RECORD_OVERHEAD: usize = std::mem::size_of::<Record>() + 32;
+
+/// Records evicted by one [`HoldBuffer::push`], by which bound made room.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evicted {
+    /// Evicted because `capacity` records were held (`hold_overflow`).
+    pub count: usize,
+    /// Evicted because the bytes held would have passed `max_bytes` (`hold_bytes`), the new
+    /// record itself included when it alone is larger.
+    pub bytes: usize,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -31,21 +55,32 @@ pub struct HoldBuffer {
     /// Sequence numbers of the live entries of each tuple, ascending.
     by_tuple: HashMap<FourTuple, VecDeque<u64>>,
     live: usize,
+    /// Bytes of the live records ([`record_size`]).
+    bytes: usize,
     capacity: usize,
+    max_bytes: usize,
     hold_time: Duration,
 }
 
 impl HoldBuffer {
-    /// An empty buffer. A `capacity` of 0 holds nothing (every push is evicted at once).
-    pub fn new(capacity: usize, hold_time: Duration) -> HoldBuffer {
+    /// An empty buffer of at most `capacity` records and `max_bytes` bytes. A `capacity` of 0
+    /// holds nothing (every push is evicted at once).
+    pub fn new(capacity: usize, max_bytes: usize, hold_time: Duration) -> HoldBuffer {
         HoldBuffer {
             queue: VecDeque::new(),
             base: 0,
             by_tuple: HashMap::new(),
             live: 0,
+            bytes: 0,
             capacity,
+            max_bytes,
             hold_time,
         }
+    }
+
+    /// Bytes held now ([`record_size`] of each record).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Records held now.
@@ -58,14 +93,22 @@ impl HoldBuffer {
         self.live == 0
     }
 
-    /// Hold a record; returns how many records were evicted to make room (0 or 1).
-    pub fn push(&mut self, now: Instant, tuple: FourTuple, record: Record) -> usize {
+    /// Hold a record; returns how many records were evicted to make room, oldest first (the
+    /// new record itself when it cannot be held at all).
+    pub fn push(&mut self, now: Instant, tuple: FourTuple, record: Record) -> Evicted {
+        let size = record_size(&record);
         if self.capacity == 0 {
-            return 1;
+            return Evicted { count: 1, bytes: 0 };
         }
-        let mut evicted = 0;
+        if size > self.max_bytes {
+            return Evicted { count: 0, bytes: 1 };
+        }
+        let mut evicted = Evicted::default();
         if self.live >= self.capacity {
-            evicted = usize::from(self.pop_oldest_live());
+            evicted.count = usize::from(self.pop_oldest_live());
+        }
+        while self.bytes + size > self.max_bytes && self.pop_oldest_live() {
+            evicted.bytes += 1;
         }
         let seq = self.base + self.queue.len() as u64;
         self.queue.push_back(Entry {
@@ -75,6 +118,7 @@ impl HoldBuffer {
         });
         self.by_tuple.entry(tuple).or_default().push_back(seq);
         self.live += 1;
+        self.bytes += size;
         evicted
     }
 
@@ -87,6 +131,7 @@ impl HoldBuffer {
         for seq in seqs {
             let idx = (seq - self.base) as usize;
             if let Some(r) = self.queue.get_mut(idx).and_then(|e| e.record.take()) {
+                self.bytes -= record_size(&r);
                 out.push(r);
                 self.live -= 1;
             }
@@ -120,9 +165,10 @@ impl HoldBuffer {
             return false;
         };
         self.base += 1;
-        if e.record.is_none() {
+        let Some(r) = e.record else {
             return false;
-        }
+        };
+        self.bytes -= record_size(&r);
         self.live -= 1;
         if let Some(seqs) = self.by_tuple.get_mut(&e.tuple) {
             seqs.pop_front();
@@ -153,7 +199,7 @@ impl HoldBuffer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn tuple(port: u16) -> FourTuple {
@@ -172,11 +218,56 @@ mod tests {
     }
 
     const HOLD: Duration = Duration::from_secs(2);
+    const NONE: Evicted = Evicted { count: 0, bytes: 0 };
+    const BY_COUNT: Evicted = Evicted { count: 1, bytes: 0 };
+
+    /// A record as a daemon with `--payload-bytes 65495` keeps of a full-sized packet
+    /// (numbered `n`); for the byte-bound tests here and in `crate::outlet`.
+    pub(crate) fn big(n: u32) -> Record {
+        Record {
+            orig_len: n,
+            headers: vec![0; 52],
+            payload: vec![n as u8; 65495],
+        }
+    }
+
+    #[test]
+    fn large_records_stay_under_the_byte_bound_and_the_oldest_go() {
+        let t0 = Instant::now();
+        let max = 1 << 20;
+        let mut h = HoldBuffer::new(4096, max, HOLD);
+        let mut by_bytes = 0;
+        for n in 0..100 {
+            let e = h.push(t0, tuple(n as u16 + 1), big(n));
+            assert_eq!(e.count, 0);
+            by_bytes += e.bytes;
+            assert!(h.bytes() <= max, "{} bytes held against {max}", h.bytes());
+        }
+        let fit = max / record_size(&big(0));
+        assert_eq!(h.len(), fit, "as many whole records as fit");
+        assert_eq!(by_bytes, 100 - fit);
+        // The oldest went: the first still held is number 100 - fit.
+        assert!(h.take(&tuple(100 - fit as u16)).is_empty());
+        assert_eq!(h.take(&tuple(100 - fit as u16 + 1)), vec![big(100 - fit as u32)]);
+        assert_eq!(h.bytes(), (fit - 1) * record_size(&big(0)));
+        assert_eq!(h.expire(t0 + HOLD), fit - 1);
+        assert_eq!(h.bytes(), 0);
+    }
+
+    #[test]
+    fn a_record_larger_than_the_byte_bound_is_not_held() {
+        let t0 = Instant::now();
+        let mut h = HoldBuffer::new(10, 1000, HOLD);
+        assert_eq!(h.push(t0, tuple(1), rec(1)), NONE);
+        assert_eq!(h.push(t0, tuple(2), big(2)), Evicted { count: 0, bytes: 1 });
+        assert_eq!(h.len(), 1, "the small one stays");
+        assert_eq!(h.bytes(), record_size(&rec(1)));
+    }
 
     #[test]
     fn take_returns_records_of_one_tuple_in_order() {
         let t0 = Instant::now();
-        let mut h = HoldBuffer::new(10, HOLD);
+        let mut h = HoldBuffer::new(10, usize::MAX, HOLD);
         h.push(t0, tuple(1), rec(1));
         h.push(t0, tuple(2), rec(2));
         h.push(t0, tuple(1), rec(3));
@@ -193,7 +284,7 @@ mod tests {
     #[test]
     fn expiry_drops_only_old_records() {
         let t0 = Instant::now();
-        let mut h = HoldBuffer::new(10, HOLD);
+        let mut h = HoldBuffer::new(10, usize::MAX, HOLD);
         h.push(t0, tuple(1), rec(1));
         h.push(t0 + Duration::from_secs(1), tuple(1), rec(2));
         assert_eq!(h.next_expiry(), Some(t0 + HOLD));
@@ -207,16 +298,16 @@ mod tests {
     #[test]
     fn full_buffer_evicts_the_oldest() {
         let t0 = Instant::now();
-        let mut h = HoldBuffer::new(2, HOLD);
-        assert_eq!(h.push(t0, tuple(1), rec(1)), 0);
-        assert_eq!(h.push(t0, tuple(2), rec(2)), 0);
-        assert_eq!(h.push(t0, tuple(3), rec(3)), 1);
+        let mut h = HoldBuffer::new(2, usize::MAX, HOLD);
+        assert_eq!(h.push(t0, tuple(1), rec(1)), NONE);
+        assert_eq!(h.push(t0, tuple(2), rec(2)), NONE);
+        assert_eq!(h.push(t0, tuple(3), rec(3)), BY_COUNT);
         assert_eq!(h.len(), 2);
         assert!(h.take(&tuple(1)).is_empty());
         assert_eq!(h.take(&tuple(3)), vec![rec(3)]);
         // A hole at the back does not count as live.
-        assert_eq!(h.push(t0, tuple(4), rec(4)), 0);
-        assert_eq!(h.push(t0, tuple(5), rec(5)), 1);
+        assert_eq!(h.push(t0, tuple(4), rec(4)), NONE);
+        assert_eq!(h.push(t0, tuple(5), rec(5)), BY_COUNT);
         assert!(h.take(&tuple(2)).is_empty());
         assert_eq!(h.take(&tuple(4)), vec![rec(4)]);
         assert_eq!(h.take(&tuple(5)), vec![rec(5)]);
@@ -224,15 +315,15 @@ mod tests {
 
     #[test]
     fn zero_capacity_holds_nothing() {
-        let mut h = HoldBuffer::new(0, HOLD);
-        assert_eq!(h.push(Instant::now(), tuple(1), rec(1)), 1);
+        let mut h = HoldBuffer::new(0, usize::MAX, HOLD);
+        assert_eq!(h.push(Instant::now(), tuple(1), rec(1)), BY_COUNT);
         assert!(h.is_empty());
     }
 
     #[test]
     fn holes_in_the_middle_are_skipped_by_expiry() {
         let t0 = Instant::now();
-        let mut h = HoldBuffer::new(10, HOLD);
+        let mut h = HoldBuffer::new(10, usize::MAX, HOLD);
         h.push(t0, tuple(1), rec(1));
         h.push(t0, tuple(2), rec(2));
         h.push(t0, tuple(1), rec(3));

@@ -185,9 +185,16 @@ struct Cli {
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     hold_time: Duration,
 
-    /// How many responses may wait for a registration at once; beyond, the oldest is dropped.
+    /// How many responses may wait for a registration at once; beyond, the oldest is dropped
+    /// (hold_overflow).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     hold_capacity: usize,
+
+    /// How many bytes of responses may wait for a registration at once (a held response keeps
+    /// its headers and up to --payload-bytes of payload, plus about 100 bytes); beyond, the
+    /// oldest is dropped (hold_bytes). E.g. 32M, 512K; 0 holds nothing.
+    #[arg(long, value_name = "SIZE", default_value = "32M", value_parser = parse_bytes)]
+    hold_bytes: usize,
 
     /// Registrations one copier connection may hold at once; beyond, they are refused (the
     /// copier is told).
@@ -215,9 +222,16 @@ struct Cli {
     #[arg(long)]
     no_local_answers: bool,
 
-    /// Records queued per copier before the oldest are dropped (a slow copier).
+    /// Records queued per copier before the oldest are dropped (a slow copier; copier_slow).
     #[arg(long, value_name = "N", default_value_t = 65536)]
     copier_queue: usize,
+
+    /// Bytes of records queued per copier before the oldest are dropped (queue_bytes): with
+    /// --payload-bytes a record carries up to that much payload, so this, not --copier-queue,
+    /// bounds a slow copier's memory. At least 256K. The records the intercept keeps are at
+    /// most --hold-bytes plus this per connected copier (docs/DESIGN.md has the arithmetic).
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_bytes)]
+    copier_queue_bytes: usize,
 
     /// The longest an NFQUEUE worker rests between batches of records that nothing waits on,
     /// whatever the copiers allow (a copier tells its --record-wait, 20ms by default, while no
@@ -296,6 +310,12 @@ fn parse_duration(s: &str) -> Result<Duration, UnitError> {
     units::parse_duration_at_most(s, MAX_DURATION)
 }
 
+/// A size in `common::units`' grammar (`16M`, `512K`, `1048576`).
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let n = units::parse_size(s).map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("{s:?} is too large"))
+}
+
 fn parse_max_rest(s: &str) -> Result<Duration, UnitError> {
     units::parse_duration_at_most(s, intercept::rest::MAX_REST)
 }
@@ -320,12 +340,14 @@ impl Cli {
             metrics: self.metrics,
             hold_time: self.hold_time,
             hold_capacity: self.hold_capacity,
+            hold_bytes: self.hold_bytes,
             max_registrations: self.max_registrations,
             linger: self.linger,
             tombstone_capacity: self.tombstone_capacity,
             exit_grace: self.exit_grace,
             local_answers: !self.no_local_answers,
             copier_queue: self.copier_queue,
+            copier_queue_bytes: self.copier_queue_bytes,
             max_rest: self.max_rest,
             restart_grace: self.restart_grace,
             any_server: self.any_server,
@@ -492,7 +514,7 @@ fn run(cli: InterceptConfig) -> Result<()> {
     let s = shared.lock().router.stats().clone();
     eprintln!(
         "intercept: stopped after {} packets: {} to copiers ({} after being held), {} accepted ({} more to this host), \
-         {} dropped unregistered, {} dropped as recently unregistered, {} dropped as hold overflow, {} malformed; \
+         {} dropped unregistered, {} dropped as recently unregistered, {} dropped as hold overflow ({} by bytes), {} malformed; \
          {} registrations refused ({} held by another copier)",
         s.packets,
         s.delivered + s.released,
@@ -501,7 +523,8 @@ fn run(cli: InterceptConfig) -> Result<()> {
         s.accepted_local,
         s.dropped_unregistered,
         s.dropped_recently_unregistered,
-        s.dropped_hold_overflow,
+        s.dropped_hold_overflow + s.dropped_hold_bytes,
+        s.dropped_hold_bytes,
         s.dropped_malformed,
         s.refused_port + s.refused_family + s.refused_limit + s.refused_held,
         s.refused_held
@@ -566,11 +589,13 @@ async fn serve(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let ctl = Arc::new(ControlConfig::new(
+    let mut ctl = ControlConfig::new(
         secret,
         cli.copier_queue,
         format!("intercept {}", env!("CARGO_PKG_VERSION")),
-    ));
+    );
+    ctl.outlet_bytes = cli.copier_queue_bytes;
+    let ctl = Arc::new(ctl);
     let server = tokio::spawn(control::serve(
         listener,
         shared.clone(),
@@ -769,6 +794,26 @@ mod tests {
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert!(parse_duration("-1s").is_err());
         assert_eq!(parse_duration("3600s").unwrap(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn byte_bounds_parse_with_units_and_default_to_the_documented_sizes() {
+        let base = ["intercept", "--listen", "127.0.0.1", "--no-secret", "--port", "80"];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        let c = parse(&[]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
+        assert_eq!(c.router_config().hold_bytes, 32 << 20);
+        // The Kubernetes manifest's values.
+        let c = parse(&["--hold-bytes", "32M", "--copier-queue-bytes", "16M"]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
+        assert_eq!(c.validate(), Ok(()));
+        let c = parse(&["--hold-bytes", "0", "--copier-queue-bytes", "512K"]).unwrap().config();
+        assert_eq!((c.hold_bytes, c.copier_queue_bytes), (0, 512 << 10));
+        let e = parse(&["--hold-bytes", "12Q"]).unwrap_err().to_string();
+        assert!(e.contains("--hold-bytes"), "{e}");
+        let c = parse(&["--copier-queue-bytes", "100K"]).unwrap().config();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--copier-queue-bytes") && e.contains("at least"), "{e}");
     }
 
     #[test]

@@ -38,8 +38,9 @@ pub const RECORDS_SENT: &str = "intercept_records_sent_total";
 /// receive batch's records itself, the connection being idle) or `writer` (the connection's
 /// control writer wrote what was queued). Records per write = `RECORDS_SENT` / this.
 pub const RECORD_WRITES: &str = "intercept_record_writes_total";
-/// Records dropped from a full copier queue (DESIGN.md), label `reason` =
-/// [`DropReason::CopierSlow`]'s label.
+/// Records dropped from a full copier queue (DESIGN.md), label `reason`:
+/// [`DropReason::CopierSlow`]'s label (`--copier-queue` records) or
+/// [`DropReason::QueueBytes`]'s (`--copier-queue-bytes`).
 pub const RECORDS_DROPPED: &str = "intercept_records_dropped_total";
 /// Records put in the hold buffer because no registration was known yet.
 pub const HELD: &str = "intercept_held_total";
@@ -47,6 +48,8 @@ pub const HELD: &str = "intercept_held_total";
 pub const RELEASED: &str = "intercept_held_released_total";
 /// Gauge: records in the hold buffer now.
 pub const HOLDING: &str = "intercept_holding";
+/// Gauge: bytes of the records in the hold buffer now (bounded by `--hold-bytes`).
+pub const HOLDING_BYTES: &str = "intercept_holding_bytes";
 /// Gauge: registered sessions now.
 pub const REGISTRATIONS: &str = "intercept_registrations";
 /// Registrations that took a tuple over from another copier.
@@ -93,7 +96,7 @@ pub fn describe() {
     );
     describe_counter!(
         PACKETS_DROPPED,
-        "Packets or records that reached no copier, by reason"
+        "Packets or records that reached no copier, by reason (hold_overflow: --hold-capacity records held, hold_bytes: --hold-bytes held, unregistered, recently_unregistered, malformed, copier_gone)"
     );
     describe_counter!(
         PACKETS_ACCEPTED_LOCAL,
@@ -115,7 +118,10 @@ pub fn describe() {
         RECORD_WRITES,
         "Writes of records to copier connections, by who wrote (nfqueue worker or control writer)"
     );
-    describe_counter!(RECORDS_DROPPED, "Records dropped from a full copier queue");
+    describe_counter!(
+        RECORDS_DROPPED,
+        "Records dropped from a full copier queue, by reason (copier_slow: --copier-queue records queued, queue_bytes: --copier-queue-bytes queued)"
+    );
     describe_counter!(
         HELD,
         "Records held because their registration was not known yet"
@@ -125,6 +131,10 @@ pub fn describe() {
         "Held records delivered after their registration arrived"
     );
     describe_gauge!(HOLDING, "Records in the hold buffer");
+    describe_gauge!(
+        HOLDING_BYTES,
+        "Bytes of the records in the hold buffer (at most --hold-bytes)"
+    );
     describe_gauge!(REGISTRATIONS, "Registered sessions");
     describe_counter!(
         REGISTER_CONFLICTS,
@@ -167,6 +177,7 @@ pub fn publish_router(s: &Stats) {
         (DropReason::Malformed, s.dropped_malformed),
         (DropReason::Unregistered, s.dropped_unregistered),
         (DropReason::HoldOverflow, s.dropped_hold_overflow),
+        (DropReason::HoldBytes, s.dropped_hold_bytes),
         (DropReason::RecentlyUnregistered, s.dropped_recently_unregistered),
     ] {
         counter!(PACKETS_DROPPED, "reason" => reason.as_str()).absolute(n);
@@ -185,6 +196,7 @@ pub fn publish_router(s: &Stats) {
     gauge!(TOMBSTONES).set(s.tombstones as f64);
     counter!(REGISTER_CONFLICTS).absolute(s.register_conflicts);
     gauge!(HOLDING).set(s.holding as f64);
+    gauge!(HOLDING_BYTES).set(s.holding_bytes as f64);
     gauge!(REGISTRATIONS).set(s.registrations as f64);
     counter!(GRACE_HELD).absolute(s.grace_held);
     gauge!(GRACE).set(s.grace as f64);

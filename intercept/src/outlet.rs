@@ -5,9 +5,12 @@
 //! Invariants:
 //! - the [`Core`] mutex is held only for a router call and a map lookup, never across I/O or
 //!   an `await`;
-//! - an outlet holds at most `capacity` records; pushing into a full outlet drops its oldest
-//!   record and counts it (`intercept_records_dropped_total{reason="copier_slow"}`), so a slow
-//!   copier costs bounded memory and never delays a verdict;
+//! - an outlet holds at most `capacity` records and at most `max_bytes` bytes
+//!   ([`record_size`]); pushing into a full outlet drops its oldest records until the new one
+//!   fits and counts them (`intercept_records_dropped_total{reason="copier_slow"}` for the
+//!   record bound, `{reason="queue_bytes"}` for the byte bound), so a slow copier costs
+//!   bounded memory, whatever `--payload-bytes` lets a record carry, and never delays a
+//!   verdict;
 //! - after [`Outlet::close`], pushes are refused (counted as `copier_gone`);
 //! - a receive batch's records for one copier are written by the NFQUEUE worker itself
 //!   ([`Outlet::deliver`]), sealed as one write (one Records frame unless they exceed
@@ -36,6 +39,7 @@ use common::proto::{Message, Record, MAX_FRAME};
 use metrics::{counter, Counter};
 use tokio::sync::Notify;
 
+use crate::hold::record_size;
 use crate::metrics::{PACKETS_DROPPED, RECORDS_DROPPED, RECORDS_SENT, RECORD_WRITES};
 use crate::refusal::RefusalLog;
 use crate::router::{CopierId, Decision, DropReason, Router};
@@ -237,20 +241,74 @@ impl Wire {
 /// connection's write side ([`Wire`]).
 #[derive(Debug)]
 pub struct Outlet {
-    queue: Mutex<VecDeque<Record>>,
+    queue: Mutex<Queue>,
     /// Lock order: `wire` before `queue`.
     wire: Mutex<Wire>,
     capacity: usize,
+    max_bytes: usize,
     notify: Notify,
     closed: AtomicBool,
 }
 
+/// The records waiting for the control writer and their bytes ([`record_size`]).
+#[derive(Debug, Default)]
+struct Queue {
+    records: VecDeque<Record>,
+    bytes: usize,
+}
+
+impl Queue {
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    fn pop_front(&mut self) -> bool {
+        match self.records.pop_front() {
+            Some(r) => {
+                self.bytes -= record_size(&r);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Move the `n` oldest records into `out`.
+    fn drain_into(&mut self, out: &mut Vec<Record>, n: usize) {
+        let n = n.min(self.records.len());
+        for r in self.records.drain(..n) {
+            self.bytes -= record_size(&r);
+            out.push(r);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.records.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Default of `--copier-queue-bytes`: 16 MiB per connected copier (see DESIGN.md for what the
+/// intercept's defaults add up to).
+pub const DEFAULT_QUEUE_BYTES: usize = 16 << 20;
+
 impl Outlet {
-    /// An empty queue of at most `capacity` records (at least 1), with no socket and no key
-    /// until [`attach`](Self::attach).
+    /// An empty queue of at most `capacity` records (at least 1) and
+    /// [`DEFAULT_QUEUE_BYTES`] bytes, with no socket and no key until
+    /// [`attach`](Self::attach).
     pub fn new(capacity: usize) -> Outlet {
+        Outlet::bounded(capacity, DEFAULT_QUEUE_BYTES)
+    }
+
+    /// An empty queue of at most `capacity` records (at least 1) and `max_bytes` bytes of
+    /// records ([`record_size`]; a record larger than that on its own is dropped, counted as
+    /// `queue_bytes`).
+    pub fn bounded(capacity: usize, max_bytes: usize) -> Outlet {
         Outlet {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue::default()),
             wire: Mutex::new(Wire {
                 fd: None,
                 sealer: None,
@@ -264,6 +322,7 @@ impl Outlet {
                 by_writer: Counter::noop(),
             }),
             capacity: capacity.max(1),
+            max_bytes,
             notify: Notify::new(),
             closed: AtomicBool::new(false),
         }
@@ -282,7 +341,7 @@ impl Outlet {
         w.by_writer = counter!(RECORD_WRITES, "by" => "writer");
     }
 
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Record>> {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -352,11 +411,7 @@ impl Outlet {
             w.pending = Vec::new();
         }
         let mut batch = Vec::new();
-        {
-            let mut q = self.lock();
-            let n = q.len().min(max);
-            batch.extend(q.drain(..n));
-        }
+        self.lock().drain_into(&mut batch, max);
         if !batch.is_empty() {
             w.seal(out, |o| encode_records(&batch, o));
             w.sent.increment(batch.len() as u64);
@@ -409,29 +464,42 @@ impl Outlet {
         self.is_empty() && self.lock_wire().pending.is_empty()
     }
 
-    /// Queue records for the writer; returns how many older records were dropped for room.
+    /// Queue records for the writer; returns how many records were dropped for room (older
+    /// ones, or a new one larger than the byte bound on its own).
     pub fn push(&self, records: impl IntoIterator<Item = Record>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             let n = records.into_iter().count();
             counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(n as u64);
             return 0;
         }
-        let mut dropped = 0;
+        let (mut by_count, mut by_bytes) = (0, 0);
         let was_empty;
         {
             let mut q = self.lock();
             was_empty = q.is_empty();
             for r in records {
-                if q.len() >= self.capacity {
-                    q.pop_front();
-                    dropped += 1;
+                let size = record_size(&r);
+                if size > self.max_bytes {
+                    by_bytes += 1;
+                    continue;
                 }
-                q.push_back(r);
+                if q.len() >= self.capacity && q.pop_front() {
+                    by_count += 1;
+                }
+                while q.bytes + size > self.max_bytes && q.pop_front() {
+                    by_bytes += 1;
+                }
+                q.bytes += size;
+                q.records.push_back(r);
             }
         }
-        if dropped > 0 {
-            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str()).increment(dropped as u64);
+        if by_count > 0 {
+            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str()).increment(by_count as u64);
         }
+        if by_bytes > 0 {
+            counter!(RECORDS_DROPPED, "reason" => DropReason::QueueBytes.as_str()).increment(by_bytes as u64);
+        }
+        let dropped = by_count + by_bytes;
         // Only the push that makes the queue non-empty wakes the writer: while records wait,
         // the writer has a wake-up pending or is busy writing, and it drains the queue until
         // it finds it empty before it waits again, so later pushes need no wake-up of their own.
@@ -443,9 +511,12 @@ impl Outlet {
 
     /// Move up to `max` queued records into `out`, oldest first.
     pub fn drain_into(&self, out: &mut Vec<Record>, max: usize) {
-        let mut q = self.lock();
-        let n = q.len().min(max);
-        out.extend(q.drain(..n));
+        self.lock().drain_into(out, max);
+    }
+
+    /// Bytes of the records waiting ([`record_size`]).
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// Records waiting.
@@ -499,6 +570,35 @@ mod tests {
         o.drain_into(&mut out, 100);
         assert_eq!(out.len(), 3);
         assert!(o.is_empty());
+    }
+
+    #[test]
+    fn large_records_stay_under_the_byte_bound_and_the_oldest_go() {
+        use crate::hold::tests::big;
+        let max = 1 << 20;
+        let o = Outlet::bounded(65536, max);
+        let mut dropped = 0;
+        for n in 0..100 {
+            dropped += o.push([big(n)]);
+            assert!(o.bytes() <= max, "{} bytes queued against {max}", o.bytes());
+        }
+        let fit = max / record_size(&big(0));
+        assert_eq!(o.len(), fit);
+        assert_eq!(dropped, 100 - fit);
+        let mut out = Vec::new();
+        o.drain_into(&mut out, 1);
+        assert_eq!(out, vec![big(100 - fit as u32)], "the oldest went first");
+        assert_eq!(o.bytes(), (fit - 1) * record_size(&big(0)));
+        o.drain_into(&mut out, usize::MAX);
+        assert_eq!(o.bytes(), 0);
+        // Small records are still bounded by count, and a record larger than the whole bound
+        // is dropped on its own without taking the others with it.
+        let o = Outlet::bounded(2, 1000);
+        assert_eq!(o.push([rec(1), rec(2), rec(3)]), 1);
+        assert_eq!(o.push([big(4)]), 1);
+        out.clear();
+        o.drain_into(&mut out, 10);
+        assert_eq!(out, vec![rec(2), rec(3)]);
     }
 
     #[test]

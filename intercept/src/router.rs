@@ -19,8 +19,9 @@
 //!   accepted; its record is held at most `hold_time` and then dropped (counted as
 //!   `unregistered`);
 //! - a registered session wins over the allow list: nothing of a copied session passes;
-//! - the hold buffer is bounded (`hold_capacity`), the oldest record is evicted first (counted as
-//!   `hold_overflow`);
+//! - the hold buffer is bounded by records (`hold_capacity`) and by bytes (`hold_bytes`); the
+//!   oldest record is evicted first (counted as `hold_overflow` or `hold_bytes`, by the bound
+//!   that made room);
 //! - a record keeps the TCP payload its registration asked for (0 for a plain Register), never
 //!   more than the `payload_bytes` the I/O layer passes (`--payload-bytes`, the NFQUEUE copy
 //!   range); held records are cut to that when a registration releases them;
@@ -88,12 +89,18 @@ pub enum DropReason {
     Malformed,
     /// Held, but no copier registered its session in time.
     Unregistered,
-    /// Evicted from a full hold buffer.
+    /// Evicted from a full hold buffer (`--hold-capacity` records).
     HoldOverflow,
+    /// Evicted from a hold buffer that held `--hold-bytes` bytes.
+    HoldBytes,
     /// Its tuple was unregistered within the linger time (a tombstone).
     RecentlyUnregistered,
-    /// The copier's outgoing queue was full (decided by the I/O layer).
+    /// The copier's outgoing queue was full (`--copier-queue` records; decided by the I/O
+    /// layer).
     CopierSlow,
+    /// The copier's outgoing queue held `--copier-queue-bytes` bytes (decided by the I/O
+    /// layer).
+    QueueBytes,
     /// The copier went away between the decision and the delivery (decided by the I/O layer).
     CopierGone,
 }
@@ -105,8 +112,10 @@ impl DropReason {
             DropReason::Malformed => "malformed",
             DropReason::Unregistered => "unregistered",
             DropReason::HoldOverflow => "hold_overflow",
+            DropReason::HoldBytes => "hold_bytes",
             DropReason::RecentlyUnregistered => "recently_unregistered",
             DropReason::CopierSlow => "copier_slow",
+            DropReason::QueueBytes => "queue_bytes",
             DropReason::CopierGone => "copier_gone",
         }
     }
@@ -207,6 +216,8 @@ pub struct RouterConfig {
     pub hold_time: Duration,
     /// How many records may wait at once.
     pub hold_capacity: usize,
+    /// How many bytes of records ([`crate::hold::record_size`]) may wait at once.
+    pub hold_bytes: usize,
     /// What the NFQUEUE rules guard; registrations outside it are refused.
     pub guard: Guard,
     /// Registrations one copier connection may hold at once.
@@ -238,6 +249,10 @@ struct Grace {
     synced: usize,
 }
 
+/// Default of [`RouterConfig::hold_bytes`] (and `--hold-bytes`): 32 MiB, about 500 whole
+/// packets of `--payload-bytes 65495` (the 4096 records of `--hold-capacity` would be 256 MiB).
+pub const DEFAULT_HOLD_BYTES: usize = 32 << 20;
+
 /// Default of [`RouterConfig::max_registrations`] (and `--max-registrations`).
 pub const DEFAULT_MAX_REGISTRATIONS: usize = 1_000_000;
 /// Default of [`RouterConfig::linger`] (and `--linger`): the test server retries a SYN-ACK for
@@ -255,6 +270,7 @@ impl Default for RouterConfig {
             allow: AllowList::default(),
             hold_time: Duration::from_secs(2),
             hold_capacity: 4096,
+            hold_bytes: DEFAULT_HOLD_BYTES,
             guard: Guard::everything(),
             max_registrations: DEFAULT_MAX_REGISTRATIONS,
             linger: DEFAULT_LINGER,
@@ -286,6 +302,8 @@ pub struct Stats {
     pub dropped_unregistered: u64,
     /// Held records evicted from a full hold buffer.
     pub dropped_hold_overflow: u64,
+    /// Held records evicted because the hold buffer held `hold_bytes` bytes.
+    pub dropped_hold_bytes: u64,
     /// Packets of tombstoned tuples dropped.
     pub dropped_recently_unregistered: u64,
     /// Registrations of a tuple already registered by another copier.
@@ -311,6 +329,8 @@ pub struct Stats {
     pub registrations: u64,
     /// Gauge: records held now.
     pub holding: u64,
+    /// Gauge: bytes of the records held now.
+    pub holding_bytes: u64,
     /// Gauge: tombstones now.
     pub tombstones: u64,
 }
@@ -418,7 +438,7 @@ impl Router {
             routes: HashMap::new(),
             per_copier: HashMap::new(),
             instances: HashMap::new(),
-            hold: HoldBuffer::new(config.hold_capacity, config.hold_time),
+            hold: HoldBuffer::new(config.hold_capacity, config.hold_bytes, config.hold_time),
             tombstones: Tombstones::new(config.tombstone_capacity, config.linger),
             clock: None,
             stats: Stats::default(),
@@ -486,8 +506,11 @@ impl Router {
         }
         let record = Record::from_parsed(ip_packet, &h, payload_bytes);
         self.stats.held += 1;
-        self.stats.dropped_hold_overflow += self.hold.push(now, h.tuple, record) as u64;
+        let evicted = self.hold.push(now, h.tuple, record);
+        self.stats.dropped_hold_overflow += evicted.count as u64;
+        self.stats.dropped_hold_bytes += evicted.bytes as u64;
         self.stats.holding = self.hold.len() as u64;
+        self.stats.holding_bytes = self.hold.bytes() as u64;
         Decision::Held
     }
 
@@ -734,6 +757,7 @@ impl Router {
     fn update_gauges(&mut self) {
         self.stats.registrations = self.routes.len() as u64;
         self.stats.holding = self.hold.len() as u64;
+        self.stats.holding_bytes = self.hold.bytes() as u64;
         self.stats.tombstones = self.tombstones.len() as u64;
     }
 

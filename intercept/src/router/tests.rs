@@ -49,6 +49,7 @@ fn config() -> RouterConfig {
         allow: AllowList::new(vec![ALLOWED.parse::<IpNet>().unwrap()]),
         hold_time: HOLD,
         hold_capacity: 4,
+        hold_bytes: usize::MAX,
         guard: Guard {
             ports: Some(vec![80]),
             ipv4: true,
@@ -287,6 +288,35 @@ fn hold_buffer_is_bounded_and_evicts_the_oldest() {
             .len(),
         1
     );
+}
+
+#[test]
+fn hold_buffer_is_bounded_by_bytes_with_full_payloads() {
+    let t0 = Instant::now();
+    let payload = vec![b'x'; 60_000];
+    let max = 256 << 10;
+    let mut r = Router::new(RouterConfig {
+        hold_capacity: 4096,
+        hold_bytes: max,
+        ..config()
+    });
+    for port in 1..=20u16 {
+        let p = response(&format!("198.19.7.1:{port}"), TcpFlags::ACK, &payload);
+        assert_eq!(r.handle_packet(t0, &p, 65495), Decision::Held);
+        assert!(r.stats().holding_bytes as usize <= max);
+    }
+    let size = 60_000 + 44 + crate::hold::RECORD_OVERHEAD; // IPv4 20, TCP 24 (MSS option)
+    let fit = max / size;
+    assert_eq!(r.stats().holding as usize, fit);
+    assert_eq!(r.stats().holding_bytes as usize, fit * size);
+    assert_eq!(r.stats().dropped_hold_bytes as usize, 20 - fit);
+    assert_eq!(r.stats().dropped_hold_overflow, 0);
+    // The oldest went; the newest are still there.
+    let gone = r.handle_register(t0, A, &[tuple("198.19.7.1:1")]);
+    assert!(gone.released.is_empty());
+    let kept = r.handle_register(t0, A, &[tuple("198.19.7.1:20")]);
+    assert_eq!(kept.released.len(), 1);
+    assert_eq!(r.stats().holding as usize, fit - 1);
 }
 
 #[test]
