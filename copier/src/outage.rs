@@ -80,6 +80,16 @@ impl Outage {
         }
     }
 
+    /// Counts what a write of whole units gave (`common::sink`): `Ok(true)` wrote, `Ok(false)`
+    /// only buffered, an error lost units.
+    pub fn note(&mut self, r: Result<bool, common::sink::Lost>) {
+        match r {
+            Ok(true) => self.wrote(),
+            Ok(false) => {}
+            Err(l) => self.failed(&l.error, l.units),
+        }
+    }
+
     /// Whether the output is in an outage.
     pub fn is_down(&self) -> bool {
         self.down_since.is_some()

@@ -148,11 +148,7 @@ impl Recorder {
 
     /// Counts what a write gave (see [`crate::outage`]).
     fn note(&mut self, r: Result<bool, Lost>) {
-        match r {
-            Ok(true) => self.outage.wrote(),
-            Ok(false) => {}
-            Err(l) => self.outage.failed(&l.error, l.units),
-        }
+        self.outage.note(r);
     }
 
     /// Deletes the files beyond `max_files` and past `max_age` (never the current one), then
