@@ -151,6 +151,14 @@ impl Recorder {
         self.outage.note(r);
     }
 
+    /// ... of the index: its small writes may fit in room that a failed archive write left, so
+    /// only the archive's own writes end an outage (no "resumed" while packets still fail).
+    fn note_index(&mut self, r: Result<bool, Lost>) {
+        if let Err(l) = r {
+            self.outage.failed(&l.error, l.units);
+        }
+    }
+
     /// Deletes the files beyond `max_files` and past `max_age` (never the current one), then
     /// rewrites the index with the lines of the files left.
     fn prune(&mut self) -> std::io::Result<()> {
@@ -186,7 +194,7 @@ impl Recorder {
     /// The index without the lines of deleted files (written aside, then renamed over).
     fn rewrite_index(&mut self) -> std::io::Result<()> {
         let r = self.index.flush();
-        self.note(r);
+        self.note_index(r);
         let path = self.cfg.dir.join(format!("index-w{}.tsv", self.worker));
         let kept: HashSet<String> =
             self.files.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
@@ -266,11 +274,11 @@ impl Recorder {
                 let client = client.map_or_else(|| "-".into(), |c| c.to_string());
                 if self.index.is_empty() {
                     let r = self.index.push(format!("{INDEX_HEADER}\n").as_bytes());
-                    self.note(r);
+                    self.note_index(r);
                 }
                 let line = format!("{ms}\t{client}\t{}\t{}\t{}\n", tuple.client, tuple.server, file.unwrap_or_default());
                 let r = self.index.push(line.as_bytes());
-                self.note(r);
+                self.note_index(r);
             }
         }
         if !self.live.contains(&tuple) {
@@ -302,7 +310,7 @@ impl Recorder {
             self.note(r);
         }
         let r = self.index.flush();
-        self.note(r);
+        self.note_index(r);
     }
 }
 
