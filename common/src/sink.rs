@@ -14,14 +14,14 @@ pub trait Store: Write + Seek {
     /// Cuts (or extends) the store to `len` bytes.
     fn set_len(&mut self, len: u64) -> io::Result<()>;
     /// Its length now.
-    fn len(&mut self) -> io::Result<u64>;
+    fn size(&mut self) -> io::Result<u64>;
 }
 
 impl Store for File {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         File::set_len(self, len)
     }
-    fn len(&mut self) -> io::Result<u64> {
+    fn size(&mut self) -> io::Result<u64> {
         Ok(self.metadata()?.len())
     }
 }
@@ -61,7 +61,7 @@ impl<S: Store> Sink<S> {
     /// A sink appending to `store` (its length now is where it goes on), writing once `cap`
     /// bytes are buffered.
     pub fn new(mut store: S, cap: usize) -> io::Result<Sink<S>> {
-        let on_disk = store.len()?;
+        let on_disk = store.size()?;
         store.seek(SeekFrom::Start(on_disk))?;
         Ok(Sink { store, buf: Vec::with_capacity(cap.min(1 << 16)), units: 0, cap: cap.max(1), on_disk })
     }
@@ -161,7 +161,7 @@ mod tests {
             self.data.get_mut().truncate(len as usize);
             Ok(())
         }
-        fn len(&mut self) -> io::Result<u64> {
+        fn size(&mut self) -> io::Result<u64> {
             Ok(self.data.get_ref().len() as u64)
         }
     }
