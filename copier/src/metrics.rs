@@ -85,9 +85,7 @@ pub mod names {
     pub const KERNEL_FREEZES_TOTAL: &str = "copier_kernel_freezes_total";
     pub const KERNEL_PACKETS_TOTAL: &str = "copier_kernel_packets_total";
     pub const MEMORY_BYTES: &str = "copier_memory_bytes";
-    pub const OUTPUT_DOWN: &str = "copier_output_down";
-    pub const OUTPUT_DROPPED_TOTAL: &str = "copier_output_dropped_total";
-    pub const OUTPUT_ERRORS_TOTAL: &str = "copier_output_errors_total";
+    pub use crate::outage::names::{OUTPUT_DOWN, OUTPUT_DROPPED_TOTAL, OUTPUT_ERRORS_TOTAL};
     pub const PACKETS_CAPTURED_TOTAL: &str = "copier_packets_captured_total";
     pub const PACKETS_DROPPED_TOTAL: &str = "copier_packets_dropped_total";
     pub const PAYLOAD_BYTES_SENT_TOTAL: &str = "copier_payload_bytes_sent_total";

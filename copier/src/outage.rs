@@ -11,7 +11,16 @@ use std::time::Instant;
 
 use metrics::{counter, gauge};
 
-use crate::metrics::names;
+/// The metric names of this module (listed with the others in `crate::metrics::names`; kept
+/// here so that the outputs do not depend on the exporter's module).
+pub mod names {
+    /// 1 while an output is down.
+    pub const OUTPUT_DOWN: &str = "copier_output_down";
+    /// Items dropped.
+    pub const OUTPUT_DROPPED_TOTAL: &str = "copier_output_dropped_total";
+    /// Failed writes.
+    pub const OUTPUT_ERRORS_TOTAL: &str = "copier_output_errors_total";
+}
 
 /// The `reason` label of a write error: `no_space` (ENOSPC), `quota` (EDQUOT), `read_only`
 /// (EROFS), `permission` (EACCES, EPERM) or `other`.
