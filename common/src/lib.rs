@@ -2,8 +2,8 @@
 //! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
 //! ([`flow`]), HTTP/2 framing ([`h2`]: the preface and frame headers), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
 //! pcap/pcapng reading, pcap writing), the one grammar of durations and sizes on the command
-//! lines of the three binaries ([`units`]), and files of production data made owner-only
-//! ([`private`]); and the sample packets and files that every crate's tests build theirs from
+//! lines of the three binaries ([`units`]), files of production data made owner-only
+//! ([`private`]) and written in whole units that survive a full disk ([`sink`]); and the sample packets and files that every crate's tests build theirs from
 //! ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
@@ -23,6 +23,7 @@ pub mod pcap;
 pub mod private;
 pub mod proto;
 pub mod seq;
+pub mod sink;
 pub mod testkit;
 pub mod units;
 pub mod wire;

@@ -5,17 +5,24 @@
 //! endpoint, written periodically and at exit, from which the report draws rates over time),
 //! [`JsonlWriter`] (sampling of differing exchanges: `sample` = 0.1 writes every tenth; rotation:
 //! at most `max_bytes` per file, `keep` older files `FILE.1` .. `FILE.keep`, so the disk used is
-//! at most `(keep + 1) x max_bytes`; every file made 0600, `common::private`) and [`read_lines`] (every file of a rotation, oldest first).
+//! at most `(keep + 1) x max_bytes`; every file made 0600, `common::private`; lines are written
+//! whole or not at all, `common::sink`: when the disk fills, the lines that could not be written
+//! are dropped and counted, the file stays readable, and the next write tries again) and
+//! [`read_lines`] (every file of a rotation, oldest first).
 
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::sink::{Lost, Sink};
 use serde::{Deserialize, Serialize};
 
 use crate::comparator::{Outcome, Verdict};
 use crate::fields::FieldDiff;
+
+/// Bytes of lines buffered before they are written.
+const BUF: usize = 8 << 10;
 
 /// Longest request line kept in a file.
 const MAX_REQUEST: usize = 300;
@@ -139,7 +146,7 @@ pub struct JsonlWriter {
     sample: f64,
     seen: u64,
     size: u64,
-    out: BufWriter<File>,
+    out: Sink,
     /// Differing exchanges not written because of the sampling.
     pub sampled_out: u64,
 }
@@ -148,8 +155,8 @@ impl JsonlWriter {
     /// Opens `path` (appending), rotating at `max_bytes`, keeping `keep` older files, writing
     /// the fraction `sample` (0..=1) of differing exchanges.
     pub fn create(path: &Path, max_bytes: u64, keep: usize, sample: f64) -> io::Result<JsonlWriter> {
-        let out = common::private::append(path)?;
-        let size = out.metadata()?.len();
+        let out = Sink::new(common::private::append(path)?, BUF)?;
+        let size = out.len();
         Ok(JsonlWriter {
             path: path.to_path_buf(),
             max_bytes: max_bytes.max(1024),
@@ -157,53 +164,72 @@ impl JsonlWriter {
             sample: sample.clamp(0.0, 1.0),
             seen: 0,
             size,
-            out: BufWriter::new(out),
+            out,
             sampled_out: 0,
         })
     }
 
-    /// Writes the lines of a verdict (the diff line subject to sampling).
-    pub fn write_verdict(&mut self, v: &Verdict, t: u64) -> io::Result<()> {
+    /// Writes the lines of a verdict (the diff line subject to sampling). `Ok(true)` when lines
+    /// reached the disk; an error tells how many lines were dropped (all of the verdict's that
+    /// were not written, and those buffered before).
+    pub fn write_verdict(&mut self, v: &Verdict, t: u64) -> Result<bool, Lost> {
         let (diff, noise) = Line::of_verdict(v, t);
-        for n in &noise {
-            self.write(n)?;
-        }
+        let mut lines = noise;
         if let Some(d) = diff {
             self.seen += 1;
             let before = ((self.seen - 1) as f64 * self.sample).floor();
             if (self.seen as f64 * self.sample).floor() > before {
-                self.write(&d)?;
+                lines.push(d);
             } else {
                 self.sampled_out += 1;
             }
         }
-        Ok(())
+        let mut wrote = false;
+        for (i, l) in lines.iter().enumerate() {
+            match self.write(l) {
+                Ok(w) => wrote |= w,
+                Err(mut lost) => {
+                    lost.units += (lines.len() - i - 1) as u64;
+                    return Err(lost);
+                }
+            }
+        }
+        Ok(wrote)
     }
 
-    /// Writes one line (rotating first when it would not fit).
-    pub fn write(&mut self, line: &Line) -> io::Result<()> {
+    /// Writes one line (rotating first when it would not fit): `Ok(true)` when the buffer went
+    /// to disk; an error drops the buffered lines, this one too (counted in [`Lost`]).
+    pub fn write(&mut self, line: &Line) -> Result<bool, Lost> {
         let mut text = serde_json::to_string(line).map_err(io::Error::other)?;
         text.push('\n');
+        let mut wrote = false;
         if self.size > 0 && self.size + text.len() as u64 > self.max_bytes {
-            self.rotate()?;
+            match self.rotate() {
+                Ok(w) => wrote = w,
+                Err(mut lost) => {
+                    lost.units += 1;
+                    return Err(lost);
+                }
+            }
         }
-        self.out.write_all(text.as_bytes())?;
-        self.size += text.len() as u64;
-        Ok(())
+        wrote |= self.out.push(text.as_bytes())?;
+        self.size = self.out.len();
+        Ok(wrote)
     }
 
-    /// Flushes to the file.
-    pub fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+    /// Flushes to the file (`Ok(true)` when something was written).
+    pub fn flush(&mut self) -> Result<bool, Lost> {
+        let r = self.out.flush();
+        self.size = self.out.len();
+        r
     }
 
-    fn rotate(&mut self) -> io::Result<()> {
-        self.out.flush()?;
+    fn rotate(&mut self) -> Result<bool, Lost> {
+        let wrote = self.flush()?;
         if self.keep == 0 {
-            let f = common::private::create(&self.path)?;
-            self.out = BufWriter::new(f);
+            self.out = Sink::new(common::private::create(&self.path)?, BUF)?;
             self.size = 0;
-            return Ok(());
+            return Ok(wrote);
         }
         let _ = fs::remove_file(numbered(&self.path, self.keep));
         for i in (1..self.keep).rev() {
@@ -213,9 +239,9 @@ impl JsonlWriter {
             }
         }
         fs::rename(&self.path, numbered(&self.path, 1))?;
-        self.out = BufWriter::new(common::private::create(&self.path)?);
+        self.out = Sink::new(common::private::create(&self.path)?, BUF)?;
         self.size = 0;
-        Ok(())
+        Ok(wrote)
     }
 }
 

@@ -490,6 +490,9 @@ pub struct CopierArgs {
     /// rules' filters and edits) into DIR: rotating pcapng files and an index of sessions
     /// (time, client, endpoint). Replay a slice: --offline FILE with --rules allow filters.
     /// The requests are kept whole (cookies, credentials): files 0600, DIR made 0700.
+    /// A full disk does not stop the copy: what cannot be written is dropped and counted
+    /// (copier_output_errors_total, copier_output_dropped_total), the error logged once, and
+    /// writing resumes by itself when there is room again.
     #[arg(long, value_name = "DIR")]
     pub record: Option<PathBuf>,
 
@@ -709,6 +712,8 @@ pub struct CopierArgs {
     /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
     /// `copier compare-report FILE -o PAGE.html`). Created 0600: it holds production answers
     /// (credential headers redacted, see --compare-redact; request lines and bodies are kept).
+    /// On a full disk, lines are dropped and counted (output="compare_log") and writing resumes
+    /// by itself.
     #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
     pub compare_log: Option<PathBuf>,
 

@@ -10,7 +10,8 @@
 //!   closed loop holding a target rate;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
-//!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`).
+//!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`);
+//! - [`record`]: the `--record` archive; [`outage`]: what a file output does when its disk fills.
 
 pub mod bpf;
 pub mod capture;
@@ -25,6 +26,7 @@ pub mod link;
 pub mod mirror;
 pub mod metrics;
 pub mod offline;
+pub mod outage;
 pub mod rate;
 pub mod routing;
 pub mod record;

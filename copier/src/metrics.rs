@@ -85,6 +85,7 @@ pub mod names {
     pub const KERNEL_FREEZES_TOTAL: &str = "copier_kernel_freezes_total";
     pub const KERNEL_PACKETS_TOTAL: &str = "copier_kernel_packets_total";
     pub const MEMORY_BYTES: &str = "copier_memory_bytes";
+    pub use crate::outage::names::{OUTPUT_DOWN, OUTPUT_DROPPED_TOTAL, OUTPUT_ERRORS_TOTAL};
     pub const PACKETS_CAPTURED_TOTAL: &str = "copier_packets_captured_total";
     pub const PACKETS_DROPPED_TOTAL: &str = "copier_packets_dropped_total";
     pub const PAYLOAD_BYTES_SENT_TOTAL: &str = "copier_payload_bytes_sent_total";
@@ -423,6 +424,19 @@ fn describe() {
         names::MEMORY_BYTES,
         Unit::Bytes,
         "What the engine holds against --max-memory: buffered bytes plus a fixed cost per session and pending SYN"
+    );
+    describe_counter!(
+        names::OUTPUT_ERRORS_TOTAL,
+        "Failed writes of a file output (output: record = --record, compare_log = --compare-log), by reason \
+         (no_space, quota, read_only, permission, other); the copy goes on and the next write tries again"
+    );
+    describe_counter!(
+        names::OUTPUT_DROPPED_TOTAL,
+        "Items a file output could not write and dropped (record: packets; compare_log: lines)"
+    );
+    describe_gauge!(
+        names::OUTPUT_DOWN,
+        "1 while a file output's writes fail (from its first failed write to the next that works), else 0"
     );
     describe_counter!(
         names::SEND_PACKETS_TOTAL,

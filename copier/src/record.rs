@@ -23,14 +23,16 @@
 //! Owns: the pcapng writer (section header, one interface description, enhanced packet blocks).
 
 use std::collections::{HashSet, VecDeque};
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use common::flow::FourTuple;
+use common::sink::{Lost, Sink};
 use common::wire::{parse_tcp_packet, TcpFlags};
+
+use crate::outage::Outage;
 
 /// What `--record` was given.
 #[derive(Debug, Clone)]
@@ -94,13 +96,23 @@ pub struct Recorder {
     cfg: RecordConfig,
     worker: u16,
     seq: u64,
-    cur: Option<(PathBuf, BufWriter<File>, u64)>,
+    cur: Option<(PathBuf, Sink)>,
     files: VecDeque<PathBuf>,
-    index: BufWriter<File>,
+    index: Sink,
     live: HashSet<FourTuple>,
+    outage: Outage,
+    /// After a file could not be made: not before this is another tried.
+    retry_at: Option<Instant>,
 }
 
 const INDEX_HEADER: &str = "start_unix_ms\tclient\ttest_client\ttest_server\tfile";
+
+/// Bytes buffered per archive file before they are written.
+const FILE_BUF: usize = 1 << 16;
+/// ... per index.
+const INDEX_BUF: usize = 8 << 10;
+/// How long after a file could not be made the next try waits (packets meanwhile are dropped).
+const RETRY: Duration = Duration::from_secs(1);
 
 /// The archive files of `worker` already in `dir`, by number.
 fn existing(dir: &Path, worker: u16) -> std::io::Result<Vec<(u64, PathBuf)>> {
@@ -128,13 +140,23 @@ impl Recorder {
         let old = existing(&cfg.dir, worker)?;
         let seq = old.last().map_or(0, |(n, _)| n.saturating_add(1));
         let path = cfg.dir.join(format!("index-w{worker}.tsv"));
-        let fresh = !path.exists();
-        let mut index = BufWriter::new(common::private::append(&path)?);
-        if fresh {
-            writeln!(index, "{INDEX_HEADER}")?;
-        }
+        let index = Sink::new(common::private::append(&path)?, INDEX_BUF)?;
         let files = old.into_iter().map(|(_, p)| p).collect();
-        Ok(Recorder { cfg, worker, seq, cur: None, files, index, live: HashSet::new() })
+        let outage = Outage::new("record", format!("--record {}", cfg.dir.display()));
+        Ok(Recorder { cfg, worker, seq, cur: None, files, index, live: HashSet::new(), outage, retry_at: None })
+    }
+
+    /// Counts what a write gave (see [`crate::outage`]).
+    fn note(&mut self, r: Result<bool, Lost>) {
+        self.outage.note(r);
+    }
+
+    /// ... of the index: its small writes may fit in room that a failed archive write left, so
+    /// only the archive's own writes end an outage (no "resumed" while packets still fail).
+    fn note_index(&mut self, r: Result<bool, Lost>) {
+        if let Err(l) = r {
+            self.outage.failed(&l.error, l.units);
+        }
     }
 
     /// Deletes the files beyond `max_files` and past `max_age` (never the current one), then
@@ -171,7 +193,8 @@ impl Recorder {
 
     /// The index without the lines of deleted files (written aside, then renamed over).
     fn rewrite_index(&mut self) -> std::io::Result<()> {
-        self.index.flush()?;
+        let r = self.index.flush();
+        self.note_index(r);
         let path = self.cfg.dir.join(format!("index-w{}.tsv", self.worker));
         let kept: HashSet<String> =
             self.files.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
@@ -186,9 +209,12 @@ impl Recorder {
             }
         }
         let tmp = self.cfg.dir.join(format!(".index-w{}.tsv.new", self.worker));
-        common::private::write(&tmp, out.as_bytes())?;
+        if let Err(e) = common::private::write(&tmp, out.as_bytes()) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         std::fs::rename(&tmp, &path)?;
-        self.index = BufWriter::new(common::private::append(&path)?);
+        self.index = Sink::new(common::private::append(&path)?, INDEX_BUF)?;
         Ok(())
     }
 
@@ -197,61 +223,100 @@ impl Recorder {
         &self.cfg.dir
     }
 
-    fn rotate(&mut self) -> std::io::Result<()> {
-        if let Some((_, mut w, _)) = self.cur.take() {
-            w.flush()?;
+    /// Starts the next file (the current one written out); false when none is open (it could
+    /// not be made, now or less than [`RETRY`] ago).
+    fn rotate(&mut self) -> bool {
+        let now = Instant::now();
+        if self.retry_at.is_some_and(|t| now < t) {
+            return false;
+        }
+        if let Some((_, mut w)) = self.cur.take() {
+            let r = w.flush();
+            self.note(r);
         }
         let path = self.cfg.dir.join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
-        self.seq += 1;
-        let mut w = BufWriter::with_capacity(1 << 16, common::private::create(&path)?);
-        let n = file_header(&mut w)?;
-        self.files.push_back(path.clone());
-        self.cur = Some((path, w, n));
-        self.prune()
+        match common::private::create(&path).and_then(|f| Sink::new(f, FILE_BUF)) {
+            Ok(w) => {
+                self.seq += 1;
+                self.retry_at = None;
+                self.files.push_back(path.clone());
+                self.cur = Some((path, w));
+            }
+            Err(e) => {
+                self.outage.failed(&e, 0);
+                self.retry_at = Some(now + RETRY);
+                return false;
+            }
+        }
+        if let Err(e) = self.prune() {
+            self.outage.failed(&e, 0);
+        }
+        true
     }
 
     /// A packet the engine sends on `tuple`: `copy` and `client` (the captured client) are the
-    /// session's, `None` for the RSTs of a shutdown.
-    pub fn record(&mut self, tuple: FourTuple, copy: Option<u16>, client: Option<SocketAddr>, pkt: &[u8]) -> std::io::Result<()> {
-        let Ok(p) = parse_tcp_packet(pkt) else { return Ok(()) };
+    /// session's, `None` for the RSTs of a shutdown. A write that fails does not stop the
+    /// archive: the packets it held are dropped and counted, and the next write tries again
+    /// (see [`crate::outage`]).
+    pub fn record(&mut self, tuple: FourTuple, copy: Option<u16>, client: Option<SocketAddr>, pkt: &[u8]) {
+        let Ok(p) = parse_tcp_packet(pkt) else { return };
         let flags = p.tcp.flags();
         let syn = flags.contains(TcpFlags::SYN);
         if syn && copy == Some(0) && self.live.insert(tuple) {
-            if self.cur.as_ref().is_none_or(|c| c.2 >= self.cfg.max_file) {
-                self.rotate()?;
+            let open = if self.cur.as_ref().is_none_or(|c| c.1.len() >= self.cfg.max_file) {
+                self.rotate()
+            } else {
+                true
+            };
+            if open {
+                let ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+                let file = self.cur.as_ref().map(|c| c.0.file_name().unwrap_or_default().to_string_lossy().into_owned());
+                let client = client.map_or_else(|| "-".into(), |c| c.to_string());
+                if self.index.is_empty() {
+                    let r = self.index.push(format!("{INDEX_HEADER}\n").as_bytes());
+                    self.note_index(r);
+                }
+                let line = format!("{ms}\t{client}\t{}\t{}\t{}\n", tuple.client, tuple.server, file.unwrap_or_default());
+                let r = self.index.push(line.as_bytes());
+                self.note_index(r);
             }
-            let ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
-            let file = self.cur.as_ref().map(|c| c.0.file_name().unwrap_or_default().to_string_lossy().into_owned());
-            let client = client.map_or_else(|| "-".into(), |c| c.to_string());
-            writeln!(self.index, "{ms}\t{client}\t{}\t{}\t{}", tuple.client, tuple.server, file.unwrap_or_default())?;
         }
         if !self.live.contains(&tuple) {
-            return Ok(());
+            return;
         }
         if flags.contains(TcpFlags::RST) || flags.contains(TcpFlags::FIN) {
             self.live.remove(&tuple);
         }
-        if self.cur.is_none() {
-            self.rotate()?;
+        if self.cur.is_none() && !self.rotate() {
+            self.outage.dropped(1);
+            return;
         }
-        if let Some((_, w, n)) = self.cur.as_mut() {
-            *n += packet(w, SystemTime::now(), pkt)?;
+        let mut block = Vec::with_capacity(pkt.len() + 64);
+        if self.cur.as_ref().is_some_and(|c| c.1.is_empty()) {
+            // a new file, or one whose header went with a failed write
+            let _ = file_header(&mut block);
         }
-        Ok(())
+        let _ = packet(&mut block, SystemTime::now(), pkt);
+        if let Some((_, w)) = self.cur.as_mut() {
+            let r = w.push(&block);
+            self.note(r);
+        }
     }
 
     /// Write out what is buffered.
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        if let Some((_, w, _)) = self.cur.as_mut() {
-            w.flush()?;
+    pub fn flush(&mut self) {
+        if let Some((_, w)) = self.cur.as_mut() {
+            let r = w.flush();
+            self.note(r);
         }
-        self.index.flush()
+        let r = self.index.flush();
+        self.note_index(r);
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        let _ = self.flush();
+        self.flush();
     }
 }
 
@@ -259,6 +324,7 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use common::pcap::{Event, Reader};
+    use std::fs::File;
     use common::testkit;
 
     #[test]
@@ -270,12 +336,12 @@ mod tests {
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
         let t = |port: u16| FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
         for port in 1..=4 {
-            r.record(t(port), Some(0), Some(t(port).client.into()), &syn).unwrap();
-            r.record(t(port), Some(0), None, &data).unwrap();
-            r.record(t(port), Some(0), None, &data).unwrap();
+            r.record(t(port), Some(0), Some(t(port).client.into()), &syn);
+            r.record(t(port), Some(0), None, &data);
+            r.record(t(port), Some(0), None, &data);
         }
-        r.record(t(9), Some(1), None, &syn).unwrap(); // another copy: not recorded
-        r.flush().unwrap();
+        r.record(t(9), Some(1), None, &syn); // another copy: not recorded
+        r.flush();
         let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         assert_eq!(names, ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"], "two files kept");
@@ -322,8 +388,8 @@ mod restarts {
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
         for port in first_port..first_port + sessions {
             let t = FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
-            r.record(t, Some(0), None, &syn).unwrap();
-            r.record(t, Some(0), None, &data).unwrap();
+            r.record(t, Some(0), None, &syn);
+            r.record(t, Some(0), None, &data);
         }
     }
 
@@ -347,7 +413,7 @@ mod restarts {
         // by age: files older than max_age go at the next new file, whatever their number
         let old = SystemTime::now() - std::time::Duration::from_secs(7200);
         for n in [2, 3] {
-            let f = File::options().write(true).open(dir.join(format!("rec-w0-{n:06}.pcapng"))).unwrap();
+            let f = std::fs::File::options().write(true).open(dir.join(format!("rec-w0-{n:06}.pcapng"))).unwrap();
             f.set_modified(old).unwrap();
         }
         let cfg = RecordConfig { max_age: Some(std::time::Duration::from_secs(3600)), max_files: 10, ..cfg };

@@ -154,13 +154,11 @@ pub struct LoopIo {
     pub desk: Option<Arc<LinkDesk>>,
 }
 
-/// Hand a packet about to be sent to the archive (`--record`); an archive that fails is logged
-/// and closed (copying goes on).
+/// Hand a packet about to be sent to the archive (`--record`); a write that fails (a full disk)
+/// is logged once and counted by the archive, which tries again (copying goes on).
 fn record(io: &mut LoopIo, t: &crate::engine::Transmit, pkt: &[u8]) {
-    let Some(r) = io.recorder.as_mut() else { return };
-    if let Err(e) = r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt) {
-        tracing::error!("--record {}: {e}: the archive stops here (copying goes on)", r.dir().display());
-        io.recorder = None;
+    if let Some(r) = io.recorder.as_mut() {
+        r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt);
     }
 }
 

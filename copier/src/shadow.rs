@@ -269,7 +269,8 @@ struct Thread {
     cmp: Comparator,
     log: Option<JsonlWriter>,
     dropped: Arc<AtomicU64>,
-    log_errors: u64,
+    /// The health of `log` when its disk fills (`crate::outage`).
+    log_health: crate::outage::Outage,
     /// Packets the kernel dropped because the comparison's ring was full.
     capture_drops: u64,
 }
@@ -285,7 +286,10 @@ impl Thread {
             cmp: Comparator::new(cfg.compare.clone()),
             log,
             dropped,
-            log_errors: 0,
+            log_health: crate::outage::Outage::new(
+                "compare_log",
+                format!("--compare-log {}", cfg.log.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default()),
+            ),
             capture_drops: 0,
             cfg,
         }
@@ -337,7 +341,8 @@ impl Thread {
             }
         }
         if let Some(l) = self.log.as_mut() {
-            let _ = l.flush();
+            let r = l.flush();
+            self.log_health.note(r);
         }
         ShadowReport {
             summary: self.cmp.summary(),
@@ -452,24 +457,15 @@ impl Thread {
             tracing::info!("compare: {ep}: {f} learned as noise");
         }
         if let Some(l) = self.log.as_mut() {
-            if let Err(e) = l.write_verdict(&v, unix_ms()) {
-                self.log_errors += 1;
-                if self.log_errors == 1 {
-                    tracing::error!("--compare-log: {e}");
-                }
-            }
+            let r = l.write_verdict(&v, unix_ms());
+            self.log_health.note(r);
         }
     }
 
     fn tick(&mut self) {
         let Some(l) = self.log.as_mut() else { return };
-        let r = l.write(&Line::tick(unix_ms(), &self.cmp)).and_then(|()| l.flush());
-        if let Err(e) = r {
-            self.log_errors += 1;
-            if self.log_errors == 1 {
-                tracing::error!("--compare-log: {e}");
-            }
-        }
+        let r = l.write(&Line::tick(unix_ms(), &self.cmp)).and_then(|w| Ok(w | l.flush()?));
+        self.log_health.note(r);
     }
 
     fn export(&self) {
