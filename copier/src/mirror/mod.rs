@@ -196,6 +196,18 @@ pub struct MirrorStats {
     pub socket_drops: u64,
 }
 
+impl MirrorStats {
+    /// Copy into `dst` (the copy the summary reads, refreshed after every drain) without an
+    /// allocation per drain: the VNI set only grows, so it is copied only when its size changed.
+    fn copy_into(&self, dst: &mut MirrorStats) {
+        let mut vnis = std::mem::take(&mut dst.vnis);
+        if vnis.len() != self.vnis.len() {
+            vnis.clone_from(&self.vnis);
+        }
+        *dst = MirrorStats { vnis, ..*self };
+    }
+}
+
 impl std::fmt::Display for MirrorStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -451,7 +463,7 @@ impl MirrorInput {
         self.capture.packets = self.stats.client_packets;
         self.capture.truncated = self.stats.drops.truncated;
         self.capture.kernel_drops = self.stats.socket_drops;
-        *lock(&self.shared.stats) = self.stats.clone();
+        self.stats.copy_into(&mut lock(&self.shared.stats));
         if self.exported.is_none_or(|t| now >= t + EXPORT_EVERY) {
             self.exported = Some(now);
             export(&self.stats);

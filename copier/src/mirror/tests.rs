@@ -146,3 +146,17 @@ fn a_copy_is_found_after_a_super_segment_of_others() {
     }
     assert_eq!(missed, 0);
 }
+
+#[test]
+fn the_shared_copy_of_the_counters_follows_them() {
+    let mut st = MirrorStats { datagrams: 3, ..MirrorStats::default() };
+    st.vnis.insert(7);
+    let mut shared = MirrorStats::default();
+    st.copy_into(&mut shared);
+    assert_eq!(shared, st);
+    st.datagrams += 1;
+    st.drops.duplicate += 2;
+    st.vnis.insert(9);
+    st.copy_into(&mut shared);
+    assert_eq!(shared, st);
+}
