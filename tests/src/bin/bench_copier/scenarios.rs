@@ -275,34 +275,10 @@ pub(super) fn run_redis(ctx: Ctx<'_>, r: &mut Redis, n: u64, final_wait: Duratio
         bail!("redis-benchmark failed ({}): {} {}", out.status, stdout.trim(), String::from_utf8_lossy(&out.stderr).trim());
     }
     let online = on1 - on0;
-    std::thread::sleep((load_end + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
-    let te_1s = r.test.calls("get")?;
-    let test_conn = &mut r.test;
-    let (mut last, capped) = wait_final(|| test_conn.calls("get").unwrap_or(0), te0 + online, final_wait);
-    // then quiet, to see any extra copy
-    let quiet_until = Instant::now() + if capped { Duration::ZERO } else { QUIET };
-    while Instant::now() < quiet_until {
-        std::thread::sleep(Duration::from_millis(100));
-        last = last.max(r.test.calls("get")?);
-    }
-    let copied = (last - te0).min(online);
-    let secs = load_end.duration_since(before.at).as_secs_f64();
-    let load = Load { sent: online, ok: online, secs, last_send_ms: end_ms, ..Load::default() };
-    let mut row = before.finish(ctx, Kind::Scenario(Scenario::Redis), "redis".into(), "rd".into(), secs, load, online, load_end)?;
-    row.rt = RealTime {
-        online,
-        at_end: (te_end - te0).min(online),
-        within_1s: (te_1s - te0).min(online),
-        copied,
-        lags_ms: Vec::new(),
-    };
-    row.matched = copied;
-    row.test = last - te0;
-    row.capped = capped;
-    row.extra = (last - te0).saturating_sub(online);
-    row.conns = 16;
-    row.note = stdout.rsplit(['\r', '\n']).find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
-    Ok(row)
+    let note = stdout.rsplit(['\r', '\n']).find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
+    let test = &mut r.test;
+    let counted = Counted { scenario: Scenario::Redis, label: "redis", tag: "rd", conns: 16, note };
+    counted_row(ctx, before, counted, [te0, te_end], online, (load_end, end_ms), final_wait, || test.calls("get"))
 }
 
 /// The `h2` scenario: h2load from `client` against the online HTTP/2 nginx (port [`H2_PORT`]),
@@ -325,18 +301,49 @@ pub(super) fn run_h2(ctx: Ctx<'_>, on: &lab::Nginx, te: &lab::Nginx, final_wait:
     // nginx logs a request once its answer is out: the client may have it a moment before
     std::thread::sleep(Duration::from_millis(100));
     let online = on.request_count() as u64 - on0;
+    let note = stdout.lines().find(|l| l.starts_with("requests:")).unwrap_or("").trim().to_owned();
+    let counted = Counted { scenario: Scenario::H2, label: "h2", tag: "h2", conns: H2_CONNS, note };
+    counted_row(ctx, before, counted, [te0, te_end], online, (load_end, end_ms), final_wait, || Ok(te.request_count() as u64))
+}
+
+/// A scenario whose copies are counted, not matched request by request (redis has no access
+/// log; h2load asks for one URI again and again): no per-request lag.
+struct Counted {
+    scenario: Scenario,
+    label: &'static str,
+    tag: &'static str,
+    conns: usize,
+    /// The load tool's summary line.
+    note: String,
+}
+
+/// The row of a [`Counted`] scenario once its load ended: the test server's count (`count`;
+/// `te0`, `te_end` at the load's start and end) 1 s after the load's end and once it stops
+/// growing, then for a quiet while, to see any extra copy.
+#[allow(clippy::too_many_arguments)]
+fn counted_row(
+    ctx: Ctx<'_>,
+    before: Before,
+    counted: Counted,
+    [te0, te_end]: [u64; 2],
+    online: u64,
+    (load_end, end_ms): (Instant, u64),
+    final_wait: Duration,
+    mut count: impl FnMut() -> Result<u64>,
+) -> Result<Row> {
     std::thread::sleep((load_end + Duration::from_secs(1)).saturating_duration_since(Instant::now()));
-    let te_1s = te.request_count() as u64;
-    let (mut last, capped) = wait_final(|| te.request_count() as u64, te0 + online, final_wait);
+    let te_1s = count()?;
+    let (mut last, capped) = wait_final(|| count().unwrap_or(0), te0 + online, final_wait);
     let quiet_until = Instant::now() + if capped { Duration::ZERO } else { QUIET };
     while Instant::now() < quiet_until {
         std::thread::sleep(Duration::from_millis(100));
-        last = last.max(te.request_count() as u64);
+        last = last.max(count()?);
     }
     let copied = (last - te0).min(online);
     let secs = load_end.duration_since(before.at).as_secs_f64();
     let load = Load { sent: online, ok: online, secs, last_send_ms: end_ms, ..Load::default() };
-    let mut row = before.finish(ctx, Kind::Scenario(Scenario::H2), "h2".into(), "h2".into(), secs, load, online, load_end)?;
+    let kind = Kind::Scenario(counted.scenario);
+    let mut row = before.finish(ctx, kind, counted.label.into(), counted.tag.into(), secs, load, online, load_end)?;
     row.rt = RealTime {
         online,
         at_end: (te_end - te0).min(online),
@@ -348,8 +355,8 @@ pub(super) fn run_h2(ctx: Ctx<'_>, on: &lab::Nginx, te: &lab::Nginx, final_wait:
     row.test = last - te0;
     row.capped = capped;
     row.extra = (last - te0).saturating_sub(online);
-    row.conns = H2_CONNS;
-    row.note = stdout.lines().find(|l| l.starts_with("requests:")).unwrap_or("").trim().to_owned();
+    row.conns = counted.conns;
+    row.note = counted.note;
     Ok(row)
 }
 
