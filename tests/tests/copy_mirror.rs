@@ -126,9 +126,19 @@ fn vxlan_mirror_with_one_percent_loss() {
     c.copier = Some(p.clone());
     traffic(&lab, "loss", 40, 4 << 20);
     c.settle(Duration::from_secs(3), Duration::from_secs(60));
-    let m = mirror_metrics(&lab);
-    let (arrived, lost) = (rule_packets(&lab, Host::Test2, "INPUT", "mirror-in"), rule_packets(&lab, Host::Test2, "INPUT", "mirror-loss"));
-    let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]) + dropped(&m, "socket_buffer");
+    // The firewall counts a datagram before the copier reads it, and the copier exports its
+    // counters once a second: both are read again until they agree (a late retransmission or
+    // close may arrive between the two reads), for at most 5 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (m, arrived, lost, read) = loop {
+        let (arrived, lost) = (rule_packets(&lab, Host::Test2, "INPUT", "mirror-in"), rule_packets(&lab, Host::Test2, "INPUT", "mirror-loss"));
+        let m = mirror_metrics(&lab);
+        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]) + dropped(&m, "socket_buffer");
+        if read == (arrived - lost) as f64 || std::time::Instant::now() > deadline {
+            break (m, arrived, lost, read);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert!(lost > 0, "no datagram was dropped out of {arrived}");
     assert_eq!(read, (arrived - lost) as f64, "the copier read every datagram that passed ({arrived} arrived, {lost} dropped):\n{m}");
     let online = c.online.requests().unwrap();
