@@ -544,7 +544,13 @@ impl Stream {
             self.fin = Some(self.next);
             // A FIN before any data waits only for a greeting the client got online.
             let greeted = self.gate_ok && self.last_ack.zip(ack).is_some_and(|(l, a)| a.gt(l));
-            if self.seen_data || greeted {
+            if self.h2.is_some() && self.seen_data && self.bounds.is_empty() && self.next == self.cur_start {
+                // HTTP/2: every stream was sent and released already, but the test server may
+                // still be answering them (a gRPC server cancels the calls in progress when the
+                // connection closes): the FIN waits as the last unit's would (`Session::h2_done`).
+                let ack = ack.or(self.max_ack);
+                self.bounds.push_back(Bound { at: self.next, ack, end: ack, t: Some(Stamp::of(now)) });
+            } else if self.seen_data || greeted {
                 self.push_bound(self.next, ack.or(self.max_ack), now);
             }
         }

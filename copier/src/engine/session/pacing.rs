@@ -34,7 +34,21 @@ impl Session {
         if !self.watched(p) || !self.watch.aimed_at(c.tuple, end) {
             return None;
         }
-        self.watch.quiet_at(p.answer_quiet)
+        self.watch.quiet_at(self.answer_quiet(p))
+    }
+
+    /// How long the test server must be quiet for the unit pacing waits on to count as
+    /// answered: `answer_quiet`, except for the FIN of an HTTP/2 connection opened with the
+    /// preface, which waits for the online total (`Session::h2_done`) or `answer_timeout`. Its
+    /// streams are answered in any order and a server may work on them quietly for longer
+    /// than `answer_quiet` (a gRPC server cancels every call still in progress when the
+    /// connection closes).
+    fn answer_quiet(&self, p: &Params) -> std::time::Duration {
+        if self.stream.in_h2() && self.stream.before_fin() && self.stream.h2_online_total().is_some() {
+            p.answer_timeout
+        } else {
+            p.answer_quiet
+        }
     }
 
     /// Whether the first unanswered unit is released by the [`Watch`] rule: always with
@@ -253,7 +267,7 @@ impl Session {
                 }
                 continue;
             }
-            if self.watch.answered(now, need, p.answer_quiet) {
+            if self.watch.answered(now, need, self.answer_quiet(p)) {
                 self.stream.release_one();
                 n += 1;
                 if need.is_some() && !self.watch.closed() {

@@ -170,6 +170,45 @@ fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
 }
 
 #[test]
+fn a_fin_after_every_stream_was_released_still_waits_for_the_answers() {
+    let (mut h, n) = opened();
+    h.cap(data(n, 100, &get(3)));
+    assert_eq!(sent(&h.out()), n as usize + 29);
+    // The test server took and answered both streams in part: both are released.
+    h.at(1);
+    h.rec(resp(0, n + 29, 200));
+    let _ = h.out();
+    // Only now the client's FIN (it had read 500 bytes online): the test server is still
+    // answering (a gRPC server would cancel the calls still running if the FIN went now).
+    h.at(2);
+    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    assert!(!h.out().iter().any(|o| o.has(TcpFlags::FIN)), "200 of 500 bytes answered");
+    h.at(3);
+    h.rec(resp(200, n + 29, 300));
+    assert!(h.out().iter().any(|o| o.has(TcpFlags::FIN)), "all 500 answered: the FIN goes");
+}
+
+#[test]
+fn a_quiet_pause_of_the_test_server_does_not_close_an_h2_connection_early() {
+    let (mut h, n) = opened();
+    h.cap(data(n, 100, &get(3)));
+    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    let _ = h.out();
+    h.at(1);
+    h.rec(resp(0, n + 29, 200));
+    let _ = h.out();
+    h.at(2);
+    h.rec(resp(200, n + 29, 100));
+    let _ = h.out();
+    // Then quiet for longer than answer_quiet: the online total (500) is known, so the FIN
+    // waits for it, or for answer_timeout.
+    let out = h.fire_until_output(10_000);
+    assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "{out:?}");
+    let timeout = cfg().answer_timeout.as_millis() as u64;
+    assert!(h.ms() >= timeout, "closed after {} ms, before the answer timeout ({timeout} ms)", h.ms());
+}
+
+#[test]
 fn the_fin_goes_once_the_test_server_is_quiet() {
     let mut h = H::new(cfg());
     h.establish();
