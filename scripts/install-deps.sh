@@ -21,6 +21,13 @@ done
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi
+# tests/tests/copy_grpc.rs and copy_ws.rs run a gRPC and a WebSocket server and client under
+# Debian's python3 (tests/assets/*.py)
+for mod in grpc:python3-grpcio websockets:python3-websockets; do
+  if ! /usr/bin/python3 -c "import ${mod%%:*}" >/dev/null 2>&1; then
+    missing+=("${mod#*:}")
+  fi
+done
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
