@@ -186,6 +186,24 @@ pub(crate) struct Stream {
     sniffs_left: u8,
     /// The HTTP/2 state, once the preface was seen (boxed: most sessions are not HTTP/2).
     h2: Option<Box<H2>>,
+    /// Where a WebSocket session begins: the end of the segment that carried a whole
+    /// `GET` request with `Upgrade: websocket` (see [`Stream::in_ws`]).
+    ws_from: Option<SeqNum>,
+}
+
+/// Whether a captured client segment holds a whole WebSocket opening request: it starts with
+/// `GET `, its header block ends in it, and a header line says `Upgrade: websocket` (any case,
+/// RFC 6455 section 4.1). A client's WebSocket frames never start with `GET ` (0x47 sets RSV1
+/// with a reserved opcode), so only HTTP/1 requests match.
+pub(crate) fn is_ws_upgrade(b: &[u8]) -> bool {
+    let Some(end) = b.starts_with(b"GET ").then(|| b.windows(4).position(|w| w == b"\r\n\r\n")).flatten() else {
+        return false;
+    };
+    b[..end].split(|&c| c == b'\n').any(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&c| c == b':') else { return false };
+        line[..colon].eq_ignore_ascii_case(b"upgrade") && line[colon + 1..].trim_ascii().eq_ignore_ascii_case(b"websocket")
+    })
 }
 
 /// Unit starts (the stream's first byte, then each request unit's) at which the HTTP/2
@@ -243,6 +261,7 @@ impl Stream {
             sniff: Preface::Start,
             sniffs_left: SNIFF_UNITS,
             h2: None,
+            ws_from: None,
         }
     }
 
@@ -524,6 +543,7 @@ impl Stream {
                 self.sniff = Preface::Start; // the stream's first byte starts a unit
             }
             let at = self.next;
+            let ws = self.ws_from.is_none() && self.h2.is_none() && is_ws_upgrade(data.as_slice());
             self.read_frames(data.as_slice(), at);
             let written = match self.edit.as_mut() {
                 None => {
@@ -533,6 +553,9 @@ impl Stream {
                 Some(e) => e.feed(data, &mut self.buf),
             };
             self.advance(written, now);
+            if ws {
+                self.ws_from = Some(self.next);
+            }
             self.cnext = self.cnext.add(n as u32);
             self.seen_data = true;
         }
@@ -599,6 +622,15 @@ impl Stream {
     /// Whether the client speaks HTTP/2 on this stream (its preface was seen).
     pub(crate) fn is_h2(&self) -> bool {
         self.h2.is_some()
+    }
+
+    /// Whether the first unanswered unit is WebSocket traffic: it starts after a `GET` request
+    /// with `Upgrade: websocket` (that request itself waits for its answer, the `101`, as any
+    /// other). Its messages go as captured, unpaced: the server speaks without being asked and
+    /// a client message answers nothing, so the online answer sizes tell nothing of when the
+    /// test server is ready for the next message.
+    pub(crate) fn in_ws(&self) -> bool {
+        self.ws_from.is_some_and(|w| self.cur_start.ge(w))
     }
 
     /// Whether the first unanswered unit is HTTP/2 (its preface or after): an `Upgrade: h2c`

@@ -77,12 +77,13 @@ impl Session {
         send_limit(&self.stream, p.replay_keep, self.paced(p), self.window(p))
     }
 
-    /// Whether this session is paced: `--pacing` is on and the client does not speak HTTP/2.
-    /// An HTTP/2 session's units go as captured (its streams answer in any order, and the
-    /// records carry no payload to tell which stream an answer byte belongs to), bounded by the
-    /// test server's TCP window and `per_session_cap`.
+    /// Whether this session is paced: `--pacing` is on and the client does not speak HTTP/2
+    /// or WebSocket. An HTTP/2 session's units go as captured (its streams answer in any
+    /// order, and the records carry no payload to tell which stream an answer byte belongs
+    /// to), bounded by the test server's TCP window and `per_session_cap`; so do a WebSocket
+    /// session's messages after its opening request (`Stream::in_ws`).
     pub(crate) fn paced(&self, p: &Params) -> bool {
-        p.pace && !self.stream.in_h2()
+        p.pace && !self.stream.in_h2() && !self.stream.in_ws()
     }
 
     /// Request units the current connection may have in flight: 1 (lock-step) without a

@@ -29,6 +29,7 @@ mod shaped;
 mod shutdown;
 mod unproven;
 mod window;
+mod ws;
 
 pub(super) const CLIENT: &str = "203.0.113.7:40000";
 pub(super) const ONLINE: &str = "192.0.2.1:80";
