@@ -149,15 +149,19 @@ sends the preface PRI * HTTP/2.0, with prior knowledge or after an Upgrade: h2c 
 waits for its answer first) is not paced request by request, since its streams are answered in
 any order: its bytes are cut at frame boundaries and go as captured as long as the test server
 has sent, on the whole connection, as many answer bytes as the online server had when the client
-sent them (less 4 KB), so the test server never holds many more streams open than the online
-one did; a test server that falls quiet with less (smaller answers, refused streams) lets the
-next frames go after the answer quiet time. The client's FIN waits for the test server's last
-answers. An HTTP/2 connection the test server closes before it took every frame is not carried
-on a new one (copier_sessions_failed_total, reason h2_closed); an HTTP/2 session caught
-mid-stream (no preface seen) is carried as an unknown protocol, and its test server refuses it.
-copier_h2_sessions_total and copier_h2_streams_total count them. --rules do not look into
-HTTP/2 frames (HPACK header blocks): they pass untouched (an h2c upgrade request itself is
-HTTP/1.1, filtered and edited as one).
+sent them (less 4 KB), so the test server never holds many more streams open than the online one
+did; a test server that falls quiet with less (smaller answers, refused streams) lets the next
+frames go after the answer quiet time. The client's FIN waits until the test server sent as many
+bytes as the online one on the whole connection, or the answer timeout (3 s; gRPC servers cancel
+the calls in progress when the client closes). gRPC is HTTP/2 and is copied as such (unary and
+streaming calls; grpc-status of the test answers is not decoded). WebSocket (a GET with Upgrade:
+websocket, which waits for its answer first): the messages after it go as captured, unpaced,
+since the server speaks without being asked. An HTTP/2 connection the test server closes before
+it took every frame is not carried on a new one (copier_sessions_failed_total, reason
+h2_closed); an HTTP/2 session caught mid-stream (no preface seen) is carried as an unknown
+protocol, and its test server refuses it. copier_h2_sessions_total and copier_h2_streams_total
+count them. --rules do not look into HTTP/2 frames (HPACK header blocks): they pass untouched
+(an h2c upgrade request itself is HTTP/1.1, filtered and edited as one).
 
 Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
 marks and edits what each copy sends. HTTP/1.x requests (pipelined, Content-Length or chunked
