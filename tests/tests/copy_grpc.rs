@@ -7,8 +7,8 @@
 //! answers may leave the test host.
 //!
 //! `grpc-status` of the test answers is counted from the test server's log: the copier does not
-//! decode the test answers' HTTP/2 trailers (the intercept's records carry at most the start of
-//! each answer packet, so the HPACK stream of the answers is not whole; see DESIGN.md).
+//! decode the test answers' HTTP/2 trailers (its records of the test answers carry TCP headers,
+//! not the whole HPACK stream a decoder needs; see DESIGN.md).
 
 use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host};
