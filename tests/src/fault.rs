@@ -210,3 +210,51 @@ fn delay_queue(
 fn libc_enobufs() -> i32 {
     nix::errno::Errno::ENOBUFS as i32
 }
+
+/// The memory caps the fault suite gives the daemons: the copier's `--max-memory` and the
+/// intercept's `--hold-bytes` and `--copier-queue-bytes` (small, so that a fault that made
+/// them grow past their caps shows).
+pub const COPIER_MAX_MEMORY_MIB: u64 = 64;
+/// See [`COPIER_MAX_MEMORY_MIB`].
+pub const INTERCEPT_HOLD_MIB: u64 = 8;
+/// See [`COPIER_MAX_MEMORY_MIB`].
+pub const INTERCEPT_QUEUE_MIB: u64 = 4;
+
+/// The copier's flags for [`COPIER_MAX_MEMORY_MIB`].
+pub fn copier_caps() -> Vec<String> {
+    vec!["--max-memory".into(), format!("{COPIER_MAX_MEMORY_MIB}M")]
+}
+
+/// The intercept's flags for [`INTERCEPT_HOLD_MIB`] and [`INTERCEPT_QUEUE_MIB`].
+pub fn intercept_caps() -> Vec<String> {
+    vec![
+        "--hold-bytes".into(),
+        format!("{INTERCEPT_HOLD_MIB}M"),
+        "--copier-queue-bytes".into(),
+        format!("{INTERCEPT_QUEUE_MIB}M"),
+    ]
+}
+
+/// What a daemon may hold beyond its caps: its code, thread stacks, allocator arenas and
+/// buffers (measured at 10 to 25 MiB for either, debug build), and for the copier its capture
+/// ring (32 MiB at most with the default ring flags).
+const BASE_MIB: u64 = 48;
+const RING_MIB: u64 = 32;
+
+/// Asserts that the copier and the intercept of `c` (the ones running now) never held more
+/// resident memory (`VmHWM`) than their caps allow, and prints both peaks.
+pub fn assert_memory_within_caps(c: &crate::setup::Copying, what: &str) {
+    let copier = c.copier.as_ref().map_or((0, 0), |p| crate::procstat::memory_kib(p.pid()));
+    let intercept = crate::procstat::memory_kib(c.intercept.pid());
+    let (copier_peak, intercept_peak) = (copier.1 / 1024, intercept.1 / 1024);
+    let copier_bound = COPIER_MAX_MEMORY_MIB + RING_MIB + BASE_MIB;
+    let intercept_bound = INTERCEPT_HOLD_MIB + INTERCEPT_QUEUE_MIB + BASE_MIB;
+    println!(
+        "{what}: peak resident memory: copier {copier_peak} MiB (bound {copier_bound}: --max-memory \
+         {COPIER_MAX_MEMORY_MIB}M + ring + base), intercept {intercept_peak} MiB (bound {intercept_bound}: \
+         --hold-bytes {INTERCEPT_HOLD_MIB}M + --copier-queue-bytes {INTERCEPT_QUEUE_MIB}M + base)"
+    );
+    assert!(copier.1 > 0 && intercept.1 > 0, "{what}: both daemons are running ({copier:?}, {intercept:?})");
+    assert!(copier_peak <= copier_bound, "{what}: the copier held {copier_peak} MiB, over {copier_bound} MiB");
+    assert!(intercept_peak <= intercept_bound, "{what}: the intercept held {intercept_peak} MiB, over {intercept_bound} MiB");
+}

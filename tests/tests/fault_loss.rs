@@ -110,7 +110,8 @@ fn loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once() {
 /// copier host and the test host, and asserts that every request arrived exactly once.
 fn under_loss(mut lab: Lab, delay: Option<Duration>) {
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS].map(String::from).to_vec(),
+        copier_args: ["--metrics", COPIER_METRICS].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
+        intercept_args: lab::fault::intercept_caps(),
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
@@ -197,6 +198,7 @@ fn under_loss(mut lab: Lab, delay: Option<Duration>) {
         test.len(),
         tail(&c.copier.as_ref().unwrap().log(), 30)
     );
+    lab::fault::assert_memory_within_caps(&c, if delay.is_some() { "loss and delay" } else { "loss" });
     c.assert_no_leak(&mut lab);
     if let Some(d) = held {
         d.stop().unwrap();

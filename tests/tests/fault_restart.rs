@@ -20,10 +20,12 @@ const POOL: &str = "198.19.0.0/24";
 fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
     let Some(mut lab) = lab_or_skip("intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on") else { return };
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS, "--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
+        copier_args: ["--metrics", COPIER_METRICS, "--client-ip", POOL, "--seed", "7"].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
         intercept_args: ["--allow", POOL, "--restart-grace", "6s", "--metrics", INTERCEPT_METRICS]
             .map(String::from)
-            .to_vec(),
+            .into_iter()
+            .chain(lab::fault::intercept_caps())
+            .collect(),
         ipv6: false,
         ..CopyOptions::default()
     };
@@ -65,6 +67,7 @@ fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
     println!("keep-alive requests answered online: {ka}; copier connections held back at a lost link: {withdrawn}");
     assert!(withdrawn > 0.0, "the copier held its sessions back while the link was down");
     c.check_alive().unwrap();
+    lab::fault::assert_memory_within_caps(&c, "intercept restarts");
     c.assert_no_leak(&mut lab);
     println!("figures: {figures:?}");
 }
@@ -73,8 +76,8 @@ fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
 fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() {
     let Some(mut lab) = lab_or_skip("a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up") else { return };
     let opts = CopyOptions {
-        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
-        intercept_args: ["--allow", POOL].map(String::from).to_vec(),
+        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
+        intercept_args: ["--allow", POOL].map(String::from).into_iter().chain(lab::fault::intercept_caps()).collect(),
         ipv6: false,
         ..CopyOptions::default()
     };
@@ -104,5 +107,6 @@ fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() 
     traffic.stop();
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
     c.check_alive().unwrap();
+    lab::fault::assert_memory_within_caps(&c, "copier kill -9");
     c.assert_no_leak(&mut lab);
 }
