@@ -20,5 +20,6 @@ pub mod refusal;
 pub mod rest;
 pub mod router;
 pub mod rules;
+pub mod ruleset;
 pub mod sys;
 pub mod tombstone;

@@ -62,8 +62,9 @@ Restarts: an intercept that finds its rules in place at start (--install-rules a
 earlier intercept stopped while sessions were open; and always without --install-rules, as it
 cannot tell) knows none of the earlier registrations, so for --restart-grace it accepts nothing,
 not even for an allowed or local address, until its copiers have registered their sessions again.
-The rules are checked every second while running: with --install-rules a missing rule is put
-back (logged, intercept_rules_restored_total); without, the copiers are told to send nothing
+The rules are checked at every change of the ruleset (nf_tables events) and every second while
+running: with --install-rules a missing rule is put back (logged,
+intercept_rules_restored_total); without, the copiers are told to send nothing
 until the rules are back, and an error is logged.";
 
 const AFTER_HELP: &str = "\
@@ -667,15 +668,41 @@ async fn serve(
     outcome
 }
 
-/// Check the firewall rules every [`rules::CHECK_EVERY`] until told to stop: with
+/// Check the firewall rules at every change of the ruleset (`ruleset::RulesetChanges`: a
+/// flush is seen at once) and every [`rules::CHECK_EVERY`], until told to stop: with
 /// `--install-rules` put back the missing ones; without, tell the copiers to send nothing while
 /// they are missing (`Shared::rules_ok`).
 async fn watch_rules(shared: Arc<Shared>, install: bool, wanted: Vec<rules::Rule>, mut stop: watch::Receiver<bool>) {
     let mut every = tokio::time::interval(rules::CHECK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let changed = Arc::new(tokio::sync::Notify::new());
+    match intercept::ruleset::RulesetChanges::open() {
+        Ok(mut changes) => {
+            tracing::info!("firewall rules checked at every ruleset change (nf_tables events) and every {:?}", rules::CHECK_EVERY);
+            let changed = changed.clone();
+            // A thread of its own: it sleeps in recv(2) until the kernel reports a change, and
+            // ends with the process.
+            let spawned = std::thread::Builder::new().name("ruleset".into()).spawn(move || loop {
+                if let Err(e) = changes.wait() {
+                    tracing::warn!("ruleset changes: {e}; the rules are checked every {:?} only", rules::CHECK_EVERY);
+                    return;
+                }
+                metrics::counter!(names::RULESET_CHANGES).increment(1);
+                changed.notify_one();
+            });
+            if let Err(e) = spawned {
+                tracing::warn!("ruleset changes: {e}; the rules are checked every {:?} only", rules::CHECK_EVERY);
+            }
+        }
+        Err(e) => tracing::info!(
+            "ruleset changes cannot be watched ({e}): the firewall rules are checked every {:?}",
+            rules::CHECK_EVERY
+        ),
+    }
     loop {
         tokio::select! {
             _ = every.tick() => {}
+            _ = changed.notified() => {}
             _ = stop.changed() => return,
         }
         let wanted = wanted.clone();

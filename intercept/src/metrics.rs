@@ -79,6 +79,8 @@ pub const GRACE_HELD: &str = "intercept_restart_grace_held_total";
 pub const GRACE: &str = "intercept_restart_grace";
 /// Firewall rules put back after they went missing at run time (`--install-rules`).
 pub const RULES_RESTORED: &str = "intercept_rules_restored_total";
+/// Changes of the firewall ruleset seen (nf_tables events): each one has the rules checked at once.
+pub const RULESET_CHANGES: &str = "intercept_ruleset_changes_total";
 /// Gauge: 1 while the firewall rules are missing (without `--install-rules`: the copiers are
 /// told to send nothing).
 pub const RULES_MISSING: &str = "intercept_rules_missing";
@@ -160,6 +162,10 @@ pub fn describe() {
     describe_counter!(
         RULES_RESTORED,
         "Firewall rules put back after they went missing at run time (--install-rules)"
+    );
+    describe_counter!(
+        RULESET_CHANGES,
+        "Changes of the firewall ruleset seen (nf_tables events); each has the rules checked at once"
     );
     describe_gauge!(
         RULES_MISSING,

@@ -79,6 +79,13 @@ impl NetlinkSocket {
         Ok(NetlinkSocket { fd })
     }
 
+    /// Join the netlink multicast group `group` (`NETLINK_ADD_MEMBERSHIP`; for
+    /// `NETLINK_NETFILTER` the groups are `NFNLGRP_*`, and joining needs CAP_NET_ADMIN).
+    pub fn join_group(&self, group: u32) -> io::Result<()> {
+        let val = libc::c_int::try_from(group).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        setsockopt_int(self.fd.as_raw_fd(), libc::SOL_NETLINK, libc::NETLINK_ADD_MEMBERSHIP, val)
+    }
+
     /// Set the receive buffer to `bytes`, above `net.core.rmem_max` (`SO_RCVBUFFORCE`, needs
     /// CAP_NET_ADMIN, which the intercept has anyway). Returns the size the kernel reports.
     pub fn force_rcvbuf(&self, bytes: usize) -> io::Result<usize> {

@@ -175,6 +175,42 @@ http {{
         }
     }
 
+    /// Stops this nginx (SIGTERM to its master, as a service manager's restart does: open
+    /// connections are closed), waits until it is gone, leaves it down for `down`, and starts
+    /// it again on the same configuration, document root and access log (appended to).
+    pub fn restart(&self, lab: &mut Lab, h: Host, down: Duration) -> Result<()> {
+        let pid_file = self.dir.join("nginx.pid");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .with_context(|| format!("read {}", pid_file.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("{} holds no pid", pid_file.display()))?;
+        let pid = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).context("SIGTERM to nginx")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Gone: no such process, or a zombie (nginx is a child of the test process, reaped later
+        // by its `Proc`).
+        let alive = || {
+            nix::sys::signal::kill(pid, None).is_ok()
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .unwrap_or_default()
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        };
+        while alive() {
+            if Instant::now() > deadline {
+                bail!("nginx (pid {pid}) did not stop within 10 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(down);
+        let name = format!("nginx-{}-{}-again", h.name(), self.port);
+        let conf = self.dir.join("nginx.conf").to_string_lossy().into_owned();
+        let proc = lab.spawn(h, &name, &["nginx", "-c", &conf, "-e", "stderr"])?;
+        self.wait_ready(lab, h, &proc)
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -10,16 +10,18 @@
 //!   (the test server's answers themselves never cross the link: the intercept takes them on
 //!   the test host).
 //!
-//! Delay is not tested: this kernel has no qdisc that holds a packet for a time (netem, fq and
-//! etf are not built in: `zcat /proc/config.gz`; `tbf latency` bounds a queue, it does not
-//! delay), so a 50 ms delay needs a delaying NFQUEUE program of our own, left for later.
+//! Delay: this kernel has no qdisc that holds a packet for a time (netem, fq and etf are not
+//! built in: `zcat /proc/config.gz`; `tbf latency` bounds a queue, it does not delay), so the
+//! second test sends the same packets through an NFQUEUE queue that holds each for 50 ms
+//! ([`lab::fault::Delay`]), on top of the 1 % loss: 100 ms more round trip for the copies and
+//! for the control connection.
 //!
 //! Traffic: keep-alive clients, short connections and a test-host client ([`Traffic`]), plus an
 //! upload of 4 MB. Asserts that every request the online server logged reached the test server
 //! exactly once (after a wait for retransmissions), the upload whole, and that no answer leaked;
 //! prints the copier's retransmission counters and the kernel's.
 
-use lab::fault::Traffic;
+use lab::fault::{Delay, Traffic};
 use lab::setup::{diff_fingerprints, fingerprints, metric_sum, scrape_metrics, tail, CopyOptions, Copying, CONTROL_PORT};
 use lab::{addr, ifname, lab_or_skip, Host, Lab};
 use std::time::{Duration, Instant};
@@ -55,6 +57,25 @@ fn add_loss(lab: &Lab, probability: f64) {
     }
 }
 
+/// The NFQUEUE queue of the delay (the intercept reads queue 0).
+const DELAY_QUEUE: u16 = 7;
+
+/// Sends the same packets as [`add_loss`] through [`DELAY_QUEUE`] (after the loss rules).
+fn add_delay_rules(lab: &Lab) {
+    let port = CONTROL_PORT.to_string();
+    let q = DELAY_QUEUE.to_string();
+    let rules: [&[&str]; 2] = [
+        &["INPUT", "-i", ifname::TEST_TO_ONLINE],
+        &["OUTPUT", "-o", ifname::TEST_TO_ONLINE, "-p", "tcp", "--sport", &port],
+    ];
+    for r in rules {
+        let mut argv = vec!["iptables", "-w", "-I", r[0], "1"];
+        argv.extend_from_slice(&r[1..]);
+        argv.extend_from_slice(&["-m", "comment", "--comment", "tcopy-fault-delay", "-j", "NFQUEUE", "--queue-num", &q]);
+        lab.exec_ok(Host::Test, &argv).unwrap();
+    }
+}
+
 /// Packets the loss rules dropped: (toward the test host, toward the copier host).
 fn dropped(lab: &Lab) -> (u64, u64) {
     let count = |chain: &str| -> u64 {
@@ -75,13 +96,32 @@ fn metric_sum_u64(text: &str, name: &str, needles: &[&str]) -> u64 {
 
 #[test]
 fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
-    let Some(mut lab) = lab_or_skip("one_percent_loss_each_way_every_request_arrives_exactly_once") else { return };
+    let Some(lab) = lab_or_skip("one_percent_loss_each_way_every_request_arrives_exactly_once") else { return };
+    under_loss(lab, None);
+}
+
+#[test]
+fn loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once() {
+    let Some(lab) = lab_or_skip("loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once") else { return };
+    under_loss(lab, Some(Duration::from_millis(50)));
+}
+
+/// Runs the traffic with [`loss`] each way (and `delay` each way, when given) between the
+/// copier host and the test host, and asserts that every request arrived exactly once.
+fn under_loss(mut lab: Lab, delay: Option<Duration>) {
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS].map(String::from).to_vec(),
+        copier_args: ["--metrics", COPIER_METRICS].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
+        intercept_args: lab::fault::intercept_caps(),
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
     let loss = loss();
+    // The delay rules first: the loss rules go above them and drop before the queue.
+    let held = delay.map(|by| {
+        let d = Delay::start(&lab, Host::Test, DELAY_QUEUE, by).unwrap();
+        add_delay_rules(&lab);
+        d
+    });
     add_loss(&lab, loss);
     let t0 = Instant::now();
     let traffic = Traffic::start(&mut lab, 4).unwrap();
@@ -128,18 +168,23 @@ fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
     let control_losses = metric_sum_u64(&m, "copier_control_losses_total", &[]);
     let answer_timeouts = metric_sum_u64(&m, "copier_answer_timeouts_total", &[]);
     let kernel_retrans = lab.netstat_counter(Host::Online, "TcpRetransSegs").unwrap();
+    let delayed = held.as_ref().map_or(0, Delay::delayed);
     println!(
-        "{} % loss each way, {traffic_secs:.1} s of traffic: {} requests online ({ka} keep-alive), {} copied; \
+        "{} % loss and {} ms delay each way ({delayed} packets delayed), {traffic_secs:.1} s of traffic: {} requests online ({ka} keep-alive), {} copied; \
          dropped {to_test} packets toward the test host, {to_copier} toward the copier host; \
          copier: {retrans} of {segments} segments sent again, {failed} sessions failed, {answer_timeouts} answer \
          timeouts, {control_losses} control connections lost; the copier host's kernel sent {kernel_retrans} \
          control segments again",
         loss * 100.0,
+        delay.map_or(0, |d| d.as_millis()),
         online.len(),
         test.len(),
     );
     assert!(online.len() > 50, "enough traffic ran: {} requests", online.len());
     assert!(to_test > 0 && to_copier > 0, "the loss rules dropped packets both ways ({to_test}, {to_copier})");
+    if delay.is_some() {
+        assert!(delayed > 500, "the delay held the copies and the control segments: {delayed} packets");
+    }
 
     let up: Vec<_> = test.iter().filter(|e| e.uri == "/upload/lossy").collect();
     assert_eq!(up.len(), 1, "the upload reached the test server once: {up:?}");
@@ -153,5 +198,9 @@ fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
         test.len(),
         tail(&c.copier.as_ref().unwrap().log(), 30)
     );
+    lab::fault::assert_memory_within_caps(&c, if delay.is_some() { "loss and delay" } else { "loss" });
     c.assert_no_leak(&mut lab);
+    if let Some(d) = held {
+        d.stop().unwrap();
+    }
 }

@@ -3,7 +3,9 @@
 //! run, and the copier's client pool is also on the intercept's allow list (so an answer of a
 //! copy that a restarted intercept accepts by mistake leaves the test host and is counted).
 //! Asserts that no answer leaked (the firewall counter of `lab::leak`) and that copying went on
-//! after each restart; prints how many requests were copied after each fault.
+//! after each restart; prints how many requests were copied after each fault. The same for a
+//! copier killed (`kill -9`) and started again (item 2), and for the test server stopped and
+//! started again (item 3), with the daemons' memory checked against their caps after each.
 
 use lab::fault::Traffic;
 use lab::setup::{metric_sum, scrape_metrics, tail, wait_log_count, CopyOptions, Copying};
@@ -20,10 +22,12 @@ const POOL: &str = "198.19.0.0/24";
 fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
     let Some(mut lab) = lab_or_skip("intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on") else { return };
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS, "--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
+        copier_args: ["--metrics", COPIER_METRICS, "--client-ip", POOL, "--seed", "7"].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
         intercept_args: ["--allow", POOL, "--restart-grace", "6s", "--metrics", INTERCEPT_METRICS]
             .map(String::from)
-            .to_vec(),
+            .into_iter()
+            .chain(lab::fault::intercept_caps())
+            .collect(),
         ipv6: false,
         ..CopyOptions::default()
     };
@@ -65,6 +69,7 @@ fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
     println!("keep-alive requests answered online: {ka}; copier connections held back at a lost link: {withdrawn}");
     assert!(withdrawn > 0.0, "the copier held its sessions back while the link was down");
     c.check_alive().unwrap();
+    lab::fault::assert_memory_within_caps(&c, "intercept restarts");
     c.assert_no_leak(&mut lab);
     println!("figures: {figures:?}");
 }
@@ -73,8 +78,8 @@ fn intercept_restarts_under_traffic_leak_nothing_and_copying_goes_on() {
 fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() {
     let Some(mut lab) = lab_or_skip("a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up") else { return };
     let opts = CopyOptions {
-        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).to_vec(),
-        intercept_args: ["--allow", POOL].map(String::from).to_vec(),
+        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
+        intercept_args: ["--allow", POOL].map(String::from).into_iter().chain(lab::fault::intercept_caps()).collect(),
         ipv6: false,
         ..CopyOptions::default()
     };
@@ -104,5 +109,50 @@ fn a_copier_killed_and_started_again_leaks_nothing_and_picks_live_sessions_up() 
     traffic.stop();
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
     c.check_alive().unwrap();
+    lab::fault::assert_memory_within_caps(&c, "copier kill -9");
+    c.assert_no_leak(&mut lab);
+}
+
+#[test]
+fn the_test_server_restarting_under_traffic_leaks_nothing_and_copying_goes_on() {
+    let Some(mut lab) = lab_or_skip("the_test_server_restarting_under_traffic_leaks_nothing_and_copying_goes_on") else { return };
+    const METRICS: &str = "127.0.0.1:9475";
+    let opts = CopyOptions {
+        copier_args: ["--client-ip", POOL, "--seed", "7", "--metrics", METRICS]
+            .map(String::from)
+            .into_iter()
+            .chain(lab::fault::copier_caps())
+            .collect(),
+        intercept_args: ["--allow", POOL].map(String::from).into_iter().chain(lab::fault::intercept_caps()).collect(),
+        ipv6: false,
+        ..CopyOptions::default()
+    };
+    let c = Copying::start(&mut lab, opts).unwrap();
+    let traffic = Traffic::start(&mut lab, 4).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(c.test().request_count() > 0, "copying before the fault");
+    assert_eq!(c.leaked(&lab), 0);
+
+    // The test server goes down for a second (its connections closed, new copies refused by the
+    // kernel with resets, which the intercept takes like any answer) and comes back.
+    let at = Instant::now();
+    c.test().restart(&mut lab, Host::Test, Duration::from_secs(1)).unwrap();
+    let restart_secs = at.elapsed().as_secs_f64();
+    let back = c.test().request_count();
+    let leaked_down = c.leaked(&lab);
+    std::thread::sleep(Duration::from_secs(3));
+    let copied = c.test().request_count().saturating_sub(back);
+    let m = scrape_metrics(&lab, Host::Online, METRICS);
+    let failed = metric_sum(&m, "copier_sessions_failed_total", &[]);
+    println!(
+        "test server restart (stopped, 1 s down, listening again {restart_secs:.1} s after the SIGTERM): {leaked_down} answer packets leaked while it was down and coming back, {copied} \
+         requests copied in the 3 s after it was back; {failed} copied sessions failed"
+    );
+    assert_eq!(leaked_down, 0, "nothing leaks while the test server is down");
+    assert!(copied > 0, "copying goes on once the test server is back:\n{}", tail(&c.copier.as_ref().unwrap().log(), 30));
+    traffic.stop();
+    c.settle(Duration::from_secs(1), Duration::from_secs(20));
+    c.check_alive().unwrap();
+    lab::fault::assert_memory_within_caps(&c, "test server restart");
     c.assert_no_leak(&mut lab);
 }
