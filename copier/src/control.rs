@@ -591,6 +591,11 @@ async fn send_snapshot<W: AsyncWrite + Unpin>(
     let (mut snapshot, rx) = links.registry.subscribe();
     snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();
+    if peer.has(common::proto::FEATURE_STAMPS) {
+        // The first offset of the intercept's clock before its first stamped record: a Ping
+        // now (its token is our clock, `crate::clock`), not a whole ping interval later.
+        msgs.push(Message::Ping { token: crate::clock::wall_ns() });
+    }
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
     messages_for(&events, ask, &mut msgs);
     if peer.has(common::proto::FEATURE_RESTART) {
@@ -722,6 +727,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
     reader: &mut FrameReader<ReadHalf<S>>,
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
+    let clock = crate::clock::ClockSync::default();
     let counter =
         ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
     loop {
@@ -730,10 +736,11 @@ async fn read_loop<S: AsyncRead + Unpin>(
             .map_err(|_| LinkError::Silent(silence))??;
         match msg {
             None => return Err(LinkError::Closed),
-            Some(Message::Records { records }) => {
+            Some(Message::Records { mut records }) => {
                 if records.is_empty() {
                     continue;
                 }
+                clock.translate(&mut records);
                 // The records' time for the engine, which may take them a little later.
                 let at = std::time::Instant::now();
                 counter.increment(records.len() as u64);
@@ -744,7 +751,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .await
                     .map_err(|_| LinkError::EngineGone)?;
             }
-            Some(Message::Pong { .. }) => {}
+            Some(Message::Pong { token, clock: theirs }) => clock.on_pong_now(token, theirs),
             Some(Message::Rules { in_force }) => {
                 log_rules(cfg.id, in_force);
                 links
@@ -817,7 +824,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(broadcast::error::RecvError::Closed) => return Err(LinkError::EngineGone),
             },
             _ = ping.tick() => {
-                token = token.wrapping_add(1);
+                // Our clock at sending: the Pong's round trip and, from an intercept with
+                // FEATURE_STAMPS, the offset of its clock (`crate::clock`).
+                token = crate::clock::wall_ns().max(token.wrapping_add(1));
                 write(writer, &[Message::Ping { token }], limit).await?;
                 continue;
             }
@@ -981,7 +990,7 @@ mod tests {
             {
                 Message::Ping { token } => est
                     .writer
-                    .write_message(&Message::Pong { token })
+                    .write_message(&Message::Pong { token, clock: 0 })
                     .await
                     .unwrap(),
                 // After the snapshot (the link test checks where).
@@ -1058,6 +1067,7 @@ mod tests {
                 orig_len: 40,
                 headers: vec![0x45; 40],
                 payload: Vec::new(),
+                stamp: 0,
             };
             est.writer
                 .write_message(&Message::Records {
@@ -1126,7 +1136,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             assert_eq!(links.connected.load(Ordering::SeqCst), 1);
-            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new() };
+            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp: 0 };
             let results = vec![(t(1), RegVerdict::Accepted)];
             est.writer.write_message(&Message::Records { records: vec![rec.clone()] }).await.unwrap();
             est.writer.write_message(&Message::Registered { results: results.clone() }).await.unwrap();

@@ -16,6 +16,14 @@
 //! ([`Tap::packets`]), before the engine's filter keeps only the client's packets, each at its
 //! place on the replay clock (`crate::offline::Replay::take_tapped`).
 //!
+//! Times: every packet and record is timed by when it was seen, not when this thread got it.
+//! A captured packet by the kernel's stamp in the ring (`tp_sec`/`tp_nsec`, `CLOCK_REALTIME`);
+//! a record by the intercept's stamp ([`Record::stamp`], taken when it read the packet from
+//! NFQUEUE, translated to our wall clock by the control link, `crate::clock`), or, from an
+//! intercept without `FEATURE_STAMPS` (or before the link's first Pong), by the time its
+//! engine thread handed it over. Wall-clock stamps become `Instant`s through a
+//! [`crate::clock::Anchor`] read at every turn of the loop.
+//!
 //! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
 //! large enough for a whole segment (a record cut short stops its stream, counted). Only the
 //! sampled sessions ask for it (`crate::control::PayloadAsk`, by [`sampled_client`], the rule
@@ -38,6 +46,7 @@ use compare::{CompareConfig, Comparator, Exchange, Outcome};
 
 use crate::bpf::build_answer_filter;
 use crate::capture::{Capture, CaptureConfig};
+use crate::clock::Anchor;
 
 /// Record batches waiting for the comparison thread before batches are dropped.
 const TAP_BATCHES: usize = 256;
@@ -94,7 +103,8 @@ pub struct ShadowConfig {
 /// What the engine threads hand to the comparison thread.
 #[derive(Debug)]
 enum Input {
-    /// Records of the intercepts, stamped when the engine thread got them.
+    /// Records of the intercepts, with the time the engine thread got them (used when a
+    /// record has no stamp of its own).
     Records(Vec<(Instant, Record)>),
     /// Packets of an `--offline` file (both directions), at their replay time.
     Packets(Vec<(Instant, Vec<u8>)>),
@@ -273,6 +283,8 @@ struct Thread {
     log_health: crate::outage::Outage,
     /// Packets the kernel dropped because the comparison's ring was full.
     capture_drops: u64,
+    /// Our wall clock as `Instant`s, for the stamps; read at every turn of the loop.
+    anchor: Anchor,
 }
 
 fn unix_ms() -> u64 {
@@ -291,6 +303,7 @@ impl Thread {
                 format!("--compare-log {}", cfg.log.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default()),
             ),
             capture_drops: 0,
+            anchor: Anchor::now(),
             cfg,
         }
     }
@@ -301,7 +314,15 @@ impl Thread {
         loop {
             let stopping = stop.load(Ordering::SeqCst);
             let now = Instant::now();
-            let mut work = capture.as_mut().map_or(0, |c| c.drain(8, |pkt| self.guarded(|t| t.packet(now, pkt))));
+            self.anchor = Anchor::now();
+            let mut work = capture.as_mut().map_or(0, |c| {
+                c.drain_stamped(8, |pkt, stamp| {
+                    self.guarded(|t| {
+                        let at = t.anchor.instant(stamp).unwrap_or(now);
+                        t.packet(at, pkt);
+                    });
+                })
+            });
             while let Ok(input) = rx.try_recv() {
                 work += 1;
                 self.guarded(|t| t.input(input));
@@ -400,8 +421,9 @@ impl Thread {
         }
     }
 
-    /// A record of a test server's answer.
+    /// A record of a test server's answer, got at `now` (its time if it has no stamp).
     fn record(&mut self, now: Instant, r: &Record) {
+        let now = self.anchor.instant(r.stamp).unwrap_or(now);
         let Ok(h) = parse_tcp_headers(&r.headers) else { return };
         let p = h.packet;
         let from = SocketAddr::new(p.src, p.tcp.src_port());
