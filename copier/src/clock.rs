@@ -97,7 +97,7 @@ impl ClockSync {
             let mut f = self.filter.lock().unwrap_or_else(|p| p.into_inner());
             f.handle_pong(token, clock, t4);
             if let Some(s) = f.best() {
-                tracing::trace!(rtt_us = s.rtt / 1000, offset_us = s.offset / 1000, "control link clock offset");
+                tracing::debug!(rtt_us = s.rtt / 1000, offset_us = s.offset / 1000, "control link clock offset");
             }
         }
     }

@@ -573,7 +573,7 @@ where
 
     let r = tokio::select! {
         r = read_loop(cfg, links, gen, &mut reader) => r,
-        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx, peer.has(common::proto::FEATURE_STAMPS)) => r,
     };
     let _ = links.records.deliver_link(cfg.id, gen, LinkEvent::Down).await;
     r
@@ -670,7 +670,7 @@ pub async fn serve_direct(
 
     tokio::select! {
         e = shared.watch(cfg.ping_interval * 3) => Err(e),
-        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx, peer.has(common::proto::FEATURE_STAMPS)) => r,
     }
 }
 
@@ -778,6 +778,12 @@ async fn read_loop<S: AsyncRead + Unpin>(
     }
 }
 
+/// Pings sent at the start of a link to an intercept with `FEATURE_STAMPS`, for the clock offset.
+const CLOCK_PINGS: u32 = 8;
+/// Their spacing.
+const CLOCK_PING_INTERVAL: Duration = Duration::from_millis(50);
+
+#[allow(clippy::too_many_arguments)]
 async fn write_loop<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     ask: Option<PayloadAsk>,
@@ -786,12 +792,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     writer: &mut FrameWriter<W>,
     mut sent: HashSet<FourTuple>,
     mut rx: broadcast::Receiver<RegEvent>,
+    stamps: bool,
 ) -> Result<(), LinkError> {
     let limit = cfg.ping_interval * 3;
     let mut ping = tokio::time::interval(cfg.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await; // the first tick is immediate
     let mut token = 0u64;
+    // With an intercept that stamps its records: a few more Pings at the start, so that the
+    // clock offset comes from a round trip that no busy moment stretched (`crate::clock`:
+    // the smallest of them wins; the ping interval's Pings refresh it afterwards).
+    let mut clock_pings = if stamps { CLOCK_PINGS } else { 0 };
+    let mut clock_tick = tokio::time::interval(CLOCK_PING_INTERVAL);
+    clock_tick.tick().await;
     let mut events = Vec::new();
     let mut msgs = Vec::new();
     // A connection starts with no hold: say ours if we have one.
@@ -823,6 +836,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(broadcast::error::RecvError::Lagged(_)) => lagged = true,
                 Err(broadcast::error::RecvError::Closed) => return Err(LinkError::EngineGone),
             },
+            _ = clock_tick.tick(), if clock_pings > 0 => {
+                clock_pings -= 1;
+                token = crate::clock::wall_ns().max(token.wrapping_add(1));
+                write(writer, &[Message::Ping { token }], limit).await?;
+                continue;
+            }
             _ = ping.tick() => {
                 // Our clock at sending: the Pong's round trip and, from an intercept with
                 // FEATURE_STAMPS, the offset of its clock (`crate::clock`).

@@ -17,6 +17,9 @@
 //! place on the replay clock (`crate::offline::Replay::take_tapped`).
 //!
 //! Times: every packet and record is timed by when it was seen, not when this thread got it.
+//! The copy's data segments of the compared connections are marked as the engine thread hands
+//! them to the sender ([`Tap::sent`]: our clock), which times a test answer whose server
+//! acknowledged the request only on the answer (`compare::flows`, delayed ACK).
 //! A captured packet by the kernel's stamp in the ring (`tp_sec`/`tp_nsec`, `CLOCK_REALTIME`);
 //! a record by the intercept's stamp ([`Record::stamp`], taken when it read the packet from
 //! NFQUEUE, translated to our wall clock by the control link, `crate::clock`), or, from an
@@ -108,7 +111,24 @@ enum Input {
     Records(Vec<(Instant, Record)>),
     /// Packets of an `--offline` file (both directions), at their replay time.
     Packets(Vec<(Instant, Vec<u8>)>),
+    /// Data segments of copies that stand for their captured client, as they were sent.
+    Sent(Vec<Sent>),
 }
+
+/// A copy's data segment handed to the sender ([`Tap::sent`]).
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Instant,
+    /// The captured client the copy stands for (the connection's key).
+    client: SocketAddr,
+    /// The test server.
+    server: SocketAddr,
+    /// The client sequence number after the segment's last byte.
+    end: u32,
+}
+
+/// Sent marks an engine thread gathers before it hands them over ([`Tap::flush_sent`]).
+const SENT_BATCH: usize = 1024;
 
 /// Files the record of a copy that stands for the captured `client` under it: when the copy's
 /// test tuple has another client port (the client's was taken by another live copy, a TIME_WAIT
@@ -132,6 +152,8 @@ pub struct Tap {
     tx: SyncSender<Input>,
     sample: f64,
     dropped: Arc<AtomicU64>,
+    /// This engine thread's marks not handed over yet.
+    sent: Vec<Sent>,
 }
 
 impl Tap {
@@ -155,6 +177,36 @@ impl Tap {
             return;
         }
         self.send(out.len(), Input::Records(out));
+    }
+
+    /// A copy's segment `pkt` (an IP packet) leaves now: a segment with data of a sampled copy
+    /// that stands for its captured client (copy 0 wherever its port went, or a copy on the
+    /// client's own address and port, as the baseline's) is marked. Call
+    /// [`Tap::flush_sent`] once a turn.
+    pub fn sent(&mut self, t: &crate::engine::Transmit, pkt: &[u8]) {
+        let Some((copy, client)) = t.copy else { return };
+        if copy != 0 && t.tuple.client.socket() != client {
+            return;
+        }
+        let Ok(h) = parse_tcp_headers(pkt) else { return };
+        let data = pkt.len().saturating_sub(h.packet.headers_len());
+        if data == 0 || !sampled_client(client.ip(), client.port(), self.sample) {
+            return;
+        }
+        let end = h.packet.tcp.seq().0.wrapping_add(data as u32);
+        self.sent.push(Sent { at: Instant::now(), client, server: t.tuple.server.socket(), end });
+        if self.sent.len() >= SENT_BATCH {
+            self.flush_sent();
+        }
+    }
+
+    /// Hands over the marks gathered by [`Tap::sent`] (never blocks; a full channel drops them:
+    /// their answers are then timed from the ACK on the answer).
+    pub fn flush_sent(&mut self) {
+        if !self.sent.is_empty() {
+            let batch = std::mem::take(&mut self.sent);
+            let _ = self.tx.try_send(Input::Sent(batch));
+        }
     }
 
     /// Hands over packets of the `--offline` file (requests and online answers, with their
@@ -250,7 +302,7 @@ pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     let (tx, rx) = sync_channel(TAP_BATCHES);
     let dropped = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone() };
+    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone(), sent: Vec::new() };
     let st = stop.clone();
     let handle = std::thread::Builder::new()
         .name("compare".into())
@@ -398,6 +450,18 @@ impl Thread {
             Input::Packets(batch) => {
                 for (t, p) in batch {
                     self.packet(t, &p);
+                }
+            }
+            Input::Sent(batch) => {
+                for s in batch {
+                    let side = if self.cfg.maps.iter().any(|m| m.candidate == s.server) {
+                        Side::Candidate
+                    } else if self.cfg.maps.iter().any(|m| m.baseline == Some(s.server)) {
+                        Side::Baseline
+                    } else {
+                        continue;
+                    };
+                    self.flows.handle_sent(s.at, &(s.client.ip(), s.client.port()), side, s.end);
                 }
             }
         }
