@@ -167,6 +167,8 @@ struct Stream {
     first_t: Option<Instant>,
     /// When the last message ended (the segment that completed it came).
     last_end_t: Option<Instant>,
+    /// When the last bytes in order came.
+    last_t: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -455,9 +457,11 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             emitted.extend(whole_connection(c, &self.cfg));
         } else {
             emitted.extend(cut_messages(c, t, &self.cfg, &mut self.counts, now));
-            // the answers that came before the client's first bytes told what the protocol is
-            if t == 0 && was_http.is_none() && c.http == Some(true) {
-                for side in 1..4 {
+            // the answers that came before the client's first bytes told what the protocol is,
+            // or before the capture showed their request whole
+            if t == 0 && c.http == Some(true) {
+                let from = if was_http.is_none() { 1 } else { 2 };
+                for side in from..4 {
                     emitted.extend(cut_messages(c, side, &self.cfg, &mut self.counts, now));
                 }
             }
@@ -585,6 +589,7 @@ fn put(st: &mut Stream, off: u64, data: &[u8], max_held: usize, now: Instant) {
     if st.buf.is_empty() && st.first_t.is_none() {
         st.first_t = Some(now);
     }
+    st.last_t = Some(now);
     st.buf.extend_from_slice(&data[(next - off) as usize..]);
     // held segments that are now in order
     while let Some((&o, _)) = st.held.iter().next() {
@@ -666,6 +671,13 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             }
         }
         let n = st.n;
+        if t >= 2 && c.streams[0].n <= n && !c.streams[0].dead && !c.streams[t].dead && c.streams[t].buf.len() < cfg.max_message {
+            // a test answer before the capture showed its request whole (the records came by
+            // the faster path): it waits for it, which its time starts from (cut again when
+            // the client's stream moves on)
+            return out;
+        }
+        let st = &mut c.streams[t];
         let head = !is_req && c.reqs.iter().any(|r| r.0 == n && r.1);
         let framing = message_len(&st.buf, is_req, head);
         let st = &mut c.streams[t];
@@ -741,7 +753,7 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             // HTTP/1.x serves pipelined requests one after the other: a request that came
             // while the answer before it was still going out waited for it, not for the server
             let since = since.map(|s| c.streams[t].last_end_t.map_or(s, |e| e.max(s)));
-            c.streams[t].last_end_t = Some(now);
+            c.streams[t].last_end_t = Some(c.streams[t].last_t.unwrap_or(now));
             let time = since.map(|s| first.unwrap_or(now).saturating_duration_since(s));
             let reply = Reply { bytes, complete, time };
             match t {

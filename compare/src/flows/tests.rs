@@ -150,6 +150,25 @@ fn a_pipelined_request_is_timed_from_the_end_of_the_answer_before_it() {
 }
 
 #[test]
+fn a_test_answer_before_its_request_was_captured_waits_for_it_and_keeps_its_time() {
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    let req = b"GET /a HTTP/1.1\r\n\r\n";
+    let end = h.client_end() + req.len() as u32;
+    // the copy's send and the test answer (its ACK on it) come before the capture's request
+    h.f.handle_sent(h.t, &7, Side::Candidate, end);
+    h.later(3);
+    h.seg(Side::Candidate, false, &ok("1"), Some(end));
+    h.later(10);
+    h.seg(Side::Client, false, req, None);
+    h.later(1);
+    h.seg(Side::Online, false, &ok("1"), None);
+    assert_eq!(h.out.len(), 1);
+    assert_eq!(h.out[0].candidate.time, Some(Duration::from_millis(3)));
+    assert_eq!(h.out[0].online.time, Some(Duration::from_millis(1)));
+}
+
+#[test]
 fn out_of_order_and_retransmitted_segments() {
     let mut h = H::new(FlowConfig::default());
     h.open();
