@@ -187,7 +187,7 @@ mod tests {
         let mut f = OffsetFilter::default();
         let ahead = 7 * MS;
         // A Pong that waited 30 ms behind queued records at the intercept: offset off by 15 ms.
-        f.handle_pong(S, S + ahead + 1 * MS, S + 32 * MS);
+        f.handle_pong(S, S + ahead + MS, S + 32 * MS);
         assert_eq!(f.best().unwrap().offset, (ahead as i64) - (15 * MS) as i64);
         f.handle_pong(S + 1000 * MS, S + 1000 * MS + ahead + MS, S + 1002 * MS);
         assert_eq!(f.best().unwrap().offset, ahead as i64);
