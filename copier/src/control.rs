@@ -1127,6 +1127,64 @@ mod tests {
         );
     }
 
+    /// An intercept whose clock is 5 s ahead: the Pongs' clock gives the offset, and the stamps
+    /// of its records reach the engine on the copier's clock; before the first Pong they are
+    /// unknown (0).
+    #[tokio::test]
+    async fn record_stamps_reach_the_engine_on_the_copiers_clock() {
+        use common::proto::io::{client_handshake, server_handshake};
+        const AHEAD: u64 = 5_000_000_000;
+        let (links, mut inbox) = links();
+        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        cfg.ping_interval = Duration::from_millis(200);
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let client = async {
+            let est = client_handshake(a, Some(b"s3cret"), "copier test").await.unwrap();
+            serve(&cfg, &links, est).await
+        };
+        let fake = async {
+            let mut est = server_handshake(b, Some(b"s3cret"), "fake intercept").await.unwrap();
+            let rec = |stamp| Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp };
+            let mut pongs = 0;
+            let mut before = false;
+            while pongs < 3 {
+                match est.reader.read_message().await.unwrap().expect("open") {
+                    Message::Ping { token } => {
+                        if !before {
+                            // the first Ping is not answered yet: a stamp now is unknown
+                            let r = vec![rec(crate::clock::wall_ns() + AHEAD)];
+                            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+                            before = true;
+                        }
+                        let clock = crate::clock::wall_ns() + AHEAD;
+                        est.writer.write_message(&Message::Pong { token, clock }).await.unwrap();
+                        pongs += 1;
+                    }
+                    Message::Register { .. } | Message::Synced => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            // the client reads in order: its third Pong is in before these records
+            let ours = crate::clock::wall_ns();
+            let r = vec![rec(ours + AHEAD), rec(0)];
+            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                if let Inbound::Records { records, .. } = inbox.recv().await.unwrap() {
+                    got.extend(records.into_iter().map(|r| r.stamp));
+                }
+            }
+            assert_eq!(got[0], 0, "before the first Pong: unknown");
+            assert!(got[1].abs_diff(ours) < 50_000_000, "{} vs {ours}: on our clock", got[1]);
+            assert_eq!(got[2], 0, "an unstamped record stays so");
+            est
+        };
+        tokio::select! {
+            r = client => panic!("the client ended: {r:?}"),
+            _ = fake => {}
+        }
+    }
+
     #[tokio::test]
     async fn with_one_worker_the_engine_reads_the_link_and_ends_it_with_its_reason() {
         use crate::link::LinkDesk;
