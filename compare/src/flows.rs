@@ -25,7 +25,18 @@
 //! byte; on test, from the test server's acknowledgement of the request's last byte (the copy
 //! sends client byte `s` as byte `s` on its test connection, so the test server's ACK numbers are
 //! the client's sequence numbers) to its answer's first byte. Both are what the server took
-//! once it had the request, measured from the same vantage point as its answer.
+//! once it had the request, measured from the same vantage point as its answer. Only a pure
+//! ACK (no payload) starts a test answer time: a server in delayed-ACK mode (a keep-alive
+//! connection after its first exchanges) acknowledges the request on its answer's first
+//! segment, which says nothing of when it had the request. Such an answer is timed from when
+//! the copy's last byte of the request was sent ([`Flows::handle_sent`]: the caller's marks of
+//! the copy's data segments as they leave; longer than the server's own time by the path to
+//! the test server, and on two hosts' clocks, see `copier::clock`), and only without such a
+//! mark from the ACK on the answer (0). An answer is timed from the end of the answer before
+//! it when that came later (a pipelined request, which the server takes up only then: the
+//! copy sends what the client sent as fast as the test server takes it, so it pipelines
+//! when it is behind). Times are what the caller passes as `now`: the copier
+//! passes the capture's and the intercept's stamps of each packet and its own send time.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -154,6 +165,10 @@ struct Stream {
     overflowed: bool,
     /// When the current message's first byte came.
     first_t: Option<Instant>,
+    /// When the last message ended (the segment that completed it came).
+    last_end_t: Option<Instant>,
+    /// When the last bytes in order came.
+    last_t: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -167,6 +182,9 @@ struct Conn {
     reqs: VecDeque<(u64, bool, u64, Instant)>,
     /// Per request index, per test side: when the test server acknowledged the whole request.
     acked: [HashMap<u64, Instant>; 2],
+    /// Per test side, the last [`SENT_MARKS`] data segments the copy sent: the client sequence
+    /// number after their last byte, and when.
+    sent: [VecDeque<(u32, Instant)>; 2],
     /// Not HTTP, and compared whole once: nothing more to do.
     bytes_done: bool,
     /// The online service's port.
@@ -311,6 +329,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 streams: Default::default(),
                 reqs: VecDeque::new(),
                 acked: Default::default(),
+                sent: Default::default(),
                 bytes_done: false,
                 port: self.cfg.port,
             },
@@ -321,6 +340,19 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// service's port is `FlowConfig::port` (see [`Flows::handle_on`]).
     pub fn handle(&mut self, now: Instant, key: &K, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
         self.handle_on(now, key, self.cfg.port, side, seg)
+    }
+
+    /// The copy of connection `key` to test server `side` sent client bytes up to sequence
+    /// number `end` (exclusive) at `now`: the start of that server's answer time when it
+    /// acknowledges the request only on its answer (see the module doc). Marks of a connection
+    /// not followed (yet) are dropped; a connection keeps its last [`SENT_MARKS`].
+    pub fn handle_sent(&mut self, now: Instant, key: &K, side: Side, end: u32) {
+        let (Some(c), Some(ti)) = (self.conns.get_mut(key), test_index(side)) else { return };
+        let marks = &mut c.sent[ti];
+        if marks.len() >= SENT_MARKS {
+            marks.pop_front();
+        }
+        marks.push_back((end, now));
     }
 
     /// [`Flows::handle`] for a connection to the online service's port `port` (it names the
@@ -377,7 +409,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         if seg.syn && c.streams[t].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
             c.streams[t] = Stream::default();
         }
-        if let (Some(ack), Some(ti)) = (seg.ack, test_index(side)) {
+        if let (Some(ack), Some(ti), true) = (seg.ack, test_index(side), seg.payload.is_empty()) {
             note_ack(c, ti, ack, now);
         }
         let st = &mut c.streams[t];
@@ -425,9 +457,11 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             emitted.extend(whole_connection(c, &self.cfg));
         } else {
             emitted.extend(cut_messages(c, t, &self.cfg, &mut self.counts, now));
-            // the answers that came before the client's first bytes told what the protocol is
-            if t == 0 && was_http.is_none() && c.http == Some(true) {
-                for side in 1..4 {
+            // the answers that came before the client's first bytes told what the protocol is,
+            // or before the capture showed their request whole
+            if t == 0 && c.http == Some(true) {
+                let from = if was_http.is_none() { 1 } else { 2 };
+                for side in from..4 {
                     emitted.extend(cut_messages(c, side, &self.cfg, &mut self.counts, now));
                 }
             }
@@ -499,6 +533,24 @@ fn test_index(side: Side) -> Option<usize> {
     }
 }
 
+/// Data segments of a copy remembered per connection and test server ([`Flows::handle_sent`]):
+/// more than the requests a keep-alive connection has in flight.
+pub const SENT_MARKS: usize = 32;
+
+/// When the copy first sent the last byte of a request ending at client stream offset `end`:
+/// the earliest mark at or past it.
+fn sent_at(c: &Conn, ti: usize, end: u64) -> Option<Instant> {
+    let base = c.streams[0].base?;
+    c.sent[ti]
+        .iter()
+        .filter(|(seq, _)| {
+            let off = u64::from(seq.wrapping_sub(base));
+            off >= end && off < (1 << 31)
+        })
+        .map(|&(_, t)| t)
+        .min()
+}
+
 /// A test server's ACK: the requests it now has whole.
 fn note_ack(c: &mut Conn, ti: usize, ack: u32, now: Instant) {
     let Some(base) = c.streams[0].base else { return };
@@ -537,6 +589,7 @@ fn put(st: &mut Stream, off: u64, data: &[u8], max_held: usize, now: Instant) {
     if st.buf.is_empty() && st.first_t.is_none() {
         st.first_t = Some(now);
     }
+    st.last_t = Some(now);
     st.buf.extend_from_slice(&data[(next - off) as usize..]);
     // held segments that are now in order
     while let Some((&o, _)) = st.held.iter().next() {
@@ -618,6 +671,13 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             }
         }
         let n = st.n;
+        if t >= 2 && c.streams[0].n <= n && !c.streams[0].dead && !c.streams[t].dead && c.streams[t].buf.len() < cfg.max_message {
+            // a test answer before the capture showed its request whole (the records came by
+            // the faster path): it waits for it, which its time starts from (cut again when
+            // the client's stream moves on)
+            return out;
+        }
+        let st = &mut c.streams[t];
         let head = !is_req && c.reqs.iter().any(|r| r.0 == n && r.1);
         let framing = message_len(&st.buf, is_req, head);
         let st = &mut c.streams[t];
@@ -684,8 +744,16 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
         } else {
             let since = match t {
                 1 => c.reqs.iter().find(|r| r.0 == n).map(|r| r.3),
-                _ => c.acked[t - 2].remove(&n),
+                _ => c.acked[t - 2].remove(&n).or_else(|| {
+                    let end = c.reqs.iter().find(|r| r.0 == n)?.2;
+                    // acknowledged on the answer only: from the copy's send, else 0
+                    sent_at(c, t - 2, end).or(Some(first.unwrap_or(now)))
+                }),
             };
+            // HTTP/1.x serves pipelined requests one after the other: a request that came
+            // while the answer before it was still going out waited for it, not for the server
+            let since = since.map(|s| c.streams[t].last_end_t.map_or(s, |e| e.max(s)));
+            c.streams[t].last_end_t = Some(c.streams[t].last_t.unwrap_or(now));
             let time = since.map(|s| first.unwrap_or(now).saturating_duration_since(s));
             let reply = Reply { bytes, complete, time };
             match t {

@@ -87,8 +87,9 @@ pub struct EndpointStats {
 
 impl EndpointStats {
     /// Test p-quantile answer time over the online one (None until both have one). Both are
-    /// taken as at least [`TIME_FLOOR`]: the times come from capture batches, and a ratio of
-    /// two times below that says nothing.
+    /// taken as at least [`TIME_FLOOR`]: below it the times are those of the hosts (a capture
+    /// or NFQUEUE read, a send mark, the path to the test server, the clock offset's error)
+    /// more than the servers', and a ratio of two of them says nothing.
     pub fn time_ratio(&self, q: f64) -> Option<f64> {
         let on = self.online_time.quantile(q)?.max(TIME_FLOOR).as_secs_f64();
         let t = self.test_time.quantile(q)?.max(TIME_FLOOR).as_secs_f64();

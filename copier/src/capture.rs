@@ -48,6 +48,8 @@ mod block {
 /// Offsets in `struct tpacket3_hdr`; checked against libc in the tests.
 mod frame {
     pub const NEXT_OFFSET: usize = 0;
+    pub const SEC: usize = 4;
+    pub const NSEC: usize = 8;
     pub const SNAPLEN: usize = 12;
     pub const LEN: usize = 16;
     pub const STATUS: usize = 20;
@@ -74,6 +76,9 @@ pub struct FrameRef<'a> {
     pub wire_len: u32,
     /// `tp_status` of the frame (`TP_STATUS_CSUMNOTREADY`, ...).
     pub status: u32,
+    /// When the kernel took the packet (`tp_sec`, `tp_nsec`: `CLOCK_REALTIME`, the software
+    /// stamp of the packet or the time the ring took it), in nanoseconds since the Unix epoch.
+    pub stamp: u64,
 }
 
 /// A block or frame header that does not fit its block.
@@ -127,6 +132,8 @@ pub fn walk_block<'a>(
         let status = u32_at(hdr, frame::STATUS).ok_or(bad)?;
         let mac = u16_at(hdr, frame::MAC).ok_or(bad)? as usize;
         let next = u32_at(hdr, frame::NEXT_OFFSET).ok_or(bad)? as usize;
+        let sec = u64::from(u32_at(hdr, frame::SEC).ok_or(bad)?);
+        let nsec = u64::from(u32_at(hdr, frame::NSEC).ok_or(bad)?);
         let start = off.checked_add(mac).ok_or(bad)?;
         let data = used
             .get(start..start.checked_add(snaplen).ok_or(bad)?)
@@ -135,6 +142,7 @@ pub fn walk_block<'a>(
             data,
             wire_len,
             status,
+            stamp: sec * 1_000_000_000 + nsec,
         });
         if index + 1 < num {
             if next == 0 {
@@ -574,6 +582,11 @@ impl Capture {
     /// Returns the number of blocks processed. A ring that can grow grows here (see the module
     /// doc): a replaced ring is read to its end before the ring that replaced it.
     pub fn drain(&mut self, max_blocks: usize, mut f: impl FnMut(&[u8])) -> usize {
+        self.drain_stamped(max_blocks, |pkt, _| f(pkt))
+    }
+
+    /// [`Capture::drain`], with each packet's kernel time stamp ([`FrameRef::stamp`]).
+    pub fn drain_stamped(&mut self, max_blocks: usize, mut f: impl FnMut(&[u8], u64)) -> usize {
         let mut done = 0;
         while done < max_blocks {
             let now = Instant::now();
@@ -653,7 +666,7 @@ fn drain_ring(
     next: &mut usize,
     stats: &mut CaptureStats,
     max_blocks: usize,
-    f: &mut impl FnMut(&[u8]),
+    f: &mut impl FnMut(&[u8], u64),
 ) -> usize {
     let mut done = 0;
     while done < max_blocks {
@@ -666,7 +679,7 @@ fn drain_ring(
                 let pkt = trim_to_ip_len(fr.data);
                 stats.packets += 1;
                 stats.bytes += pkt.len() as u64;
-                f(pkt);
+                f(pkt, fr.stamp);
             })
         });
         match walked {
@@ -709,6 +722,8 @@ mod tests {
             offset_of!(libc::tpacket3_hdr, tp_next_offset),
             frame::NEXT_OFFSET
         );
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_sec), frame::SEC);
+        assert_eq!(offset_of!(libc::tpacket3_hdr, tp_nsec), frame::NSEC);
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_snaplen), frame::SNAPLEN);
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_len), frame::LEN);
         assert_eq!(offset_of!(libc::tpacket3_hdr, tp_status), frame::STATUS);
@@ -740,6 +755,8 @@ mod tests {
             put32(&mut b, o + frame::SNAPLEN, data.len() as u32);
             put32(&mut b, o + frame::LEN, *wire_len);
             put32(&mut b, o + frame::STATUS, 1);
+            put32(&mut b, o + frame::SEC, 1_764_000_000 + i as u32);
+            put32(&mut b, o + frame::NSEC, 123_456_789);
             b[o + frame::MAC..o + frame::MAC + 2].copy_from_slice(&(mac as u16).to_ne_bytes());
             b[o + mac..o + mac + data.len()].copy_from_slice(data);
         }
@@ -758,6 +775,9 @@ mod tests {
         let mut seen = Vec::new();
         assert_eq!(walk_block(&blk, |f| seen.push(f.data.to_vec())).unwrap(), 3);
         assert_eq!(seen, vec![p1.to_vec(), p2.to_vec(), p3.to_vec()]);
+        let mut stamps = Vec::new();
+        walk_block(&blk, |f| stamps.push(f.stamp)).unwrap();
+        assert_eq!(stamps, [0, 1, 2].map(|i| (1_764_000_000 + i) * 1_000_000_000 + 123_456_789));
     }
 
     #[test]

@@ -573,7 +573,7 @@ where
 
     let r = tokio::select! {
         r = read_loop(cfg, links, gen, &mut reader) => r,
-        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx, peer.has(common::proto::FEATURE_STAMPS)) => r,
     };
     let _ = links.records.deliver_link(cfg.id, gen, LinkEvent::Down).await;
     r
@@ -591,6 +591,11 @@ async fn send_snapshot<W: AsyncWrite + Unpin>(
     let (mut snapshot, rx) = links.registry.subscribe();
     snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();
+    if peer.has(common::proto::FEATURE_STAMPS) {
+        // The first offset of the intercept's clock before its first stamped record: a Ping
+        // now (its token is our clock, `crate::clock`), not a whole ping interval later.
+        msgs.push(Message::Ping { token: crate::clock::wall_ns() });
+    }
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
     messages_for(&events, ask, &mut msgs);
     if peer.has(common::proto::FEATURE_RESTART) {
@@ -665,7 +670,7 @@ pub async fn serve_direct(
 
     tokio::select! {
         e = shared.watch(cfg.ping_interval * 3) => Err(e),
-        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx) => r,
+        r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx, peer.has(common::proto::FEATURE_STAMPS)) => r,
     }
 }
 
@@ -722,6 +727,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
     reader: &mut FrameReader<ReadHalf<S>>,
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
+    let clock = crate::clock::ClockSync::default();
     let counter =
         ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
     loop {
@@ -730,10 +736,11 @@ async fn read_loop<S: AsyncRead + Unpin>(
             .map_err(|_| LinkError::Silent(silence))??;
         match msg {
             None => return Err(LinkError::Closed),
-            Some(Message::Records { records }) => {
+            Some(Message::Records { mut records }) => {
                 if records.is_empty() {
                     continue;
                 }
+                clock.translate(&mut records);
                 // The records' time for the engine, which may take them a little later.
                 let at = std::time::Instant::now();
                 counter.increment(records.len() as u64);
@@ -744,7 +751,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .await
                     .map_err(|_| LinkError::EngineGone)?;
             }
-            Some(Message::Pong { .. }) => {}
+            Some(Message::Pong { token, clock: theirs }) => clock.on_pong_now(token, theirs),
             Some(Message::Rules { in_force }) => {
                 log_rules(cfg.id, in_force);
                 links
@@ -771,6 +778,12 @@ async fn read_loop<S: AsyncRead + Unpin>(
     }
 }
 
+/// Pings sent at the start of a link to an intercept with `FEATURE_STAMPS`, for the clock offset.
+const CLOCK_PINGS: u32 = 8;
+/// Their spacing.
+const CLOCK_PING_INTERVAL: Duration = Duration::from_millis(50);
+
+#[allow(clippy::too_many_arguments)]
 async fn write_loop<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     ask: Option<PayloadAsk>,
@@ -779,12 +792,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     writer: &mut FrameWriter<W>,
     mut sent: HashSet<FourTuple>,
     mut rx: broadcast::Receiver<RegEvent>,
+    stamps: bool,
 ) -> Result<(), LinkError> {
     let limit = cfg.ping_interval * 3;
     let mut ping = tokio::time::interval(cfg.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ping.tick().await; // the first tick is immediate
     let mut token = 0u64;
+    // With an intercept that stamps its records: a few more Pings at the start, so that the
+    // clock offset comes from a round trip that no busy moment stretched (`crate::clock`:
+    // the smallest of them wins; the ping interval's Pings refresh it afterwards).
+    let mut clock_pings = if stamps { CLOCK_PINGS } else { 0 };
+    let mut clock_tick = tokio::time::interval(CLOCK_PING_INTERVAL);
+    clock_tick.tick().await;
     let mut events = Vec::new();
     let mut msgs = Vec::new();
     // A connection starts with no hold: say ours if we have one.
@@ -816,8 +836,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                 Err(broadcast::error::RecvError::Lagged(_)) => lagged = true,
                 Err(broadcast::error::RecvError::Closed) => return Err(LinkError::EngineGone),
             },
+            _ = clock_tick.tick(), if clock_pings > 0 => {
+                clock_pings -= 1;
+                token = crate::clock::wall_ns().max(token.wrapping_add(1));
+                write(writer, &[Message::Ping { token }], limit).await?;
+                continue;
+            }
             _ = ping.tick() => {
-                token = token.wrapping_add(1);
+                // Our clock at sending: the Pong's round trip and, from an intercept with
+                // FEATURE_STAMPS, the offset of its clock (`crate::clock`).
+                token = crate::clock::wall_ns().max(token.wrapping_add(1));
                 write(writer, &[Message::Ping { token }], limit).await?;
                 continue;
             }
@@ -981,7 +1009,7 @@ mod tests {
             {
                 Message::Ping { token } => est
                     .writer
-                    .write_message(&Message::Pong { token })
+                    .write_message(&Message::Pong { token, clock: 0 })
                     .await
                     .unwrap(),
                 // After the snapshot (the link test checks where).
@@ -1058,6 +1086,7 @@ mod tests {
                 orig_len: 40,
                 headers: vec![0x45; 40],
                 payload: Vec::new(),
+                stamp: 0,
             };
             est.writer
                 .write_message(&Message::Records {
@@ -1098,6 +1127,64 @@ mod tests {
         );
     }
 
+    /// An intercept whose clock is 5 s ahead: the Pongs' clock gives the offset, and the stamps
+    /// of its records reach the engine on the copier's clock; before the first Pong they are
+    /// unknown (0).
+    #[tokio::test]
+    async fn record_stamps_reach_the_engine_on_the_copiers_clock() {
+        use common::proto::io::{client_handshake, server_handshake};
+        const AHEAD: u64 = 5_000_000_000;
+        let (links, mut inbox) = links();
+        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        cfg.ping_interval = Duration::from_millis(200);
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let client = async {
+            let est = client_handshake(a, Some(b"s3cret"), "copier test").await.unwrap();
+            serve(&cfg, &links, est).await
+        };
+        let fake = async {
+            let mut est = server_handshake(b, Some(b"s3cret"), "fake intercept").await.unwrap();
+            let rec = |stamp| Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp };
+            let mut pongs = 0;
+            let mut before = false;
+            while pongs < 3 {
+                match est.reader.read_message().await.unwrap().expect("open") {
+                    Message::Ping { token } => {
+                        if !before {
+                            // the first Ping is not answered yet: a stamp now is unknown
+                            let r = vec![rec(crate::clock::wall_ns() + AHEAD)];
+                            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+                            before = true;
+                        }
+                        let clock = crate::clock::wall_ns() + AHEAD;
+                        est.writer.write_message(&Message::Pong { token, clock }).await.unwrap();
+                        pongs += 1;
+                    }
+                    Message::Register { .. } | Message::Synced => {}
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            // the client reads in order: its third Pong is in before these records
+            let ours = crate::clock::wall_ns();
+            let r = vec![rec(ours + AHEAD), rec(0)];
+            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                if let Inbound::Records { records, .. } = inbox.recv().await.unwrap() {
+                    got.extend(records.into_iter().map(|r| r.stamp));
+                }
+            }
+            assert_eq!(got[0], 0, "before the first Pong: unknown");
+            assert!(got[1].abs_diff(ours) < 50_000_000, "{} vs {ours}: on our clock", got[1]);
+            assert_eq!(got[2], 0, "an unstamped record stays so");
+            est
+        };
+        tokio::select! {
+            r = client => panic!("the client ended: {r:?}"),
+            _ = fake => {}
+        }
+    }
+
     #[tokio::test]
     async fn with_one_worker_the_engine_reads_the_link_and_ends_it_with_its_reason() {
         use crate::link::LinkDesk;
@@ -1126,7 +1213,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             assert_eq!(links.connected.load(Ordering::SeqCst), 1);
-            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new() };
+            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp: 0 };
             let results = vec![(t(1), RegVerdict::Accepted)];
             est.writer.write_message(&Message::Records { records: vec![rec.clone()] }).await.unwrap();
             est.writer.write_message(&Message::Registered { results: results.clone() }).await.unwrap();

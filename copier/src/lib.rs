@@ -16,6 +16,7 @@
 pub mod bpf;
 pub mod capture;
 pub mod cli;
+pub mod clock;
 pub mod compare_report;
 pub mod control;
 pub mod doctor;

@@ -68,6 +68,8 @@ pub struct LinkShared {
     base: Instant,
     /// Nanoseconds from `base` to the last whole message read.
     heard: AtomicU64,
+    /// The intercept's clock against ours (from the Pongs), for the records' stamps.
+    pub clock: crate::clock::ClockSync,
 }
 
 impl LinkShared {
@@ -79,6 +81,7 @@ impl LinkShared {
             wake: Notify::new(),
             base: Instant::now(),
             heard: AtomicU64::new(0),
+            clock: crate::clock::ClockSync::default(),
         }
     }
 
@@ -230,8 +233,9 @@ impl EngineLink {
             while let Some(m) = self.decoder.next()? {
                 self.shared.heard(at);
                 match m {
-                    Message::Records { records } => {
+                    Message::Records { mut records } => {
                         if !records.is_empty() {
+                            self.shared.clock.translate(&mut records);
                             self.records.increment(records.len() as u64);
                             f(Inbound::Records { at, records });
                         }
@@ -244,7 +248,7 @@ impl EngineLink {
                             });
                         }
                     }
-                    Message::Pong { .. } => {}
+                    Message::Pong { token, clock } => self.shared.clock.on_pong_now(token, clock),
                     Message::Rules { in_force } => {
                         crate::control::log_rules(self.id, in_force);
                         f(Inbound::Link { from: self.id, gen: self.gen, event: crate::engine::LinkEvent::Rules(in_force) });
@@ -389,6 +393,7 @@ mod tests {
             orig_len: 40,
             headers: vec![0x45; 20].into_iter().chain([b; 20]).collect(),
             payload: Vec::new(),
+            stamp: 0,
         }
     }
 
@@ -414,7 +419,7 @@ mod tests {
         let before = Instant::now();
         let bytes = sealed(
             &[
-                Message::Pong { token: 1 },
+                Message::Pong { token: 1, clock: 0 },
                 Message::Records {
                     records: vec![rec(1), rec(2)],
                 },
@@ -460,7 +465,7 @@ mod tests {
         let shared = Arc::new(LinkShared::new());
         let mut l = link(a, &shared);
         let mut n = 1;
-        b.write_all(&sealed(&[Message::Pong { token: 1 }], &mut n))
+        b.write_all(&sealed(&[Message::Pong { token: 1, clock: 0 }], &mut n))
             .unwrap();
         let e = pump_until(&mut l, 1).unwrap_err();
         assert!(

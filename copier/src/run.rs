@@ -160,6 +160,10 @@ fn record(io: &mut LoopIo, t: &crate::engine::Transmit, pkt: &[u8]) {
     if let Some(r) = io.recorder.as_mut() {
         r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt);
     }
+    // --compare: when the copy's request bytes leave (a test answer time's start)
+    if let Some(tap) = io.shadow.as_mut() {
+        tap.sent(t, pkt);
+    }
 }
 
 /// The counters of a run, printed when the copier stops.
@@ -1008,6 +1012,9 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
             }
         }
         io.sender.flush(now);
+        if let Some(tap) = io.shadow.as_mut() {
+            tap.flush_sent();
+        }
         if (engine_empty && io.sender.pending() == 0) || now >= deadline {
             break;
         }
@@ -1183,6 +1190,9 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
         t.drain(engine);
     }
     io.sender.flush(now);
+    if let Some(tap) = io.shadow.as_mut() {
+        tap.flush_sent();
+    }
 }
 
 fn export(engine: &Engine, io: &LoopIo, st: &State) {

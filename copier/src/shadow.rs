@@ -16,6 +16,17 @@
 //! ([`Tap::packets`]), before the engine's filter keeps only the client's packets, each at its
 //! place on the replay clock (`crate::offline::Replay::take_tapped`).
 //!
+//! Times: every packet and record is timed by when it was seen, not when this thread got it.
+//! The copy's data segments of the compared connections are marked as the engine thread hands
+//! them to the sender ([`Tap::sent`]: our clock), which times a test answer whose server
+//! acknowledged the request only on the answer (`compare::flows`, delayed ACK).
+//! A captured packet by the kernel's stamp in the ring (`tp_sec`/`tp_nsec`, `CLOCK_REALTIME`);
+//! a record by the intercept's stamp ([`Record::stamp`], taken when it read the packet from
+//! NFQUEUE, translated to our wall clock by the control link, `crate::clock`), or, from an
+//! intercept without `FEATURE_STAMPS` (or before the link's first Pong), by the time its
+//! engine thread handed it over. Wall-clock stamps become `Instant`s through a
+//! [`crate::clock::Anchor`] read at every turn of the loop.
+//!
 //! Test answers come from the records' payload: the intercept must run with `--payload-bytes`
 //! large enough for a whole segment (a record cut short stops its stream, counted). Only the
 //! sampled sessions ask for it (`crate::control::PayloadAsk`, by [`sampled_client`], the rule
@@ -38,6 +49,7 @@ use compare::{CompareConfig, Comparator, Exchange, Outcome};
 
 use crate::bpf::build_answer_filter;
 use crate::capture::{Capture, CaptureConfig};
+use crate::clock::Anchor;
 
 /// Record batches waiting for the comparison thread before batches are dropped.
 const TAP_BATCHES: usize = 256;
@@ -94,11 +106,29 @@ pub struct ShadowConfig {
 /// What the engine threads hand to the comparison thread.
 #[derive(Debug)]
 enum Input {
-    /// Records of the intercepts, stamped when the engine thread got them.
+    /// Records of the intercepts, with the time the engine thread got them (used when a
+    /// record has no stamp of its own).
     Records(Vec<(Instant, Record)>),
     /// Packets of an `--offline` file (both directions), at their replay time.
     Packets(Vec<(Instant, Vec<u8>)>),
+    /// Data segments of copies that stand for their captured client, as they were sent.
+    Sent(Vec<Sent>),
 }
+
+/// A copy's data segment handed to the sender ([`Tap::sent`]).
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    at: Instant,
+    /// The captured client the copy stands for (the connection's key).
+    client: SocketAddr,
+    /// The test server.
+    server: SocketAddr,
+    /// The client sequence number after the segment's last byte.
+    end: u32,
+}
+
+/// Sent marks an engine thread gathers before it hands them over ([`Tap::flush_sent`]).
+const SENT_BATCH: usize = 1024;
 
 /// Files the record of a copy that stands for the captured `client` under it: when the copy's
 /// test tuple has another client port (the client's was taken by another live copy, a TIME_WAIT
@@ -122,6 +152,8 @@ pub struct Tap {
     tx: SyncSender<Input>,
     sample: f64,
     dropped: Arc<AtomicU64>,
+    /// This engine thread's marks not handed over yet.
+    sent: Vec<Sent>,
 }
 
 impl Tap {
@@ -145,6 +177,36 @@ impl Tap {
             return;
         }
         self.send(out.len(), Input::Records(out));
+    }
+
+    /// A copy's segment `pkt` (an IP packet) leaves now: a segment with data of a sampled copy
+    /// that stands for its captured client (copy 0 wherever its port went, or a copy on the
+    /// client's own address and port, as the baseline's) is marked. Call
+    /// [`Tap::flush_sent`] once a turn.
+    pub fn sent(&mut self, t: &crate::engine::Transmit, pkt: &[u8]) {
+        let Some((copy, client)) = t.copy else { return };
+        if copy != 0 && t.tuple.client.socket() != client {
+            return;
+        }
+        let Ok(h) = parse_tcp_headers(pkt) else { return };
+        let data = pkt.len().saturating_sub(h.packet.headers_len());
+        if data == 0 || !sampled_client(client.ip(), client.port(), self.sample) {
+            return;
+        }
+        let end = h.packet.tcp.seq().0.wrapping_add(data as u32);
+        self.sent.push(Sent { at: Instant::now(), client, server: t.tuple.server.socket(), end });
+        if self.sent.len() >= SENT_BATCH {
+            self.flush_sent();
+        }
+    }
+
+    /// Hands over the marks gathered by [`Tap::sent`] (never blocks; a full channel drops them:
+    /// their answers are then timed from the ACK on the answer).
+    pub fn flush_sent(&mut self) {
+        if !self.sent.is_empty() {
+            let batch = std::mem::take(&mut self.sent);
+            let _ = self.tx.try_send(Input::Sent(batch));
+        }
     }
 
     /// Hands over packets of the `--offline` file (requests and online answers, with their
@@ -240,7 +302,7 @@ pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     let (tx, rx) = sync_channel(TAP_BATCHES);
     let dropped = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone() };
+    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone(), sent: Vec::new() };
     let st = stop.clone();
     let handle = std::thread::Builder::new()
         .name("compare".into())
@@ -273,6 +335,8 @@ struct Thread {
     log_health: crate::outage::Outage,
     /// Packets the kernel dropped because the comparison's ring was full.
     capture_drops: u64,
+    /// Our wall clock as `Instant`s, for the stamps; read at every turn of the loop.
+    anchor: Anchor,
 }
 
 fn unix_ms() -> u64 {
@@ -291,6 +355,7 @@ impl Thread {
                 format!("--compare-log {}", cfg.log.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default()),
             ),
             capture_drops: 0,
+            anchor: Anchor::now(),
             cfg,
         }
     }
@@ -301,7 +366,15 @@ impl Thread {
         loop {
             let stopping = stop.load(Ordering::SeqCst);
             let now = Instant::now();
-            let mut work = capture.as_mut().map_or(0, |c| c.drain(8, |pkt| self.guarded(|t| t.packet(now, pkt))));
+            self.anchor = Anchor::now();
+            let mut work = capture.as_mut().map_or(0, |c| {
+                c.drain_stamped(8, |pkt, stamp| {
+                    self.guarded(|t| {
+                        let at = t.anchor.instant(stamp).unwrap_or(now);
+                        t.packet(at, pkt);
+                    });
+                })
+            });
             while let Ok(input) = rx.try_recv() {
                 work += 1;
                 self.guarded(|t| t.input(input));
@@ -379,6 +452,18 @@ impl Thread {
                     self.packet(t, &p);
                 }
             }
+            Input::Sent(batch) => {
+                for s in batch {
+                    let side = if self.cfg.maps.iter().any(|m| m.candidate == s.server) {
+                        Side::Candidate
+                    } else if self.cfg.maps.iter().any(|m| m.baseline == Some(s.server)) {
+                        Side::Baseline
+                    } else {
+                        continue;
+                    };
+                    self.flows.handle_sent(s.at, &(s.client.ip(), s.client.port()), side, s.end);
+                }
+            }
         }
     }
 
@@ -400,8 +485,9 @@ impl Thread {
         }
     }
 
-    /// A record of a test server's answer.
+    /// A record of a test server's answer, got at `now` (its time if it has no stamp).
     fn record(&mut self, now: Instant, r: &Record) {
+        let now = self.anchor.instant(r.stamp).unwrap_or(now);
         let Ok(h) = parse_tcp_headers(&r.headers) else { return };
         let p = h.packet;
         let from = SocketAddr::new(p.src, p.tcp.src_port());

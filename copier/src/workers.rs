@@ -614,6 +614,7 @@ mod tests {
             orig_len: 3,
             headers: vec![0x45, 0, 0],
             payload: Vec::new(),
+            stamp: 0,
         };
         let batch = vec![
             record(t(2)),
@@ -706,6 +707,7 @@ mod tests {
             orig_len: 1,
             headers: vec![1],
             payload: Vec::new(),
+            stamp: 0,
         };
         one.deliver(at, vec![odd.clone()]).await.unwrap();
         assert_eq!(rx.try_recv().unwrap(), Inbound::Records { at, records: vec![odd] });
@@ -745,7 +747,7 @@ mod tests {
                 assert!(record_with(tuple, f, b"").urgent(), "{f:?} wakes at once");
             }
         }
-        let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new() };
+        let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new(), stamp: 0 };
         assert!(!cut(34).urgent(), "the flags byte is all it needs");
         let mid_write = Record { orig_len: 1500, ..cut(34) };
         assert!(mid_write.urgent(), "the IP length says data follows the headers, and no PSH");

@@ -330,7 +330,7 @@ fuzz_target!(|input: Input| {
             }
             Op::Raw(bytes) => h.engine.handle_captured(h.now, &bytes),
             Op::RawRecord(bytes) => {
-                let r = Record { orig_len: bytes.len() as u32, headers: bytes, payload: Vec::new() };
+                let r = Record { orig_len: bytes.len() as u32, headers: bytes, payload: Vec::new(), stamp: 0 };
                 h.engine.handle_record(h.now, &r);
             }
             Op::Tick(ms) => h.tick(u64::from(ms)),

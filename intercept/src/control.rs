@@ -424,6 +424,7 @@ pub(crate) async fn run_copier<S>(
     let (mut writer, sealer) = writer.into_parts();
     let outlet = Arc::new(Outlet::bounded(cfg.outlet_capacity, cfg.outlet_bytes));
     outlet.attach(fd, sealer, &label);
+    outlet.set_stamps(hello.has(common::proto::FEATURE_STAMPS));
     // However this task ends (even aborted at shutdown), the workers' duplicate of the socket
     // is closed with it.
     struct Detach(Arc<Outlet>);
@@ -638,8 +639,12 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
             }
             Message::Ping { token } => {
-                // A copier that pings faster than we answer loses pongs, not memory.
-                let _ = reply.try_send(Message::Pong { token });
+                // A copier that pings faster than we answer loses pongs, not memory. One that
+                // takes stamps gets this host's clock as of reading the Ping: with its own
+                // clock at sending it and at reading the Pong, it measures the offset of the
+                // two clocks (the records' stamps are on this clock).
+                let clock = if outlet.stamps() { crate::outlet::wall_ns() } else { 0 };
+                let _ = reply.try_send(Message::Pong { token, clock });
             }
             Message::Pong { .. } => {}
             Message::Error { code, message } => {

@@ -214,6 +214,7 @@ pub(crate) mod tests {
             orig_len: n,
             headers: vec![],
             payload: vec![],
+            stamp: 0,
         }
     }
 
@@ -228,6 +229,7 @@ pub(crate) mod tests {
             orig_len: n,
             headers: vec![0; 52],
             payload: vec![n as u8; 65495],
+            stamp: 0,
         }
     }
 

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
 use common::proto::auth::FrameKey;
-use common::proto::codec::{encode_records, seal_frames};
+use common::proto::codec::{encode_records, encode_stamped_records, seal_frames};
 use common::proto::{Message, Record, MAX_FRAME};
 use metrics::{counter, Counter};
 use tokio::sync::Notify;
@@ -100,13 +100,18 @@ impl Shared {
     /// Decide about the packets of one NFQUEUE receive batch under one lock: `packets` are
     /// (bytes copied, whole length) pairs, and `decided(i, accept, delivery)` is called for
     /// each, in order, with the lock held (it must only store the outcome; the caller gives
-    /// the verdicts and then [`push_all`]s the deliveries, with no lock held).
+    /// the verdicts and then [`push_all`]s the deliveries, with no lock held). The records
+    /// delivered are stamped with this host's clock now ([`wall_ns`]): the batch was just read,
+    /// and NFQUEUE hands a packet over as the test server sends it, so that is when the answer
+    /// left, within the batch's read (the time `copier --compare` times test answers by).
+    /// Records held for a registration keep no stamp (the copier times them by their arrival).
     pub fn route_batch<'p>(
         &self,
         now: Instant,
         packets: impl IntoIterator<Item = (&'p [u8], usize)>,
         mut decided: impl FnMut(usize, bool, Option<Delivery>),
     ) {
+        let stamp = wall_ns();
         let mut core = self.lock();
         for (i, (bytes, len)) in packets.into_iter().enumerate() {
             let (accept, d) = match core.router.handle_packet_len(now, bytes, len, self.payload_bytes) {
@@ -116,7 +121,7 @@ impl Shared {
                     Some(Delivery {
                         copier,
                         outlet: core.outlets.get(&copier).cloned(),
-                        record,
+                        record: Record { stamp, ..record },
                     }),
                 ),
                 Decision::Drop(_) | Decision::Held => (false, None),
@@ -157,6 +162,14 @@ impl Delivery {
             }
         }
     }
+}
+
+/// This host's clock (`CLOCK_REALTIME`) in nanoseconds since the Unix epoch, 0 if it is set
+/// before 1970: what records are stamped with ([`Record::stamp`]) and Pongs carry.
+pub fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Deliver the records of one receive batch: one [`Outlet::deliver`] per copier (one write
@@ -248,6 +261,9 @@ pub struct Outlet {
     max_bytes: usize,
     notify: Notify,
     closed: AtomicBool,
+    /// The copier announced `FEATURE_STAMPS`: its records go with their stamps
+    /// (StampedRecords) and its Pongs with this host's clock.
+    stamps: AtomicBool,
 }
 
 /// The records waiting for the control writer and their bytes ([`record_size`]).
@@ -325,6 +341,27 @@ impl Outlet {
             max_bytes,
             notify: Notify::new(),
             closed: AtomicBool::new(false),
+            stamps: AtomicBool::new(false),
+        }
+    }
+
+    /// The copier announced `FEATURE_STAMPS` (see [`Outlet::stamps`]); set before its first
+    /// registration.
+    pub fn set_stamps(&self, on: bool) {
+        self.stamps.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the copier takes StampedRecords and Pongs with a clock.
+    pub fn stamps(&self) -> bool {
+        self.stamps.load(Ordering::Relaxed)
+    }
+
+    /// Records as frames for this copier: with their stamps when it takes them.
+    fn encode(&self, records: &[Record], out: &mut Vec<u8>) {
+        if self.stamps() {
+            encode_stamped_records(records, out);
+        } else {
+            encode_records(records, out);
         }
     }
 
@@ -376,7 +413,7 @@ impl Outlet {
         let w = &mut *w;
         let mut sealed = std::mem::take(&mut w.sealed);
         sealed.clear();
-        w.seal(&mut sealed, |out| encode_records(&records, out));
+        w.seal(&mut sealed, |out| self.encode(&records, out));
         let n = records.len() as u64;
         drop(records);
         let fd = w.fd.as_ref().expect("checked above");
@@ -413,7 +450,7 @@ impl Outlet {
         let mut batch = Vec::new();
         self.lock().drain_into(&mut batch, max);
         if !batch.is_empty() {
-            w.seal(out, |o| encode_records(&batch, o));
+            w.seal(out, |o| self.encode(&batch, o));
             w.sent.increment(batch.len() as u64);
             w.by_writer.increment(1);
         }
@@ -556,6 +593,7 @@ mod tests {
             orig_len: n,
             headers: vec![],
             payload: vec![],
+            stamp: 0,
         }
     }
 

@@ -21,7 +21,7 @@
 //! | 6    | Unregister | `list of 4-tuple` |
 //! | 7    | Records    | `list of (u32 orig_len | u16 hlen | headers | u32 plen | payload)` |
 //! | 8    | Ping       | `u64 token` |
-//! | 9    | Pong       | `u64 token` |
+//! | 9    | Pong       | `u64 token [| u64 clock_ns]`: `clock_ns` (the intercept's clock when it read the Ping, nanoseconds since the Unix epoch) only to a copier whose Hello has [`FEATURE_STAMPS`] |
 //! | 10   | Registered | `list of (4-tuple | u8 verdict)`: the intercept's answer to each Register or RegisterPayload, in order (0 accepted, 1 port not guarded, 2 family not guarded, 3 limit reached, 4 held by another copier: another live copier instance holds the tuple, 5 server not local: the server address is not one of the intercept's host, another intercept guards it) |
 //! | 11   | RegisterPayload | `list of (4-tuple | u32 payload_bytes)`: a Register that also asks for up to `payload_bytes` of each answer packet's TCP payload on that tuple; sent only to a peer whose Hello has [`FEATURE_PAYLOAD_REQUEST`] |
 //! | 12   | RecordWait | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that nothing waits on (0: send every record at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_RECORD_WAIT`] |
@@ -31,6 +31,7 @@
 //! | 16   | Rules      | `u8 in_force`: intercept -> copier, its firewall rules went missing (0: send nothing on registered sessions) or are back (1); sent only to a peer whose Hello has [`FEATURE_RESTART`] |
 //! | 17   | RouteQuery | `list of (address | u8 prefix)`: copier -> intercept (`copier doctor`), does the intercept's host route these client ranges back through the asking copier's host; sent only to a peer whose Hello has [`FEATURE_ROUTES`] |
 //! | 18   | RouteAnswer | `list of (address | u8 prefix | u8 status | str item | str detail | str fix)`: intercept -> copier, the answer to a RouteQuery: its findings per range (status 0 ok, 1 warning, 2 failure) |
+//! | 19   | StampedRecords | `list of (u64 stamp_ns | record as in Records)`: intercept -> copier, Records with the time the intercept read each packet from NFQUEUE ([`Record::stamp`], 0 unknown); sent instead of Records only to a copier whose Hello has [`FEATURE_STAMPS`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
@@ -54,7 +55,7 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES};
+pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES, FEATURE_STAMPS};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -74,6 +75,7 @@ const T_SYNCED: u8 = 15;
 const T_RULES: u8 = 16;
 const T_ROUTE_QUERY: u8 = 17;
 const T_ROUTE_ANSWER: u8 = 18;
+const T_STAMPED_RECORDS: u8 = 19;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -247,6 +249,11 @@ pub struct Record {
     pub headers: Vec<u8>,
     /// The first bytes of the TCP payload (empty unless the intercept was asked for payload).
     pub payload: Vec<u8>,
+    /// When the packet was seen, in nanoseconds since the Unix epoch, 0 if unknown. The
+    /// intercept stamps it with its own clock when it reads the packet from NFQUEUE; it
+    /// travels only in StampedRecords (peers with [`FEATURE_STAMPS`]), and the copier's control
+    /// link translates it to the copier's clock (`copier::clock`) as it reads it.
+    pub stamp: u64,
 }
 
 /// What the intercept needs from a response packet whose bytes may stop anywhere after its TCP
@@ -324,6 +331,7 @@ impl Record {
             orig_len: u32::try_from(h.orig_len).unwrap_or(u32::MAX),
             headers: packet[..hl].to_vec(),
             payload: packet[hl..hl + keep].to_vec(),
+            stamp: 0,
         }
     }
 
@@ -334,15 +342,22 @@ impl Record {
 
     /// Bytes this record takes in a Records frame (after clipping, see [`Message::encode`]).
     pub fn encoded_len(&self) -> usize {
-        let (h, p) = self.clipped();
+        let (h, p) = self.clipped(false);
         MIN_RECORD + h.len() + p.len()
+    }
+
+    /// Bytes this record takes in a StampedRecords frame.
+    fn stamped_len(&self) -> usize {
+        let (h, p) = self.clipped(true);
+        8 + MIN_RECORD + h.len() + p.len()
     }
 
     /// Headers and payload as they are encoded: headers at most 65535 bytes, payload cut so that
     /// one record always fits in one frame.
-    fn clipped(&self) -> (&[u8], &[u8]) {
+    /// `stamped`: in a StampedRecords frame, whose items are 8 bytes longer.
+    fn clipped(&self, stamped: bool) -> (&[u8], &[u8]) {
         let h = &self.headers[..self.headers.len().min(u16::MAX as usize)];
-        let room = MAX_FRAME - 1 - 4 - MIN_RECORD - h.len();
+        let room = MAX_FRAME - 1 - 4 - 8 - MIN_RECORD - h.len() + if stamped { 0 } else { 8 };
         let p = &self.payload[..self.payload.len().min(room)];
         (h, p)
     }
@@ -480,6 +495,10 @@ pub enum Message {
     Pong {
         /// The Ping's token.
         token: u64,
+        /// The intercept's clock when it read the Ping (nanoseconds since the Unix epoch; 0:
+        /// absent, not encoded). Only to a copier whose Hello has [`FEATURE_STAMPS`]: the
+        /// copier measures the offset between the two clocks with it.
+        clock: u64,
     },
     /// Copier -> intercept: route the responses of these sessions to me (as
     /// [`Message::Register`] does) and keep up to the given number of TCP payload bytes of each
@@ -615,6 +634,11 @@ impl Message {
                     out.extend_from_slice(&n.to_be_bytes());
                 })
             }
+            // Stamped records go as StampedRecords (which only a peer with FEATURE_STAMPS
+            // reads); a writer that must not send them uses `encode_records`.
+            Message::Records { records } if records.iter().any(|r| r.stamp != 0) => {
+                encode_stamped_records(records, out)
+            }
             Message::Records { records } => encode_records(records, out),
             Message::Registered { results } => {
                 encode_list(out, T_REGISTERED, results, |(t, _)| tuple_len(t) + 1, |out, (t, v)| {
@@ -668,14 +692,17 @@ impl Message {
                 out.extend_from_slice(&micros.to_be_bytes());
                 end_frame(out, start);
             }
-            Message::Ping { token } | Message::Pong { token } => {
-                let ty = if matches!(self, Message::Ping { .. }) {
-                    T_PING
-                } else {
-                    T_PONG
-                };
-                let start = begin_frame(out, ty);
+            Message::Ping { token } => {
+                let start = begin_frame(out, T_PING);
                 out.extend_from_slice(&token.to_be_bytes());
+                end_frame(out, start);
+            }
+            Message::Pong { token, clock } => {
+                let start = begin_frame(out, T_PONG);
+                out.extend_from_slice(&token.to_be_bytes());
+                if *clock != 0 {
+                    out.extend_from_slice(&clock.to_be_bytes());
+                }
                 end_frame(out, start);
             }
         }
@@ -755,6 +782,15 @@ impl Message {
                 },
                 "Records",
             ),
+            T_STAMPED_RECORDS => (
+                Message::Records {
+                    records: r.list("stamped record", 8 + MIN_RECORD, |r| {
+                        let stamp = r.u64("record stamp")?;
+                        Ok(Record { stamp, ..get_record(r)? })
+                    })?,
+                },
+                "StampedRecords",
+            ),
             T_PING => (
                 Message::Ping {
                     token: r.u64("token")?,
@@ -764,6 +800,7 @@ impl Message {
             T_PONG => (
                 Message::Pong {
                     token: r.u64("token")?,
+                    clock: if r.buf.len() >= 8 { r.u64("clock")? } else { 0 },
                 },
                 "Pong",
             ),
@@ -833,9 +870,19 @@ impl Message {
 }
 
 /// Append `records` as `Message::Records` frames (as many as [`MAX_FRAME`] requires) without
-/// building a `Message`: what a writer draining a queue of records uses.
+/// building a `Message`: what a writer draining a queue of records uses. Their stamps are not
+/// sent ([`encode_stamped_records`] sends them).
 pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
     encode_list(out, T_RECORDS, records, Record::encoded_len, put_record)
+}
+
+/// [`encode_records`] with each record's [`Record::stamp`]: StampedRecords frames (type 19),
+/// which decode as `Message::Records`; only for a peer whose Hello has [`FEATURE_STAMPS`].
+pub fn encode_stamped_records(records: &[Record], out: &mut Vec<u8>) {
+    encode_list(out, T_STAMPED_RECORDS, records, Record::stamped_len, |out, r| {
+        out.extend_from_slice(&r.stamp.to_be_bytes());
+        put_record_clipped(out, r, true);
+    })
 }
 
 /// Reassembles frames from a byte stream delivered in arbitrary pieces.
@@ -1076,7 +1123,11 @@ fn put_tuple(out: &mut Vec<u8>, t: &FourTuple) {
 }
 
 fn put_record(out: &mut Vec<u8>, r: &Record) {
-    let (h, p) = r.clipped();
+    put_record_clipped(out, r, false);
+}
+
+fn put_record_clipped(out: &mut Vec<u8>, r: &Record, stamped: bool) {
+    let (h, p) = r.clipped(stamped);
     out.extend_from_slice(&r.orig_len.to_be_bytes());
     out.extend_from_slice(&(h.len() as u16).to_be_bytes());
     out.extend_from_slice(h);
@@ -1189,6 +1240,7 @@ fn get_record(r: &mut Reader<'_>) -> Result<Record, ProtoError> {
         orig_len,
         headers,
         payload,
+        stamp: 0,
     })
 }
 

@@ -28,7 +28,7 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict, RouteCheck, RouteStatus,
+    encode_records, encode_stamped_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict, RouteCheck, RouteStatus,
     ResponseHeaders, Role, BULK_BYTES,
 };
 
@@ -56,9 +56,18 @@ pub const FEATURE_RESTART: u32 = 8;
 /// Hello feature bit: the sender (an intercept) answers [`Message::RouteQuery`] with
 /// [`Message::RouteAnswer`].
 pub const FEATURE_ROUTES: u32 = 16;
+/// Hello feature bit: answer times. An intercept that announces it stamps each record with the
+/// time it read the packet and, to a copier that announced it too, sends StampedRecords
+/// instead of Records and its clock in each Pong; a copier that announces it takes both and
+/// measures the offset between its clock and the intercept's from its Pings (NTP-style).
+pub const FEATURE_STAMPS: u32 = 32;
 /// The features this build announces in its Hello.
-pub const FEATURES: u32 =
-    FEATURE_PAYLOAD_REQUEST | FEATURE_RECORD_WAIT | FEATURE_FLEET | FEATURE_RESTART | FEATURE_ROUTES;
+pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST
+    | FEATURE_RECORD_WAIT
+    | FEATURE_FLEET
+    | FEATURE_RESTART
+    | FEATURE_ROUTES
+    | FEATURE_STAMPS;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

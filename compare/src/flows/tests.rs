@@ -67,9 +67,12 @@ fn keep_alive_pairs_in_order_with_times() {
     h.seg(Side::Online, false, &rest, None);
     h.seg(Side::Online, false, &a2[20..], None);
     assert!(h.out.is_empty(), "nothing without the candidate");
-    // the test server acks the first request, answers 20 ms later, then the second
-    h.later(100);
+    // the copy sends the first request; the test server acks it 3 ms later (the pure ACK is
+    // when it had it), answers 20 ms after that, then the second
     let end1 = CISN + 1 + 29;
+    h.later(97);
+    h.f.handle_sent(h.t, &7, Side::Candidate, end1);
+    h.later(3);
     h.seg(Side::Candidate, false, b"", Some(end1));
     h.later(20);
     h.seg(Side::Candidate, false, &ok("{\"a\":2}"), Some(end1));
@@ -80,13 +83,89 @@ fn keep_alive_pairs_in_order_with_times() {
     assert_eq!(e.online.time, Some(Duration::from_millis(5)));
     assert_eq!(e.candidate.time, Some(Duration::from_millis(20)));
     let end = h.client_end();
+    h.f.handle_sent(h.t, &7, Side::Candidate, end);
+    h.later(7);
     h.seg(Side::Candidate, false, &a2, Some(end));
     assert_eq!(h.out.len(), 2);
     assert!(h.out[1].request.starts_with(b"GET /b "));
     assert_eq!(h.out[1].online.bytes, a2);
     assert_eq!(h.out[1].candidate.bytes, a2);
-    assert_eq!(h.out[1].candidate.time, Some(Duration::ZERO));
+    // the second request was acknowledged on its answer (delayed ACK): that says nothing of
+    // when the server had it, so it is timed from the copy's send of its last byte
+    assert_eq!(h.out[1].candidate.time, Some(Duration::from_millis(7)));
     assert_eq!(h.f.sizes().1, 0);
+}
+
+#[test]
+fn an_answer_acknowledging_its_request_is_timed_from_the_copys_send_or_not_at_all() {
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    let end0 = h.client_end();
+    h.seg(Side::Client, false, b"GET /a HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, false, &ok("1"), None);
+    let end1 = h.client_end();
+    // marks before the connection's client bytes, of another connection, and of a sent part
+    // of the request only, say nothing
+    h.f.handle_sent(h.t, &8, Side::Candidate, end1);
+    h.f.handle_sent(h.t, &7, Side::Candidate, end0 + 4);
+    h.later(2);
+    // sent once, then again (a retransmission): the first send counts
+    h.f.handle_sent(h.t, &7, Side::Candidate, end1);
+    h.later(5);
+    h.f.handle_sent(h.t, &7, Side::Candidate, end1);
+    h.later(20);
+    h.seg(Side::Candidate, false, &ok("1"), Some(end1));
+    assert_eq!(h.out.len(), 1);
+    assert_eq!(h.out[0].candidate.time, Some(Duration::from_millis(25)));
+    // no mark at all: the ACK on the answer is all there is (0)
+    h.seg(Side::Client, false, b"GET /b HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, false, &ok("2"), None);
+    h.later(20);
+    let end2 = h.client_end();
+    h.seg(Side::Candidate, false, &ok("2"), Some(end2));
+    assert_eq!(h.out.len(), 2);
+    assert_eq!(h.out[1].candidate.time, Some(Duration::ZERO));
+}
+
+#[test]
+fn a_pipelined_request_is_timed_from_the_end_of_the_answer_before_it() {
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    h.seg(Side::Client, false, b"GET /slow HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Client, false, b"GET /fast HTTP/1.1\r\n\r\n", None);
+    h.seg(Side::Online, false, &ok("1"), None);
+    h.seg(Side::Online, false, &ok("2"), None);
+    // the copy sends both requests at once; the server acks them, takes 20 ms for the first
+    // and answers the second at once after it
+    let end = h.client_end();
+    h.f.handle_sent(h.t, &7, Side::Candidate, end);
+    h.seg(Side::Candidate, false, b"", Some(end));
+    h.later(20);
+    h.seg(Side::Candidate, false, &ok("1"), Some(end));
+    h.later(1);
+    h.seg(Side::Candidate, false, &ok("2"), Some(end));
+    assert_eq!(h.out.len(), 2);
+    assert_eq!(h.out[0].candidate.time, Some(Duration::from_millis(20)));
+    assert_eq!(h.out[1].candidate.time, Some(Duration::from_millis(1)), "not 21 ms: it waited for the first");
+}
+
+#[test]
+fn a_test_answer_before_its_request_was_captured_waits_for_it_and_keeps_its_time() {
+    let mut h = H::new(FlowConfig::default());
+    h.open();
+    let req = b"GET /a HTTP/1.1\r\n\r\n";
+    let end = h.client_end() + req.len() as u32;
+    // the copy's send and the test answer (its ACK on it) come before the capture's request
+    h.f.handle_sent(h.t, &7, Side::Candidate, end);
+    h.later(3);
+    h.seg(Side::Candidate, false, &ok("1"), Some(end));
+    h.later(10);
+    h.seg(Side::Client, false, req, None);
+    h.later(1);
+    h.seg(Side::Online, false, &ok("1"), None);
+    assert_eq!(h.out.len(), 1);
+    assert_eq!(h.out[0].candidate.time, Some(Duration::from_millis(3)));
+    assert_eq!(h.out[0].online.time, Some(Duration::from_millis(1)));
 }
 
 #[test]

@@ -490,6 +490,9 @@ impl crate::feed::Ring for MirrorInput {
         let mut reads = 0;
         while reads < max && self.ready() {
             reads += 1;
+            // --compare times the datagrams of each read by its own time (they are read as
+            // they arrive; two in one recvmmsg batch share it)
+            let now = Instant::now();
             for (i, &(len, cut)) in self.pending.iter().enumerate() {
                 if cut || len > DATAGRAM_MAX {
                     self.stats.datagrams += 1;

@@ -84,7 +84,7 @@ async fn send_synced(c: &mut Conn, msgs: &[Message], token: u64) -> Vec<Record> 
     let mut records = Vec::new();
     loop {
         match next(c).await {
-            Message::Pong { token: t } if t == token => return records,
+            Message::Pong { token: t, .. } if t == token => return records,
             Message::Records { records: r } => records.extend(r),
             Message::Registered { results } => {
                 assert!(results.iter().all(|(_, v)| v.accepted()), "{results:?}")
@@ -724,6 +724,7 @@ async fn a_record_arriving_right_after_a_write_is_not_held_for_a_timer() {
         orig_len: n,
         headers: vec![],
         payload: vec![],
+        stamp: 0,
     };
     async fn read(r: &mut FrameReader<tokio::io::DuplexStream>) -> Vec<u32> {
         match r.read_message().await.unwrap().expect("open") {
@@ -784,6 +785,42 @@ async fn payload_goes_only_to_the_tuples_that_ask_and_to_older_copiers_on_all() 
     let _ = h.task.await;
 }
 
+/// A copier that announces FEATURE_STAMPS gets each record with the time the intercept read
+/// its packet and Pongs with the intercept's clock; an older one gets plain Records and Pongs.
+#[tokio::test]
+async fn stamps_and_clock_go_only_to_copiers_that_take_them() {
+    use common::proto::io::handshake_with_features;
+    use common::proto::Role;
+    let h = start(100).await;
+    let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let mut new = connect(&h).await;
+    assert!(new.peer.has(common::proto::FEATURE_STAMPS), "the intercept announces it");
+    let c = "198.19.0.2:40000";
+    send_synced(&mut new, &[Message::Register { tuples: vec![tuple(c)] }], 1).await;
+    let before = wall();
+    inject(&h, &response(c, 1));
+    let after = wall();
+    let stamp = records(&mut new, 1).await[0].stamp;
+    assert!((before..=after).contains(&stamp), "{before} <= {stamp} <= {after}");
+    new.writer.write_message(&Message::Ping { token: 9 }).await.unwrap();
+    let sent = wall();
+    match next(&mut new).await {
+        Message::Pong { token: 9, clock } => assert!(clock >= sent - 1_000_000_000 && clock <= wall(), "{clock}"),
+        other => panic!("unexpected {other:?}"),
+    }
+    let s = TcpStream::connect(h.addr).await.unwrap();
+    let features = common::proto::FEATURES & !common::proto::FEATURE_STAMPS;
+    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, features).await.unwrap();
+    let c = "198.19.0.2:40001";
+    send_synced(&mut old, &[Message::Register { tuples: vec![tuple(c)] }], 2).await;
+    inject(&h, &response(c, 1));
+    assert_eq!(records(&mut old, 1).await[0].stamp, 0, "plain Records");
+    old.writer.write_message(&Message::Ping { token: 3 }).await.unwrap();
+    assert_eq!(next(&mut old).await, Message::Pong { token: 3, clock: 0 });
+    h.stop.send(true).unwrap();
+    let _ = h.task.await;
+}
+
 /// A worker's send that the socket takes only in part leaves the rest of its sealed bytes to
 /// the control writer, which writes them before anything queued later: on a socket pair with
 /// small buffers and a reader that starts late, 10,000 records of 1 KB delivered in batches of
@@ -822,6 +859,7 @@ async fn a_partial_write_is_finished_by_the_writer_before_anything_else() {
                         orig_len: b * 50 + i,
                         headers: vec![],
                         payload: vec![(i % 251) as u8; 1000],
+                        stamp: 0,
                     })
                     .collect(),
             );

@@ -184,7 +184,7 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
                     state.foreign.fetch_add(foreign as u64, Ordering::Relaxed);
                     state.received.fetch_add(records.len() as u64, Ordering::Relaxed);
                 }
-                Ok(Ok(Some(Message::Pong { token: 7 }))) => state.ready.store(true, Ordering::Release),
+                Ok(Ok(Some(Message::Pong { token: 7, .. }))) => state.ready.store(true, Ordering::Release),
                 Ok(Ok(Some(Message::Pong { .. }))) => {}
                 // The intercept's verdict on each registered tuple (acknowledged registration).
                 Ok(Ok(Some(Message::Registered { results }))) => {

@@ -214,6 +214,7 @@ fn records_literal() {
             orig_len: 1500,
             headers: vec![0x45, 0],
             payload: vec![9],
+            stamp: 0,
         }],
     };
     #[rustfmt::skip]
@@ -365,6 +366,7 @@ fn big_records_list_is_split_into_frames_under_the_limit() {
         orig_len: 9000,
         headers: vec![0x45; 52],
         payload: vec![1; 8000],
+        stamp: 0,
     };
     let records = vec![rec; 300]; // ~2.4 MB
     let m = Message::Records {
@@ -398,6 +400,7 @@ fn oversized_payload_is_clipped_to_fit_one_frame() {
         orig_len: 1,
         headers: vec![1; 40],
         payload: vec![2; 2 * MAX_FRAME],
+        stamp: 0,
     };
     let bytes = encoded(&Message::Records { records: vec![rec] });
     assert_eq!(bytes.len(), 4 + MAX_FRAME);
@@ -407,6 +410,48 @@ fn oversized_payload_is_clipped_to_fit_one_frame() {
     };
     assert_eq!(records[0].headers, vec![1; 40]);
     assert!(records[0].payload.iter().all(|&b| b == 2));
+}
+
+#[test]
+fn stamped_records_are_type_19_and_keep_their_stamps() {
+    let rec = |stamp| Record { orig_len: 40, headers: vec![0x45; 40], payload: b"hi".to_vec(), stamp };
+    let records = vec![rec(1_764_000_000_123_456_789), rec(0)];
+    let mut bytes = Vec::new();
+    encode_stamped_records(&records, &mut bytes);
+    assert_eq!(bytes[4], 19);
+    assert_eq!(&bytes[9..17], &1_764_000_000_123_456_789u64.to_be_bytes());
+    assert_eq!(decode_all(&bytes).unwrap(), vec![Message::Records { records: records.clone() }]);
+    // Message::Records picks the stamped form when a record has a stamp.
+    assert_eq!(encoded(&Message::Records { records: records.clone() }), bytes);
+    // A writer to an older peer drops the stamps: plain Records (type 7), stamps 0.
+    let mut plain = Vec::new();
+    encode_records(&records, &mut plain);
+    assert_eq!(plain[4], 7);
+    let Message::Records { records: got } = &decode_all(&plain).unwrap()[0] else { panic!() };
+    assert!(got.iter().all(|r| r.stamp == 0));
+    assert_eq!(got[0].payload, b"hi");
+    // A truncated stamp is an error, not a panic.
+    let mut cut = vec![0, 0, 0, 9, 19, 0, 0, 0, 1];
+    cut.extend_from_slice(&[0; 4]);
+    assert!(decode_all(&cut).is_err());
+}
+
+#[test]
+fn pong_carries_the_clock_only_when_set() {
+    let old = encoded(&Message::Pong { token: 5, clock: 0 });
+    assert_eq!(old, [0, 0, 0, 9, 9, 0, 0, 0, 0, 0, 0, 0, 5], "as before the feature");
+    let new = encoded(&Message::Pong { token: 5, clock: 7 });
+    assert_eq!(new.len(), old.len() + 8);
+    assert_eq!(decode_all(&new).unwrap(), vec![Message::Pong { token: 5, clock: 7 }]);
+}
+
+#[test]
+fn stamped_oversized_payload_is_clipped_to_fit_one_frame() {
+    let rec = Record { orig_len: 1, headers: vec![1; 40], payload: vec![2; 2 * MAX_FRAME], stamp: 3 };
+    let bytes = encoded(&Message::Records { records: vec![rec] });
+    assert_eq!(bytes.len(), 4 + MAX_FRAME);
+    let Message::Records { records } = &decode_all(&bytes).unwrap()[0] else { panic!() };
+    assert_eq!(records[0].stamp, 3);
 }
 
 #[test]
@@ -510,11 +555,9 @@ fn arb_bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn arb_record() -> impl Strategy<Value = Record> {
-    (any::<u32>(), arb_bytes(130), arb_bytes(300)).prop_map(|(orig_len, headers, payload)| Record {
-        orig_len,
-        headers,
-        payload,
-    })
+    (any::<u32>(), arb_bytes(130), arb_bytes(300), prop_oneof![Just(0u64), any::<u64>()]).prop_map(
+        |(orig_len, headers, payload, stamp)| Record { orig_len, headers, payload, stamp },
+    )
 }
 
 fn arb_string() -> impl Strategy<Value = String> {
@@ -555,7 +598,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
         any::<u32>().prop_map(|micros| Message::RecordWait { micros }),
         any::<bool>().prop_map(|in_force| Message::Rules { in_force }),
         Just(Message::Synced),
-        any::<u64>().prop_map(|token| Message::Pong { token }),
+        (any::<u64>(), any::<u64>()).prop_map(|(token, clock)| Message::Pong { token, clock }),
         proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| Message::Registered {
             results: v.into_iter().map(|(t, c)| (t, RegVerdict::from_code(c))).collect()
         }),

@@ -50,7 +50,8 @@ async fn good_secret_connects_and_messages_flow() {
         Record {
             orig_len: 60,
             headers: vec![1, 2, 3],
-            payload: vec![]
+            payload: vec![],
+            stamp: 0,
         };
         5
     ];
@@ -265,7 +266,7 @@ async fn handshake_over_localhost_tcp() {
         match s.reader.read_message().await.unwrap() {
             Some(Message::Ping { token }) => s
                 .writer
-                .write_message(&Message::Pong { token })
+                .write_message(&Message::Pong { token, clock: 0 })
                 .await
                 .unwrap(),
             other => panic!("{other:?}"),
@@ -281,7 +282,7 @@ async fn handshake_over_localhost_tcp() {
         .unwrap();
     assert_eq!(
         c.reader.read_message().await.unwrap(),
-        Some(Message::Pong { token: 77 })
+        Some(Message::Pong { token: 77, clock: 0 })
     );
     server.await.unwrap();
 }
@@ -325,6 +326,7 @@ async fn big_frames_flow_after_the_handshake() {
             orig_len: 1500,
             headers: vec![0x45; 52],
             payload: vec![7; 1400],
+            stamp: 0,
         };
         700
     ];

@@ -110,7 +110,7 @@ fn foreign_packets_and_records_are_counted() {
     h.cap(Seg { seq: 5, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
     h.e.handle_captured(h.now, &[0x45, 0, 0]);
     h.rec(SYN_ACK);
-    h.e.handle_record(h.now, &Record { orig_len: 3, headers: vec![1, 2, 3], payload: vec![] });
+    h.e.handle_record(h.now, &Record { orig_len: 3, headers: vec![1, 2, 3], payload: vec![], stamp: 0 });
     let s = h.e.stats();
     assert_eq!((s.drops.no_map, s.drops.no_session, s.drops.malformed), (1, 2, 1));
     assert_eq!((s.drops.record_unknown, s.drops.record_malformed, s.records_received), (1, 1, 2));
@@ -127,7 +127,7 @@ proptest! {
                     cut in 0usize..200) {
         let mut h = H::default();
         h.e.handle_captured(h.now, &junk);
-        h.e.handle_record(h.now, &Record { orig_len: junk.len() as u32, headers: junk.clone(), payload: junk.clone() });
+        h.e.handle_record(h.now, &Record { orig_len: junk.len() as u32, headers: junk.clone(), payload: junk.clone(), stamp: 0 });
         for base in [build(&SYN, client(), ONLINE.parse().unwrap()), build(&data(0, 0, b"abcdef"), client(), ONLINE.parse().unwrap())] {
             let mut p = base.clone();
             for &(i, b) in &flips {
@@ -140,7 +140,7 @@ proptest! {
         for &(i, b) in &flips {
             if let Some(x) = r.get_mut(i) { *x ^= b; }
         }
-        h.e.handle_record(h.now, &Record { orig_len: r.len() as u32, headers: r[..cut.min(r.len())].to_vec(), payload: vec![] });
+        h.e.handle_record(h.now, &Record { orig_len: r.len() as u32, headers: r[..cut.min(r.len())].to_vec(), payload: vec![], stamp: 0 });
         let _ = h.out();
         while h.fire(1_000_000) { let _ = h.out(); }
     }
