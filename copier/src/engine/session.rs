@@ -687,6 +687,17 @@ impl Session {
             g.due = Some(t + GAP_WAIT);
             return;
         }
+        if sh.capture_loss_at.is_some_and(|l| l + super::LOSS_BEFORE_HOLE >= t) {
+            // The capture lost the hole's bytes (the kernel dropped packets about then): they
+            // never come. Give the whole session up rather than skip the damaged request: the
+            // RST goes before any byte after the hole, and the engine counts and keeps the
+            // session out (`Engine::note_capture_loss`).
+            self.gap = None;
+            sh.stats.drops.capture_gap += u64::from(self.lead);
+            sh.shed_at_hole.push(self.key);
+            self.finish(sh, now, Some(FailReason::Overload));
+            return;
+        }
         // After the client's RST no later request comes: everything from the hole on goes.
         let to_end = self.client_reset.is_some() && self.stream.gap_resume().is_none();
         if !self.stream.bounds.is_empty() || !(to_end || self.stream.gap_resume().is_some()) {
@@ -793,6 +804,9 @@ impl Session {
             }
         }
         self.skip_gap(sh, now);
+        if self.phase != Phase::Active {
+            return; // given up at a hole the capture lost
+        }
         // The client reset: done once everything before its RST is carried.
         if self.client_reset.is_some() && !self.stream.unanswered() {
             self.finish(sh, now, None);
