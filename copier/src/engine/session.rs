@@ -24,6 +24,10 @@
 //! are the client's on every connection, so the skip cannot go on the same connection: the
 //! current one is reset and the rest goes on a new one, as after the test server's close. No
 //! damaged unit is ever completed: what of it was sent before the hole dies with the RST.
+//! When the capture lost packets about the time the hole began (`Shared::capture_loss_at`:
+//! kernel drops), the whole session is given up at `GAP_WAIT` instead (reset, failed as
+//! `overload`, counted by the engine as shed at a hole), so that a session the copier's own
+//! overload damaged is copied whole or not at all.
 //!
 //! TIME_WAIT: a SYN answered by a bare ACK met a TIME_WAIT socket of the test server (client
 //! port reuse); the connection resets it and sends the SYN again at once (`conn`); the second
