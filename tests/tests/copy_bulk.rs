@@ -66,10 +66,16 @@ fn parallel_large_uploads_arrive_whole_through_gso() {
     // issue's 4 x 50 MB (with release binaries: TC_BIN_DIR=target/release).
     let mb: usize = std::env::var("BULK_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let (n, size) = (4, mb << 20);
+    let start_ms = lab::bench::wall_ms();
     let online = parallel_uploads(&lab, n, size, "gso");
     let t0 = Instant::now();
     let m = copied_whole_or_left_out(&mut lab, &mut c, n);
     let test_done = t0.elapsed();
+    // The 1.5x: when the test server logged its last upload, against the online one
+    // (nginx logs a request once its answer is out; from the start of the load).
+    let last = |log: Vec<lab::LogEntry>| log.iter().filter_map(|e| e.msec).max().unwrap_or(start_ms).saturating_sub(start_ms);
+    let (on_ms, test_ms) = (last(c.online.requests().unwrap()), last(c.test().requests().unwrap()));
+    println!("last upload logged {on_ms} ms online, {test_ms} ms at the test server: {:.2}x", test_ms as f64 / on_ms.max(1) as f64);
     let whole = metric_sum(&m, "copier_send_gso_total", &["path=\"whole\""]);
     let cut = metric_sum(&m, "copier_send_gso_total", &["path=\"cut\""]);
     let wire = metric_sum(&m, "copier_send_gso_wire_segments_total", &[]);
