@@ -7,9 +7,9 @@
 //! SHA-256 tells them apart), each limited to `rate` MB/s (`--limit-rate`; `max`: unlimited),
 //! or `n` GETs of a 10 MB file. Then it waits until the test server is quiet for 2 s (at most
 //! 60 s) and reads, for that step:
-//! - online MB/s: bytes over the time the client took; test MB/s: the same bytes over the time
-//!   from the start of the load to the test server's last log line of the step (`$msec`),
-//!   and that time over the online time ("test/online");
+//! - online MB/s: bytes over the time the client took; test MB/s: the bytes of the requests
+//!   the test server took whole over the time from the start of the load to its last log line
+//!   of the step (`$msec`), and that time over the online time ("test/online");
 //! - whole: the step's requests the test server's application took whole (status 200; an
 //!   upload's length and SHA-256 equal to the online one, a GET's answer the whole file);
 //!   aborted: lines with another status (a copy given up at a hole is logged as a 400);
@@ -137,12 +137,14 @@ pub(crate) fn run_bulk(args: &Args) -> Result<()> {
         let last_ms = test.iter().filter_map(|t| t.msec).max().unwrap_or(start_ms);
         let test_s = (last_ms.saturating_sub(start_ms)) as f64 / 1000.0;
         let mb = bytes as f64 / (1 << 20) as f64;
+        // At the test server, only what it took whole counts.
+        let test_mb = mb * whole as f64 / n as f64;
         let d = |i: usize| after[i] - before[i];
         println!(
             "| {label} | {online_s:.2} | {:.0} | {test_s:.2} | {:.2} | {:.0} | {whole}/{n} | {aborted} | {} | {} | {cpu:.2} | {:.1} | {} |",
             mb / online_s,
             test_s / online_s,
-            if test_s > 0.0 { mb / test_s } else { 0.0 },
+            if test_s > 0.0 { test_mb / test_s } else { 0.0 },
             d(0),
             d(1),
             cpu * 1000.0 / mb,
