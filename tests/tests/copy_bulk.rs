@@ -27,8 +27,9 @@ fn opts(extra: &[&str]) -> CopyOptions {
 }
 
 /// `n` uploads of `size` bytes each, in parallel from the client, each with a body of its own
-/// (so the SHA-256 tells them apart); returns how long the online side took.
-fn parallel_uploads(lab: &Lab, n: usize, size: usize, tag: &str) -> Duration {
+/// (so the SHA-256 tells them apart); returns how long the online side took, and when the
+/// uploads started (ms since the Unix epoch, as nginx's `$msec`).
+fn parallel_uploads(lab: &Lab, n: usize, size: usize, tag: &str) -> (Duration, u64) {
     let mut script = String::new();
     for i in 0..n {
         let f = lab.dir().join(format!("bulk-{tag}-{i}.bin"));
@@ -42,11 +43,11 @@ fn parallel_uploads(lab: &Lab, n: usize, size: usize, tag: &str) -> Duration {
         ));
     }
     script.push_str("wait");
-    let t0 = Instant::now();
+    let (t0, start_ms) = (Instant::now(), lab::bench::wall_ms());
     let out = lab.sh(Host::Client, &script).unwrap();
     let took = t0.elapsed();
     assert_eq!(out.lines().filter(|l| l.trim() == "200").count(), n, "every upload answered 200 online: {out}");
-    took
+    (took, start_ms)
 }
 
 #[test]
@@ -66,8 +67,7 @@ fn parallel_large_uploads_arrive_whole_through_gso() {
     // issue's 4 x 50 MB (with release binaries: TC_BIN_DIR=target/release).
     let mb: usize = std::env::var("BULK_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let (n, size) = (4, mb << 20);
-    let start_ms = lab::bench::wall_ms();
-    let online = parallel_uploads(&lab, n, size, "gso");
+    let (online, start_ms) = parallel_uploads(&lab, n, size, "gso");
     let t0 = Instant::now();
     let m = copied_whole_or_left_out(&mut lab, &mut c, n);
     let test_done = t0.elapsed();
@@ -159,7 +159,7 @@ fn gso_off_cuts_in_user_space_and_uploads_still_arrive_whole() {
     let _serial = one_at_a_time();
     let Some(mut lab) = lab_or_skip("gso_off_cuts_in_user_space_and_uploads_still_arrive_whole") else { return };
     let c = Copying::start(&mut lab, opts(&["--gso", "off"])).unwrap();
-    parallel_uploads(&lab, 2, 5 << 20, "off");
+    let _ = parallel_uploads(&lab, 2, 5 << 20, "off");
     assert_eq!(c.assert_copied_exactly(&mut lab), 2);
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     assert_eq!(metric_sum(&m, "copier_send_gso_total", &[]), 0.0, "--gso off sends no super-segment:\n{m}");
