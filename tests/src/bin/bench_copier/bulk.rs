@@ -51,7 +51,7 @@ fn counters(lab: &Lab) -> [f64; 3] {
 }
 
 fn cpu_s(pid: u32) -> f64 {
-    lab::bench::Cpu::read(pid, None).map(|c| (c.user_ticks + c.sys_ticks) as f64 * lab::bench::TICK_NS as f64 / 1e9).unwrap_or(0.0)
+    lab::bench::Cpu::read(pid, None).map(|c| (c.user_ticks + c.sys_ticks) as f64 * lab::bench::TICK_NS / 1e9).unwrap_or(0.0)
 }
 
 pub(crate) fn run_bulk(args: &Args) -> Result<()> {
