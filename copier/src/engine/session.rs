@@ -136,6 +136,10 @@ impl std::ops::DerefMut for Closing {
 /// unit is given up (when a later request is known).
 const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// How often a hole that nothing else will resolve is looked at again (a capture loss noticed
+/// late gives its session up: see `skip_gap`).
+const HOLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Answer timeouts after which a session's pacing stays lock-step (window 1).
 const STRIKES_LOCKSTEP: u8 = 3;
 
@@ -705,7 +709,10 @@ impl Session {
         // After the client's RST no later request comes: everything from the hole on goes.
         let to_end = self.client_reset.is_some() && self.stream.gap_resume().is_none();
         if !self.stream.bounds.is_empty() || !(to_end || self.stream.gap_resume().is_some()) {
-            return; // later events (answers, captured segments) call again
+            // Later events (answers, captured segments) call again; and a look every
+            // `HOLE_RECHECK` in case a capture loss is noticed after the client went quiet.
+            self.gap_mut().due = Some(now + HOLE_RECHECK);
+            return;
         }
         let s = &self.stream;
         if let Some(c) = &self.cur {

@@ -314,3 +314,22 @@ fn a_hole_without_capture_loss_is_not_given_up() {
     let s = h.e.stats();
     assert_eq!((s.sessions_shed_overload.total(), s.sessions_failed.total()), (0, 0), "{s:?}");
 }
+
+/// The capture loss is noticed only after the hole is `GAP_WAIT` old and the client went quiet:
+/// the hole is looked at again, and the session given up then.
+#[test]
+fn a_capture_loss_noticed_late_still_gives_the_session_up() {
+    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    h.establish();
+    let head = b"POST /upload HTTP/1.1\r\nContent-Length: 12\r\n\r\nAAAA";
+    let n = head.len() as u32;
+    h.cap(data(0, 0, head));
+    h.cap(data(n + 4, 0, b"CCCC"));
+    h.cap(Seg { flags: TcpFlags::FIN | A, ..data(n + 8, 0, b"") });
+    let (outs, _) = h.run_timers(700);
+    assert!(!outs.iter().any(|(_, o)| o.has(TcpFlags::RST)), "no loss known yet: {outs:?}");
+    h.e.note_capture_loss(h.now);
+    let (outs, _) = h.run_timers(3000);
+    assert!(outs.iter().any(|(t, o)| o.has(TcpFlags::RST) && *t <= 2000), "{outs:?}");
+    assert_eq!(h.e.stats().sessions_shed_overload.hole, 1);
+}
