@@ -600,6 +600,12 @@ impl Capture {
                 };
                 self.start_growth(why);
             }
+            if self.ring.block_losing(self.next) {
+                // The kernel lost packets before this block: count them now (the engine gives
+                // up the sessions that meet a hole about now), which also clears the flag for
+                // the blocks it closes from now on.
+                let _ = self.refresh_kernel_stats();
+            }
             let n = match self.growth.as_mut().and_then(|g| g.old.as_mut()) {
                 Some(old) => drain_ring(&mut old.ring, &mut old.next, &mut self.stats, 1, &mut f),
                 None => drain_ring(&mut self.ring, &mut self.next, &mut self.stats, 1, &mut f),

@@ -458,7 +458,7 @@ fn describe() {
     );
     describe_counter!(
         names::SESSIONS_SHED_OVERLOAD_TOTAL,
-        "Captured sessions not copied at all because the copier was behind when they started (capture_backlog, kernel_drops): each session is copied whole or not at all"
+        "Captured sessions not copied at all because the copier was behind when they started (capture_backlog, kernel_drops), or given up at a hole the capture lost, their test connection reset before anything after the hole (hole): each session is copied whole or not at all"
     );
     describe_counter!(
         names::SEND_GSO_TOTAL,

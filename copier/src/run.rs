@@ -277,10 +277,12 @@ impl Line {
         if self.shed_overload.total() > 0 {
             write!(
                 f,
-                "; {} session(s) not copied because the copier was behind ({} for a capture backlog, {} after kernel drops)",
+                "; {} session(s) not copied because the copier was behind ({} for a capture backlog, {} after kernel drops, \
+                 {} given up at a hole the capture lost)",
                 self.shed_overload.total(),
                 self.shed_overload.capture_backlog,
-                self.shed_overload.kernel_drops
+                self.shed_overload.kernel_drops,
+                self.shed_overload.hole
             )?;
         }
         let (shed, timeout) = (self.unproven.unproven_shed, self.unproven.unproven_timeout);
@@ -929,10 +931,14 @@ pub fn overload_of(backlog: usize, max: usize, drops_at: Option<Instant>, was: O
 /// [`SHED_LOG_EVERY`]) and ends.
 fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant) {
     let Source::Live(feed) = &io.source else { return };
+    // (The capture reads the ring's drop counter at once when a block says the kernel lost
+    // packets: `Capture::drain`.)
     let drops = feed.stats().kernel_drops;
     if drops > st.overload_drops {
         st.overload_drops = drops;
         st.drops_grew_at = Some(now);
+        // Sessions that meet a hole about now are given up there, not cut (`Engine::note_capture_loss`).
+        engine.note_capture_loss(now);
     }
     let was = engine.overloaded();
     let backlog = feed.queued_bytes();
@@ -956,7 +962,7 @@ fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant)
         Some(why) if was.is_none() && st.overload_log_at.is_none_or(|t| now >= t + SHED_LOG_EVERY) => {
             st.overload_log_at = Some(now);
             let what = match why {
-                OverloadReason::KernelDrops => "the kernel dropped captured packets".to_string(),
+                OverloadReason::KernelDrops | OverloadReason::Hole => "the kernel dropped captured packets".to_string(),
                 OverloadReason::CaptureBacklog => {
                     format!("{} KiB of captured packets wait for the engine", feed.queued_bytes() >> 10)
                 }
@@ -967,10 +973,12 @@ fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant)
             );
         }
         None => tracing::info!(
-            "the copier caught up: new sessions are copied again ({} left out so far: {} for a capture backlog, {} after kernel drops)",
+            "the copier caught up: new sessions are copied again ({} left out so far: {} for a capture backlog, {} after kernel drops, \
+             {} given up at a hole the capture lost)",
             shed.total(),
             shed.capture_backlog,
-            shed.kernel_drops
+            shed.kernel_drops,
+            shed.hole
         ),
         _ => {}
     }

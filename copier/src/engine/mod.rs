@@ -228,6 +228,12 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
 /// copies only whole requests after a request boundary).
 pub const MAX_SHED_KEYS: usize = 65_536;
 
+/// How long before a hole showed in a session's stream a capture loss may have been noticed
+/// for the hole to count as lost by the capture (`Engine::note_capture_loss`): the loss is
+/// noticed when the capture reads the block after it, and the engine meets the hole when it
+/// gets to that block, up to the capture queue's backlog later.
+pub const LOSS_BEFORE_HOLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What one captured SYN waiting for its handshake costs against `max_memory`: its table
 /// entry (twice, as above) and two places in the expiry queue.
 pub const PENDING_SYN_COST: usize =
@@ -582,6 +588,17 @@ impl Engine {
             self.remember_shed(now, k);
         }
         idle.len()
+    }
+
+    /// The capture lost packets about `now` (the kernel dropped some: the ring overflowed).
+    /// A session being copied whose stream meets a hole that began up to [`LOSS_BEFORE_HOLE`]
+    /// after this (or any time before it) is given up at the hole once it is `GAP_WAIT` old
+    /// instead of resuming past it: its test connection is reset before any byte after the hole
+    /// is sent, so the test server's application never takes a cut request, and the captured
+    /// session is counted in `sessions_shed_overload` (`hole`, once however many copies it
+    /// had) and left out from then on, as a session shed at its start is.
+    pub fn note_capture_loss(&mut self, now: Instant) {
+        self.sh.capture_loss_at = Some(now);
     }
 
     /// Whether the copier is behind (`set_overload`).
@@ -1363,6 +1380,12 @@ impl Engine {
 
     /// After any change to a session: drop it when finished, else re-arm and mark it ready.
     fn after_op(&mut self, idx: u32, now: Instant) {
+        while let Some(k) = self.sh.shed_at_hole.pop() {
+            if !self.shed_keys.contains_key(&k) {
+                self.sh.stats.sessions_shed_overload.add(OverloadReason::Hole, 1);
+            }
+            self.remember_shed(now, k);
+        }
         let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if let Some(failed) = s.outcome.take() {
             // Before `on_ended` forgets which server the copy was on.

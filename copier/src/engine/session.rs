@@ -24,6 +24,10 @@
 //! are the client's on every connection, so the skip cannot go on the same connection: the
 //! current one is reset and the rest goes on a new one, as after the test server's close. No
 //! damaged unit is ever completed: what of it was sent before the hole dies with the RST.
+//! When the capture lost packets about the time the hole began (`Shared::capture_loss_at`:
+//! kernel drops), the whole session is given up at `GAP_WAIT` instead (reset, failed as
+//! `overload`, counted by the engine as shed at a hole), so that a session the copier's own
+//! overload damaged is copied whole or not at all.
 //!
 //! TIME_WAIT: a SYN answered by a bare ACK met a TIME_WAIT socket of the test server (client
 //! port reuse); the connection resets it and sends the SYN again at once (`conn`); the second
@@ -131,6 +135,10 @@ impl std::ops::DerefMut for Closing {
 /// How long a hole in the captured stream may wait for its bytes before the damaged request
 /// unit is given up (when a later request is known).
 const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// How often a hole that nothing else will resolve is looked at again (a capture loss noticed
+/// late gives its session up: see `skip_gap`).
+const HOLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Answer timeouts after which a session's pacing stays lock-step (window 1).
 const STRIKES_LOCKSTEP: u8 = 3;
@@ -687,10 +695,24 @@ impl Session {
             g.due = Some(t + GAP_WAIT);
             return;
         }
+        if sh.capture_loss_at.is_some_and(|l| l + super::LOSS_BEFORE_HOLE >= t) {
+            // The capture lost the hole's bytes (the kernel dropped packets about then): they
+            // never come. Give the whole session up rather than skip the damaged request: the
+            // RST goes before any byte after the hole, and the engine counts and keeps the
+            // session out (`Engine::note_capture_loss`).
+            self.gap = None;
+            sh.stats.drops.capture_gap += u64::from(self.lead);
+            sh.shed_at_hole.push(self.key);
+            self.finish(sh, now, Some(FailReason::Overload));
+            return;
+        }
         // After the client's RST no later request comes: everything from the hole on goes.
         let to_end = self.client_reset.is_some() && self.stream.gap_resume().is_none();
         if !self.stream.bounds.is_empty() || !(to_end || self.stream.gap_resume().is_some()) {
-            return; // later events (answers, captured segments) call again
+            // Later events (answers, captured segments) call again; and a look every
+            // `HOLE_RECHECK` in case a capture loss is noticed after the client went quiet.
+            self.gap_mut().due = Some(now + HOLE_RECHECK);
+            return;
         }
         let s = &self.stream;
         if let Some(c) = &self.cur {
@@ -793,6 +815,9 @@ impl Session {
             }
         }
         self.skip_gap(sh, now);
+        if self.phase != Phase::Active {
+            return; // given up at a hole the capture lost
+        }
         // The client reset: done once everything before its RST is carried.
         if self.client_reset.is_some() && !self.stream.unanswered() {
             self.finish(sh, now, None);

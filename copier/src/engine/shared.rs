@@ -55,6 +55,11 @@ pub(crate) struct Shared {
     /// The answer time the last record completed (its test server, first answer byte minus
     /// the unit's send), for the engine to give [`super::Targets`] right after the record.
     pub answered: Option<(SocketAddr, Duration)>,
+    /// When the capture last lost packets (the kernel dropped some: `Engine::note_capture_loss`).
+    pub capture_loss_at: Option<Instant>,
+    /// Sessions given up at a hole the capture lost (see `Session::skip_gap`), for the engine to
+    /// count once per captured session and keep out (`Engine::after_op`).
+    pub shed_at_hole: Vec<FourTuple>,
 }
 
 impl Shared {
@@ -71,6 +76,8 @@ impl Shared {
             scratch: Vec::new(),
             trace_units: None,
             answered: None,
+            capture_loss_at: None,
+            shed_at_hole: Vec::new(),
         }
     }
 

@@ -107,7 +107,9 @@ reasons! {
     /// The copier stopped ([`crate::engine::Engine::close_all`]).
     Shutdown => shutdown,
     /// Given up while the copier was far behind, before any of its bytes had been sent
-    /// ([`crate::engine::Engine::give_up_unsent`]): nothing of it reached the test server.
+    /// ([`crate::engine::Engine::give_up_unsent`]): nothing of it reached the test server. Or
+    /// given up at a hole the capture lost ([`OverloadReason::Hole`]): its test connection was
+    /// reset before any byte after the hole was sent.
     Overload => overload,
     /// A new connection was needed and every test 4-tuple it could use was taken.
     NoTuple => no_tuple,
@@ -233,6 +235,10 @@ reasons! {
     CaptureBacklog => capture_backlog,
     /// The kernel dropped captured packets lately (the capture ring overflowed).
     KernelDrops => kernel_drops,
+    /// A session being copied met a hole the capture lost (the kernel dropped some of its
+    /// packets): given up there, its test connection reset before any byte after the hole was
+    /// sent, so the test server's application gets no cut request (`Session::skip_gap`).
+    Hole => hole,
 }
 
 impl ShedCounts {
@@ -337,7 +343,8 @@ pub struct EngineStats {
     /// pending SYNs shed for memory are in `syns_incomplete.shed`).
     pub sessions_shed: u64,
     /// Sessions not copied at all because the copier was behind when they started
-    /// (`Engine::set_overload`), by why; their packets are in `drops.overload`.
+    /// (`Engine::set_overload`), or given up at a hole the capture lost (`hole`: see
+    /// `Engine::note_capture_loss`), by why; their later packets are in `drops.overload`.
     pub sessions_shed_overload: ShedCounts,
     /// Captured SYNs waiting for the client's handshake ACK now (a gauge).
     pub syns_pending: u64,

@@ -248,3 +248,88 @@ fn far_behind_the_sessions_that_sent_nothing_are_given_up() {
     let s = h.e.stats();
     assert_eq!((s.sessions_shed_overload.total(), s.sessions_started), (1, 2));
 }
+
+/// An upload whose body the capture lost part of (the kernel dropped packets): the copy
+/// already sent the body's start, so the test server must get a RST before anything after the
+/// hole (its application takes no cut request), and the session is counted as shed (`hole`)
+/// and kept out, however many copies it had.
+#[test]
+fn a_hole_the_capture_lost_gives_the_session_up_before_anything_after_it() {
+    let mut h = H::new(EngineConfig { pace_requests: false, copies: 2, ..cfg() });
+    h.cap(SYN);
+    h.cap(HS_ACK);
+    let syns: Vec<FourTuple> = h.out().iter().filter(|o| o.has(TcpFlags::SYN)).map(|o| o.tuple).collect();
+    assert_eq!(syns.len(), 2, "two copies");
+    for (i, &t) in syns.iter().enumerate() {
+        h.rec_to(t, Seg { ack: CISN + 1, seq: 9000 + i as u32, ..SYN_ACK });
+    }
+    let _ = h.out();
+    // "POST ... Content-Length: 12\r\n\r\nAAAA" goes out; "BBBB" is lost; "CCCC" and the FIN wait.
+    let head = b"POST /upload HTTP/1.1\r\nContent-Length: 12\r\n\r\nAAAA";
+    h.at(10);
+    h.cap(data(0, 0, head));
+    assert_eq!(h.out().iter().filter(|o| o.payload == head).count(), 2);
+    h.e.note_capture_loss(h.now);
+    h.at(11);
+    let n = head.len() as u32;
+    h.cap(data(n + 4, 0, b"CCCC"));
+    h.cap(Seg { flags: TcpFlags::FIN | A, ..data(n + 8, 0, b"") });
+    assert!(h.out().is_empty(), "nothing after the hole yet");
+    let (outs, _) = h.run_timers(2000);
+    for &t in &syns {
+        let rst = outs.iter().find(|(_, o)| o.tuple == t && o.has(TcpFlags::RST));
+        assert!(rst.is_some_and(|(at, _)| *at <= 300), "each copy reset at GAP_WAIT: {outs:?}");
+    }
+    assert!(!outs.iter().any(|(_, o)| o.payload.windows(4).any(|w| w == b"CCCC") || o.has(TcpFlags::FIN)), "{outs:?}");
+    let s = h.e.stats();
+    assert_eq!(s.sessions_shed_overload.hole, 1, "counted once for its two copies: {s:?}");
+    assert_eq!((s.sessions_failed.overload, s.sessions_completed), (2, 0), "{s:?}");
+    // Later packets of the session start nothing (it is left out whole).
+    h.at(60_000);
+    let _ = h.run_timers(60_000);
+    h.cap(Seg { flags: A, ..data(n + 9, 0, b"") });
+    h.cap(data(n + 9, 0, b"GET / HTTP/1.1\r\n\r\n"));
+    assert!(h.out().is_empty());
+    let s = h.e.stats();
+    assert_eq!((s.sessions_shed_overload.total(), s.sessions_started), (1, 2), "{s:?}");
+}
+
+/// A hole with no capture loss about it (a segment the client will send again) is waited for
+/// as before: the session is not given up, and the retransmission completes the copy.
+#[test]
+fn a_hole_without_capture_loss_is_not_given_up() {
+    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    h.e.note_capture_loss(h.now); // long before the hole
+    h.at(20_000);
+    h.establish();
+    let head = b"POST /upload HTTP/1.1\r\nContent-Length: 12\r\n\r\nAAAA";
+    let n = head.len() as u32;
+    h.cap(data(0, 0, head));
+    h.cap(data(n + 4, 0, b"CCCC"));
+    let (outs, _) = h.run_timers(21_000);
+    assert!(!outs.iter().any(|(_, o)| o.has(TcpFlags::RST)), "{outs:?}");
+    h.cap(data(n, 0, b"BBBB"));
+    let sent = h.out();
+    assert!(sent.iter().any(|o| o.payload.windows(8).any(|w| w == b"BBBBCCCC")), "{sent:?}");
+    let s = h.e.stats();
+    assert_eq!((s.sessions_shed_overload.total(), s.sessions_failed.total()), (0, 0), "{s:?}");
+}
+
+/// The capture loss is noticed only after the hole is `GAP_WAIT` old and the client went quiet:
+/// the hole is looked at again, and the session given up then.
+#[test]
+fn a_capture_loss_noticed_late_still_gives_the_session_up() {
+    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    h.establish();
+    let head = b"POST /upload HTTP/1.1\r\nContent-Length: 12\r\n\r\nAAAA";
+    let n = head.len() as u32;
+    h.cap(data(0, 0, head));
+    h.cap(data(n + 4, 0, b"CCCC"));
+    h.cap(Seg { flags: TcpFlags::FIN | A, ..data(n + 8, 0, b"") });
+    let (outs, _) = h.run_timers(700);
+    assert!(!outs.iter().any(|(_, o)| o.has(TcpFlags::RST)), "no loss known yet: {outs:?}");
+    h.e.note_capture_loss(h.now);
+    let (outs, _) = h.run_timers(3000);
+    assert!(outs.iter().any(|(t, o)| o.has(TcpFlags::RST) && *t <= 2000), "{outs:?}");
+    assert_eq!(h.e.stats().sessions_shed_overload.hole, 1);
+}

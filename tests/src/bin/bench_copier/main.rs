@@ -61,6 +61,7 @@
 //!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60]
+//! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
 //! (`none` skips the short connections), `--step` (seconds per rate), `--conns` (keep-alive
@@ -97,6 +98,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod bulk;
 mod load;
 mod scenarios;
 mod steps;
@@ -178,6 +180,8 @@ struct Args {
     /// Copy from a VXLAN mirror of `online`'s client link on `test2` (`lab::mirror`) instead
     /// of capturing on `online`.
     mirror: bool,
+    /// Run the bulk steps (`bulk.rs`) instead of the rate steps and scenarios.
+    bulk: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -199,6 +203,7 @@ fn parse_args() -> Result<Args> {
     let mut redis_requests = env("BENCH_REDIS_REQUESTS").unwrap_or_else(|| "200000".into());
     let mut final_wait = env("BENCH_FINAL_WAIT").unwrap_or_else(|| "60".into());
     let mut mirror = env("BENCH_MIRROR").is_some();
+    let mut bulk = env("BENCH_BULK").is_some();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -220,16 +225,21 @@ fn parse_args() -> Result<Args> {
             "--redis-requests" => redis_requests = val("--redis-requests")?,
             "--final-wait" => final_wait = val("--final-wait")?,
             "--mirror" => mirror = true,
+            "--bulk" => bulk = true,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1)\n\n\
+                     --bulk: only the bulk steps (issue 34): 4 parallel 20 MB uploads at 5, 10, 25 MB/s each and \
+                     unlimited, 4 x 50 MB, then 4 and 8 parallel GETs of a 10 MB file; per step the online and test \
+                     throughput, whole copies (length and SHA-256), kernel drops, sessions shed and copier CPU per MB \
+                     (--copier-args '--gso off' for the old send path).\n\n\
                      --mirror: the copier runs on test2 with --mirror vxlan, fed by a tc mirred VXLAN mirror of online's \
                      client link (both directions), instead of capturing on online.\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
@@ -299,6 +309,7 @@ fn parse_args() -> Result<Args> {
         redis_requests: redis_requests.parse().context("--redis-requests")?,
         final_wait: Duration::from_secs_f64(final_wait.parse().context("--final-wait is seconds, e.g. 60")?),
         mirror,
+        bulk,
     };
     if args.conns == 0 || args.conns > 4000 {
         bail!("--conns must be 1..=4000");
@@ -384,6 +395,9 @@ fn proc_comm(pid: u32) -> String {
 fn run() -> Result<()> {
     let args = parse_args()?;
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if args.bulk {
+        return bulk::run_bulk(&args);
+    }
     let redis = args.scenarios.contains(&Scenario::Redis);
     if redis {
         for tool in ["redis-server", "redis-benchmark"] {
