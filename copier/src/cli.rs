@@ -1133,7 +1133,7 @@ pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
 #[must_use]
 pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
     let index = arg.index.unwrap_or_else(|| {
-        let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let h = common::hash::fnv1a(host.as_bytes());
         (h % u64::from(arg.size)) as u16
     });
     crate::engine::FleetShare { index, size: arg.size }
