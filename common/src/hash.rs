@@ -15,6 +15,7 @@ pub const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 pub const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// FNV-1a (64 bits) of `bytes`.
+#[inline]
 #[must_use]
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     fnv1a_from(FNV_OFFSET, bytes)
@@ -22,6 +23,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// FNV-1a (64 bits) of `bytes`, continued from the state `h` ([`FNV_OFFSET`] to start, or the
 /// result of an earlier call to hash more bytes after those, or a seeded start).
+#[inline]
 #[must_use]
 pub fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
@@ -31,6 +33,7 @@ pub fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
 }
 
 /// SplitMix64's finaliser: a bijection of `u64` with good avalanche (`mix(0) == 0`).
+#[inline]
 #[must_use]
 pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -40,6 +43,7 @@ pub fn mix(mut z: u64) -> u64 {
 
 /// One step of SplitMix64 from the state `z`: [`mix`] of `z` plus [`GOLDEN_GAMMA`] (a cheap,
 /// well-spread hash of a `u64` that maps 0 elsewhere).
+#[inline]
 #[must_use]
 pub fn splitmix64(z: u64) -> u64 {
     mix(z.wrapping_add(GOLDEN_GAMMA))

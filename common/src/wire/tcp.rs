@@ -370,15 +370,18 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpSegment<T> {
 
 /// Rewrite the TCP source port of `pkt` (a packet whose TCP header is at `tcp_offset`) and
 /// patch its checksum incrementally. Does nothing when the header is not all there.
+#[inline]
 pub fn set_source_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
     set_port(pkt, tcp_offset, port, true);
 }
 
 /// [`set_source_port`] for the destination port.
+#[inline]
 pub fn set_destination_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
     set_port(pkt, tcp_offset, port, false);
 }
 
+#[inline]
 fn set_port(pkt: &mut [u8], tcp_offset: usize, port: u16, source: bool) {
     let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
     let mut tcp = TcpSegment::new_unchecked(tcp);
