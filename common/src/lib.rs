@@ -1,5 +1,5 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
-//! implementation ([`checksum`]), wrap-around sequence numbers ([`seq`]), the session key
+//! implementation ([`checksum`]), the stable FNV-1a and SplitMix64 hashes ([`hash`]), wrap-around sequence numbers ([`seq`]), the session key
 //! ([`flow`]), HTTP/2 framing ([`h2`]: the preface and frame headers), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
 //! pcap/pcapng reading, pcap writing), the one grammar of durations and sizes on the command
 //! lines of the three binaries ([`units`]), files of production data made owner-only
@@ -19,6 +19,7 @@ pub mod docs;
 pub mod doctor;
 pub mod flow;
 pub mod h2;
+pub mod hash;
 pub mod pcap;
 pub mod private;
 pub mod proto;

@@ -168,14 +168,7 @@ fn digest(b: &[u8]) -> String {
 }
 
 /// FNV-1a, 64 bits: stable across runs and platforms (fingerprints, sampling).
-pub fn fnv(b: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &x in b {
-        h ^= u64::from(x);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub use common::hash::fnv1a as fnv;
 
 /// One field that differs between two answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -233,10 +233,7 @@ impl Hasher for Fnv {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0 = common::hash::fnv1a_from(self.0, bytes);
     }
 }
 
@@ -246,7 +243,7 @@ pub fn sampled<K: Hash>(key: &K, sample: f64) -> bool {
     if sample >= 1.0 {
         return true;
     }
-    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    let mut h = Fnv(common::hash::FNV_OFFSET);
     key.hash(&mut h);
     (h.finish() as f64 / u64::MAX as f64) < sample
 }

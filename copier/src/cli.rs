@@ -16,9 +16,8 @@ use clap::{ArgAction, Parser};
 use common::units::{parse_duration, parse_size};
 
 use crate::capture::CaptureConfig;
-use crate::control::InterceptAddr;
 use crate::engine::{ClientIpPool, EngineConfig, HealthConfig, MapTargets, PortMap};
-use crate::routing::{parse_intercept_for, InterceptFor};
+use crate::routing::{parse_intercept_for, InterceptAddr, InterceptFor};
 use crate::offline::{OfflineConfig, Speed};
 use crate::send::SendConfig;
 
@@ -274,7 +273,7 @@ pub enum GsoMode {
 pub struct Args {
     /// `copier doctor ...` checks the host instead of copying.
     #[command(subcommand)]
-    pub command: Option<crate::doctor::Command>,
+    pub command: Option<Command>,
 
     /// The copier's flags.
     #[command(flatten)]
@@ -1048,7 +1047,7 @@ impl CopierArgs {
             if m.targets.len() > 1 {
                 return Err(format!(
                     "--compare with --map {}: a compared map has one candidate test server (several weighted ones are not compared)",
-                    crate::cli::show_map(&m.map)
+                    m.map
                 ));
             }
             let m = &m.map;
@@ -1057,7 +1056,7 @@ impl CopierArgs {
                 if b.target.is_ipv4() != m.target.is_ipv4() || b.target == m.target {
                     return Err(format!(
                         "--baseline-map {}: its target must differ from the --map target {} and be of its family",
-                        crate::cli::show_map(b),
+                        b,
                         m.target
                     ));
                 }
@@ -1066,7 +1065,7 @@ impl CopierArgs {
         }
         for b in &self.baseline_maps {
             if !maps.iter().any(|m| m.port == b.online_port && m.online == b.online_ip) {
-                return Err(format!("--baseline-map {}: no --map for that online port and address", crate::cli::show_map(b)));
+                return Err(format!("--baseline-map {}: no --map for that online port and address", b));
             }
         }
         let max_message = usize::try_from(self.compare_bytes).unwrap_or(usize::MAX);
@@ -1138,7 +1137,7 @@ pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
 #[must_use]
 pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
     let index = arg.index.unwrap_or_else(|| {
-        let h = host.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+        let h = common::hash::fnv1a(host.as_bytes());
         (h % u64::from(arg.size)) as u16
     });
     crate::engine::FleetShare { index, size: arg.size }
@@ -1184,8 +1183,8 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
             };
             return Err(format!(
                 "--map {} and --map {} {what}",
-                show_map(prev),
-                show_map(m)
+                prev,
+                m
             ));
         }
         seen.insert(key(m), m);
@@ -1198,8 +1197,8 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
             if let Some(any) = any {
                 return Err(format!(
                     "--map {} (any address) overlaps --map {}: give addresses to both or to neither",
-                    show_map(any),
-                    show_map(m)
+                    any,
+                    m
                 ));
             }
         }
@@ -1208,14 +1207,14 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
                 return Err(format!(
                     "--client-ip {p} has no range of the IP family of the target of --map {} \
                      (different IP families)",
-                    show_map(m)
+                    m
                 ));
             }
             (Some(ip), None) if ip.is_ipv6() != m.target.is_ipv6() => {
                 return Err(format!(
                     "--map {}: the online address and the target are of different IP families; \
                      add --client-ip with a range of the target's family",
-                    show_map(m)
+                    m
                 ));
             }
             _ => {}
@@ -1251,20 +1250,12 @@ pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(),
             return Err(format!(
                 "--map {}: the target {} is an address of this host (the production host): the copies \
                  would be sent here; give the test server's address",
-                show_map(m),
+                m,
                 m.target.ip()
             ));
         }
     }
     Ok(())
-}
-
-/// `--map` as the user would write it.
-pub fn show_map(m: &PortMap) -> String {
-    match m.online_ip {
-        None => format!("{}={}", m.online_port, m.target),
-        Some(ip) => format!("{}={}", SocketAddr::new(ip, m.online_port), m.target),
-    }
 }
 
 /// Parse `--map`: `[ONLINE_IP:]PORT=` and one target `IP:PORT` or weighted ones
@@ -1360,6 +1351,9 @@ fn parse_intercept(s: &str) -> Result<InterceptAddr, String> {
     s.parse()
 }
 
+mod commands;
 mod help;
+
+pub use commands::{Command, DoctorArgs};
 #[cfg(test)]
 mod tests;

@@ -37,15 +37,13 @@
 //! capacity, and a client that falls behind resynchronises from the registry by difference.
 
 use std::collections::HashSet;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::flow::FourTuple;
 use common::proto::io::{client_handshake_as, Established, FrameReader, FrameWriter, Identity};
-use common::proto::{Message, ProtoError, DEFAULT_PORT};
+use common::proto::{Message, ProtoError};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
@@ -53,7 +51,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{broadcast, watch};
 
 use crate::engine::LinkEvent;
-use crate::link::{EngineLink, FdWriter, LinkDesk, LinkShared};
+use crate::link::{log_rules, EngineLink, FdWriter, LinkDesk, LinkError, LinkShared};
+use crate::routing::InterceptAddr;
 use crate::workers::RecordRouter;
 
 /// The longest back-off between attempts while sessions are registered (they send nothing
@@ -66,76 +65,6 @@ const TUPLES_PER_MESSAGE: usize = 8192;
 /// writes of a link costs that copy). Its slots are allocated and written when the registry is
 /// made, about 100 bytes each: 16,384 of them were 1.6 MiB of the idle copier's RSS.
 const BROADCAST_CAPACITY: usize = 4096;
-
-/// Where an intercept listens: `HOST[:PORT]`, port 36524 by default.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterceptAddr {
-    /// Host name or address (an IPv6 address without brackets).
-    pub host: String,
-    /// TCP port.
-    pub port: u16,
-}
-
-impl FromStr for InterceptAddr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = |why: &str| {
-            format!(
-                "bad intercept address {s:?}: {why} (expected HOST[:PORT], IPv6 as [ADDR]:PORT)"
-            )
-        };
-        let s = s.trim();
-        if s.is_empty() {
-            return Err(bad("empty"));
-        }
-        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
-            match after {
-                "" => (h, None),
-                p => (
-                    h,
-                    Some(
-                        p.strip_prefix(':')
-                            .ok_or_else(|| bad("expected ':' after ']'"))?,
-                    ),
-                ),
-            }
-        } else if s.matches(':').count() > 1 {
-            (s, None) // a bare IPv6 address
-        } else {
-            match s.split_once(':') {
-                Some((h, p)) => (h, Some(p)),
-                None => (s, None),
-            }
-        };
-        if host.is_empty() {
-            return Err(bad("no host"));
-        }
-        let port = match port {
-            None => DEFAULT_PORT,
-            Some(p) => match p.parse::<u16>() {
-                Ok(0) | Err(_) => {
-                    return Err(bad(&format!("port {p:?} is not a number from 1 to 65535")))
-                }
-                Ok(n) => n,
-            },
-        };
-        Ok(InterceptAddr {
-            host: host.to_string(),
-            port,
-        })
-    }
-}
-
-impl fmt::Display for InterceptAddr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
 
 /// A change of the registry: the engine's event, applied as it comes.
 pub use crate::engine::RegEvent;
@@ -314,17 +243,6 @@ impl LinkGens {
     }
 }
 
-/// Log what an intercept said of its firewall rules (`Message::Rules`).
-pub fn log_rules(id: u16, in_force: bool) {
-    if in_force {
-        tracing::info!("intercept #{id}: its firewall rules are back in force; its sessions send again");
-    } else {
-        tracing::error!(
-            "intercept #{id}: its firewall rules are MISSING (flushed or reloaded): nothing is sent on its sessions \
-             until they are back (copier_intercept_rules_lost_total)"
-        );
-    }
-}
 
 /// What the clients share with the engine thread.
 #[derive(Clone, Debug)]
@@ -409,34 +327,6 @@ impl ClientConfig {
     }
 }
 
-/// Why a link ended.
-#[derive(Debug, thiserror::Error)]
-pub enum LinkError {
-    /// TCP connect failed.
-    #[error("cannot connect: {0}")]
-    Connect(std::io::Error),
-    /// TCP connect did not finish in time.
-    #[error("connect timed out after {0:?}")]
-    ConnectTimeout(Duration),
-    /// Handshake or framing failed, or the peer sent an Error.
-    #[error("{0}")]
-    Proto(#[from] ProtoError),
-    /// The peer was silent too long.
-    #[error("no message (not even a Pong) for {0:?}")]
-    Silent(Duration),
-    /// A write did not finish in time: the peer does not read.
-    #[error("a write did not finish within {0:?}: the peer does not read")]
-    WriteStalled(Duration),
-    /// The peer closed the connection.
-    #[error("closed by the peer")]
-    Closed,
-    /// The peer sent a message a copier never expects.
-    #[error("unexpected {0} message")]
-    Unexpected(&'static str),
-    /// The engine thread is gone (shutting down).
-    #[error("engine stopped")]
-    EngineGone,
-}
 
 /// Decrements `connected` when a link ends, however it ends.
 struct UpGuard<'a>(&'a Links);
@@ -900,54 +790,6 @@ mod tests {
             format!("198.18.0.1:{c}").parse().unwrap(),
             "198.18.1.2:80".parse().unwrap(),
         )
-    }
-
-    #[test]
-    fn intercept_addresses() {
-        let p = |s: &str| s.parse::<InterceptAddr>();
-        assert_eq!(
-            p("10.0.0.1").unwrap(),
-            InterceptAddr {
-                host: "10.0.0.1".into(),
-                port: 36524
-            }
-        );
-        assert_eq!(
-            p("test-host:9000").unwrap(),
-            InterceptAddr {
-                host: "test-host".into(),
-                port: 9000
-            }
-        );
-        assert_eq!(
-            p("[2001:db8::1]:9").unwrap(),
-            InterceptAddr {
-                host: "2001:db8::1".into(),
-                port: 9
-            }
-        );
-        assert_eq!(p("[2001:db8::1]").unwrap().port, 36524);
-        assert_eq!(
-            p("2001:db8::1").unwrap(),
-            InterceptAddr {
-                host: "2001:db8::1".into(),
-                port: 36524
-            }
-        );
-        assert_eq!(p("[2001:db8::1]:9").unwrap().to_string(), "[2001:db8::1]:9");
-        for bad in [
-            "",
-            "host:",
-            "host:0",
-            "host:70000",
-            "host:http",
-            ":80",
-            "[::1",
-            "[::1]x",
-        ] {
-            let e = p(bad).unwrap_err();
-            assert!(e.contains("HOST[:PORT]"), "{bad:?}: {e}");
-        }
     }
 
     #[test]

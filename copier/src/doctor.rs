@@ -19,47 +19,15 @@ use common::flow::FourTuple;
 use common::proto::io::client_handshake_timeout;
 use common::proto::Message;
 
-use common::units::parse_duration;
-
-use crate::cli::show_map;
-use crate::control::InterceptAddr;
+use crate::cli::DoctorArgs;
 use crate::engine::PortMap;
+use crate::routing::InterceptAddr;
 
 mod routes;
 
 /// Bytes a TPACKET_V3 block needs besides the packet: the block and packet headers and the
 /// link-layer address (rounded up).
 const RING_OVERHEAD: u64 = 256;
-
-/// `copier doctor`: the copier's own flags (every one; those that do not matter to a check are
-/// ignored) and the doctor's. Derefs to the copier's flags.
-#[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
-    /// The copier's flags, as the copier is (or will be) started with them.
-    #[command(flatten)]
-    pub copier: crate::cli::CopierArgs,
-
-    /// With --mirror: how long to listen for mirrored packets.
-    #[arg(long, value_name = "DURATION", default_value = "3s", requires = "mirror", value_parser = parse_duration)]
-    pub mirror_listen: Duration,
-
-    /// With --mirror: the MTU of the mirrored interface (the inner packets); the mirror path
-    /// must carry it plus the encapsulation's 50 bytes.
-    #[arg(long, value_name = "N", default_value_t = 1500, requires = "mirror")]
-    pub inner_mtu: u16,
-
-    /// Largest clock difference with an intercept host accepted.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub max_clock_skew: Duration,
-}
-
-impl std::ops::Deref for DoctorArgs {
-    type Target = crate::cli::CopierArgs;
-
-    fn deref(&self) -> &crate::cli::CopierArgs {
-        &self.copier
-    }
-}
 
 /// Runs every check; prints the report to stdout; returns the exit status.
 pub fn main(a: &DoctorArgs) -> u8 {
@@ -285,7 +253,7 @@ fn capture_interface(r: &mut Report, a: &DoctorArgs) {
 }
 
 fn online_service(r: &mut Report, m: &PortMap) {
-    let item = format!("online service of --map {}", show_map(m));
+    let item = format!("online service of --map {}", m);
     if doctor::tcp_listening(m.online_port) {
         r.ok(item, format!("a process listens on port {} here", m.online_port));
     } else {
@@ -459,7 +427,7 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
         return;
     };
     for (m, (_, v)) in maps.iter().zip(verdicts) {
-        let item = format!("intercept {name} guards --map {}", show_map(m));
+        let item = format!("intercept {name} guards --map {}", m);
         if v.accepted() {
             r.ok(item, "a probe registration was accepted");
         } else if v == common::proto::RegVerdict::ServerNotLocal {
@@ -590,32 +558,11 @@ fn forwarding(r: &mut Report) {
     }
 }
 
-/// The copier's subcommands (next to its flat flags, which run the copier itself).
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Check this host and its intercepts and say what to fix (exit status 0 only when copying
-    /// would work).
-    ///
-    /// Takes every flag of the copier (those a check does not need are ignored) and checks
-    /// them as the copier would, capture permission and interface (with --mirror: the mirror
-    /// input instead: port, datagrams arriving, VNIs, both directions, truncation, the mirror
-    /// path's MTU), offloads and MTU, routes to each target and intercept, the intercept
-    /// reachable, the secret accepted and the test ports guarded, each test host's route back to
-    /// the copied client addresses (the --client-ip pool, or the client networks seen on the
-    /// mapped ports) and its rp_filter, ip_forward, conntrack, clock skew. Prints each item with
-    /// the command that fixes it; exit status 0 only when copying would work.
-    Doctor(Box<DoctorArgs>),
-    /// Turn a comparison file (--compare-log) into a static HTML page: endpoints ranked by
-    /// difference rate, their differing fields with an example, the noise learned, and a picture
-    /// of the difference rate over time.
-    CompareReport(crate::compare_report::ReportArgs),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::parse_map;
-    use crate::cli::Args;
+    use crate::cli::{Args, Command};
     use clap::Parser;
 
     #[test]

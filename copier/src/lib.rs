@@ -5,13 +5,20 @@
 //! - [`send`]: raw IP_HDRINCL sockets toward the test server, and [`egress`]: super-segments
 //!   (`--gso`) whole through AF_PACKET with a GSO header, or cut as TSO would; [`spread`]: logs and metrics of the
 //!   test servers of a map over several;
-//! - [`control`]: the clients of the intercepts; [`routing`]: which intercept guards which test server;
+//! - [`control`]: the clients of the intercepts; [`link`]: the engine thread's read side of
+//!   their links; [`routing`]: an intercept's address and which intercept guards which test server;
+//! - [`feed`]: the capture thread; [`mirror`]: the mirror input (`--mirror`) in place of the capture;
 //! - [`offline`]: replay of a pcap or pcapng file instead of the live capture; [`rate`]: the
 //!   closed loop holding a target rate;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
 //!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`);
-//! - [`record`]: the `--record` archive; [`outage`]: what a file output does when its disk fills.
+//! - [`record`]: the `--record` archive; [`outage`]: what a file output does when its disk fills;
+//! - [`shadow`]: the comparison thread (`--compare`); [`compare_report`]: `copier compare-report`;
+//! - [`cli`]: the command line (flags and subcommands); [`doctor`]: `copier doctor`.
+//!
+//! Modules import downward only: leaves (`engine`, `routing`), then the taps and system calls,
+//! the I/O, the intercept links, and the command line, `run` and `main` on top.
 
 pub mod bpf;
 pub mod capture;

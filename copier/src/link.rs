@@ -27,6 +27,9 @@
 //! With several workers the records must be routed to the worker that owns each session, so
 //! the clients keep reading them and deliver them through [`crate::workers::RecordRouter`].
 //!
+//! Also owns what both sides of a link say of it: why a link ended ([`LinkError`]) and the log
+//! line of an intercept's firewall rules ([`log_rules`]).
+//!
 //! Invariants: a link's descriptor is read by one thread only (the engine), and the decoder
 //! never holds more than one frame limit plus one read's worth of bytes; an [`EngineLink`]
 //! that is dropped, for whatever reason (the engine thread ending, a panic), marks its link
@@ -44,7 +47,6 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::AsyncWrite;
 use tokio::sync::Notify;
 
-use crate::control::LinkError;
 use crate::workers::Inbound;
 
 /// Most intercept links one engine reads itself (with more, the control clients read them and
@@ -250,7 +252,7 @@ impl EngineLink {
                     }
                     Message::Pong { token, clock } => self.shared.clock.on_pong_now(token, clock),
                     Message::Rules { in_force } => {
-                        crate::control::log_rules(self.id, in_force);
+                        log_rules(self.id, in_force);
                         f(Inbound::Link { from: self.id, gen: self.gen, event: crate::engine::LinkEvent::Rules(in_force) });
                     }
                     Message::Error { code, message } => {
@@ -342,6 +344,47 @@ impl AsyncWrite for FdWriter {
 
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(self.0.get_ref().shutdown(std::net::Shutdown::Write))
+    }
+}
+
+/// Why a link ended.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// TCP connect failed.
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    /// TCP connect did not finish in time.
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    /// Handshake or framing failed, or the peer sent an Error.
+    #[error("{0}")]
+    Proto(#[from] ProtoError),
+    /// The peer was silent too long.
+    #[error("no message (not even a Pong) for {0:?}")]
+    Silent(Duration),
+    /// A write did not finish in time: the peer does not read.
+    #[error("a write did not finish within {0:?}: the peer does not read")]
+    WriteStalled(Duration),
+    /// The peer closed the connection.
+    #[error("closed by the peer")]
+    Closed,
+    /// The peer sent a message a copier never expects.
+    #[error("unexpected {0} message")]
+    Unexpected(&'static str),
+    /// The engine thread is gone (shutting down).
+    #[error("engine stopped")]
+    EngineGone,
+}
+
+/// Log what an intercept said of its firewall rules (`Message::Rules`).
+pub fn log_rules(id: u16, in_force: bool) {
+    if in_force {
+        tracing::info!("intercept #{id}: its firewall rules are back in force; its sessions send again");
+    } else {
+        tracing::error!(
+            "intercept #{id}: its firewall rules are MISSING (flushed or reloaded): nothing is sent on its sessions \
+             until they are back (copier_intercept_rules_lost_total)"
+        );
     }
 }
 

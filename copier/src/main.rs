@@ -19,7 +19,7 @@ use anyhow::{anyhow, Context, Result};
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
 use copier::feed::{Feed, FeedConfig};
-use copier::cli::{show_map, Args};
+use copier::cli::Args;
 use copier::control::{run_client, ClientConfig, Links, Registry};
 use copier::engine::{EngineConfig, PortShare};
 use copier::mirror::MirrorInput;
@@ -39,8 +39,8 @@ fn main() -> ExitCode {
     let matches = common::config_file::matches(<Args as clap::CommandFactory>::command());
     let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match &args.command {
-        Some(copier::doctor::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
-        Some(copier::doctor::Command::CompareReport(r)) => {
+        Some(copier::cli::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
+        Some(copier::cli::Command::CompareReport(r)) => {
             return match copier::compare_report::main(r) {
                 Ok(line) => {
                     println!("{line}");
@@ -180,9 +180,9 @@ fn run(args: Args) -> Result<RunSummary> {
         .map(|m| match v.engine.spread.iter().find(|s| s.map == *m) {
             Some(s) => {
                 let t: Vec<String> = s.targets.iter().map(|t| format!("{}@{}", t.addr, t.weight)).collect();
-                format!("{}={}", show_map(m).split('=').next().unwrap_or_default(), t.join(","))
+                format!("{}={}", m.to_string().split('=').next().unwrap_or_default(), t.join(","))
             }
-            None => show_map(m),
+            None => m.to_string(),
         })
         .collect();
     let iface = match (&v.offline, &sources[..]) {

@@ -20,15 +20,15 @@
 //! The archive holds production requests whole (cookies, authorization headers, query strings):
 //! its directory is made 0700 and every file 0600 (`common::private`), whatever the umask.
 //!
-//! Owns: the pcapng writer (section header, one interface description, enhanced packet blocks).
+//! The pcapng blocks are written by `common::pcap` ([`common::pcap::pcapng_packet`]).
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::flow::FourTuple;
+use common::pcap::{pcapng_header, pcapng_packet, LinkType};
 use common::sink::{Lost, Sink};
 use common::wire::{parse_tcp_packet, TcpFlags};
 
@@ -45,49 +45,6 @@ pub struct RecordConfig {
     pub max_files: usize,
     /// Files older than this go (None: kept whatever their age).
     pub max_age: Option<std::time::Duration>,
-}
-
-/// pcapng link type of raw IP packets.
-const LINKTYPE_RAW: u16 = 101;
-
-fn block(out: &mut impl Write, kind: u32, body: &[u8]) -> std::io::Result<u64> {
-    let pad = (4 - body.len() % 4) % 4;
-    let total = (12 + body.len() + pad) as u32;
-    out.write_all(&kind.to_le_bytes())?;
-    out.write_all(&total.to_le_bytes())?;
-    out.write_all(body)?;
-    out.write_all(&[0u8; 3][..pad])?;
-    out.write_all(&total.to_le_bytes())?;
-    Ok(u64::from(total))
-}
-
-fn file_header(out: &mut impl Write) -> std::io::Result<u64> {
-    // Section header: byte-order magic, version 1.0, section length unknown.
-    let mut shb = Vec::with_capacity(16);
-    shb.extend_from_slice(&0x1A2B_3C4Du32.to_le_bytes());
-    shb.extend_from_slice(&1u16.to_le_bytes());
-    shb.extend_from_slice(&0u16.to_le_bytes());
-    shb.extend_from_slice(&(-1i64).to_le_bytes());
-    let mut n = block(out, 0x0A0D_0D0A, &shb)?;
-    // Interface description: raw IP, no snap length limit (default microsecond resolution).
-    let mut idb = Vec::with_capacity(8);
-    idb.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
-    idb.extend_from_slice(&0u16.to_le_bytes());
-    idb.extend_from_slice(&0u32.to_le_bytes());
-    n += block(out, 1, &idb)?;
-    Ok(n)
-}
-
-fn packet(out: &mut impl Write, ts: SystemTime, data: &[u8]) -> std::io::Result<u64> {
-    let us = ts.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
-    let mut epb = Vec::with_capacity(20 + data.len());
-    epb.extend_from_slice(&0u32.to_le_bytes());
-    epb.extend_from_slice(&((us >> 32) as u32).to_le_bytes());
-    epb.extend_from_slice(&(us as u32).to_le_bytes());
-    epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    epb.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    epb.extend_from_slice(data);
-    block(out, 6, &epb)
 }
 
 /// One worker's recorder (see the module documentation).
@@ -294,9 +251,9 @@ impl Recorder {
         let mut block = Vec::with_capacity(pkt.len() + 64);
         if self.cur.as_ref().is_some_and(|c| c.1.is_empty()) {
             // a new file, or one whose header went with a failed write
-            let _ = file_header(&mut block);
+            let _ = pcapng_header(&mut block, LinkType::Raw);
         }
-        let _ = packet(&mut block, SystemTime::now(), pkt);
+        let _ = pcapng_packet(&mut block, SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default(), pkt);
         if let Some((_, w)) = self.cur.as_mut() {
             let r = w.push(&block);
             self.note(r);

@@ -1,7 +1,9 @@
 //! Which intercept gets which registrations, when the maps spread copies over several test
 //! hosts, each with an intercept of its own.
 //!
-//! Owns: `--intercept-for INTERCEPT=TARGET_IP[,TARGET_IP...]` ([`InterceptFor`]) and the plan
+//! Owns: the address of an intercept (`--intercept HOST[:PORT]`, [`InterceptAddr`], which the
+//! flags, the control clients and the doctor take from here),
+//! `--intercept-for INTERCEPT=TARGET_IP[,TARGET_IP...]` ([`InterceptFor`]) and the plan
 //! ([`plan`]) that gives each `--intercept` the set of test server addresses it guards:
 //! - an intercept named by `--intercept-for` guards the addresses listed there;
 //! - else an intercept whose address is a test server's address guards that server (the usual
@@ -16,9 +18,81 @@
 //! server ([`serving_counts`]).
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::net::IpAddr;
+use std::str::FromStr;
 
-use crate::control::InterceptAddr;
+use common::proto::DEFAULT_PORT;
+
+/// Where an intercept listens: `HOST[:PORT]`, port 36524 by default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterceptAddr {
+    /// Host name or address (an IPv6 address without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl FromStr for InterceptAddr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| {
+            format!(
+                "bad intercept address {s:?}: {why} (expected HOST[:PORT], IPv6 as [ADDR]:PORT)"
+            )
+        };
+        let s = s.trim();
+        if s.is_empty() {
+            return Err(bad("empty"));
+        }
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ']'"))?;
+            match after {
+                "" => (h, None),
+                p => (
+                    h,
+                    Some(
+                        p.strip_prefix(':')
+                            .ok_or_else(|| bad("expected ':' after ']'"))?,
+                    ),
+                ),
+            }
+        } else if s.matches(':').count() > 1 {
+            (s, None) // a bare IPv6 address
+        } else {
+            match s.split_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(p) => match p.parse::<u16>() {
+                Ok(0) | Err(_) => {
+                    return Err(bad(&format!("port {p:?} is not a number from 1 to 65535")))
+                }
+                Ok(n) => n,
+            },
+        };
+        Ok(InterceptAddr {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for InterceptAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
+}
 
 /// `--intercept-for HOST[:PORT]=IP[,IP...]`: the test servers an intercept guards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +194,54 @@ mod tests {
     }
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn intercept_addresses() {
+        let p = |s: &str| s.parse::<InterceptAddr>();
+        assert_eq!(
+            p("10.0.0.1").unwrap(),
+            InterceptAddr {
+                host: "10.0.0.1".into(),
+                port: 36524
+            }
+        );
+        assert_eq!(
+            p("test-host:9000").unwrap(),
+            InterceptAddr {
+                host: "test-host".into(),
+                port: 9000
+            }
+        );
+        assert_eq!(
+            p("[2001:db8::1]:9").unwrap(),
+            InterceptAddr {
+                host: "2001:db8::1".into(),
+                port: 9
+            }
+        );
+        assert_eq!(p("[2001:db8::1]").unwrap().port, 36524);
+        assert_eq!(
+            p("2001:db8::1").unwrap(),
+            InterceptAddr {
+                host: "2001:db8::1".into(),
+                port: 36524
+            }
+        );
+        assert_eq!(p("[2001:db8::1]:9").unwrap().to_string(), "[2001:db8::1]:9");
+        for bad in [
+            "",
+            "host:",
+            "host:0",
+            "host:70000",
+            "host:http",
+            ":80",
+            "[::1",
+            "[::1]x",
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains("HOST[:PORT]"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

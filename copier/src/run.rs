@@ -1127,7 +1127,7 @@ fn log_refusals(engine: &mut Engine) {
             "--map {}: the intercept refused to guard the test connections to {} (test port {}): {why} ({}); \
              these sessions are not copied (nothing is sent to the test server for them); further refusals are \
              only counted in copier_sessions_failed_total{{reason=\"registration_refused\"}}",
-            crate::cli::show_map(&r.map),
+            r.map,
             r.tuple.server,
             r.tuple.server.port(),
             r.verdict.as_str()

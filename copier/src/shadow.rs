@@ -143,7 +143,7 @@ pub fn file_under(record: &mut Record, client: SocketAddr) {
         return;
     }
     let tcp = h.packet.ip_header_len;
-    crate::offline::set_destination_port(&mut record.headers, tcp, client.port());
+    common::wire::set_destination_port(&mut record.headers, tcp, client.port());
 }
 
 /// The engine threads' side of the channel.

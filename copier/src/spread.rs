@@ -102,10 +102,10 @@ pub fn log_events(engine: &mut Engine) {
             TargetEvent::AllDown(m) => tracing::error!(
                 "--map {}: every test server is taken out (none answers); copies go on by weight as probes \
                  (copier_maps_all_targets_down)",
-                crate::cli::show_map(&m)
+                m
             ),
             TargetEvent::SomeUp(m) => {
-                tracing::info!("--map {}: a test server answers again", crate::cli::show_map(&m));
+                tracing::info!("--map {}: a test server answers again", m);
             }
             TargetEvent::Overloaded(addr) => tracing::warn!(
                 "test server {addr} overloaded (--target-max-live copies live on it): its new sessions go to the \
@@ -126,10 +126,10 @@ pub fn log_events(engine: &mut Engine) {
             TargetEvent::AllOverloaded(m) => tracing::warn!(
                 "--map {}: every test server is overloaded or slow; new sessions are not copied until one is relieved \
                  (copier_target_overload_refused_total, copier_maps_all_targets_overloaded)",
-                crate::cli::show_map(&m)
+                m
             ),
             TargetEvent::SomeRelieved(m) => {
-                tracing::info!("--map {}: a test server takes sessions again", crate::cli::show_map(&m));
+                tracing::info!("--map {}: a test server takes sessions again", m);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The run trace (`--trace FILE`): what the copier actually sent, in the CSV that `shaper check
 //! --trace` and `shaper plot` read, so a run is checked against its profile and drawn.
 //!
-//! Owns: [`TraceFile`], shared by the engine threads ([`SharedTrace`]). Two forms:
+//! Owns: [`TraceFile`], shared by the engine threads ([`SharedTrace`]); the columns are
+//! declared once, in `shaper::trace`, for this writer and the shaper's reader. Two forms:
 //! - per request unit (default): `time_s,copy,user,pool,target[,source],answer_s`, one row per
 //!   unit, `time_s` the moment its first byte left (on the profile's schedule clock: seconds
 //!   since the engine's first captured packet), `user` and `pool` `-` without pools, `source`
@@ -67,12 +68,7 @@ impl TraceFile {
             counts: BTreeMap::new(),
             rows: 0,
         };
-        let header = match (t.every.is_some(), t.sources) {
-            (false, false) => "time_s,copy,user,pool,target,answer_s",
-            (false, true) => "time_s,copy,user,pool,target,source,answer_s",
-            (true, false) => "time_s,pool,count,answer_s",
-            (true, true) => "time_s,pool,count,source,answer_s",
-        };
+        let header = shaper::trace::header(t.every.is_some(), t.sources);
         t.line(format_args!("{header}\n"));
         Ok(t)
     }

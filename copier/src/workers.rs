@@ -70,7 +70,7 @@ use common::flow::FourTuple;
 use common::proto::{Record, RegVerdict};
 use tokio::sync::{mpsc, watch};
 
-use crate::control::RegEvent;
+use crate::engine::RegEvent;
 use crate::sys::{EventFd, TimerFd};
 
 /// Number of shards of [`Routes`] (a power of two).

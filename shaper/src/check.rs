@@ -27,6 +27,7 @@ use rand::Rng;
 use crate::onoff::{PeriodLaw, Plan};
 use crate::profile::{PeriodKind, Profile};
 use crate::stats;
+use crate::trace;
 use crate::users::UserTable;
 
 /// The verdict of one line.
@@ -357,9 +358,9 @@ impl Trace {
             .ok_or_else(|| TraceError::Header(String::new()))?;
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let pos = |name| cols.iter().position(|c| *c == name);
-        let t_col = pos("time_s").ok_or_else(|| TraceError::Header(header.into()))?;
+        let t_col = pos(trace::TIME_S).ok_or_else(|| TraceError::Header(header.into()))?;
         let (s_col, p_col, n_col, a_col) =
-            (pos("source"), pos("pool"), pos("count"), pos("answer_s"));
+            (pos(trace::SOURCE), pos(trace::POOL), pos(trace::COUNT), pos(trace::ANSWER_S));
         if s_col.is_none() && p_col.is_none() {
             return Err(TraceError::Header(header.into()));
         }

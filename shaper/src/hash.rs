@@ -3,25 +3,18 @@
 //! a port search starts).
 //!
 //! `std`'s `DefaultHasher` is not promised to stay the same across Rust releases, so this module
-//! fixes its own: FNV-1a over the bytes, then the SplitMix64 finaliser to spread the bits.
+//! fixes its own from the project's stable hashes ([`common::hash`]): FNV-1a over the bytes from
+//! a seeded start, then the SplitMix64 finaliser to spread the bits.
 
 use std::net::{IpAddr, SocketAddr};
 
-/// SplitMix64's finaliser: a bijection of `u64` with good avalanche.
-pub fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use common::hash::{fnv1a_from, FNV_OFFSET};
+
+pub use common::hash::mix;
 
 /// Hashes `bytes` under `seed`.
 pub fn hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ mix(seed);
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    mix(h)
+    mix(fnv1a_from(FNV_OFFSET ^ mix(seed), bytes))
 }
 
 /// Hashes a socket address, a copy index and a purpose tag under `seed`.

@@ -14,6 +14,7 @@
 //! - [`engine`]: [`Shaper`], the sans-IO facade the copier drives (`on_session`, `release_at`),
 //!   built from a profile or from the copier's flags ([`FlagPlan`]).
 //! - [`pool`]: the client address pool of the flags (`--client-ip`) and its sticky pick.
+//! - [`trace`]: the run trace's CSV columns, for the copier's writer and `check`'s reader.
 //!
 //! The tools of the `shaper` binary (feature `tools`, on by default; only they read captures and
 //! draw pictures):
@@ -34,6 +35,7 @@ pub mod pareto;
 pub mod pool;
 pub mod profile;
 pub mod schedule;
+pub mod trace;
 pub mod users;
 
 #[cfg(feature = "tools")]

@@ -1,5 +1,5 @@
 //! Capture files: reading pcap and pcapng ([`Reader`]), the link layers they hold ([`link`]),
-//! and writing classic pcap ([`PcapWriter`]).
+//! and writing classic pcap ([`PcapWriter`]) and pcapng ([`pcapng_header`], [`pcapng_packet`]).
 //!
 //! Owns the file formats only: what a record is, its timestamp, which bytes are the IP packet,
 //! and what to do with a damaged file. What the packets mean is the caller's business (the
@@ -18,4 +18,4 @@ mod tests;
 
 pub use link::{ip_payload, trim_to_ip_len, LinkError, LinkType};
 pub use reader::{Event, Packet, ReadError, ReadStats, Reader, Skip, SkipKind, MAX_RECORD};
-pub use writer::PcapWriter;
+pub use writer::{pcapng_header, pcapng_packet, PcapWriter};

@@ -33,7 +33,7 @@ use super::link::{ip_payload, LinkError, LinkType, SUPPORTED};
 use crate::wire::declared_ip_len;
 
 mod pcap;
-mod pcapng;
+pub(super) mod pcapng;
 
 use pcap::PcapFormat;
 use pcapng::Iface;

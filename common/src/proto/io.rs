@@ -373,6 +373,32 @@ async fn refuse<W: AsyncWrite + Unpin>(
     err
 }
 
+/// The step of a handshake that reads the peer's next message, `got`, written once for every
+/// step of both sides: `pick` takes the message `expected` names out of it; an Error from the
+/// peer is its refusal, any other message is refused (the peer is told why, as `me`), and the
+/// end of the stream is an error.
+async fn expect<W, T>(
+    writer: &mut FrameWriter<W>,
+    got: Option<Message>,
+    me: &str,
+    expected: &'static str,
+    pick: impl FnOnce(Message) -> Result<T, Message>,
+) -> Result<T, ProtoError>
+where
+    W: AsyncWrite + Unpin,
+{
+    match got.map(pick) {
+        Some(Ok(t)) => Ok(t),
+        Some(Err(Message::Error { code, message })) => Err(ProtoError::Remote { code, message }),
+        Some(Err(other)) => {
+            let err = ProtoError::Unexpected { expected, got: other.name() };
+            let msg = format!("{me}: expected {expected}, got {}", other.name());
+            Err(refuse(writer, error_code::PROTOCOL, msg, err).await)
+        }
+        None => Err(ProtoError::Closed(" during the handshake")),
+    }
+}
+
 /// Send our Hello, read the peer's and check version, role and authentication mode.
 async fn exchange_hello<R, W>(
     reader: &mut FrameReader<R>,
@@ -387,31 +413,19 @@ where
     writer.write_message(&Message::Hello(ours.clone())).await?;
     let me = role_name(ours.role);
     let them = role_name(expected);
-    let peer = match reader.read_message().await {
-        Ok(Some(Message::Hello(h))) => h,
-        Ok(Some(Message::Error { code, message })) => {
-            return Err(ProtoError::Remote { code, message })
-        }
-        Ok(Some(other)) => {
-            let err = ProtoError::Unexpected {
-                expected: "Hello",
-                got: other.name(),
-            };
-            return Err(refuse(
-                writer,
-                error_code::PROTOCOL,
-                format!("{me}: expected Hello, got {}", other.name()),
-                err,
-            )
-            .await);
-        }
-        Ok(None) => return Err(ProtoError::Closed(" during the handshake")),
+    let got = match reader.read_message().await {
+        Ok(got) => got,
         Err(e @ ProtoError::Io(_)) => return Err(e),
         Err(e) => {
             let msg = format!("{me}: cannot decode your Hello: {e}");
             return Err(refuse(writer, error_code::PROTOCOL, msg, e).await);
         }
     };
+    let peer = expect(writer, got, me, "Hello", |m| match m {
+        Message::Hello(h) => Ok(h),
+        other => Err(other),
+    })
+    .await?;
     if peer.version != VERSION {
         let msg = format!(
             "protocol version mismatch: this {me} speaks version {VERSION}, the {them} speaks version {}",
@@ -475,44 +489,24 @@ where
     let peer = exchange_hello(reader, writer, &ours, Role::Intercept).await?;
     let mac = secret.map_or([0; 32], |s| auth::copier_mac(s, &peer.nonce, &ours.nonce));
     writer.write_message(&Message::Auth { mac }).await?;
-    match reader.read_message().await? {
-        Some(Message::AuthOk { mac }) => {
-            if let Some(s) = secret {
-                if auth::verify_intercept_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
-                    let msg = "copier: the intercept's MAC does not match: it has another secret"
-                        .to_string();
-                    return Err(refuse(
-                        writer,
-                        error_code::AUTH_FAILED,
-                        msg,
-                        ProtoError::AuthFailed,
-                    )
-                    .await);
-                }
-                // Every later frame, both ways, is tagged. Frames the intercept sent right
-                // after AuthOk may already be buffered: the decoder checks them too.
-                let keys = auth::session_keys(s, &ours.nonce, &peer.nonce);
-                writer.authenticate(keys.copier_to_intercept);
-                reader.authenticate(keys.intercept_to_copier, Role::Intercept);
-            }
-            Ok(peer)
+    let got = reader.read_message().await?;
+    let mac = expect(writer, got, "copier", "AuthOk", |m| match m {
+        Message::AuthOk { mac } => Ok(mac),
+        other => Err(other),
+    })
+    .await?;
+    if let Some(s) = secret {
+        if auth::verify_intercept_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
+            let msg = "copier: the intercept's MAC does not match: it has another secret".to_string();
+            return Err(refuse(writer, error_code::AUTH_FAILED, msg, ProtoError::AuthFailed).await);
         }
-        Some(Message::Error { code, message }) => Err(ProtoError::Remote { code, message }),
-        Some(other) => {
-            let err = ProtoError::Unexpected {
-                expected: "AuthOk",
-                got: other.name(),
-            };
-            Err(refuse(
-                writer,
-                error_code::PROTOCOL,
-                format!("copier: expected AuthOk, got {}", other.name()),
-                err,
-            )
-            .await)
-        }
-        None => Err(ProtoError::Closed(" during the handshake")),
+        // Every later frame, both ways, is tagged. Frames the intercept sent right
+        // after AuthOk may already be buffered: the decoder checks them too.
+        let keys = auth::session_keys(s, &ours.nonce, &peer.nonce);
+        writer.authenticate(keys.copier_to_intercept);
+        reader.authenticate(keys.intercept_to_copier, Role::Intercept);
     }
+    Ok(peer)
 }
 
 async fn server_steps<R, W>(
@@ -528,48 +522,27 @@ where
 {
     let ours = Hello { features, ..Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software) };
     let peer = exchange_hello(reader, writer, &ours, Role::Copier).await?;
-    match reader.read_message().await? {
-        Some(Message::Auth { mac }) => {
-            if let Some(s) = secret {
-                if auth::verify_copier_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
-                    let msg = "intercept: authentication failed: wrong secret".to_string();
-                    return Err(refuse(
-                        writer,
-                        error_code::AUTH_FAILED,
-                        msg,
-                        ProtoError::AuthFailed,
-                    )
-                    .await);
-                }
-            }
-            let mac = secret.map_or([0; 32], |s| {
-                auth::intercept_mac(s, &peer.nonce, &ours.nonce)
-            });
-            writer.write_message(&Message::AuthOk { mac }).await?;
-            // Every later frame, both ways, is tagged.
-            if let Some(s) = secret {
-                let keys = auth::session_keys(s, &peer.nonce, &ours.nonce);
-                writer.authenticate(keys.intercept_to_copier);
-                reader.authenticate(keys.copier_to_intercept, Role::Copier);
-            }
-            Ok(peer)
+    let got = reader.read_message().await?;
+    let mac = expect(writer, got, "intercept", "Auth", |m| match m {
+        Message::Auth { mac } => Ok(mac),
+        other => Err(other),
+    })
+    .await?;
+    if let Some(s) = secret {
+        if auth::verify_copier_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
+            let msg = "intercept: authentication failed: wrong secret".to_string();
+            return Err(refuse(writer, error_code::AUTH_FAILED, msg, ProtoError::AuthFailed).await);
         }
-        Some(Message::Error { code, message }) => Err(ProtoError::Remote { code, message }),
-        Some(other) => {
-            let err = ProtoError::Unexpected {
-                expected: "Auth",
-                got: other.name(),
-            };
-            Err(refuse(
-                writer,
-                error_code::PROTOCOL,
-                format!("intercept: expected Auth, got {}", other.name()),
-                err,
-            )
-            .await)
-        }
-        None => Err(ProtoError::Closed(" during the handshake")),
     }
+    let mac = secret.map_or([0; 32], |s| auth::intercept_mac(s, &peer.nonce, &ours.nonce));
+    writer.write_message(&Message::AuthOk { mac }).await?;
+    // Every later frame, both ways, is tagged.
+    if let Some(s) = secret {
+        let keys = auth::session_keys(s, &peer.nonce, &ours.nonce);
+        writer.authenticate(keys.intercept_to_copier);
+        reader.authenticate(keys.copier_to_intercept, Role::Copier);
+    }
+    Ok(peer)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub use builder::{BuildError, TcpBuilder};
 pub use ipv4::Ipv4Packet;
 pub use ipv6::Ipv6Packet;
 pub use options::{tcp_options, write_tcp_options, TcpOption, TcpOptionIter};
-pub use tcp::{TcpFlags, TcpSegment};
+pub use tcp::{set_destination_port, set_source_port, TcpFlags, TcpSegment};
 
 /// IP protocol number of TCP.
 pub const IPPROTO_TCP: u8 = 6;

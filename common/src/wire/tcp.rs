@@ -368,6 +368,33 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpSegment<T> {
     }
 }
 
+/// Rewrite the TCP source port of `pkt` (a packet whose TCP header is at `tcp_offset`) and
+/// patch its checksum incrementally. Does nothing when the header is not all there.
+#[inline]
+pub fn set_source_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
+    set_port(pkt, tcp_offset, port, true);
+}
+
+/// [`set_source_port`] for the destination port.
+#[inline]
+pub fn set_destination_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
+    set_port(pkt, tcp_offset, port, false);
+}
+
+#[inline]
+fn set_port(pkt: &mut [u8], tcp_offset: usize, port: u16, source: bool) {
+    let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
+    let mut tcp = TcpSegment::new_unchecked(tcp);
+    let old = if source { tcp.src_port() } else { tcp.dst_port() };
+    let csum = checksum::update_u16(tcp.checksum(), old, port);
+    if source {
+        tcp.set_src_port(port);
+    } else {
+        tcp.set_dst_port(port);
+    }
+    tcp.set_checksum(csum);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -380,6 +407,24 @@ mod tests {
         0x9c, 0x40, 0x00, 0x50, 0xff, 0xff, 0xff, 0xf0, 0x01, 0x02, 0x03, 0x04, 0x60, 0x12, 0xff,
         0xff, 0x00, 0x00, 0x00, 0x00, 0x02, 0x04, 0x05, 0xb4, b'h', b'i',
     ];
+
+    #[test]
+    fn port_rewrites_patch_the_checksum_as_a_recomputation_would() {
+        let (src, dst) = (IpAddr::from(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::from(Ipv4Addr::new(198, 18, 1, 2)));
+        let mut pkt = [&[0xaa; 14][..], &SEG[..]].concat();
+        let c = checksum::transport(src, dst, IPPROTO_TCP, &pkt[14..]);
+        TcpSegment::new_unchecked(&mut pkt[14..]).set_checksum(c);
+        set_source_port(&mut pkt, 14, 51234);
+        set_destination_port(&mut pkt, 14, 8080);
+        let s = TcpSegment::new_checked(&pkt[14..]).unwrap();
+        assert_eq!((s.src_port(), s.dst_port()), (51234, 8080));
+        assert!(checksum::verify_transport(src, dst, IPPROTO_TCP, &pkt[14..]));
+        assert_eq!(&pkt[..14], &[0xaa; 14]);
+        // A header cut short before the checksum: nothing is written.
+        let mut short = SEG[..17].to_vec();
+        set_source_port(&mut short, 0, 1);
+        assert_eq!(short, &SEG[..17]);
+    }
 
     #[test]
     fn parse_fields() {

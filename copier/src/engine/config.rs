@@ -1,4 +1,4 @@
-//! The engine's configuration ([`EngineConfig`], [`PortMap`], [`PortShare`]), the copy plan it
+//! The engine's configuration ([`EngineConfig`], its [`PortMap`]s, [`PortShare`]), the copy plan it
 //! stands for ([`EngineConfig::planner`]: a [`shaper::Shaper`] from the profile, or from the
 //! flags `copies`, `sample_percent` and `client_ip` as the trivial profile [`FlagPlan`]), and the
 //! derived, clamped parameters ([`Params`]) the rest of the engine reads.
@@ -12,16 +12,7 @@ use std::time::Duration;
 
 use shaper::{ClientIpPool, FlagPlan, Shaper};
 
-/// One mapping of an online service onto a test server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortMap {
-    /// The online service's address; `None` matches any destination address.
-    pub online_ip: Option<IpAddr>,
-    /// The online service's port.
-    pub online_port: u16,
-    /// Where the copies go.
-    pub target: SocketAddr,
-}
+use super::map::PortMap;
 
 /// What the engine does and how much it may hold.
 #[derive(Debug, Clone)]

@@ -81,10 +81,5 @@ impl Hasher for FxHasher {
     }
 }
 
-/// splitmix64's finaliser: a cheap, well-spread 64-bit hash.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// One SplitMix64 step: a cheap, well-spread 64-bit hash of the seeds.
+pub(crate) use common::hash::splitmix64 as mix;

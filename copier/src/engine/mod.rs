@@ -129,6 +129,7 @@ mod conn;
 mod edit;
 mod gate;
 mod hash;
+mod map;
 mod pkt;
 pub mod rules;
 mod session;
@@ -153,7 +154,8 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, FleetShare, GSO_MAX_PAYLOAD, PortMap, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use config::{ConfigError, EngineConfig, FleetShare, GSO_MAX_PAYLOAD, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
+pub use map::PortMap;
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};

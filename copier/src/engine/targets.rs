@@ -54,7 +54,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use super::config::PortMap;
+use super::map::PortMap;
 
 /// One test server of a map and its share of the sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -272,11 +272,8 @@ impl Dedup {
     /// Whether `ip` (whose headers are `headers` bytes long) repeats a recent packet; notes it.
     pub fn seen(&mut self, ip: &[u8], headers: usize) -> bool {
         // FNV-1a over the headers and the length, never 0 (0 marks an empty way).
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in ip[..headers.min(ip.len())].iter().chain(&(ip.len() as u32).to_be_bytes()) {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        let h = h | 1;
+        let h = common::hash::fnv1a(&ip[..headers.min(ip.len())]);
+        let h = common::hash::fnv1a_from(h, &(ip.len() as u32).to_be_bytes()) | 1;
         let set = &mut self.sets[(h >> 32) as usize % DEDUP_SLOTS];
         if set.contains(&h) {
             return true;

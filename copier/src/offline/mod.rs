@@ -42,12 +42,14 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::wire::{set_destination_port, set_source_port};
+
 use crate::engine::PortMap;
 
 pub use common::pcap::{
     Event, LinkError, LinkType, Packet, ReadError, ReadStats, Reader, Skip, SkipKind,
 };
-pub use pace::{set_destination_port, set_source_port, Accepted, LoopPorts, Pacer, PortFilter, Speed};
+pub use pace::{Accepted, LoopPorts, Pacer, PortFilter, Speed};
 
 /// Problems shown one by one (per run); past this many they are only counted.
 const MAX_MESSAGES: u64 = 20;

@@ -265,27 +265,3 @@ impl LoopPorts {
         port
     }
 }
-
-/// Rewrite the TCP source port of `pkt` (an accepted packet, TCP header at `tcp_offset`) and
-/// patch its checksum incrementally. Does nothing when the header is not all there.
-pub fn set_source_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
-    set_port(pkt, tcp_offset, port, true);
-}
-
-/// [`set_source_port`] for the destination port (a service's answer to a moved client).
-pub fn set_destination_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
-    set_port(pkt, tcp_offset, port, false);
-}
-
-fn set_port(pkt: &mut [u8], tcp_offset: usize, port: u16, source: bool) {
-    let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
-    let mut tcp = TcpSegment::new_unchecked(tcp);
-    let old = if source { tcp.src_port() } else { tcp.dst_port() };
-    let csum = common::checksum::update_u16(tcp.checksum(), old, port);
-    if source {
-        tcp.set_src_port(port);
-    } else {
-        tcp.set_dst_port(port);
-    }
-    tcp.set_checksum(csum);
-}

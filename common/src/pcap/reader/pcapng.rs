@@ -8,12 +8,16 @@ use std::time::Duration;
 use super::{u16_at, u32_at, Format, Reader, Skip, SkipKind, Step, MAX_RECORD};
 use crate::pcap::link::LinkType;
 
-const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
-const PCAPNG_BOM: u32 = 0x1a2b_3c4d;
-const PCAPNG_IDB: u32 = 1;
+/// Section header block type.
+pub(crate) const PCAPNG_SHB: u32 = 0x0a0d_0d0a;
+/// The byte-order magic of a section header.
+pub(crate) const PCAPNG_BOM: u32 = 0x1a2b_3c4d;
+/// Interface description block type.
+pub(crate) const PCAPNG_IDB: u32 = 1;
 const PCAPNG_PB: u32 = 2;
 const PCAPNG_SPB: u32 = 3;
-const PCAPNG_EPB: u32 = 6;
+/// Enhanced packet block type.
+pub(crate) const PCAPNG_EPB: u32 = 6;
 /// Block types a resynchronisation may land on.
 const PCAPNG_KNOWN: [u32; 8] = [PCAPNG_SHB, 1, 2, 3, 4, 5, 6, 10];
 

@@ -467,3 +467,48 @@ async fn a_reader_with_an_idle_timeout_gives_up_on_a_silent_peer() {
     assert!(matches!(e, ProtoError::Idle(d) if d == Duration::from_millis(100)), "{e:?}");
     assert!(t0.elapsed() >= Duration::from_millis(100));
 }
+
+/// A fake peer that sends `script` (its Hello first) and returns what it reads back.
+async fn scripted_peer(stream: DuplexStream, script: Vec<Message>) -> Vec<Message> {
+    let (r, w) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(r);
+    let mut writer = FrameWriter::new(w);
+    for m in &script {
+        writer.write_message(m).await.unwrap();
+    }
+    let mut got = Vec::new();
+    while let Ok(Some(m)) = reader.read_message().await {
+        got.push(m);
+    }
+    got
+}
+
+#[tokio::test]
+async fn a_message_out_of_order_is_refused_at_every_step_of_both_sides() {
+    let hello = |role| Message::Hello(Hello::new(role, false, [1; 32], "fake"));
+    // (the side under test, what the fake peer sends, the step that refuses, the peer's Error)
+    let cases = [
+        (Role::Intercept, vec![Message::Ping { token: 1 }], "Hello", "intercept: expected Hello, got Ping"),
+        (Role::Copier, vec![Message::Ping { token: 1 }], "Hello", "copier: expected Hello, got Ping"),
+        (Role::Intercept, vec![hello(Role::Copier), Message::Ping { token: 1 }], "Auth", "intercept: expected Auth, got Ping"),
+        (Role::Copier, vec![hello(Role::Intercept), Message::Ping { token: 1 }], "AuthOk", "copier: expected AuthOk, got Ping"),
+    ];
+    for (side, script, step, told) in cases {
+        let (a, b) = duplex(64 * 1024);
+        let peer = tokio::spawn(scripted_peer(b, script));
+        let e = match side {
+            Role::Intercept => server_handshake(a, None, "intercept-test").await.map(|_| ()),
+            Role::Copier => client_handshake(a, None, "copier-test").await.map(|_| ()),
+        }
+        .unwrap_err();
+        assert!(matches!(e, ProtoError::Unexpected { expected, got: "Ping" } if expected == step), "{side:?}: {e:?}");
+        let said = peer.await.unwrap();
+        match said.last() {
+            Some(Message::Error { code, message }) => {
+                assert_eq!(*code, error_code::PROTOCOL);
+                assert_eq!(message, told);
+            }
+            other => panic!("{side:?} {step}: {other:?}"),
+        }
+    }
+}
