@@ -222,21 +222,8 @@ th{{background:#eee}}td.num{{text-align:right}}code{{font-size:90%}}.noise{{colo
     }
 }
 
-/// HTML-escapes text.
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '&' => o.push_str("&amp;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
+/// HTML-escapes text ([`common::markup::escape`]).
+pub use common::markup::escape as esc;
 
 #[cfg(test)]
 mod tests {

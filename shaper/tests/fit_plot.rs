@@ -295,7 +295,7 @@ fn assert_well_formed_svg(svg: &str) {
         assert!(text
             .split('&')
             .skip(1)
-            .all(|t| ["amp;", "lt;", "gt;", "quot;"]
+            .all(|t| ["amp;", "lt;", "gt;", "quot;", "#39;"]
                 .iter()
                 .any(|e| t.starts_with(e))));
         let close = open + rest[open..].find('>').unwrap();

@@ -22,7 +22,7 @@ pub(crate) fn assert_well_formed_svg(svg: &str) {
         if let Some(amp) = text.find('&') {
             let ent = &text[amp..];
             assert!(
-                ["&amp;", "&lt;", "&gt;", "&quot;"]
+                ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
                     .iter()
                     .any(|e| ent.starts_with(e)),
                 "bare & in {text:?}"
