@@ -57,6 +57,12 @@ pub trait Ring: Send + 'static {
     fn fanout_group(&self) -> Option<u16> {
         None
     }
+    /// A poll said the descriptor is readable: how long to let more packets gather before the
+    /// thread reads. A source that hands over packet by packet (a socket) would otherwise wake
+    /// the thread, and the engine, once per packet; a ring gathers in its blocks itself.
+    fn readable(&mut self) -> Duration {
+        Duration::ZERO
+    }
 }
 
 impl Ring for Capture {
@@ -308,7 +314,14 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
         if let Some(t) = capture.growing_until() {
             until = until.min(t.max(now + Duration::from_micros(200)));
         }
-        match sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now)) {
+        let polled = sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now));
+        if matches!(polled, Ok(ready) if ready & 1 != 0) {
+            let gather = capture.readable();
+            if !gather.is_zero() {
+                std::thread::sleep(gather);
+            }
+        }
+        match polled {
             Ok(ready) if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() => {
                 // POLLERR without data: read the error, or poll would return at once forever.
                 if let Some(e) = capture.take_error() {
