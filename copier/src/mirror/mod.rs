@@ -59,7 +59,10 @@ const EXPORT_EVERY: Duration = Duration::from_secs(1);
 /// How long datagrams gather after the socket became readable, before they are read (at
 /// most [`RECV_BATCH`] at a time; a full read is followed by the next at once). The capture
 /// ring does the same with its 10 ms block timeout; this adds at most as much to the copy lag.
-pub const GATHER: Duration = Duration::from_millis(5);
+pub const GATHER: Duration = Duration::from_millis(10);
+/// How often the kernel's counters are read (`/proc/net/udp{,6}` walks every UDP socket of the
+/// namespace): as often as they are exported.
+const KERNEL_STATS_EVERY: Duration = EXPORT_EVERY;
 
 /// What `--mirror` and `--vni` say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -398,6 +401,8 @@ pub struct MirrorInput {
     empty: bool,
     /// The namespace's UDP `RcvbufErrors` when the socket was opened.
     rcvbuf_errors_at_open: u64,
+    /// When the kernel's counters were last read.
+    kernel_read: Option<Instant>,
 }
 
 impl std::fmt::Debug for MirrorInput {
@@ -456,6 +461,7 @@ impl MirrorInput {
             exported: None,
             empty: false,
             rcvbuf_errors_at_open: udp_rcvbuf_errors().unwrap_or(0),
+            kernel_read: None,
         })
     }
 
@@ -567,6 +573,11 @@ impl crate::feed::Ring for MirrorInput {
     }
 
     fn refresh_kernel_stats(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        if self.kernel_read.is_some_and(|t| now < t + KERNEL_STATS_EVERY) {
+            return Ok(());
+        }
+        self.kernel_read = Some(now);
         if let Some(d) = socket_drops(self.cfg.port) {
             // The socket's counter holds its filter's drops too; the namespace's receive-buffer
             // errors tell the two apart (other UDP sockets of a mirror host rarely overflow).
@@ -574,7 +585,7 @@ impl crate::feed::Ring for MirrorInput {
             self.stats.socket_drops = full;
             self.stats.filtered = d - full;
         }
-        self.publish(Instant::now());
+        self.publish(now);
         Ok(())
     }
 
