@@ -913,7 +913,7 @@ mod tests {
             Some((opts, proto)) => {
                 let p = proto.to_be_bytes();
                 d.extend_from_slice(&[(opts / 4) as u8, 0, p[0], p[1], v[1], v[2], v[3], 0]);
-                d.extend(std::iter::repeat(0xaa).take(opts));
+                d.extend(std::iter::repeat_n(0xaa, opts));
                 proto == 0x6558
             }
         };
