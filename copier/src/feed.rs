@@ -57,12 +57,11 @@ pub trait Ring: Send + 'static {
     fn fanout_group(&self) -> Option<u16> {
         None
     }
-    /// A poll said the descriptor is readable: how long to let more packets gather before the
-    /// thread reads. A source that hands over packet by packet (a socket) would otherwise wake
-    /// the thread, and the engine, once per packet; a ring gathers in its blocks itself.
-    fn readable(&mut self) -> Duration {
-        Duration::ZERO
-    }
+    /// A poll said the descriptor is readable: the source may let more packets gather here, on
+    /// the thread's time, before [`Ring::ready`]. A source that hands over packet by packet (a
+    /// socket) would otherwise wake the thread, and the engine, once per packet; a ring
+    /// gathers in its blocks itself.
+    fn readable(&mut self) {}
 }
 
 impl Ring for Capture {
@@ -316,10 +315,7 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
         }
         let polled = sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now));
         if matches!(polled, Ok(ready) if ready & 1 != 0) {
-            let gather = capture.readable();
-            if !gather.is_zero() {
-                std::thread::sleep(gather);
-            }
+            capture.readable();
         }
         match polled {
             Ok(ready) if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() => {
