@@ -47,6 +47,11 @@ pub trait Ring: Send + 'static {
     fn stats(&self) -> CaptureStats;
     /// Read the kernel's counters (called every [`STATS_EVERY`] when idle).
     fn refresh_kernel_stats(&mut self) -> io::Result<()>;
+    /// Read the kernel's counters a last time, when the thread stops (a source that reads them
+    /// less often than it is asked must read them here).
+    fn final_kernel_stats(&mut self) -> io::Result<()> {
+        self.refresh_kernel_stats()
+    }
     /// While the source grows: when to look again even if nothing arrives.
     fn growing_until(&self) -> Option<Instant> {
         None
@@ -337,6 +342,6 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
             }
         }
     }
-    let _ = capture.refresh_kernel_stats();
+    let _ = capture.final_kernel_stats();
     *lock(&shared.stats) = capture.stats();
 }

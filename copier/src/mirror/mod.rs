@@ -617,6 +617,11 @@ impl crate::feed::Ring for MirrorInput {
         Ok(())
     }
 
+    fn final_kernel_stats(&mut self) -> io::Result<()> {
+        self.kernel_read = None;
+        crate::feed::Ring::refresh_kernel_stats(self)
+    }
+
     fn take_error(&self) -> Option<io::Error> {
         self.sock.take_error().ok().flatten()
     }
