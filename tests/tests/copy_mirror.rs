@@ -93,6 +93,19 @@ fn dropped(m: &str, reason: &str) -> f64 {
     metric_sum(m, "copier_mirror_dropped_total", &[&format!("reason=\"{reason}\"")])
 }
 
+/// The mirror's metrics once the kernel filter's count is above `min`: the copier reads the
+/// kernel's counters and exports once a second, so they are read again for at most 5 s.
+fn metrics_once_filtered(lab: &Lab, min: f64) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = mirror_metrics(lab);
+        if dropped(&m, "kernel_filter") > min || std::time::Instant::now() > deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
     let Some(mut lab) = lab_or_skip("vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload") else { return };
@@ -102,7 +115,7 @@ fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
     let n = traffic(&lab, "clean", 10, 10 << 20);
     c.copier = Some(p);
     assert_eq!(c.assert_copied_exactly(&mut lab), n);
-    let m = mirror_metrics(&lab);
+    let m = metrics_once_filtered(&lab, 100.0);
     let client = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"client\""]);
     let server = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]);
     // The 10 MB upload alone is over 7000 client segments of at most 1448 bytes. Without
@@ -287,7 +300,7 @@ fn geneve_mirror_from_user_space_with_truncation() {
     c.settle(Duration::from_secs(3), Duration::from_secs(60));
     mirror_proc.stop();
     let cut: f64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
-    let m = mirror_metrics(&lab);
+    let m = metrics_once_filtered(&lab, 0.0);
     assert!(cut >= 10.0, "the mirror cut {cut} packets");
     assert_eq!(dropped(&m, "truncated"), cut, "{m}");
     let online = c.online.requests().unwrap();
