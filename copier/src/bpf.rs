@@ -10,7 +10,8 @@
 //! - whose destination port is a mapped port and, if that port was mapped with online addresses,
 //!   whose destination address is one of them.
 //!
-//! It also owns the program of the capture's fanout group with several workers
+//! It also owns the program of the mirror's UDP socket ([`build_mirror_filter`]), and the program
+//! of the capture's fanout group with several workers
 //! ([`fanout_program`]), which picks the worker of each packet from its client port.
 //!
 //! Invariants: every conditional jump is short (at most a port group long) and checked against the
@@ -55,6 +56,11 @@ pub mod op {
     pub const JSET: u16 = 0x40;
     pub const AND: u16 = 0x50;
     pub const RSH: u16 = 0x70;
+    pub const ADD: u16 = 0x00;
+    pub const LSH: u16 = 0x60;
+    pub const MISC: u16 = 0x07;
+    pub const TAX: u16 = 0x00;
+    pub const TXA: u16 = 0x80;
     pub const K: u16 = 0x00;
     pub const X: u16 = 0x08;
     pub const A: u16 = 0x10;
@@ -318,6 +324,185 @@ pub fn build_answer_filter(ports: &[u16]) -> Result<Vec<Insn>, BpfError> {
     Ok(p)
 }
 
+/// Most VNI ranges the mirror program tests; a longer `--vni` list is left to user space.
+pub const MIRROR_MAX_VNI_RANGES: usize = 256;
+/// Most service ports the mirror program tests; more are left to user space.
+pub const MIRROR_MAX_PORTS: usize = 100;
+const ETHERTYPE_VLAN: u32 = 0x8100;
+const ETHERTYPE_QINQ: u32 = 0x88a8;
+const GENEVE_ETHERNET: u32 = 0x6558;
+
+/// The program of the mirror's UDP socket (`--mirror`). A socket filter on a UDP socket sees
+/// the datagram from its UDP header: the encapsulation header starts at 8.
+///
+/// It drops, in the kernel, exactly what the mirror input would drop in user space as `vni` or
+/// `unselected`: datagrams of a mirror session not in `vnis` (empty: all are taken), and inner
+/// packets that are IP but not TCP (IPv6: TCP in the fixed header), later IPv4 fragments, and
+/// TCP that is not to one of `ports` (nor, with `answers`, from one of them: `--compare`
+/// needs the answers). Pure ACKs are kept, as the capture's filter keeps them (the engine
+/// follows the client's acknowledgments). Whatever it cannot parse (not IP, a bad version, a
+/// third VLAN tag) it accepts, so user space counts it under its reason; an inner packet cut
+/// before its TCP ports is dropped (a load beyond the datagram ends the program with 0),
+/// as the capture's filter drops a truncated frame.
+///
+/// VXLAN: 8 bytes, then Ethernet. GENEVE: 8 bytes and `4 * (byte 0 & 0x3f)` of options, then
+/// Ethernet, IPv4 or IPv6 by its protocol type. Ethernet may carry up to two VLAN tags. The
+/// VNI is bytes 4 to 6 of both headers. Addresses of maps that name one are left to user space
+/// (ports only here), so is everything past this filter (duplicates, truncation).
+///
+/// `None` when there is nothing to filter on (more than [`MIRROR_MAX_PORTS`] ports, or no
+/// port): the socket then takes everything, as before this filter.
+pub fn build_mirror_filter(geneve: bool, vnis: &[u32], ports: &[u16], answers: bool) -> Option<Vec<Insn>> {
+    let mut ports = ports.to_vec();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.is_empty() || ports.len() > MIRROR_MAX_PORTS {
+        return None;
+    }
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    let mut sorted = vnis.to_vec();
+    sorted.sort_unstable();
+    for v in sorted {
+        match ranges.last_mut() {
+            Some((_, hi)) if v <= *hi + 1 => *hi = (*hi).max(v),
+            _ => ranges.push((v, v)),
+        }
+    }
+    if ranges.len() > MIRROR_MAX_VNI_RANGES {
+        ranges.clear();
+    }
+    let ret = |k: u32| stmt(op::RET | op::K, k);
+    let ja = |k: usize| stmt(op::JMP | op::JA, k as u32);
+    let mut p = Vec::new();
+    // Jumps to labels placed later: (instruction index, label), patched at the end.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum L {
+        Eth,
+        V4,
+        V6,
+        Tcp,
+    }
+    let mut fixups: Vec<(usize, L)> = Vec::new();
+
+    // The VNI: bytes 12..15 hold the VNI and a reserved byte.
+    if !ranges.is_empty() {
+        p.push(stmt(op::LD | op::W | op::ABS, 12));
+        p.push(stmt(op::ALU | op::RSH | op::K, 8));
+        let n = ranges.len();
+        for (i, &(lo, hi)) in ranges.iter().enumerate() {
+            p.push(jump(op::JMP | op::JGE | op::K, lo, 0, 2));
+            p.push(jump(op::JMP | op::JGT | op::K, hi, 1, 0));
+            // In range: over the other ranges' 3 instructions each and the final reject.
+            p.push(ja(3 * (n - 1 - i) + 1));
+        }
+        p.push(ret(0));
+    }
+
+    // X = where the inner frame starts; Ethernet for VXLAN, by protocol type for GENEVE.
+    if geneve {
+        p.push(stmt(op::LD | op::B | op::ABS, 8));
+        p.push(stmt(op::ALU | op::AND | op::K, 0x3f));
+        p.push(stmt(op::ALU | op::LSH | op::K, 2));
+        p.push(stmt(op::ALU | op::ADD | op::K, 16));
+        p.push(stmt(op::MISC | op::TAX, 0));
+        p.push(stmt(op::LD | op::H | op::ABS, 10));
+        p.push(jump(op::JMP | op::JEQ | op::K, GENEVE_ETHERNET, 3, 0));
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 3, 0));
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 3, 0));
+        p.push(ret(ACCEPT)); // not IP: counted by user space
+        fixups.push((p.len(), L::Eth));
+        p.push(ja(0));
+        fixups.push((p.len(), L::V4));
+        p.push(ja(0));
+        fixups.push((p.len(), L::V6));
+        p.push(ja(0));
+    } else {
+        p.push(stmt(op::LDX | op::IMM, 16));
+    }
+
+    // Ethernet at X, up to two VLAN tags; then X = the IP header.
+    let eth = p.len();
+    p.push(stmt(op::LD | op::H | op::IND, 12));
+    for _ in 0..2 {
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_VLAN, 1, 0));
+        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_QINQ, 0, 4));
+        p.push(stmt(op::MISC | op::TXA, 0));
+        p.push(stmt(op::ALU | op::ADD | op::K, 4));
+        p.push(stmt(op::MISC | op::TAX, 0));
+        p.push(stmt(op::LD | op::H | op::IND, 12));
+    }
+    p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 2, 0));
+    p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 5, 0));
+    p.push(ret(ACCEPT)); // not IP (or a third tag): counted by user space
+    p.push(stmt(op::MISC | op::TXA, 0));
+    p.push(stmt(op::ALU | op::ADD | op::K, 14));
+    p.push(stmt(op::MISC | op::TAX, 0));
+    fixups.push((p.len(), L::V4));
+    p.push(ja(0));
+    p.push(stmt(op::MISC | op::TXA, 0));
+    p.push(stmt(op::ALU | op::ADD | op::K, 14));
+    p.push(stmt(op::MISC | op::TAX, 0));
+    fixups.push((p.len(), L::V6));
+    p.push(ja(0));
+
+    // IPv4 at X: TCP, not a later fragment; X = the TCP header.
+    let v4 = p.len();
+    p.push(stmt(op::LD | op::B | op::IND, 0));
+    p.push(stmt(op::ALU | op::RSH | op::K, 4));
+    p.push(jump(op::JMP | op::JEQ | op::K, 4, 1, 0));
+    p.push(ret(ACCEPT)); // bad version: counted by user space
+    p.push(stmt(op::LD | op::B | op::IND, 9));
+    p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 1, 0));
+    p.push(ret(0));
+    p.push(stmt(op::LD | op::H | op::IND, 6));
+    p.push(jump(op::JMP | op::JSET | op::K, 0x1fff, 0, 1));
+    p.push(ret(0));
+    p.push(stmt(op::LD | op::B | op::IND, 0));
+    p.push(stmt(op::ALU | op::AND | op::K, 0xf));
+    p.push(stmt(op::ALU | op::LSH | op::K, 2));
+    p.push(stmt(op::ALU | op::ADD | op::X, 0));
+    p.push(stmt(op::MISC | op::TAX, 0));
+    fixups.push((p.len(), L::Tcp));
+    p.push(ja(0));
+
+    // IPv6 at X: TCP in the fixed header; X = the TCP header.
+    let v6 = p.len();
+    p.push(stmt(op::LD | op::B | op::IND, 0));
+    p.push(stmt(op::ALU | op::RSH | op::K, 4));
+    p.push(jump(op::JMP | op::JEQ | op::K, 6, 1, 0));
+    p.push(ret(ACCEPT));
+    p.push(stmt(op::LD | op::B | op::IND, 6));
+    p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 1, 0));
+    p.push(ret(0));
+    p.push(stmt(op::MISC | op::TXA, 0));
+    p.push(stmt(op::ALU | op::ADD | op::K, 40));
+    p.push(stmt(op::MISC | op::TAX, 0));
+
+    // TCP at X: to a service port (the client's packets), or from one with `answers`.
+    let tcp = p.len();
+    let offsets: &[u32] = if answers { &[2, 0] } else { &[2] };
+    for &off in offsets {
+        p.push(stmt(op::LD | op::H | op::IND, off));
+        for &port in &ports {
+            p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
+            p.push(ret(ACCEPT));
+        }
+    }
+    p.push(ret(0));
+
+    for (at, label) in fixups {
+        let to = match label {
+            L::Eth => eth,
+            L::V4 => v4,
+            L::V6 => v6,
+            L::Tcp => tcp,
+        };
+        p[at].k = (to - at - 1) as u32;
+    }
+    debug_assert!(p.len() <= MAX_INSNS);
+    Some(p)
+}
+
 /// The program of the capture's `PACKET_FANOUT_CBPF` group (`--workers N`): it returns the
 /// client (source) port shifted right by one, and the kernel hands the packet to member
 /// `value % N`. So worker `i` gets every connection whose client port `p` has
@@ -417,6 +602,8 @@ mod tests {
                     match i.code & 0xf0 {
                         op::AND => a &= src,
                         op::RSH => a = a.checked_shr(src).unwrap_or(0),
+                        op::ADD => a = a.wrapping_add(src),
+                        op::LSH => a = a.checked_shl(src).unwrap_or(0),
                         o => panic!("unsupported ALU op {o:#x}"),
                     }
                 }
@@ -438,6 +625,11 @@ mod tests {
                 op::RET => {
                     return if i.code & 0x18 == op::A { a } else { i.k };
                 }
+                op::MISC => match i.code & 0xf8 {
+                    op::TAX => x = a,
+                    op::TXA => a = x,
+                    m => panic!("unsupported MISC op {m:#x}"),
+                },
                 c => panic!("unsupported class {c:#x}"),
             }
         }
@@ -705,5 +897,134 @@ mod tests {
             &prog,
             &tcp("[2001:db8::1]:1", "[2001:db8::2]:1001")
         ));
+    }
+
+    /// A mirror datagram as a UDP socket filter sees it: 8 bytes of UDP header, then the
+    /// encapsulation (`geneve`: with `opts` bytes of options and inner `proto`), then the frame
+    /// (`tags` VLAN tags before the EtherType when the inner frame is Ethernet).
+    fn mirror_dgram(geneve: Option<(usize, u16)>, vni: u32, tags: &[u16], ip: &[u8]) -> Vec<u8> {
+        let mut d = vec![0x12, 0x34, 0x12, 0xb5, 0, 0, 0, 0];
+        let v = vni.to_be_bytes();
+        let eth = match geneve {
+            None => {
+                d.extend_from_slice(&[0x08, 0, 0, 0, v[1], v[2], v[3], 0]);
+                true
+            }
+            Some((opts, proto)) => {
+                let p = proto.to_be_bytes();
+                d.extend_from_slice(&[(opts / 4) as u8, 0, p[0], p[1], v[1], v[2], v[3], 0]);
+                d.extend(std::iter::repeat_n(0xaa, opts));
+                proto == 0x6558
+            }
+        };
+        if eth {
+            d.extend_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+            for &t in tags {
+                d.extend_from_slice(&t.to_be_bytes());
+                d.extend_from_slice(&[0, 5]);
+            }
+            d.extend_from_slice(if ip[0] >> 4 == 6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+        }
+        d.extend_from_slice(ip);
+        d
+    }
+
+    #[test]
+    fn mirror_filter_keeps_the_clients_packets_of_the_sessions_taken() {
+        let req = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        let ans = tcp("198.18.0.2:80", "198.18.0.1:40000");
+        let other = tcp("198.18.0.1:40000", "198.18.0.2:81");
+        let req6 = tcp("[2001:db8::1]:40000", "[2001:db8::2]:8080");
+        let ans6 = tcp("[2001:db8::2]:8080", "[2001:db8::1]:40000");
+        for geneve in [None, Some((0, 0x6558)), Some((8, 0x6558)), Some((252, 0x6558))] {
+            for tags in [&[][..], &[0x8100], &[0x88a8, 0x8100]] {
+                let prog = build_mirror_filter(geneve.is_some(), &[42, 7, 8, 9], &[80, 8080], false).unwrap();
+                let with = build_mirror_filter(geneve.is_some(), &[], &[8080, 80], true).unwrap();
+                let go = |prog: &[Insn], vni: u32, ip: &[u8]| run(prog, &mirror_dgram(geneve, vni, tags, ip), 0, 0) != 0;
+                let what = format!("{geneve:?} {tags:?}");
+                assert!(go(&prog, 42, &req) && go(&prog, 8, &req6), "{what}");
+                assert_eq!(run(&prog, &mirror_dgram(geneve, 42, tags, &req), 0, 0), ACCEPT);
+                assert!(!go(&prog, 43, &req) && !go(&prog, 6, &req) && !go(&prog, 10, &req6), "{what}: other VNIs");
+                assert!(!go(&prog, 42, &ans) && !go(&prog, 42, &ans6), "{what}: answers without --compare");
+                assert!(!go(&prog, 42, &other), "{what}: another port");
+                // With --compare and no --vni: every session, both directions.
+                assert!(go(&with, 43, &req) && go(&with, 1, &ans) && go(&with, 42, &ans6), "{what}");
+                assert!(!go(&with, 42, &other), "{what}");
+                // UDP, a later fragment, TCP behind an IPv6 extension header: dropped.
+                let mut udp = req.clone();
+                udp[9] = 17;
+                let mut frag = req.clone();
+                frag[7] = 0x10;
+                let mut ext = req6.clone();
+                ext[6] = 0;
+                assert!(!go(&prog, 42, &udp) && !go(&prog, 42, &frag) && !go(&prog, 42, &ext), "{what}");
+                // IPv4 options move the ports.
+                let mut opts = req.clone();
+                opts[0] = 0x46;
+                opts.splice(20..20, [1u8, 1, 1, 0]);
+                assert!(go(&prog, 42, &opts), "{what}");
+                // What user space counts under a reason of its own is left to it: a bad version.
+                let mut bad = req.clone();
+                bad[0] = 0x55;
+                assert!(go(&prog, 42, &bad), "{what}");
+                // Cut before the ports: dropped, as the capture's filter drops a cut frame.
+                let d = mirror_dgram(geneve, 42, tags, &req);
+                assert!(run(&prog, &d[..d.len() - req.len() + 21], 0, 0) == 0, "{what}");
+            }
+        }
+        // Not IP inside (ARP; an unknown GENEVE protocol): left to user space.
+        let prog = build_mirror_filter(false, &[42], &[80], false).unwrap();
+        let mut arp = mirror_dgram(None, 42, &[], &[0u8; 28]);
+        arp[28..30].copy_from_slice(&[0x08, 0x06]);
+        assert!(run(&prog, &arp, 0, 0) != 0);
+        assert!(run(&prog, &mirror_dgram(None, 43, &[], &[0u8; 28]), 0, 0) == 0, "another VNI first");
+        let g = build_mirror_filter(true, &[], &[80], false).unwrap();
+        assert!(run(&g, &mirror_dgram(Some((4, 0x1234)), 42, &[], &[0u8; 40]), 0, 0) != 0);
+        // GENEVE carrying IP without Ethernet.
+        assert!(run(&g, &mirror_dgram(Some((4, 0x0800)), 42, &[], &req), 0, 0) != 0);
+        assert!(run(&g, &mirror_dgram(Some((4, 0x86dd)), 42, &[], &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")), 0, 0) != 0);
+        assert!(run(&g, &mirror_dgram(Some((4, 0x0800)), 42, &[], &ans), 0, 0) == 0);
+    }
+
+    #[test]
+    fn mirror_filter_vni_ranges_and_limits() {
+        let req = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        let vnis: Vec<u32> = (100..=4195).chain([1, 3, 5, 16_777_215]).collect();
+        let prog = build_mirror_filter(false, &vnis, &[80], false).unwrap();
+        for (vni, want) in [(0, false), (1, true), (2, false), (3, true), (5, true), (99, false), (100, true), (4195, true), (4196, false), (16_777_215, true), (16_777_214, false)] {
+            assert_eq!(run(&prog, &mirror_dgram(None, vni, &[], &req), 0, 0) != 0, want, "VNI {vni}");
+        }
+        // Too many ranges: every VNI passes, user space selects.
+        let scattered: Vec<u32> = (0..1000).map(|i| i * 2).collect();
+        let prog = build_mirror_filter(false, &scattered, &[80], false).unwrap();
+        assert!(run(&prog, &mirror_dgram(None, 1, &[], &req), 0, 0) != 0);
+        assert_eq!(build_mirror_filter(false, &[], &[], false), None);
+        assert_eq!(build_mirror_filter(false, &[], &(1..=101).collect::<Vec<u16>>(), false), None);
+        let prog = build_mirror_filter(true, &(0..600).map(|i| i * 2).take(MIRROR_MAX_VNI_RANGES).collect::<Vec<_>>(), &(1..=100).collect::<Vec<u16>>(), true).unwrap();
+        assert!(prog.len() < MAX_INSNS);
+        assert!(run(&prog, &mirror_dgram(Some((0, 0x6558)), 2, &[], &req), 0, 0) != 0);
+        assert!(run(&prog, &mirror_dgram(Some((0, 0x6558)), 3, &[], &req), 0, 0) == 0);
+    }
+
+    /// The kernel runs the program as the interpreter above does: a UDP socket on loopback with
+    /// the program attached receives the datagrams of VNI 42 to port 80 and nothing else.
+    #[test]
+    fn mirror_filter_on_a_real_udp_socket() {
+        use std::os::fd::AsFd;
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let prog = build_mirror_filter(false, &[42], &[80], false).unwrap();
+        crate::sys::attach_filter(rx.as_fd(), &prog).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let req = tcp("198.18.0.1:40000", "198.18.0.2:80");
+        let ans = tcp("198.18.0.2:80", "198.18.0.1:40000");
+        for (vni, ip) in [(43, &req), (42, &ans), (42, &req), (41, &req)] {
+            // The socket sees the payload only: the program saw the UDP header before it.
+            tx.send_to(&mirror_dgram(None, vni, &[], ip)[8..], rx.local_addr().unwrap()).unwrap();
+        }
+        let mut buf = [0u8; 2048];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], &mirror_dgram(None, 42, &[], &req)[8..]);
+        assert!(rx.recv(&mut buf).is_err(), "only one datagram passes");
     }
 }

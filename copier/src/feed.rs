@@ -47,6 +47,11 @@ pub trait Ring: Send + 'static {
     fn stats(&self) -> CaptureStats;
     /// Read the kernel's counters (called every [`STATS_EVERY`] when idle).
     fn refresh_kernel_stats(&mut self) -> io::Result<()>;
+    /// Read the kernel's counters a last time, when the thread stops (a source that reads them
+    /// less often than it is asked must read them here).
+    fn final_kernel_stats(&mut self) -> io::Result<()> {
+        self.refresh_kernel_stats()
+    }
     /// While the source grows: when to look again even if nothing arrives.
     fn growing_until(&self) -> Option<Instant> {
         None
@@ -57,6 +62,11 @@ pub trait Ring: Send + 'static {
     fn fanout_group(&self) -> Option<u16> {
         None
     }
+    /// A poll said the descriptor is readable: the source may let more packets gather here, on
+    /// the thread's time, before [`Ring::ready`]. A source that hands over packet by packet (a
+    /// socket) would otherwise wake the thread, and the engine, once per packet; a ring
+    /// gathers in its blocks itself.
+    fn readable(&mut self) {}
 }
 
 impl Ring for Capture {
@@ -308,7 +318,11 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
         if let Some(t) = capture.growing_until() {
             until = until.min(t.max(now + Duration::from_micros(200)));
         }
-        match sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now)) {
+        let polled = sys::poll_readable(&[capture.fd()], until.saturating_duration_since(now));
+        if matches!(polled, Ok(ready) if ready & 1 != 0) {
+            capture.readable();
+        }
+        match polled {
             Ok(ready) if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() => {
                 // POLLERR without data: read the error, or poll would return at once forever.
                 if let Some(e) = capture.take_error() {
@@ -328,6 +342,6 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
             }
         }
     }
-    let _ = capture.refresh_kernel_stats();
+    let _ = capture.final_kernel_stats();
     *lock(&shared.stats) = capture.stats();
 }

@@ -7,7 +7,8 @@
 //! mirror counts what was injected and no request reaches the test server with wrong bytes.
 //! GENEVE (no GENEVE device in this kernel) and truncation are tested with a user-space mirror:
 //! a raw socket on `online`'s client link wraps each packet in GENEVE, with options, cutting
-//! some short.
+//! some short. The socket's kernel filter drops another VNI's datagrams and, without
+//! `--compare`, the answers before they are read; with `--compare` the answers still come.
 
 use lab::mirror::{self, MIRROR_DST, MIRROR_IF};
 use lab::setup::{fingerprints, metric_sum, scrape_metrics, tail, CopyOptions, Copying};
@@ -23,9 +24,14 @@ fn options() -> CopyOptions {
 
 /// The copier on `test2`, reading the mirror.
 fn mirror_copier(c: &Copying, lab: &mut Lab, mirror: &str) -> Proc {
+    mirror_copier_with(c, lab, mirror, &[])
+}
+
+fn mirror_copier_with(c: &Copying, lab: &mut Lab, mirror: &str, extra: &[&str]) -> Proc {
     let map = format!("80={}:80", addr::TEST);
-    c.spawn_copier_in(lab, Host::Test2, "copier", &["--mirror", mirror, "--map", &map, "--metrics", METRICS, "--seed", "7"])
-        .unwrap()
+    let mut argv = vec!["--mirror", mirror, "--map", &map, "--metrics", METRICS, "--seed", "7"];
+    argv.extend_from_slice(extra);
+    c.spawn_copier_in(lab, Host::Test2, "copier", &argv).unwrap()
 }
 
 fn online_url(path: &str) -> String {
@@ -87,6 +93,19 @@ fn dropped(m: &str, reason: &str) -> f64 {
     metric_sum(m, "copier_mirror_dropped_total", &[&format!("reason=\"{reason}\"")])
 }
 
+/// The mirror's metrics once the kernel filter's count is above `min`: the copier reads the
+/// kernel's counters and exports once a second, so they are read again for at most 5 s.
+fn metrics_once_filtered(lab: &Lab, min: f64) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = mirror_metrics(lab);
+        if dropped(&m, "kernel_filter") > min || std::time::Instant::now() > deadline {
+            return m;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
     let Some(mut lab) = lab_or_skip("vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload") else { return };
@@ -96,11 +115,13 @@ fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
     let n = traffic(&lab, "clean", 10, 10 << 20);
     c.copier = Some(p);
     assert_eq!(c.assert_copied_exactly(&mut lab), n);
-    let m = mirror_metrics(&lab);
+    let m = metrics_once_filtered(&lab, 100.0);
     let client = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"client\""]);
     let server = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]);
-    // The 10 MB upload alone is over 7000 client segments of at most 1448 bytes.
-    assert!(client > 7000.0 && server > 100.0, "client {client}, server {server}:\n{m}");
+    // The 10 MB upload alone is over 7000 client segments of at most 1448 bytes. Without
+    // --compare the answers are dropped by the socket's filter in the kernel, never read.
+    assert!(client > 7000.0 && server == 0.0, "client {client}, server {server}:\n{m}");
+    assert!(dropped(&m, "kernel_filter") > 100.0, "{m}");
     for why in ["truncated", "duplicate", "short", "bad_header"] {
         assert_eq!(dropped(&m, why), 0.0, "{why}:\n{m}");
     }
@@ -133,14 +154,14 @@ fn vxlan_mirror_with_one_percent_loss() {
     let (m, arrived, lost, read) = loop {
         let (arrived, lost) = (rule_packets(&lab, Host::Test2, "INPUT", "mirror-in"), rule_packets(&lab, Host::Test2, "INPUT", "mirror-loss"));
         let m = mirror_metrics(&lab);
-        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]) + dropped(&m, "socket_buffer");
+        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]) + dropped(&m, "socket_buffer") + dropped(&m, "kernel_filter");
         if read == (arrived - lost) as f64 || std::time::Instant::now() > deadline {
             break (m, arrived, lost, read);
         }
         std::thread::sleep(Duration::from_millis(250));
     };
     assert!(lost > 0, "no datagram was dropped out of {arrived}");
-    assert_eq!(read, (arrived - lost) as f64, "the copier read every datagram that passed ({arrived} arrived, {lost} dropped):\n{m}");
+    assert_eq!(read, (arrived - lost) as f64, "the copier read (or its filter dropped) every datagram that passed ({arrived} arrived, {lost} dropped):\n{m}");
     let online = c.online.requests().unwrap();
     let test = c.test().requests().unwrap();
     let (done, aborted) = assert_no_wrong_bytes(&online, &test, &p.log());
@@ -167,6 +188,59 @@ fn vxlan_mirror_with_duplicates() {
     let dup = dropped(&m, "duplicate");
     assert!(client > 700.0, "{m}");
     assert_eq!(dup, client, "every client packet came twice, once delivered:\n{m}");
+}
+
+/// Sends `n` VXLAN datagrams of VNI `vni` to the mirror host, each a client's SYN to the online
+/// service (what the copier would copy if it took that session).
+const FOREIGN_VNI: &str = r#"
+import socket, struct, sys
+dst, vni, n, client, online = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 40, 1, 0, 64, 6, 0, socket.inet_aton(client), socket.inet_aton(online))
+tcp = struct.pack("!HHIIBBHHH", 40000, 80, 1, 0, 0x50, 0x02, 65535, 0, 0)
+d = struct.pack("!II", 0x08000000, vni << 8) + bytes(12) + b"\x08\x00" + ip + tcp
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(n):
+    s.sendto(d, (dst, 4789))
+"#;
+
+#[test]
+fn vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers() {
+    let Some(mut lab) = lab_or_skip("vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers") else { return };
+    let mut c = Copying::start(&mut lab, options()).unwrap();
+    mirror::build(&lab, true).unwrap();
+    lab.sh(Host::Test2, &format!("iptables -w -A INPUT -i {MIRROR_IF} -p udp --dport 4789 -m comment --comment mirror-in")).unwrap();
+    let p = mirror_copier_with(&c, &mut lab, "vxlan", &["--vni", "42"]);
+    c.copier = Some(p);
+    let script = lab.dir().join("foreign_vni.py");
+    std::fs::write(&script, FOREIGN_VNI).unwrap();
+    let (s, client, online) = (script.display().to_string(), addr::CLIENT.to_string(), addr::ONLINE.to_string());
+    let foreign = 300u64;
+    lab.exec_ok(Host::Online, &["python3", &s, MIRROR_DST, "43", &foreign.to_string(), &client, &online]).unwrap();
+    let n = traffic(&lab, "kf", 10, 1 << 20);
+    assert_eq!(c.assert_copied_exactly(&mut lab), n);
+    // Every datagram that arrived was either read (and then delivered: nothing of another VNI
+    // or direction reached user space) or dropped by the filter. The firewall counts first,
+    // the copier exports once a second: read both again until they agree, at most 5 s.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (m, arrived, read, filtered) = loop {
+        let arrived = rule_packets(&lab, Host::Test2, "INPUT", "mirror-in");
+        let m = mirror_metrics(&lab);
+        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]);
+        let filtered = dropped(&m, "kernel_filter");
+        if read + filtered == arrived as f64 || std::time::Instant::now() > deadline {
+            break (m, arrived, read, filtered);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(read + filtered, arrived as f64, "{arrived} arrived:\n{m}");
+    let client = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"client\""]);
+    assert_eq!(read, client, "every datagram read was a client packet of VNI 42:\n{m}");
+    for why in ["vni", "unselected", "socket_buffer"] {
+        assert_eq!(dropped(&m, why), 0.0, "{why}:\n{m}");
+    }
+    // The foreign session and the answers (at least one per request) went in the kernel.
+    assert!(filtered >= (foreign + n as u64) as f64, "{filtered} filtered:\n{m}");
+    assert_eq!(metric_sum(&m, "copier_mirror_vnis_seen", &[]), 1.0, "VNI 43 never read:\n{m}");
 }
 
 /// A user-space GENEVE mirror on `online`: a raw socket on the client link (both directions)
@@ -226,7 +300,7 @@ fn geneve_mirror_from_user_space_with_truncation() {
     c.settle(Duration::from_secs(3), Duration::from_secs(60));
     mirror_proc.stop();
     let cut: f64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
-    let m = mirror_metrics(&lab);
+    let m = metrics_once_filtered(&lab, 0.0);
     assert!(cut >= 10.0, "the mirror cut {cut} packets");
     assert_eq!(dropped(&m, "truncated"), cut, "{m}");
     let online = c.online.requests().unwrap();
@@ -234,7 +308,9 @@ fn geneve_mirror_from_user_space_with_truncation() {
     let (done, aborted) = assert_no_wrong_bytes(&online, &test, &p.log());
     // The short sessions (one data segment each, every 50th cut) are nearly all copied.
     assert!(done >= online.len() / 2, "{done} complete, {aborted} aborted of {}:\n{}", online.len(), tail(&p.log(), 20));
-    assert!(metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]) > 0.0);
+    // The answers are dropped in the kernel, its program reading past GENEVE's options.
+    assert_eq!(metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]), 0.0, "{m}");
+    assert!(dropped(&m, "kernel_filter") > 0.0, "{m}");
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }

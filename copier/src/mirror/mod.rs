@@ -2,12 +2,16 @@
 //! own, fed by a traffic mirror (AWS VPC Traffic Mirroring, Azure vTAP, a switch, `tc mirred` to
 //! a VXLAN device) instead of a capture on the online host.
 //!
-//! Owns: the UDP socket the mirror sends to, read [`RECV_BATCH`] datagrams per `recvmmsg`; the
-//! decapsulation ([`wire`]); the selection the capture's kernel filter makes for a live capture
-//! (`--vni`, then `crate::offline::PortFilter`: the client's packets to a mapped service, and
-//! with `--compare` the service's answers); the drop of duplicated packets (a mirror with two
-//! sessions over one interface, or a path that duplicates); and the mirror's counters
-//! ([`MirrorStats`], exported as `copier_mirror_*`).
+//! Owns: the UDP socket the mirror sends to, read [`RECV_BATCH`] datagrams per `recvmmsg`,
+//! gathered for [`GATHER`] after a poll said it is readable unless a first read [`PROBE`]
+//! after the wake-up fills the batch (so a datagram does not cost a wake-up of this thread and
+//! the engine's each, and a burst is not held back); the decapsulation ([`wire`]); the selection
+//! the capture's kernel filter makes for a live capture (`--vni`, then
+//! `crate::offline::PortFilter`: the client's packets to a mapped service, and with `--compare`
+//! the service's answers), made first in the kernel by a classic BPF program on the socket
+//! (`crate::bpf::build_mirror_filter`: VNIs and ports) and again, exactly, here; the drop of
+//! duplicated packets (a mirror with two sessions over one interface, or a path that
+//! duplicates); and the mirror's counters ([`MirrorStats`], exported as `copier_mirror_*`).
 //!
 //! [`MirrorInput`] is a [`crate::feed::Ring`]: the capture thread of [`crate::feed`] reads it
 //! exactly as it reads a capture ring, so the engine, its overload handling and every feature
@@ -17,7 +21,9 @@
 //!
 //! Invariants: a datagram cut by the socket buffer (`MSG_TRUNC`) or an inner packet shorter than
 //! its IP length is counted and dropped, never delivered (the session's hole handling takes
-//! over: `capture_gap`); every datagram read is counted once, as delivered or under one reason.
+//! over: `capture_gap`); every datagram read is counted once, as delivered or under one reason;
+//! the kernel filter's drops are never read and are counted apart ([`MirrorStats::filtered`],
+//! from the socket's drop counter less the namespace's UDP receive-buffer errors).
 //! Loss and reordering on the mirror path look to the engine exactly like loss and reordering
 //! in a capture: its out-of-order buffer and hole handling deal with them (`capture_gap`,
 //! `out_of_order_overflow`).
@@ -51,6 +57,18 @@ const RCVBUF: usize = 32 << 20;
 const DEDUP_SLOTS: usize = 4096;
 /// How often the counters are exported.
 const EXPORT_EVERY: Duration = Duration::from_secs(1);
+/// How long datagrams gather after the socket became readable before they are handed over
+/// (at most [`RECV_BATCH`] at a time; a full read is followed by the next at once). The
+/// capture ring does the same with its 10 ms block timeout (a block full before it leaves at
+/// once); this adds at most as much to the copy lag.
+pub const GATHER: Duration = Duration::from_millis(10);
+/// When the first read of a gathering happens: a full batch by then is a burst, handed over at
+/// once (10 ms of a mirror at 10 Gbit/s would be 12 MB held back, and the engine would find
+/// itself behind); otherwise the rest of [`GATHER`] passes and a second read adds to it.
+pub const PROBE: Duration = Duration::from_millis(1);
+/// How often the kernel's counters are read (`/proc/net/udp{,6}` walks every UDP socket of the
+/// namespace): as often as they are exported.
+const KERNEL_STATS_EVERY: Duration = EXPORT_EVERY;
 
 /// What `--mirror` and `--vni` say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,8 +210,13 @@ pub struct MirrorStats {
     pub drops: MirrorDrops,
     /// The VNIs seen (the first 64).
     pub vnis: BTreeSet<u32>,
-    /// The socket's own drops (receive buffer full), from `/proc/net/udp{,6}`.
+    /// The socket's own drops (receive buffer full): its drop counter in `/proc/net/udp{,6}`,
+    /// at most the network namespace's UDP `RcvbufErrors` since the socket was opened.
     pub socket_drops: u64,
+    /// Datagrams the socket's kernel filter dropped (other VNIs, other ports, the answers
+    /// without `--compare`): never read, so in none of the other counters. The rest of the
+    /// socket's drop counter.
+    pub filtered: u64,
 }
 
 impl MirrorStats {
@@ -222,6 +245,10 @@ impl std::fmt::Display for MirrorStats {
         }
         if self.socket_drops > 0 {
             write!(f, " socket_buffer {}", self.socket_drops)?;
+            any = true;
+        }
+        if self.filtered > 0 {
+            write!(f, " kernel_filter {}", self.filtered)?;
             any = true;
         }
         if !any {
@@ -356,6 +383,12 @@ impl Selector {
     }
 }
 
+thread_local! {
+    /// The `recvmmsg` headers of the thread that reads the mirror, reused by every read (they
+    /// hold raw pointers, so they cannot live in [`MirrorInput`], which moves to that thread).
+    static HEADERS: std::cell::RefCell<MultiHeaders<()>> = std::cell::RefCell::new(MultiHeaders::preallocate(RECV_BATCH, None));
+}
+
 /// The mirror's UDP socket and what reads it; a [`crate::feed::Ring`].
 pub struct MirrorInput {
     sock: Socket,
@@ -372,6 +405,13 @@ pub struct MirrorInput {
     tap: Option<(Tap, f64)>,
     tapped: Vec<(Instant, Vec<u8>)>,
     exported: Option<Instant>,
+    /// The last read took fewer than [`RECV_BATCH`]: the socket is empty until a poll says
+    /// otherwise ([`crate::feed::Ring::readable`]), so no read is spent to learn it again.
+    empty: bool,
+    /// The namespace's UDP `RcvbufErrors` when the socket was opened.
+    rcvbuf_errors_at_open: u64,
+    /// When the kernel's counters were last read.
+    kernel_read: Option<Instant>,
 }
 
 impl std::fmt::Debug for MirrorInput {
@@ -406,6 +446,15 @@ impl MirrorInput {
         if nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &RCVBUF).is_err() {
             let _ = sock.set_recv_buffer_size(RCVBUF);
         }
+        let ports: Vec<u16> = maps.iter().map(|m| m.online_port).collect();
+        match crate::bpf::build_mirror_filter(cfg.encap == Encap::Geneve, &cfg.vnis, &ports, tap.is_some()) {
+            Some(prog) => {
+                if let Err(e) = crate::sys::attach_filter(sock.as_fd(), &prog) {
+                    tracing::warn!("mirror socket: no kernel filter ({e}): every datagram is read and selected here");
+                }
+            }
+            None => tracing::info!("mirror socket: too many ports for a kernel filter: every datagram is read and selected here"),
+        }
         describe();
         Ok(MirrorInput {
             sock,
@@ -419,6 +468,9 @@ impl MirrorInput {
             tap,
             tapped: Vec::new(),
             exported: None,
+            empty: false,
+            rcvbuf_errors_at_open: udp_rcvbuf_errors().unwrap_or(0),
+            kernel_read: None,
         })
     }
 
@@ -434,23 +486,37 @@ impl MirrorInput {
         self.cfg.port
     }
 
-    /// One `recvmmsg` without waiting; returns the datagrams read.
+    /// One `recvmmsg` without waiting, into the buffers `pending` does not hold yet; returns
+    /// the datagrams held.
     fn read(&mut self) -> io::Result<usize> {
-        self.pending.clear();
-        let mut headers = MultiHeaders::<()>::preallocate(RECV_BATCH, None);
-        let mut iovs: Vec<[io::IoSliceMut<'_>; 1]> =
-            self.bufs.chunks_mut(DATAGRAM_MAX).map(|b| [io::IoSliceMut::new(b)]).collect();
-        let got = recvmmsg(self.sock.as_raw_fd(), &mut headers, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None);
-        match got {
-            Ok(res) => {
-                for r in res {
-                    self.pending.push((r.bytes, r.flags.contains(MsgFlags::MSG_TRUNC)));
-                }
-            }
-            Err(nix::errno::Errno::EAGAIN) => {}
-            Err(e) => return Err(e.into()),
+        let held = self.pending.len();
+        if held == RECV_BATCH {
+            return Ok(held);
         }
-        if !self.pending.is_empty() {
+        let (fd, pending, bufs) = (self.sock.as_raw_fd(), &mut self.pending, &mut self.bufs[held * DATAGRAM_MAX..]);
+        let got = HEADERS.with_borrow_mut(|headers| {
+            // No allocation: the slices live on the stack, as long as the headers' borrow.
+            let mut chunks = bufs.chunks_mut(DATAGRAM_MAX);
+            let mut iovs: [[io::IoSliceMut<'_>; 1]; RECV_BATCH] =
+                std::array::from_fn(|_| [io::IoSliceMut::new(chunks.next().unwrap_or_default())]);
+            let res = recvmmsg(fd, headers, iovs.iter_mut().take(RECV_BATCH - held), MsgFlags::MSG_DONTWAIT, None)?;
+            for r in res {
+                pending.push((r.bytes, r.flags.contains(MsgFlags::MSG_TRUNC)));
+            }
+            Ok(())
+        });
+        match got {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EAGAIN) => {}
+            Err(e) => {
+                self.empty = true;
+                return Err(e.into());
+            }
+        }
+        // A short read emptied the socket; a datagram arriving since makes the next poll
+        // return at once (it is level-triggered), so none waits.
+        self.empty = self.pending.len() < RECV_BATCH;
+        if self.pending.len() > held {
             self.stats.reads += 1;
         }
         Ok(self.pending.len())
@@ -474,7 +540,7 @@ impl crate::feed::Ring for MirrorInput {
     }
 
     fn ready(&mut self) -> bool {
-        if self.pending.is_empty() {
+        if self.pending.is_empty() && !self.empty {
             if let Err(e) = self.read() {
                 tracing::debug!("mirror socket: {e}");
             }
@@ -521,12 +587,39 @@ impl crate::feed::Ring for MirrorInput {
         self.capture
     }
 
-    fn refresh_kernel_stats(&mut self) -> io::Result<()> {
-        if let Some(d) = socket_drops(self.cfg.port) {
-            self.stats.socket_drops = d;
+    fn readable(&mut self) {
+        for wait in [PROBE, GATHER - PROBE] {
+            std::thread::sleep(wait);
+            self.empty = false;
+            if let Err(e) = self.read() {
+                tracing::debug!("mirror socket: {e}");
+            }
+            if self.pending.len() == RECV_BATCH {
+                break; // a burst: hand it over now
+            }
         }
-        self.publish(Instant::now());
+    }
+
+    fn refresh_kernel_stats(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        if self.kernel_read.is_some_and(|t| now < t + KERNEL_STATS_EVERY) {
+            return Ok(());
+        }
+        self.kernel_read = Some(now);
+        if let Some(d) = socket_drops(self.cfg.port) {
+            // The socket's counter holds its filter's drops too; the namespace's receive-buffer
+            // errors tell the two apart (other UDP sockets of a mirror host rarely overflow).
+            let full = udp_rcvbuf_errors().map_or(d, |e| e.saturating_sub(self.rcvbuf_errors_at_open).min(d));
+            self.stats.socket_drops = full;
+            self.stats.filtered = d - full;
+        }
+        self.publish(now);
         Ok(())
+    }
+
+    fn final_kernel_stats(&mut self) -> io::Result<()> {
+        self.kernel_read = None;
+        crate::feed::Ring::refresh_kernel_stats(self)
     }
 
     fn take_error(&self) -> Option<io::Error> {
@@ -553,6 +646,26 @@ pub fn socket_drops(port: u16) -> Option<u64> {
     total
 }
 
+/// The network namespace's UDP receive-buffer errors (`RcvbufErrors` of `Udp:` in
+/// `/proc/net/snmp` and `Udp6RcvbufErrors` in `/proc/net/snmp6`): a datagram its socket's full
+/// buffer dropped, which a socket filter's drop is not.
+pub fn udp_rcvbuf_errors() -> Option<u64> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    let mut rows = snmp.lines().filter(|l| l.starts_with("Udp: "));
+    let (names, values) = (rows.next()?, rows.next()?);
+    let col = names.split_whitespace().position(|n| n == "RcvbufErrors")?;
+    let mut total: u64 = values.split_whitespace().nth(col)?.parse().ok()?;
+    if let Ok(snmp6) = std::fs::read_to_string("/proc/net/snmp6") {
+        for l in snmp6.lines() {
+            let mut it = l.split_whitespace();
+            if it.next() == Some("Udp6RcvbufErrors") {
+                total += it.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    Some(total)
+}
+
 /// Metric names.
 pub mod names {
     /// Datagrams read from the mirror.
@@ -575,7 +688,7 @@ pub fn describe() {
     describe_counter!(
         names::DROPPED,
         "Datagrams or inner packets of the mirror not taken, by reason (short, bad_header, control, not_ip, bad_version, \
-         truncated, vni, unselected, duplicate, socket_buffer)"
+         truncated, vni, unselected, duplicate, socket_buffer; kernel_filter: by the socket's filter in the kernel, never read)"
     );
     describe_gauge!(names::VNIS, "Mirror sessions (VNIs) seen so far");
 }
@@ -588,6 +701,7 @@ fn export(s: &MirrorStats) {
         counter!(names::DROPPED, "reason" => why).absolute(n);
     }
     counter!(names::DROPPED, "reason" => "socket_buffer").absolute(s.socket_drops);
+    counter!(names::DROPPED, "reason" => "kernel_filter").absolute(s.filtered);
     gauge!(names::VNIS).set(s.vnis.len() as f64);
 }
 
