@@ -2,7 +2,7 @@
 //! wait a little before it reads the queue again, so that the next packets come in one read,
 //! one verdict message and one write to the copier instead of one each (at 4 ms think time the
 //! intercept read about two packets per wake-up; resting 2 ms cut its CPU per copied request
-//! by about half, 20 ms, the copier's default since, by about two thirds: see BENCHMARKS.md).
+//! by about half, 20 ms, the copier's default since, by about two thirds: see docs/perf-notes.md).
 //!
 //! Each copier says how long its records may wait (`Message::RecordWait`, with
 //! `FEATURE_RECORD_WAIT`): its `--record-wait` while its engine does not wait on records, zero
