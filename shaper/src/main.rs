@@ -145,7 +145,7 @@ enum Cmd {
 
 /// Reads a capture into a fit; says on stderr what was skipped.
 fn fit_capture(path: &Path, cfg: FitConfig) -> Result<Fit> {
-    use common::pcap::{Event, LinkError, Reader, SkipKind};
+    use common::pcap::{Event, LinkLayerError, Reader, SkipKind};
     let file = fs::File::open(path).with_context(|| format!("open {}", path.display()))?;
     let mut reader = Reader::new(file).with_context(|| format!("capture {}", path.display()))?;
     let mut fitter = Fitter::new(cfg);
@@ -158,7 +158,7 @@ fn fit_capture(path: &Path, cfg: FitConfig) -> Result<Fit> {
             None => break,
             Some(Event::Packet(p)) => fitter.handle_packet(p.ts.as_secs_f64(), p.data),
             Some(Event::Skip(s)) => {
-                if matches!(s.kind, SkipKind::Link(LinkError::NotIp(_))) {
+                if matches!(s.kind, SkipKind::Link(LinkLayerError::NotIp(_))) {
                     continue;
                 }
                 if shown < 10 {

@@ -6,7 +6,7 @@
 //! [`trim_to_ip_len`], the padding cut alone (the copier's live capture uses it too).
 //!
 //! Invariant: [`ip_payload`] never panics and never returns a slice that does not start with an
-//! IPv4 or IPv6 version nibble; anything else is a [`LinkError`].
+//! IPv4 or IPv6 version nibble; anything else is a [`LinkLayerError`].
 
 /// Cut link-layer padding (short Ethernet frames are padded to 60 bytes) so that the slice is
 /// exactly the IP packet its header describes. Slices that are shorter than their IP length, or
@@ -80,7 +80,7 @@ impl LinkType {
 
 /// Why a frame yields no IP packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum LinkError {
+pub enum LinkLayerError {
     /// The frame is shorter than its link header (or than an IP version byte after it).
     #[error("frame of {have} bytes is shorter than its {need}-byte link header")]
     Short {
@@ -109,8 +109,8 @@ fn be16(b: &[u8], off: usize) -> Option<u16> {
 }
 
 /// The IP packet inside `frame`, trimmed to its IP length (link padding and trailers cut).
-pub fn ip_payload(link: LinkType, frame: &[u8]) -> Result<&[u8], LinkError> {
-    let short = |need: usize| LinkError::Short {
+pub fn ip_payload(link: LinkType, frame: &[u8]) -> Result<&[u8], LinkLayerError> {
+    let short = |need: usize| LinkLayerError::Short {
         need,
         have: frame.len(),
     };
@@ -143,14 +143,14 @@ pub fn ip_payload(link: LinkType, frame: &[u8]) -> Result<&[u8], LinkError> {
             let proto = match fam {
                 2 => ETHERTYPE_IPV4,
                 10 | 24 | 28 | 30 => ETHERTYPE_IPV6,
-                other => return Err(LinkError::NotIp(other)),
+                other => return Err(LinkLayerError::NotIp(other)),
             };
             (4, Some(u32::from(proto)))
         }
     };
     if let Some(p) = proto {
         if p != u32::from(ETHERTYPE_IPV4) && p != u32::from(ETHERTYPE_IPV6) {
-            return Err(LinkError::NotIp(p));
+            return Err(LinkLayerError::NotIp(p));
         }
     }
     let ip = frame
@@ -168,7 +168,7 @@ pub fn ip_payload(link: LinkType, frame: &[u8]) -> Result<&[u8], LinkError> {
         },
     };
     if version != want || !(version == 4 || version == 6) {
-        return Err(LinkError::BadVersion(version));
+        return Err(LinkLayerError::BadVersion(version));
     }
     Ok(trim_to_ip_len(ip))
 }

@@ -16,6 +16,6 @@ pub mod writer;
 #[cfg(test)]
 mod tests;
 
-pub use link::{ip_payload, trim_to_ip_len, LinkError, LinkType};
+pub use link::{ip_payload, trim_to_ip_len, LinkLayerError, LinkType};
 pub use reader::{Event, Packet, ReadError, ReadStats, Reader, Skip, SkipKind, MAX_RECORD};
 pub use writer::{pcapng_header, pcapng_packet, PcapWriter};

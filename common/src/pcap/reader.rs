@@ -29,7 +29,7 @@
 use std::io::{self, Read};
 use std::time::Duration;
 
-use super::link::{ip_payload, LinkError, LinkType, SUPPORTED};
+use super::link::{ip_payload, LinkLayerError, LinkType, SUPPORTED};
 use crate::wire::declared_ip_len;
 
 mod pcap;
@@ -112,7 +112,7 @@ pub enum SkipKind {
     /// The record is framed correctly but its content is inconsistent.
     Malformed(String),
     /// The frame carries no IP packet, or its link header is bad.
-    Link(LinkError),
+    Link(LinkLayerError),
     /// The capture kept only `have` bytes of an IP packet of `ip_len` (snap length too short).
     Snapped {
         /// The IP packet's length by its header.
@@ -486,7 +486,7 @@ impl<R: Read> Reader<R> {
                 st.garbled += 1;
                 st.garbage_bytes += skipped;
             }
-            SkipKind::Link(LinkError::NotIp(_)) => st.not_ip += 1,
+            SkipKind::Link(LinkLayerError::NotIp(_)) => st.not_ip += 1,
             SkipKind::Snapped { .. } => st.snapped += 1,
             SkipKind::Malformed(_) | SkipKind::Link(_) | SkipKind::UnsupportedLink(_) => {
                 st.malformed += 1

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::testkit::{eth, v4, v6};
 use proptest::prelude::*;
 
-use super::link::LinkError;
+use super::link::LinkLayerError;
 use super::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -374,12 +374,12 @@ fn pcap_non_ip_short_frames_and_snapped_packets() {
     assert_eq!(r.packets.len(), 1);
     assert_eq!(r.packets[0].2, 6);
     let kinds: Vec<&SkipKind> = r.skips.iter().map(|s| &s.kind).collect();
-    assert_eq!(kinds[0], &SkipKind::Link(LinkError::NotIp(0x0806)));
+    assert_eq!(kinds[0], &SkipKind::Link(LinkLayerError::NotIp(0x0806)));
     assert_eq!(
         kinds[1],
-        &SkipKind::Link(LinkError::Short { need: 14, have: 10 })
+        &SkipKind::Link(LinkLayerError::Short { need: 14, have: 10 })
     );
-    assert_eq!(kinds[2], &SkipKind::Link(LinkError::BadVersion(5)));
+    assert_eq!(kinds[2], &SkipKind::Link(LinkLayerError::BadVersion(5)));
     assert_eq!(
         kinds[3],
         &SkipKind::Snapped {

@@ -10,7 +10,7 @@
 //! a session do) is [`DecapError::Truncated`], never returned: a copy with missing bytes would
 //! send wrong bytes to the test server.
 
-use common::pcap::{ip_payload, LinkError, LinkType};
+use common::pcap::{ip_payload, LinkLayerError, LinkType};
 use common::wire::declared_ip_len;
 
 /// VXLAN header bytes.
@@ -150,10 +150,10 @@ pub fn decap(encap: Encap, payload: &[u8]) -> Result<Inner<'_>, DecapError> {
         }
     };
     let ip = ip_payload(link, frame).map_err(|e| match e {
-        LinkError::NotIp(t) => DecapError::NotIp(t),
-        LinkError::BadVersion(v) => DecapError::BadVersion(v),
+        LinkLayerError::NotIp(t) => DecapError::NotIp(t),
+        LinkLayerError::BadVersion(v) => DecapError::BadVersion(v),
         // An Ethernet header or IP version byte cut off: the mirror cut the packet.
-        LinkError::Short { need, have } => DecapError::Truncated { need, have },
+        LinkLayerError::Short { need, have } => DecapError::Truncated { need, have },
     })?;
     match declared_ip_len(ip) {
         Some(need) if need > ip.len() => Err(DecapError::Truncated { need, have: ip.len() }),

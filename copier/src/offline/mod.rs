@@ -47,7 +47,7 @@ use common::wire::{set_destination_port, set_source_port};
 use crate::engine::PortMap;
 
 pub use common::pcap::{
-    Event, LinkError, LinkType, Packet, ReadError, ReadStats, Reader, Skip, SkipKind,
+    Event, LinkLayerError, LinkType, Packet, ReadError, ReadStats, Reader, Skip, SkipKind,
 };
 pub use pace::{Accepted, LoopPorts, Pacer, PortFilter, Speed};
 
@@ -460,7 +460,7 @@ impl Replay {
     /// Say what was skipped: every problem of the first pass up to a limit, then only counts
     /// (later passes meet the same records again). Non-IP frames are normal and not shown.
     fn report(&mut self, s: &Skip) {
-        if matches!(s.kind, SkipKind::Link(LinkError::NotIp(_))) || self.pass > 0 {
+        if matches!(s.kind, SkipKind::Link(LinkLayerError::NotIp(_))) || self.pass > 0 {
             return;
         }
         let always = matches!(s.kind, SkipKind::Truncated { .. });

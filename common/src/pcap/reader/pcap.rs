@@ -6,7 +6,7 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use super::{u16_at, u32_at, Format, ReadError, Reader, Step, MAX_RECORD};
-use crate::pcap::link::{ip_payload, LinkError, LinkType};
+use crate::pcap::link::{ip_payload, LinkLayerError, LinkType};
 
 /// Smallest caplen bound of a pcap file, whatever snap length its header claims (files with a
 /// snap length of 0 or 65535 exist that hold larger offloaded packets).
@@ -108,7 +108,7 @@ impl<R: Read> Reader<R> {
         let frame = &self.w.bytes()[at + 16..end.min(have)];
         if matches!(
             ip_payload(link, frame),
-            Err(LinkError::BadVersion(_) | LinkError::Short { .. })
+            Err(LinkLayerError::BadVersion(_) | LinkLayerError::Short { .. })
         ) {
             return Ok(Some(false));
         }
