@@ -90,6 +90,8 @@ pub(super) struct Row {
     pub(super) extra: u64,
     pub(super) copier: Cpu,
     pub(super) intercept: Cpu,
+    /// The CPU of `copier-floor` over the same window, in the scenarios that run it (`floor.rs`).
+    pub(super) floor: Option<Cpu>,
     pub(super) rss_kib: u64,
     pub(super) hwm_kib: u64,
     pub(super) kernel_drops: u64,
@@ -185,6 +187,7 @@ impl Before {
             extra: 0,
             copier: cc1.minus(&self.copier),
             intercept: ic1.minus(&self.intercept),
+            floor: None,
             rss_kib,
             hwm_kib,
             kernel_drops: drops(&m1).saturating_sub(drops(&self.copier_m)),
