@@ -18,7 +18,8 @@
 //! checksum, as the copier must give it too (a super-segment that leaves whole gets the
 //! pseudo-header's sum, finished by the kernel per piece, as the copier's do).
 //!
-//! It runs until killed and prints its counters every 5 s.
+//! It runs until killed and prints its counters every second in which they changed
+//! (`bench_copier` reads the last line).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -27,14 +28,14 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::checksum;
 use common::flow::FourTuple;
-use common::wire::parse_tcp_packet;
+use common::wire::{parse_tcp_packet, TcpFlags};
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::{Capture, CaptureConfig};
 use copier::feed::{Feed, FeedConfig};
 use copier::send::{RawSender, SendConfig};
 
-/// How often the counters are printed.
-const REPORT_EVERY: Duration = Duration::from_secs(5);
+/// How often the counters are printed (when they changed).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
 /// The copier's engine loop: batches taken from the capture thread per turn, the longest
 /// sleep, and the send queue's high-water mark.
 const BATCHES_PER_TURN: usize = copier::run::BATCHES_PER_TURN;
@@ -50,7 +51,7 @@ const MAX_WAIT: Duration = copier::run::MAX_WAIT;
              copier's sender (sendmmsg batches, GSO super-segments), keeping no session state: no \
              reassembly, no sequence rewrite, no pacing, no intercept. Its copies make no working \
              session at the test server; that is what a floor is. Runs until killed; prints its \
-             counters every 5 s."
+             counters every second in which they changed."
 )]
 struct Args {
     /// PORT=ADDR:TPORT: the online port to capture and where its segments go (IPv4 only).
@@ -76,6 +77,10 @@ struct Args {
     /// cut in user space.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = ["auto", "off"])]
     gso: String,
+    /// Send only the segments that carry data or SYN, FIN or RST: leave out the clients' bare
+    /// ACKs (the copier makes its own toward the test server).
+    #[arg(long)]
+    data_only: bool,
 }
 
 /// Where the captured segments go.
@@ -144,12 +149,21 @@ fn rewrite(p: &mut [u8], to: Target, finish: bool) -> Option<Csum> {
     Some(Csum::Incremental)
 }
 
+/// A TCP segment with no payload and none of SYN, FIN, RST.
+fn is_bare_ack(p: &[u8]) -> bool {
+    parse_tcp_packet(p).is_ok_and(|t| {
+        t.tcp.payload().is_empty() && !t.tcp.flags().intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+    })
+}
+
 #[derive(Debug, Default)]
 struct Counts {
     captured: u64,
     rewritten: u64,
     full_checksums: u64,
     skipped: u64,
+    /// Bare ACKs left out (`--data-only`).
+    bare_acks: u64,
     super_segments: u64,
 }
 
@@ -181,11 +195,16 @@ fn main() -> Result<()> {
     );
     let mut n = Counts::default();
     let mut next_report = Instant::now() + REPORT_EVERY;
+    let mut reported = 0;
     let dst = IpAddr::V4(to.addr);
     loop {
         let now = Instant::now();
         feed.drain(BATCHES_PER_TURN, |pkt| {
             n.captured += 1;
+            if args.data_only && is_bare_ack(pkt) {
+                n.bare_acks += 1;
+                return;
+            }
             let mut buf = sender.buffer();
             buf.extend_from_slice(pkt);
             // a super-segment's checksum is the sender's to set
@@ -209,15 +228,20 @@ fn main() -> Result<()> {
             sender.enqueue_segment(tuple, dst, buf, gso_size, now);
         });
         sender.flush(now);
-        if now >= next_report {
+        let due = now >= next_report;
+        if due {
             next_report = now + REPORT_EVERY;
+        }
+        if due && n.captured != reported {
+            reported = n.captured;
             let s = sender.stats();
             let c = feed.stats();
             eprintln!(
-                "copier-floor: captured {} (kernel drops {}), rewritten {} ({} with a full checksum), skipped {}, \
+                "copier-floor: captured {} (kernel drops {}), bare ACKs left out {}, rewritten {} ({} with a full checksum), skipped {}, \
                  super-segments {}; sent {} packets in {} sendmmsg, {} whole through GSO; dropped {} (queue full), errors {}",
                 n.captured,
                 c.kernel_drops,
+                n.bare_acks,
                 n.rewritten,
                 n.full_checksums,
                 n.skipped,
@@ -246,7 +270,7 @@ fn main() -> Result<()> {
 mod tests {
     use super::*;
     use common::seq::SeqNum;
-    use common::wire::{TcpBuilder, TcpFlags, TcpOption};
+    use common::wire::{TcpBuilder, TcpOption};
 
     fn packet(payload: &[u8]) -> Vec<u8> {
         let ts = [TcpOption::Timestamps { tsval: 5, tsecr: 6 }];
@@ -315,6 +339,12 @@ mod tests {
         let mut junk = vec![0x45u8, 0, 0, 20];
         assert_eq!(rewrite(&mut junk, TO, true), None);
         assert_eq!(junk, [0x45, 0, 0, 20]);
+    }
+
+    #[test]
+    fn bare_acks() {
+        assert!(!is_bare_ack(&packet(b"x")));
+        assert!(is_bare_ack(&packet(b"")));
     }
 
     #[test]

@@ -188,6 +188,8 @@ pub(super) struct ScenarioState {
     /// Run `copier-floor` beside the copier in the CPU scenarios (`floor.rs`; not `--no-floor`,
     /// not `--mirror`).
     pub(super) floor: bool,
+    /// Extra flags of `copier-floor` (`--floor-data-only`).
+    pub(super) floor_args: Vec<String>,
 }
 
 pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur: Duration, st: &mut ScenarioState) -> Result<Row> {
@@ -205,7 +207,6 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
     let Ctx { lab, c, .. } = ctx;
     let test = c.test();
     let kind = Kind::Scenario(sc);
-    let mut floor = if st.floor && floor::measured(sc) { Some(Floor::start(lab, sc.tag())?) } else { None };
     // fresh keep-alive connections, each copied and registered before the load
     let mut set = None;
     if sc != Scenario::ThinkClose {
@@ -218,6 +219,8 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
         test.wait_settled(Duration::from_millis(300), Duration::from_secs(3));
         set = Some(conns);
     }
+    // the floor from here on: its counters cover the step's window and nothing before
+    let mut floor = if st.floor && floor::measured(sc) { Some(Floor::start(lab, sc.tag(), &st.floor_args)?) } else { None };
     let before = Before::take(ctx)?;
     let floor0 = floor.as_ref().map(Floor::cpu).transpose()?;
     let tag = sc.tag();
@@ -253,6 +256,7 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
     if let Some(f) = floor.as_mut() {
         f.check_alive()?;
         row.floor = floor1.zip(floor0).map(|(b, a)| b.minus(&a));
+        row.floor_packets = f.packets(load_end);
     }
     drop(floor);
     row.conns = sc.conns();
