@@ -46,6 +46,9 @@
 //! nginx pair with `listen 8080 http2`, the copier mapping 8080; counted from that pair's access
 //! logs), and HTTP keep-alive at full speed on 16 and on 1 connection. Each scenario waits
 //! for its copies until the test server has them all, none came for 3 s, or `--final-wait` passed.
+//! In the CPU scenarios (think-ka, think-close, think-100k, full16) the copier's floor runs
+//! beside the copier on the same load (`floor.rs`, issue 32; `--no-floor` leaves it out): a table
+//! gives both CPUs per 1,000 copied requests and their ratio.
 //! A last table prints the figures against the issue's targets, PASS/FAIL (informative only).
 //!
 //! CPU % is CPU time over the step's sending time, the drain after it included (the copier works
@@ -60,7 +63,7 @@
 //!                             [--keep-dir] [--pcap] [--kernel-ports] [--copier-args 'ARGS']
 //!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
-//!                             [--final-wait 60]
+//!                             [--final-wait 60] [--no-floor] [--floor-drop] [--floor-data-only]
 //! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
@@ -99,10 +102,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod bulk;
+mod floor;
 mod load;
 mod scenarios;
 mod steps;
 
+use floor::*;
 use load::*;
 use scenarios::*;
 use steps::*;
@@ -182,6 +187,13 @@ struct Args {
     mirror: bool,
     /// Run the bulk steps (`bulk.rs`) instead of the rate steps and scenarios.
     bulk: bool,
+    /// Do not run the copier's floor (`floor.rs`) in the CPU scenarios.
+    no_floor: bool,
+    /// Drop the floor's copies at the test host's first hook (raw PREROUTING) instead of letting
+    /// its TCP answer them with resets.
+    floor_drop: bool,
+    /// The floor sends only segments with data or SYN/FIN/RST (`copier-floor --data-only`).
+    floor_data_only: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -204,6 +216,9 @@ fn parse_args() -> Result<Args> {
     let mut final_wait = env("BENCH_FINAL_WAIT").unwrap_or_else(|| "60".into());
     let mut mirror = env("BENCH_MIRROR").is_some();
     let mut bulk = env("BENCH_BULK").is_some();
+    let mut no_floor = env("BENCH_NO_FLOOR").is_some();
+    let mut floor_drop = env("BENCH_FLOOR_DROP").is_some();
+    let mut floor_data_only = env("BENCH_FLOOR_DATA_ONLY").is_some();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -226,20 +241,30 @@ fn parse_args() -> Result<Args> {
             "--final-wait" => final_wait = val("--final-wait")?,
             "--mirror" => mirror = true,
             "--bulk" => bulk = true,
+            "--no-floor" => no_floor = true,
+            "--floor-drop" => floor_drop = true,
+            "--floor-data-only" => floor_data_only = true,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1)\n\n\
                      --bulk: only the bulk steps (issue 34): 4 parallel 20 MB uploads at 5, 10, 25 MB/s each and \
                      unlimited, 4 x 50 MB, then 4 and 8 parallel GETs of a 10 MB file; per step the online and test \
                      throughput, whole copies (length and SHA-256), kernel drops, sessions shed and copier CPU per MB \
                      (--copier-args '--gso off' for the old send path).\n\n\
+                     --no-floor: do not run the copier's floor (issue 32). By default copier-floor, a measuring tool (the \
+                     copier's capture ring, filter and sender with a stateless destination rewrite in between, its copies to \
+                     the test host's port 9 where nothing listens), runs beside the copier on the same load in think-ka, \
+                     think-close, think-100k and full16, and a table gives the copier's CPU over the floor's (target 1.25x; \
+                     not with --mirror). --floor-drop: the test host drops the floor's copies in raw PREROUTING \
+                     instead of answering each with a reset (the floor without the test host's TCP). --floor-data-only: \
+                     the floor leaves out the clients' bare ACKs (copier-floor --data-only), as the copier does not copy them.\n\n\
                      --mirror: the copier runs on test2 with --mirror vxlan, fed by a tc mirred VXLAN mirror of online's \
                      client link (both directions), instead of capturing on online.\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
@@ -310,6 +335,9 @@ fn parse_args() -> Result<Args> {
         final_wait: Duration::from_secs_f64(final_wait.parse().context("--final-wait is seconds, e.g. 60")?),
         mirror,
         bulk,
+        no_floor,
+        floor_drop,
+        floor_data_only,
     };
     if args.conns == 0 || args.conns > 4000 {
         bail!("--conns must be 1..=4000");
@@ -468,6 +496,11 @@ fn run() -> Result<()> {
         c.copier = Some(c.spawn_copier_in(&mut lab, Host::Test2, "copier", &refs).context("start the mirror copier")?);
     }
     let c = c;
+    if args.floor_drop {
+        let port = FLOOR_PORT.to_string();
+        lab.exec_ok(Host::Test, &["iptables", "-t", "raw", "-I", "PREROUTING", "-p", "tcp", "--dport", &port, "-j", "DROP"])
+            .context("drop the floor's copies on test")?;
+    }
     let pids = Pids {
         copier: c
             .copier
@@ -488,6 +521,8 @@ fn run() -> Result<()> {
         final_wait: args.final_wait,
         close_next: 0,
         h2: None,
+        floor: !args.no_floor && !args.mirror,
+        floor_args: if args.floor_data_only { vec!["--data-only".into()] } else { Vec::new() },
     };
     if h2 {
         let o = NginxOptions { port: H2_PORT, http2: true, workers: 2, ..NginxOptions::default() };
@@ -607,6 +642,12 @@ fn run() -> Result<()> {
         }
         println!();
         print_scenarios(&scenarios);
+        if scenarios.iter().any(|r| r.floor.is_some()) {
+            println!();
+            println!("## the copier's floor (issue 32): copier-floor beside the copier, same load, same window");
+            println!();
+            print_floor(&scenarios, args.floor_drop, args.floor_data_only);
+        }
     }
     let all: Vec<&Row> = ka.iter().chain(short.iter()).chain(scenarios.iter()).collect();
     for r in &all {

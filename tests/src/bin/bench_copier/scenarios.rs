@@ -185,6 +185,11 @@ pub(super) struct ScenarioState {
     pub(super) close_next: u64,
     /// The HTTP/2 nginx of `online` and `test` (the `h2` scenario).
     pub(super) h2: Option<(lab::Nginx, lab::Nginx)>,
+    /// Run `copier-floor` beside the copier in the CPU scenarios (`floor.rs`; not `--no-floor`,
+    /// not `--mirror`).
+    pub(super) floor: bool,
+    /// Extra flags of `copier-floor` (`--floor-data-only`).
+    pub(super) floor_args: Vec<String>,
 }
 
 pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur: Duration, st: &mut ScenarioState) -> Result<Row> {
@@ -214,7 +219,10 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
         test.wait_settled(Duration::from_millis(300), Duration::from_secs(3));
         set = Some(conns);
     }
+    // the floor from here on: its counters cover the step's window and nothing before
+    let mut floor = if st.floor && floor::measured(sc) { Some(Floor::start(lab, sc.tag(), &st.floor_args)?) } else { None };
     let before = Before::take(ctx)?;
+    let floor0 = floor.as_ref().map(Floor::cpu).transpose()?;
     let tag = sc.tag();
     let load = match set.take() {
         None => {
@@ -243,7 +251,14 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
         test.wait_settled(QUIET, Duration::from_secs(5));
     }
     let final_ms = wall_ms();
+    let floor1 = floor.as_ref().map(Floor::cpu).transpose()?;
     let mut row = before.finish(ctx, kind, sc.name().into(), tag.into(), dur.as_secs_f64(), load, online, load_end)?;
+    if let Some(f) = floor.as_mut() {
+        f.check_alive()?;
+        row.floor = floor1.zip(floor0).map(|(b, a)| b.minus(&a));
+        row.floor_packets = f.packets(load_end);
+    }
+    drop(floor);
     row.conns = sc.conns();
     row.final_ms = Some(final_ms);
     row.capped = capped;
@@ -472,6 +487,17 @@ pub(super) fn print_targets(rows: &[Row]) {
                 c_tool / 3.0,
                 false,
                 format!("<= {:.4} (C tool {c_tool} / 3)", c_tool / 3.0),
+            ));
+        }
+    }
+    for sc in Scenario::ALL.into_iter().filter(|&sc| floor::measured(sc)) {
+        if let Some(r) = find(sc).filter(|r| r.floor.is_some()) {
+            t.push((
+                format!("copier CPU over its floor's (issue 32), {}", sc.name()),
+                floor_ratio(r),
+                FLOOR_TARGET,
+                false,
+                format!("<= {FLOOR_TARGET}x"),
             ));
         }
     }

@@ -90,6 +90,12 @@ pub(super) struct Row {
     pub(super) extra: u64,
     pub(super) copier: Cpu,
     pub(super) intercept: Cpu,
+    /// The CPU of `copier-floor` over the same window, in the scenarios that run it (`floor.rs`).
+    pub(super) floor: Option<Cpu>,
+    /// The floor's packets captured and sent in the step (its last counters line).
+    pub(super) floor_packets: (u64, u64),
+    /// The copier's `copier_segments_sent_total` in the step.
+    pub(super) segments_sent: u64,
     pub(super) rss_kib: u64,
     pub(super) hwm_kib: u64,
     pub(super) kernel_drops: u64,
@@ -185,6 +191,9 @@ impl Before {
             extra: 0,
             copier: cc1.minus(&self.copier),
             intercept: ic1.minus(&self.intercept),
+            floor: None,
+            floor_packets: (0, 0),
+            segments_sent: metric(&m1, "copier_segments_sent_total").saturating_sub(metric(&self.copier_m, "copier_segments_sent_total")),
             rss_kib,
             hwm_kib,
             kernel_drops: drops(&m1).saturating_sub(drops(&self.copier_m)),
