@@ -112,7 +112,12 @@
 //! shedding): the client's next data at exactly that number starts a new session there, as at a
 //! request boundary (`Start::Resume`; its old test connection is reset and lingers on its own
 //! tuple, the new one takes another port); a pure ACK (a keep-alive probe) does not use it up;
-//! any other packet forgets it and starts a session caught mid-stream as usual.
+//! any other packet forgets it and starts a session caught mid-stream as usual. A proven
+//! session whose test side failed (`refused`, `retransmit_limit`, `reconnect_limit`: the test
+//! server down or restarting) while the client's connection stays open is kept the same way
+//! (not HTTP/2 or WebSocket), with one more condition: the resuming data must ack more than the
+//! last unit captured (`Resume::after_ack`), so that it starts a new request, never the rest of
+//! the one that failed.
 //!
 //! Invariants kept here: `by_key` maps each captured 4-tuple to the group of live copy
 //! sessions for it (the copies not yet removed); `Tuples::by_test` maps every registered test
@@ -243,7 +248,18 @@ pub const PENDING_SYN_COST: usize =
 
 /// What remembering where a session that ended idle stood costs against `max_memory`: its
 /// entry (twice, as above) and its place in the queue of them.
-pub const RESUME_COST: usize = 3 * std::mem::size_of::<(FourTuple, SeqNum)>();
+pub const RESUME_COST: usize = 3 * std::mem::size_of::<(FourTuple, Resume)>();
+
+/// Where a captured session that ended while its client's connection stayed open can resume
+/// (see "Idle sessions").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// The client's next sequence number: the resuming data starts exactly there.
+    pub next: SeqNum,
+    /// After a test-side failure: the resuming data must ack more than this (a new request
+    /// unit); `None` after an idle end (every unit was answered).
+    pub after_ack: Option<SeqNum>,
+}
 
 /// A captured SYN waiting for the client's handshake ACK (or first data) before its test
 /// session starts: what the test SYN needs of it.
@@ -340,7 +356,7 @@ pub struct Engine {
     /// sequence number), so that its next request starts a session at once (see "Idle
     /// sessions"); at most `max_sessions`, the oldest forgotten first (`resume_fifo`, stale
     /// entries skipped).
-    resumes: HashMap<FourTuple, SeqNum, FastHash>,
+    resumes: HashMap<FourTuple, Resume, FastHash>,
     resume_fifo: VecDeque<(FourTuple, SeqNum)>,
     /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
     /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
@@ -533,7 +549,7 @@ impl Engine {
             return;
         }
         let baseline = self.sh.p.baseline_for(&map);
-        if let Some(&next) = self.resumes.get(&c.key) {
+        if let Some(&r) = self.resumes.get(&c.key) {
             let h = &c.hdr;
             let plain = h.has(TcpFlags::ACK) && !h.has(TcpFlags::FIN) && !h.has(TcpFlags::RST);
             if plain && c.payload.is_empty() {
@@ -542,7 +558,7 @@ impl Engine {
                 return;
             }
             self.resumes.remove(&c.key);
-            if plain && h.seq == next {
+            if plain && h.seq == r.next && r.after_ack.is_none_or(|a| h.ack.gt(a)) {
                 self.new_session(now, &c, map, baseline, Start::Resume);
                 self.dispatch(now, &c);
                 self.check_memory(now);
@@ -669,8 +685,9 @@ impl Engine {
     }
 
     /// Remember where the client stream of `key`, whose last copy ended idle, stood.
-    fn remember_resume(&mut self, key: FourTuple, next: SeqNum) {
-        self.resumes.insert(key, next);
+    fn remember_resume(&mut self, key: FourTuple, r: Resume) {
+        let next = r.next;
+        self.resumes.insert(key, r);
         self.resume_fifo.push_back((key, next));
         while self.resumes.len() > self.sh.p.max_sessions {
             if !self.forget_oldest_resume() {
@@ -679,14 +696,14 @@ impl Engine {
         }
         if self.resume_fifo.len() > 2 * self.resumes.len() + 64 {
             let resumes = &self.resumes;
-            self.resume_fifo.retain(|(k, n)| resumes.get(k) == Some(n));
+            self.resume_fifo.retain(|(k, n)| resumes.get(k).is_some_and(|r| r.next == *n));
         }
     }
 
     /// Forget the oldest place remembered for a session that ended idle. `false` if none is.
     fn forget_oldest_resume(&mut self) -> bool {
         while let Some((k, n)) = self.resume_fifo.pop_front() {
-            if self.resumes.get(&k) == Some(&n) {
+            if self.resumes.get(&k).is_some_and(|r| r.next == n) {
                 self.resumes.remove(&k);
                 return true;
             }
@@ -1393,19 +1410,20 @@ impl Engine {
             // Before `on_ended` forgets which server the copy was on.
             self.targets.on_outcome(now, idx, failed);
         }
+        if std::mem::take(&mut s.detach) {
+            // Ended idle: the client's next packet starts a new session (see `Session::detach`).
+            let (key, started) = (s.key, std::mem::take(&mut s.group_started));
+            let r = Resume { next: s.client_next(), after_ack: s.resume_after.take() };
+            self.group_leave(&key, idx, started);
+            if self.group_of(&key).is_none() {
+                self.remember_resume(key, r);
+            }
+        }
+        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.removable() {
             self.remove(idx);
             return;
         }
-        if std::mem::take(&mut s.detach) {
-            // Ended idle: the client's next packet starts a new session (see `Session::detach`).
-            let (key, started, next) = (s.key, std::mem::take(&mut s.group_started), s.client_next());
-            self.group_leave(&key, idx, started);
-            if self.group_of(&key).is_none() {
-                self.remember_resume(key, next);
-            }
-        }
-        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
         if s.phase == Phase::Done && !s.closing_counted {
             s.closing_counted = true;
             self.closing += 1;

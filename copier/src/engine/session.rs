@@ -236,6 +236,11 @@ pub(crate) struct Session {
     /// session's group, so that the client's next packet starts a new session rather than
     /// being dropped after the close while this one lingers.
     pub detach: bool,
+    /// Detached after the test side failed (`Refused`, `RetransmitLimit`, `ReconnectLimit`)
+    /// with the client's connection open: the client's ACK number on the last unit captured.
+    /// The client's next data resumes the copy only if it acks more (the online server answered
+    /// in between, so it starts a new request unit, not the rest of the last one).
+    pub resume_after: Option<SeqNum>,
     /// A request of the client's was seen answered online (its ACK moved past where it stood
     /// at the client's first data): see "Unproven sessions" in the engine's documentation.
     pub proven: bool,
@@ -280,6 +285,7 @@ impl Session {
             closing_counted: false,
             group_started: false,
             detach: false,
+            resume_after: None,
             proven: false,
             proof_ack: None,
             born: Stamp::of(now),
@@ -974,6 +980,22 @@ impl Session {
         // by its timeout; shed unproven, it may have been busy).
         self.detach = matches!(why, Some(FailReason::IdleTimeout | FailReason::IdleShed | FailReason::UnprovenTimeout))
             || (why == Some(FailReason::UnprovenShed) && was_idle);
+        // The test side failed (the test server down or restarting, refusing or not answering)
+        // while the client's connection goes on: its next request resumes the copy on a new test
+        // connection, as after an idle end, rather than the rest of the connection being
+        // dropped while this session lingers. Not for HTTP/2 or WebSocket (a new connection
+        // cannot take frames without the old one's preface, HPACK and upgrade).
+        if matches!(why, Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit))
+            && !self.client_closed()
+            && !self.stream.is_h2()
+            && !self.stream.in_ws()
+            && self.proven
+        {
+            if let Some(ack) = self.stream.last_data_ack() {
+                self.detach = true;
+                self.resume_after = Some(ack);
+            }
+        }
         self.note_answer(sh, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
         match how {

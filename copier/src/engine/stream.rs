@@ -413,6 +413,12 @@ impl Stream {
         !self.held_segs().is_empty()
     }
 
+    /// The client's ACK number on its latest in-order data, once it sent data: a later data
+    /// segment that acks more starts a new request unit.
+    pub(crate) fn last_data_ack(&self) -> Option<SeqNum> {
+        self.last_ack.filter(|_| self.seen_data)
+    }
+
     /// Where the stream can resume past the hole at `next`: the first held segment that
     /// directly follows another held segment (no hole between them) and acks more than it and
     /// than the client's latest in-order data. The online server answered in between, so it

@@ -263,3 +263,76 @@ fn close_all_counts_idle_sessions_as_shut_down() {
     let s = h.e.stats();
     assert_eq!((s.sessions_open_at_end, s.sessions_failed.shutdown), (0, 1));
 }
+
+/// The test server restarts under a keep-alive session: it resets the copy's connection, then
+/// refuses the new one the next request opens (it is still down). The client's connection goes
+/// on online: the session fails (`refused`), and the client's next request, which acks more
+/// (a new request unit), starts a new session at once; its own restart is not waited for.
+#[test]
+fn after_the_test_server_refused_a_keep_alive_copy_the_clients_next_request_resumes_it() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(request(0));
+    let _ = h.out();
+    h.rec(answer(0));
+    let _ = h.out();
+    // The test server goes down: its connection is reset.
+    let end0 = REQS[0].len() as u32;
+    h.rec(Seg { flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..resp(100, end0, 0) });
+    let _ = h.out();
+    // The client's next request (proving the session: it acks the online answer) reconnects,
+    // and the test server, still down, refuses.
+    h.at(100);
+    h.cap(request(1));
+    let out = h.out();
+    let syn = out.iter().find(|o| o.flags == TcpFlags::SYN).expect("a new connection for request 1");
+    let t1 = syn.tuple;
+    assert_ne!(t1, test_tuple());
+    h.rec_to(t1, Seg { seq: 0, ack: syn.seq.wrapping_add(1), flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    let s = h.e.stats();
+    assert_eq!((s.sessions_failed.refused, s.sessions_active), (1, 0), "{s:?}");
+    // A segment continuing request 1's unit (it acks no more) does not resume the copy there.
+    // Then request 2, after request 1 was answered online: a new session on a new tuple, with
+    // exactly request 2.
+    h.at(200);
+    let next = CISN + 1 + end0 + REQS[1].len() as u32;
+    h.cap(request(2));
+    assert_eq!(h.e.stats().sessions_midstream, 1, "resumed as at a request boundary");
+    let out = h.out();
+    let syn: Vec<&Out> = out.iter().filter(|o| o.flags == TcpFlags::SYN).collect();
+    assert_eq!(syn.len(), 1, "{out:?}");
+    let (t2, isn) = (syn[0].tuple, syn[0].seq);
+    assert_eq!(isn, next - 1);
+    h.rec_to(t2, Seg { ack: next, ..SYN_ACK });
+    let data: Vec<Vec<u8>> = h.out().iter().filter(|o| !o.payload.is_empty()).map(|o| o.payload.to_vec()).collect();
+    assert_eq!(data, vec![REQS[2].to_vec()]);
+}
+
+/// After the same failure, a segment that acks no more than the last unit did continues that
+/// unit (the rest of an upload): it does not resume the copy mid-request; the session caught
+/// there must prove itself like any other caught mid-stream.
+#[test]
+fn after_a_refused_copy_the_rest_of_the_same_request_does_not_resume_it() {
+    let mut h = H::default();
+    h.establish();
+    h.cap(request(0));
+    let _ = h.out();
+    h.rec(answer(0));
+    let end0 = REQS[0].len() as u32;
+    h.rec(Seg { flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..resp(100, end0, 0) });
+    let _ = h.out();
+    h.at(100);
+    h.cap(request(1));
+    let out = h.out();
+    let syn = out.iter().find(|o| o.flags == TcpFlags::SYN).expect("a new connection for request 1");
+    let t1 = syn.tuple;
+    h.rec_to(t1, Seg { seq: 0, ack: syn.seq.wrapping_add(1), flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    assert_eq!(h.e.stats().sessions_failed.refused, 1);
+    // More bytes of request 1's unit, acking what request 1 acked.
+    h.at(200);
+    let off = end0 + REQS[1].len() as u32;
+    h.cap(data(off, 100, b"more of the same request"));
+    let out = h.out();
+    assert!(!out.iter().any(|o| !o.payload.is_empty()), "nothing of a unit's middle is sent: {out:?}");
+    assert!(!out.iter().any(|o| o.flags == TcpFlags::SYN && o.seq == CISN + off), "not resumed there: {out:?}");
+}
