@@ -95,7 +95,7 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
     stop.store(true, Ordering::Relaxed);
     flooder.join().unwrap();
     let flooded = sent.load(Ordering::Relaxed);
-    let online = c.online.request_count();
+    let online = c.online.wait_requests(KEEP * ROUNDS + SHORT, Duration::from_secs(5));
     assert_eq!(online, KEEP * ROUNDS + SHORT);
     // Every real request once at the test server, none of the flood's, nothing leaked.
     let n = c.assert_copied_exactly(&mut lab);

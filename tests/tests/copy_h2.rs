@@ -51,7 +51,7 @@ fn multiplexed_h2load_is_copied_in_real_time_and_exactly() {
     assert_eq!((done, ok), (4000, 4000), "h2load:\n{out}");
     // By the load's end (a second of grace for the test server's log on a loaded machine):
     // at least 95 % of the requests are at the test server.
-    let online = c.online.request_count();
+    let online = c.online.wait_requests(4000, Duration::from_secs(2));
     assert_eq!(online, 4000);
     let at_end = c.test().wait_requests(online * 95 / 100, Duration::from_secs(1));
     eprintln!("load took {took:?}; at its end the test server had {at_end} of {online}");

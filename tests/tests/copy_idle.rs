@@ -172,7 +172,7 @@ fn idle_sessions_forced_out_by_the_session_cap_are_counted_and_their_next_reques
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let online = c.online.request_count();
+    let online = c.online.wait_requests(CONNS * ROUNDS, Duration::from_secs(5));
     assert_eq!(online, CONNS * ROUNDS);
     c.settle(Duration::from_secs(2), Duration::from_secs(20));
     c.check_alive().unwrap();
