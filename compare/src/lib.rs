@@ -19,6 +19,7 @@
 pub mod comparator;
 pub mod endpoint;
 pub mod fields;
+pub mod h2;
 pub mod flows;
 pub mod http;
 pub mod jsonl;
