@@ -345,4 +345,4 @@ pub fn answer_as_http1(m: &Message) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
