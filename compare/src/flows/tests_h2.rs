@@ -174,6 +174,10 @@ fn grpc_trailers_and_bodies_are_compared() {
         ]
     );
     assert_eq!((cmp.totals().compared, cmp.totals().equal, cmp.totals().differing), (3, 1, 2));
+    // the test answers' grpc-status, counted
+    let counted: Vec<(&str, u64)> = cmp.totals().grpc_status.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    assert_eq!(counted, vec![("0", 2), ("13", 1)]);
+    assert!(cmp.summary().to_string().contains("; test grpc-status: 0 x2, 13 x1"), "{}", cmp.summary());
 }
 
 fn fnv_of(b: &[u8]) -> String {
