@@ -318,8 +318,8 @@ fn write_fields(out: &mut Vec<u8>, m: &Message) {
 /// A request as HTTP/1.1: `:method` and `:path` as the request line, `:authority` as `host`,
 /// the other headers and the trailers, `Content-Length` of all its DATA, the body kept.
 pub fn request_as_http1(m: &Message) -> Vec<u8> {
-    let method = pseudo(&m.headers, ":method").map_or("GET".to_string(), token).to_ascii_uppercase();
-    let path = pseudo(&m.headers, ":path").map(value).filter(|p| !p.is_empty() && !p.contains(' ')).unwrap_or_else(|| "/".into());
+    let method = pseudo(&m.headers, ":method").map(token).filter(|m| !m.is_empty()).unwrap_or_else(|| "GET".into()).to_ascii_uppercase();
+    let path = pseudo(&m.headers, ":path").map(value).filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_graphic())).unwrap_or_else(|| "/".into());
     let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
     if let Some(a) = pseudo(&m.headers, ":authority") {
         out.extend_from_slice(format!("host: {}\r\n", value(a)).as_bytes());
@@ -329,12 +329,12 @@ pub fn request_as_http1(m: &Message) -> Vec<u8> {
 }
 
 /// An answer as HTTP/1.1: `:status` as the status line (`000` when the stream was reset before
-/// its headers), the headers and then the trailers as headers (`grpc-status` is a header field
+/// its headers, or ended with an interim 1xx status, or with no valid status), the headers and then the trailers as headers (`grpc-status` is a header field
 /// whether it came in the trailers or in a trailers-only answer), an `x-h2-reset` header with
 /// the error code of a reset stream, `Content-Length` of all its DATA, the body kept.
 pub fn answer_as_http1(m: &Message) -> Vec<u8> {
     let status = pseudo(&m.headers, ":status")
-        .filter(|s| s.len() == 3 && s.iter().all(u8::is_ascii_digit))
+        .filter(|s| s.len() == 3 && s.iter().all(u8::is_ascii_digit) && (s[0] != b'1' || s == b"101"))
         .map_or("000".to_string(), |s| String::from_utf8_lossy(s).into_owned());
     let mut out = format!("HTTP/1.1 {status} \r\n").into_bytes();
     if let Some(code) = m.reset {
