@@ -238,6 +238,11 @@ impl Reader {
     }
 
     fn end_block(&mut self, b: Block, now: Instant) -> Result<(), H2Error> {
+        // fluke-hpack 0.3.1 panics on a malformed integer in a table size update (an unwrap in
+        // `update_max_dynamic_size`, found by the fuzz target): the block's shape is checked first
+        if !well_formed(&b.bytes) {
+            return Err(H2Error::Hpack);
+        }
         let list = self.hpack.decode(&b.bytes).map_err(|_| H2Error::Hpack)?;
         if b.promise {
             return Ok(());
@@ -261,6 +266,51 @@ impl Reader {
         }
         Ok(())
     }
+}
+
+/// An HPACK integer with an `n`-bit prefix at the start of `b` (RFC 7541 5.1), with the limit
+/// of fluke-hpack (at most 5 octets): (value, octets), or None when malformed or cut.
+fn hpack_int(b: &[u8], n: u8) -> Option<(usize, usize)> {
+    let mask = (1usize << n) - 1;
+    let mut v = usize::from(*b.first()?) & mask;
+    if v < mask {
+        return Some((v, 1));
+    }
+    for (i, &c) in b.iter().enumerate().skip(1).take(4) {
+        v += usize::from(c & 0x7f) << (7 * (i - 1));
+        if c & 0x80 == 0 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// Whether a header block is a sequence of whole HPACK representations (RFC 7541 6): every
+/// integer and string length reads and stays within the block. No table is needed for that.
+fn well_formed(mut b: &[u8]) -> bool {
+    let string = |b: &[u8]| -> Option<usize> {
+        let (len, k) = hpack_int(b, 7)?;
+        let end = k.checked_add(len)?;
+        (end <= b.len()).then_some(end)
+    };
+    while let Some(&first) = b.first() {
+        let used = if first & 0x80 != 0 {
+            hpack_int(b, 7).map(|(_, k)| k)
+        } else if first & 0xe0 == 0x20 {
+            hpack_int(b, 5).map(|(_, k)| k)
+        } else {
+            let prefix = if first & 0x40 != 0 { 6 } else { 4 };
+            hpack_int(b, prefix).and_then(|(index, k)| {
+                let name = if index == 0 { k + string(&b[k..])? } else { k };
+                Some(name + string(&b[name..])?)
+            })
+        };
+        match used {
+            Some(k) => b = &b[k..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The payload without its padding (flag PADDED: a length byte first, that many bytes last).
@@ -346,3 +396,24 @@ pub fn answer_as_http1(m: &Message) -> Vec<u8> {
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod shape_tests {
+    use super::*;
+
+    #[test]
+    fn block_shapes() {
+        let mut enc = fluke_hpack::Encoder::new();
+        let ok = enc.encode([(&b":status"[..], &b"200"[..]), (b"x-long-name-for-a-header", &[b'v'; 300][..])]);
+        assert!(well_formed(&ok));
+        assert!(!well_formed(&ok[..ok.len() - 1]), "a string cut short");
+        // the fuzz find: a size update whose integer does not end (fluke-hpack unwraps it)
+        assert!(!well_formed(&[0x3f, 0xff, 0xff]));
+        assert!(!well_formed(&[0x3f, 0xff, 0xff, 0xff, 0xff, 0x01]), "more than 5 octets");
+        assert!(well_formed(&[0x3f, 0xe1, 0x1f, 0x88]), "size update 4096, then :status 200");
+        let mut r = Reader::new(8);
+        let f = tests::frame(1, END_HEADERS | END_STREAM, 1, &[0x3f, 0xff, 0xff]);
+        assert_eq!(r.read(&f, Instant::now()), Err(H2Error::Hpack));
+        assert_eq!(hpack_int(&[0x1f, 0x9a, 0x0a], 5), Some((1337, 3)), "RFC 7541 C.1.2");
+    }
+}

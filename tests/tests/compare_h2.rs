@@ -66,7 +66,7 @@ fn h2_streams_are_paired_by_stream_and_the_changed_endpoints_named() {
     }
     let n = 400 + 8 + 3;
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
-    let m = wait_metric(&lab, Host::Online, METRICS_HTTP, "copier_compare_exchanges_total", &[], n as f64, Duration::from_secs(20))
+    wait_metric(&lab, Host::Online, METRICS_HTTP, "copier_compare_exchanges_total", &[], n as f64, Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("{e}\ncopier log:\n{}", log()));
     // a second more: nothing more comes (each stream compared once), and the absolute counters
     // (exported once a second) are there
