@@ -16,7 +16,7 @@ use crate::endpoint::{template, Endpoints};
 use crate::fields::{diff, fnv, FieldDiff, Fields, Kind};
 use crate::http::{looks_like_answer, parse_answer, parse_request_head, Limits};
 use crate::noise::{Ignore, Learned, Repeats};
-use crate::stats::{EndpointStats, Summary, Totals, MAX_FIELDS};
+use crate::stats::{EndpointStats, Summary, Totals, MAX_FIELDS, MAX_GRPC_STATUSES};
 
 /// Headers never compared by default: they differ between any two answers or only describe the
 /// framing and the transfer coding (the body is compared decoded: a gzip answer and a plain one
@@ -183,6 +183,11 @@ impl Comparator {
         let Some(cand) = fields(&ex.candidate, self) else {
             return self.malformed(ep, v, "candidate");
         };
+        if let Some(g) = cand.map.get("header:grpc-status") {
+            let m = &mut self.totals.grpc_status;
+            let k = if m.len() < MAX_GRPC_STATUSES || m.contains_key(g) { g.clone() } else { "other".to_string() };
+            *m.entry(k).or_default() += 1;
+        }
         let base = ex.baseline.as_ref().and_then(|b| fields(b, self));
         if ex.baseline_expected && base.is_none() {
             self.totals.baseline_missing += 1;

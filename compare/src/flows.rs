@@ -21,6 +21,16 @@
 //! are not HTTP/1.x is compared whole, as bytes (the first `max_message` of each side, the first
 //! differing offset), once every server closed its side.
 //!
+//! HTTP/2 (the client's bytes start with the preface: cleartext HTTP/2 with prior knowledge,
+//! gRPC): each stream of the connection is read by a [`crate::h2::Reader`] of its own (one
+//! HPACK table per direction) and its messages are paired by stream id, not by order (the copy
+//! sends the client's bytes as they are, so stream N of a test connection carries the request
+//! of stream N online); each message is handed on as HTTP/1.1 ([`crate::h2::request_as_http1`],
+//! [`crate::h2::answer_as_http1`]: trailers such as `grpc-status` as headers). A stream of such a
+//! connection that loses bytes, or a direction that does not read as HTTP/2, ends the
+//! comparison of the whole connection (`h2_broken`): its tables are lost from there, and what
+//! it still had waiting is dropped rather than compared with wrongly decoded headers.
+//!
 //! Answer times: online, from the capture of a request's last byte to that of its answer's first
 //! byte; on test, from the test server's acknowledgement of the request's last byte (the copy
 //! sends client byte `s` as byte `s` on its test connection, so the test server's ACK numbers are
@@ -43,6 +53,7 @@ use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use crate::comparator::{Exchange, Reply};
+use crate::h2::{answer_as_http1, request_as_http1, Reader};
 use crate::http::{message_len, parse_request_head, Framing, HttpError};
 use crate::pending::{Part, Pending};
 
@@ -141,6 +152,14 @@ pub struct FlowCounts {
     pub memory_shed: u64,
     /// Inputs whose handling panicked (the caller counts them: [`Flows::reset`]).
     pub panics: u64,
+    /// Connections read as HTTP/2 (the client's first bytes were the HTTP/2 preface).
+    pub h2: u64,
+    /// HTTP/2 connections whose comparison stopped: a stream lost bytes (a cut record, a hole,
+    /// the memory bound) or did not read as HTTP/2 (a header block that does not decode, a
+    /// frame out of the rules, past a bound of `h2`). The HPACK table of that direction is lost
+    /// from there, so the connection's later exchanges and those still waiting for a part are
+    /// dropped (not counted expired) rather than compared with wrongly decoded headers.
+    pub h2_broken: u64,
     /// Connections whose first segment seen was a test server's (its records came before the
     /// capture showed the client's SYN; they are kept, not lost).
     pub orphan_segments: u64,
@@ -189,12 +208,36 @@ struct Conn {
     bytes_done: bool,
     /// The online service's port.
     port: u16,
+    /// Read as HTTP/2: the state of its four directions.
+    h2: Option<Box<H2Conn>>,
+}
+
+/// An HTTP/2 connection's readers, one per stream of [`Conn::streams`] (the client's and each
+/// server's direction have their own HPACK table).
+#[derive(Debug)]
+struct H2Conn {
+    readers: [Reader; 4],
+    /// The client's preface was taken off its stream.
+    preface: bool,
+    /// Not compared on (counted `h2_broken` once).
+    broken: bool,
+}
+
+impl H2Conn {
+    fn new(max_message: usize) -> H2Conn {
+        H2Conn { readers: std::array::from_fn(|_| Reader::new(max_message)), preface: false, broken: false }
+    }
 }
 
 impl Conn {
-    /// Bytes its streams hold.
+    /// Bytes its streams hold (with what its HTTP/2 readers hold).
     fn bytes(&self) -> usize {
-        self.streams.iter().map(|s| s.buf.len() + s.held_bytes).sum()
+        self.streams.iter().map(|s| s.buf.len() + s.held_bytes).sum::<usize>()
+            + self.h2.as_ref().map_or(0, |h| h.readers.iter().map(Reader::bytes).sum())
+    }
+
+    fn h2_broken(&self) -> bool {
+        self.h2.as_ref().is_some_and(|h| h.broken)
     }
 }
 
@@ -329,6 +372,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 sent: Default::default(),
                 bytes_done: false,
                 port: self.cfg.port,
+                h2: None,
             },
         );
     }
@@ -397,7 +441,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         let Some(c) = self.conns.get_mut(key) else { return out };
         c.last = now;
         c.port = port;
-        if !c.sampled || c.bytes_done {
+        if !c.sampled || c.bytes_done || c.h2_broken() {
             return out;
         }
         let t = idx(side);
@@ -406,11 +450,20 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         if seg.syn && c.streams[t].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
             c.streams[t] = Stream::default();
         }
-        if let (Some(ack), Some(ti), true) = (seg.ack, test_index(side), seg.payload.is_empty()) {
+        // (HTTP/2 test answers are timed from the copy's sends only: one ACK covers the
+        // requests of many streams, sent at different times)
+        if let (Some(ack), Some(ti), true, None) = (seg.ack, test_index(side), seg.payload.is_empty(), &c.h2) {
             note_ack(c, ti, ack, now);
         }
+        let h2 = c.h2.is_some();
         let st = &mut c.streams[t];
+        if st.dead && !h2 {
+            return out;
+        }
         if st.dead {
+            // a stream of an HTTP/2 connection stopped (by the memory bound): its table is lost
+            emitted_h2_break(c, &mut self.counts);
+            self.pending.forget(|k| k.0 == *key && k.1 == c.gen);
             return out;
         }
         if st.base.is_none() {
@@ -466,10 +519,15 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 emitted.extend(whole_connection(c, &self.cfg));
             }
         }
+        let broke = c.h2_broken();
         for (n, part) in emitted {
             if let Some(ex) = self.pending.add(now, (key.clone(), gen, n), part) {
                 out.push(ex);
             }
+        }
+        if broke {
+            // what waits for a part of this connection will not get it
+            self.pending.forget(|k| k.0 == *key && k.1 == gen);
         }
         out
     }
@@ -631,9 +689,122 @@ fn whole_connection(c: &mut Conn, cfg: &FlowConfig) -> Vec<(u64, Part)> {
     out
 }
 
+/// Requests of an HTTP/2 connection remembered for the answer times (streams in flight).
+const H2_REQS: usize = 256;
+
+/// Stops the comparison of an HTTP/2 connection (see [`FlowCounts::h2_broken`]): its streams
+/// stop and let go of their bytes, its readers too.
+fn emitted_h2_break(c: &mut Conn, counts: &mut FlowCounts) {
+    let Some(h) = c.h2.as_deref_mut() else { return };
+    if h.broken {
+        return;
+    }
+    *h = H2Conn::new(0);
+    h.broken = true;
+    counts.h2_broken += 1;
+    for st in &mut c.streams {
+        st.start += st.buf.len() as u64;
+        st.buf = Vec::new();
+        st.held.clear();
+        st.held_bytes = 0;
+        st.dead = true;
+    }
+}
+
+/// Reads the whole frames at the head of stream `t` of an HTTP/2 connection; the messages that
+/// ended become parts keyed by their stream id (the copy sends the client's bytes as they are,
+/// so a test connection's stream N is the online connection's stream N). Pushed streams (even
+/// ids) have no request and are left out. A stream that lost bytes, a frame that does not read,
+/// or a frame longer than `max_message` stops the connection's comparison.
+fn cut_h2(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
+    let mut out = Vec::new();
+    let Conn { h2: Some(h2), streams, reqs, sent, port, .. } = c else { return out };
+    if h2.broken {
+        return out;
+    }
+    let base = streams[0].base;
+    let st = &mut streams[t];
+    if t == 0 && !h2.preface {
+        if st.buf.len() < common::h2::PREFACE.len() {
+            return out;
+        }
+        st.buf.drain(..common::h2::PREFACE.len());
+        st.start += common::h2::PREFACE.len() as u64;
+        h2.preface = true;
+    }
+    let mut off = 0;
+    let mut bad = st.dead;
+    loop {
+        match h2.readers[t].read(&st.buf[off..], now) {
+            Ok(0) => break,
+            Ok(n) => off += n,
+            Err(_) => {
+                bad = true;
+                break;
+            }
+        }
+        let end = st.start + off as u64;
+        for (sid, m) in h2.readers[t].take_done() {
+            if sid % 2 == 0 {
+                continue;
+            }
+            let n = u64::from(sid);
+            let complete = m.body_len == m.body.len() as u64;
+            let since = match t {
+                0 => {
+                    let head = m.headers.iter().any(|(k, v)| k == b":method" && v == b"HEAD");
+                    reqs.push_back((n, head, end, now));
+                    if reqs.len() > H2_REQS {
+                        reqs.pop_front();
+                    }
+                    out.push((n, Part::Request(*port, request_as_http1(&m))));
+                    continue;
+                }
+                1 => reqs.iter().find(|r| r.0 == n).map(|r| r.3),
+                _ => {
+                    // from the copy's send of the request's last byte, else 0
+                    let req_end = reqs.iter().find(|r| r.0 == n).map(|r| r.2);
+                    let sent_t = req_end.zip(base).and_then(|(e, b)| {
+                        sent[t - 2]
+                            .iter()
+                            .filter(|(seq, _)| {
+                                let o = u64::from(seq.wrapping_sub(b));
+                                o >= e && o < (1 << 31)
+                            })
+                            .map(|&(_, t)| t)
+                            .min()
+                    });
+                    sent_t.or(m.first)
+                }
+            };
+            let first = m.first.unwrap_or(now);
+            let time = since.map(|s| first.saturating_duration_since(s));
+            let reply = Reply { bytes: answer_as_http1(&m), complete, time };
+            out.push((n, match t {
+                1 => Part::Online(reply),
+                2 => Part::Candidate(reply),
+                _ => Part::Baseline(reply),
+            }));
+        }
+    }
+    st.buf.drain(..off);
+    st.start += off as u64;
+    // a frame longer than the bound (the streams hold at most about `max_message`)
+    if common::h2::FrameHeader::parse(&st.buf).is_some_and(|f| f.len as usize > cfg.max_message) {
+        bad = true;
+    }
+    if bad {
+        emitted_h2_break(c, counts);
+    }
+    out
+}
+
 /// Cuts the whole messages at the head of stream `t` into parts, with their message index.
 fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
     let mut out = Vec::new();
+    if c.h2.is_some() {
+        return cut_h2(c, t, cfg, counts, now);
+    }
     loop {
         let st = &mut c.streams[t];
         if st.skip > 0 {
@@ -656,6 +827,18 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             return out;
         }
         if is_req && c.http.is_none() {
+            // the HTTP/2 preface (prior knowledge: cleartext HTTP/2 and gRPC)
+            let pre = common::h2::PREFACE;
+            let k = st.buf.len().min(pre.len());
+            if st.buf[..k] == pre[..k] && (k == pre.len() || !st.fin) {
+                if k < pre.len() {
+                    return out;
+                }
+                c.http = Some(true);
+                c.h2 = Some(Box::new(H2Conn::new(cfg.max_message)));
+                counts.h2 += 1;
+                return cut_h2(c, t, cfg, counts, now);
+            }
             match parse_request_head(&st.buf) {
                 Ok(_) => c.http = Some(true),
                 // the request line has not ended yet
@@ -768,3 +951,6 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_h2;

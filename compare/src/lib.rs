@@ -3,7 +3,8 @@
 //!
 //! The caller (the copier's comparison thread) feeds the parts of each exchange as they come:
 //! the request and the online answer from the capture, each test server's answer from its
-//! intercept. [`pending::Pending`] pairs them (bounded, with expiry); [`comparator::Comparator`]
+//! intercept; [`flows::Flows`] cuts the streams into messages (HTTP/1.x by order, HTTP/2 by
+//! stream id through [`h2`]: frames, HPACK, trailers). [`pending::Pending`] pairs them (bounded, with expiry); [`comparator::Comparator`]
 //! parses HTTP/1.x ([`http`]: `httparse`, chunked, gzip), flattens answers into fields
 //! ([`fields`]: status, headers, JSON leaves as `$.items[3].price`, or bytes), filters noise
 //! ([`noise`]: an ignore list, fields where a baseline differs from online, fields that change
@@ -19,6 +20,7 @@
 pub mod comparator;
 pub mod endpoint;
 pub mod fields;
+pub mod h2;
 pub mod flows;
 pub mod http;
 pub mod jsonl;

@@ -176,6 +176,16 @@ impl<K: Hash + Eq + Clone> Pending<K> {
         out
     }
 
+    /// Forgets the entries whose key `gone` picks, uncounted (the caller counts why: an HTTP/2
+    /// connection that cannot be compared on); how many went.
+    pub fn forget(&mut self, gone: impl Fn(&K) -> bool) -> usize {
+        let keys: Vec<K> = self.map.keys().filter(|k| gone(k)).cloned().collect();
+        for k in &keys {
+            self.take(k);
+        }
+        keys.len()
+    }
+
     /// Forgets every entry (counted as shed); the counts stay.
     pub fn clear(&mut self) {
         self.counts.shed += self.map.len() as u64;

@@ -119,7 +119,14 @@ pub struct Totals {
     pub malformed: u64,
     /// Exchanges whose baseline answer never came (compared two-way).
     pub baseline_missing: u64,
+    /// The candidate's answers compared, by their `grpc-status` (a gRPC answer's trailer, or its
+    /// header in a trailers-only answer); at most [`MAX_GRPC_STATUSES`] values, the others
+    /// under `other`.
+    pub grpc_status: BTreeMap<String, u64>,
 }
+
+/// Distinct `grpc-status` values counted (gRPC defines 17, 0 to 16).
+pub const MAX_GRPC_STATUSES: usize = 20;
 
 /// The text printed at exit: totals and the endpoints that differ, worst first.
 #[derive(Debug, Clone)]
@@ -140,6 +147,10 @@ impl fmt::Display for Summary {
         )?;
         if t.baseline_missing > 0 {
             write!(f, ", {} without a baseline answer", t.baseline_missing)?;
+        }
+        if !t.grpc_status.is_empty() {
+            let s: Vec<String> = t.grpc_status.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+            write!(f, "; test grpc-status: {}", s.join(", "))?;
         }
         for (name, s, noise) in &self.endpoints {
             if s.differing == 0 && s.malformed == 0 {

@@ -153,7 +153,7 @@ did; a test server that falls quiet with less (smaller answers, refused streams)
 frames go after the answer quiet time. The client's FIN waits until the test server sent as many
 bytes as the online one on the whole connection, or the answer timeout (3 s; gRPC servers cancel
 the calls in progress when the client closes). gRPC is HTTP/2 and is copied as such (unary and
-streaming calls; grpc-status of the test answers is not decoded). WebSocket (a GET with Upgrade:
+streaming calls; --compare counts the grpc-status of the test answers). WebSocket (a GET with Upgrade:
 websocket, which waits for its answer first): the messages after it go as captured, unpaced,
 since the server speaks without being asked. An HTTP/2 connection the test server closes before
 it took every frame is not carried on a new one (copier_sessions_failed_total, reason
@@ -203,7 +203,16 @@ its answers. Out: copier_compare_* metrics per endpoint (exchanges by result, di
 noise learned, answer-time ratio), --compare-log (JSON Lines, rotated; `copier compare-report FILE
 -o PAGE.html` draws it) and a summary at exit. Files are written 0600 (they hold production
 answers), and the values of Authorization, Cookie, Set-Cookie and Proxy-Authorization are
-compared but never written or logged (--compare-redact). A connection that is not HTTP/1.x is compared
+compared but never written or logged (--compare-redact). HTTP/2 (cleartext, with prior
+knowledge: the client's bytes start with the preface; gRPC): each direction's frames are read
+with an HPACK decoder of its own, and the exchanges are paired by stream id, not by order
+(stream N of the test connection carries the request of stream N online); :status, headers,
+trailers (grpc-status, grpc-message: compared as headers) and bodies are compared as for
+HTTP/1.x (gRPC bodies, length-prefixed protobuf messages, as bytes);
+copier_compare_grpc_status_total{status} counts the test answers' grpc-status. An HTTP/2
+connection that lost bytes (a record cut or lost) or whose header blocks do not decode is not
+compared from there on (copier_compare_not_compared_total{reason=\"h2_broken\"}: its HPACK
+tables are lost, its later headers would read wrong). A connection that is neither is compared
 whole, as bytes (first differing offset), once every server closed it. With --offline FILE the
 requests and the online answers come from the file (it must hold both directions: tcpdump -w
 without a direction filter), with its timing, --loop's moved ports and --from/--until followed.
@@ -677,8 +686,9 @@ pub struct CopierArgs {
     pub max_factor: f64,
 
     // ---- shadow testing (see "Comparison" in --help; crate::shadow) ----
-    /// Compare every test answer with the online service's answer to the same request (HTTP/1.x:
-    /// status, headers, body, JSON field by field): per-endpoint metrics, --compare-log, and a
+    /// Compare every test answer with the online service's answer to the same request (HTTP/1.x
+    /// and HTTP/2 with gRPC, paired by stream: status, headers and trailers, body, JSON field by
+    /// field): per-endpoint metrics, --compare-log, and a
     /// summary at exit. The copier also captures the online answers of the mapped ports (with
     /// --offline: reads them from the file, which must hold both directions), and asks the
     /// intercept for the answers' payload of the compared sessions (the intercept must allow

@@ -258,8 +258,9 @@ impl std::fmt::Display for ShadowReport {
         write!(
             f,
             "\ncompare: not compared: {} unanswered (expired), {} shed, {} records dropped (thread behind), \
-{} packets dropped by the kernel (ring full), {} streams lost sync, {} connections not HTTP",
-            p.expired, p.shed, self.dropped, self.capture_drops, c.unsynced, c.not_http
+{} packets dropped by the kernel (ring full), {} streams lost sync, {} connections not HTTP, \
+{} HTTP/2 connections stopped (h2_broken) of {}",
+            p.expired, p.shed, self.dropped, self.capture_drops, c.unsynced, c.not_http, c.h2_broken, c.h2
         )
     }
 }
@@ -574,10 +575,15 @@ impl Thread {
             ("conns_shed", c.conns_shed),
             ("memory_shed", c.memory_shed),
             ("panic", c.panics),
+            ("h2_broken", c.h2_broken),
         ] {
             counter!(names::NOT_COMPARED_TOTAL, "reason" => reason).absolute(v);
         }
         counter!(names::MALFORMED_TOTAL).absolute(self.cmp.totals().malformed);
+        for (status, n) in &self.cmp.totals().grpc_status {
+            counter!(names::GRPC_STATUS_TOTAL, "status" => status.clone()).absolute(*n);
+        }
+        counter!(names::H2_CONNECTIONS_TOTAL).absolute(c.h2);
         let (conns, pending) = self.flows.sizes();
         gauge!(names::CONNECTIONS).set(conns as f64);
         gauge!(names::PENDING).set(pending as f64);
@@ -595,6 +601,8 @@ pub fn describe() {
     describe_counter!(names::NOT_COMPARED_TOTAL, "Requests or connections not compared, by reason");
     describe_counter!(names::MALFORMED_TOTAL, "Exchanges with an answer that is not HTTP/1.x");
     describe_gauge!(names::CONNECTIONS, "Connections the comparison follows");
+    describe_counter!(names::GRPC_STATUS_TOTAL, "Test answers compared, by their grpc-status");
+    describe_counter!(names::H2_CONNECTIONS_TOTAL, "Connections compared as HTTP/2 (stream by stream)");
     describe_gauge!(names::PENDING, "Exchanges waiting for an answer");
     describe_gauge!(names::BYTES, "Bytes the comparison holds (streams and waiting exchanges)");
 }
@@ -619,4 +627,8 @@ pub mod names {
     pub const PENDING: &str = "copier_compare_pending";
     /// Bytes the comparison holds (streams and pending exchanges).
     pub const BYTES: &str = "copier_compare_bytes";
+    /// Test answers compared, by their `grpc-status`.
+    pub const GRPC_STATUS_TOTAL: &str = "copier_compare_grpc_status_total";
+    /// Connections compared as HTTP/2.
+    pub const H2_CONNECTIONS_TOTAL: &str = "copier_compare_h2_connections_total";
 }

@@ -10,8 +10,12 @@ Every request message is `<id> <k>` (the call's id, the message's index). A call
 in `7` is answered with status NOT_FOUND after its messages were read, so the answers carry more
 than one grpc-status.
 
-  server LOG PORT      serve on PORT; append `<method> <id> <messages> <status>` to LOG once per
-                       call, when the call ends (so a call is logged once it was read whole)
+  server LOG PORT [candidate]
+                       serve on PORT; append `<method> <id> <messages> <status>` to LOG once per
+                       call, when the call ends (so a call is logged once it was read whole);
+                       `candidate`: a changed version for `copier --compare` (compare_h2.rs),
+                       whose Unary calls with an id ending in `3` fail with INTERNAL
+                       'candidate bug' (the other answers are the same)
   client TARGET N      N calls of each kind on ONE channel (one HTTP/2 connection), 16 in flight
                        at once; prints `ok <calls>` and exits 0 when every call got what it should
 """
@@ -29,7 +33,7 @@ def failing(call_id):
     return call_id.endswith('7')
 
 
-def server(log_path, port):
+def server(log_path, port, candidate=False):
     log = open(log_path, 'a', buffering=1)
     lock = threading.Lock()
 
@@ -42,6 +46,9 @@ def server(log_path, port):
         if failing(cid):
             note('Unary', cid, 1, 'NOT_FOUND')
             ctx.abort(grpc.StatusCode.NOT_FOUND, 'no ' + cid)
+        if candidate and cid.endswith('3'):
+            note('Unary', cid, 1, 'INTERNAL')
+            ctx.abort(grpc.StatusCode.INTERNAL, 'candidate bug')
         note('Unary', cid, 1, 'OK')
         return b'echo ' + req
 
@@ -137,6 +144,6 @@ def client(target, n):
 
 if __name__ == '__main__':
     if sys.argv[1] == 'server':
-        server(sys.argv[2], int(sys.argv[3]))
+        server(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ['candidate'])
     else:
         client(sys.argv[2], int(sys.argv[3]))

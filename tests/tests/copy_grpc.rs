@@ -6,9 +6,9 @@
 //! online calls, each `--copies` times, whole (every message of every stream), and none of its
 //! answers may leave the test host.
 //!
-//! `grpc-status` of the test answers is counted from the test server's log: the copier does not
-//! decode the test answers' HTTP/2 trailers (its records of the test answers carry TCP headers,
-//! not the whole HPACK stream a decoder needs; see DESIGN.md).
+//! `grpc-status` of the test answers is counted from the test server's log: this copier copies
+//! without `--compare`, so its records of the test answers carry TCP headers only (with
+//! `--compare` the comparison decodes the trailers and counts them: `compare_h2.rs`).
 
 use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
 use lab::{addr, lab_or_skip, Host};
