@@ -128,6 +128,7 @@ mod config;
 mod conn;
 mod edit;
 mod gate;
+mod h2edit;
 mod hash;
 mod map;
 mod pkt;
