@@ -22,7 +22,8 @@
 //! connection WINDOW_UPDATE, DATA of copied streams...) goes as captured, from the same shared
 //! chunks.
 //!
-//! Malformed input (HPACK that does not decode, a CONTINUATION out of place, a HEADERS
+//! Malformed input (HPACK that does not decode, a CONTINUATION out of place, a HEADERS on a
+//! stream id not above every one opened before that is not trailers (pseudo-headers), a HEADERS
 //! payload whose padding or priority does not fit, a block above [`MAX_BLOCK`]) is an error
 //! for the editor (`edit` counts it and gives the copy up): from there on the test server's
 //! decoder could not be kept consistent with anything, so the rest of the connection cannot
@@ -277,6 +278,10 @@ impl H2Edit {
             if cx.rules.edits() && edit_fields(cx.rules, cx.dye, &mut fields, cx.counts) {
                 cx.counts.edited += 1;
             }
+        } else if fields.iter().any(|(n, _)| n.starts_with(b":")) {
+            // Trailers carry no pseudo-header (RFC 9113 section 8.1): a request on a stream id
+            // not above the last one would pass unfiltered.
+            return Err(());
         }
         let mut block = Vec::with_capacity(b.buf.len() + 64);
         self.enc.encode(fields.iter().map(|(n, v)| (&n[..], &v[..])), &mut block);
@@ -372,6 +377,22 @@ pub(crate) fn edit_fields(rules: &Rules, dye: Option<&[u8]>, fields: &mut Vec<(V
         }
     }
     *fields != before
+}
+
+/// One copy's editor over `input` (client bytes of a connection) cut every `cut` bytes, for
+/// the fuzz target `h2_headers`: what the test side gets, and whether the copy was given up.
+#[doc(hidden)]
+pub fn edit_for_fuzz(rules: &std::sync::Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
+    let meter = Meter::default();
+    let mut e = super::edit::Editor::new(rules.clone(), 0, IpAddr::from([198, 18, 0, 9]), meter.clone());
+    let mut q = ByteQueue::new();
+    for part in input.chunks(cut.max(1)) {
+        if let Some(c) = Payload::new(part, &meter).keep(0) {
+            e.feed(c, &mut q);
+        }
+    }
+    e.flush(&mut q);
+    (q.to_vec(), e.failed)
 }
 
 #[cfg(test)]

@@ -160,6 +160,7 @@ pub use map::PortMap;
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
+pub use h2edit::edit_for_fuzz as h2_edit_for_fuzz;
 pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};
