@@ -11,7 +11,9 @@
 //! pass through as they come (or are dropped with their request). Other protocols, when a
 //! filter has a byte prefix, are cut by the stream's request units: a unit's first bytes (up
 //! to the longest prefix) are held until the filters decide, then the whole unit goes or is
-//! dropped. Without such a filter other protocols pass untouched.
+//! dropped. Without such a filter other protocols pass untouched. HTTP/2 (the session starts
+//! with the connection preface, or it follows a copied `Upgrade: h2c` request) goes to the
+//! HTTP/2 editor (`h2edit`), frame by frame; malformed HTTP/2 gives the copy up.
 //!
 //! Sequence numbers: the editor's output is the stream's test-side byte space. It differs from
 //! the client's by an offset that changes only at request boundaries (an edited head of length

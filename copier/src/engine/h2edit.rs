@@ -22,7 +22,8 @@
 //! connection WINDOW_UPDATE, DATA of copied streams...) goes as captured, from the same shared
 //! chunks.
 //!
-//! Malformed input (HPACK that does not decode, a CONTINUATION out of place, a HEADERS on a
+//! Malformed input (HPACK that does not decode, a CONTINUATION out of place, a PUSH_PROMISE
+//! (never a client's), a HEADERS on a
 //! stream id not above every one opened before that is not trailers (pseudo-headers), a HEADERS
 //! payload whose padding or priority does not fit, a block above [`MAX_BLOCK`]) is an error
 //! for the editor (`edit` counts it and gives the copy up): from there on the test server's
@@ -194,6 +195,9 @@ impl H2Edit {
                             self.frag.clear();
                             self.at = At::Collect(h, h.len);
                         }
+                        // A client never sends one (RFC 9113 section 8.4), and its block would
+                        // refer to the client's table, not this encoder's.
+                        Kind::PushPromise => return Err(Malformed(n)),
                         _ if h.stream != 0 && self.dropped.contains(&h.stream) => self.at = At::Drop(h.len),
                         _ => {
                             let c = if whole {
