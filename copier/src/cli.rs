@@ -174,7 +174,7 @@ and :authority as host; a denied stream's frames (HEADERS, CONTINUATION, DATA, R
 PRIORITY, WINDOW_UPDATE) never reach the test server, every other stream's do, and each header
 block sent is encoded again by the copy's own encoder (no dynamic table), with the dye (name
 lower-cased), header edits (Host edits :authority) and rewrites applied to the line
-"METHOD PATH HTTP/2.0". Undecodable HTTP/2 gives that copy up (counted as malformed) whatever
+\"METHOD PATH HTTP/2.0\". Undecodable HTTP/2 gives that copy up (counted as malformed) whatever
 unparsable says. Other protocols are filtered by a byte prefix at the start of each request
 unit, or pass untouched. Paths are matched normalised, as a server resolves them: the query cut, every %XX
 decoded once (%2F too), // and ./.. segments resolved, and without case unless the file says

@@ -175,12 +175,19 @@ fn malformed_hpack_gives_the_copy_up_whatever_unparsable_says() {
     }
     // A CONTINUATION that continues nothing, a padding longer than the frame.
     let r = Arc::new(Rules::from_toml_str("[dye]\n").unwrap());
-    for bad in [(9u8, END_HEADERS, vec![0x82]), (1, END_HEADERS | 0x8, vec![9, 0x82])] {
+    // A PUSH_PROMISE (never a client's).
+    for bad in [(9u8, END_HEADERS, vec![0x82]), (1, END_HEADERS | 0x8, vec![9, 0x82]), (5, END_HEADERS, vec![0, 0, 0, 2, 0x82])] {
         let mut input = client(&[], false);
         frame(&mut input, bad.0, bad.1, 1, &bad.2);
         let (_, e) = run(&r, &input, 3);
-        assert!(e.failed && e.counts.malformed == 1);
+        assert!(e.failed && e.counts.malformed == 1, "{bad:?}");
     }
+    // A request (pseudo-headers) on a stream id not above the last: it would pass unfiltered.
+    let mut input = client(&[("/a", b""), ("/b", b"")], false);
+    frame(&mut input, 1, END_STREAM | END_HEADERS, 1, &[0x82, 0x84]);
+    let (out, e) = run(&r, &input, 3);
+    assert!(e.failed && e.counts.malformed == 1);
+    assert_eq!(read(&out).1.len(), 2, "the two requests before it went");
 }
 
 #[test]
