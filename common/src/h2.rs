@@ -1,5 +1,6 @@
 //! HTTP/2 framing (RFC 9113 section 4): the client connection preface and the 9-byte frame
-//! header, as pure functions and one incremental cutter over a byte stream. No HPACK, no
+//! header, as pure functions and one incremental cutter over a byte stream; a HEADERS payload's
+//! fragment and a header block written back as frames (the HPACK inside is `common::hpack`). No
 //! socket, no clock: the copier's engine uses it to recognise an HTTP/2 session and to cut
 //! its client bytes at frame boundaries; the comparison and the request editor can read frames
 //! with the same code.
@@ -57,6 +58,65 @@ impl Kind {
 pub const END_STREAM: u8 = 0x1;
 /// Flag END_HEADERS (HEADERS, PUSH_PROMISE, CONTINUATION).
 pub const END_HEADERS: u8 = 0x4;
+/// Flag PADDED (DATA, HEADERS, PUSH_PROMISE).
+pub const PADDED: u8 = 0x8;
+/// Flag PRIORITY (HEADERS): the payload starts with 5 bytes of priority.
+pub const PRIORITY: u8 = 0x20;
+/// The largest frame payload every peer accepts (`SETTINGS_MAX_FRAME_SIZE` is never lower).
+pub const MIN_MAX_FRAME: usize = 16384;
+
+/// A HEADERS frame's payload split: the priority fields (with the PRIORITY flag) and the
+/// header block fragment, without padding. `None` when the padding or priority does not fit
+/// (a PROTOCOL_ERROR for the peer).
+pub fn headers_fragment(flags: u8, payload: &[u8]) -> Option<(Option<[u8; 5]>, &[u8])> {
+    let mut p = payload;
+    let mut pad = 0;
+    if flags & PADDED != 0 {
+        let (&n, rest) = p.split_first()?;
+        pad = usize::from(n);
+        p = rest;
+    }
+    let prio = if flags & PRIORITY != 0 {
+        let (pr, rest) = p.split_at_checked(5)?;
+        p = rest;
+        Some(<[u8; 5]>::try_from(pr).ok()?)
+    } else {
+        None
+    };
+    let end = p.len().checked_sub(pad)?;
+    Some((prio, &p[..end]))
+}
+
+/// Append a frame header to `out`.
+pub fn write_frame_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u32) {
+    out.extend_from_slice(&(len as u32).to_be_bytes()[1..]);
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+}
+
+/// Append a header block as a HEADERS frame and as many CONTINUATION frames as it needs, each
+/// payload at most `max_frame` bytes (at least [`MIN_MAX_FRAME`] is always safe). `flags` keeps
+/// END_STREAM and PRIORITY (with `prio`, which then leads the first payload); PADDED is not
+/// written; END_HEADERS goes on the last frame.
+pub fn write_header_block(out: &mut Vec<u8>, stream: u32, flags: u8, prio: Option<[u8; 5]>, block: &[u8], max_frame: usize) {
+    let max = max_frame.max(6);
+    let prio = prio.filter(|_| flags & PRIORITY != 0);
+    let first_room = max - prio.map_or(0, |p| p.len());
+    let (first, mut rest) = block.split_at(block.len().min(first_room));
+    let keep = flags & (END_STREAM | PRIORITY) & if prio.is_some() { 0xff } else { !PRIORITY };
+    let end = if rest.is_empty() { END_HEADERS } else { 0 };
+    write_frame_header(out, first.len() + prio.map_or(0, |p| p.len()), 1, keep | end, stream);
+    if let Some(p) = prio {
+        out.extend_from_slice(&p);
+    }
+    out.extend_from_slice(first);
+    while !rest.is_empty() {
+        let (part, r) = rest.split_at(rest.len().min(max));
+        rest = r;
+        write_frame_header(out, part.len(), 9, if rest.is_empty() { END_HEADERS } else { 0 }, stream);
+        out.extend_from_slice(part);
+    }
+}
 
 /// A frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +320,40 @@ mod tests {
         let mut f = Framer::default();
         let n: u32 = s.chunks(1).map(|c| f.feed(c).frames).sum();
         assert_eq!((n, f.frames), (5, 5));
+    }
+
+    #[test]
+    fn headers_payload_without_padding_and_back_in_frames() {
+        // PADDED|PRIORITY: pad length 2, 5 priority bytes, fragment "abc", 2 bytes of padding.
+        let p = [2, 0x80, 0, 0, 1, 15, b'a', b'b', b'c', 0, 0];
+        assert_eq!(headers_fragment(PADDED | PRIORITY, &p), Some((Some([0x80, 0, 0, 1, 15]), &b"abc"[..])));
+        assert_eq!(headers_fragment(0, b"abc"), Some((None, &b"abc"[..])));
+        assert_eq!(headers_fragment(PADDED, &[5, 1, 2]), None, "padding longer than the payload");
+        assert_eq!(headers_fragment(PRIORITY, &[1, 2, 3]), None);
+        assert_eq!(headers_fragment(PADDED, &[]), None);
+        // A block of 40 bytes in frames of at most 16: HEADERS (5 + 11), CONTINUATION 16, 13.
+        let block: Vec<u8> = (0..40).collect();
+        let mut out = Vec::new();
+        write_header_block(&mut out, 7, END_STREAM | PRIORITY | PADDED, Some([0, 0, 0, 3, 200]), &block, 16);
+        let mut at = 0;
+        let mut frames = Vec::new();
+        let mut joined = Vec::new();
+        while let Some(h) = FrameHeader::parse(&out[at..]) {
+            let pl = &out[at + HEADER_LEN..at + HEADER_LEN + h.len as usize];
+            frames.push((h.kind, h.flags, h.len, h.stream));
+            joined.extend_from_slice(if h.kind == Kind::Headers { headers_fragment(h.flags, pl).unwrap().1 } else { pl });
+            at += HEADER_LEN + h.len as usize;
+        }
+        assert_eq!(at, out.len());
+        assert_eq!(
+            frames,
+            [(Kind::Headers, END_STREAM | PRIORITY, 16, 7), (Kind::Continuation, 0, 16, 7), (Kind::Continuation, END_HEADERS, 13, 7)]
+        );
+        assert_eq!(joined, block);
+        // A small block fits one frame.
+        let mut out = Vec::new();
+        write_header_block(&mut out, 1, END_STREAM, None, b"xy", MIN_MAX_FRAME);
+        assert_eq!(out, [0, 0, 2, 1, END_STREAM | END_HEADERS, 0, 0, 0, 1, b'x', b'y']);
     }
 
     #[test]

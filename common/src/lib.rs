@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod flow;
 pub mod h2;
 pub mod hash;
+pub mod hpack;
 pub mod markup;
 pub mod pcap;
 pub mod private;

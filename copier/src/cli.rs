@@ -159,8 +159,7 @@ since the server speaks without being asked. An HTTP/2 connection the test serve
 it took every frame is not carried on a new one (copier_sessions_failed_total, reason
 h2_closed); an HTTP/2 session caught mid-stream (no preface seen) is carried as an unknown
 protocol, and its test server refuses it. copier_h2_sessions_total and copier_h2_streams_total
-count them. --rules do not look into HTTP/2 frames (HPACK header blocks): they pass untouched
-(an h2c upgrade request itself is HTTP/1.1, filtered and edited as one).
+count them. --rules work on HTTP/2 too (see Request rules).
 
 Request rules: --rules FILE (TOML, checked at start, errors name the rule; see README) selects,
 marks and edits what each copy sends. HTTP/1.x requests (pipelined, Content-Length or chunked
@@ -169,8 +168,15 @@ allow-only; a dropped request is left out of the test session as if the client n
 (later bytes are renumbered, the session stays one consistent TCP connection). Copied requests
 may get a dye header (its value may carry the copy index and a copier id), header edits (set,
 replace, delete; a value from a file re-read on SIGHUP) and regex rewrites of the request
-line. Other protocols are filtered by a byte prefix at the start of each request unit, or pass
-untouched. Paths are matched normalised, as a server resolves them: the query cut, every %XX
+line. HTTP/2 (prior knowledge, or after a copied Upgrade: h2c request): every client header
+block is decoded (HPACK, in connection order) and the filters see :method, :path, the fields
+and :authority as host; a denied stream's frames (HEADERS, CONTINUATION, DATA, RST_STREAM,
+PRIORITY, WINDOW_UPDATE) never reach the test server, every other stream's do, and each header
+block sent is encoded again by the copy's own encoder (no dynamic table), with the dye (name
+lower-cased), header edits (Host edits :authority) and rewrites applied to the line
+\"METHOD PATH HTTP/2.0\". Undecodable HTTP/2 gives that copy up (counted as malformed) whatever
+unparsable says. Other protocols are filtered by a byte prefix at the start of each request
+unit, or pass untouched. Paths are matched normalised, as a server resolves them: the query cut, every %XX
 decoded once (%2F too), // and ./.. segments resolved, and without case unless the file says
 path_case = \"sensitive\"; so //pay/1, /%70ay/1 and /PAY/1 all match path = \"/pay/*\" (a path_regex
 matches the raw target or the normalised one). What cannot be read as requests (malformed HTTP,

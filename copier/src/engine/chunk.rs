@@ -250,8 +250,7 @@ impl ByteQueue {
         Some(&scratch[..])
     }
 
-    /// Every byte in order (tests).
-    #[cfg(test)]
+    /// Every byte in order (tests and the fuzz hook of `h2edit`).
     pub(crate) fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);
         let mut skip = self.head;

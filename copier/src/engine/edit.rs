@@ -11,7 +11,9 @@
 //! pass through as they come (or are dropped with their request). Other protocols, when a
 //! filter has a byte prefix, are cut by the stream's request units: a unit's first bytes (up
 //! to the longest prefix) are held until the filters decide, then the whole unit goes or is
-//! dropped. Without such a filter other protocols pass untouched.
+//! dropped. Without such a filter other protocols pass untouched. HTTP/2 (the session starts
+//! with the connection preface, or it follows a copied `Upgrade: h2c` request) goes to the
+//! HTTP/2 editor (`h2edit`), frame by frame; malformed HTTP/2 gives the copy up.
 //!
 //! Sequence numbers: the editor's output is the stream's test-side byte space. It differs from
 //! the client's by an offset that changes only at request boundaries (an edited head of length
@@ -35,7 +37,10 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use common::h2::PREFACE;
+
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
+use super::h2edit::{Ctx, H2Edit, Malformed};
 use super::rules::{HeaderEdit, Req, Rules, Unparsable, Verdict};
 
 /// The longest request head held before it is called malformed.
@@ -92,7 +97,25 @@ impl RequestCounts {
         self.rules.iter_mut().for_each(|r| *r = 0);
     }
 
-    fn bump_rule(&mut self, i: usize) {
+    /// Count a verdict (`filters`: how many filters the rules have); whether the request is
+    /// copied.
+    pub(crate) fn count(&mut self, v: Verdict, filters: usize) -> bool {
+        match v {
+            Verdict::Copy(rule) => {
+                if let Some(i) = rule {
+                    self.bump_rule(i);
+                }
+                true
+            }
+            Verdict::Drop(rule) => {
+                self.dropped += 1;
+                self.bump_rule(rule.unwrap_or(filters));
+                false
+            }
+        }
+    }
+
+    pub(crate) fn bump_rule(&mut self, i: usize) {
         if self.rules.len() <= i {
             self.rules.resize(i + 1, 0);
         }
@@ -111,6 +134,8 @@ enum Mode {
     Pass,
     /// Nothing more passes (after a dropped upgrade request: the rest belongs to it).
     Drop,
+    /// HTTP/2 (the preface was seen): frames and header blocks (`h2edit`).
+    H2,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +180,10 @@ pub(crate) struct Editor {
     pub unparsable: bool,
     /// The session was caught mid-stream: its first bytes are where a request should start.
     midstream: bool,
+    /// The request before was a copied `Upgrade: h2c`: the next bytes may be the preface.
+    h2c: bool,
+    /// The HTTP/2 editor, in [`Mode::H2`].
+    h2: Option<Box<H2Edit>>,
     pub counts: RequestCounts,
 }
 
@@ -175,6 +204,8 @@ impl Editor {
             failed: false,
             unparsable: false,
             midstream: false,
+            h2c: false,
+            h2: None,
             counts: RequestCounts::default(),
         }
     }
@@ -197,12 +228,29 @@ impl Editor {
 
     /// Bytes held (not yet written), with the editor itself.
     pub(crate) fn held(&self) -> usize {
-        std::mem::size_of::<Editor>() + self.pend_len + self.flat.capacity() + self.line.capacity()
+        std::mem::size_of::<Editor>() + self.pend_len + self.flat.capacity() + self.line.capacity() + self.h2.as_ref().map_or(0, |h| h.held())
+    }
+
+    /// On HTTP/2: whether what was written ends at a frame boundary (`None` on other
+    /// protocols).
+    pub(crate) fn h2_at_frame_start(&self) -> Option<bool> {
+        self.h2.as_ref().map(|h| h.at_frame_start())
+    }
+
+    /// On HTTP/2: streams this editor dropped.
+    pub(crate) fn h2_streams_dropped(&self) -> u64 {
+        self.h2.as_ref().map_or(0, |h| h.streams_dropped)
     }
 
     /// The stream skipped a capture hole: what is held goes, and the next bytes start a
     /// request.
     pub(crate) fn reset(&mut self) {
+        if self.mode == Mode::H2 {
+            // The HPACK state of a connection cannot be carried over a hole (and HTTP/2 is
+            // never carried on a new connection): nothing more goes.
+            self.mode = Mode::Drop;
+            self.h2 = None;
+        }
         self.pend.clear();
         self.pend_len = 0;
         self.flat.clear();
@@ -215,6 +263,8 @@ impl Editor {
     pub(crate) fn flush(&mut self, q: &mut ByteQueue) -> usize {
         match self.mode {
             Mode::Bytes => self.unit_start(q),
+            // An unfinished frame or header block: nothing of it can go.
+            Mode::H2 => 0,
             _ => self.emit_pend(q, true),
         }
     }
@@ -291,6 +341,7 @@ impl Editor {
         match (self.mode, self.state) {
             (Mode::Pass, _) => self.push(q, d),
             (Mode::Drop, _) => 0,
+            (Mode::H2, _) => self.h2_step(d, q, work),
             (Mode::Unknown | Mode::Http, State::Start) => self.head(d, q, work),
             (Mode::Bytes, State::Start) => {
                 self.hold(d);
@@ -321,6 +372,47 @@ impl Editor {
         }
     }
 
+    /// HTTP/2 bytes. Malformed input gives the copy up whatever `unparsable` says: the test
+    /// server's HPACK decoder follows this copy's encoder, not the client's (see `h2edit`).
+    fn h2_step(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+        let Some(h) = self.h2.as_mut() else { return 0 };
+        let mut cx = Ctx { rules: &self.rules, client: self.client, dye: self.dye.as_deref(), meter: &self.meter, counts: &mut self.counts };
+        match h.feed(&d, q, &mut cx) {
+            Ok(n) => n,
+            Err(Malformed(n)) => {
+                self.counts.malformed += 1;
+                self.h2 = None;
+                self.mode = Mode::Drop;
+                if !self.fail_closed(work) {
+                    self.give_up(work);
+                }
+                n
+            }
+        }
+    }
+
+    /// The held bytes start with the HTTP/2 preface: `Some(true)` (the editor is in
+    /// [`Mode::H2`] and the held bytes were handed back to `work`), `None` while too few bytes
+    /// tell, `Some(false)` when they are not the preface.
+    fn sniff_h2(&mut self, work: &mut VecDeque<Chunk>) -> Option<bool> {
+        let n = self.flat.len().min(PREFACE.len());
+        if self.flat[..n] != PREFACE[..n] {
+            return Some(false);
+        }
+        if n < PREFACE.len() {
+            return None;
+        }
+        self.mode = Mode::H2;
+        self.h2 = Some(Box::new(H2Edit::new()));
+        let held = std::mem::take(&mut self.pend);
+        self.pend_len = 0;
+        self.flat.clear();
+        for c in held.into_iter().rev() {
+            work.push_front(c);
+        }
+        Some(true)
+    }
+
     fn hold(&mut self, d: Chunk) {
         self.pend_len += d.len();
         self.flat.extend_from_slice(d.as_slice());
@@ -329,6 +421,15 @@ impl Editor {
 
     /// After a message: the next request, or everything passes (upgrade).
     fn next_message(&mut self) -> State {
+        if std::mem::take(&mut self.h2c) {
+            // A copied `Upgrade: h2c`: the preface follows the `101`, or (refused) the next
+            // HTTP/1.1 request does.
+            self.pass_after = None;
+            self.mode = Mode::Unknown;
+            self.midstream = false;
+            self.h2c = true;
+            return State::Start;
+        }
         if let Some(keep) = self.pass_after {
             self.mode = if keep { Mode::Pass } else { Mode::Drop };
         }
@@ -346,24 +447,21 @@ impl Editor {
 
     /// Count a verdict; whether the request is copied.
     fn count(&mut self, v: Verdict) -> bool {
-        let drop_at = self.rules.filters.len();
-        match v {
-            Verdict::Copy(rule) => {
-                if let Some(i) = rule {
-                    self.counts.bump_rule(i);
-                }
-                true
-            }
-            Verdict::Drop(rule) => {
-                self.counts.dropped += 1;
-                self.counts.bump_rule(rule.unwrap_or(drop_at));
-                false
-            }
-        }
+        self.counts.count(v, self.rules.filters.len())
     }
 
     fn head(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
         self.hold(d);
+        if self.mode == Mode::Unknown && (!self.midstream || self.h2c) {
+            match self.sniff_h2(work) {
+                None => return 0,
+                Some(true) => {
+                    self.h2c = false;
+                    return 0;
+                }
+                Some(false) => self.h2c = false,
+            }
+        }
         if self.mode == Mode::Unknown {
             match looks_http(&self.flat) {
                 None => return 0,
@@ -400,6 +498,7 @@ impl Editor {
         let mut chunked = false;
         let mut clen: Option<u64> = None;
         let mut upgrade = method.eq_ignore_ascii_case("CONNECT") || method == "PRI";
+        let mut h2c = false;
         let mut bad = false;
         for (n, v) in &hs {
             if n.eq_ignore_ascii_case("transfer-encoding") {
@@ -420,6 +519,7 @@ impl Editor {
                 }
             } else if n.eq_ignore_ascii_case("upgrade") {
                 upgrade = true;
+                h2c |= v.split(|&c| c == b',').any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"));
             }
         }
         if bad {
@@ -436,6 +536,7 @@ impl Editor {
         self.counts.http_requests += 1;
         let keep = self.count(verdict);
         self.pass_after = upgrade.then_some(keep);
+        self.h2c = h2c && keep;
         // The held bytes: the head, then what follows it (body, next requests).
         let mut rest: Vec<Chunk> = Vec::new();
         let mut head: Vec<Chunk> = Vec::new();

@@ -133,6 +133,7 @@ mod config;
 mod conn;
 mod edit;
 mod gate;
+mod h2edit;
 mod hash;
 mod map;
 mod pkt;
@@ -164,6 +165,7 @@ pub use map::PortMap;
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
 pub use edit::RequestCounts;
 pub use rules::{Rules, RulesError};
+pub use h2edit::edit_for_fuzz as h2_edit_for_fuzz;
 pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS};
 
 use chunk::{Meter, Payload};

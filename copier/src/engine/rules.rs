@@ -38,6 +38,11 @@
 //! ```
 //! Header names compare without case. Values may not hold CR or LF.
 //!
+//! On HTTP/2 (`h2edit`) the same rules apply to each stream's decoded header block: `methods`
+//! to `:method`, `path`/`path_regex` to `:path`, `header` to the fields (and `:authority` as
+//! `host`), the dye and `[[header]]` names lower-cased (`Host` edits `:authority`), and the
+//! `[[rewrite]]` regexes to the line `METHOD PATH HTTP/2.0`.
+//!
 //! Top-level settings (before the first table):
 //! ```toml
 //! path_case = "insensitive"  # default; "sensitive": globs compare the path's case too

@@ -521,7 +521,13 @@ impl Stream {
             if let Some(a) = ack {
                 match self.last_ack {
                     Some(last) if a.gt(last) => {
-                        if let Some(h) = self.h2.as_mut().filter(|h| !h.framer.at_start()) {
+                        // Inside a frame of what the test side gets (the editor's output on
+                        // HTTP/2 with rules, else the client's own frames).
+                        let inside = match self.edit.as_ref().and_then(|e| e.h2_at_frame_start()) {
+                            Some(at_start) => !at_start,
+                            None => self.h2.as_ref().is_some_and(|h| !h.framer.at_start()),
+                        };
+                        if let Some(h) = self.h2.as_mut().filter(|_| inside) {
                             // Inside a frame: the unit starts at the next frame.
                             h.pending = Some((a, Stamp::of(now)));
                         } else if self.seen_data || self.gate_ok {
@@ -559,6 +565,7 @@ impl Stream {
                 Some(e) => e.feed(data, &mut self.buf),
             };
             self.advance(written, now);
+            self.h2_edited_bound();
             if ws {
                 self.ws_from = Some(self.next);
             }
@@ -613,9 +620,13 @@ impl Stream {
             let online_from = if start == self.cur_start && self.bounds.is_empty() { self.cur_ack } else { None };
             self.h2 = Some(Box::new(H2 { start, online_from, new_session: true, ..H2::default() }));
         }
+        let edited = self.edit.as_ref().is_some_and(|e| e.h2_at_frame_start().is_some());
         let Some(h) = self.h2.as_mut() else { return };
         let fed = h.framer.feed(&b[took..]);
         h.new_streams += fed.streams;
+        if edited {
+            return; // the boundary goes where the editor's output is at a frame start
+        }
         if let (Some(k), Some((ack, t))) = (fed.first_start, h.pending) {
             h.pending = None;
             let at = at.add((took + k) as u32);
@@ -623,6 +634,26 @@ impl Stream {
                 self.bounds.push_back(Bound { at, ack: Some(ack), end: Some(ack), t: Some(t) });
             }
         }
+    }
+
+    /// HTTP/2 with rules: the test side's bytes differ from the client's (streams dropped,
+    /// header blocks written again), so a boundary an ACK asked for inside a frame goes where
+    /// the editor's output next ends at a frame start (the end of a segment's output).
+    fn h2_edited_bound(&mut self) {
+        if self.edit.as_ref().and_then(|e| e.h2_at_frame_start()) != Some(true) {
+            return;
+        }
+        let Some((ack, t)) = self.h2.as_mut().and_then(|h| h.pending.take()) else { return };
+        let at = self.next;
+        if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
+            self.bounds.push_back(Bound { at, ack: Some(ack), end: Some(ack), t: Some(t) });
+        }
+    }
+
+    /// Whether the rules dropped streams of this HTTP/2 connection: the test server will not
+    /// send their answers, so its total never reaches the online one.
+    pub(crate) fn h2_filtered(&self) -> bool {
+        self.edit.as_ref().is_some_and(|e| e.h2_streams_dropped() > 0)
     }
 
     /// Whether the client speaks HTTP/2 on this stream (its preface was seen).

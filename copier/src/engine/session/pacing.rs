@@ -39,12 +39,13 @@ impl Session {
 
     /// How long the test server must be quiet for the unit pacing waits on to count as
     /// answered: `answer_quiet`, except for the FIN of an HTTP/2 connection opened with the
-    /// preface, which waits for the online total (`Session::h2_done`) or `answer_timeout`. Its
+    /// preface, which waits for the online total (`Session::h2_done`) or `answer_timeout`
+    /// (unless the rules dropped streams of it: that total is then never reached). Its
     /// streams are answered in any order and a server may work on them quietly for longer
     /// than `answer_quiet` (a gRPC server cancels every call still in progress when the
     /// connection closes).
     fn answer_quiet(&self, p: &Params) -> std::time::Duration {
-        if self.stream.in_h2() && self.stream.before_fin() && self.stream.h2_online_total().is_some() {
+        if self.stream.in_h2() && self.stream.before_fin() && self.stream.h2_online_total().is_some() && !self.stream.h2_filtered() {
             p.answer_timeout
         } else {
             p.answer_quiet
