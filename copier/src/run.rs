@@ -790,6 +790,7 @@ fn take_inbound(
         Inbound::Records { at, records: mut batch } => {
             seen.records += batch.len();
             seen.urgent |= batch.iter().any(common::proto::Record::urgent);
+            seen.opens_or_ends |= batch.iter().any(common::proto::Record::opens_or_ends);
             match shadow {
                 Some(tap) => {
                     // --compare: the records of the copies that stand for the captured client

@@ -402,9 +402,13 @@ pub const HELD: Duration = Duration::from_millis(1);
 /// The engine's side of the wake decision: whether records lately released request units that
 /// pacing held back (so a session waits on the test server's answers and every record is worth
 /// a wake-up). Told after each turn what the turn did; the evidence is a turn that handled
-/// records, none of them urgent ([`Record::urgent`]: a SYN-ACK releases the requests that
-/// waited for the handshake, and such records wake the engine anyway), and sent request units
-/// that had waited over [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Liberal on purpose: a timer or
+/// records, none of them opening, closing or resetting a connection
+/// ([`Record::opens_or_ends`]: a SYN-ACK releases the requests that waited for the handshake,
+/// and such records wake the engine anyway), and sent request units that had waited over
+/// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Records that are urgent for
+/// their size (part of a large answer, [`Record::urgent`]) do not stop it: a copy of 100 KB
+/// answers running behind is released by such records, and without eagerness the tails of
+/// its answers waited for the intercept's and the links' rests (issue 32 item 2). Liberal on purpose: a timer or
 /// a captured packet in the same turn may have been what released them, but a false eager
 /// only costs the wake-ups this saves, while a missed one delays paced copies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -419,6 +423,8 @@ pub struct TurnSeen {
     pub records: usize,
     /// One of them was urgent ([`Record::urgent`]).
     pub urgent: bool,
+    /// One of them opened, closed or reset a connection ([`Record::opens_or_ends`]).
+    pub opens_or_ends: bool,
     /// Request units sent for the first time that had waited over [`HELD`] since their
     /// capture.
     pub held_units: u64,
@@ -427,7 +433,7 @@ pub struct TurnSeen {
 impl Eagerness {
     /// Note a turn at `now`; returns whether the engine is eager now.
     pub fn turn(&mut self, now: Instant, seen: TurnSeen) -> bool {
-        if seen.records > 0 && !seen.urgent && seen.held_units > 0 {
+        if seen.records > 0 && !seen.opens_or_ends && seen.held_units > 0 {
             self.until = Some(now + EAGER_HOLD);
         }
         self.eager(now)
@@ -745,7 +751,9 @@ mod tests {
             assert!(record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").urgent(), "data without PSH: more of the write follows");
             for f in [TcpFlags::SYN | TcpFlags::ACK, TcpFlags::FIN | TcpFlags::ACK, TcpFlags::RST, TcpFlags::RST | TcpFlags::ACK] {
                 assert!(record_with(tuple, f, b"").urgent(), "{f:?} wakes at once");
+                assert!(record_with(tuple, f, b"").opens_or_ends(), "{f:?} opens or ends");
             }
+            assert!(!record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").opens_or_ends(), "data opens and ends nothing");
         }
         let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new(), stamp: 0 };
         assert!(!cut(34).urgent(), "the flags byte is all it needs");
@@ -755,6 +763,8 @@ mod tests {
         assert!(!record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &big).urgent(), "the end of a write of BULK_BYTES waits");
         let bigger = vec![b'x'; common::proto::BULK_BYTES + 1];
         assert!(record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).urgent(), "a larger one is part of a large answer");
+        assert!(!record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).opens_or_ends(), "and opens or ends nothing");
+        assert!(cut(20).opens_or_ends(), "headers that do not parse count as such");
         for n in [0, 1, 20, 33] {
             assert!(cut(n).urgent(), "{n} bytes: the engine counts it, at once");
         }
@@ -794,9 +804,11 @@ mod tests {
         assert!(!e.eager(t0));
         // Not evidence: nothing held back was sent.
         assert!(!e.turn(t0, TurnSeen { held_units: 0, ..alone }), "records that released nothing");
-        assert!(!e.turn(t0, TurnSeen { urgent: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
+        assert!(!e.turn(t0, TurnSeen { urgent: true, opens_or_ends: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
         assert!(!e.turn(t0, TurnSeen { records: 0, ..alone }));
         // Evidence: a session waits on the test server's answers.
+        assert!(e.turn(t0, TurnSeen { urgent: true, ..alone }), "records of a large answer released held units");
+        let mut e = Eagerness::default();
         assert!(e.turn(t0, alone));
         assert!(e.turn(t0 + EAGER_HOLD / 2, TurnSeen::default()), "holds");
         assert!(e.turn(t0 + EAGER_HOLD / 2, alone), "renewed");

@@ -285,6 +285,33 @@ pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> 
 }
 
 impl Record {
+    /// Whether its packet opens, closes or resets a connection (SYN, FIN or RST), or its
+    /// headers do not parse as IPv4 or IPv6 TCP: the records that are urgent
+    /// ([`Record::urgent`]) whatever they carry.
+    #[must_use]
+    pub fn opens_or_ends(&self) -> bool {
+        const SYN_FIN_RST: u8 = 0x07;
+        match self.tcp_flags() {
+            Some(flags) => flags & SYN_FIN_RST != 0,
+            None => true,
+        }
+    }
+
+    /// The TCP header's offset byte and flags byte, when the headers parse that far.
+    fn tcp_offset_flags(&self) -> Option<(usize, u8, u8)> {
+        let h = &self.headers;
+        let tcp = match h.first().map(|b| b >> 4) {
+            Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
+            Some(6) if h.get(6) == Some(&6) => 40,
+            _ => return None,
+        };
+        Some((tcp, *h.get(tcp + 12)?, *h.get(tcp + 13)?))
+    }
+
+    fn tcp_flags(&self) -> Option<u8> {
+        self.tcp_offset_flags().map(|(_, _, f)| f)
+    }
+
     /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
     /// FIN, RST); it carries data without PSH (the test server is in the middle of a write,
     /// and the rest of it may wait for the ACK of this part: a window or congestion window
@@ -297,13 +324,7 @@ impl Record {
     pub fn urgent(&self) -> bool {
         const SYN_FIN_RST: u8 = 0x07;
         const PSH: u8 = 0x08;
-        let h = &self.headers;
-        let tcp = match h.first().map(|b| b >> 4) {
-            Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
-            Some(6) if h.get(6) == Some(&6) => 40,
-            _ => return true,
-        };
-        let (Some(&offset), Some(&flags)) = (h.get(tcp + 12), h.get(tcp + 13)) else {
+        let Some((tcp, offset, flags)) = self.tcp_offset_flags() else {
             return true;
         };
         let data = (self.orig_len as usize).saturating_sub(tcp + usize::from(offset >> 4) * 4);

@@ -44,7 +44,8 @@
 //! intercept guarding it; counted with `INFO commandstats` at the end of the load, 1 s later, and
 //! once stable), HTTP/2 multiplexed at full speed (`h2load -n 40000 -c 8 -m 10` against a second
 //! nginx pair with `listen 8080 http2`, the copier mapping 8080; counted from that pair's access
-//! logs), and HTTP keep-alive at full speed on 16 and on 1 connection. Each scenario waits
+//! logs), HTTP keep-alive at full speed on 16 and on 1 connection, and with 100 KB answers on 16
+//! (`full100k`, issue 32 item 2: its share at the test server by the load's end). Each scenario waits
 //! for its copies until the test server has them all, none came for 3 s, or `--final-wait` passed.
 //! In the CPU scenarios (think-ka, think-close, think-100k, full16) the copier's floor runs
 //! beside the copier on the same load (`floor.rs`, issue 32; `--no-floor` leaves it out): a table

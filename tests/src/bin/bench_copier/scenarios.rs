@@ -38,6 +38,7 @@ pub(super) const C_TOOL_CPU: [(Scenario, f64, f64); 3] = [
 pub(super) enum Scenario {
     H2,
     Full16,
+    Full100k,
     Full1,
     Redis,
     ThinkKeepAlive,
@@ -49,13 +50,14 @@ impl Scenario {
     /// The default order: the fixed-rate CPU scenarios first, the full-speed ones last (their
     /// lock-step copies may still arrive after the wait for them ends, and would otherwise
     /// load the next scenario), the one connection at the very end.
-    pub(super) const ALL: [Scenario; 7] = [
+    pub(super) const ALL: [Scenario; 8] = [
         Scenario::ThinkKeepAlive,
         Scenario::ThinkClose,
         Scenario::Think100k,
         Scenario::Redis,
         Scenario::H2,
         Scenario::Full16,
+        Scenario::Full100k,
         Scenario::Full1,
     ];
 
@@ -63,6 +65,7 @@ impl Scenario {
         match self {
             Scenario::H2 => "h2",
             Scenario::Full16 => "full16",
+            Scenario::Full100k => "full100k",
             Scenario::Full1 => "full1",
             Scenario::Redis => "redis",
             Scenario::ThinkKeepAlive => "think-ka",
@@ -76,6 +79,7 @@ impl Scenario {
         match self {
             Scenario::H2 => "h2",
             Scenario::Full16 => "f16",
+            Scenario::Full100k => "fb",
             Scenario::Full1 => "f1",
             Scenario::Redis => "rd",
             Scenario::ThinkKeepAlive => "tk",
@@ -96,6 +100,7 @@ impl Scenario {
         match self {
             Scenario::H2 => "HTTP/2 multiplexed at full speed: h2load -n 40000 -c 8 -m 10 against nginx `listen 8080 http2` (cleartext, prior knowledge) on online and test, the copier mapping 8080; counted from that nginx pair's access logs, no lag",
             Scenario::Full16 => "HTTP keep-alive, 16 connections at full speed (next request as soon as the answer is in, like wrk -c 16), for --scenario-secs",
+            Scenario::Full100k => "HTTP keep-alive, 100 KB answers, 16 connections at full speed (like wrk -c 16 on a 100 KB file), for --scenario-secs",
             Scenario::Full1 => "HTTP keep-alive, 1 connection at full speed, for --scenario-secs",
             Scenario::Redis => "redis GET: redis-benchmark -h 198.18.1.1 -c 16 -n REQUESTS -t get (no pipelining; --redis-requests, default 200000); counted with INFO commandstats, no lag (no access log)",
             Scenario::ThinkKeepAlive => "HTTP keep-alive, 16 connections, 4 ms think time after each answer (CPU per request)",
@@ -233,10 +238,10 @@ pub(super) fn run_scenario(ctx: Ctx<'_>, gen: &mut Generator, sc: Scenario, dur:
         }
         Some(conns) => {
             let pace = match sc {
-                Scenario::Full16 | Scenario::Full1 => Pace::Full,
+                Scenario::Full16 | Scenario::Full100k | Scenario::Full1 => Pace::Full,
                 _ => Pace::Think(THINK),
             };
-            let path = if sc == Scenario::Think100k { BIG_PATH } else { "/index.html" };
+            let path = if matches!(sc, Scenario::Think100k | Scenario::Full100k) { BIG_PATH } else { "/index.html" };
             let (conns, l) = lab.in_ns(Host::Client, || gen.keepalive_set(conns, tag, path, |_| pace, dur))?;
             set = Some(conns);
             l
@@ -460,6 +465,10 @@ pub(super) fn print_targets(rows: &[Row]) {
         t.push((format!("{what}: copied within 1 s of the load's end"), r.map(|r| r.rt.pct(r.rt.within_1s)), 95.0, true, ">= 95 %".into()));
         t.push((format!("{what}: copied in all"), r.map(|r| r.rt.pct(r.rt.copied)), 99.9, true, ">= 99.9 %".into()));
     }
+    let r = find(Scenario::Full100k);
+    let what = "HTTP keep-alive full speed, 100 KB answers (16 conns)";
+    t.push((format!("{what}: copied by the load's end (issue 32)"), r.map(|r| r.rt.pct(r.rt.at_end)), 95.0, true, ">= 95 %".into()));
+    t.push((format!("{what}: copied in all"), r.map(|r| r.rt.pct(r.rt.copied)), 100.0, true, "100 %".into()));
     let r = find(Scenario::H2);
     let what = "HTTP/2 multiplexed full speed (8 conns x 10 streams)";
     t.push((format!("{what}: copied by the load's end"), r.map(|r| r.rt.pct(r.rt.at_end)), 95.0, true, ">= 95 %".into()));
