@@ -12,7 +12,12 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 fn records(n: usize) -> Vec<Record> {
     (0..n)
-        .map(|i| Record { orig_len: 1500, headers: vec![(i % 251) as u8; 52], payload: Vec::new(), stamp: 0 })
+        .map(|i| Record {
+            orig_len: 1500,
+            headers: vec![(i % 251) as u8; 52],
+            payload: Vec::new(),
+            stamp: 0,
+        })
         .collect()
 }
 

@@ -38,7 +38,9 @@ pub enum ConfigError {
         msg: String,
     },
     /// A key that is no flag of the command.
-    #[error("--config {path} line {line}: unknown key `{key}` (the keys are the long flags of --help)")]
+    #[error(
+        "--config {path} line {line}: unknown key `{key}` (the keys are the long flags of --help)"
+    )]
     UnknownKey {
         /// The file.
         path: PathBuf,
@@ -76,19 +78,43 @@ impl Origins {
 /// `argv` with every `--config FILE` (or `--config=FILE`) replaced by the flags of FILE, those
 /// given elsewhere on the command line left out; `cmd` is the whole command (a `--config` after
 /// a subcommand's name takes that subcommand's flags).
-pub fn expand(cmd: &clap::Command, argv: Vec<OsString>) -> Result<(Vec<OsString>, Origins), ConfigError> {
-    let words: Vec<String> = argv.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-    let Some(at) = words.iter().take_while(|w| *w != "--").position(|w| w == "--config" || w.starts_with("--config=")) else {
+pub fn expand(
+    cmd: &clap::Command,
+    argv: Vec<OsString>,
+) -> Result<(Vec<OsString>, Origins), ConfigError> {
+    let words: Vec<String> = argv
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let Some(at) = words
+        .iter()
+        .take_while(|w| *w != "--")
+        .position(|w| w == "--config" || w.starts_with("--config="))
+    else {
         return Ok((argv, Origins::default()));
     };
     let (path, used) = match words[at].strip_prefix("--config=") {
         Some(p) => (PathBuf::from(p), 1),
-        None => (PathBuf::from(words.get(at + 1).ok_or(ConfigError::NoFile)?), 2),
+        None => (
+            PathBuf::from(words.get(at + 1).ok_or(ConfigError::NoFile)?),
+            2,
+        ),
     };
-    let sub = words.get(1).and_then(|w| cmd.find_subcommand(w)).filter(|_| at > 1);
+    let sub = words
+        .get(1)
+        .and_then(|w| cmd.find_subcommand(w))
+        .filter(|_| at > 1);
     let cmd = sub.unwrap_or(cmd);
-    let text = std::fs::read_to_string(&path).map_err(|err| ConfigError::Read { path: path.clone(), err })?;
-    let rest: Vec<&String> = words.iter().enumerate().filter(|(i, _)| *i < at || *i >= at + used).map(|(_, w)| w).collect();
+    let text = std::fs::read_to_string(&path).map_err(|err| ConfigError::Read {
+        path: path.clone(),
+        err,
+    })?;
+    let rest: Vec<&String> = words
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < at || *i >= at + used)
+        .map(|(_, w)| w)
+        .collect();
     let given = flags_given(cmd, &rest);
     let (flags, origins) = flags_of(cmd, &path, &text, &given)?;
     let mut out: Vec<OsString> = argv[..at].to_vec();
@@ -115,9 +141,17 @@ fn flags_given(cmd: &clap::Command, words: &[&String]) -> Vec<String> {
 }
 
 /// The flags a config text stands for, and where each came from.
-fn flags_of(cmd: &clap::Command, path: &Path, text: &str, given: &[String]) -> Result<(Vec<String>, Origins), ConfigError> {
+fn flags_of(
+    cmd: &clap::Command,
+    path: &Path,
+    text: &str,
+    given: &[String],
+) -> Result<(Vec<String>, Origins), ConfigError> {
     let table: BTreeMap<Spanned<String>, Spanned<Value>> =
-        toml::from_str(text).map_err(|e| ConfigError::Syntax { path: path.to_path_buf(), msg: e.to_string().trim_end().to_string() })?;
+        toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            msg: e.to_string().trim_end().to_string(),
+        })?;
     let line_of = |at: usize| text[..at.min(text.len())].matches('\n').count() + 1;
     let mut entries: Vec<_> = table.into_iter().collect();
     entries.sort_by_key(|(k, _)| k.span().start);
@@ -126,12 +160,30 @@ fn flags_of(cmd: &clap::Command, path: &Path, text: &str, given: &[String]) -> R
     for (key, value) in entries {
         let line = line_of(key.span().start);
         let name = key.get_ref().replace('_', "-");
-        let bad = |why: String| ConfigError::BadValue { path: path.to_path_buf(), line, key: key.get_ref().clone(), why };
+        let bad = |why: String| ConfigError::BadValue {
+            path: path.to_path_buf(),
+            line,
+            key: key.get_ref().clone(),
+            why,
+        };
         let arg = cmd
             .get_arguments()
             .find(|a| a.get_long() == Some(name.as_str()))
-            .filter(|a| name != "config" && !matches!(a.get_action(), clap::ArgAction::Help | clap::ArgAction::HelpShort | clap::ArgAction::HelpLong | clap::ArgAction::Version))
-            .ok_or_else(|| ConfigError::UnknownKey { path: path.to_path_buf(), line, key: key.get_ref().clone() })?;
+            .filter(|a| {
+                name != "config"
+                    && !matches!(
+                        a.get_action(),
+                        clap::ArgAction::Help
+                            | clap::ArgAction::HelpShort
+                            | clap::ArgAction::HelpLong
+                            | clap::ArgAction::Version
+                    )
+            })
+            .ok_or_else(|| ConfigError::UnknownKey {
+                path: path.to_path_buf(),
+                line,
+                key: key.get_ref().clone(),
+            })?;
         if given.contains(&name) {
             continue; // the command line overrides it
         }
@@ -151,14 +203,18 @@ fn flags_of(cmd: &clap::Command, path: &Path, text: &str, given: &[String]) -> R
                 (Value::Integer(n), false, clap::ArgAction::Count) if *n >= 0 => {
                     flags.extend((0..*n).map(|_| format!("--{name}")));
                 }
-                (_, false, _) => return Err(bad("this flag takes no value: give true or false".into())),
+                (_, false, _) => {
+                    return Err(bad("this flag takes no value: give true or false".into()))
+                }
                 (Value::String(s), true, _) => flags.push(format!("--{name}={s}")),
                 (Value::Integer(n), true, _) => flags.push(format!("--{name}={n}")),
                 (Value::Float(x), true, _) => flags.push(format!("--{name}={x}")),
                 (Value::Boolean(b), true, _) => flags.push(format!("--{name}={b}")),
                 (Value::Datetime(d), true, _) => flags.push(format!("--{name}={d}")),
                 (Value::Array(_) | Value::Table(_), true, _) => {
-                    return Err(bad("expects a value or a list of values, not a table or a nested list".into()))
+                    return Err(bad(
+                        "expects a value or a list of values, not a table or a nested list".into(),
+                    ))
                 }
             }
         }
@@ -199,10 +255,19 @@ pub fn matches_from(cmd: clap::Command, argv: Vec<OsString>) -> Result<clap::Arg
     let (argv, origins) = expand(&cmd, argv).map_err(Failure::Config)?;
     cmd.try_get_matches_from(argv).map_err(|e| {
         let origin = e.get(clap::error::ContextKind::InvalidArg).and_then(|v| {
-            let clap::error::ContextValue::String(s) = v else { return None };
-            let long = s.strip_prefix("--")?.split([' ', '=', '<']).next()?.to_string();
+            let clap::error::ContextValue::String(s) = v else {
+                return None;
+            };
+            let long = s
+                .strip_prefix("--")?
+                .split([' ', '=', '<'])
+                .next()?
+                .to_string();
             let (path, line) = origins.of(&long)?;
-            Some(format!("--config {} line {line}: key `{long}`:", path.display()))
+            Some(format!(
+                "--config {} line {line}: key `{long}`:",
+                path.display()
+            ))
         });
         Failure::Clap(e, origin)
     })

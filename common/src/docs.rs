@@ -11,7 +11,9 @@ pub const ENV: &str = "TRAFFICCOPY_GEN_DOCS";
 /// When [`ENV`] names a directory, writes the man pages and completions of `cmd` there and
 /// exits the process (status 0, or 1 with a message when a file cannot be written).
 pub fn generate_if_asked(cmd: clap::Command) {
-    let Some(dir) = std::env::var_os(ENV) else { return };
+    let Some(dir) = std::env::var_os(ENV) else {
+        return;
+    };
     match generate(cmd, Path::new(&dir)) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -33,9 +35,11 @@ pub fn generate(mut cmd: clap::Command, dir: &Path) -> Result<(), String> {
     // no pages for clap's own `help` subcommand (`copier-help.1`...): `--help` is in each page
     cmd = cmd.disable_help_subcommand(true);
     cmd.build();
-    clap_mangen::generate_to(cmd.clone(), &man).map_err(|e| format!("man pages into {}: {e}", man.display()))?;
+    clap_mangen::generate_to(cmd.clone(), &man)
+        .map_err(|e| format!("man pages into {}: {e}", man.display()))?;
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        generate_to(shell, &mut cmd, &name, &comp).map_err(|e| format!("{shell} completion into {}: {e}", comp.display()))?;
+        generate_to(shell, &mut cmd, &name, &comp)
+            .map_err(|e| format!("{shell} completion into {}: {e}", comp.display()))?;
     }
     Ok(())
 }
@@ -51,11 +55,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("docs-test-{}", std::process::id()));
         super::generate(cmd, &dir).unwrap();
         let page = std::fs::read_to_string(dir.join("man/demo.1")).unwrap();
-        assert!(page.contains("\\-\\-port") && page.contains("does things"), "{page}");
+        assert!(
+            page.contains("\\-\\-port") && page.contains("does things"),
+            "{page}"
+        );
         assert!(dir.join("man/demo-doctor.1").is_file());
         let bash = std::fs::read_to_string(dir.join("completions/demo.bash")).unwrap();
         assert!(bash.contains("--port") && bash.contains("doctor"), "{bash}");
-        assert!(dir.join("completions/_demo").is_file() && dir.join("completions/demo.fish").is_file());
+        assert!(
+            dir.join("completions/_demo").is_file() && dir.join("completions/demo.fish").is_file()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

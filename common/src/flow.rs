@@ -38,9 +38,17 @@ impl Endpoint {
             IpAddr::V4(a) => {
                 let mut b = [0u8; 16];
                 b[..4].copy_from_slice(&a.octets());
-                Endpoint { ip: b, port, v6: false }
+                Endpoint {
+                    ip: b,
+                    port,
+                    v6: false,
+                }
             }
-            IpAddr::V6(a) => Endpoint { ip: a.octets(), port, v6: true },
+            IpAddr::V6(a) => Endpoint {
+                ip: a.octets(),
+                port,
+                v6: true,
+            },
         }
     }
 
@@ -50,7 +58,9 @@ impl Endpoint {
         if self.v6 {
             IpAddr::V6(Ipv6Addr::from(self.ip))
         } else {
-            IpAddr::V4(Ipv4Addr::new(self.ip[0], self.ip[1], self.ip[2], self.ip[3]))
+            IpAddr::V4(Ipv4Addr::new(
+                self.ip[0], self.ip[1], self.ip[2], self.ip[3],
+            ))
         }
     }
 
@@ -168,7 +178,10 @@ impl FourTuple {
     /// A tuple from its two ends.
     #[must_use]
     pub fn new(client: SocketAddr, server: SocketAddr) -> FourTuple {
-        FourTuple { client: client.into(), server: server.into() }
+        FourTuple {
+            client: client.into(),
+            server: server.into(),
+        }
     }
 
     /// The connection of a client -> server packet: source is the client.
@@ -245,17 +258,27 @@ mod tests {
     fn endpoints_are_compact_and_act_as_socket_addresses() {
         assert_eq!(std::mem::size_of::<Endpoint>(), 20);
         assert_eq!(std::mem::size_of::<FourTuple>(), 40);
-        let all: Vec<SocketAddr> = ["198.18.0.10:40000", "198.18.0.10:39999", "10.0.0.1:80", "[2001:db8::a]:5555", "[::1]:1", "[2001:db8::a]:80"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
+        let all: Vec<SocketAddr> = [
+            "198.18.0.10:40000",
+            "198.18.0.10:39999",
+            "10.0.0.1:80",
+            "[2001:db8::a]:5555",
+            "[::1]:1",
+            "[2001:db8::a]:80",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
         for a in &all {
             let e = Endpoint::from(*a);
             assert_eq!(SocketAddr::from(e), *a);
             assert_eq!(e, *a);
             assert_eq!(e.to_string(), a.to_string());
             assert_eq!(format!("{e:?}"), format!("{a:?}"));
-            assert_eq!((e.ip(), e.port(), e.is_ipv6()), (a.ip(), a.port(), a.is_ipv6()));
+            assert_eq!(
+                (e.ip(), e.port(), e.is_ipv6()),
+                (a.ip(), a.port(), a.is_ipv6())
+            );
             for b in &all {
                 let f = Endpoint::from(*b);
                 assert_eq!(e.cmp(&f), a.cmp(b), "{a} vs {b}");

@@ -98,14 +98,27 @@ pub fn write_frame_header(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, st
 /// payload at most `max_frame` bytes (at least [`MIN_MAX_FRAME`] is always safe). `flags` keeps
 /// END_STREAM and PRIORITY (with `prio`, which then leads the first payload); PADDED is not
 /// written; END_HEADERS goes on the last frame.
-pub fn write_header_block(out: &mut Vec<u8>, stream: u32, flags: u8, prio: Option<[u8; 5]>, block: &[u8], max_frame: usize) {
+pub fn write_header_block(
+    out: &mut Vec<u8>,
+    stream: u32,
+    flags: u8,
+    prio: Option<[u8; 5]>,
+    block: &[u8],
+    max_frame: usize,
+) {
     let max = max_frame.max(6);
     let prio = prio.filter(|_| flags & PRIORITY != 0);
     let first_room = max - prio.map_or(0, |p| p.len());
     let (first, mut rest) = block.split_at(block.len().min(first_room));
     let keep = flags & (END_STREAM | PRIORITY) & if prio.is_some() { 0xff } else { !PRIORITY };
     let end = if rest.is_empty() { END_HEADERS } else { 0 };
-    write_frame_header(out, first.len() + prio.map_or(0, |p| p.len()), 1, keep | end, stream);
+    write_frame_header(
+        out,
+        first.len() + prio.map_or(0, |p| p.len()),
+        1,
+        keep | end,
+        stream,
+    );
     if let Some(p) = prio {
         out.extend_from_slice(&p);
     }
@@ -113,7 +126,13 @@ pub fn write_header_block(out: &mut Vec<u8>, stream: u32, flags: u8, prio: Optio
     while !rest.is_empty() {
         let (part, r) = rest.split_at(rest.len().min(max));
         rest = r;
-        write_frame_header(out, part.len(), 9, if rest.is_empty() { END_HEADERS } else { 0 }, stream);
+        write_frame_header(
+            out,
+            part.len(),
+            9,
+            if rest.is_empty() { END_HEADERS } else { 0 },
+            stream,
+        );
         out.extend_from_slice(part);
     }
 }
@@ -245,7 +264,12 @@ impl Framer {
             off += n;
             if self.have == HEADER_LEN {
                 self.have = 0;
-                let h = FrameHeader::parse(&self.head).unwrap_or(FrameHeader { len: 0, kind: Kind::Other(0xff), flags: 0, stream: 0 });
+                let h = FrameHeader::parse(&self.head).unwrap_or(FrameHeader {
+                    len: 0,
+                    kind: Kind::Other(0xff),
+                    flags: 0,
+                    stream: 0,
+                });
                 self.left = h.len;
                 self.frames += 1;
                 fed.frames += 1;
@@ -274,13 +298,24 @@ mod tests {
     fn header_parses_and_clears_the_reserved_bit() {
         let b = [0, 0x01, 0x02, 1, 0x05, 0x80, 0, 0, 3];
         let h = FrameHeader::parse(&b).unwrap();
-        assert_eq!(h, FrameHeader { len: 258, kind: Kind::Headers, flags: 5, stream: 3 });
+        assert_eq!(
+            h,
+            FrameHeader {
+                len: 258,
+                kind: Kind::Headers,
+                flags: 5,
+                stream: 3
+            }
+        );
         assert!(h.opens_stream() && h.ends_stream() && !h.is_connection());
         assert_eq!(FrameHeader::parse(&b[..8]), None);
         assert_eq!(Kind::of(0x42), Kind::Other(0x42));
         // The largest length a header can carry.
         let h = FrameHeader::parse(&[0xff, 0xff, 0xff, 4, 0, 0, 0, 0, 0]).unwrap();
-        assert_eq!((h.len, h.kind, h.is_connection()), (0xff_ffff, Kind::Settings, true));
+        assert_eq!(
+            (h.len, h.kind, h.is_connection()),
+            (0xff_ffff, Kind::Settings, true)
+        );
     }
 
     #[test]
@@ -326,34 +361,59 @@ mod tests {
     fn headers_payload_without_padding_and_back_in_frames() {
         // PADDED|PRIORITY: pad length 2, 5 priority bytes, fragment "abc", 2 bytes of padding.
         let p = [2, 0x80, 0, 0, 1, 15, b'a', b'b', b'c', 0, 0];
-        assert_eq!(headers_fragment(PADDED | PRIORITY, &p), Some((Some([0x80, 0, 0, 1, 15]), &b"abc"[..])));
+        assert_eq!(
+            headers_fragment(PADDED | PRIORITY, &p),
+            Some((Some([0x80, 0, 0, 1, 15]), &b"abc"[..]))
+        );
         assert_eq!(headers_fragment(0, b"abc"), Some((None, &b"abc"[..])));
-        assert_eq!(headers_fragment(PADDED, &[5, 1, 2]), None, "padding longer than the payload");
+        assert_eq!(
+            headers_fragment(PADDED, &[5, 1, 2]),
+            None,
+            "padding longer than the payload"
+        );
         assert_eq!(headers_fragment(PRIORITY, &[1, 2, 3]), None);
         assert_eq!(headers_fragment(PADDED, &[]), None);
         // A block of 40 bytes in frames of at most 16: HEADERS (5 + 11), CONTINUATION 16, 13.
         let block: Vec<u8> = (0..40).collect();
         let mut out = Vec::new();
-        write_header_block(&mut out, 7, END_STREAM | PRIORITY | PADDED, Some([0, 0, 0, 3, 200]), &block, 16);
+        write_header_block(
+            &mut out,
+            7,
+            END_STREAM | PRIORITY | PADDED,
+            Some([0, 0, 0, 3, 200]),
+            &block,
+            16,
+        );
         let mut at = 0;
         let mut frames = Vec::new();
         let mut joined = Vec::new();
         while let Some(h) = FrameHeader::parse(&out[at..]) {
             let pl = &out[at + HEADER_LEN..at + HEADER_LEN + h.len as usize];
             frames.push((h.kind, h.flags, h.len, h.stream));
-            joined.extend_from_slice(if h.kind == Kind::Headers { headers_fragment(h.flags, pl).unwrap().1 } else { pl });
+            joined.extend_from_slice(if h.kind == Kind::Headers {
+                headers_fragment(h.flags, pl).unwrap().1
+            } else {
+                pl
+            });
             at += HEADER_LEN + h.len as usize;
         }
         assert_eq!(at, out.len());
         assert_eq!(
             frames,
-            [(Kind::Headers, END_STREAM | PRIORITY, 16, 7), (Kind::Continuation, 0, 16, 7), (Kind::Continuation, END_HEADERS, 13, 7)]
+            [
+                (Kind::Headers, END_STREAM | PRIORITY, 16, 7),
+                (Kind::Continuation, 0, 16, 7),
+                (Kind::Continuation, END_HEADERS, 13, 7)
+            ]
         );
         assert_eq!(joined, block);
         // A small block fits one frame.
         let mut out = Vec::new();
         write_header_block(&mut out, 1, END_STREAM, None, b"xy", MIN_MAX_FRAME);
-        assert_eq!(out, [0, 0, 2, 1, END_STREAM | END_HEADERS, 0, 0, 0, 1, b'x', b'y']);
+        assert_eq!(
+            out,
+            [0, 0, 2, 1, END_STREAM | END_HEADERS, 0, 0, 0, 1, b'x', b'y']
+        );
     }
 
     #[test]

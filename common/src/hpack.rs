@@ -42,7 +42,10 @@ pub struct Decoder {
 
 impl std::fmt::Debug for Decoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decoder").field("poisoned", &self.poisoned).field("blocks", &self.blocks).finish_non_exhaustive()
+        f.debug_struct("Decoder")
+            .field("poisoned", &self.poisoned)
+            .field("blocks", &self.blocks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -50,7 +53,11 @@ impl Default for Decoder {
     fn default() -> Decoder {
         let mut inner = fluke_hpack::Decoder::new();
         inner.set_max_allowed_table_size(MAX_DECODER_TABLE);
-        Decoder { inner, poisoned: false, blocks: 0 }
+        Decoder {
+            inner,
+            poisoned: false,
+            blocks: 0,
+        }
     }
 }
 
@@ -62,7 +69,11 @@ impl Decoder {
     /// Decode one whole header block (HEADERS or PUSH_PROMISE fragment and its CONTINUATIONs,
     /// joined), appending its fields to `out` in order. On error `out` may hold the fields
     /// before the bad one, and the decoder refuses every later block.
-    pub fn decode(&mut self, block: &[u8], out: &mut Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), HpackError> {
+    pub fn decode(
+        &mut self,
+        block: &[u8],
+        out: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), HpackError> {
         if self.poisoned {
             return Err(HpackError::Poisoned);
         }
@@ -151,7 +162,15 @@ fn walk(b: &[u8]) -> Result<(), HpackError> {
             int(b, &mut i, 5).map(drop)
         } else {
             let prefix = if c & 0xc0 == 0x40 { 6 } else { 4 };
-            int(b, &mut i, prefix).and_then(|idx| if idx == 0 { string(b, &mut i) } else { Some(()) }).and_then(|()| string(b, &mut i))
+            int(b, &mut i, prefix)
+                .and_then(|idx| {
+                    if idx == 0 {
+                        string(b, &mut i)
+                    } else {
+                        Some(())
+                    }
+                })
+                .and_then(|()| string(b, &mut i))
         };
         ok.ok_or_else(|| bad("a truncated integer or string"))?;
         start &= c & 0xe0 == 0x20;
@@ -167,7 +186,9 @@ pub struct Encoder {
 
 impl std::fmt::Debug for Encoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Encoder").field("started", &self.started).finish_non_exhaustive()
+        f.debug_struct("Encoder")
+            .field("started", &self.started)
+            .finish_non_exhaustive()
     }
 }
 
@@ -177,7 +198,10 @@ impl Default for Encoder {
         // Entries it would add are evicted at once, here and (after the size update below) in
         // the peer's decoder alike.
         inner.set_max_table_size(0);
-        Encoder { inner, started: false }
+        Encoder {
+            inner,
+            started: false,
+        }
     }
 }
 
@@ -187,7 +211,11 @@ impl Encoder {
     }
 
     /// Append the block for `fields` (in order) to `out`.
-    pub fn encode<'a>(&mut self, fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>, out: &mut Vec<u8>) {
+    pub fn encode<'a>(
+        &mut self,
+        fields: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+        out: &mut Vec<u8>,
+    ) {
         let at = out.len();
         if !self.started {
             out.push(0x20); // dynamic table size update: 0
@@ -211,7 +239,10 @@ mod tests {
     type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
     fn f(pairs: &[(&str, &str)]) -> Fields {
-        pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())).collect()
+        pairs
+            .iter()
+            .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect()
     }
 
     fn enc(e: &mut Encoder, fields: &Fields) -> Vec<u8> {
@@ -236,9 +267,29 @@ mod tests {
             d.decode(b, &mut out).unwrap();
             got.push(out);
         }
-        assert_eq!(got[0], f(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]));
-        assert_eq!(got[1][3..], f(&[(":authority", "www.example.com"), ("cache-control", "no-cache")])[..]);
-        assert_eq!(got[2][3..], f(&[(":authority", "www.example.com"), ("custom-key", "custom-value")])[..]);
+        assert_eq!(
+            got[0],
+            f(&[
+                (":method", "GET"),
+                (":scheme", "http"),
+                (":path", "/"),
+                (":authority", "www.example.com")
+            ])
+        );
+        assert_eq!(
+            got[1][3..],
+            f(&[
+                (":authority", "www.example.com"),
+                ("cache-control", "no-cache")
+            ])[..]
+        );
+        assert_eq!(
+            got[2][3..],
+            f(&[
+                (":authority", "www.example.com"),
+                ("custom-key", "custom-value")
+            ])[..]
+        );
         // Out of order, the second block refers to an entry this decoder never saw.
         let mut d = Decoder::new();
         let mut out = Vec::new();
@@ -250,7 +301,12 @@ mod tests {
     #[test]
     fn encoder_blocks_need_no_table_and_start_with_a_size_update_to_zero() {
         let mut e = Encoder::new();
-        let a = f(&[(":method", "GET"), (":path", "/a"), ("x-long", &"v".repeat(5000)), ("x-dye", "1")]);
+        let a = f(&[
+            (":method", "GET"),
+            (":path", "/a"),
+            ("x-long", &"v".repeat(5000)),
+            ("x-dye", "1"),
+        ]);
         let b1 = enc(&mut e, &a);
         assert_eq!(b1[0], 0x20);
         let b2 = enc(&mut e, &a);
@@ -278,7 +334,19 @@ mod tests {
     fn garbage_is_an_error_not_a_panic() {
         // `??`: a truncated size update (fluke-hpack 0.3.1 panics on it; found by the fuzz
         // target); a size update after a field.
-        for b in [&b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..], b"\x7f", b"\x00\x85abc", b"\xc0", b"\x20", b"\x3f\xe1\xff\xff\x0f", b"??", b"\x3f", b"\x82\x20\x82", b"\x00\x3f\xca\xca\x00\x3f\xca\xb2\xca\xca\x00", b"\x00\x3f\x84\xa9\xa9\xa9\x80\x80\x80\x80\x80\x80\x80\x80\x50"] {
+        for b in [
+            &b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"[..],
+            b"\x7f",
+            b"\x00\x85abc",
+            b"\xc0",
+            b"\x20",
+            b"\x3f\xe1\xff\xff\x0f",
+            b"??",
+            b"\x3f",
+            b"\x82\x20\x82",
+            b"\x00\x3f\xca\xca\x00\x3f\xca\xb2\xca\xca\x00",
+            b"\x00\x3f\x84\xa9\xa9\xa9\x80\x80\x80\x80\x80\x80\x80\x80\x50",
+        ] {
             assert!(Decoder::new().decode(b, &mut Vec::new()).is_err(), "{b:?}");
         }
     }

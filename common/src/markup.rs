@@ -29,7 +29,10 @@ mod tests {
 
     #[test]
     fn markup_characters_become_entities_and_controls_spaces() {
-        assert_eq!(escape("a <b> & \"c\" 'd'"), "a &lt;b&gt; &amp; &quot;c&quot; &#39;d&#39;");
+        assert_eq!(
+            escape("a <b> & \"c\" 'd'"),
+            "a &lt;b&gt; &amp; &quot;c&quot; &#39;d&#39;"
+        );
         assert_eq!(escape("x\u{0}y\u{1b}z\u{7f}"), "x y z ");
         assert_eq!(escape("tab\tline\nret\r"), "tab\tline\nret\r");
         assert_eq!(escape("déjà vu ✓"), "déjà vu ✓");

@@ -32,14 +32,23 @@ fn narrow(f: &File) -> io::Result<()> {
 
 /// Creates `path` (or truncates it) for writing, 0600.
 pub fn create(path: &Path) -> io::Result<File> {
-    let f = OpenOptions::new().write(true).create(true).truncate(true).mode(FILE_MODE).open(path)?;
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)?;
     narrow(&f)?;
     Ok(f)
 }
 
 /// Opens `path` for appending (made if missing), 0600.
 pub fn append(path: &Path) -> io::Result<File> {
-    let f = OpenOptions::new().create(true).append(true).mode(FILE_MODE).open(path)?;
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(FILE_MODE)
+        .open(path)?;
     narrow(&f)?;
     Ok(f)
 }
@@ -63,7 +72,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&base);
         let dir = base.join("a/b");
         create_dir_all(&dir).unwrap();
-        assert_eq!((mode(&base), mode(&base.join("a")), mode(&dir)), (0o700, 0o700, 0o700));
+        assert_eq!(
+            (mode(&base), mode(&base.join("a")), mode(&dir)),
+            (0o700, 0o700, 0o700)
+        );
         write(&dir.join("w"), b"x").unwrap();
         append(&dir.join("a")).unwrap();
         create(&dir.join("c")).unwrap();

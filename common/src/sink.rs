@@ -63,7 +63,13 @@ impl<S: Store> Sink<S> {
     pub fn new(mut store: S, cap: usize) -> io::Result<Sink<S>> {
         let on_disk = store.size()?;
         store.seek(SeekFrom::Start(on_disk))?;
-        Ok(Sink { store, buf: Vec::with_capacity(cap.min(1 << 16)), units: 0, cap: cap.max(1), on_disk })
+        Ok(Sink {
+            store,
+            buf: Vec::with_capacity(cap.min(1 << 16)),
+            units: 0,
+            cap: cap.max(1),
+            on_disk,
+        })
     }
 
     /// Buffers one whole unit, writing the buffer when it holds `cap` bytes: `Ok(true)` when
@@ -84,7 +90,10 @@ impl<S: Store> Sink<S> {
         if self.buf.is_empty() {
             return Ok(false);
         }
-        let r = self.store.write_all(&self.buf).and_then(|()| self.store.flush());
+        let r = self
+            .store
+            .write_all(&self.buf)
+            .and_then(|()| self.store.flush());
         let units = std::mem::take(&mut self.units);
         let len = self.buf.len() as u64;
         self.buf.clear();
@@ -168,7 +177,10 @@ mod tests {
 
     #[test]
     fn a_full_disk_loses_whole_units_and_writing_resumes() {
-        let disk = Disk { data: Cursor::new(b"old\n".to_vec()), room: 14 };
+        let disk = Disk {
+            data: Cursor::new(b"old\n".to_vec()),
+            room: 14,
+        };
         let mut s = Sink::new(disk, 8).unwrap();
         assert!(!s.push(b"one\n").unwrap());
         assert!(s.push(b"two\n").unwrap(), "8 bytes buffered: written");
@@ -187,12 +199,17 @@ mod tests {
         assert!(!s.flush().unwrap(), "nothing left to write");
         let (disk, pending) = s.discard();
         assert_eq!(pending, 0);
-        assert_eq!(String::from_utf8(disk.data.into_inner()).unwrap(), "old\none\ntwo\nsix\n");
+        assert_eq!(
+            String::from_utf8(disk.data.into_inner()).unwrap(),
+            "old\none\ntwo\nsix\n"
+        );
     }
 
     #[test]
     fn dev_full_is_refused_and_counted() {
-        let Ok(f) = File::options().write(true).open("/dev/full") else { return };
+        let Ok(f) = File::options().write(true).open("/dev/full") else {
+            return;
+        };
         let mut s = Sink::new(f, 1 << 16).unwrap();
         s.push(b"a line\n").unwrap();
         s.push(b"another\n").unwrap();

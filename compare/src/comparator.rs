@@ -21,8 +21,14 @@ use crate::stats::{EndpointStats, Summary, Totals, MAX_FIELDS, MAX_GRPC_STATUSES
 /// Headers never compared by default: they differ between any two answers or only describe the
 /// framing and the transfer coding (the body is compared decoded: a gzip answer and a plain one
 /// with the same text are equal; nginx, for one, does not gzip error answers).
-pub const DEFAULT_IGNORED_HEADERS: &[&str] =
-    &["date", "content-length", "transfer-encoding", "content-encoding", "connection", "keep-alive"];
+pub const DEFAULT_IGNORED_HEADERS: &[&str] = &[
+    "date",
+    "content-length",
+    "transfer-encoding",
+    "content-encoding",
+    "connection",
+    "keep-alive",
+];
 
 /// What the comparator is told.
 #[derive(Debug, Clone)]
@@ -48,7 +54,10 @@ impl Default for CompareConfig {
     fn default() -> Self {
         CompareConfig {
             ignore: Vec::new(),
-            ignored_headers: DEFAULT_IGNORED_HEADERS.iter().map(|s| s.to_string()).collect(),
+            ignored_headers: DEFAULT_IGNORED_HEADERS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
             max_endpoints: 500,
             limits: Limits::default(),
             max_diffs: 32,
@@ -148,9 +157,16 @@ impl Comparator {
     /// Compares one exchange.
     pub fn compare(&mut self, ex: &Exchange) -> Verdict {
         let http = looks_like_answer(&ex.online.bytes);
-        let head = if http { parse_request_head(&ex.request).ok() } else { None };
+        let head = if http {
+            parse_request_head(&ex.request).ok()
+        } else {
+            None
+        };
         let (name, request) = match &head {
-            Some(h) => (template(&h.method, &h.target), format!("{} {}", h.method, h.target)),
+            Some(h) => (
+                template(&h.method, &h.target),
+                format!("{} {}", h.method, h.target),
+            ),
             None if http => ("(unparsed request)".to_string(), String::new()),
             None => (format!("tcp/{}", ex.port), String::new()),
         };
@@ -174,7 +190,9 @@ impl Comparator {
                 return Some(Fields::of_bytes(&r.bytes, r.complete));
             }
             let mut a = parse_answer(&r.bytes, is_head, this.cfg.limits).ok()?;
-            a.complete &= r.complete || a.header("content-length").is_some() || a.header("transfer-encoding").is_some();
+            a.complete &= r.complete
+                || a.header("content-length").is_some()
+                || a.header("transfer-encoding").is_some();
             Some(Fields::of_answer(&a, &this.cfg.ignored_headers))
         };
         let Some(online) = fields(&ex.online, self) else {
@@ -185,7 +203,11 @@ impl Comparator {
         };
         if let Some(g) = cand.map.get("header:grpc-status") {
             let m = &mut self.totals.grpc_status;
-            let k = if m.len() < MAX_GRPC_STATUSES || m.contains_key(g) { g.clone() } else { "other".to_string() };
+            let k = if m.len() < MAX_GRPC_STATUSES || m.contains_key(g) {
+                g.clone()
+            } else {
+                "other".to_string()
+            };
             *m.entry(k).or_default() += 1;
         }
         let base = ex.baseline.as_ref().and_then(|b| fields(b, self));
@@ -199,7 +221,9 @@ impl Comparator {
         }
         // only whole answers: a cut one would look like a changed value
         if let (Some(h), true) = (&head, online.complete && cand.complete) {
-            let body = h.head_len.map_or(&[][..], |n| &ex.request[n.min(ex.request.len())..]);
+            let body = h
+                .head_len
+                .map_or(&[][..], |n| &ex.request[n.min(ex.request.len())..]);
             let key = fnv(format!("{}\0{}\0{:016x}", h.method, h.target, fnv(body)).as_bytes());
             noise_now.extend(self.repeats.observe(key, &online, &cand));
         }
@@ -223,7 +247,11 @@ impl Comparator {
             self.cfg.redact.diff(d);
         }
         v.diffs = kept;
-        v.outcome = if v.diff_count == 0 { Outcome::Equal } else { Outcome::Differ };
+        v.outcome = if v.diff_count == 0 {
+            Outcome::Equal
+        } else {
+            Outcome::Differ
+        };
         self.count(ep, &v);
         v
     }
@@ -259,7 +287,11 @@ impl Comparator {
         for k in kinds {
             *s.by_kind.entry(k).or_default() += 1;
         }
-        let mut names: Vec<String> = v.diffs.iter().map(|d| crate::fields::generalize(&d.field)).collect();
+        let mut names: Vec<String> = v
+            .diffs
+            .iter()
+            .map(|d| crate::fields::generalize(&d.field))
+            .collect();
         names.sort();
         names.dedup();
         for n in names {
@@ -271,12 +303,18 @@ impl Comparator {
 
     /// Stats of every endpoint: (name, stats).
     pub fn endpoints(&self) -> impl Iterator<Item = (&str, &EndpointStats)> {
-        self.stats.iter().enumerate().map(|(i, s)| (self.endpoints.name(i), s))
+        self.stats
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (self.endpoints.name(i), s))
     }
 
     /// Noise learned for the endpoint named `name` (generalized fields, sorted).
     pub fn noise_of(&self, name: &str) -> Vec<String> {
-        (0..self.endpoints.len()).find(|&i| self.endpoints.name(i) == name).map(|i| self.learned.of(i)).unwrap_or_default()
+        (0..self.endpoints.len())
+            .find(|&i| self.endpoints.name(i) == name)
+            .map(|i| self.learned.of(i))
+            .unwrap_or_default()
     }
 
     /// Totals.
@@ -297,8 +335,15 @@ impl Comparator {
                 (self.endpoints.name(i).to_string(), s, self.learned.of(i))
             })
             .collect();
-        endpoints.sort_by(|a, b| b.1.diff_rate().total_cmp(&a.1.diff_rate()).then(a.0.cmp(&b.0)));
-        Summary { totals: self.totals.clone(), endpoints }
+        endpoints.sort_by(|a, b| {
+            b.1.diff_rate()
+                .total_cmp(&a.1.diff_rate())
+                .then(a.0.cmp(&b.0))
+        });
+        Summary {
+            totals: self.totals.clone(),
+            endpoints,
+        }
     }
 }
 

@@ -45,7 +45,9 @@ fn collapse(seg: &str) -> &str {
     if hexish && seg.len() >= 8 && digits > 0 {
         return "{id}";
     }
-    let token = seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let token = seg
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if token && seg.len() >= 16 && digits >= 2 {
         return "{id}";
     }
@@ -63,7 +65,11 @@ pub struct Endpoints {
 impl Endpoints {
     /// A table of at most `cap` endpoints (plus [`OTHER`]).
     pub fn new(cap: usize) -> Endpoints {
-        Endpoints { cap, ids: HashMap::new(), names: Vec::new() }
+        Endpoints {
+            cap,
+            ids: HashMap::new(),
+            names: Vec::new(),
+        }
     }
 
     /// The index of `name`, added when there is room, else the index of [`OTHER`].
@@ -71,7 +77,11 @@ impl Endpoints {
         if let Some(&i) = self.ids.get(name) {
             return i;
         }
-        let name = if self.names.len() >= self.cap { OTHER } else { name };
+        let name = if self.names.len() >= self.cap {
+            OTHER
+        } else {
+            name
+        };
         if let Some(&i) = self.ids.get(name) {
             return i;
         }
@@ -103,8 +113,14 @@ mod tests {
     #[test]
     fn templates() {
         assert_eq!(template("GET", "/items/123?x=1"), "GET /items/{n}");
-        assert_eq!(template("GET", "/u/550e8400-e29b-41d4-a716-446655440000/p"), "GET /u/{id}/p");
-        assert_eq!(template("PUT", "/o/deadbeef12/x/AbC123dEf456GhI7"), "PUT /o/{id}/x/{id}");
+        assert_eq!(
+            template("GET", "/u/550e8400-e29b-41d4-a716-446655440000/p"),
+            "GET /u/{id}/p"
+        );
+        assert_eq!(
+            template("PUT", "/o/deadbeef12/x/AbC123dEf456GhI7"),
+            "PUT /o/{id}/x/{id}"
+        );
         assert_eq!(template("GET", "/static/app.js"), "GET /static/app.js");
         assert_eq!(template("GET", "/cafe"), "GET /cafe");
         assert_eq!(template("GET", "http://h:8/a/7"), "GET /a/{n}");

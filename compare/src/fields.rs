@@ -85,7 +85,11 @@ impl Fields {
                 map.insert(key, short(&a.header(n).unwrap_or_default()));
             }
         }
-        let mut f = Fields { map, body: None, complete: a.complete };
+        let mut f = Fields {
+            map,
+            body: None,
+            complete: a.complete,
+        };
         let json = if a.complete && (a.is_json() || looks_json(&a.body)) {
             serde_json::from_slice::<Value>(&a.body).ok()
         } else {
@@ -112,12 +116,19 @@ impl Fields {
     pub fn of_bytes(bytes: &[u8], complete: bool) -> Fields {
         let mut map = BTreeMap::new();
         map.insert("body".into(), digest(bytes));
-        Fields { map, body: Some(bytes.to_vec()), complete }
+        Fields {
+            map,
+            body: Some(bytes.to_vec()),
+            complete,
+        }
     }
 }
 
 fn looks_json(body: &[u8]) -> bool {
-    matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'['))
+    matches!(
+        body.iter().find(|b| !b.is_ascii_whitespace()),
+        Some(b'{' | b'[')
+    )
 }
 
 fn flatten(v: &Value, path: &mut String, out: &mut BTreeMap<String, String>, budget: &mut usize) {
@@ -160,7 +171,12 @@ fn short(s: &str) -> String {
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}...({} bytes, {:016x})", &s[..end], s.len(), fnv(s.as_bytes()))
+    format!(
+        "{}...({} bytes, {:016x})",
+        &s[..end],
+        s.len(),
+        fnv(s.as_bytes())
+    )
 }
 
 fn digest(b: &[u8]) -> String {
@@ -254,7 +270,10 @@ mod tests {
     use crate::http::{parse_answer, Limits};
 
     fn fields(raw: &str) -> Fields {
-        Fields::of_answer(&parse_answer(raw.as_bytes(), false, Limits::default()).unwrap(), &["date".into()])
+        Fields::of_answer(
+            &parse_answer(raw.as_bytes(), false, Limits::default()).unwrap(),
+            &["date".into()],
+        )
     }
 
     fn json(body: &str) -> String {
@@ -266,11 +285,22 @@ mod tests {
 
     #[test]
     fn json_leaves_and_paths() {
-        let f = fields(&json(r#"{"items":[{"price":3},{"price":4.5}],"a b":null,"e":[],"s":"x"}"#));
+        let f = fields(&json(
+            r#"{"items":[{"price":3},{"price":4.5}],"a b":null,"e":[],"s":"x"}"#,
+        ));
         let keys: Vec<&str> = f.map.keys().map(|s| s.as_str()).collect();
         assert_eq!(
             keys,
-            ["$.e", "$.items[0].price", "$.items[1].price", "$.s", "$[\"a b\"]", "header:content-length", "header:content-type", "status"]
+            [
+                "$.e",
+                "$.items[0].price",
+                "$.items[1].price",
+                "$.s",
+                "$[\"a b\"]",
+                "header:content-length",
+                "header:content-type",
+                "status"
+            ]
         );
         assert_eq!(f.map["$.s"], "\"x\"");
     }
@@ -283,7 +313,10 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert_eq!(d[0].field, "$.items[1].price");
         assert_eq!(d[0].kind, Kind::BodyField);
-        assert_eq!((d[0].online.as_deref(), d[0].test.as_deref()), (Some("4"), Some("5")));
+        assert_eq!(
+            (d[0].online.as_deref(), d[0].test.as_deref()),
+            (Some("4"), Some("5"))
+        );
         assert_eq!(generalize(&d[0].field), "$.items[*].price");
         // same value, key order changed: equal
         let c = fields(&json(r#"{"n":1,"items":[{"price":3},{"price":4}]}"#));
@@ -294,7 +327,10 @@ mod tests {
     fn missing_field_status_and_bytes() {
         let a = fields(&json(r#"{"a":1,"b":2}"#));
         let b = fields("HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\nerror");
-        let kinds: Vec<(String, Kind)> = diff(&a, &b).into_iter().map(|d| (d.field, d.kind)).collect();
+        let kinds: Vec<(String, Kind)> = diff(&a, &b)
+            .into_iter()
+            .map(|d| (d.field, d.kind))
+            .collect();
         assert!(kinds.contains(&("status".into(), Kind::Status)));
         assert!(kinds.contains(&("$.a".into(), Kind::BodyField)));
         assert!(kinds.contains(&("body".into(), Kind::Body)));
@@ -305,7 +341,10 @@ mod tests {
         assert_eq!((d.len(), d[0].offset), (1, Some(7)));
         // a prefix of a cut body is no difference; of a whole one it is, at the shorter length
         assert!(diff(&x, &Fields::of_bytes(b"+OK he", false)).is_empty());
-        assert_eq!(diff(&x, &Fields::of_bytes(b"+OK he", true))[0].offset, Some(6));
+        assert_eq!(
+            diff(&x, &Fields::of_bytes(b"+OK he", true))[0].offset,
+            Some(6)
+        );
     }
 
     #[test]

@@ -225,15 +225,25 @@ struct H2Conn {
 
 impl H2Conn {
     fn new(max_message: usize) -> H2Conn {
-        H2Conn { readers: std::array::from_fn(|_| Reader::new(max_message)), preface: false, broken: false }
+        H2Conn {
+            readers: std::array::from_fn(|_| Reader::new(max_message)),
+            preface: false,
+            broken: false,
+        }
     }
 }
 
 impl Conn {
     /// Bytes its streams hold (with what its HTTP/2 readers hold).
     fn bytes(&self) -> usize {
-        self.streams.iter().map(|s| s.buf.len() + s.held_bytes).sum::<usize>()
-            + self.h2.as_ref().map_or(0, |h| h.readers.iter().map(Reader::bytes).sum())
+        self.streams
+            .iter()
+            .map(|s| s.buf.len() + s.held_bytes)
+            .sum::<usize>()
+            + self
+                .h2
+                .as_ref()
+                .map_or(0, |h| h.readers.iter().map(Reader::bytes).sum())
     }
 
     fn h2_broken(&self) -> bool {
@@ -295,7 +305,12 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// An empty table.
     pub fn new(cfg: FlowConfig) -> Flows<K> {
         Flows {
-            pending: Pending::new(cfg.pair_timeout, cfg.max_conns.max(1) * 4, cfg.max_pending_bytes, cfg.baseline),
+            pending: Pending::new(
+                cfg.pair_timeout,
+                cfg.max_conns.max(1) * 4,
+                cfg.max_pending_bytes,
+                cfg.baseline,
+            ),
             conns: HashMap::new(),
             gen: 0,
             counts: FlowCounts::default(),
@@ -332,8 +347,12 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             return true;
         }
         let goal = max - max / 8;
-        let mut idle: Vec<(Instant, K)> =
-            self.conns.iter().filter(|(k, c)| *k != key && c.bytes() > 0).map(|(k, c)| (c.last, k.clone())).collect();
+        let mut idle: Vec<(Instant, K)> = self
+            .conns
+            .iter()
+            .filter(|(k, c)| *k != key && c.bytes() > 0)
+            .map(|(k, c)| (c.last, k.clone()))
+            .collect();
         idle.sort_unstable_by_key(|(t, _)| *t);
         for (_, k) in idle {
             if used(self).saturating_add(need) <= goal {
@@ -345,10 +364,14 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         used(self).saturating_add(need) <= max
     }
 
-
     fn new_conn(&mut self, now: Instant, key: &K) {
         if !self.conns.contains_key(key) && self.conns.len() >= self.cfg.max_conns {
-            if let Some(k) = self.conns.iter().min_by_key(|(_, c)| c.last).map(|(k, _)| k.clone()) {
+            if let Some(k) = self
+                .conns
+                .iter()
+                .min_by_key(|(_, c)| c.last)
+                .map(|(k, _)| k.clone())
+            {
                 self.remove_conn(&k);
                 self.counts.conns_shed += 1;
             }
@@ -388,7 +411,9 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     /// acknowledges the request only on its answer (see the module doc). Marks of a connection
     /// not followed (yet) are dropped; a connection keeps its last [`SENT_MARKS`].
     pub fn handle_sent(&mut self, now: Instant, key: &K, side: Side, end: u32) {
-        let (Some(c), Some(ti)) = (self.conns.get_mut(key), test_index(side)) else { return };
+        let (Some(c), Some(ti)) = (self.conns.get_mut(key), test_index(side)) else {
+            return;
+        };
         let marks = &mut c.sent[ti];
         if marks.len() >= SENT_MARKS {
             marks.pop_front();
@@ -398,7 +423,14 @@ impl<K: Hash + Eq + Clone> Flows<K> {
 
     /// [`Flows::handle`] for a connection to the online service's port `port` (it names the
     /// endpoint of a connection that is not HTTP).
-    pub fn handle_on(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>) -> Vec<Exchange> {
+    pub fn handle_on(
+        &mut self,
+        now: Instant,
+        key: &K,
+        port: u16,
+        side: Side,
+        seg: Seg<'_>,
+    ) -> Vec<Exchange> {
         let out = Vec::new();
         // The capture and the records come by different paths: a test server's first segments
         // may be here before the client's SYN. A client SYN starts a new connection only when
@@ -412,14 +444,19 @@ impl<K: Hash + Eq + Clone> Flows<K> {
                 self.new_conn(now, key);
             }
             Some(c) if side == Side::Client && seg.syn => {
-                if c.streams[0].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
+                if c.streams[0]
+                    .base
+                    .is_some_and(|b| b != seg.seq.wrapping_add(1))
+                {
                     self.new_conn(now, key);
                 }
             }
             Some(_) => {}
         }
         let room = seg.payload.is_empty() || self.make_room(key, seg.payload.len());
-        let Some(c) = self.conns.get_mut(key) else { return out };
+        let Some(c) = self.conns.get_mut(key) else {
+            return out;
+        };
         let before = c.bytes();
         if !room {
             // this connection alone fills the bound: the stream stops here
@@ -437,8 +474,18 @@ impl<K: Hash + Eq + Clone> Flows<K> {
     }
 
     /// [`Flows::handle_on`] once the connection exists (its bytes accounted by the caller).
-    fn feed(&mut self, now: Instant, key: &K, port: u16, side: Side, seg: Seg<'_>, mut out: Vec<Exchange>) -> Vec<Exchange> {
-        let Some(c) = self.conns.get_mut(key) else { return out };
+    fn feed(
+        &mut self,
+        now: Instant,
+        key: &K,
+        port: u16,
+        side: Side,
+        seg: Seg<'_>,
+        mut out: Vec<Exchange>,
+    ) -> Vec<Exchange> {
+        let Some(c) = self.conns.get_mut(key) else {
+            return out;
+        };
         c.last = now;
         c.port = port;
         if !c.sampled || c.bytes_done || c.h2_broken() {
@@ -447,12 +494,18 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         let t = idx(side);
         // a SYN with another ISN: a new connection on that side (a test server's reconnection);
         // the same ISN again is a retransmission
-        if seg.syn && c.streams[t].base.is_some_and(|b| b != seg.seq.wrapping_add(1)) {
+        if seg.syn
+            && c.streams[t]
+                .base
+                .is_some_and(|b| b != seg.seq.wrapping_add(1))
+        {
             c.streams[t] = Stream::default();
         }
         // (HTTP/2 test answers are timed from the copy's sends only: one ACK covers the
         // requests of many streams, sent at different times)
-        if let (Some(ack), Some(ti), true, None) = (seg.ack, test_index(side), seg.payload.is_empty(), &c.h2) {
+        if let (Some(ack), Some(ti), true, None) =
+            (seg.ack, test_index(side), seg.payload.is_empty(), &c.h2)
+        {
             note_ack(c, ti, ack, now);
         }
         let h2 = c.h2.is_some();
@@ -476,7 +529,11 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             }
         }
         let base = st.base.unwrap_or(0);
-        let data_seq = if seg.syn { seg.seq.wrapping_add(1) } else { seg.seq };
+        let data_seq = if seg.syn {
+            seg.seq.wrapping_add(1)
+        } else {
+            seg.seq
+        };
         let off = u64::from(data_seq.wrapping_sub(base));
         if off > (1 << 31) {
             return out; // before the start: an old retransmission
@@ -608,7 +665,9 @@ fn sent_at(c: &Conn, ti: usize, end: u64) -> Option<Instant> {
 
 /// A test server's ACK: the requests it now has whole.
 fn note_ack(c: &mut Conn, ti: usize, ack: u32, now: Instant) {
-    let Some(base) = c.streams[0].base else { return };
+    let Some(base) = c.streams[0].base else {
+        return;
+    };
     let acked = u64::from(ack.wrapping_sub(base));
     let answered = c.streams[2 + ti].n;
     for &(n, _, end, _) in &c.reqs {
@@ -677,11 +736,18 @@ fn whole_connection(c: &mut Conn, cfg: &FlowConfig) -> Vec<(u64, Part)> {
         b.truncate(cfg.max_message);
         s.held.clear();
         s.held_bytes = 0;
-        Reply { bytes: b, complete, time: None }
+        Reply {
+            bytes: b,
+            complete,
+            time: None,
+        }
     };
     let mut req = std::mem::take(&mut c.streams[0].buf);
     req.truncate(cfg.max_message.min(4096));
-    let mut out = vec![(0, Part::Request(c.port, req)), (0, Part::Online(take(&mut c.streams[1])))];
+    let mut out = vec![
+        (0, Part::Request(c.port, req)),
+        (0, Part::Online(take(&mut c.streams[1]))),
+    ];
     out.push((0, Part::Candidate(take(&mut c.streams[2]))));
     if cfg.baseline {
         out.push((0, Part::Baseline(take(&mut c.streams[3]))));
@@ -716,9 +782,25 @@ fn emitted_h2_break(c: &mut Conn, counts: &mut FlowCounts) {
 /// so a test connection's stream N is the online connection's stream N). Pushed streams (even
 /// ids) have no request and are left out. A stream that lost bytes, a frame that does not read,
 /// or a frame longer than `max_message` stops the connection's comparison.
-fn cut_h2(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
+fn cut_h2(
+    c: &mut Conn,
+    t: usize,
+    cfg: &FlowConfig,
+    counts: &mut FlowCounts,
+    now: Instant,
+) -> Vec<(u64, Part)> {
     let mut out = Vec::new();
-    let Conn { h2: Some(h2), streams, reqs, sent, port, .. } = c else { return out };
+    let Conn {
+        h2: Some(h2),
+        streams,
+        reqs,
+        sent,
+        port,
+        ..
+    } = c
+    else {
+        return out;
+    };
     if h2.broken {
         return out;
     }
@@ -752,7 +834,10 @@ fn cut_h2(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now
             let complete = m.body_len == m.body.len() as u64;
             let since = match t {
                 0 => {
-                    let head = m.headers.iter().any(|(k, v)| k == b":method" && v == b"HEAD");
+                    let head = m
+                        .headers
+                        .iter()
+                        .any(|(k, v)| k == b":method" && v == b"HEAD");
                     reqs.push_back((n, head, end, now));
                     if reqs.len() > H2_REQS {
                         reqs.pop_front();
@@ -779,12 +864,19 @@ fn cut_h2(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now
             };
             let first = m.first.unwrap_or(now);
             let time = since.map(|s| first.saturating_duration_since(s));
-            let reply = Reply { bytes: answer_as_http1(&m), complete, time };
-            out.push((n, match t {
-                1 => Part::Online(reply),
-                2 => Part::Candidate(reply),
-                _ => Part::Baseline(reply),
-            }));
+            let reply = Reply {
+                bytes: answer_as_http1(&m),
+                complete,
+                time,
+            };
+            out.push((
+                n,
+                match t {
+                    1 => Part::Online(reply),
+                    2 => Part::Candidate(reply),
+                    _ => Part::Baseline(reply),
+                },
+            ));
         }
     }
     st.buf.drain(..off);
@@ -800,7 +892,13 @@ fn cut_h2(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now
 }
 
 /// Cuts the whole messages at the head of stream `t` into parts, with their message index.
-fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCounts, now: Instant) -> Vec<(u64, Part)> {
+fn cut_messages(
+    c: &mut Conn,
+    t: usize,
+    cfg: &FlowConfig,
+    counts: &mut FlowCounts,
+    now: Instant,
+) -> Vec<(u64, Part)> {
     let mut out = Vec::new();
     if c.h2.is_some() {
         return cut_h2(c, t, cfg, counts, now);
@@ -851,7 +949,12 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             }
         }
         let n = st.n;
-        if t >= 2 && c.streams[0].n <= n && !c.streams[0].dead && !c.streams[t].dead && c.streams[t].buf.len() < cfg.max_message {
+        if t >= 2
+            && c.streams[0].n <= n
+            && !c.streams[0].dead
+            && !c.streams[t].dead
+            && c.streams[t].buf.len() < cfg.max_message
+        {
             // a test answer before the capture showed its request whole (the records came by
             // the faster path): it waits for it, which its time starts from (cut again when
             // the client's stream moves on)
@@ -869,8 +972,16 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
                 }
                 // a length no stream reaches (past 2^62 bytes, `Content-Length:
                 // 18446744073709551615`) is not a place to skip to: compare what is there, stop
-                match head.checked_add(body).map(|t| t as u64).filter(|&t| t < MAX_SKIP) {
-                    Some(total) => (st.buf.len(), false, total.saturating_sub(st.buf.len() as u64)),
+                match head
+                    .checked_add(body)
+                    .map(|t| t as u64)
+                    .filter(|&t| t < MAX_SKIP)
+                {
+                    Some(total) => (
+                        st.buf.len(),
+                        false,
+                        total.saturating_sub(st.buf.len() as u64),
+                    ),
                     None => {
                         st.dead = true;
                         counts.unsynced += 1;
@@ -935,7 +1046,11 @@ fn cut_messages(c: &mut Conn, t: usize, cfg: &FlowConfig, counts: &mut FlowCount
             let since = since.map(|s| c.streams[t].last_end_t.map_or(s, |e| e.max(s)));
             c.streams[t].last_end_t = Some(c.streams[t].last_t.unwrap_or(now));
             let time = since.map(|s| first.unwrap_or(now).saturating_duration_since(s));
-            let reply = Reply { bytes, complete, time };
+            let reply = Reply {
+                bytes,
+                complete,
+                time,
+            };
             match t {
                 1 => Part::Online(reply),
                 2 => Part::Candidate(reply),

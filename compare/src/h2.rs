@@ -82,11 +82,21 @@ pub struct Message {
 impl Message {
     /// The value of `name` in the headers, then the trailers.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.headers.iter().chain(&self.trailers).find(|(n, _)| n == name.as_bytes()).map(|(_, v)| v.as_slice())
+        self.headers
+            .iter()
+            .chain(&self.trailers)
+            .find(|(n, _)| n == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
     }
 
     fn size(&self) -> usize {
-        self.body.len() + self.headers.iter().chain(&self.trailers).map(|(n, v)| n.len() + v.len() + 32).sum::<usize>()
+        self.body.len()
+            + self
+                .headers
+                .iter()
+                .chain(&self.trailers)
+                .map(|(n, v)| n.len() + v.len() + 32)
+                .sum::<usize>()
     }
 }
 
@@ -115,14 +125,25 @@ pub struct Reader {
 
 impl std::fmt::Debug for Reader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reader").field("streams", &self.streams.len()).field("held", &self.held).finish()
+        f.debug_struct("Reader")
+            .field("streams", &self.streams.len())
+            .field("held", &self.held)
+            .finish()
     }
 }
 
 impl Reader {
     /// A reader that keeps at most `max_body` bytes of each message's DATA.
     pub fn new(max_body: usize) -> Reader {
-        Reader { hpack: common::hpack::Decoder::new(), block: None, streams: HashMap::new(), done: Vec::new(), max_body, held: 0, frames: 0 }
+        Reader {
+            hpack: common::hpack::Decoder::new(),
+            block: None,
+            streams: HashMap::new(),
+            done: Vec::new(),
+            max_body,
+            held: 0,
+            frames: 0,
+        }
     }
 
     /// Bytes held: the open streams' headers and bodies, the block being read, the ended
@@ -139,7 +160,9 @@ impl Reader {
     /// Reads the first frame of `bytes` when it is whole: the bytes it took, or 0 when the
     /// frame is not whole yet (the caller gives those bytes again with more).
     pub fn read(&mut self, bytes: &[u8], now: Instant) -> Result<usize, H2Error> {
-        let Some(h) = FrameHeader::parse(bytes) else { return Ok(0) };
+        let Some(h) = FrameHeader::parse(bytes) else {
+            return Ok(0);
+        };
         let total = HEADER_LEN + h.len as usize;
         if bytes.len() < total {
             return Ok(0);
@@ -179,12 +202,23 @@ impl Reader {
                 }
                 let mut p = unpad(h.flags, p)?;
                 let promise = h.kind == FrameKind::PushPromise;
-                let skip = if promise { 4 } else if h.flags & PRIORITY != 0 { 5 } else { 0 };
+                let skip = if promise {
+                    4
+                } else if h.flags & PRIORITY != 0 {
+                    5
+                } else {
+                    0
+                };
                 p = p.get(skip..).ok_or(H2Error::Frame)?;
                 if p.len() > MAX_BLOCK {
                     return Err(H2Error::Bound);
                 }
-                let b = Block { stream: h.stream, end_stream: !promise && h.flags & END_STREAM != 0, promise, bytes: p.to_vec() };
+                let b = Block {
+                    stream: h.stream,
+                    end_stream: !promise && h.flags & END_STREAM != 0,
+                    promise,
+                    bytes: p.to_vec(),
+                };
                 if h.flags & END_HEADERS != 0 {
                     self.end_block(b, now)?;
                 } else {
@@ -239,14 +273,17 @@ impl Reader {
         // common::hpack checks the block's shape first (fluke-hpack panics on some malformed
         // size updates) and refuses every block after a bad one (the table is unknown then).
         let mut list = HeaderList::new();
-        self.hpack.decode(&b.bytes, &mut list).map_err(|_| H2Error::Hpack)?;
+        self.hpack
+            .decode(&b.bytes, &mut list)
+            .map_err(|_| H2Error::Hpack)?;
         if b.promise {
             return Ok(());
         }
         let size: usize = list.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
         let m = self.stream(b.stream, now)?;
         let interim = |l: &HeaderList| {
-            l.iter().any(|(n, v)| n == b":status" && v.first() == Some(&b'1') && v.as_slice() != b"101")
+            l.iter()
+                .any(|(n, v)| n == b":status" && v.first() == Some(&b'1') && v.as_slice() != b"101")
         };
         let old = if m.headers.is_empty() || interim(&m.headers) {
             let old: usize = m.headers.iter().map(|(n, v)| n.len() + v.len() + 32).sum();
@@ -270,18 +307,45 @@ fn unpad(flags: u8, p: &[u8]) -> Result<&[u8], H2Error> {
         return Ok(p);
     }
     let (&pad, rest) = p.split_first().ok_or(H2Error::Frame)?;
-    rest.len().checked_sub(usize::from(pad)).map(|n| &rest[..n]).ok_or(H2Error::Frame)
+    rest.len()
+        .checked_sub(usize::from(pad))
+        .map(|n| &rest[..n])
+        .ok_or(H2Error::Frame)
 }
 
 /// Headers that describe the framing or the connection, not the message (RFC 9113 8.2.2), left
 /// out of the HTTP/1.1 form; `Content-Length` is written afresh.
-const DROPPED: &[&[u8]] = &[b"content-length", b"transfer-encoding", b"connection", b"keep-alive", b"upgrade", b"proxy-connection", b"te"];
+const DROPPED: &[&[u8]] = &[
+    b"content-length",
+    b"transfer-encoding",
+    b"connection",
+    b"keep-alive",
+    b"upgrade",
+    b"proxy-connection",
+    b"te",
+];
 
 /// A header name as an HTTP/1.1 token (lowercase; other bytes become `_`).
 fn token(n: &[u8]) -> String {
     n.iter()
         .map(|&c| match c {
-            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'^' | b'`' | b'|' | b'~' => c as char,
+            b'a'..=b'z'
+            | b'0'..=b'9'
+            | b'-'
+            | b'_'
+            | b'.'
+            | b'!'
+            | b'#'
+            | b'$'
+            | b'%'
+            | b'&'
+            | b'\''
+            | b'*'
+            | b'+'
+            | b'^'
+            | b'`'
+            | b'|'
+            | b'~' => c as char,
             b'A'..=b'Z' => c.to_ascii_lowercase() as char,
             _ => '_',
         })
@@ -302,12 +366,17 @@ fn value(v: &[u8]) -> String {
 }
 
 fn pseudo<'a>(l: &'a HeaderList, name: &str) -> Option<&'a [u8]> {
-    l.iter().find(|(n, _)| n == name.as_bytes()).map(|(_, v)| v.as_slice())
+    l.iter()
+        .find(|(n, _)| n == name.as_bytes())
+        .map(|(_, v)| v.as_slice())
 }
 
 fn write_fields(out: &mut Vec<u8>, m: &Message) {
     for (n, v) in m.headers.iter().chain(&m.trailers) {
-        if n.first() == Some(&b':') || n.is_empty() || DROPPED.contains(&n.to_ascii_lowercase().as_slice()) {
+        if n.first() == Some(&b':')
+            || n.is_empty()
+            || DROPPED.contains(&n.to_ascii_lowercase().as_slice())
+        {
             continue;
         }
         out.extend_from_slice(format!("{}: {}\r\n", token(n), value(v)).as_bytes());
@@ -319,8 +388,15 @@ fn write_fields(out: &mut Vec<u8>, m: &Message) {
 /// A request as HTTP/1.1: `:method` and `:path` as the request line, `:authority` as `host`,
 /// the other headers and the trailers, `Content-Length` of all its DATA, the body kept.
 pub fn request_as_http1(m: &Message) -> Vec<u8> {
-    let method = pseudo(&m.headers, ":method").map(token).filter(|m| !m.is_empty()).unwrap_or_else(|| "GET".into()).to_ascii_uppercase();
-    let path = pseudo(&m.headers, ":path").map(value).filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_graphic())).unwrap_or_else(|| "/".into());
+    let method = pseudo(&m.headers, ":method")
+        .map(token)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "GET".into())
+        .to_ascii_uppercase();
+    let path = pseudo(&m.headers, ":path")
+        .map(value)
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "/".into());
     let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
     if let Some(a) = pseudo(&m.headers, ":authority") {
         out.extend_from_slice(format!("host: {}\r\n", value(a)).as_bytes());
@@ -335,8 +411,12 @@ pub fn request_as_http1(m: &Message) -> Vec<u8> {
 /// the error code of a reset stream, `Content-Length` of all its DATA, the body kept.
 pub fn answer_as_http1(m: &Message) -> Vec<u8> {
     let status = pseudo(&m.headers, ":status")
-        .filter(|s| s.len() == 3 && s.iter().all(u8::is_ascii_digit) && (s[0] != b'1' || s == b"101"))
-        .map_or("000".to_string(), |s| String::from_utf8_lossy(s).into_owned());
+        .filter(|s| {
+            s.len() == 3 && s.iter().all(u8::is_ascii_digit) && (s[0] != b'1' || s == b"101")
+        })
+        .map_or("000".to_string(), |s| {
+            String::from_utf8_lossy(s).into_owned()
+        });
     let mut out = format!("HTTP/1.1 {status} \r\n").into_bytes();
     if let Some(code) = m.reset {
         out.extend_from_slice(format!("x-h2-reset: {code}\r\n").as_bytes());

@@ -60,7 +60,11 @@ pub struct Answer {
 impl Answer {
     /// The value of header `name` (lowercase), repeated ones joined by ", ".
     pub fn header(&self, name: &str) -> Option<String> {
-        let mut vals = self.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        let mut vals = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str());
         let first = vals.next()?;
         Some(vals.fold(first.to_string(), |acc, v| acc + ", " + v))
     }
@@ -122,7 +126,13 @@ pub fn parse_answer(bytes: &[u8], head_request: bool, limits: Limits) -> Result<
             rest = body_bytes;
             continue;
         }
-        let mut ans = Answer { status, headers, body: Vec::new(), complete: true, gzip: false };
+        let mut ans = Answer {
+            status,
+            headers,
+            body: Vec::new(),
+            complete: true,
+            gzip: false,
+        };
         let no_body = head_request || status == 204 || status == 304 || status == 101;
         if !no_body {
             read_body(&mut ans, body_bytes, limits)?;
@@ -145,9 +155,11 @@ fn parse_head(bytes: &[u8]) -> Result<(u16, Vec<(String, String)>, usize), HttpE
 }
 
 fn read_body(ans: &mut Answer, body: &[u8], limits: Limits) -> Result<(), HttpError> {
-    let chunked = ans
-        .header("transfer-encoding")
-        .is_some_and(|te| te.to_ascii_lowercase().split(',').any(|p| p.trim() == "chunked"));
+    let chunked = ans.header("transfer-encoding").is_some_and(|te| {
+        te.to_ascii_lowercase()
+            .split(',')
+            .any(|p| p.trim() == "chunked")
+    });
     let raw: Vec<u8>;
     let mut complete;
     if chunked {
@@ -161,9 +173,11 @@ fn read_body(ans: &mut Answer, body: &[u8], limits: Limits) -> Result<(), HttpEr
         raw = body[..have].to_vec();
         complete = have == body.len();
     }
-    let gzip = ans
-        .header("content-encoding")
-        .is_some_and(|ce| ce.to_ascii_lowercase().split(',').any(|p| p.trim() == "gzip"));
+    let gzip = ans.header("content-encoding").is_some_and(|ce| {
+        ce.to_ascii_lowercase()
+            .split(',')
+            .any(|p| p.trim() == "gzip")
+    });
     if gzip {
         let (plain, whole) = gunzip(&raw, limits.max_body);
         ans.body = plain;
@@ -208,7 +222,10 @@ fn dechunk(body: &[u8], max: usize) -> Result<(Vec<u8>, bool), HttpError> {
 /// Walks a chunked body, handing `data` each chunk's bytes (the last of them cut short when the
 /// body is) until it answers false. `Some(at)`: the last chunk's size line ends at `at` (the
 /// trailers follow); `None`: the body, or `data`, stopped first. An error names the offset.
-fn walk_chunks(body: &[u8], mut data: impl FnMut(&[u8]) -> bool) -> Result<Option<usize>, HttpError> {
+fn walk_chunks(
+    body: &[u8],
+    mut data: impl FnMut(&[u8]) -> bool,
+) -> Result<Option<usize>, HttpError> {
     let mut at = 0;
     loop {
         let (skip, size) = match httparse::parse_chunk_size(&body[at..]) {
@@ -220,7 +237,10 @@ fn walk_chunks(body: &[u8], mut data: impl FnMut(&[u8]) -> bool) -> Result<Optio
         if size == 0 {
             return Ok(Some(at));
         }
-        let end = usize::try_from(size).ok().and_then(|n| at.checked_add(n)).ok_or(HttpError::Chunk(at))?;
+        let end = usize::try_from(size)
+            .ok()
+            .and_then(|n| at.checked_add(n))
+            .ok_or(HttpError::Chunk(at))?;
         let take = end.min(body.len());
         if !data(&body[at..take]) || take < end {
             return Ok(None);
@@ -276,7 +296,11 @@ pub enum Framing {
 
 /// Where the request or answer at the start of `bytes` ends. `head_request`: an answer to a
 /// `HEAD` (no body). Interim `1xx` answers count as part of the answer that follows them.
-pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result<Framing, HttpError> {
+pub fn message_len(
+    bytes: &[u8],
+    is_request: bool,
+    head_request: bool,
+) -> Result<Framing, HttpError> {
     let mut off = 0;
     loop {
         let rest = &bytes[off..];
@@ -299,13 +323,21 @@ pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result
             off += head_len;
             continue;
         }
-        let ans = Answer { status, headers: hs, body: Vec::new(), complete: true, gzip: false };
+        let ans = Answer {
+            status,
+            headers: hs,
+            body: Vec::new(),
+            complete: true,
+            gzip: false,
+        };
         if !is_request && (head_request || status == 204 || status == 304 || status == 101) {
             return Ok(Framing::Complete(off + head_len));
         }
-        let chunked = ans
-            .header("transfer-encoding")
-            .is_some_and(|te| te.to_ascii_lowercase().split(',').any(|p| p.trim() == "chunked"));
+        let chunked = ans.header("transfer-encoding").is_some_and(|te| {
+            te.to_ascii_lowercase()
+                .split(',')
+                .any(|p| p.trim() == "chunked")
+        });
         if chunked {
             return Ok(match chunked_len(&rest[head_len..])? {
                 Some(n) => Framing::Complete(off + head_len + n),
@@ -314,7 +346,10 @@ pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result
         }
         return Ok(match content_length(&ans)? {
             Some(n) if rest.len() - head_len >= n => Framing::Complete(off + head_len + n),
-            Some(n) => Framing::Sized { head: off + head_len, body: n },
+            Some(n) => Framing::Sized {
+                head: off + head_len,
+                body: n,
+            },
             None if is_request => Framing::Complete(off + head_len),
             None => Framing::UntilClose,
         });
@@ -322,15 +357,26 @@ pub fn message_len(bytes: &[u8], is_request: bool, head_request: bool) -> Result
 }
 
 fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {
-    hs.iter().map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).trim().to_string())).collect()
+    hs.iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).trim().to_string(),
+            )
+        })
+        .collect()
 }
 
 /// The length of a whole chunked body (trailers included), or None when it has not ended.
 fn chunked_len(body: &[u8]) -> Result<Option<usize>, HttpError> {
-    let Some(mut at) = walk_chunks(body, |_| true)? else { return Ok(None) };
+    let Some(mut at) = walk_chunks(body, |_| true)? else {
+        return Ok(None);
+    };
     // trailers: lines until an empty one
     loop {
-        let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
         at += i + 2;
         if i == 0 {
             return Ok(Some(at));
@@ -365,8 +411,12 @@ mod tests {
 
     #[test]
     fn cut_body_is_incomplete_not_an_error() {
-        let a = parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel", false, Limits::default())
-            .unwrap();
+        let a = parse_answer(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel",
+            false,
+            Limits::default(),
+        )
+        .unwrap();
         assert_eq!(a.body, b"hel");
         assert!(!a.complete);
     }
@@ -390,18 +440,28 @@ mod tests {
         assert_eq!(cut.body, b"hello wo");
         assert!(!cut.complete);
         assert_eq!(
-            parse_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", false, Limits::default()),
+            parse_answer(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                false,
+                Limits::default()
+            ),
             Err(HttpError::Chunk(0))
         );
         assert_eq!(
-            parse_answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc", false, Limits::default()),
+            parse_answer(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nabc",
+                false,
+                Limits::default()
+            ),
             Err(HttpError::Chunk(4))
         );
     }
 
     #[test]
     fn gzip_chunked_and_cut() {
-        let plain: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let plain: Vec<u8> = (0..200_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
         let z = gz(&plain);
         let mut bytes = format!(
             "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
@@ -433,16 +493,31 @@ mod tests {
         .unwrap();
         assert_eq!(a.status, 204);
         assert!(a.body.is_empty() && a.complete);
-        let a = parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n", true, Limits::default()).unwrap();
+        let a = parse_answer(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n",
+            true,
+            Limits::default(),
+        )
+        .unwrap();
         assert!(a.body.is_empty() && a.complete);
     }
 
     #[test]
     fn malformed() {
-        assert!(matches!(parse_answer(b"HTTP/1.1 200 OK\r\nX", false, Limits::default()), Err(HttpError::PartialHead(_))));
-        assert!(matches!(parse_answer(b"SSH-2.0-x\r\n\r\n", false, Limits::default()), Err(HttpError::Head(_))));
+        assert!(matches!(
+            parse_answer(b"HTTP/1.1 200 OK\r\nX", false, Limits::default()),
+            Err(HttpError::PartialHead(_))
+        ));
+        assert!(matches!(
+            parse_answer(b"SSH-2.0-x\r\n\r\n", false, Limits::default()),
+            Err(HttpError::Head(_))
+        ));
         assert_eq!(
-            parse_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", false, Limits::default()),
+            parse_answer(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+                false,
+                Limits::default()
+            ),
             Err(HttpError::ContentLength)
         );
         assert!(!looks_like_answer(b"+OK\r\n"));
@@ -451,24 +526,50 @@ mod tests {
     #[test]
     fn framing() {
         let f = |b: &[u8], req| message_len(b, req, false).unwrap();
-        assert_eq!(f(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2", true), Framing::Complete(27));
-        assert_eq!(f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET", true), Framing::Complete(41));
-        assert_eq!(f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na", true), Framing::Sized { head: 38, body: 3 });
+        assert_eq!(
+            f(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2", true),
+            Framing::Complete(27)
+        );
+        assert_eq!(
+            f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET", true),
+            Framing::Complete(41)
+        );
+        assert_eq!(
+            f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na", true),
+            Framing::Sized { head: 38, body: 3 }
+        );
         assert_eq!(f(b"GET / HTTP/1.1\r\nHost", true), Framing::Incomplete);
         let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\nHTTP";
         assert_eq!(f(chunked, false), Framing::Complete(chunked.len() - 4));
         assert_eq!(f(&chunked[..chunked.len() - 8], false), Framing::Incomplete);
         assert_eq!(f(b"HTTP/1.1 200 OK\r\n\r\nabc", false), Framing::UntilClose);
-        assert_eq!(f(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No\r\n\r\nx", false), Framing::Complete(44));
-        assert_eq!(message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", false, true).unwrap(), Framing::Complete(38));
-        assert!(message_len(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", false, false).is_err());
+        assert_eq!(
+            f(
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No\r\n\r\nx",
+                false
+            ),
+            Framing::Complete(44)
+        );
+        assert_eq!(
+            message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", false, true).unwrap(),
+            Framing::Complete(38)
+        );
+        assert!(message_len(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",
+            false,
+            false
+        )
+        .is_err());
         assert!(message_len(b"\x00\x01", true, false).is_err());
     }
 
     #[test]
     fn request_heads() {
         let r = parse_request_head(b"GET /items/12?x=1 HTTP/1.1\r\nHost: a\r\n\r\nbody").unwrap();
-        assert_eq!((r.method.as_str(), r.target.as_str(), r.head_len), ("GET", "/items/12?x=1", Some(39)));
+        assert_eq!(
+            (r.method.as_str(), r.target.as_str(), r.head_len),
+            ("GET", "/items/12?x=1", Some(39))
+        );
         let r = parse_request_head(b"POST /a HTTP/1.1\r\nHost: a").unwrap();
         assert_eq!((r.method.as_str(), r.head_len), ("POST", None));
         assert!(parse_request_head(b"\x16\x03\x01garbage").is_err());

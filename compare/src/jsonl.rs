@@ -107,7 +107,11 @@ impl Line {
         let noise = v
             .learned
             .iter()
-            .map(|f| Line::Noise { t, endpoint: v.endpoint.clone(), field: f.clone() })
+            .map(|f| Line::Noise {
+                t,
+                endpoint: v.endpoint.clone(),
+                field: f.clone(),
+            })
             .collect();
         let outcome = match v.outcome {
             Outcome::Equal => return (None, noise),
@@ -154,7 +158,12 @@ pub struct JsonlWriter {
 impl JsonlWriter {
     /// Opens `path` (appending), rotating at `max_bytes`, keeping `keep` older files, writing
     /// the fraction `sample` (0..=1) of differing exchanges.
-    pub fn create(path: &Path, max_bytes: u64, keep: usize, sample: f64) -> io::Result<JsonlWriter> {
+    pub fn create(
+        path: &Path,
+        max_bytes: u64,
+        keep: usize,
+        sample: f64,
+    ) -> io::Result<JsonlWriter> {
         let out = Sink::new(common::private::append(path)?, BUF)?;
         let size = out.len();
         Ok(JsonlWriter {
@@ -334,11 +343,24 @@ mod tests {
         w.flush().unwrap();
         fs::write(p.with_extension("x"), "").unwrap();
         let rb = read_lines(&p).unwrap();
-        let diffs = rb.lines.iter().filter(|l| matches!(l, Line::Diff { .. })).count();
-        let noise = rb.lines.iter().filter(|l| matches!(l, Line::Noise { .. })).count();
+        let diffs = rb
+            .lines
+            .iter()
+            .filter(|l| matches!(l, Line::Diff { .. }))
+            .count();
+        let noise = rb
+            .lines
+            .iter()
+            .filter(|l| matches!(l, Line::Noise { .. }))
+            .count();
         assert_eq!((diffs, noise, rb.bad), (10, 1, 0));
         assert_eq!(w.sampled_out, 90);
-        let Line::Diff { diffs, online_ms, .. } = &rb.lines[1] else { panic!("{:?}", rb.lines[1]) };
+        let Line::Diff {
+            diffs, online_ms, ..
+        } = &rb.lines[1]
+        else {
+            panic!("{:?}", rb.lines[1])
+        };
         assert_eq!(diffs[0].field, "$.x");
         assert_eq!(*online_ms, Some(2.0));
         fs::remove_dir_all(p.parent().unwrap()).unwrap();
@@ -352,23 +374,40 @@ mod tests {
             w.write_verdict(&verdict(i + 1), i as u64).unwrap();
         }
         w.flush().unwrap();
-        let total: u64 = fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        let total: u64 = fs::read_dir(p.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
         assert!(total <= 3 * 2048, "{total}");
         assert!(numbered(&p, 2).exists() && !numbered(&p, 3).exists());
         use std::os::unix::fs::PermissionsExt;
         for f in [p.clone(), numbered(&p, 1), numbered(&p, 2)] {
             let mode = fs::metadata(&f).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, 0o600, "{} holds production answers: owner-only", f.display());
+            assert_eq!(
+                mode,
+                0o600,
+                "{} holds production answers: owner-only",
+                f.display()
+            );
         }
         let rb = read_lines(&p).unwrap();
-        let ts: Vec<u64> = rb.lines.iter().map(|l| if let Line::Diff { t, .. } = l { *t } else { 0 }).collect();
-        assert!(ts.windows(2).all(|w| w[0] < w[1]) && *ts.last().unwrap() == 199, "{ts:?}");
+        let ts: Vec<u64> = rb
+            .lines
+            .iter()
+            .map(|l| if let Line::Diff { t, .. } = l { *t } else { 0 })
+            .collect();
+        assert!(
+            ts.windows(2).all(|w| w[0] < w[1]) && *ts.last().unwrap() == 199,
+            "{ts:?}"
+        );
         // a bad line is counted and located
         fs::write(&p, "{\"type\":\"nope\"}\n").unwrap();
         let rb = read_lines(&p).unwrap();
         assert_eq!(rb.bad, 1);
         assert_eq!(rb.first_bad, Some((p.clone(), 1)));
-        assert!(read_lines(&p.with_extension("missing")).unwrap_err().contains("missing"));
+        assert!(read_lines(&p.with_extension("missing"))
+            .unwrap_err()
+            .contains("missing"));
         fs::remove_dir_all(p.parent().unwrap()).unwrap();
     }
 }

@@ -20,8 +20,8 @@
 pub mod comparator;
 pub mod endpoint;
 pub mod fields;
-pub mod h2;
 pub mod flows;
+pub mod h2;
 pub mod http;
 pub mod jsonl;
 pub mod noise;
@@ -30,6 +30,6 @@ pub mod redact;
 pub mod report;
 pub mod stats;
 
-pub use comparator::{CompareConfig, Comparator, Exchange, Outcome, Reply, Verdict};
+pub use comparator::{Comparator, CompareConfig, Exchange, Outcome, Reply, Verdict};
 pub use fields::{FieldDiff, Kind};
 pub use pending::{Part, Pending};

@@ -71,13 +71,18 @@ impl Learned {
 
     /// Whether `field` is learned noise of `ep`.
     pub fn contains(&self, ep: usize, field: &str) -> bool {
-        self.by_endpoint.get(&ep).is_some_and(|s| s.contains(&generalize(field)))
+        self.by_endpoint
+            .get(&ep)
+            .is_some_and(|s| s.contains(&generalize(field)))
     }
 
     /// The noise fields of `ep`, sorted.
     pub fn of(&self, ep: usize) -> Vec<String> {
-        let mut v: Vec<String> =
-            self.by_endpoint.get(&ep).map(|s| s.iter().cloned().collect()).unwrap_or_default();
+        let mut v: Vec<String> = self
+            .by_endpoint
+            .get(&ep)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
         v.sort();
         v
     }
@@ -122,7 +127,11 @@ pub struct Repeats {
 impl Repeats {
     /// A table of at most `cap` requests (oldest forgotten first).
     pub fn new(cap: usize) -> Repeats {
-        Repeats { cap, table: HashMap::new(), order: VecDeque::new() }
+        Repeats {
+            cap,
+            table: HashMap::new(),
+            order: VecDeque::new(),
+        }
     }
 
     /// Records the online and test answers to the request `key` (a hash of method, target and
@@ -166,7 +175,10 @@ mod tests {
     use super::*;
 
     fn f(pairs: &[(&str, &str)]) -> Fields {
-        let mut x = Fields { complete: true, ..Fields::default() };
+        let mut x = Fields {
+            complete: true,
+            ..Fields::default()
+        };
         for (k, v) in pairs {
             x.map.insert(k.to_string(), v.to_string());
         }
@@ -175,7 +187,12 @@ mod tests {
 
     #[test]
     fn ignore_patterns() {
-        let ig = Ignore::new(&["header:X-Request-Id", "$.items[*].ts", "$.meta.*", "$.list[0].id"]);
+        let ig = Ignore::new(&[
+            "header:X-Request-Id",
+            "$.items[*].ts",
+            "$.meta.*",
+            "$.list[0].id",
+        ]);
         assert!(ig.matches("header:x-request-id"));
         assert!(ig.matches("$.items[7].ts"));
         assert!(ig.matches("$.meta.host"));

@@ -84,7 +84,12 @@ pub struct Pending<K> {
 impl<K: Hash + Eq + Clone> Pending<K> {
     /// A table whose entries wait at most `timeout`, at most `max_entries` of them holding at
     /// most `max_bytes`; `want_baseline`: an exchange is whole only with a baseline answer.
-    pub fn new(timeout: Duration, max_entries: usize, max_bytes: usize, want_baseline: bool) -> Self {
+    pub fn new(
+        timeout: Duration,
+        max_entries: usize,
+        max_bytes: usize,
+        want_baseline: bool,
+    ) -> Self {
         Pending {
             timeout,
             max_entries: max_entries.max(1),
@@ -114,8 +119,19 @@ impl<K: Hash + Eq + Clone> Pending<K> {
                 return None;
             }
             self.order.push_back((now, key.clone()));
-            let ex = Exchange { baseline_expected: self.want_baseline, ..Exchange::default() };
-            self.map.insert(key.clone(), Entry { born: now, have: 0, bytes: 0, ex });
+            let ex = Exchange {
+                baseline_expected: self.want_baseline,
+                ..Exchange::default()
+            };
+            self.map.insert(
+                key.clone(),
+                Entry {
+                    born: now,
+                    have: 0,
+                    bytes: 0,
+                    ex,
+                },
+            );
         }
         let e = self.map.get_mut(&key)?;
         let bit = part.bit();
@@ -225,7 +241,11 @@ mod tests {
     use super::*;
 
     fn r(b: &[u8]) -> Reply {
-        Reply { bytes: b.to_vec(), complete: true, time: None }
+        Reply {
+            bytes: b.to_vec(),
+            complete: true,
+            time: None,
+        }
     }
 
     #[test]
@@ -234,8 +254,21 @@ mod tests {
         let mut p: Pending<(u64, u32)> = Pending::new(Duration::from_secs(10), 100, 1 << 20, false);
         assert!(p.add(t0, (1, 0), Part::Candidate(r(b"c"))).is_none());
         assert!(p.add(t0, (1, 0), Part::Online(r(b"o"))).is_none());
-        let ex = p.add(t0 + Duration::from_secs(3), (1, 0), Part::Request(80, b"q".to_vec())).unwrap();
-        assert_eq!((ex.request.as_slice(), ex.online.bytes.as_slice(), ex.candidate.bytes.as_slice()), (&b"q"[..], &b"o"[..], &b"c"[..]));
+        let ex = p
+            .add(
+                t0 + Duration::from_secs(3),
+                (1, 0),
+                Part::Request(80, b"q".to_vec()),
+            )
+            .unwrap();
+        assert_eq!(
+            (
+                ex.request.as_slice(),
+                ex.online.bytes.as_slice(),
+                ex.candidate.bytes.as_slice()
+            ),
+            (&b"q"[..], &b"o"[..], &b"c"[..])
+        );
         assert!(p.is_empty());
         assert_eq!(p.bytes(), 0);
     }
@@ -247,7 +280,11 @@ mod tests {
         p.add(t0, 1, Part::Request(80, b"q".to_vec()));
         p.add(t0, 1, Part::Online(r(b"o")));
         p.add(t0, 1, Part::Candidate(r(b"c")));
-        p.add(t0 + Duration::from_secs(1), 2, Part::Request(80, b"q".to_vec()));
+        p.add(
+            t0 + Duration::from_secs(1),
+            2,
+            Part::Request(80, b"q".to_vec()),
+        );
         p.add(t0 + Duration::from_secs(1), 2, Part::Online(r(b"o")));
         assert_eq!(p.next_deadline(), Some(t0 + Duration::from_secs(10)));
         assert!(p.expire(t0 + Duration::from_secs(9)).is_empty());
@@ -256,7 +293,13 @@ mod tests {
         assert!(out[0].baseline_expected && out[0].baseline.is_none());
         assert_eq!(p.counts().expired, 0);
         assert!(p.expire(t0 + Duration::from_secs(12)).is_empty());
-        assert_eq!(p.counts(), PendingCounts { expired: 1, shed: 0 });
+        assert_eq!(
+            p.counts(),
+            PendingCounts {
+                expired: 1,
+                shed: 0
+            }
+        );
         assert!(p.is_empty());
     }
 

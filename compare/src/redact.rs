@@ -12,7 +12,12 @@
 use crate::fields::FieldDiff;
 
 /// Headers redacted unless told otherwise.
-pub const DEFAULT_REDACTED: &[&str] = &["authorization", "cookie", "set-cookie", "proxy-authorization"];
+pub const DEFAULT_REDACTED: &[&str] = &[
+    "authorization",
+    "cookie",
+    "set-cookie",
+    "proxy-authorization",
+];
 /// What a redacted value reads.
 pub const MARK: &str = "[redacted]";
 /// What the other side's redacted value reads when the two differ.
@@ -31,7 +36,11 @@ impl Default for Redact {
 impl Redact {
     /// Redacts these headers (any case).
     pub fn new<S: AsRef<str>>(names: impl IntoIterator<Item = S>) -> Redact {
-        let mut v: Vec<String> = names.into_iter().map(|n| n.as_ref().trim().to_ascii_lowercase()).filter(|n| !n.is_empty()).collect();
+        let mut v: Vec<String> = names
+            .into_iter()
+            .map(|n| n.as_ref().trim().to_ascii_lowercase())
+            .filter(|n| !n.is_empty())
+            .collect();
         v.sort();
         v.dedup();
         Redact(v)
@@ -40,7 +49,10 @@ impl Redact {
     /// The list of a command line (`--compare-redact`, `compare-report --redact`): these
     /// names, or nothing when one of them is `none`.
     pub fn from_list<S: AsRef<str>>(names: &[S]) -> Redact {
-        if names.iter().any(|n| n.as_ref().trim().eq_ignore_ascii_case("none")) {
+        if names
+            .iter()
+            .any(|n| n.as_ref().trim().eq_ignore_ascii_case("none"))
+        {
             Redact::none()
         } else {
             Redact::new(names)
@@ -64,7 +76,9 @@ impl Redact {
 
     /// Replaces the values of a differing field when it is a redacted header.
     pub fn diff(&self, d: &mut FieldDiff) {
-        let Some(name) = d.field.strip_prefix("header:") else { return };
+        let Some(name) = d.field.strip_prefix("header:") else {
+            return;
+        };
         if !self.covers(name) {
             return;
         }
@@ -82,7 +96,10 @@ impl Redact {
         if self.0.is_empty() {
             return msg.to_vec();
         }
-        let end = msg.windows(4).position(|w| w == b"\r\n\r\n").map_or(msg.len(), |i| i + 2);
+        let end = msg
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(msg.len(), |i| i + 2);
         let mut out = Vec::with_capacity(msg.len());
         let mut first = true;
         for line in msg[..end].split_inclusive(|&b| b == b'\n') {
@@ -114,18 +131,35 @@ mod tests {
     use crate::fields::Kind;
 
     fn fd(field: &str, online: Option<&str>, test: Option<&str>) -> FieldDiff {
-        FieldDiff { field: field.into(), kind: Kind::Header, online: online.map(Into::into), test: test.map(Into::into), offset: None }
+        FieldDiff {
+            field: field.into(),
+            kind: Kind::Header,
+            online: online.map(Into::into),
+            test: test.map(Into::into),
+            offset: None,
+        }
     }
 
     #[test]
     fn credential_headers_keep_only_that_they_differ() {
         let r = Redact::default();
-        let mut d = fd("header:set-cookie", Some("sid=online-secret"), Some("sid=test-secret"));
+        let mut d = fd(
+            "header:set-cookie",
+            Some("sid=online-secret"),
+            Some("sid=test-secret"),
+        );
         r.diff(&mut d);
-        assert_eq!((d.online.as_deref(), d.test.as_deref()), (Some(MARK), Some(MARK_DIFFERS)));
+        assert_eq!(
+            (d.online.as_deref(), d.test.as_deref()),
+            (Some(MARK), Some(MARK_DIFFERS))
+        );
         let mut d = fd("header:authorization", None, Some("Bearer abc"));
         r.diff(&mut d);
-        assert_eq!((d.online.as_deref(), d.test.as_deref()), (None, Some(MARK_DIFFERS)), "absence is kept");
+        assert_eq!(
+            (d.online.as_deref(), d.test.as_deref()),
+            (None, Some(MARK_DIFFERS)),
+            "absence is kept"
+        );
         let mut d = fd("header:x-a", Some("1"), Some("2"));
         r.diff(&mut d);
         assert_eq!(d.test.as_deref(), Some("2"), "other headers are left");
@@ -146,7 +180,10 @@ mod tests {
             "GET /a?cookie:1 HTTP/1.1\r\nHost: h\r\nCookie: [redacted]\r\nAUTHORIZATION: [redacted]\r\n\r\nbody Cookie: x"
         );
         let cut = b"HTTP/1.1 200 OK\r\nSet-Cookie: sid=abc";
-        assert_eq!(String::from_utf8(r.head(cut)).unwrap(), "HTTP/1.1 200 OK\r\nSet-Cookie: [redacted]");
+        assert_eq!(
+            String::from_utf8(r.head(cut)).unwrap(),
+            "HTTP/1.1 200 OK\r\nSet-Cookie: [redacted]"
+        );
         assert_eq!(Redact::none().head(req), req.to_vec());
     }
 }

@@ -70,11 +70,15 @@ impl Report {
         let mut series = Vec::new();
         for l in lines {
             match l {
-                Line::Noise { endpoint, field, .. } => {
+                Line::Noise {
+                    endpoint, field, ..
+                } => {
                     noise.insert((endpoint.clone(), generalize(field)));
                 }
                 Line::Tick { t, endpoints } => {
-                    let (c, d) = endpoints.iter().fold((0, 0), |a, e| (a.0 + e.compared, a.1 + e.differing));
+                    let (c, d) = endpoints
+                        .iter()
+                        .fold((0, 0), |a, e| (a.0 + e.compared, a.1 + e.differing));
                     if let Some((pc, pd)) = prev {
                         if c > pc {
                             series.push((*t, d.saturating_sub(pd) as f64 / (c - pc) as f64));
@@ -83,7 +87,9 @@ impl Report {
                     prev = Some((c, d));
                     last_tick = Some(endpoints);
                 }
-                Line::Diff { endpoint, diffs, .. } => {
+                Line::Diff {
+                    endpoint, diffs, ..
+                } => {
                     let row = rows.entry(endpoint.clone()).or_insert_with(|| EndpointRow {
                         endpoint: endpoint.clone(),
                         ..EndpointRow::default()
@@ -98,7 +104,8 @@ impl Report {
                             continue;
                         }
                         let e = row.fields.entry(g).or_insert_with(|| {
-                            let v = |x: &Option<String>| x.clone().unwrap_or_else(|| "(absent)".into());
+                            let v =
+                                |x: &Option<String>| x.clone().unwrap_or_else(|| "(absent)".into());
                             let mut ex = format!("{} -> {}", v(&d.online), v(&d.test));
                             if let Some(o) = d.offset {
                                 ex.push_str(&format!(" (first difference at byte {o})"));
@@ -112,10 +119,12 @@ impl Report {
         }
         if let Some(tick) = last_tick {
             for e in tick {
-                let row = rows.entry(e.endpoint.clone()).or_insert_with(|| EndpointRow {
-                    endpoint: e.endpoint.clone(),
-                    ..EndpointRow::default()
-                });
+                let row = rows
+                    .entry(e.endpoint.clone())
+                    .or_insert_with(|| EndpointRow {
+                        endpoint: e.endpoint.clone(),
+                        ..EndpointRow::default()
+                    });
                 row.compared = e.compared;
                 row.differing = e.differing;
                 row.ratio = (e.ratio_p50, e.ratio_p99);
@@ -124,8 +133,13 @@ impl Report {
         let mut rows: Vec<EndpointRow> = rows
             .into_values()
             .map(|mut r| {
-                r.fields.retain(|f, _| !noise.contains(&(r.endpoint.clone(), f.clone())));
-                r.noise = noise.iter().filter(|(e, _)| *e == r.endpoint).map(|(_, f)| f.clone()).collect();
+                r.fields
+                    .retain(|f, _| !noise.contains(&(r.endpoint.clone(), f.clone())));
+                r.noise = noise
+                    .iter()
+                    .filter(|(e, _)| *e == r.endpoint)
+                    .map(|(_, f)| f.clone())
+                    .collect();
                 r.noise.sort();
                 if r.compared < r.differing {
                     r.compared = r.differing;
@@ -133,14 +147,25 @@ impl Report {
                 r
             })
             .collect();
-        rows.sort_by(|a, b| b.rate().total_cmp(&a.rate()).then(a.endpoint.cmp(&b.endpoint)));
-        Report { rows, series, lines: lines.len() }
+        rows.sort_by(|a, b| {
+            b.rate()
+                .total_cmp(&a.rate())
+                .then(a.endpoint.cmp(&b.endpoint))
+        });
+        Report {
+            rows,
+            series,
+            lines: lines.len(),
+        }
     }
 
     /// The page.
     pub fn html(&self, title: &str) -> String {
         let mut h = String::new();
-        let (c, d) = self.rows.iter().fold((0, 0), |a, r| (a.0 + r.compared, a.1 + r.differing));
+        let (c, d) = self
+            .rows
+            .iter()
+            .fold((0, 0), |a, r| (a.0 + r.compared, a.1 + r.differing));
         let _ = write!(
             h,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{t}</title>\n<style>\
@@ -163,9 +188,19 @@ th{{background:#eee}}td.num{{text-align:right}}code{{font-size:90%}}.noise{{colo
             let fields: Vec<String> = r
                 .fields
                 .iter()
-                .map(|(f, (n, ex))| format!("<li><code class=\"field\">{}</code> ({n}): {}</li>", esc(f), esc(ex)))
+                .map(|(f, (n, ex))| {
+                    format!(
+                        "<li><code class=\"field\">{}</code> ({n}): {}</li>",
+                        esc(f),
+                        esc(ex)
+                    )
+                })
                 .collect();
-            let noise: Vec<String> = r.noise.iter().map(|f| format!("<code>{}</code>", esc(f))).collect();
+            let noise: Vec<String> = r
+                .noise
+                .iter()
+                .map(|f| format!("<code>{}</code>", esc(f)))
+                .collect();
             let ratio = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
             let _ = writeln!(
                 h,
@@ -194,15 +229,26 @@ th{{background:#eee}}td.num{{text-align:right}}code{{font-size:90%}}.noise{{colo
 <rect x=\"0\" y=\"0\" width=\"{W}\" height=\"{H}\" fill=\"white\" stroke=\"#ccc\"/>"
         );
         if self.series.is_empty() {
-            s.push_str("<text x=\"20\" y=\"100\">no interval to draw (fewer than two ticks)</text></svg>");
+            s.push_str(
+                "<text x=\"20\" y=\"100\">no interval to draw (fewer than two ticks)</text></svg>",
+            );
             return s;
         }
         let t0 = self.series[0].0 as f64;
         let t1 = (self.series.last().map_or(t0, |p| p.0 as f64)).max(t0 + 1.0);
-        let top = self.series.iter().map(|p| p.1).fold(0.0f64, f64::max).max(0.01);
+        let top = self
+            .series
+            .iter()
+            .map(|p| p.1)
+            .fold(0.0f64, f64::max)
+            .max(0.01);
         let x = |t: u64| PAD + (t as f64 - t0) / (t1 - t0) * (W - 2.0 * PAD);
         let y = |r: f64| H - PAD + -(r / top) * (H - 2.0 * PAD);
-        let pts: Vec<String> = self.series.iter().map(|&(t, r)| format!("{:.1},{:.1}", x(t), y(r))).collect();
+        let pts: Vec<String> = self
+            .series
+            .iter()
+            .map(|&(t, r)| format!("{:.1},{:.1}", x(t), y(r)))
+            .collect();
         let _ = write!(
             s,
             "<line x1=\"{PAD}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"black\"/>\
@@ -258,7 +304,10 @@ mod tests {
             ratio_p50: Some(1.5),
             ratio_p99: None,
         };
-        Line::Tick { t, endpoints: vec![ep("GET /a", a), ep("GET /b", b)] }
+        Line::Tick {
+            t,
+            endpoints: vec![ep("GET /a", a), ep("GET /b", b)],
+        }
     }
 
     #[test]
@@ -268,7 +317,11 @@ mod tests {
             diff("GET /b", "$.items[0].price"),
             diff("GET /b", "$.items[1].price"),
             diff("GET /b", "$.ts"),
-            Line::Noise { t: 6, endpoint: "GET /b".into(), field: "$.ts".into() },
+            Line::Noise {
+                t: 6,
+                endpoint: "GET /b".into(),
+                field: "$.ts".into(),
+            },
             diff("GET /a", "status"),
             tick(11000, (100, 10), (50, 40)),
             tick(21000, (200, 10), (100, 90)),
@@ -276,7 +329,10 @@ mod tests {
         let r = Report::from_lines(&lines);
         assert_eq!(r.rows[0].endpoint, "GET /b");
         assert_eq!((r.rows[0].compared, r.rows[0].differing), (100, 90));
-        assert_eq!(r.rows[0].fields.keys().collect::<Vec<_>>(), ["$.items[*].price"]);
+        assert_eq!(
+            r.rows[0].fields.keys().collect::<Vec<_>>(),
+            ["$.items[*].price"]
+        );
         assert_eq!(r.rows[0].fields["$.items[*].price"].0, 2);
         assert_eq!(r.rows[0].noise, ["$.ts"]);
         assert_eq!(r.rows[1].endpoint, "GET /a");

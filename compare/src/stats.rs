@@ -27,7 +27,10 @@ const BUCKETS: usize = 128;
 
 impl Default for LogHist {
     fn default() -> Self {
-        LogHist { buckets: vec![0; BUCKETS], count: 0 }
+        LogHist {
+            buckets: vec![0; BUCKETS],
+            count: 0,
+        }
     }
 }
 
@@ -149,14 +152,24 @@ impl fmt::Display for Summary {
             write!(f, ", {} without a baseline answer", t.baseline_missing)?;
         }
         if !t.grpc_status.is_empty() {
-            let s: Vec<String> = t.grpc_status.iter().map(|(k, n)| format!("{k} x{n}")).collect();
+            let s: Vec<String> = t
+                .grpc_status
+                .iter()
+                .map(|(k, n)| format!("{k} x{n}"))
+                .collect();
             write!(f, "; test grpc-status: {}", s.join(", "))?;
         }
         for (name, s, noise) in &self.endpoints {
             if s.differing == 0 && s.malformed == 0 {
                 continue;
             }
-            write!(f, "\n  {name}: {}/{} differ ({:.1}%)", s.differing, s.compared, 100.0 * s.diff_rate())?;
+            write!(
+                f,
+                "\n  {name}: {}/{} differ ({:.1}%)",
+                s.differing,
+                s.compared,
+                100.0 * s.diff_rate()
+            )?;
             let fields: Vec<String> = s.fields.iter().map(|(k, n)| format!("{k} x{n}")).collect();
             if !fields.is_empty() {
                 write!(f, "; fields: {}", fields.join(", "))?;

@@ -21,8 +21,17 @@ const RULES: &str = "[[filter]]\nname = \"pay\"\nmethods = [\"POST\"]\npath = \"
 
 fn plain_figure(sessions: u32, seg: usize, rules: bool) {
     let grow = "X-Traffic-Copy: copy-0\r\n".len() as u32;
-    let rules = rules.then(|| (std::sync::Arc::new(copier::engine::Rules::from_toml_str(RULES).unwrap()), grow));
-    let label = if rules.is_some() { ", each an HTTP request dyed by --rules" } else { "" };
+    let rules = rules.then(|| {
+        (
+            std::sync::Arc::new(copier::engine::Rules::from_toml_str(RULES).unwrap()),
+            grow,
+        )
+    });
+    let label = if rules.is_some() {
+        ", each an HTTP request dyed by --rules"
+    } else {
+        ""
+    };
     let mut b = Bench::with_rules(sessions, seg, rules);
     for _ in 0..200_000 {
         b.step();
@@ -34,7 +43,10 @@ fn plain_figure(sessions: u32, seg: usize, rules: bool) {
     }
     let ns = t.elapsed().as_nanos() as f64 / f64::from(n);
     let s = b.e.stats();
-    assert!(s.segments_sent >= u64::from(n), "every segment went out: {s:?}");
+    assert!(
+        s.segments_sent >= u64::from(n),
+        "every segment went out: {s:?}"
+    );
     assert_eq!(s.sessions_failed.total(), 0);
     println!(
         "engine: {ns:.0} ns/segment ({sessions} sessions, {seg}-byte segments{label}, an ACK record per 4 segments; {} KiB buffered)",
@@ -51,7 +63,9 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     for (sessions, seg) in [(1000u32, 1448usize), (1000, 100), (50_000, 1448)] {
         let mut b = Bench::new(sessions, seg);
-        g.bench_function(format!("segment/{sessions}_sessions/{seg}B"), |x| x.iter(|| b.step()));
+        g.bench_function(format!("segment/{sessions}_sessions/{seg}B"), |x| {
+            x.iter(|| b.step())
+        });
     }
     g.finish();
 }

@@ -56,7 +56,11 @@ fn rss_kib() -> u64 {
 
 fn main() {
     const SESSIONS: u32 = 10_000;
-    let (heap0, blocks0, rss0) = (LIVE.load(Ordering::Relaxed), BLOCKS.load(Ordering::Relaxed), rss_kib());
+    let (heap0, blocks0, rss0) = (
+        LIVE.load(Ordering::Relaxed),
+        BLOCKS.load(Ordering::Relaxed),
+        rss_kib(),
+    );
     let mut b = Bench::new(SESSIONS, 100);
     let mut sent = 0;
     for r in 0..10 {
@@ -83,7 +87,14 @@ fn main() {
         b.e.buffered_bytes() as f64 / f64::from(1 << 20),
     );
     // What `--max-memory` counts covers what the sessions really take.
-    assert!(b.e.memory_used() >= heap, "memory_used {} below the heap {heap}", b.e.memory_used());
-    let parts: Vec<String> = copier::engine::Engine::layout().iter().map(|(n, b)| format!("{n} {b}")).collect();
+    assert!(
+        b.e.memory_used() >= heap,
+        "memory_used {} below the heap {heap}",
+        b.e.memory_used()
+    );
+    let parts: Vec<String> = copier::engine::Engine::layout()
+        .iter()
+        .map(|(n, b)| format!("{n} {b}"))
+        .collect();
     println!("inline bytes: {}", parts.join(", "));
 }

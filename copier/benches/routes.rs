@@ -25,7 +25,10 @@ const LIVE: u32 = 10_000;
 
 fn tuple(i: u32) -> FourTuple {
     FourTuple::new(
-        SocketAddr::from(([198, 19, (i >> 8) as u8, i as u8], 1024 + (i % 60_000) as u16)),
+        SocketAddr::from((
+            [198, 19, (i >> 8) as u8, i as u8],
+            1024 + (i % 60_000) as u16,
+        )),
         SocketAddr::from(([198, 18, 2, 2], 80)),
     )
 }

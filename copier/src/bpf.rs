@@ -275,12 +275,17 @@ pub fn build_answer_filter(ports: &[u16]) -> Result<Vec<Insn>, BpfError> {
     let block = |port_off: u32| -> Vec<Insn> {
         let mut p = Vec::new();
         let plen = 2 * ports.len() + 1; // the port tests and the final reject
-        // IPv4: 6 insns then the ports; IPv6: 4 insns then the ports
+                                        // IPv4: 6 insns then the ports; IPv6: 4 insns then the ports
         let v4_len = 6 + plen;
         p.push(stmt(op::LD | op::H | op::ABS, op::AD_OFF + op::AD_PROTOCOL));
         p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV4, 0, v4_len));
         p.push(stmt(op::LD | op::B | op::ABS, 9));
-        p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 0, 4 + plen - 1));
+        p.push(jump(
+            op::JMP | op::JEQ | op::K,
+            IPPROTO_TCP,
+            0,
+            4 + plen - 1,
+        ));
         p.push(stmt(op::LD | op::H | op::ABS, 6));
         p.push(jump(op::JMP | op::JSET | op::K, 0x1fff, 2 + plen - 1, 0));
         p.push(stmt(op::LDX | op::B | op::MSH, 0));
@@ -291,9 +296,19 @@ pub fn build_answer_filter(ports: &[u16]) -> Result<Vec<Insn>, BpfError> {
         }
         p.push(stmt(op::RET | op::K, 0));
         // IPv6
-        p.push(jump(op::JMP | op::JEQ | op::K, ETHERTYPE_IPV6, 0, 3 + plen - 1));
+        p.push(jump(
+            op::JMP | op::JEQ | op::K,
+            ETHERTYPE_IPV6,
+            0,
+            3 + plen - 1,
+        ));
         p.push(stmt(op::LD | op::B | op::ABS, 6));
-        p.push(jump(op::JMP | op::JEQ | op::K, IPPROTO_TCP, 0, 1 + plen - 1));
+        p.push(jump(
+            op::JMP | op::JEQ | op::K,
+            IPPROTO_TCP,
+            0,
+            1 + plen - 1,
+        ));
         p.push(stmt(op::LD | op::H | op::ABS, 40 + port_off));
         for &port in &ports {
             p.push(jump(op::JMP | op::JEQ | op::K, port.into(), 0, 1));
@@ -352,7 +367,12 @@ const GENEVE_ETHERNET: u32 = 0x6558;
 ///
 /// `None` when there is nothing to filter on (more than [`MIRROR_MAX_PORTS`] ports, or no
 /// port): the socket then takes everything, as before this filter.
-pub fn build_mirror_filter(geneve: bool, vnis: &[u32], ports: &[u16], answers: bool) -> Option<Vec<Insn>> {
+pub fn build_mirror_filter(
+    geneve: bool,
+    vnis: &[u32],
+    ports: &[u16],
+    answers: bool,
+) -> Option<Vec<Insn>> {
     let mut ports = ports.to_vec();
     ports.sort_unstable();
     ports.dedup();
@@ -683,7 +703,11 @@ mod tests {
                 (format!("[2001:db8::1]:{port}"), "[2001:db8::2]:80"),
             ] {
                 let pkt = tcp(&src, dst);
-                assert_eq!(run(&prog, &pkt, ethertype(&pkt), 0), u32::from(port >> 1), "{src}");
+                assert_eq!(
+                    run(&prog, &pkt, ethertype(&pkt), 0),
+                    u32::from(port >> 1),
+                    "{src}"
+                );
             }
         }
         // An IPv4 header with options: the TCP header is found after them.
@@ -695,7 +719,10 @@ mod tests {
         assert_eq!(run(&prog, &[0u8; 60], 0x0806, 0), 0);
         // Two workers: consecutive port pairs alternate, whatever the parity.
         let worker = |p: u16| (u32::from(p) >> 1) % 2;
-        assert_eq!([40000, 40001, 40002, 40003, 40004].map(worker), [0, 0, 1, 1, 0]);
+        assert_eq!(
+            [40000, 40001, 40002, 40003, 40004].map(worker),
+            [0, 0, 1, 1, 0]
+        );
         assert!(prog.len() < 16);
     }
 
@@ -703,7 +730,10 @@ mod tests {
     fn answer_filter_takes_requests_in_and_answers_out() {
         let prog = build_answer_filter(&[80, 8080, 80]).unwrap();
         let run4 = |pkt: &[u8], pkttype: u32| run(&prog, pkt, ethertype(pkt), pkttype) != 0;
-        for (c, s) in [("198.18.0.1:40000", "198.18.0.2:80"), ("[2001:db8::1]:40000", "[2001:db8::2]:8080")] {
+        for (c, s) in [
+            ("198.18.0.1:40000", "198.18.0.2:80"),
+            ("[2001:db8::1]:40000", "[2001:db8::2]:8080"),
+        ] {
             // a request arriving, an answer leaving (the service runs here): taken
             assert!(run4(&tcp(c, s), 0), "{c} -> {s}");
             assert!(run4(&tcp(s, c), PACKET_OUTGOING), "{s} -> {c}");
@@ -713,7 +743,10 @@ mod tests {
             assert!(!run4(&tcp(s, c), 0), "{s} -> {c} in");
         }
         assert!(!run4(&tcp("198.18.0.1:40000", "198.18.0.2:81"), 0));
-        assert!(!run4(&tcp("198.18.0.2:81", "198.18.0.1:40000"), PACKET_OUTGOING));
+        assert!(!run4(
+            &tcp("198.18.0.2:81", "198.18.0.1:40000"),
+            PACKET_OUTGOING
+        ));
         // IPv4 options and fragments
         let mut pkt = tcp("198.18.0.2:80", "198.18.0.1:40006");
         pkt[0] = 0x46;
@@ -923,7 +956,11 @@ mod tests {
                 d.extend_from_slice(&t.to_be_bytes());
                 d.extend_from_slice(&[0, 5]);
             }
-            d.extend_from_slice(if ip[0] >> 4 == 6 { &[0x86, 0xdd] } else { &[0x08, 0x00] });
+            d.extend_from_slice(if ip[0] >> 4 == 6 {
+                &[0x86, 0xdd]
+            } else {
+                &[0x08, 0x00]
+            });
         }
         d.extend_from_slice(ip);
         d
@@ -936,19 +973,40 @@ mod tests {
         let other = tcp("198.18.0.1:40000", "198.18.0.2:81");
         let req6 = tcp("[2001:db8::1]:40000", "[2001:db8::2]:8080");
         let ans6 = tcp("[2001:db8::2]:8080", "[2001:db8::1]:40000");
-        for geneve in [None, Some((0, 0x6558)), Some((8, 0x6558)), Some((252, 0x6558))] {
+        for geneve in [
+            None,
+            Some((0, 0x6558)),
+            Some((8, 0x6558)),
+            Some((252, 0x6558)),
+        ] {
             for tags in [&[][..], &[0x8100], &[0x88a8, 0x8100]] {
-                let prog = build_mirror_filter(geneve.is_some(), &[42, 7, 8, 9], &[80, 8080], false).unwrap();
+                let prog =
+                    build_mirror_filter(geneve.is_some(), &[42, 7, 8, 9], &[80, 8080], false)
+                        .unwrap();
                 let with = build_mirror_filter(geneve.is_some(), &[], &[8080, 80], true).unwrap();
-                let go = |prog: &[Insn], vni: u32, ip: &[u8]| run(prog, &mirror_dgram(geneve, vni, tags, ip), 0, 0) != 0;
+                let go = |prog: &[Insn], vni: u32, ip: &[u8]| {
+                    run(prog, &mirror_dgram(geneve, vni, tags, ip), 0, 0) != 0
+                };
                 let what = format!("{geneve:?} {tags:?}");
                 assert!(go(&prog, 42, &req) && go(&prog, 8, &req6), "{what}");
-                assert_eq!(run(&prog, &mirror_dgram(geneve, 42, tags, &req), 0, 0), ACCEPT);
-                assert!(!go(&prog, 43, &req) && !go(&prog, 6, &req) && !go(&prog, 10, &req6), "{what}: other VNIs");
-                assert!(!go(&prog, 42, &ans) && !go(&prog, 42, &ans6), "{what}: answers without --compare");
+                assert_eq!(
+                    run(&prog, &mirror_dgram(geneve, 42, tags, &req), 0, 0),
+                    ACCEPT
+                );
+                assert!(
+                    !go(&prog, 43, &req) && !go(&prog, 6, &req) && !go(&prog, 10, &req6),
+                    "{what}: other VNIs"
+                );
+                assert!(
+                    !go(&prog, 42, &ans) && !go(&prog, 42, &ans6),
+                    "{what}: answers without --compare"
+                );
                 assert!(!go(&prog, 42, &other), "{what}: another port");
                 // With --compare and no --vni: every session, both directions.
-                assert!(go(&with, 43, &req) && go(&with, 1, &ans) && go(&with, 42, &ans6), "{what}");
+                assert!(
+                    go(&with, 43, &req) && go(&with, 1, &ans) && go(&with, 42, &ans6),
+                    "{what}"
+                );
                 assert!(!go(&with, 42, &other), "{what}");
                 // UDP, a later fragment, TCP behind an IPv6 extension header: dropped.
                 let mut udp = req.clone();
@@ -957,7 +1015,10 @@ mod tests {
                 frag[7] = 0x10;
                 let mut ext = req6.clone();
                 ext[6] = 0;
-                assert!(!go(&prog, 42, &udp) && !go(&prog, 42, &frag) && !go(&prog, 42, &ext), "{what}");
+                assert!(
+                    !go(&prog, 42, &udp) && !go(&prog, 42, &frag) && !go(&prog, 42, &ext),
+                    "{what}"
+                );
                 // IPv4 options move the ports.
                 let mut opts = req.clone();
                 opts[0] = 0x46;
@@ -969,7 +1030,10 @@ mod tests {
                 assert!(go(&prog, 42, &bad), "{what}");
                 // Cut before the ports: dropped, as the capture's filter drops a cut frame.
                 let d = mirror_dgram(geneve, 42, tags, &req);
-                assert!(run(&prog, &d[..d.len() - req.len() + 21], 0, 0) == 0, "{what}");
+                assert!(
+                    run(&prog, &d[..d.len() - req.len() + 21], 0, 0) == 0,
+                    "{what}"
+                );
             }
         }
         // Not IP inside (ARP; an unknown GENEVE protocol): left to user space.
@@ -977,12 +1041,34 @@ mod tests {
         let mut arp = mirror_dgram(None, 42, &[], &[0u8; 28]);
         arp[28..30].copy_from_slice(&[0x08, 0x06]);
         assert!(run(&prog, &arp, 0, 0) != 0);
-        assert!(run(&prog, &mirror_dgram(None, 43, &[], &[0u8; 28]), 0, 0) == 0, "another VNI first");
+        assert!(
+            run(&prog, &mirror_dgram(None, 43, &[], &[0u8; 28]), 0, 0) == 0,
+            "another VNI first"
+        );
         let g = build_mirror_filter(true, &[], &[80], false).unwrap();
-        assert!(run(&g, &mirror_dgram(Some((4, 0x1234)), 42, &[], &[0u8; 40]), 0, 0) != 0);
+        assert!(
+            run(
+                &g,
+                &mirror_dgram(Some((4, 0x1234)), 42, &[], &[0u8; 40]),
+                0,
+                0
+            ) != 0
+        );
         // GENEVE carrying IP without Ethernet.
         assert!(run(&g, &mirror_dgram(Some((4, 0x0800)), 42, &[], &req), 0, 0) != 0);
-        assert!(run(&g, &mirror_dgram(Some((4, 0x86dd)), 42, &[], &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")), 0, 0) != 0);
+        assert!(
+            run(
+                &g,
+                &mirror_dgram(
+                    Some((4, 0x86dd)),
+                    42,
+                    &[],
+                    &tcp("[2001:db8::1]:1", "[2001:db8::2]:80")
+                ),
+                0,
+                0
+            ) != 0
+        );
         assert!(run(&g, &mirror_dgram(Some((4, 0x0800)), 42, &[], &ans), 0, 0) == 0);
     }
 
@@ -991,16 +1077,44 @@ mod tests {
         let req = tcp("198.18.0.1:40000", "198.18.0.2:80");
         let vnis: Vec<u32> = (100..=4195).chain([1, 3, 5, 16_777_215]).collect();
         let prog = build_mirror_filter(false, &vnis, &[80], false).unwrap();
-        for (vni, want) in [(0, false), (1, true), (2, false), (3, true), (5, true), (99, false), (100, true), (4195, true), (4196, false), (16_777_215, true), (16_777_214, false)] {
-            assert_eq!(run(&prog, &mirror_dgram(None, vni, &[], &req), 0, 0) != 0, want, "VNI {vni}");
+        for (vni, want) in [
+            (0, false),
+            (1, true),
+            (2, false),
+            (3, true),
+            (5, true),
+            (99, false),
+            (100, true),
+            (4195, true),
+            (4196, false),
+            (16_777_215, true),
+            (16_777_214, false),
+        ] {
+            assert_eq!(
+                run(&prog, &mirror_dgram(None, vni, &[], &req), 0, 0) != 0,
+                want,
+                "VNI {vni}"
+            );
         }
         // Too many ranges: every VNI passes, user space selects.
         let scattered: Vec<u32> = (0..1000).map(|i| i * 2).collect();
         let prog = build_mirror_filter(false, &scattered, &[80], false).unwrap();
         assert!(run(&prog, &mirror_dgram(None, 1, &[], &req), 0, 0) != 0);
         assert_eq!(build_mirror_filter(false, &[], &[], false), None);
-        assert_eq!(build_mirror_filter(false, &[], &(1..=101).collect::<Vec<u16>>(), false), None);
-        let prog = build_mirror_filter(true, &(0..600).map(|i| i * 2).take(MIRROR_MAX_VNI_RANGES).collect::<Vec<_>>(), &(1..=100).collect::<Vec<u16>>(), true).unwrap();
+        assert_eq!(
+            build_mirror_filter(false, &[], &(1..=101).collect::<Vec<u16>>(), false),
+            None
+        );
+        let prog = build_mirror_filter(
+            true,
+            &(0..600)
+                .map(|i| i * 2)
+                .take(MIRROR_MAX_VNI_RANGES)
+                .collect::<Vec<_>>(),
+            &(1..=100).collect::<Vec<u16>>(),
+            true,
+        )
+        .unwrap();
         assert!(prog.len() < MAX_INSNS);
         assert!(run(&prog, &mirror_dgram(Some((0, 0x6558)), 2, &[], &req), 0, 0) != 0);
         assert!(run(&prog, &mirror_dgram(Some((0, 0x6558)), 3, &[], &req), 0, 0) == 0);
@@ -1014,13 +1128,18 @@ mod tests {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let prog = build_mirror_filter(false, &[42], &[80], false).unwrap();
         crate::sys::attach_filter(rx.as_fd(), &prog).unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let req = tcp("198.18.0.1:40000", "198.18.0.2:80");
         let ans = tcp("198.18.0.2:80", "198.18.0.1:40000");
         for (vni, ip) in [(43, &req), (42, &ans), (42, &req), (41, &req)] {
             // The socket sees the payload only: the program saw the UDP header before it.
-            tx.send_to(&mirror_dgram(None, vni, &[], ip)[8..], rx.local_addr().unwrap()).unwrap();
+            tx.send_to(
+                &mirror_dgram(None, vni, &[], ip)[8..],
+                rx.local_addr().unwrap(),
+            )
+            .unwrap();
         }
         let mut buf = [0u8; 2048];
         let n = rx.recv(&mut buf).unwrap();

@@ -265,11 +265,21 @@ pub const GROWTH_FACTOR: u32 = 4;
 
 /// The fanout program of a growing ring's group while it has one member (or is about to get
 /// its second): every packet to member 0.
-const TO_FIRST: [Insn; 1] = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
+const TO_FIRST: [Insn; 1] = [Insn {
+    code: 0x06,
+    jt: 0,
+    jf: 0,
+    k: 0,
+}];
 
 /// The program that switches a growing ring's group to its newest member (index 1 while the
 /// old ring is still in the group; once the old ring leaves, `1 % 1` is the new ring again).
-const TO_SECOND: [Insn; 1] = [Insn { code: 0x06, jt: 0, jf: 0, k: 1 }];
+const TO_SECOND: [Insn; 1] = [Insn {
+    code: 0x06,
+    jt: 0,
+    jf: 0,
+    k: 1,
+}];
 
 /// A ring being replaced by a larger one. It gets no packet any more (the group's program
 /// sends them to the new ring); it is read alone until the kernel has handed over its last
@@ -328,7 +338,13 @@ impl Capture {
         if start >= cfg.block_count {
             return Capture::open_ring(cfg, filter);
         }
-        let mut c = Capture::open_ring(&CaptureConfig { block_count: start, ..cfg.clone() }, &DROP_ALL)?;
+        let mut c = Capture::open_ring(
+            &CaptureConfig {
+                block_count: start,
+                ..cfg.clone()
+            },
+            &DROP_ALL,
+        )?;
         let fan = |source| CaptureError::Fanout { member: 0, source };
         let group = sys::join_fanout(c.ring.fd(), None).map_err(fan)?;
         sys::set_fanout_program(c.ring.fd(), &TO_FIRST).map_err(fan)?;
@@ -389,7 +405,10 @@ impl Capture {
 
     /// A fixed ring (`cfg.block_count` blocks) that also sees the frames this host sends: the
     /// comparison's capture of both directions (`crate::bpf::build_answer_filter`).
-    pub fn open_both_directions(cfg: &CaptureConfig, filter: &[Insn]) -> Result<Capture, CaptureError> {
+    pub fn open_both_directions(
+        cfg: &CaptureConfig,
+        filter: &[Insn],
+    ) -> Result<Capture, CaptureError> {
         Capture::open_ring_with(cfg, filter, true)
     }
 
@@ -397,7 +416,11 @@ impl Capture {
         Capture::open_ring_with(cfg, filter, false)
     }
 
-    fn open_ring_with(cfg: &CaptureConfig, filter: &[Insn], outgoing: bool) -> Result<Capture, CaptureError> {
+    fn open_ring_with(
+        cfg: &CaptureConfig,
+        filter: &[Insn],
+        outgoing: bool,
+    ) -> Result<Capture, CaptureError> {
         let ifindex = match &cfg.interface {
             None => 0,
             Some(name) => {
@@ -426,7 +449,10 @@ impl Capture {
             blocks: cfg.block_count,
             source,
         })?;
-        let stats = CaptureStats { ring_bytes: ring.bytes() as u64, ..CaptureStats::default() };
+        let stats = CaptureStats {
+            ring_bytes: ring.bytes() as u64,
+            ..CaptureStats::default()
+        };
         Ok(Capture {
             ring,
             next: 0,
@@ -483,14 +509,20 @@ impl Capture {
     /// Blocks in a row, from the next one, that the kernel handed over and nobody read yet.
     pub fn ready_run(&self) -> usize {
         let n = self.ring.block_count();
-        (0..n).take_while(|i| self.ring.block_ready((self.next + i) % n)).count()
+        (0..n)
+            .take_while(|i| self.ring.block_ready((self.next + i) % n))
+            .count()
     }
 
     /// Should the ring grow now: a quarter of it is handed over and unread, or the next block
     /// says the kernel dropped packets?
     fn wants_growth(&self) -> bool {
         let Some(g) = &self.growth else { return false };
-        if g.stuck || g.old.is_some() || g.opening.is_some() || self.ring.block_count() >= g.max_blocks as usize {
+        if g.stuck
+            || g.old.is_some()
+            || g.opening.is_some()
+            || self.ring.block_count() >= g.max_blocks as usize
+        {
             return false;
         }
         self.ring.block_losing(self.next) || self.ready_run() * 4 >= self.ring.block_count().max(4)
@@ -504,33 +536,51 @@ impl Capture {
     /// ring is read meanwhile; once the thread is done ([`Capture::take_opened`]) it is read to
     /// its end before the new one, so every packet comes once and in order.
     fn start_growth(&mut self, why: &'static str) {
-        let Some(g) = self.growth.as_mut() else { return };
-        let blocks = (self.ring.block_count() as u32).saturating_mul(GROWTH_FACTOR).min(g.max_blocks);
-        let cfg = CaptureConfig { block_count: blocks, ..self.cfg.clone() };
+        let Some(g) = self.growth.as_mut() else {
+            return;
+        };
+        let blocks = (self.ring.block_count() as u32)
+            .saturating_mul(GROWTH_FACTOR)
+            .min(g.max_blocks);
+        let cfg = CaptureConfig {
+            block_count: blocks,
+            ..self.cfg.clone()
+        };
         let (group, filter) = (g.group, g.filter.clone());
         let first = self.ring.fd().try_clone_to_owned();
         let (tx, rx) = std::sync::mpsc::channel();
         let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = answered.clone();
-        let spawned = std::thread::Builder::new().name("capture-grow".into()).spawn(move || {
-            let opened = first
-                .and_then(|fd| sys::set_fanout_program(std::os::fd::AsFd::as_fd(&fd), &TO_FIRST))
-                .map_err(|e| e.to_string())
-                .and_then(|()| Capture::open_ring(&cfg, &DROP_ALL).map_err(|e| e.to_string()))
-                .and_then(|new| {
-                    sys::join_fanout(new.ring.fd(), Some(group))
-                        .and_then(|_| sys::attach_filter(new.ring.fd(), &filter))
-                        .and_then(|()| sys::set_fanout_program(new.ring.fd(), &TO_SECOND))
-                        .map(|()| new.ring)
-                        .map_err(|e| e.to_string())
-                });
-            // A ring that failed after joining is closed here and leaves the group, which then
-            // has the current ring alone again.
-            let _ = tx.send(opened);
-            flag.store(true, std::sync::atomic::Ordering::Release);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("capture-grow".into())
+            .spawn(move || {
+                let opened = first
+                    .and_then(|fd| {
+                        sys::set_fanout_program(std::os::fd::AsFd::as_fd(&fd), &TO_FIRST)
+                    })
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| Capture::open_ring(&cfg, &DROP_ALL).map_err(|e| e.to_string()))
+                    .and_then(|new| {
+                        sys::join_fanout(new.ring.fd(), Some(group))
+                            .and_then(|_| sys::attach_filter(new.ring.fd(), &filter))
+                            .and_then(|()| sys::set_fanout_program(new.ring.fd(), &TO_SECOND))
+                            .map(|()| new.ring)
+                            .map_err(|e| e.to_string())
+                    });
+                // A ring that failed after joining is closed here and leaves the group, which then
+                // has the current ring alone again.
+                let _ = tx.send(opened);
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            });
         match spawned {
-            Ok(_) => g.opening = Some(Opening { done: rx, answered, blocks, why }),
+            Ok(_) => {
+                g.opening = Some(Opening {
+                    done: rx,
+                    answered,
+                    blocks,
+                    why,
+                })
+            }
             Err(e) => {
                 g.stuck = true;
                 tracing::warn!("capture ring: could not grow ({why}): no thread: {e}");
@@ -541,19 +591,29 @@ impl Capture {
     /// If the growth thread is done, make its ring the current one (the current one retires)
     /// or, on failure, say so and stop growing. True when a ring was switched.
     fn take_opened(&mut self, now: Instant) -> bool {
-        let Some(g) = self.growth.as_mut() else { return false };
+        let Some(g) = self.growth.as_mut() else {
+            return false;
+        };
         let Some(op) = &g.opening else { return false };
         let res = match op.done.try_recv() {
             Ok(r) => r,
             Err(std::sync::mpsc::TryRecvError::Empty) => return false,
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => Err("the growth thread ended".into()),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => {
+                Err("the growth thread ended".into())
+            }
         };
-        let Some(op) = g.opening.take() else { return false };
+        let Some(op) = g.opening.take() else {
+            return false;
+        };
         match res {
             Ok(new) => {
                 let old = std::mem::replace(&mut self.ring, new);
                 let next = std::mem::replace(&mut self.next, 0);
-                g.old = Some(Retiring { ring: old, next, until: now + self.cfg.retire * RETIRE_TICKS });
+                g.old = Some(Retiring {
+                    ring: old,
+                    next,
+                    until: now + self.cfg.retire * RETIRE_TICKS,
+                });
                 self.stats.ring_grows += 1;
                 self.stats.ring_bytes += self.ring.bytes() as u64;
                 tracing::info!(
@@ -620,8 +680,13 @@ impl Capture {
 
     /// Close the replaced ring once its last block has been handed over and read.
     fn finish_retiring(&mut self, now: Instant) {
-        let Some(g) = self.growth.as_mut() else { return };
-        if g.old.as_ref().is_some_and(|o| now >= o.until && !o.ring.block_ready(o.next)) {
+        let Some(g) = self.growth.as_mut() else {
+            return;
+        };
+        if g.old
+            .as_ref()
+            .is_some_and(|o| now >= o.until && !o.ring.block_ready(o.next))
+        {
             if let Some(old) = g.old.take() {
                 self.retire(old.ring);
             }
@@ -693,7 +758,10 @@ fn drain_ring(
             Some(Ok(_)) => {}
             Some(Err(e)) => {
                 stats.bad_blocks += 1;
-                tracing::warn!(block = *next, "capture ring: {e}; rest of the block skipped");
+                tracing::warn!(
+                    block = *next,
+                    "capture ring: {e}; rest of the block skipped"
+                );
             }
         }
         stats.blocks += 1;
@@ -783,7 +851,10 @@ mod tests {
         assert_eq!(seen, vec![p1.to_vec(), p2.to_vec(), p3.to_vec()]);
         let mut stamps = Vec::new();
         walk_block(&blk, |f| stamps.push(f.stamp)).unwrap();
-        assert_eq!(stamps, [0, 1, 2].map(|i| (1_764_000_000 + i) * 1_000_000_000 + 123_456_789));
+        assert_eq!(
+            stamps,
+            [0, 1, 2].map(|i| (1_764_000_000 + i) * 1_000_000_000 + 123_456_789)
+        );
     }
 
     #[test]

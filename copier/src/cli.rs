@@ -17,8 +17,8 @@ use common::units::{parse_duration, parse_size};
 
 use crate::capture::CaptureConfig;
 use crate::engine::{ClientIpPool, EngineConfig, HealthConfig, MapTargets, PortMap};
-use crate::routing::{parse_intercept_for, InterceptAddr, InterceptFor};
 use crate::offline::{OfflineConfig, Speed};
+use crate::routing::{parse_intercept_for, InterceptAddr, InterceptFor};
 use crate::send::SendConfig;
 
 const ABOUT: &str =
@@ -712,7 +712,13 @@ pub struct CopierArgs {
 
     /// A field never compared (repeatable, or comma separated): `header:NAME`, a JSON path such
     /// as `$.meta.ts` or `$.items[*].id`, or a prefix ending in `*` (`$.debug.*`).
-    #[arg(long, value_name = "FIELD", value_delimiter = ',', help_heading = "Comparison", requires = "compare")]
+    #[arg(
+        long,
+        value_name = "FIELD",
+        value_delimiter = ',',
+        help_heading = "Comparison",
+        requires = "compare"
+    )]
     pub compare_ignore: Vec<String>,
 
     /// Also copy every compared session, identically, to this baseline (a test server running
@@ -725,7 +731,13 @@ pub struct CopierArgs {
     /// Headers whose values are never written or logged by the comparison (comma separated, any
     /// case; `none`: redact nothing). They are still compared: a difference reads `[redacted]`
     /// (online) and `[redacted, differs]` (test) in --compare-log and the report.
-    #[arg(long, value_name = "HEADERS", value_delimiter = ',', default_value = "authorization,cookie,set-cookie,proxy-authorization", help_heading = "Comparison")]
+    #[arg(
+        long,
+        value_name = "HEADERS",
+        value_delimiter = ',',
+        default_value = "authorization,cookie,set-cookie,proxy-authorization",
+        help_heading = "Comparison"
+    )]
     pub compare_redact: Vec<String>,
 
     /// Write the differing exchanges to this JSON Lines file (rotated; turn it into a page with
@@ -733,7 +745,12 @@ pub struct CopierArgs {
     /// (credential headers redacted, see --compare-redact; request lines and bodies are kept).
     /// On a full disk, lines are dropped and counted (output="compare_log") and writing resumes
     /// by itself.
-    #[arg(long, value_name = "FILE", help_heading = "Comparison", requires = "compare")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Comparison",
+        requires = "compare"
+    )]
     pub compare_log: Option<PathBuf>,
 
     /// Size of one --compare-log file before it rotates (FILE.1, FILE.2, ...).
@@ -741,7 +758,12 @@ pub struct CopierArgs {
     pub compare_log_size: u64,
 
     /// Rotated --compare-log files kept.
-    #[arg(long, value_name = "N", default_value_t = 4, help_heading = "Comparison")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        help_heading = "Comparison"
+    )]
     pub compare_log_keep: usize,
 
     /// Percentage of the differing exchanges written to --compare-log (all are counted).
@@ -816,7 +838,12 @@ impl CopierArgs {
         let every_target: Vec<PortMap> = self
             .maps
             .iter()
-            .flat_map(|m| m.targets.iter().map(|t| PortMap { target: t.addr, ..m.map }))
+            .flat_map(|m| {
+                m.targets.iter().map(|t| PortMap {
+                    target: t.addr,
+                    ..m.map
+                })
+            })
             .chain(self.baseline_maps.iter().copied())
             .collect();
         check_maps(&maps, client_ip.as_ref())?;
@@ -839,13 +866,20 @@ impl CopierArgs {
         };
         let rules = match &self.rules {
             None => None,
-            Some(path) => Some(Arc::new(crate::engine::Rules::load(path).map_err(|e| format!("--rules: {e}"))?)),
+            Some(path) => Some(Arc::new(
+                crate::engine::Rules::load(path).map_err(|e| format!("--rules: {e}"))?,
+            )),
         };
         let engine = EngineConfig {
             profile,
             rules,
             maps: maps.clone(),
-            spread: self.maps.iter().filter(|m| m.targets.len() > 1).cloned().collect(),
+            spread: self
+                .maps
+                .iter()
+                .filter(|m| m.targets.len() > 1)
+                .cloned()
+                .collect(),
             health: HealthConfig {
                 down_after: self.target_down_after,
                 retry: self.target_retry,
@@ -860,7 +894,9 @@ impl CopierArgs {
             copies: self.copies,
             sample_percent: self.sample,
             session_timeout: self.session_timeout,
-            per_session_cap: usize::try_from(self.session_buffer).unwrap_or(usize::MAX).max(64 << 10),
+            per_session_cap: usize::try_from(self.session_buffer)
+                .unwrap_or(usize::MAX)
+                .max(64 << 10),
             idle_timeout: self.idle_timeout,
             unproven_timeout: self.unproven_timeout,
             max_memory: usize::try_from(self.max_memory).map_err(|_| {
@@ -879,7 +915,9 @@ impl CopierArgs {
             ..EngineConfig::default()
         };
         check_targets_not_local(&every_target, &local_addresses()?)?;
-        if self.target_down_after < Duration::from_millis(100) || self.target_retry < Duration::from_millis(100) {
+        if self.target_down_after < Duration::from_millis(100)
+            || self.target_retry < Duration::from_millis(100)
+        {
             return Err("--target-down-after and --target-retry must be at least 100ms".into());
         }
         if self.session_timeout < Duration::from_secs(1) {
@@ -892,7 +930,10 @@ impl CopierArgs {
             return Err(format!("--idle-timeout {t:?} is too short (at least 1s)"));
         }
         if self.unproven_timeout < Duration::from_secs(1) {
-            return Err(format!("--unproven-timeout {:?} is too short (at least 1s)", self.unproven_timeout));
+            return Err(format!(
+                "--unproven-timeout {:?} is too short (at least 1s)",
+                self.unproven_timeout
+            ));
         }
         if engine.max_memory < 1 << 20 {
             return Err(format!(
@@ -908,14 +949,22 @@ impl CopierArgs {
                 let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
                 let share = fleet_share(f, host.trim());
                 if f.index.is_none() {
-                    tracing::info!("--fleet host/{}: host {:?} is copier {share}", f.size, host.trim());
+                    tracing::info!(
+                        "--fleet host/{}: host {:?} is copier {share}",
+                        f.size,
+                        host.trim()
+                    );
                 }
                 share
             }
         };
         let engine = EngineConfig {
             per_session_cap: engine.per_session_cap.min(engine.max_memory),
-            port_share: crate::engine::PortShare { index: 0, count: workers, fleet },
+            port_share: crate::engine::PortShare {
+                index: 0,
+                count: workers,
+                fleet,
+            },
             ..engine
         };
         engine
@@ -979,7 +1028,10 @@ impl CopierArgs {
         }
         let target_ips: Vec<IpAddr> = every_target.iter().map(|m| m.target.ip()).collect();
         let intercept_serves = crate::routing::plan(&intercepts, &self.intercept_for, &target_ips)?;
-        if self.trace_every.is_some_and(|d| d < Duration::from_millis(10)) {
+        if self
+            .trace_every
+            .is_some_and(|d| d < Duration::from_millis(10))
+        {
             return Err("--trace-every must be at least 10ms".into());
         }
         let trace = self.trace.as_ref().map(|path| crate::trace::TraceConfig {
@@ -995,7 +1047,8 @@ impl CopierArgs {
         let record = match &self.record {
             None => None,
             Some(dir) => {
-                common::private::create_dir_all(dir).map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                common::private::create_dir_all(dir)
+                    .map_err(|e| format!("--record {}: {e}", dir.display()))?;
                 let max_file = self.record_size / u64::from(self.record_files);
                 if max_file < 1 << 16 {
                     return Err(format!(
@@ -1035,7 +1088,10 @@ impl CopierArgs {
             seed: self.seed.unwrap_or(seed),
             metrics: self.metrics,
             workers,
-            mirror: self.mirror.clone().map(|m| crate::mirror::MirrorConfig { vnis: self.vni.clone().map(|v| v.0).unwrap_or_default(), ..m }),
+            mirror: self.mirror.clone().map(|m| crate::mirror::MirrorConfig {
+                vnis: self.vni.clone().map(|v| v.0).unwrap_or_default(),
+                ..m
+            }),
             offline: self.offline.as_ref().map(|path| OfflineConfig {
                 speed: self.speed,
                 loops: self.loops,
@@ -1050,7 +1106,10 @@ impl CopierArgs {
 
 impl CopierArgs {
     /// The comparison's configuration from the `--compare*` flags (None without `--compare`).
-    fn shadow_config(&self, capture: &CaptureConfig) -> Result<Option<crate::shadow::ShadowConfig>, String> {
+    fn shadow_config(
+        &self,
+        capture: &CaptureConfig,
+    ) -> Result<Option<crate::shadow::ShadowConfig>, String> {
         use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
         if !self.compare {
             if !self.baseline_maps.is_empty() {
@@ -1067,7 +1126,10 @@ impl CopierArgs {
                 ));
             }
             let m = &m.map;
-            let baseline = self.baseline_maps.iter().find(|b| b.online_port == m.online_port && b.online_ip == m.online_ip);
+            let baseline = self
+                .baseline_maps
+                .iter()
+                .find(|b| b.online_port == m.online_port && b.online_ip == m.online_ip);
             if let Some(b) = baseline {
                 if b.target.is_ipv4() != m.target.is_ipv4() || b.target == m.target {
                     return Err(format!(
@@ -1077,20 +1139,41 @@ impl CopierArgs {
                     ));
                 }
             }
-            maps.push(ShadowMap { online: m.online_ip, port: m.online_port, candidate: m.target, baseline: baseline.map(|b| b.target) });
+            maps.push(ShadowMap {
+                online: m.online_ip,
+                port: m.online_port,
+                candidate: m.target,
+                baseline: baseline.map(|b| b.target),
+            });
         }
         for b in &self.baseline_maps {
-            if !maps.iter().any(|m| m.port == b.online_port && m.online == b.online_ip) {
-                return Err(format!("--baseline-map {}: no --map for that online port and address", b));
+            if !maps
+                .iter()
+                .any(|m| m.port == b.online_port && m.online == b.online_ip)
+            {
+                return Err(format!(
+                    "--baseline-map {}: no --map for that online port and address",
+                    b
+                ));
             }
         }
         let max_message = usize::try_from(self.compare_bytes).unwrap_or(usize::MAX);
         if max_message < 1024 {
-            return Err(format!("--compare-bytes {} is too small (at least 1K)", self.compare_bytes));
+            return Err(format!(
+                "--compare-bytes {} is too small (at least 1K)",
+                self.compare_bytes
+            ));
         }
         let compare = compare::CompareConfig {
-            ignore: self.compare_ignore.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
-            limits: compare::http::Limits { max_body: max_message },
+            ignore: self
+                .compare_ignore
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            limits: compare::http::Limits {
+                max_body: max_message,
+            },
             redact: compare::redact::Redact::from_list(&self.compare_redact),
             ..compare::CompareConfig::default()
         };
@@ -1113,10 +1196,22 @@ impl CopierArgs {
         });
         // the comparison's ring: a fixed 16 MiB of the capture's block size
         let blocks = ((16u64 << 20) / u64::from(capture.block_size)).max(2) as u32;
-        let capture = CaptureConfig { block_count: blocks, initial_blocks: blocks, ..capture.clone() };
+        let capture = CaptureConfig {
+            block_count: blocks,
+            initial_blocks: blocks,
+            ..capture.clone()
+        };
         // Offline and mirrored, both directions reach the comparison through its tap.
         let offline = self.offline.is_some() || self.mirror.is_some();
-        Ok(Some(ShadowConfig { maps, flows, compare, log, capture, tick: Duration::from_secs(10), offline }))
+        Ok(Some(ShadowConfig {
+            maps,
+            flows,
+            compare,
+            log,
+            capture,
+            tick: Duration::from_secs(10),
+            offline,
+        }))
     }
 }
 
@@ -1131,17 +1226,27 @@ pub struct FleetArg {
 
 /// Parse `I/N` or `host/N`.
 pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
-    let (i, n) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected I/N (copier I of N, from 0) or host/N"))?;
-    let size: u16 = n.trim().parse().map_err(|_| format!("{s:?}: the fleet size {n:?} is not a number from 1 to 65535"))?;
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?}: expected I/N (copier I of N, from 0) or host/N"))?;
+    let size: u16 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: the fleet size {n:?} is not a number from 1 to 65535"))?;
     if size == 0 {
         return Err(format!("{s:?}: a fleet has at least one copier"));
     }
     let index = match i.trim() {
         "host" => None,
         i => {
-            let i: u16 = i.parse().map_err(|_| format!("{s:?}: the copier {i:?} is neither a number nor `host`"))?;
+            let i: u16 = i
+                .parse()
+                .map_err(|_| format!("{s:?}: the copier {i:?} is neither a number nor `host`"))?;
             if i >= size {
-                return Err(format!("{s:?}: copier {i} does not exist in a fleet of {size} (0 to {})", size - 1));
+                return Err(format!(
+                    "{s:?}: copier {i} does not exist in a fleet of {size} (0 to {})",
+                    size - 1
+                ));
             }
             Some(i)
         }
@@ -1156,7 +1261,10 @@ pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
         let h = common::hash::fnv1a(host.as_bytes());
         (h % u64::from(arg.size)) as u16
     });
-    crate::engine::FleetShare { index, size: arg.size }
+    crate::engine::FleetShare {
+        index,
+        size: arg.size,
+    }
 }
 
 fn warn_if_readable_by_others(path: &std::path::Path) {
@@ -1197,11 +1305,7 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
             } else {
                 format!("copy the same online port {}", m.online_port)
             };
-            return Err(format!(
-                "--map {} and --map {} {what}",
-                prev,
-                m
-            ));
+            return Err(format!("--map {} and --map {} {what}", prev, m));
         }
         seen.insert(key(m), m);
     }
@@ -1277,9 +1381,9 @@ pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(),
 /// Parse `--map`: `[ONLINE_IP:]PORT=` and one target `IP:PORT` or weighted ones
 /// `IP:PORT@W,IP:PORT@W` (see [`crate::engine::parse_targets`]).
 pub fn parse_map_targets(s: &str) -> Result<MapTargets, String> {
-    let (online, targets) = s
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?}: no '=': expected [ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]"))?;
+    let (online, targets) = s.split_once('=').ok_or_else(|| {
+        format!("{s:?}: no '=': expected [ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]")
+    })?;
     let targets = crate::engine::parse_targets(targets).map_err(|e| format!("{s:?}: {e}"))?;
     let map = parse_map(&format!("{online}={}", targets[0].addr))?;
     Ok(MapTargets { map, targets })
@@ -1356,7 +1460,10 @@ fn parse_speed(s: &str) -> Result<Speed, String> {
 
 /// A Unix time in seconds, a fraction allowed (`--from`, `--until`).
 fn parse_unix_time(s: &str) -> Result<Duration, String> {
-    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a Unix time in seconds (e.g. 1764480000.5)"))?;
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a Unix time in seconds (e.g. 1764480000.5)"))?;
     if !(0.0..=1e11).contains(&v) {
         return Err(format!("{s:?} is not a Unix time in seconds"));
     }

@@ -28,7 +28,9 @@ pub const SAMPLES: usize = 16;
 /// The copier's wall clock in nanoseconds since the Unix epoch (0 before 1970).
 #[must_use]
 pub fn wall_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// One round trip: `rtt` and `offset` (the intercept's clock minus ours) in nanoseconds.
@@ -76,7 +78,9 @@ impl OffsetFilter {
     #[must_use]
     pub fn to_local(&self, stamp: u64) -> u64 {
         match self.best() {
-            Some(s) if stamp != 0 => u64::try_from(i128::from(stamp) - i128::from(s.offset)).unwrap_or(0),
+            Some(s) if stamp != 0 => {
+                u64::try_from(i128::from(stamp) - i128::from(s.offset)).unwrap_or(0)
+            }
             _ => 0,
         }
     }
@@ -97,7 +101,11 @@ impl ClockSync {
             let mut f = self.filter.lock().unwrap_or_else(|p| p.into_inner());
             f.handle_pong(token, clock, t4);
             if let Some(s) = f.best() {
-                tracing::debug!(rtt_us = s.rtt / 1000, offset_us = s.offset / 1000, "control link clock offset");
+                tracing::debug!(
+                    rtt_us = s.rtt / 1000,
+                    offset_us = s.offset / 1000,
+                    "control link clock offset"
+                );
             }
         }
     }
@@ -178,7 +186,13 @@ mod tests {
         let mut f = OffsetFilter::default();
         // The intercept's clock is 250 ms ahead; 2 ms each way.
         f.handle_pong(S, S + 250 * MS + 2 * MS, S + 4 * MS);
-        assert_eq!(f.best(), Some(Sample { rtt: 4 * MS, offset: (250 * MS) as i64 }));
+        assert_eq!(
+            f.best(),
+            Some(Sample {
+                rtt: 4 * MS,
+                offset: (250 * MS) as i64
+            })
+        );
         assert_eq!(f.to_local(S + 300 * MS), S + 50 * MS);
     }
 
@@ -205,7 +219,11 @@ mod tests {
         assert_eq!(f.to_local(S), 0, "no Pong yet: unknown");
         f.handle_pong(S, 0, S + MS);
         f.handle_pong(S + MS, S, S);
-        assert_eq!(f.best(), None, "a Pong without a clock, or read before its Ping, teaches nothing");
+        assert_eq!(
+            f.best(),
+            None,
+            "a Pong without a clock, or read before its Ping, teaches nothing"
+        );
         f.handle_pong(S, S - 5000 * MS, S + 2 * MS);
         assert_eq!(f.best().unwrap().offset, -(5001 * MS as i64));
         assert_eq!(f.to_local(0), 0);
@@ -215,7 +233,12 @@ mod tests {
     #[test]
     fn translate_leaves_unstamped_records_alone() {
         let sync = ClockSync::default();
-        let rec = |stamp| Record { orig_len: 40, headers: vec![], payload: vec![], stamp };
+        let rec = |stamp| Record {
+            orig_len: 40,
+            headers: vec![],
+            payload: vec![],
+            stamp,
+        };
         let mut rs = vec![rec(S), rec(0)];
         sync.translate(&mut rs);
         assert_eq!((rs[0].stamp, rs[1].stamp), (0, 0), "no offset yet: unknown");

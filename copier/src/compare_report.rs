@@ -20,7 +20,12 @@ pub struct ReportArgs {
 
     /// Headers whose values the page never shows (comma separated; `none`: show them all). A
     /// difference reads `[redacted] -> [redacted, differs]`.
-    #[arg(long, value_name = "HEADERS", value_delimiter = ',', default_value = "authorization,cookie,set-cookie,proxy-authorization")]
+    #[arg(
+        long,
+        value_name = "HEADERS",
+        value_delimiter = ',',
+        default_value = "authorization,cookie,set-cookie,proxy-authorization"
+    )]
     pub redact: Vec<String>,
 
     /// The page's title.
@@ -30,13 +35,24 @@ pub struct ReportArgs {
 
 /// Writes the page; returns the line printed on success.
 pub fn main(a: &ReportArgs) -> Result<String> {
-    let rb = compare::jsonl::read_lines(&a.file).map_err(anyhow::Error::msg).context("reading the comparison file")?;
+    let rb = compare::jsonl::read_lines(&a.file)
+        .map_err(anyhow::Error::msg)
+        .context("reading the comparison file")?;
     if rb.lines.is_empty() && rb.bad > 0 {
         let (f, n) = rb.first_bad.clone().unwrap_or_default();
-        bail!("{}: no comparison line understood ({} bad, the first at {} line {n})", a.file.display(), rb.bad, f.display());
+        bail!(
+            "{}: no comparison line understood ({} bad, the first at {} line {n})",
+            a.file.display(),
+            rb.bad,
+            f.display()
+        );
     }
-    let report = compare::report::Report::from_lines_redacted(&rb.lines, &compare::redact::Redact::from_list(&a.redact));
-    common::private::write(&a.output, report.html(&a.title).as_bytes()).with_context(|| format!("writing {}", a.output.display()))?;
+    let report = compare::report::Report::from_lines_redacted(
+        &rb.lines,
+        &compare::redact::Redact::from_list(&a.redact),
+    );
+    common::private::write(&a.output, report.html(&a.title).as_bytes())
+        .with_context(|| format!("writing {}", a.output.display()))?;
     let mut msg = format!(
         "compare-report: {} endpoints from {} lines written to {}",
         report.rows.len(),
@@ -44,7 +60,11 @@ pub fn main(a: &ReportArgs) -> Result<String> {
         a.output.display()
     );
     if let Some((f, n)) = rb.first_bad {
-        msg.push_str(&format!(" ({} lines not understood, the first at {} line {n})", rb.bad, f.display()));
+        msg.push_str(&format!(
+            " ({} lines not understood, the first at {} line {n})",
+            rb.bad,
+            f.display()
+        ));
     }
     Ok(msg)
 }
@@ -62,7 +82,13 @@ mod tests {
         let file = dir.join("diff.jsonl");
         std::fs::write(&file, "{\"type\":\"tick\",\"t\":1,\"endpoints\":[]}\n").unwrap();
         let output = dir.join("page.html");
-        let msg = main(&ReportArgs { file, output: output.clone(), title: "t".into(), redact: vec!["cookie".into()] }).unwrap();
+        let msg = main(&ReportArgs {
+            file,
+            output: output.clone(),
+            title: "t".into(),
+            redact: vec!["cookie".into()],
+        })
+        .unwrap();
         assert!(msg.contains("written to"), "{msg}");
         let mode = std::fs::metadata(&output).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the page shows production answers");

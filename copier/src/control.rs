@@ -243,7 +243,6 @@ impl LinkGens {
     }
 }
 
-
 /// What the clients share with the engine thread.
 #[derive(Clone, Debug)]
 pub struct Links {
@@ -316,17 +315,22 @@ impl ClientConfig {
             id: 0,
             serves: None,
             payload: None,
-            identity: Identity { instance: instance(), fleet_index: 0, fleet_size: 1 },
+            identity: Identity {
+                instance: instance(),
+                fleet_index: 0,
+                fleet_size: 1,
+            },
         }
     }
 
     /// Whether this intercept guards `t`'s test server (gets its registration).
     #[must_use]
     pub fn guards(&self, t: &FourTuple) -> bool {
-        self.serves.as_ref().is_none_or(|l| l.contains(&t.server.ip()))
+        self.serves
+            .as_ref()
+            .is_none_or(|l| l.contains(&t.server.ip()))
     }
 }
-
 
 /// Decrements `connected` when a link ends, however it ends.
 struct UpGuard<'a>(&'a Links);
@@ -415,7 +419,11 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
             }
         }
         // Sessions registered: their copies wait for the link, so retry at least every second.
-        let cap = if links.registry.is_empty() { cfg.backoff_max } else { cfg.backoff_max.min(RETRY_WITH_SESSIONS) };
+        let cap = if links.registry.is_empty() {
+            cfg.backoff_max
+        } else {
+            cfg.backoff_max.min(RETRY_WITH_SESSIONS)
+        };
         let jitter = rng.random_range(0.8..1.2);
         let wait = backoff.min(cap).mul_f64(jitter);
         backoff = (backoff * 2).min(cap);
@@ -455,7 +463,11 @@ where
     let ask = payload_ask(cfg, &peer);
     let gen = links.gens.next(cfg.id);
     let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &peer, &mut writer).await?;
-    links.records.deliver_link(cfg.id, gen, LinkEvent::Up).await.map_err(|_| LinkError::EngineGone)?;
+    links
+        .records
+        .deliver_link(cfg.id, gen, LinkEvent::Up)
+        .await
+        .map_err(|_| LinkError::EngineGone)?;
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     links.records.wake_all();
@@ -465,7 +477,10 @@ where
         r = read_loop(cfg, links, gen, &mut reader) => r,
         r = write_loop(cfg, ask, hold_watch(links, &peer), links, &mut writer, snapshot, rx, peer.has(common::proto::FEATURE_STAMPS)) => r,
     };
-    let _ = links.records.deliver_link(cfg.id, gen, LinkEvent::Down).await;
+    let _ = links
+        .records
+        .deliver_link(cfg.id, gen, LinkEvent::Down)
+        .await;
     r
 }
 
@@ -484,7 +499,9 @@ async fn send_snapshot<W: AsyncWrite + Unpin>(
     if peer.has(common::proto::FEATURE_STAMPS) {
         // The first offset of the intercept's clock before its first stamped record: a Ping
         // now (its token is our clock, `crate::clock`), not a whole ping interval later.
-        msgs.push(Message::Ping { token: crate::clock::wall_ns() });
+        msgs.push(Message::Ping {
+            token: crate::clock::wall_ns(),
+        });
     }
     let events: Vec<RegEvent> = snapshot.iter().map(|&t| RegEvent::Register(t)).collect();
     messages_for(&events, ask, &mut msgs);
@@ -534,7 +551,11 @@ pub async fn serve_direct(
     desk: &LinkDesk,
     est: Established<TcpStream>,
 ) -> Result<(), LinkError> {
-    let Established { reader, writer, peer } = est;
+    let Established {
+        reader,
+        writer,
+        peer,
+    } = est;
     let (read_half, decoder) = reader.into_parts();
     let (write_half, sealer) = writer.into_parts();
     let io = |e: std::io::Error| LinkError::Proto(ProtoError::Io(e));
@@ -548,13 +569,16 @@ pub async fn serve_direct(
     let (snapshot, rx) = send_snapshot(cfg, links, ask.as_ref(), &peer, &mut writer).await?;
 
     let shared = Arc::new(LinkShared::new());
-    let counter =
-        ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
+    let counter = ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
     desk.hand(EngineLink::new(engine_sock, decoder, cfg.id, shared.clone(), counter).with_gen(gen));
     links.connected.fetch_add(1, Ordering::SeqCst);
     let _up = UpGuard(links);
     // Dropped before `_up`: the engine, woken by `_up`, finds the link dead.
-    let _dead = DeadGuard { shared: shared.clone(), sock: closer, links };
+    let _dead = DeadGuard {
+        shared: shared.clone(),
+        sock: closer,
+        links,
+    };
     links.records.wake_all();
     log_connected(cfg, &peer, snapshot.len());
 
@@ -585,7 +609,8 @@ fn payload_ask(cfg: &ClientConfig, peer: &common::proto::Hello) -> Option<Payloa
 /// The record hold this link follows: `None` with an intercept that predates
 /// `Message::RecordWait` (it sends every record at once).
 fn hold_watch(links: &Links, peer: &common::proto::Hello) -> Option<watch::Receiver<u32>> {
-    peer.has(common::proto::FEATURE_RECORD_WAIT).then(|| links.hold.watch())
+    peer.has(common::proto::FEATURE_RECORD_WAIT)
+        .then(|| links.hold.watch())
 }
 
 /// The next record hold to tell the intercept; never ready for a link without one.
@@ -618,8 +643,7 @@ async fn read_loop<S: AsyncRead + Unpin>(
 ) -> Result<(), LinkError> {
     let silence = cfg.ping_interval * 3;
     let clock = crate::clock::ClockSync::default();
-    let counter =
-        ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
+    let counter = ::metrics::counter!(crate::metrics::names::CONTROL_RECORDS_TOTAL, "intercept" => cfg.addr.to_string());
     loop {
         let msg = tokio::time::timeout(silence, reader.read_message())
             .await
@@ -641,7 +665,10 @@ async fn read_loop<S: AsyncRead + Unpin>(
                     .await
                     .map_err(|_| LinkError::EngineGone)?;
             }
-            Some(Message::Pong { token, clock: theirs }) => clock.on_pong_now(token, theirs),
+            Some(Message::Pong {
+                token,
+                clock: theirs,
+            }) => clock.on_pong_now(token, theirs),
             Some(Message::Rules { in_force }) => {
                 log_rules(cfg.id, in_force);
                 links
@@ -940,21 +967,36 @@ mod tests {
             // The engines learned first that this link (generation 1 of intercept 7) is up.
             assert_eq!(
                 records.recv().await.unwrap(),
-                Inbound::Link { from: 7, gen: 1, event: LinkEvent::Up }
+                Inbound::Link {
+                    from: 7,
+                    gen: 1,
+                    event: LinkEvent::Up
+                }
             );
             let Inbound::Records { at, records: got } = records.recv().await.unwrap() else {
                 panic!("records expected")
             };
             assert_eq!(got, vec![rec.clone(), rec]);
-            assert!(at >= sent_at && at <= std::time::Instant::now(), "stamped when read");
+            assert!(
+                at >= sent_at && at <= std::time::Instant::now(),
+                "stamped when read"
+            );
 
             // The intercept's verdicts reach the engine, named by the link's id.
-            let results = vec![(t(3), RegVerdict::Accepted), (t(2), RegVerdict::PortNotGuarded)];
+            let results = vec![
+                (t(3), RegVerdict::Accepted),
+                (t(2), RegVerdict::PortNotGuarded),
+            ];
             est.writer
-                .write_message(&Message::Registered { results: results.clone() })
+                .write_message(&Message::Registered {
+                    results: results.clone(),
+                })
                 .await
                 .unwrap();
-            assert_eq!(records.recv().await.unwrap(), Inbound::Verdicts { from: 7, results });
+            assert_eq!(
+                records.recv().await.unwrap(),
+                Inbound::Verdicts { from: 7, results }
+            );
 
             // Stay silent (no Pong) past three ping intervals: the client must give up on us.
             tokio::time::sleep(Duration::from_millis(600)).await;
@@ -977,16 +1019,29 @@ mod tests {
         use common::proto::io::{client_handshake, server_handshake};
         const AHEAD: u64 = 5_000_000_000;
         let (links, mut inbox) = links();
-        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        let mut cfg = ClientConfig::new(
+            "fake:1".parse().unwrap(),
+            Some(Arc::from(&b"s3cret"[..])),
+            1,
+        );
         cfg.ping_interval = Duration::from_millis(200);
         let (a, b) = tokio::io::duplex(64 * 1024);
         let client = async {
-            let est = client_handshake(a, Some(b"s3cret"), "copier test").await.unwrap();
+            let est = client_handshake(a, Some(b"s3cret"), "copier test")
+                .await
+                .unwrap();
             serve(&cfg, &links, est).await
         };
         let fake = async {
-            let mut est = server_handshake(b, Some(b"s3cret"), "fake intercept").await.unwrap();
-            let rec = |stamp| Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp };
+            let mut est = server_handshake(b, Some(b"s3cret"), "fake intercept")
+                .await
+                .unwrap();
+            let rec = |stamp| Record {
+                orig_len: 40,
+                headers: vec![0x45; 40],
+                payload: Vec::new(),
+                stamp,
+            };
             let mut pongs = 0;
             let mut before = false;
             while pongs < 3 {
@@ -995,11 +1050,17 @@ mod tests {
                         if !before {
                             // the first Ping is not answered yet: a stamp now is unknown
                             let r = vec![rec(crate::clock::wall_ns() + AHEAD)];
-                            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+                            est.writer
+                                .write_message(&Message::Records { records: r })
+                                .await
+                                .unwrap();
                             before = true;
                         }
                         let clock = crate::clock::wall_ns() + AHEAD;
-                        est.writer.write_message(&Message::Pong { token, clock }).await.unwrap();
+                        est.writer
+                            .write_message(&Message::Pong { token, clock })
+                            .await
+                            .unwrap();
                         pongs += 1;
                     }
                     Message::Register { .. } | Message::Synced => {}
@@ -1009,7 +1070,10 @@ mod tests {
             // the client reads in order: its third Pong is in before these records
             let ours = crate::clock::wall_ns();
             let r = vec![rec(ours + AHEAD), rec(0)];
-            est.writer.write_message(&Message::Records { records: r }).await.unwrap();
+            est.writer
+                .write_message(&Message::Records { records: r })
+                .await
+                .unwrap();
             let mut got = Vec::new();
             while got.len() < 3 {
                 if let Inbound::Records { records, .. } = inbox.recv().await.unwrap() {
@@ -1017,7 +1081,11 @@ mod tests {
                 }
             }
             assert_eq!(got[0], 0, "before the first Pong: unknown");
-            assert!(got[1].abs_diff(ours) < 50_000_000, "{} vs {ours}: on our clock", got[1]);
+            assert!(
+                got[1].abs_diff(ours) < 50_000_000,
+                "{} vs {ours}: on our clock",
+                got[1]
+            );
             assert_eq!(got[2], 0, "an unstamped record stays so");
             est
         };
@@ -1035,19 +1103,30 @@ mod tests {
         let desk = Arc::new(LinkDesk::new());
         links.desk = Some(desk.clone());
         links.registry.apply(&[RegEvent::Register(t(1))]);
-        let mut cfg = ClientConfig::new("fake:1".parse().unwrap(), Some(Arc::from(&b"s3cret"[..])), 1);
+        let mut cfg = ClientConfig::new(
+            "fake:1".parse().unwrap(),
+            Some(Arc::from(&b"s3cret"[..])),
+            1,
+        );
         cfg.id = 4;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let client = async {
             let stream = TcpStream::connect(addr).await.unwrap();
-            let est = client_handshake(stream, Some(b"s3cret"), "copier test").await.unwrap();
+            let est = client_handshake(stream, Some(b"s3cret"), "copier test")
+                .await
+                .unwrap();
             serve_direct(&cfg, &links, &desk, est).await
         };
         let fake = async {
             let (stream, _) = listener.accept().await.unwrap();
-            let mut est = server_handshake(stream, Some(b"s3cret"), "fake intercept").await.unwrap();
-            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(1)] });
+            let mut est = server_handshake(stream, Some(b"s3cret"), "fake intercept")
+                .await
+                .unwrap();
+            assert_eq!(
+                next_reg(&mut est).await,
+                Message::Register { tuples: vec![t(1)] }
+            );
             // The engine's side: the link it was handed.
             let mut engine_links = Vec::new();
             while engine_links.is_empty() {
@@ -1055,10 +1134,25 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             assert_eq!(links.connected.load(Ordering::SeqCst), 1);
-            let rec = Record { orig_len: 40, headers: vec![0x45; 40], payload: Vec::new(), stamp: 0 };
+            let rec = Record {
+                orig_len: 40,
+                headers: vec![0x45; 40],
+                payload: Vec::new(),
+                stamp: 0,
+            };
             let results = vec![(t(1), RegVerdict::Accepted)];
-            est.writer.write_message(&Message::Records { records: vec![rec.clone()] }).await.unwrap();
-            est.writer.write_message(&Message::Registered { results: results.clone() }).await.unwrap();
+            est.writer
+                .write_message(&Message::Records {
+                    records: vec![rec.clone()],
+                })
+                .await
+                .unwrap();
+            est.writer
+                .write_message(&Message::Registered {
+                    results: results.clone(),
+                })
+                .await
+                .unwrap();
             let sent_at = std::time::Instant::now();
             let mut got = Vec::new();
             let mut buf = vec![0u8; 1024];
@@ -1066,14 +1160,19 @@ mod tests {
                 engine_links[0].pump(&mut buf, |i| got.push(i)).unwrap();
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            let Inbound::Records { at, records } = &got[0] else { panic!("{got:?}") };
+            let Inbound::Records { at, records } = &got[0] else {
+                panic!("{got:?}")
+            };
             assert_eq!(records, &vec![rec]);
             assert!(*at >= sent_at, "stamped when the engine read it");
             assert_eq!(got[1], Inbound::Verdicts { from: 4, results });
             assert!(inbox.try_recv().is_err(), "nothing went through the inbox");
             // Registrations still go out from the client.
             links.registry.apply(&[RegEvent::Register(t(2))]);
-            assert_eq!(next_reg(&mut est).await, Message::Register { tuples: vec![t(2)] });
+            assert_eq!(
+                next_reg(&mut est).await,
+                Message::Register { tuples: vec![t(2)] }
+            );
             // A frame of an unknown type: the engine ends the link, the client ends with its reason.
             est.writer.write_frames(&[0, 0, 0, 1, 0xee]).await.unwrap();
             let e = loop {
@@ -1086,8 +1185,15 @@ mod tests {
             est
         };
         let (result, _est) = tokio::join!(client, fake);
-        assert!(matches!(result, Err(LinkError::Proto(ProtoError::UnknownType(0xee)))), "{result:?}");
-        assert_eq!(links.connected.load(Ordering::SeqCst), 0, "the link no longer counts as up");
+        assert!(
+            matches!(result, Err(LinkError::Proto(ProtoError::UnknownType(0xee)))),
+            "{result:?}"
+        );
+        assert_eq!(
+            links.connected.load(Ordering::SeqCst),
+            0,
+            "the link no longer counts as up"
+        );
     }
 
     #[test]
@@ -1104,15 +1210,29 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
-        assert!(asked.iter().all(|&(t, n)| ask.wants(&t) && n == PayloadAsk::BYTES));
+        assert!(asked
+            .iter()
+            .all(|&(t, n)| ask.wants(&t) && n == PayloadAsk::BYTES));
         assert!(plain.iter().all(|t| !ask.wants(t)));
         assert_eq!(plain.len() + asked.len(), 400);
-        assert!((60..140).contains(&asked.len()), "about a quarter asks: {}", asked.len());
+        assert!(
+            (60..140).contains(&asked.len()),
+            "about a quarter asks: {}",
+            asked.len()
+        );
         // The same rule as the comparison's tap.
-        assert!(asked.iter().all(|(t, _)| crate::shadow::sampled_client(t.client.ip(), t.client.port(), 0.25)));
+        assert!(asked.iter().all(|(t, _)| crate::shadow::sampled_client(
+            t.client.ip(),
+            t.client.port(),
+            0.25
+        )));
         // Unregisters never carry a want.
         out = Vec::new();
-        messages_for(&[RegEvent::Unregister(t(1))], Some(&PayloadAsk { sample: 1.0 }), &mut out);
+        messages_for(
+            &[RegEvent::Unregister(t(1))],
+            Some(&PayloadAsk { sample: 1.0 }),
+            &mut out,
+        );
         assert_eq!(out, vec![Message::Unregister { tuples: vec![t(1)] }]);
     }
 
@@ -1146,11 +1266,16 @@ mod tests {
     async fn payload_is_asked_per_session_only_of_an_intercept_that_understands_it() {
         assert_eq!(
             first_registration(common::proto::FEATURE_PAYLOAD_REQUEST).await,
-            Message::RegisterPayload { tuples: vec![(t(1), PayloadAsk::BYTES)] }
+            Message::RegisterPayload {
+                tuples: vec![(t(1), PayloadAsk::BYTES)]
+            }
         );
         // An older intercept would refuse the unknown message: it gets a plain Register (and
         // sends payload on every session by itself, if it runs with --payload-bytes).
-        assert_eq!(first_registration(0).await, Message::Register { tuples: vec![t(1)] });
+        assert_eq!(
+            first_registration(0).await,
+            Message::Register { tuples: vec![t(1)] }
+        );
     }
 
     /// What a fake intercept announcing `features` reads from a link whose record hold is 2 ms,
@@ -1168,7 +1293,9 @@ mod tests {
             let _ = serve(&cfg, &links, est).await;
         };
         let fake = async {
-            let mut est = handshake_with_features(b, None, "intercept", Role::Intercept, features).await.unwrap();
+            let mut est = handshake_with_features(b, None, "intercept", Role::Intercept, features)
+                .await
+                .unwrap();
             let mut got = Vec::new();
             if features & common::proto::FEATURE_RECORD_WAIT != 0 {
                 got.push(next_reg(&mut est).await);
@@ -1194,7 +1321,10 @@ mod tests {
     async fn the_intercept_is_told_how_long_it_may_hold_records_if_it_understands() {
         let wait = |micros| Message::RecordWait { micros };
         let reg = Message::Register { tuples: vec![t(1)] };
-        assert_eq!(holds_told(common::proto::FEATURES).await, vec![wait(2000), wait(0), wait(2000), reg.clone()]);
+        assert_eq!(
+            holds_told(common::proto::FEATURES).await,
+            vec![wait(2000), wait(0), wait(2000), reg.clone()]
+        );
         // An older intercept would refuse the message: it is never sent one.
         assert_eq!(holds_told(0).await, vec![reg]);
     }

@@ -43,11 +43,22 @@ pub fn run(a: &DoctorArgs) -> Report {
     }
     permissions(&mut r);
     // One map per test server.
-    let maps: Vec<PortMap> =
-        a.maps.iter().flat_map(|m| m.targets.iter().map(move |t| PortMap { target: t.addr, ..m.map })).collect();
+    let maps: Vec<PortMap> = a
+        .maps
+        .iter()
+        .flat_map(|m| {
+            m.targets.iter().map(move |t| PortMap {
+                target: t.addr,
+                ..m.map
+            })
+        })
+        .collect();
     match &a.mirror {
         Some(m) => {
-            let cfg = crate::mirror::MirrorConfig { vnis: a.vni.clone().map(|v| v.0).unwrap_or_default(), ..m.clone() };
+            let cfg = crate::mirror::MirrorConfig {
+                vnis: a.vni.clone().map(|v| v.0).unwrap_or_default(),
+                ..m.clone()
+            };
             mirror_input(&mut r, &cfg, &maps, a.mirror_listen, a.inner_mtu);
         }
         None => capture_interface(&mut r, a),
@@ -77,7 +88,15 @@ pub fn run(a: &DoctorArgs) -> Report {
     let online: Vec<PortMap> = a.maps.iter().map(|m| m.map).collect();
     let nets = routes::client_nets(&mut r, &a.client_ip, &online);
     for i in &a.intercepts {
-        intercept(&mut r, i, secret.as_deref(), secret_ok, &maps, &nets, a.max_clock_skew);
+        intercept(
+            &mut r,
+            i,
+            secret.as_deref(),
+            secret_ok,
+            &maps,
+            &nets,
+            a.max_clock_skew,
+        );
     }
     forwarding(&mut r);
     doctor::check_conntrack(&mut r);
@@ -85,7 +104,13 @@ pub fn run(a: &DoctorArgs) -> Report {
 }
 
 /// `--mirror`: bind the port, listen for `listen`, judge what arrives as the copier would.
-fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortMap], listen: Duration, inner_mtu: u16) {
+fn mirror_input(
+    r: &mut Report,
+    cfg: &crate::mirror::MirrorConfig,
+    maps: &[PortMap],
+    listen: Duration,
+    inner_mtu: u16,
+) {
     use crate::mirror::{bind, MirrorStats, Selector};
     let what = format!("{} mirror on UDP port {}", cfg.encap.name(), cfg.port);
     let sock = match bind(cfg.port) {
@@ -115,7 +140,9 @@ fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortM
         if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
             break;
         }
-        let Ok((n, from)) = sock.recv_from(&mut buf) else { break };
+        let Ok((n, from)) = sock.recv_from(&mut buf) else {
+            break;
+        };
         largest = largest.max(n);
         if sources.len() < 8 {
             sources.insert(from.ip().to_canonical());
@@ -133,10 +160,20 @@ fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortM
         );
         return;
     }
-    r.ok("mirror packets arriving", format!("{} datagrams in {listen:?} from {:?}", st.datagrams, sources));
+    r.ok(
+        "mirror packets arriving",
+        format!(
+            "{} datagrams in {listen:?} from {:?}",
+            st.datagrams, sources
+        ),
+    );
     let vnis: Vec<u32> = st.vnis.iter().copied().collect();
     if !cfg.vnis.is_empty() && st.drops.vni == st.datagrams {
-        r.fail("mirror VNIs", format!("seen {vnis:?}, none of --vni {:?}", cfg.vnis), "give --vni the VNI of the mirror session (or leave it out)");
+        r.fail(
+            "mirror VNIs",
+            format!("seen {vnis:?}, none of --vni {:?}", cfg.vnis),
+            "give --vni the VNI of the mirror session (or leave it out)",
+        );
     } else {
         r.ok("mirror VNIs", format!("seen {vnis:?}"));
     }
@@ -161,7 +198,10 @@ fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortM
     if st.drops.truncated > 0 {
         r.fail(
             "mirror truncation",
-            format!("{} of {} datagrams cut short: their sessions cannot be copied whole", st.drops.truncated, st.datagrams),
+            format!(
+                "{} of {} datagrams cut short: their sessions cannot be copied whole",
+                st.drops.truncated, st.datagrams
+            ),
             "remove the mirror session's packet length limit (AWS: --packet-length unset)",
         );
     } else {
@@ -181,7 +221,10 @@ fn mirror_input(r: &mut Report, cfg: &crate::mirror::MirrorConfig, maps: &[PortM
                         format!("raise the MTU of the mirror path to at least {need} (ip link set {} mtu {need}, and on the sender's side), or lower the mirrored interface's MTU", route.dev),
                     );
                 } else {
-                    r.ok(item, format!("{path} on dev {} carries {inner_mtu} + 50", route.dev));
+                    r.ok(
+                        item,
+                        format!("{path} on dev {} carries {inner_mtu} + 50", route.dev),
+                    );
                 }
             }
             Err(e) => r.warn(item, e, "check the route back to the mirror's sender"),
@@ -203,9 +246,17 @@ fn permissions(r: &mut Report) {
             "run the copier as root or with CAP_NET_RAW and CAP_NET_ADMIN (the packaged unit grants both: AmbientCapabilities=CAP_NET_RAW CAP_NET_ADMIN)",
         ),
     }
-    match Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW))) {
+    match Socket::new(
+        Domain::IPV4,
+        Type::RAW,
+        Some(Protocol::from(libc::IPPROTO_RAW)),
+    ) {
         Ok(_) => r.ok("send permission", "a raw IP socket opens (CAP_NET_RAW)"),
-        Err(e) => r.fail("send permission", format!("cannot open a raw IP socket: {e}"), "run the copier with CAP_NET_RAW"),
+        Err(e) => r.fail(
+            "send permission",
+            format!("cannot open a raw IP socket: {e}"),
+            "run the copier with CAP_NET_RAW",
+        ),
     }
 }
 
@@ -225,7 +276,13 @@ fn capture_interface(r: &mut Report, a: &DoctorArgs) {
         if !l.up {
             let item = format!("interface {name}");
             if a.interface.is_some() {
-                r.fail(item, "is down: nothing is captured", format!("ip link set dev {name} up, or give the interface that carries the traffic"));
+                r.fail(
+                    item,
+                    "is down: nothing is captured",
+                    format!(
+                        "ip link set dev {name} up, or give the interface that carries the traffic"
+                    ),
+                );
             }
             continue;
         }
@@ -247,7 +304,13 @@ fn capture_interface(r: &mut Report, a: &DoctorArgs) {
                 ),
             );
         } else {
-            r.ok(item, format!("largest captured packet {biggest} bytes fits a ring block of {}", a.ring_block_size));
+            r.ok(
+                item,
+                format!(
+                    "largest captured packet {biggest} bytes fits a ring block of {}",
+                    a.ring_block_size
+                ),
+            );
         }
     }
 }
@@ -255,7 +318,10 @@ fn capture_interface(r: &mut Report, a: &DoctorArgs) {
 fn online_service(r: &mut Report, m: &PortMap) {
     let item = format!("online service of --map {}", m);
     if doctor::tcp_listening(m.online_port) {
-        r.ok(item, format!("a process listens on port {} here", m.online_port));
+        r.ok(
+            item,
+            format!("a process listens on port {} here", m.online_port),
+        );
     } else {
         r.warn(
             item,
@@ -271,15 +337,33 @@ fn target(r: &mut Report, m: &PortMap, mtu: u16) {
     let route = match doctor::route_get(t.ip()) {
         Ok(route) => route,
         Err(e) => {
-            r.fail(item, format!("none ({e}): the copies cannot be sent"), format!("ip route add {} via <gateway toward the test host>", t.ip()));
+            r.fail(
+                item,
+                format!("none ({e}): the copies cannot be sent"),
+                format!("ip route add {} via <gateway toward the test host>", t.ip()),
+            );
             return;
         }
     };
     if route.local {
-        r.fail(item, "the target is an address of this host: the copies would come back here", "give --map the test server's address");
+        r.fail(
+            item,
+            "the target is an address of this host: the copies would come back here",
+            "give --map the test server's address",
+        );
         return;
     }
-    r.ok(item, format!("dev {}{}", route.dev, route.gateway.map(|g| format!(" via {g}")).unwrap_or_default()));
+    r.ok(
+        item,
+        format!(
+            "dev {}{}",
+            route.dev,
+            route
+                .gateway
+                .map(|g| format!(" via {g}"))
+                .unwrap_or_default()
+        ),
+    );
     let dev_mtu = doctor::link(&route.dev).map(|l| l.mtu).unwrap_or(u32::MAX);
     let path = route.mtu.unwrap_or(u32::MAX).min(dev_mtu);
     let item = format!("MTU toward {t}");
@@ -300,7 +384,10 @@ fn send_path(r: &mut Report, m: &PortMap, gso: crate::cli::GsoMode) {
     let t = m.target;
     let item = format!("send path toward {t}");
     if gso == crate::cli::GsoMode::Off {
-        r.ok(item, "--gso off: every segment is built and sent one by one through the raw socket");
+        r.ok(
+            item,
+            "--gso off: every segment is built and sent one by one through the raw socket",
+        );
         return;
     }
     if let Err(e) = crate::sys::PacketTx::open(1 << 16) {
@@ -331,22 +418,49 @@ fn send_path(r: &mut Report, m: &PortMap, gso: crate::cli::GsoMode) {
     }
 }
 
-fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok: bool, maps: &[PortMap], nets: &[(IpAddr, u8)], skew: Duration) {
+fn intercept(
+    r: &mut Report,
+    i: &InterceptAddr,
+    secret: Option<&[u8]>,
+    secret_ok: bool,
+    maps: &[PortMap],
+    nets: &[(IpAddr, u8)],
+    skew: Duration,
+) {
     let name = format!("{}:{}", i.host, i.port);
-    let addr = match (i.host.as_str(), i.port).to_socket_addrs().map(|mut a| a.next()) {
+    let addr = match (i.host.as_str(), i.port)
+        .to_socket_addrs()
+        .map(|mut a| a.next())
+    {
         Ok(Some(a)) => a,
         Ok(None) | Err(_) => {
-            r.fail(format!("intercept {name}"), "the name does not resolve", "give --intercept the test host's address");
+            r.fail(
+                format!("intercept {name}"),
+                "the name does not resolve",
+                "give --intercept the test host's address",
+            );
             return;
         }
     };
     match doctor::route_get(addr.ip()) {
-        Ok(route) if route.local => {
-            r.fail(format!("route to intercept {name}"), "is an address of this host", "the intercept runs on the test host; give its address")
-        }
-        Ok(route) => r.ok(format!("route to intercept {name}"), format!("dev {}", route.dev)),
+        Ok(route) if route.local => r.fail(
+            format!("route to intercept {name}"),
+            "is an address of this host",
+            "the intercept runs on the test host; give its address",
+        ),
+        Ok(route) => r.ok(
+            format!("route to intercept {name}"),
+            format!("dev {}", route.dev),
+        ),
         Err(e) => {
-            r.fail(format!("route to intercept {name}"), format!("none ({e})"), format!("ip route add {} via <gateway toward the test host>", addr.ip()));
+            r.fail(
+                format!("route to intercept {name}"),
+                format!("none ({e})"),
+                format!(
+                    "ip route add {} via <gateway toward the test host>",
+                    addr.ip()
+                ),
+            );
             return;
         }
     }
@@ -354,10 +468,17 @@ fn intercept(r: &mut Report, i: &InterceptAddr, secret: Option<&[u8]>, secret_ok
     if !secret_ok {
         return;
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
-            r.fail(format!("intercept {name} reachable"), format!("cannot start a runtime: {e}"), "");
+            r.fail(
+                format!("intercept {name} reachable"),
+                format!("cannot start a runtime: {e}"),
+                "",
+            );
             return;
         }
     };
@@ -371,10 +492,20 @@ fn probe_tuple(m: &PortMap, n: u16) -> FourTuple {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
     };
-    FourTuple { client: SocketAddr::new(client, 1024 + n).into(), server: m.target.into() }
+    FourTuple {
+        client: SocketAddr::new(client, 1024 + n).into(),
+        server: m.target.into(),
+    }
 }
 
-async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]>, maps: &[PortMap], nets: &[(IpAddr, u8)]) {
+async fn talk(
+    r: &mut Report,
+    name: &str,
+    addr: SocketAddr,
+    secret: Option<&[u8]>,
+    maps: &[PortMap],
+    nets: &[(IpAddr, u8)],
+) {
     let timeout = Duration::from_secs(3);
     let stream = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
@@ -387,7 +518,11 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
             return;
         }
         Err(_) => {
-            r.fail(format!("intercept {name} reachable"), format!("no answer to a connect within {timeout:?}"), "open the control port (36524) from this host to the test host");
+            r.fail(
+                format!("intercept {name} reachable"),
+                format!("no answer to a connect within {timeout:?}"),
+                "open the control port (36524) from this host to the test host",
+            );
             return;
         }
     };
@@ -403,10 +538,28 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
             return;
         }
     };
-    r.ok(format!("secret accepted by intercept {name}"), format!("handshake done with {}", est.peer.software));
-    let tuples: Vec<FourTuple> = maps.iter().enumerate().map(|(k, m)| probe_tuple(m, k as u16)).collect();
-    if est.writer.write_message(&Message::Register { tuples: tuples.clone() }).await.is_err() {
-        r.fail(format!("intercept {name} guards the test ports"), "the link closed", "see the intercept's log");
+    r.ok(
+        format!("secret accepted by intercept {name}"),
+        format!("handshake done with {}", est.peer.software),
+    );
+    let tuples: Vec<FourTuple> = maps
+        .iter()
+        .enumerate()
+        .map(|(k, m)| probe_tuple(m, k as u16))
+        .collect();
+    if est
+        .writer
+        .write_message(&Message::Register {
+            tuples: tuples.clone(),
+        })
+        .await
+        .is_err()
+    {
+        r.fail(
+            format!("intercept {name} guards the test ports"),
+            "the link closed",
+            "see the intercept's log",
+        );
         return;
     }
     let verdicts = tokio::time::timeout(timeout, async {
@@ -421,9 +574,16 @@ async fn talk(r: &mut Report, name: &str, addr: SocketAddr, secret: Option<&[u8]
     .await
     .ok()
     .flatten();
-    let _ = est.writer.write_message(&Message::Unregister { tuples }).await;
+    let _ = est
+        .writer
+        .write_message(&Message::Unregister { tuples })
+        .await;
     let Some(verdicts) = verdicts else {
-        r.fail(format!("intercept {name} guards the test ports"), "no answer to a probe registration", "see the intercept's log");
+        r.fail(
+            format!("intercept {name} guards the test ports"),
+            "no answer to a probe registration",
+            "see the intercept's log",
+        );
         return;
     };
     for (m, (_, v)) in maps.iter().zip(verdicts) {
@@ -493,8 +653,12 @@ where
 /// Asks the intercept which copiers are connected (`Message::FleetQuery`) and warns when two
 /// of them (two instances) share test ports: with one seed and pool they pick the same test
 /// tuples for the same clients.
-async fn fleet<S>(r: &mut Report, name: &str, est: &mut common::proto::io::Established<S>, timeout: Duration)
-where
+async fn fleet<S>(
+    r: &mut Report,
+    name: &str,
+    est: &mut common::proto::io::Established<S>,
+    timeout: Duration,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let item = format!("copiers at intercept {name} have their own test ports");
@@ -504,11 +668,19 @@ where
     })
     .await;
     let Ok(answer) = answer else {
-        r.warn(item, "the link closed before the intercept said which copiers it has", "see the intercept's log");
+        r.warn(
+            item,
+            "the link closed before the intercept said which copiers it has",
+            "see the intercept's log",
+        );
         return;
     };
     let Some(members) = answer else {
-        r.warn(item, "no answer to the question which copiers are connected", "see the intercept's log");
+        r.warn(
+            item,
+            "no answer to the question which copiers are connected",
+            "see the intercept's log",
+        );
         return;
     };
     match fleet_clashes(&members) {
@@ -568,13 +740,30 @@ mod tests {
     #[test]
     fn copiers_sharing_test_ports_are_named_and_a_fleet_split_is_not() {
         use common::proto::FleetMember;
-        let m = |instance, addr: &str, index, size| FleetMember { instance, addr: addr.parse().unwrap(), index, size };
+        let m = |instance, addr: &str, index, size| FleetMember {
+            instance,
+            addr: addr.parse().unwrap(),
+            index,
+            size,
+        };
         // Two copiers without --fleet (the setup), and a doctor's connection.
-        let (n, c) = fleet_clashes(&[m(1, "198.18.1.1:1", 0, 1), m(2, "198.18.1.2:2", 0, 1), m(0, "198.18.1.1:3", 0, 0)]);
+        let (n, c) = fleet_clashes(&[
+            m(1, "198.18.1.1:1", 0, 1),
+            m(2, "198.18.1.2:2", 0, 1),
+            m(0, "198.18.1.1:3", 0, 0),
+        ]);
         assert_eq!(n, 2);
-        assert_eq!(c, vec!["198.18.1.1 (no --fleet) and 198.18.1.2 (no --fleet)".to_string()]);
+        assert_eq!(
+            c,
+            vec!["198.18.1.1 (no --fleet) and 198.18.1.2 (no --fleet)".to_string()]
+        );
         // Two copiers given the same share by mistake, one reconnected (two links, one instance).
-        let (n, c) = fleet_clashes(&[m(1, "198.18.1.1:1", 1, 3), m(1, "198.18.1.1:9", 1, 3), m(2, "198.18.1.2:2", 1, 3), m(3, "198.18.1.3:2", 2, 3)]);
+        let (n, c) = fleet_clashes(&[
+            m(1, "198.18.1.1:1", 1, 3),
+            m(1, "198.18.1.1:9", 1, 3),
+            m(2, "198.18.1.2:2", 1, 3),
+            m(3, "198.18.1.3:2", 2, 3),
+        ]);
         assert_eq!((n, c.len()), (3, 1), "{c:?}");
         assert!(c[0].contains("--fleet 1/3"), "{c:?}");
         // A proper split.
@@ -584,12 +773,34 @@ mod tests {
 
     #[test]
     fn doctor_is_a_subcommand_next_to_the_flat_flags() {
-        let a = Args::try_parse_from(["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
-        let Some(Command::Doctor(d)) = a.command else { panic!("no doctor: {a:?}") };
-        assert_eq!((d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size), (1, 36524, 1500, 256 << 10));
+        let a = Args::try_parse_from([
+            "copier",
+            "doctor",
+            "--map",
+            "80=198.18.2.2:80",
+            "--intercept",
+            "198.18.2.2",
+            "--no-secret",
+        ])
+        .unwrap();
+        let Some(Command::Doctor(d)) = a.command else {
+            panic!("no doctor: {a:?}")
+        };
+        assert_eq!(
+            (d.maps.len(), d.intercepts[0].port, d.mtu, d.ring_block_size),
+            (1, 36524, 1500, 256 << 10)
+        );
         assert_eq!(d.max_clock_skew, Duration::from_secs(1));
         // the daemon's flags are unchanged and still required without the subcommand
-        let a = Args::try_parse_from(["copier", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"]).unwrap();
+        let a = Args::try_parse_from([
+            "copier",
+            "--map",
+            "80=198.18.2.2:80",
+            "--intercept",
+            "198.18.2.2",
+            "--no-secret",
+        ])
+        .unwrap();
         assert!(a.command.is_none());
         assert!(Args::try_parse_from(["copier", "--no-secret"]).is_err());
         // the doctor needs what it checks, and does not mix with the daemon's flags
@@ -599,12 +810,33 @@ mod tests {
 
     #[test]
     fn the_doctor_takes_every_flag_of_the_copier_with_its_checks() {
-        let base = ["copier", "doctor", "--map", "80=198.18.2.2:80", "--intercept", "198.18.2.2", "--no-secret"];
-        let parse = |extra: &[&str]| Args::try_parse_from(base.iter().chain(extra)).map(|a| a.command);
-        let Ok(Some(Command::Doctor(d))) = parse(&["--client-ip", "198.19.0.0/16", "--workers", "2", "--pace-window", "4", "--max-clock-skew", "2s"]) else {
+        let base = [
+            "copier",
+            "doctor",
+            "--map",
+            "80=198.18.2.2:80",
+            "--intercept",
+            "198.18.2.2",
+            "--no-secret",
+        ];
+        let parse =
+            |extra: &[&str]| Args::try_parse_from(base.iter().chain(extra)).map(|a| a.command);
+        let Ok(Some(Command::Doctor(d))) = parse(&[
+            "--client-ip",
+            "198.19.0.0/16",
+            "--workers",
+            "2",
+            "--pace-window",
+            "4",
+            "--max-clock-skew",
+            "2s",
+        ]) else {
             panic!("the copier's flags are refused")
         };
-        assert_eq!((d.client_ip.len(), d.workers, d.max_clock_skew), (1, 2, Duration::from_secs(2)));
+        assert_eq!(
+            (d.client_ip.len(), d.workers, d.max_clock_skew),
+            (1, 2, Duration::from_secs(2))
+        );
         let e = parse(&["--mtu", "100"]).unwrap_err().to_string();
         assert!(e.contains("--mtu"), "{e}");
         assert!(parse(&["--no-such-flag"]).is_err());
@@ -614,8 +846,14 @@ mod tests {
     fn probes_use_documentation_addresses_of_the_target_family() {
         let m4 = parse_map("80=198.18.2.2:8080").unwrap();
         let m6 = parse_map("80=[fd00::2]:80").unwrap();
-        assert_eq!(probe_tuple(&m4, 0).client, "192.0.2.1:1024".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            probe_tuple(&m4, 0).client,
+            "192.0.2.1:1024".parse::<SocketAddr>().unwrap()
+        );
         assert_eq!(probe_tuple(&m4, 0).server, m4.target);
-        assert_eq!(probe_tuple(&m6, 1).client, "[2001:db8::1]:1025".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            probe_tuple(&m6, 1).client,
+            "[2001:db8::1]:1025".parse::<SocketAddr>().unwrap()
+        );
     }
 }

@@ -78,8 +78,11 @@ pub fn lookup(dst: IpAddr) -> Result<Egress, String> {
     if sys("type")? != "1" {
         return Err(format!("{dev} is not an Ethernet interface"));
     }
-    let src_mac = parse_mac(&sys("address")?).ok_or_else(|| format!("{dev} has no Ethernet address"))?;
-    let dev_mtu: u32 = sys("mtu")?.parse().map_err(|_| format!("cannot read the MTU of {dev}"))?;
+    let src_mac =
+        parse_mac(&sys("address")?).ok_or_else(|| format!("{dev} has no Ethernet address"))?;
+    let dev_mtu: u32 = sys("mtu")?
+        .parse()
+        .map_err(|_| format!("cannot read the MTU of {dev}"))?;
     let ifindex = crate::sys::interface_index(&dev).map_err(|e| format!("interface {dev}: {e}"))?;
     let next_hop = route.gateway.unwrap_or(dst);
     let out = std::process::Command::new("ip")
@@ -87,12 +90,19 @@ pub fn lookup(dst: IpAddr) -> Result<Egress, String> {
         .output()
         .map_err(|e| format!("cannot run `ip neigh` (install iproute2): {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let dst_mac = parse_neigh(&text)
-        .ok_or_else(|| format!("the next hop {next_hop} on {dev} has no Ethernet address known yet"))?;
+    let dst_mac = parse_neigh(&text).ok_or_else(|| {
+        format!("the next hop {next_hop} on {dev} has no Ethernet address known yet")
+    })?;
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&dst_mac);
     macs[6..].copy_from_slice(&src_mac);
-    Ok(Egress { dev, ifindex, next_hop, macs, mtu: route.mtu.unwrap_or(dev_mtu).min(dev_mtu) })
+    Ok(Egress {
+        dev,
+        ifindex,
+        next_hop,
+        macs,
+        mtu: route.mtu.unwrap_or(dev_mtu).min(dev_mtu),
+    })
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
@@ -126,7 +136,13 @@ pub fn parse_neigh(text: &str) -> Option<[u8; 6]> {
 pub fn prepare_gso(packet: &mut [u8], gso_size: u16) -> Option<[u8; VNET_HDR_LEN]> {
     let (ip_len, tcp_len, src, dst, v6) = {
         let p = parse_tcp_packet(packet).ok()?;
-        (p.ip_header_len, p.tcp.header_len(), p.src, p.dst, p.src.is_ipv6())
+        (
+            p.ip_header_len,
+            p.tcp.header_len(),
+            p.src,
+            p.dst,
+            p.src.is_ipv6(),
+        )
     };
     let total = packet.len();
     let seg_len = u32::try_from(total - ip_len).ok()?;
@@ -176,17 +192,31 @@ mod tests {
         assert_eq!(parse_mac("02:00:0a:ff:00"), None);
         assert_eq!(parse_mac("02:00:0a:ff:00:01:02"), None);
         assert_eq!(parse_mac("zz:00:0a:ff:00:01"), None);
-        assert_eq!(parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 REACHABLE\n"), Some([2, 0, 10, 255, 0, 1]));
-        assert_eq!(parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 STALE\n"), Some([2, 0, 10, 255, 0, 1]));
+        assert_eq!(
+            parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 REACHABLE\n"),
+            Some([2, 0, 10, 255, 0, 1])
+        );
+        assert_eq!(
+            parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 STALE\n"),
+            Some([2, 0, 10, 255, 0, 1])
+        );
         assert_eq!(parse_neigh("198.18.0.1  FAILED\n"), None);
-        assert_eq!(parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 INCOMPLETE\n"), None);
+        assert_eq!(
+            parse_neigh("198.18.0.1 lladdr 02:00:0a:ff:00:01 INCOMPLETE\n"),
+            None
+        );
         assert_eq!(parse_neigh(""), None);
     }
 
     #[test]
     fn vnet_header_of_ipv4_and_ipv6() {
         let data = vec![7u8; 5000];
-        let mut p4 = packet("198.18.0.1:40000", "198.18.1.2:80", TcpFlags::ACK | TcpFlags::PSH, &data);
+        let mut p4 = packet(
+            "198.18.0.1:40000",
+            "198.18.1.2:80",
+            TcpFlags::ACK | TcpFlags::PSH,
+            &data,
+        );
         let h = prepare_gso(&mut p4, 1448).unwrap();
         // flags, gso_type, hdr_len = 14 + 20 + 32, gso_size, csum_start = 14 + 20, csum_offset 16
         assert_eq!(h, [1, 1, 66, 0, 0xa8, 0x05, 34, 0, 16, 0]);
@@ -199,7 +229,12 @@ mod tests {
             (p4.len() - 20) as u32,
         ));
         assert_eq!(seg.checksum(), want);
-        let mut p6 = packet("[2001:db8::1]:40000", "[2001:db8::2]:80", TcpFlags::ACK, &data);
+        let mut p6 = packet(
+            "[2001:db8::1]:40000",
+            "[2001:db8::2]:80",
+            TcpFlags::ACK,
+            &data,
+        );
         let h = prepare_gso(&mut p6, 1428).unwrap();
         assert_eq!(h, [1, 4, 86, 0, 0x94, 0x05, 54, 0, 16, 0]);
         assert_eq!(prepare_gso(&mut p6[..30], 1428), None);
@@ -208,28 +243,48 @@ mod tests {
     #[test]
     fn the_cut_is_the_one_tso_makes() {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
-        let pkt = packet("198.18.0.1:40000", "198.18.1.2:80", TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN, &data);
+        let pkt = packet(
+            "198.18.0.1:40000",
+            "198.18.1.2:80",
+            TcpFlags::ACK | TcpFlags::PSH | TcpFlags::FIN,
+            &data,
+        );
         let mut out = Vec::new();
         assert_eq!(cut_like_tso(&pkt, 1448, &mut out).unwrap(), 7);
         let mut joined = Vec::new();
         for (i, piece) in out.iter().enumerate() {
             let p = parse_tcp_packet(piece).unwrap();
             assert!(p.tcp_checksum_ok());
-            assert!(Ipv4Packet::new_checked(&piece[..]).unwrap().verify_checksum());
+            assert!(Ipv4Packet::new_checked(&piece[..])
+                .unwrap()
+                .verify_checksum());
             let last = i == 6;
-            assert_eq!(p.payload().len(), if last { 10_000 - 6 * 1448 } else { 1448 }, "whole MSS, the tail last");
+            assert_eq!(
+                p.payload().len(),
+                if last { 10_000 - 6 * 1448 } else { 1448 },
+                "whole MSS, the tail last"
+            );
             assert_eq!(p.tcp.seq(), SeqNum(4_294_960_000).add(i as u32 * 1448));
             assert_eq!(p.tcp.ack(), SeqNum(77));
             assert_eq!(p.tcp.flags().contains(TcpFlags::FIN), last);
             assert_eq!(p.tcp.flags().contains(TcpFlags::PSH), last);
-            assert_eq!(Ipv4Packet::new_checked(&piece[..]).unwrap().ident(), 65_530u16.wrapping_add(i as u16));
+            assert_eq!(
+                Ipv4Packet::new_checked(&piece[..]).unwrap().ident(),
+                65_530u16.wrapping_add(i as u16)
+            );
             let opts: Vec<_> = tcp_options(p.options()).map(Result::unwrap).collect();
             assert_eq!(opts, vec![TcpOption::Timestamps { tsval: 5, tsecr: 6 }]);
             joined.extend_from_slice(p.payload());
         }
         assert_eq!(joined, data);
         let syn = packet("198.18.0.1:1", "198.18.1.2:80", TcpFlags::SYN, &data);
-        assert!(matches!(cut_like_tso(&syn, 1448, &mut out), Err(SplitError::Flags(_))));
-        assert!(matches!(cut_like_tso(&pkt, 4, &mut out), Err(SplitError::TooSmall { .. })));
+        assert!(matches!(
+            cut_like_tso(&syn, 1448, &mut out),
+            Err(SplitError::Flags(_))
+        ));
+        assert!(matches!(
+            cut_like_tso(&pkt, 4, &mut out),
+            Err(SplitError::TooSmall { .. })
+        ));
     }
 }

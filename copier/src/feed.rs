@@ -323,12 +323,16 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
             capture.readable();
         }
         match polled {
-            Ok(ready) if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() => {
+            Ok(ready)
+                if ready & 1 != 0 && !capture.ready() && capture.growing_until().is_none() =>
+            {
                 // POLLERR without data: read the error, or poll would return at once forever.
                 if let Some(e) = capture.take_error() {
                     if last_error_log.map_or(true, |t| now >= t + Duration::from_secs(1)) {
                         last_error_log = Some(now);
-                        tracing::warn!("capture socket: {e} (interface down? capture resumes when it is up)");
+                        tracing::warn!(
+                            "capture socket: {e} (interface down? capture resumes when it is up)"
+                        );
                     }
                 }
             }

@@ -253,7 +253,11 @@ impl EngineLink {
                     Message::Pong { token, clock } => self.shared.clock.on_pong_now(token, clock),
                     Message::Rules { in_force } => {
                         log_rules(self.id, in_force);
-                        f(Inbound::Link { from: self.id, gen: self.gen, event: crate::engine::LinkEvent::Rules(in_force) });
+                        f(Inbound::Link {
+                            from: self.id,
+                            gen: self.gen,
+                            event: crate::engine::LinkEvent::Rules(in_force),
+                        });
                     }
                     Message::Error { code, message } => {
                         return Err(ProtoError::Remote { code, message }.into())
@@ -379,7 +383,9 @@ pub enum LinkError {
 /// Log what an intercept said of its firewall rules (`Message::Rules`).
 pub fn log_rules(id: u16, in_force: bool) {
     if in_force {
-        tracing::info!("intercept #{id}: its firewall rules are back in force; its sessions send again");
+        tracing::info!(
+            "intercept #{id}: its firewall rules are back in force; its sessions send again"
+        );
     } else {
         tracing::error!(
             "intercept #{id}: its firewall rules are MISSING (flushed or reloaded): nothing is sent on its sessions \

@@ -18,10 +18,10 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use copier::bpf::{build_filter, FilterTarget};
 use copier::capture::Capture;
-use copier::feed::{Feed, FeedConfig};
 use copier::cli::Args;
 use copier::control::{run_client, ClientConfig, Links, Registry};
 use copier::engine::{EngineConfig, PortShare};
+use copier::feed::{Feed, FeedConfig};
 use copier::mirror::MirrorInput;
 use copier::offline::Replay;
 use copier::run::{run_engine_loop, LoopIo, RunSummary, Source};
@@ -37,7 +37,8 @@ const RECORD_CHANNEL: usize = 32;
 fn main() -> ExitCode {
     common::docs::generate_if_asked(<Args as clap::CommandFactory>::command());
     let matches = common::config_file::matches(<Args as clap::CommandFactory>::command());
-    let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let args =
+        <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match &args.command {
         Some(copier::cli::Command::Doctor(d)) => return ExitCode::from(copier::doctor::main(d)),
         Some(copier::cli::Command::CompareReport(r)) => {
@@ -97,7 +98,10 @@ fn run(args: Args) -> Result<RunSummary> {
         );
     }
     if v.mirror.is_some() && args.workers > 1 {
-        tracing::warn!("--workers {} ignored with --mirror: the mirror is read by one worker", args.workers);
+        tracing::warn!(
+            "--workers {} ignored with --mirror: the mirror is read by one worker",
+            args.workers
+        );
     }
     let workers = usize::from(v.workers);
 
@@ -115,11 +119,17 @@ fn run(args: Args) -> Result<RunSummary> {
         None if v.mirror.is_some() => Vec::new(),
         None => {
             let filter = build_filter(&targets).context("building the capture filter")?;
-            let feed = FeedConfig { max_bytes: v.capture.block_size as usize * v.capture.block_count as usize };
+            let feed = FeedConfig {
+                max_bytes: v.capture.block_size as usize * v.capture.block_count as usize,
+            };
             Capture::open_fanout(&v.capture, &filter, workers)
                 .context("starting the capture (run as root or with CAP_NET_RAW)")?
                 .into_iter()
-                .map(|c| Feed::start(c, feed).map(Source::Live).context("starting the capture thread"))
+                .map(|c| {
+                    Feed::start(c, feed)
+                        .map(Source::Live)
+                        .context("starting the capture thread")
+                })
                 .collect::<anyhow::Result<_>>()?
         }
         Some(cfg) => {
@@ -159,13 +169,20 @@ fn run(args: Args) -> Result<RunSummary> {
 
     let mut mirror_stats = None;
     if let Some(m) = &v.mirror {
-        let tap = shadow.as_ref().zip(v.shadow.as_ref()).map(|(s, c)| (s.tap.clone(), c.flows.sample));
+        let tap = shadow
+            .as_ref()
+            .zip(v.shadow.as_ref())
+            .map(|(s, c)| (s.tap.clone(), c.flows.sample));
         let input = MirrorInput::open(m.clone(), &v.engine.maps, tap)
             .with_context(|| format!("--mirror {}:{}", m.encap.name(), m.port))?;
         mirror_stats = Some(input.shared());
         // The queue holds what the ring would (--capture-block-size x --capture-blocks).
-        let feed = FeedConfig { max_bytes: v.capture.block_size as usize * v.capture.block_count as usize };
-        sources.push(Source::Live(Feed::start(input, feed).context("starting the mirror thread")?));
+        let feed = FeedConfig {
+            max_bytes: v.capture.block_size as usize * v.capture.block_count as usize,
+        };
+        sources.push(Source::Live(
+            Feed::start(input, feed).context("starting the mirror thread")?,
+        ));
     }
 
     let registry = Arc::new(Registry::new());
@@ -179,8 +196,16 @@ fn run(args: Args) -> Result<RunSummary> {
         .iter()
         .map(|m| match v.engine.spread.iter().find(|s| s.map == *m) {
             Some(s) => {
-                let t: Vec<String> = s.targets.iter().map(|t| format!("{}@{}", t.addr, t.weight)).collect();
-                format!("{}={}", m.to_string().split('=').next().unwrap_or_default(), t.join(","))
+                let t: Vec<String> = s
+                    .targets
+                    .iter()
+                    .map(|t| format!("{}@{}", t.addr, t.weight))
+                    .collect();
+                format!(
+                    "{}={}",
+                    m.to_string().split('=').next().unwrap_or_default(),
+                    t.join(",")
+                )
             }
             None => m.to_string(),
         })
@@ -224,13 +249,22 @@ fn run(args: Args) -> Result<RunSummary> {
     let trace = match &v.trace {
         None => None,
         Some(cfg) => {
-            let pools = v.engine.profile.as_ref().map(|p| p.pools.iter().map(|x| x.name.clone()).collect()).unwrap_or_default();
-            let f = copier::trace::TraceFile::create(cfg, pools)
-                .with_context(|| format!("creating the run trace --trace {}", cfg.path.display()))?;
+            let pools = v
+                .engine
+                .profile
+                .as_ref()
+                .map(|p| p.pools.iter().map(|x| x.name.clone()).collect())
+                .unwrap_or_default();
+            let f = copier::trace::TraceFile::create(cfg, pools).with_context(|| {
+                format!("creating the run trace --trace {}", cfg.path.display())
+            })?;
             tracing::info!(
                 "run trace: {} ({})",
                 cfg.path.display(),
-                cfg.every.map_or_else(|| "a row per request unit".to_string(), |d| format!("counts per {d:?}"))
+                cfg.every.map_or_else(
+                    || "a row per request unit".to_string(),
+                    |d| format!("counts per {d:?}")
+                )
             );
             Some(Arc::new(std::sync::Mutex::new(f)))
         }
@@ -243,10 +277,17 @@ fn run(args: Args) -> Result<RunSummary> {
     let desk = (workers == 1 && v.intercepts.len() <= copier::link::MAX_DIRECT_LINKS)
         .then(|| Arc::new(copier::link::LinkDesk::new()));
     // --compare times records at their read: the intercepts hold none.
-    let calm = if v.shadow.is_some() { std::time::Duration::ZERO } else { args.record_wait };
+    let calm = if v.shadow.is_some() {
+        std::time::Duration::ZERO
+    } else {
+        args.record_wait
+    };
     let hold = Arc::new(copier::workers::InterceptHold::new(calm));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
-        let wake = Arc::new(Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT)).context("eventfd and timerfd")?);
+        let wake = Arc::new(
+            Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT))
+                .context("eventfd and timerfd")?,
+        );
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
         inboxes.push(Inbox {
             records: records_tx,
@@ -314,7 +355,8 @@ fn run(args: Args) -> Result<RunSummary> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     rt.block_on(async {
         for (i, addr) in v.intercepts.iter().enumerate() {
-            let mut cfg = ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
+            let mut cfg =
+                ClientConfig::new(addr.clone(), v.secret.clone(), v.seed ^ (i as u64 + 1));
             // Names this link's registration verdicts to the engines.
             cfg.id = u16::try_from(i).unwrap_or(u16::MAX);
             let fleet = v.engine.port_share.fleet;
@@ -322,7 +364,9 @@ fn run(args: Args) -> Result<RunSummary> {
             cfg.identity.fleet_size = fleet.size;
             cfg.serves = v.intercept_serves.get(i).cloned().flatten().map(Arc::from);
             // --compare: the compared sessions ask for their answers' payload.
-            cfg.payload = v.shadow.as_ref().map(|s| copier::control::PayloadAsk { sample: s.flows.sample });
+            cfg.payload = v.shadow.as_ref().map(|s| copier::control::PayloadAsk {
+                sample: s.flows.sample,
+            });
             if let Some(l) = &cfg.serves {
                 let l: Vec<String> = l.iter().map(ToString::to_string).collect();
                 tracing::info!("intercept {addr} guards test server(s) {}", l.join(", "));
@@ -354,7 +398,10 @@ fn run(args: Args) -> Result<RunSummary> {
         Ok::<_, anyhow::Error>(())
     })?;
     let _ = shutdown_tx.send(true);
-    let mut summary = RunSummary { mirror: mirror_stats.map(|m| m.stats()), ..RunSummary::default() };
+    let mut summary = RunSummary {
+        mirror: mirror_stats.map(|m| m.stats()),
+        ..RunSummary::default()
+    };
     let mut fatal = None;
     for t in threads {
         let (s, f) = t.join().map_err(|_| anyhow!("an engine thread panicked"))?;
@@ -365,7 +412,12 @@ fn run(args: Args) -> Result<RunSummary> {
     }
     drop(rt);
     if let (Some(o), Some(_)) = (&v.offline, &shadow) {
-        let answers: u64 = summary.workers.iter().filter_map(|w| w.offline.as_ref()).map(|r| r.answers).sum();
+        let answers: u64 = summary
+            .workers
+            .iter()
+            .filter_map(|w| w.offline.as_ref())
+            .map(|r| r.answers)
+            .sum();
         if answers == 0 {
             tracing::warn!(
                 "--compare: {} holds no answer of the mapped services (capture both directions): nothing to compare with",
@@ -405,7 +457,10 @@ async fn reload_on_hup(rules: Arc<copier::engine::Rules>) {
         for e in &errs {
             tracing::warn!("SIGHUP: --rules {e} (the old value stays)");
         }
-        tracing::info!("SIGHUP: --rules header files re-read ({} failed)", errs.len());
+        tracing::info!(
+            "SIGHUP: --rules header files re-read ({} failed)",
+            errs.len()
+        );
     }
 }
 

@@ -16,8 +16,8 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 
 use ::metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Key, KeyName,
-    Label, Metadata, Recorder, SharedString, Unit,
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter,
+    Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString, Unit,
 };
 
 use crate::capture::CaptureStats;
@@ -94,6 +94,7 @@ pub mod names {
     pub const RECORDS_UNROUTABLE_TOTAL: &str = "copier_records_unroutable_total";
     pub const REGISTERED_SESSIONS: &str = "copier_registered_sessions";
     pub const RETRANSMISSIONS_TOTAL: &str = "copier_retransmissions_total";
+    pub const WINDOW_PROBES_TOTAL: &str = "copier_window_probes_total";
     pub const SEGMENTS_SENT_TOTAL: &str = "copier_segments_sent_total";
     pub const SEND_BYTES_TOTAL: &str = "copier_send_bytes_total";
     pub const SEND_DROPPED_TOTAL: &str = "copier_send_dropped_total";
@@ -167,7 +168,10 @@ fn export_lag(now: &LagHistogram) {
             let n = now.counts[i] - last.counts[i];
             if n > 0 {
                 let sum = now.sums_ns[i].saturating_sub(last.sums_ns[i]);
-                h.record_many(sum as f64 / n as f64 / 1e9, usize::try_from(n).unwrap_or(usize::MAX));
+                h.record_many(
+                    sum as f64 / n as f64 / 1e9,
+                    usize::try_from(n).unwrap_or(usize::MAX),
+                );
             }
         }
         *last = now.clone();
@@ -259,7 +263,10 @@ fn describe() {
         Unit::Bytes,
         "Bytes of the capture ring(s) mapped now (the ring grows with the traffic)"
     );
-    describe_counter!(names::CAPTURE_RING_GROWS_TOTAL, "Times the capture ring grew");
+    describe_counter!(
+        names::CAPTURE_RING_GROWS_TOTAL,
+        "Times the capture ring grew"
+    );
 
     describe_counter!(
         names::SESSIONS_STARTED_TOTAL,
@@ -347,7 +354,10 @@ fn describe() {
         names::H2_SESSIONS_TOTAL,
         "Captured sessions recognised as HTTP/2 by the client's preface (copied unpaced, cut at frame boundaries)"
     );
-    describe_counter!(names::H2_STREAMS_TOTAL, "Streams the clients of HTTP/2 sessions opened (HEADERS frames)");
+    describe_counter!(
+        names::H2_STREAMS_TOTAL,
+        "Streams the clients of HTTP/2 sessions opened (HEADERS frames)"
+    );
     describe_counter!(
         names::UNITS_AHEAD_TOTAL,
         "Request units sent before the test server answered the one before (windowed pacing)"
@@ -356,8 +366,14 @@ fn describe() {
         names::REQUESTS_TOTAL,
         "Requests the --rules editor read, by protocol (http, or bytes: units of other protocols), every copy counted"
     );
-    describe_counter!(names::REQUESTS_DROPPED_TOTAL, "Requests the --rules filters kept from the test server");
-    describe_counter!(names::REQUESTS_EDITED_TOTAL, "Copied requests whose head --rules changed (dye, header edits, rewrites)");
+    describe_counter!(
+        names::REQUESTS_DROPPED_TOTAL,
+        "Requests the --rules filters kept from the test server"
+    );
+    describe_counter!(
+        names::REQUESTS_EDITED_TOTAL,
+        "Copied requests whose head --rules changed (dye, header edits, rewrites)"
+    );
     describe_counter!(
         names::REQUESTS_MALFORMED_TOTAL,
         "Malformed HTTP requests (--rules): the rest of the session passed as captured"
@@ -384,6 +400,10 @@ fn describe() {
         "Client payload bytes sent, retransmissions included"
     );
     describe_counter!(names::RETRANSMISSIONS_TOTAL, "Segments sent again");
+    describe_counter!(
+        names::WINDOW_PROBES_TOTAL,
+        "Zero-window probes sent: a test server's window was shut while data waited for it"
+    );
     describe_counter!(
         names::RECORDS_RECEIVED_TOTAL,
         "Response records received from intercepts"
@@ -569,6 +589,7 @@ pub fn export(s: &Snapshot<'_>) {
     counter!(names::BYTES_SENT_TOTAL).absolute(e.bytes_sent);
     counter!(names::PAYLOAD_BYTES_SENT_TOTAL).absolute(e.payload_bytes_sent);
     counter!(names::RETRANSMISSIONS_TOTAL).absolute(e.retransmissions);
+    counter!(names::WINDOW_PROBES_TOTAL).absolute(e.window_probes);
     counter!(names::RECORDS_RECEIVED_TOTAL).absolute(e.records_received);
     counter!(names::ANSWER_TIMEOUTS_TOTAL).absolute(e.answer_timeouts);
     counter!(names::UNITS_SENT_TOTAL).absolute(e.units_sent);
@@ -583,7 +604,8 @@ pub fn export(s: &Snapshot<'_>) {
         counter!(names::REQUESTS_EDITED_TOTAL).absolute(r.edited);
         counter!(names::REQUESTS_MALFORMED_TOTAL).absolute(r.malformed);
         for (i, name) in r.names.iter().enumerate() {
-            counter!(names::RULE_MATCHES_TOTAL, "rule" => name.clone()).absolute(r.rules.get(i).copied().unwrap_or(0));
+            counter!(names::RULE_MATCHES_TOTAL, "rule" => name.clone())
+                .absolute(r.rules.get(i).copied().unwrap_or(0));
         }
     }
     export_lag(&e.replay_lag);
@@ -693,10 +715,14 @@ mod tests {
         let mut engine = EngineStats::default();
         ::metrics::with_local_recorder(&prom, || {
             for ms in [0.3, 0.4, 3.0] {
-                engine.replay_lag.record(std::time::Duration::from_secs_f64(ms / 1e3));
+                engine
+                    .replay_lag
+                    .record(std::time::Duration::from_secs_f64(ms / 1e3));
             }
             export_engine(&engine);
-            engine.replay_lag.record(std::time::Duration::from_millis(700));
+            engine
+                .replay_lag
+                .record(std::time::Duration::from_millis(700));
             export_engine(&engine); // only the new sample is recorded again
         });
         let text = handle.render();

@@ -47,12 +47,18 @@ impl Outage {
     /// The state of `output` (the metric label: `record`, `compare_log`), named `what` in the
     /// log (the flag and its path).
     pub fn new(output: &'static str, what: String) -> Outage {
-        Outage { output, what, down_since: None, dropped: 0 }
+        Outage {
+            output,
+            what,
+            down_since: None,
+            dropped: 0,
+        }
     }
 
     /// A write failed, and `lost` items (packets, lines) with it.
     pub fn failed(&mut self, e: &io::Error, lost: u64) {
-        counter!(names::OUTPUT_ERRORS_TOTAL, "output" => self.output, "reason" => reason(e)).increment(1);
+        counter!(names::OUTPUT_ERRORS_TOTAL, "output" => self.output, "reason" => reason(e))
+            .increment(1);
         let first = self.down_since.is_none();
         if first {
             self.down_since = Some(Instant::now());
@@ -111,7 +117,10 @@ mod tests {
 
     #[test]
     fn reasons() {
-        assert_eq!(reason(&io::Error::from_raw_os_error(libc::ENOSPC)), "no_space");
+        assert_eq!(
+            reason(&io::Error::from_raw_os_error(libc::ENOSPC)),
+            "no_space"
+        );
         assert_eq!(reason(&io::Error::from_raw_os_error(libc::EDQUOT)), "quota");
         assert_eq!(reason(&io::Error::other("x")), "other");
     }

@@ -76,14 +76,25 @@ impl RateLoop {
     /// A loop starting at scale 1 (the profile's own factor).
     #[must_use]
     pub fn new(cfg: RateConfig) -> RateLoop {
-        RateLoop { cfg, scale: 1.0, last: None }
+        RateLoop {
+            cfg,
+            scale: 1.0,
+            last: None,
+        }
     }
 
     /// One tick at `t` seconds with `sent` units sent so far, the schedule's `load_share` at
     /// `t` (load x weight / total_weight), the profile's `base` factor, and whether the test
     /// side is `saturated` (the scale then comes down by at least `SATURATED_STEP`). `None` on the first tick (nothing to
     /// measure yet).
-    pub fn tick(&mut self, t: f64, sent: u64, load_share: f64, base: f64, saturated: bool) -> Option<RateTick> {
+    pub fn tick(
+        &mut self,
+        t: f64,
+        sent: u64,
+        load_share: f64,
+        base: f64,
+        saturated: bool,
+    ) -> Option<RateTick> {
         let prev = self.last.replace((t, sent));
         let (t0, s0) = prev?;
         let dt = t - t0;
@@ -92,7 +103,11 @@ impl RateLoop {
         }
         let measured = sent.saturating_sub(s0) as f64 / dt;
         let target = (self.cfg.rate * load_share * self.cfg.part).max(0.0);
-        let max_scale = if base > 0.0 { self.cfg.max_factor / base } else { self.cfg.max_factor };
+        let max_scale = if base > 0.0 {
+            self.cfg.max_factor / base
+        } else {
+            self.cfg.max_factor
+        };
         let mut bounded = false;
         let mut held = false;
         if target <= 0.0 {
@@ -113,8 +128,19 @@ impl RateLoop {
             // Nothing goes out because the loop stopped it: start again from a little.
             self.scale = (1.0 / base.max(1e-9)).min(max_scale).min(0.1);
         }
-        let error = if target > 0.0 { (measured - target) / target } else { 0.0 };
-        Some(RateTick { target, measured, error, scale: self.scale, bounded, held })
+        let error = if target > 0.0 {
+            (measured - target) / target
+        } else {
+            0.0
+        };
+        Some(RateTick {
+            target,
+            measured,
+            error,
+            scale: self.scale,
+            bounded,
+            held,
+        })
     }
 
     /// The factor scale in force.
@@ -131,8 +157,18 @@ mod tests {
     /// A simulated plant: `online(n)` units a second captured in tick `n`, each copied
     /// `factor` times on average under the scale in force `lag` ticks before (0: short sessions,
     /// sent in the tick that measures them), with a deterministic jitter of +-2 %.
-    fn run_lagged(online: impl Fn(usize) -> f64, ticks: usize, rate: f64, lag: usize) -> Vec<RateTick> {
-        let mut l = RateLoop::new(RateConfig { rate, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+    fn run_lagged(
+        online: impl Fn(usize) -> f64,
+        ticks: usize,
+        rate: f64,
+        lag: usize,
+    ) -> Vec<RateTick> {
+        let mut l = RateLoop::new(RateConfig {
+            rate,
+            part: 1.0,
+            max_factor: 100.0,
+            gain: DEFAULT_GAIN,
+        });
         let (mut sent, mut out) = (0.0f64, Vec::new());
         let mut scales = vec![1.0; lag + 1];
         l.tick(0.0, 0, 1.0, 1.0, false);
@@ -155,10 +191,16 @@ mod tests {
     #[test]
     fn a_one_tick_lag_still_converges_with_a_small_overshoot() {
         let ticks = run_lagged(|_| 100.0, 40, 300.0, 1);
-        assert!(ticks.iter().all(|t| t.error <= 0.25), "overshoot: {ticks:?}");
+        assert!(
+            ticks.iter().all(|t| t.error <= 0.25),
+            "overshoot: {ticks:?}"
+        );
         let settled = ticks.iter().position(|t| t.error.abs() <= 0.05).unwrap();
         assert!(settled <= 15, "{settled}: {ticks:?}");
-        assert!(ticks[20..].iter().all(|t| t.error.abs() <= 0.05), "{ticks:?}");
+        assert!(
+            ticks[20..].iter().all(|t| t.error.abs() <= 0.05),
+            "{ticks:?}"
+        );
     }
 
     #[test]
@@ -166,8 +208,14 @@ mod tests {
         let ticks = run(|_| 100.0, 40, 300.0);
         let settled = ticks.iter().position(|t| t.error.abs() <= 0.05).unwrap();
         assert!(settled <= 10, "{settled} ticks: {ticks:?}");
-        assert!(ticks[settled..].iter().all(|t| t.error.abs() <= 0.05), "{ticks:?}");
-        assert!(ticks.iter().all(|t| t.error <= 0.05), "overshoot: {ticks:?}");
+        assert!(
+            ticks[settled..].iter().all(|t| t.error.abs() <= 0.05),
+            "{ticks:?}"
+        );
+        assert!(
+            ticks.iter().all(|t| t.error <= 0.05),
+            "overshoot: {ticks:?}"
+        );
         assert!((ticks.last().unwrap().scale - 3.0).abs() < 0.1);
     }
 
@@ -178,13 +226,21 @@ mod tests {
         let after = &ticks[20..];
         let back = after.iter().position(|t| t.error.abs() <= 0.05).unwrap();
         assert!(back <= 10, "{back}: {after:?}");
-        assert!(after[back..].iter().all(|t| t.error.abs() <= 0.05), "{after:?}");
+        assert!(
+            after[back..].iter().all(|t| t.error.abs() <= 0.05),
+            "{after:?}"
+        );
         assert!((ticks.last().unwrap().scale - 1.5).abs() < 0.05);
     }
 
     #[test]
     fn bounded_by_max_factor_and_quiet_without_traffic() {
-        let mut l = RateLoop::new(RateConfig { rate: 1000.0, part: 1.0, max_factor: 4.0, gain: DEFAULT_GAIN });
+        let mut l = RateLoop::new(RateConfig {
+            rate: 1000.0,
+            part: 1.0,
+            max_factor: 4.0,
+            gain: DEFAULT_GAIN,
+        });
         l.tick(0.0, 0, 1.0, 2.0, false);
         let mut sent = 0;
         let mut last = None;
@@ -198,25 +254,41 @@ mod tests {
         let s = l.scale();
         assert_eq!(l.tick(61.0, sent, 1.0, 2.0, false).unwrap().scale, s);
         // Several copiers: a share of 1/4 of the load holds a quarter of the rate.
-        let mut q = RateLoop::new(RateConfig { rate: 400.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+        let mut q = RateLoop::new(RateConfig {
+            rate: 400.0,
+            part: 1.0,
+            max_factor: 100.0,
+            gain: DEFAULT_GAIN,
+        });
         q.tick(0.0, 0, 0.25, 1.0, false);
         assert_eq!(q.tick(1.0, 50, 0.25, 1.0, false).unwrap().target, 100.0);
     }
 
     #[test]
     fn a_saturated_test_side_holds_the_factor_instead_of_winding_up() {
-        let mut l = RateLoop::new(RateConfig { rate: 300.0, part: 1.0, max_factor: 100.0, gain: DEFAULT_GAIN });
+        let mut l = RateLoop::new(RateConfig {
+            rate: 300.0,
+            part: 1.0,
+            max_factor: 100.0,
+            gain: DEFAULT_GAIN,
+        });
         l.tick(0.0, 0, 1.0, 1.0, false);
         // The servers take only 100 units/s: saturated, the scale comes down 10 % a tick.
         let mut sent = 0;
         for n in 1..20u64 {
             sent += 100;
             let t = l.tick(n as f64, sent, 1.0, 1.0, true).unwrap();
-            assert!(t.held && (t.scale - SATURATED_STEP.powi(n as i32)).abs() < 1e-9, "{t:?}");
+            assert!(
+                t.held && (t.scale - SATURATED_STEP.powi(n as i32)).abs() < 1e-9,
+                "{t:?}"
+            );
         }
         // Nothing leaves at all: still down.
         let t = l.tick(20.0, sent, 1.0, 1.0, true).unwrap();
-        assert!(t.held && (t.scale - SATURATED_STEP.powi(20)).abs() < 1e-9, "{t:?}");
+        assert!(
+            t.held && (t.scale - SATURATED_STEP.powi(20)).abs() < 1e-9,
+            "{t:?}"
+        );
         // Recovered: it climbs again; too much sent while saturated: it comes down faster.
         let low = t.scale;
         sent += 100;
@@ -246,11 +318,23 @@ pub mod names {
 /// Describe the metrics (once, at start).
 pub fn describe() {
     use metrics::describe_gauge;
-    describe_gauge!(names::TARGET, "Closed loop (--target-rate): this engine's target, request units per second");
-    describe_gauge!(names::MEASURED, "Closed loop: request units per second sent to the test side in the last second");
+    describe_gauge!(
+        names::TARGET,
+        "Closed loop (--target-rate): this engine's target, request units per second"
+    );
+    describe_gauge!(
+        names::MEASURED,
+        "Closed loop: request units per second sent to the test side in the last second"
+    );
     describe_gauge!(names::ERROR, "Closed loop: (measured - target) / target");
-    describe_gauge!(names::SCALE, "Closed loop: the multiplier of the profile's factor it set");
-    describe_gauge!(names::BOUNDED, "Closed loop: 1 while the factor is held at a bound (target out of reach)");
+    describe_gauge!(
+        names::SCALE,
+        "Closed loop: the multiplier of the profile's factor it set"
+    );
+    describe_gauge!(
+        names::BOUNDED,
+        "Closed loop: 1 while the factor is held at a bound (target out of reach)"
+    );
     describe_gauge!(names::HELD, "Closed loop: 1 while the test side is saturated and the loop lowers the factor (10 % a second)");
 }
 
@@ -267,14 +351,25 @@ impl RateDriver {
     /// A driver for `cfg`.
     #[must_use]
     pub fn new(cfg: RateConfig) -> RateDriver {
-        RateDriver { ctl: RateLoop::new(cfg), bounded: false, held: false }
+        RateDriver {
+            ctl: RateLoop::new(cfg),
+            bounded: false,
+            held: false,
+        }
     }
 
     /// One tick at `now`.
     pub fn tick(&mut self, engine: &mut crate::engine::Engine, now: std::time::Instant) {
-        let Some((t, load_share, base)) = engine.rate_inputs(now) else { return };
+        let Some((t, load_share, base)) = engine.rate_inputs(now) else {
+            return;
+        };
         let saturated = engine.maps_all_overloaded() + engine.maps_all_down() > 0;
-        let Some(r) = self.ctl.tick(t, engine.stats().units_sent, load_share, base, saturated) else { return };
+        let Some(r) = self
+            .ctl
+            .tick(t, engine.stats().units_sent, load_share, base, saturated)
+        else {
+            return;
+        };
         engine.set_factor_scale(r.scale);
         metrics::gauge!(names::TARGET).set(r.target);
         metrics::gauge!(names::MEASURED).set(r.measured);

@@ -78,7 +78,11 @@ fn existing(dir: &Path, worker: u16) -> std::io::Result<Vec<(u64, PathBuf)>> {
     for e in std::fs::read_dir(dir)? {
         let e = e?;
         let name = e.file_name();
-        let Some(n) = name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|n| n.strip_suffix(".pcapng")) else {
+        let Some(n) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".pcapng"))
+        else {
             continue;
         };
         if let Ok(n) = n.parse::<u64>() {
@@ -100,7 +104,17 @@ impl Recorder {
         let index = Sink::new(common::private::append(&path)?, INDEX_BUF)?;
         let files = old.into_iter().map(|(_, p)| p).collect();
         let outage = Outage::new("record", format!("--record {}", cfg.dir.display()));
-        Ok(Recorder { cfg, worker, seq, cur: None, files, index, live: HashSet::new(), outage, retry_at: None })
+        Ok(Recorder {
+            cfg,
+            worker,
+            seq,
+            cur: None,
+            files,
+            index,
+            live: HashSet::new(),
+            outage,
+            retry_at: None,
+        })
     }
 
     /// Counts what a write gave (see [`crate::outage`]).
@@ -153,8 +167,11 @@ impl Recorder {
         let r = self.index.flush();
         self.note_index(r);
         let path = self.cfg.dir.join(format!("index-w{}.tsv", self.worker));
-        let kept: HashSet<String> =
-            self.files.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+        let kept: HashSet<String> = self
+            .files
+            .iter()
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect();
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         let mut out = String::with_capacity(text.len());
         out.push_str(INDEX_HEADER);
@@ -165,7 +182,10 @@ impl Recorder {
                 out.push('\n');
             }
         }
-        let tmp = self.cfg.dir.join(format!(".index-w{}.tsv.new", self.worker));
+        let tmp = self
+            .cfg
+            .dir
+            .join(format!(".index-w{}.tsv.new", self.worker));
         if let Err(e) = common::private::write(&tmp, out.as_bytes()) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
@@ -191,7 +211,10 @@ impl Recorder {
             let r = w.flush();
             self.note(r);
         }
-        let path = self.cfg.dir.join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
+        let path = self
+            .cfg
+            .dir
+            .join(format!("rec-w{}-{:06}.pcapng", self.worker, self.seq));
         match common::private::create(&path).and_then(|f| Sink::new(f, FILE_BUF)) {
             Ok(w) => {
                 self.seq += 1;
@@ -215,25 +238,48 @@ impl Recorder {
     /// session's, `None` for the RSTs of a shutdown. A write that fails does not stop the
     /// archive: the packets it held are dropped and counted, and the next write tries again
     /// (see [`crate::outage`]).
-    pub fn record(&mut self, tuple: FourTuple, copy: Option<u16>, client: Option<SocketAddr>, pkt: &[u8]) {
+    pub fn record(
+        &mut self,
+        tuple: FourTuple,
+        copy: Option<u16>,
+        client: Option<SocketAddr>,
+        pkt: &[u8],
+    ) {
         let Ok(p) = parse_tcp_packet(pkt) else { return };
         let flags = p.tcp.flags();
         let syn = flags.contains(TcpFlags::SYN);
         if syn && copy == Some(0) && self.live.insert(tuple) {
-            let open = if self.cur.as_ref().is_none_or(|c| c.1.len() >= self.cfg.max_file) {
+            let open = if self
+                .cur
+                .as_ref()
+                .is_none_or(|c| c.1.len() >= self.cfg.max_file)
+            {
                 self.rotate()
             } else {
                 true
             };
             if open {
-                let ms = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
-                let file = self.cur.as_ref().map(|c| c.0.file_name().unwrap_or_default().to_string_lossy().into_owned());
+                let ms = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_millis();
+                let file = self.cur.as_ref().map(|c| {
+                    c.0.file_name()
+                        .unwrap_or_default()
+                        .to_string_lossy()
+                        .into_owned()
+                });
                 let client = client.map_or_else(|| "-".into(), |c| c.to_string());
                 if self.index.is_empty() {
                     let r = self.index.push(format!("{INDEX_HEADER}\n").as_bytes());
                     self.note_index(r);
                 }
-                let line = format!("{ms}\t{client}\t{}\t{}\t{}\n", tuple.client, tuple.server, file.unwrap_or_default());
+                let line = format!(
+                    "{ms}\t{client}\t{}\t{}\t{}\n",
+                    tuple.client,
+                    tuple.server,
+                    file.unwrap_or_default()
+                );
                 let r = self.index.push(line.as_bytes());
                 self.note_index(r);
             }
@@ -253,7 +299,13 @@ impl Recorder {
             // a new file, or one whose header went with a failed write
             let _ = pcapng_header(&mut block, LinkType::Raw);
         }
-        let _ = pcapng_packet(&mut block, SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default(), pkt);
+        let _ = pcapng_packet(
+            &mut block,
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+            pkt,
+        );
         if let Some((_, w)) = self.cur.as_mut() {
             let r = w.push(&block);
             self.note(r);
@@ -281,17 +333,34 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use common::pcap::{Event, Reader};
-    use std::fs::File;
     use common::testkit;
+    use std::fs::File;
 
     #[test]
     fn files_rotate_and_read_back() {
         let dir = std::env::temp_dir().join(format!("record-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut r = Recorder::open(RecordConfig { dir: dir.clone(), max_file: 300, max_files: 2, max_age: None }, 0).unwrap();
-        let syn = testkit::emit(&common::wire::TcpBuilder { flags: TcpFlags::SYN, ..testkit::SEGMENT });
+        let mut r = Recorder::open(
+            RecordConfig {
+                dir: dir.clone(),
+                max_file: 300,
+                max_files: 2,
+                max_age: None,
+            },
+            0,
+        )
+        .unwrap();
+        let syn = testkit::emit(&common::wire::TcpBuilder {
+            flags: TcpFlags::SYN,
+            ..testkit::SEGMENT
+        });
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
-        let t = |port: u16| FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
+        let t = |port: u16| {
+            FourTuple::new(
+                SocketAddr::from(([198, 18, 1, 2], port)),
+                SocketAddr::from(([198, 18, 1, 1], 80)),
+            )
+        };
         for port in 1..=4 {
             r.record(t(port), Some(0), Some(t(port).client.into()), &syn);
             r.record(t(port), Some(0), None, &data);
@@ -299,12 +368,34 @@ mod tests {
         }
         r.record(t(9), Some(1), None, &syn); // another copy: not recorded
         r.flush();
-        let mut names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         names.sort();
-        assert_eq!(names, ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"], "two files kept");
+        assert_eq!(
+            names,
+            [
+                "index-w0.tsv",
+                "rec-w0-000002.pcapng",
+                "rec-w0-000003.pcapng"
+            ],
+            "two files kept"
+        );
         let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
-        assert_eq!(index.lines().count(), 3, "the index keeps the lines of the files kept: {index}");
-        assert!(index.lines().nth(2).unwrap().ends_with("198.18.1.1:80\trec-w0-000003.pcapng"), "{index}");
+        assert_eq!(
+            index.lines().count(),
+            3,
+            "the index keeps the lines of the files kept: {index}"
+        );
+        assert!(
+            index
+                .lines()
+                .nth(2)
+                .unwrap()
+                .ends_with("198.18.1.1:80\trec-w0-000003.pcapng"),
+            "{index}"
+        );
         let mut rd = Reader::new(File::open(dir.join("rec-w0-000003.pcapng")).unwrap()).unwrap();
         let mut n = 0;
         while let Some(ev) = rd.next_event().unwrap() {
@@ -333,7 +424,10 @@ mod restarts {
     use common::testkit;
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         v
     }
@@ -341,10 +435,16 @@ mod restarts {
     /// One run of the recorder: `sessions` test connections, a file each (max_file is tiny).
     fn run(cfg: &RecordConfig, first_port: u16, sessions: u16) {
         let mut r = Recorder::open(cfg.clone(), 0).unwrap();
-        let syn = testkit::emit(&common::wire::TcpBuilder { flags: TcpFlags::SYN, ..testkit::SEGMENT });
+        let syn = testkit::emit(&common::wire::TcpBuilder {
+            flags: TcpFlags::SYN,
+            ..testkit::SEGMENT
+        });
         let data = testkit::v4(b"GET / HTTP/1.1\r\n\r\n");
         for port in first_port..first_port + sessions {
-            let t = FourTuple::new(SocketAddr::from(([198, 18, 1, 2], port)), SocketAddr::from(([198, 18, 1, 1], 80)));
+            let t = FourTuple::new(
+                SocketAddr::from(([198, 18, 1, 2], port)),
+                SocketAddr::from(([198, 18, 1, 1], 80)),
+            );
             r.record(t, Some(0), None, &syn);
             r.record(t, Some(0), None, &data);
         }
@@ -354,28 +454,82 @@ mod restarts {
     fn the_bound_holds_across_restarts_by_count_and_age() {
         let dir = std::env::temp_dir().join(format!("record-restarts-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let cfg = RecordConfig { dir: dir.clone(), max_file: 1, max_files: 3, max_age: None };
+        let cfg = RecordConfig {
+            dir: dir.clone(),
+            max_file: 1,
+            max_files: 3,
+            max_age: None,
+        };
         run(&cfg, 1, 2);
-        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000000.pcapng", "rec-w0-000001.pcapng"]);
+        assert_eq!(
+            names(&dir),
+            [
+                "index-w0.tsv",
+                "rec-w0-000000.pcapng",
+                "rec-w0-000001.pcapng"
+            ]
+        );
         // a restart: numbering goes on (file 0 is not overwritten), the old files count
         run(&cfg, 10, 2);
-        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000001.pcapng", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng"]);
+        assert_eq!(
+            names(&dir),
+            [
+                "index-w0.tsv",
+                "rec-w0-000001.pcapng",
+                "rec-w0-000002.pcapng",
+                "rec-w0-000003.pcapng"
+            ]
+        );
         run(&cfg, 20, 1);
-        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000002.pcapng", "rec-w0-000003.pcapng", "rec-w0-000004.pcapng"]);
+        assert_eq!(
+            names(&dir),
+            [
+                "index-w0.tsv",
+                "rec-w0-000002.pcapng",
+                "rec-w0-000003.pcapng",
+                "rec-w0-000004.pcapng"
+            ]
+        );
         // the index: its header and one line per session of the files still there
         let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
-        let files: Vec<&str> = index.lines().skip(1).map(|l| l.rsplit('\t').next().unwrap()).collect();
+        let files: Vec<&str> = index
+            .lines()
+            .skip(1)
+            .map(|l| l.rsplit('\t').next().unwrap())
+            .collect();
         assert_eq!(index.lines().next(), Some(INDEX_HEADER));
-        assert_eq!(files, ["rec-w0-000002.pcapng", "rec-w0-000003.pcapng", "rec-w0-000004.pcapng"], "{index}");
+        assert_eq!(
+            files,
+            [
+                "rec-w0-000002.pcapng",
+                "rec-w0-000003.pcapng",
+                "rec-w0-000004.pcapng"
+            ],
+            "{index}"
+        );
         // by age: files older than max_age go at the next new file, whatever their number
         let old = SystemTime::now() - std::time::Duration::from_secs(7200);
         for n in [2, 3] {
-            let f = std::fs::File::options().write(true).open(dir.join(format!("rec-w0-{n:06}.pcapng"))).unwrap();
+            let f = std::fs::File::options()
+                .write(true)
+                .open(dir.join(format!("rec-w0-{n:06}.pcapng")))
+                .unwrap();
             f.set_modified(old).unwrap();
         }
-        let cfg = RecordConfig { max_age: Some(std::time::Duration::from_secs(3600)), max_files: 10, ..cfg };
+        let cfg = RecordConfig {
+            max_age: Some(std::time::Duration::from_secs(3600)),
+            max_files: 10,
+            ..cfg
+        };
         run(&cfg, 30, 1);
-        assert_eq!(names(&dir), ["index-w0.tsv", "rec-w0-000004.pcapng", "rec-w0-000005.pcapng"]);
+        assert_eq!(
+            names(&dir),
+            [
+                "index-w0.tsv",
+                "rec-w0-000004.pcapng",
+                "rec-w0-000005.pcapng"
+            ]
+        );
         let index = std::fs::read_to_string(dir.join("index-w0.tsv")).unwrap();
         assert_eq!(index.lines().count(), 3, "{index}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -105,8 +105,11 @@ pub struct InterceptFor {
 
 /// Parse `HOST[:PORT]=IP[,IP...]`.
 pub fn parse_intercept_for(s: &str) -> Result<InterceptFor, String> {
-    let form = "expected INTERCEPT=TARGET_IP[,TARGET_IP...], e.g. 198.18.9.1:36524=198.18.1.2,198.18.1.3";
-    let (i, t) = s.rsplit_once('=').ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
+    let form =
+        "expected INTERCEPT=TARGET_IP[,TARGET_IP...], e.g. 198.18.9.1:36524=198.18.1.2,198.18.1.3";
+    let (i, t) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
     let intercept: InterceptAddr = i.parse()?;
     let mut targets = Vec::new();
     for ip in t.split(',') {
@@ -130,11 +133,17 @@ pub fn plan(
 ) -> Result<Vec<Option<Vec<IpAddr>>>, String> {
     for e in explicit {
         if !intercepts.contains(&e.intercept) {
-            return Err(format!("--intercept-for {}: no --intercept {} is given", e.intercept, e.intercept));
+            return Err(format!(
+                "--intercept-for {}: no --intercept {} is given",
+                e.intercept, e.intercept
+            ));
         }
         for ip in &e.targets {
             if !targets.contains(ip) {
-                return Err(format!("--intercept-for {}: {ip} is not the address of a --map target", e.intercept));
+                return Err(format!(
+                    "--intercept-for {}: {ip} is not the address of a --map target",
+                    e.intercept
+                ));
             }
         }
     }
@@ -152,7 +161,13 @@ pub fn plan(
         return Ok(vec![None; intercepts.len()]);
     }
     let claimed: BTreeSet<IpAddr> = claims.iter().flatten().flatten().copied().collect();
-    let rest: Vec<IpAddr> = targets.iter().copied().filter(|t| !claimed.contains(t)).collect::<BTreeSet<_>>().into_iter().collect();
+    let rest: Vec<IpAddr> = targets
+        .iter()
+        .copied()
+        .filter(|t| !claimed.contains(t))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     // The servers no intercept claims go to the intercepts that claim nothing, or, when every
     // intercept claims some, to all of them (a dual-stack test host: `--map 80=T4
     // --map 80=[T6]:80 --intercept T4`).
@@ -181,7 +196,14 @@ pub fn serving_counts(plan: &[Option<Vec<IpAddr>>], targets: &[IpAddr]) -> Vec<(
     }
     let set: BTreeSet<IpAddr> = targets.iter().copied().collect();
     set.into_iter()
-        .map(|t| (t, plan.iter().filter(|p| p.as_ref().is_none_or(|l| l.contains(&t))).count()))
+        .map(|t| {
+            (
+                t,
+                plan.iter()
+                    .filter(|p| p.as_ref().is_none_or(|l| l.contains(&t)))
+                    .count(),
+            )
+        })
         .collect()
 }
 
@@ -275,7 +297,11 @@ mod tests {
         assert_eq!(dual, vec![Some(vec![t[0], ip("fd00::2")])]);
         let e = plan(&[i("198.18.9.2")], &[f], &t).unwrap_err();
         assert!(e.contains("no --intercept 198.18.9.1:36524"), "{e}");
-        assert!(parse_intercept_for("198.18.9.1=host").unwrap_err().contains("not an IP address"));
-        assert!(parse_intercept_for("198.18.9.1").unwrap_err().contains("no '='"));
+        assert!(parse_intercept_for("198.18.9.1=host")
+            .unwrap_err()
+            .contains("not an IP address"));
+        assert!(parse_intercept_for("198.18.9.1")
+            .unwrap_err()
+            .contains("no '='"));
     }
 }

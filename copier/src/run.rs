@@ -42,13 +42,13 @@ use common::proto::RegVerdict;
 use tokio::sync::mpsc;
 
 use crate::capture::CaptureStats;
-use crate::feed::Feed;
 use crate::control::{RegEvent, Registry};
 use crate::engine::{Engine, EngineConfig, EngineStats, LinkEvent, OverloadReason};
+use crate::feed::Feed;
+use crate::link::{EngineLink, LinkDesk};
 use crate::metrics::{self as m, Snapshot};
 use crate::offline::{Replay, ReplayStats};
 use crate::send::{RawSender, SendStats};
-use crate::link::{EngineLink, LinkDesk};
 use crate::sys;
 use crate::workers::{Eagerness, Inbound, Routes, TurnSeen, Wake};
 
@@ -225,7 +225,10 @@ impl Line {
             l.completed += e.sessions_completed;
             l.failed += e.sessions_failed.total();
             l.open_at_end += e.sessions_open_at_end;
-            for (r, n) in crate::engine::FailReason::ALL.iter().map(|&r| (r, e.sessions_failed.get(r))) {
+            for (r, n) in crate::engine::FailReason::ALL
+                .iter()
+                .map(|&r| (r, e.sessions_failed.get(r)))
+            {
                 l.fails.add(r, n);
             }
             l.not_copied += e.sessions_not_copied;
@@ -252,8 +255,17 @@ impl Line {
     }
 
     fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let why: Vec<String> = self.fails.iter().filter(|(_, n)| *n > 0).map(|(r, n)| format!("{r} {n}")).collect();
-        let mut why = if why.is_empty() { String::new() } else { format!(" ({})", why.join(", ")) };
+        let why: Vec<String> = self
+            .fails
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| format!("{r} {n}"))
+            .collect();
+        let mut why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", why.join(", "))
+        };
         if self.open_at_end > 0 {
             why.push_str(&format!(", {} open at the capture's end", self.open_at_end));
         }
@@ -303,7 +315,10 @@ impl Line {
         if self.units > 0 {
             let ms = |q: f64| match self.lag.quantile_bound(q) {
                 Some(b) if b.is_finite() => format!("<= {} ms", (b * 1e6).round() / 1e3),
-                _ => format!("> {} s", crate::engine::LAG_BOUNDS[crate::engine::LAG_BOUNDS.len() - 1]),
+                _ => format!(
+                    "> {} s",
+                    crate::engine::LAG_BOUNDS[crate::engine::LAG_BOUNDS.len() - 1]
+                ),
             };
             write!(
                 f,
@@ -321,12 +336,20 @@ impl Line {
                 "; rules: {} HTTP requests and {} other units read, {} dropped, {} edited, {} malformed",
                 r.http_requests, r.byte_units, r.dropped, r.edited, r.malformed
             )?;
-            let matched: Vec<String> =
-                r.names.iter().zip(&r.rules).map(|(n, c)| format!("{n} {c}")).collect();
+            let matched: Vec<String> = r
+                .names
+                .iter()
+                .zip(&r.rules)
+                .map(|(n, c)| format!("{n} {c}"))
+                .collect();
             write!(f, " (matched: {})", matched.join(", "))?;
         }
         if self.tuple_moves > 0 {
-            write!(f, "; {} copies moved to another test tuple (held by another copier)", self.tuple_moves)?;
+            write!(
+                f,
+                "; {} copies moved to another test tuple (held by another copier)",
+                self.tuple_moves
+            )?;
         }
         if self.panics > 0 {
             write!(f, "; the engine was rebuilt after {} panic(s)", self.panics)?;
@@ -486,7 +509,11 @@ pub fn run_engine_loop(
         eagerness: Eagerness::default(),
         eager: false,
         links: Vec::new(),
-        link_buf: if io.desk.is_some() { vec![0; crate::link::READ_CHUNK] } else { Vec::new() },
+        link_buf: if io.desk.is_some() {
+            vec![0; crate::link::READ_CHUNK]
+        } else {
+            Vec::new()
+        },
         link_rest: None,
         last_register: None,
         overload_drops: 0,
@@ -592,7 +619,14 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         match io.records.try_recv() {
             // Each record at the time its link read it: it may have waited for this turn (up to
             // --record-wait), and answer times are measured from it.
-            Ok(inbound) => take_inbound(engine, io.shadow.as_ref(), &mut st.compared, &mut seen, now, inbound),
+            Ok(inbound) => take_inbound(
+                engine,
+                io.shadow.as_ref(),
+                &mut st.compared,
+                &mut seen,
+                now,
+                inbound,
+            ),
             Err(_) => break,
         }
     }
@@ -652,7 +686,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         let waits = eager
             || seen.urgent
             || io.shadow.is_some()
-            || st.last_register.is_some_and(|t| now < t + crate::workers::EAGER_HOLD);
+            || st
+                .last_register
+                .is_some_and(|t| now < t + crate::workers::EAGER_HOLD);
         st.link_rest = link_rest(io.wake.delay(), waits, linked, st.link_rest, now);
     } else {
         st.link_rest = None;
@@ -734,7 +770,11 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         }
         // Resting links are not polled: the next turn reads them, at the latest at the end
         // of their rest.
-        let polled_links = if st.link_rest.is_some() { 0 } else { crate::link::MAX_DIRECT_LINKS };
+        let polled_links = if st.link_rest.is_some() {
+            0
+        } else {
+            crate::link::MAX_DIRECT_LINKS
+        };
         let links = st.links.iter().take(polled_links).map(EngineLink::fd);
         for fd in [event, timer].into_iter().chain(links) {
             fds[n] = fd;
@@ -787,7 +827,10 @@ fn take_inbound(
     inbound: Inbound,
 ) {
     match inbound {
-        Inbound::Records { at, records: mut batch } => {
+        Inbound::Records {
+            at,
+            records: mut batch,
+        } => {
             seen.records += batch.len();
             seen.urgent |= batch.iter().any(common::proto::Record::urgent);
             seen.opens_or_ends |= batch.iter().any(common::proto::Record::opens_or_ends);
@@ -835,7 +878,13 @@ fn take_inbound(
 /// reconnects).
 ///
 /// Returns whether it took a record or verdict.
-fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnSeen, now: Instant) -> bool {
+fn read_links(
+    engine: &mut Engine,
+    io: &LoopIo,
+    st: &mut State,
+    seen: &mut TurnSeen,
+    now: Instant,
+) -> bool {
     let Some(desk) = &io.desk else { return false };
     let mut got = false;
     // The links that ended first (their acceptances are void), then the new ones (each the
@@ -899,7 +948,13 @@ fn read_links(engine: &mut Engine, io: &LoopIo, st: &mut State, seen: &mut TurnS
 /// wake-up, or by a wake-up that came anyway (a captured block, a timer), instead of one
 /// wake-up per frame. A rest that read nothing ends at its deadline (or at once when `waits`).
 /// No record waits longer than `rest` after its arrival.
-fn link_rest(rest: Duration, waits: bool, got: bool, until: Option<Instant>, now: Instant) -> Option<Instant> {
+fn link_rest(
+    rest: Duration,
+    waits: bool,
+    got: bool,
+    until: Option<Instant>,
+    now: Instant,
+) -> Option<Instant> {
     if waits || rest.is_zero() {
         return None;
     }
@@ -913,7 +968,13 @@ fn link_rest(rest: Duration, waits: bool, got: bool, until: Option<Instant>, now
 /// most `max` bytes) and when the kernel last dropped captured packets: behind after drops for
 /// [`OVERLOAD_AFTER_DROPS`], or while over a quarter of the capture's room waits; once behind,
 /// until under a sixteenth waits (so that it does not flap at the edge).
-pub fn overload_of(backlog: usize, max: usize, drops_at: Option<Instant>, was: Option<OverloadReason>, now: Instant) -> Option<OverloadReason> {
+pub fn overload_of(
+    backlog: usize,
+    max: usize,
+    drops_at: Option<Instant>,
+    was: Option<OverloadReason>,
+    now: Instant,
+) -> Option<OverloadReason> {
     if drops_at.is_some_and(|t| now < t + OVERLOAD_AFTER_DROPS) {
         return Some(OverloadReason::KernelDrops);
     }
@@ -931,7 +992,9 @@ pub fn overload_of(backlog: usize, max: usize, drops_at: Option<Instant>, was: O
 /// (see [`Engine::set_overload`]). Says so in the log when it starts (at most every
 /// [`SHED_LOG_EVERY`]) and ends.
 fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant) {
-    let Source::Live(feed) = &io.source else { return };
+    let Source::Live(feed) = &io.source else {
+        return;
+    };
     // (The capture reads the ring's drop counter at once when a block says the kernel lost
     // packets: `Capture::drain`.)
     let drops = feed.stats().kernel_drops;
@@ -950,7 +1013,10 @@ fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant)
         if backlog.saturating_mul(2) > feed.max_bytes() || why == OverloadReason::KernelDrops {
             let n = engine.give_up_unsent(now, why);
             if n > 0 {
-                tracing::debug!("far behind ({} KiB wait): gave up {n} session(s) that had sent nothing yet", backlog >> 10);
+                tracing::debug!(
+                    "far behind ({} KiB wait): gave up {n} session(s) that had sent nothing yet",
+                    backlog >> 10
+                );
             }
         }
     }
@@ -987,7 +1053,8 @@ fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant)
 
 /// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.
 fn held_units(e: &EngineStats) -> u64 {
-    let first = crate::engine::LAG_BOUNDS.partition_point(|&b| b < crate::workers::HELD.as_secs_f64()) + 1;
+    let first =
+        crate::engine::LAG_BOUNDS.partition_point(|&b| b < crate::workers::HELD.as_secs_f64()) + 1;
     e.replay_lag.counts[first..].iter().sum()
 }
 
@@ -1012,7 +1079,8 @@ fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
                 Some(t) => {
                     buf.truncate(t.len);
                     record(io, &t, &buf);
-                    io.sender.enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
+                    io.sender
+                        .enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 }
                 None => {
                     io.sender.recycle(buf);
@@ -1082,7 +1150,12 @@ fn offline_done(engine: &Engine, io: &LoopIo, st: &mut State, now: Instant) -> b
 /// connection's first segment waits for its verdict), with every Unregister before them, in
 /// order; Unregisters alone once the oldest waited [`UNREGISTER_WAIT`] or [`UNREGISTER_BATCH`]
 /// of them wait.
-fn publish_now(register: bool, unregister_since: Option<Instant>, now: Instant, waiting: usize) -> bool {
+fn publish_now(
+    register: bool,
+    unregister_since: Option<Instant>,
+    now: Instant,
+    waiting: usize,
+) -> bool {
     register
         || waiting >= UNREGISTER_BATCH
         || unregister_since.is_some_and(|t| now >= t + UNREGISTER_WAIT)
@@ -1119,9 +1192,14 @@ fn drain_control(engine: &mut Engine, io: &LoopIo, st: &mut State, now: Instant,
 fn log_refusals(engine: &mut Engine) {
     while let Some(r) = engine.poll_refusal() {
         let why = match r.verdict {
-            RegVerdict::PortNotGuarded => format!("its port {} is not guarded there (intercept --port)", r.tuple.server.port()),
+            RegVerdict::PortNotGuarded => format!(
+                "its port {} is not guarded there (intercept --port)",
+                r.tuple.server.port()
+            ),
             RegVerdict::FamilyNotGuarded => "its IP family is not guarded there".to_string(),
-            RegVerdict::LimitReached => "the intercept's registration limit for this copier is reached".to_string(),
+            RegVerdict::LimitReached => {
+                "the intercept's registration limit for this copier is reached".to_string()
+            }
             v => format!("verdict {}", v.code()),
         };
         tracing::error!(
@@ -1147,8 +1225,14 @@ fn log_shedding(engine: &Engine, st: &mut State, now: Instant) {
              client that sends again starts a new session at its next request, on a new test connection; logged once"
         );
     }
-    let (sessions, syns, idle) = (e.sessions_shed, e.syns_incomplete.shed, e.sessions_failed.idle_shed);
-    if (sessions, syns, idle) == st.shed_logged || st.shed_log_at.is_some_and(|t| now < t + SHED_LOG_EVERY) {
+    let (sessions, syns, idle) = (
+        e.sessions_shed,
+        e.syns_incomplete.shed,
+        e.sessions_failed.idle_shed,
+    );
+    if (sessions, syns, idle) == st.shed_logged
+        || st.shed_log_at.is_some_and(|t| now < t + SHED_LOG_EVERY)
+    {
         return;
     }
     tracing::warn!(
@@ -1182,7 +1266,8 @@ fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State, now: Inst
             Some(t) => {
                 buf.truncate(t.len);
                 record(io, &t, &buf);
-                io.sender.enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
+                io.sender
+                    .enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 if io.sender.pending() >= sys::MAX_BATCH {
                     io.sender.flush(now);
                 }
@@ -1225,7 +1310,11 @@ mod tests {
     use super::*;
 
     fn summary(lags_ms: &[f64], ahead: u64) -> Summary {
-        let mut engine = EngineStats { units_sent: lags_ms.len() as u64, units_ahead: ahead, ..EngineStats::default() };
+        let mut engine = EngineStats {
+            units_sent: lags_ms.len() as u64,
+            units_ahead: ahead,
+            ..EngineStats::default()
+        };
         for &ms in lags_ms {
             engine.replay_lag.record(Duration::from_secs_f64(ms / 1e3));
         }
@@ -1245,15 +1334,25 @@ mod tests {
         let max = 1600;
         let backlog = Some(OverloadReason::CaptureBacklog);
         assert_eq!(overload_of(0, max, None, None, t0), None);
-        assert_eq!(overload_of(400, max, None, None, t0), None, "a quarter is still fine");
+        assert_eq!(
+            overload_of(400, max, None, None, t0),
+            None,
+            "a quarter is still fine"
+        );
         assert_eq!(overload_of(401, max, None, None, t0), backlog);
         // Once behind, until under a sixteenth.
         assert_eq!(overload_of(101, max, None, backlog, t0), backlog);
         assert_eq!(overload_of(100, max, None, backlog, t0), None);
         // Kernel drops: behind for OVERLOAD_AFTER_DROPS whatever the backlog.
         let drops = Some(OverloadReason::KernelDrops);
-        assert_eq!(overload_of(0, max, Some(t0), None, t0 + Duration::from_millis(1999)), drops);
-        assert_eq!(overload_of(0, max, Some(t0), drops, t0 + OVERLOAD_AFTER_DROPS), None);
+        assert_eq!(
+            overload_of(0, max, Some(t0), None, t0 + Duration::from_millis(1999)),
+            drops
+        );
+        assert_eq!(
+            overload_of(0, max, Some(t0), drops, t0 + OVERLOAD_AFTER_DROPS),
+            None
+        );
     }
 
     #[test]
@@ -1264,7 +1363,12 @@ mod tests {
         assert!(publish_now(true, Some(t0), t0, 10));
         // Unregisters alone wait...
         assert!(!publish_now(false, Some(t0), t0, 1));
-        assert!(!publish_now(false, Some(t0), t0 + UNREGISTER_WAIT - Duration::from_millis(1), 10));
+        assert!(!publish_now(
+            false,
+            Some(t0),
+            t0 + UNREGISTER_WAIT - Duration::from_millis(1),
+            10
+        ));
         // ... until the oldest is UNREGISTER_WAIT old, or a batch is full.
         assert!(publish_now(false, Some(t0), t0 + UNREGISTER_WAIT, 1));
         assert!(publish_now(false, Some(t0), t0, UNREGISTER_BATCH));
@@ -1277,10 +1381,19 @@ mod tests {
         let rest = ms(2);
         // A read that took records starts (or renews) a rest of --record-wait.
         assert_eq!(link_rest(rest, false, true, None, t0), Some(t0 + rest));
-        assert_eq!(link_rest(rest, false, true, Some(t0 + ms(1)), t0 + ms(1)), Some(t0 + ms(3)));
+        assert_eq!(
+            link_rest(rest, false, true, Some(t0 + ms(1)), t0 + ms(1)),
+            Some(t0 + ms(3))
+        );
         // A turn that read nothing keeps the rest until its deadline, then polls again.
-        assert_eq!(link_rest(rest, false, false, Some(t0 + rest), t0 + ms(1)), Some(t0 + rest));
-        assert_eq!(link_rest(rest, false, false, Some(t0 + rest), t0 + rest), None);
+        assert_eq!(
+            link_rest(rest, false, false, Some(t0 + rest), t0 + ms(1)),
+            Some(t0 + rest)
+        );
+        assert_eq!(
+            link_rest(rest, false, false, Some(t0 + rest), t0 + rest),
+            None
+        );
         assert_eq!(link_rest(rest, false, false, None, t0), None);
         // Something waits on the records, or --record-wait 0: no rest, even one under way.
         assert_eq!(link_rest(rest, true, true, Some(t0 + rest), t0), None);
@@ -1292,9 +1405,26 @@ mod tests {
         let mut lags = vec![0.3; 98];
         lags.extend([15.0, 15.0]);
         let line = summary(&lags, 40).to_string();
-        assert!(line.contains("100 requests sent (40 ahead of an answer), replay lag p50 <= 0.5 ms, p99 <= 20 ms"), "{line}");
-        let two = RunSummary { workers: vec![summary(&[0.3], 0), summary(&[70_000.0], 1)], mirror: None }.to_string();
-        assert!(two.contains("2 requests sent (1 ahead of an answer), replay lag p50 <= 0.5 ms, p99 > 60 s"), "{two}");
-        assert!(!summary(&[], 0).to_string().contains("replay lag"), "no figure without requests");
+        assert!(
+            line.contains(
+                "100 requests sent (40 ahead of an answer), replay lag p50 <= 0.5 ms, p99 <= 20 ms"
+            ),
+            "{line}"
+        );
+        let two = RunSummary {
+            workers: vec![summary(&[0.3], 0), summary(&[70_000.0], 1)],
+            mirror: None,
+        }
+        .to_string();
+        assert!(
+            two.contains(
+                "2 requests sent (1 ahead of an answer), replay lag p50 <= 0.5 ms, p99 > 60 s"
+            ),
+            "{two}"
+        );
+        assert!(
+            !summary(&[], 0).to_string().contains("replay lag"),
+            "no figure without requests"
+        );
     }
 }

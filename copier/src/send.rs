@@ -241,9 +241,10 @@ pub(crate) fn cut_tcp_packet(
         ident,
     };
     let mut probe = Vec::new();
-    let headers = b
-        .try_emit(&mut probe)
-        .map_err(|_| SplitError::TooSmall { limit: packet.len(), headers: 0 })?;
+    let headers = b.try_emit(&mut probe).map_err(|_| SplitError::TooSmall {
+        limit: packet.len(),
+        headers: 0,
+    })?;
     let payload = p.payload();
     let each = piece(payload.len(), headers)?.max(1);
     let mut n = 0;
@@ -258,8 +259,10 @@ pub(crate) fn cut_tcp_packet(
         b.payload = chunk;
         b.ident = ident.wrapping_add(i as u16);
         let mut buf = Vec::with_capacity(headers + chunk.len());
-        b.try_emit(&mut buf)
-            .map_err(|_| SplitError::TooSmall { limit: headers + chunk.len(), headers })?;
+        b.try_emit(&mut buf).map_err(|_| SplitError::TooSmall {
+            limit: headers + chunk.len(),
+            headers,
+        })?;
         out.push(buf);
         n += 1;
     }
@@ -270,10 +273,17 @@ pub(crate) fn cut_tcp_packet(
 /// as TSO would, appending them to `out`: the same TCP header on each with the sequence number
 /// advanced, FIN and PSH on the last piece only, options copied, the IPv4 identification
 /// counting up, fresh checksums. Returns the number of pieces.
-pub fn cut_like_tso(packet: &[u8], gso_size: u16, out: &mut Vec<Vec<u8>>) -> Result<usize, SplitError> {
+pub fn cut_like_tso(
+    packet: &[u8],
+    gso_size: u16,
+    out: &mut Vec<Vec<u8>>,
+) -> Result<usize, SplitError> {
     cut_tcp_packet(packet, out, |_, headers| {
         if gso_size < 8 {
-            return Err(SplitError::TooSmall { limit: headers + usize::from(gso_size), headers });
+            return Err(SplitError::TooSmall {
+                limit: headers + usize::from(gso_size),
+                headers,
+            });
         }
         Ok(usize::from(gso_size))
     })
@@ -432,7 +442,14 @@ impl RawSender {
     /// Queue a packet of the engine: a plain one as [`RawSender::enqueue`]; a super-segment
     /// (`gso_size` > 0) whole when the way out toward `dst` takes it, else cut in user space
     /// into pieces of `gso_size` payload bytes as TSO would.
-    pub fn enqueue_segment(&mut self, tuple: FourTuple, dst: IpAddr, mut buf: Vec<u8>, gso_size: u16, now: Instant) {
+    pub fn enqueue_segment(
+        &mut self,
+        tuple: FourTuple,
+        dst: IpAddr,
+        mut buf: Vec<u8>,
+        gso_size: u16,
+        now: Instant,
+    ) {
         if gso_size == 0 {
             self.enqueue(tuple, dst, buf);
             return;
@@ -443,8 +460,12 @@ impl RawSender {
             self.recycle(buf);
             return;
         }
-        let headers = parse_tcp_packet(&buf).map(|p| p.ip_header_len + p.tcp.header_len()).unwrap_or(usize::MAX);
-        let fits = self.path(dst, now).is_some_and(|e| headers.saturating_add(usize::from(gso_size)) <= e.mtu as usize);
+        let headers = parse_tcp_packet(&buf)
+            .map(|p| p.ip_header_len + p.tcp.header_len())
+            .unwrap_or(usize::MAX);
+        let fits = self
+            .path(dst, now)
+            .is_some_and(|e| headers.saturating_add(usize::from(gso_size)) <= e.mtu as usize);
         if fits {
             if let Some(vnet) = egress::prepare_gso(&mut buf, gso_size) {
                 self.push_back(Pending {
@@ -470,7 +491,8 @@ impl RawSender {
         if stale {
             let path = match egress::lookup(dst) {
                 Ok(egress) => {
-                    if !matches!(self.paths.get(&dst), Some(Path::Ready { egress: e, .. }) if *e == egress) {
+                    if !matches!(self.paths.get(&dst), Some(Path::Ready { egress: e, .. }) if *e == egress)
+                    {
                         tracing::info!(
                             "--gso: super-segments toward {dst} leave whole through {} (AF_PACKET, next hop {}, mtu {})",
                             egress.dev,
@@ -478,16 +500,23 @@ impl RawSender {
                             egress.mtu
                         );
                     }
-                    Path::Ready { egress, until: now + PATH_REFRESH }
+                    Path::Ready {
+                        egress,
+                        until: now + PATH_REFRESH,
+                    }
                 }
                 Err(why) => {
-                    if !matches!(self.paths.get(&dst), Some(Path::Missing { why: w, .. }) if *w == why) {
+                    if !matches!(self.paths.get(&dst), Some(Path::Missing { why: w, .. }) if *w == why)
+                    {
                         tracing::info!(
                             "--gso: super-segments toward {dst} are cut in user space for now: {why} (looked up again every {:?})",
                             PATH_RETRY
                         );
                     }
-                    Path::Missing { why, until: now + PATH_RETRY }
+                    Path::Missing {
+                        why,
+                        until: now + PATH_RETRY,
+                    }
                 }
             };
             self.paths.insert(dst, path);
@@ -500,7 +529,14 @@ impl RawSender {
 
     /// Cut a super-segment in user space and queue the pieces, at the front (a failed send)
     /// or at the back.
-    fn cut_and_queue(&mut self, tuple: FourTuple, dst: IpAddr, buf: Vec<u8>, gso_size: u16, front: bool) {
+    fn cut_and_queue(
+        &mut self,
+        tuple: FourTuple,
+        dst: IpAddr,
+        buf: Vec<u8>,
+        gso_size: u16,
+        front: bool,
+    ) {
         let mut pieces = Vec::new();
         match cut_like_tso(&buf, gso_size, &mut pieces) {
             Ok(n) => {
@@ -509,7 +545,13 @@ impl RawSender {
                 if front {
                     let addr = SockAddr::from(SocketAddr::new(dst, 0));
                     for b in pieces.into_iter().rev() {
-                        let p = Pending { tuple, dst: addr.clone(), v6: dst.is_ipv6(), buf: b, gso: None };
+                        let p = Pending {
+                            tuple,
+                            dst: addr.clone(),
+                            v6: dst.is_ipv6(),
+                            buf: b,
+                            gso: None,
+                        };
                         self.weight += p.weight();
                         self.queue.push_front(p);
                     }
@@ -716,7 +758,9 @@ impl RawSender {
     /// stop flushing for now (back-pressure). A way out gone meanwhile, or a send that fails
     /// otherwise, has it cut and its pieces put at the front.
     fn send_whole(&mut self, now: Instant) -> bool {
-        let Some(p) = self.pop_front() else { return true };
+        let Some(p) = self.pop_front() else {
+            return true;
+        };
         let Some((vnet, gso_size)) = p.gso else {
             self.push_front(p);
             return true;
@@ -732,7 +776,11 @@ impl RawSender {
         let result = match (self.packet.as_ref(), egress) {
             (Some(sock), Some(e)) => {
                 self.stats.syscalls += 1;
-                let ethertype = if p.v6 { egress::ETH_P_IPV6 } else { egress::ETH_P_IP };
+                let ethertype = if p.v6 {
+                    egress::ETH_P_IPV6
+                } else {
+                    egress::ETH_P_IP
+                };
                 sock.send(e.ifindex, ethertype, &vnet, &e.eth_header(p.v6), &p.buf)
             }
             _ => {
@@ -742,11 +790,14 @@ impl RawSender {
         };
         match result {
             Ok(_) => {
-                let payload = parse_tcp_packet(&p.buf).map(|t| t.payload().len()).unwrap_or(0);
+                let payload = parse_tcp_packet(&p.buf)
+                    .map(|t| t.payload().len())
+                    .unwrap_or(0);
                 self.stats.packets += 1;
                 self.stats.bytes += p.buf.len() as u64;
                 self.stats.gso_whole += 1;
-                self.stats.gso_wire_segments += payload.div_ceil(usize::from(gso_size).max(1)) as u64;
+                self.stats.gso_wire_segments +=
+                    payload.div_ceil(usize::from(gso_size).max(1)) as u64;
                 self.backoff = Duration::ZERO;
                 self.recycle(p.buf);
                 true
@@ -774,7 +825,13 @@ impl RawSender {
                             "--gso: sending a super-segment whole toward {dst} failed ({e}); cutting super-segments                              toward it in user space for {PATH_RETRY:?} ({held} similar failures not logged)"
                         );
                     }
-                    self.paths.insert(dst, Path::Missing { why: e.to_string(), until: now + PATH_RETRY });
+                    self.paths.insert(
+                        dst,
+                        Path::Missing {
+                            why: e.to_string(),
+                            until: now + PATH_RETRY,
+                        },
+                    );
                     self.cut_and_queue(p.tuple, dst, p.buf, gso_size, true);
                     true
                 }

@@ -45,7 +45,7 @@ use common::proto::Record;
 use common::wire::{parse_tcp_headers, parse_tcp_packet, TcpFlags, TcpPacketRef};
 use compare::flows::{sampled, FlowConfig, Flows, Seg, Side};
 use compare::jsonl::{JsonlWriter, Line};
-use compare::{CompareConfig, Comparator, Exchange, Outcome};
+use compare::{Comparator, CompareConfig, Exchange, Outcome};
 
 use crate::bpf::build_answer_filter;
 use crate::capture::{Capture, CaptureConfig};
@@ -138,7 +138,9 @@ const SENT_BATCH: usize = 1024;
 /// `compare::flows`). Such a copy keeps the client's address (`Engine::record_copy`); a record
 /// that does not parse, or to another address, is left alone.
 pub fn file_under(record: &mut Record, client: SocketAddr) {
-    let Ok(h) = parse_tcp_headers(&record.headers) else { return };
+    let Ok(h) = parse_tcp_headers(&record.headers) else {
+        return;
+    };
     if h.packet.dst != client.ip() || h.packet.tcp.dst_port() == client.port() {
         return;
     }
@@ -168,8 +170,9 @@ impl Tap {
             .enumerate()
             .filter(|(i, r)| {
                 keep.get(*i).copied().unwrap_or(true)
-                    && parse_tcp_headers(&r.headers)
-                        .is_ok_and(|h| sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample))
+                    && parse_tcp_headers(&r.headers).is_ok_and(|h| {
+                        sampled_client(h.packet.dst, h.packet.tcp.dst_port(), self.sample)
+                    })
             })
             .map(|(_, r)| (now, r))
             .collect();
@@ -188,13 +191,20 @@ impl Tap {
         if copy != 0 && t.tuple.client.socket() != client {
             return;
         }
-        let Ok(h) = parse_tcp_headers(pkt) else { return };
+        let Ok(h) = parse_tcp_headers(pkt) else {
+            return;
+        };
         let data = pkt.len().saturating_sub(h.packet.headers_len());
         if data == 0 || !sampled_client(client.ip(), client.port(), self.sample) {
             return;
         }
         let end = h.packet.tcp.seq().0.wrapping_add(data as u32);
-        self.sent.push(Sent { at: Instant::now(), client, server: t.tuple.server.socket(), end });
+        self.sent.push(Sent {
+            at: Instant::now(),
+            client,
+            server: t.tuple.server.socket(),
+            end,
+        });
         if self.sent.len() >= SENT_BATCH {
             self.flush_sent();
         }
@@ -291,7 +301,10 @@ pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     } else {
         let ports: Vec<u16> = cfg.maps.iter().map(|m| m.port).collect();
         let filter = build_answer_filter(&ports).context("--compare: the capture filter")?;
-        Some(Capture::open_both_directions(&cfg.capture, &filter).context("--compare: opening its capture ring")?)
+        Some(
+            Capture::open_both_directions(&cfg.capture, &filter)
+                .context("--compare: opening its capture ring")?,
+        )
     };
     let log = match &cfg.log {
         Some(l) => Some(
@@ -303,7 +316,12 @@ pub fn start(cfg: ShadowConfig) -> anyhow::Result<Shadow> {
     let (tx, rx) = sync_channel(TAP_BATCHES);
     let dropped = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let tap = Tap { tx, sample: cfg.flows.sample, dropped: dropped.clone(), sent: Vec::new() };
+    let tap = Tap {
+        tx,
+        sample: cfg.flows.sample,
+        dropped: dropped.clone(),
+        sent: Vec::new(),
+    };
     let st = stop.clone();
     let handle = std::thread::Builder::new()
         .name("compare".into())
@@ -341,7 +359,9 @@ struct Thread {
 }
 
 fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Thread {
@@ -353,7 +373,13 @@ impl Thread {
             dropped,
             log_health: crate::outage::Outage::new(
                 "compare_log",
-                format!("--compare-log {}", cfg.log.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default()),
+                format!(
+                    "--compare-log {}",
+                    cfg.log
+                        .as_ref()
+                        .map(|l| l.path.display().to_string())
+                        .unwrap_or_default()
+                ),
             ),
             capture_drops: 0,
             anchor: Anchor::now(),
@@ -361,7 +387,12 @@ impl Thread {
         }
     }
 
-    fn run(mut self, mut capture: Option<Capture>, rx: Receiver<Input>, stop: &AtomicBool) -> ShadowReport {
+    fn run(
+        mut self,
+        mut capture: Option<Capture>,
+        rx: Receiver<Input>,
+        stop: &AtomicBool,
+    ) -> ShadowReport {
         let mut next_house = Instant::now() + HOUSEKEEPING;
         let mut next_tick = Instant::now() + self.cfg.tick;
         loop {
@@ -462,7 +493,8 @@ impl Thread {
                     } else {
                         continue;
                     };
-                    self.flows.handle_sent(s.at, &(s.client.ip(), s.client.port()), side, s.end);
+                    self.flows
+                        .handle_sent(s.at, &(s.client.ip(), s.client.port()), side, s.end);
                 }
             }
         }
@@ -472,7 +504,12 @@ impl Thread {
     fn packet(&mut self, now: Instant, pkt: &[u8]) {
         let Ok(p) = parse_tcp_packet(pkt) else { return };
         let (sp, dp) = (p.tcp.src_port(), p.tcp.dst_port());
-        let m = |ip: IpAddr, port: u16| self.cfg.maps.iter().any(|m| m.port == port && m.online.is_none_or(|a| a == ip));
+        let m = |ip: IpAddr, port: u16| {
+            self.cfg
+                .maps
+                .iter()
+                .any(|m| m.port == port && m.online.is_none_or(|a| a == ip))
+        };
         let (side, key, port) = if m(p.dst, dp) {
             (Side::Client, (p.src, sp), dp)
         } else if m(p.src, sp) {
@@ -489,7 +526,9 @@ impl Thread {
     /// A record of a test server's answer, got at `now` (its time if it has no stamp).
     fn record(&mut self, now: Instant, r: &Record) {
         let now = self.anchor.instant(r.stamp).unwrap_or(now);
-        let Ok(h) = parse_tcp_headers(&r.headers) else { return };
+        let Ok(h) = parse_tcp_headers(&r.headers) else {
+            return;
+        };
         let p = h.packet;
         let from = SocketAddr::new(p.src, p.tcp.src_port());
         let (side, port) = if let Some(m) = self.cfg.maps.iter().find(|m| m.candidate == from) {
@@ -500,7 +539,11 @@ impl Thread {
             return;
         };
         let headers_len = p.ip_header_len + p.tcp.header_len();
-        let total = if h.declared_len > headers_len { h.declared_len } else { r.orig_len as usize };
+        let total = if h.declared_len > headers_len {
+            h.declared_len
+        } else {
+            r.orig_len as usize
+        };
         let payload_len = total.saturating_sub(headers_len);
         let seg = seg_of(&p, &r.payload, r.payload.len() < payload_len);
         let key = (p.dst, p.tcp.dst_port());
@@ -523,7 +566,10 @@ impl Thread {
                 first(&ex.request),
                 first(&ex.online.bytes),
                 first(&ex.candidate.bytes),
-                ex.baseline.as_ref().map(|b| first(&b.bytes)).unwrap_or_default()
+                ex.baseline
+                    .as_ref()
+                    .map(|b| first(&b.bytes))
+                    .unwrap_or_default()
             );
         }
         let ep = v.endpoint.clone();
@@ -551,7 +597,9 @@ impl Thread {
 
     fn tick(&mut self) {
         let Some(l) = self.log.as_mut() else { return };
-        let r = l.write(&Line::tick(unix_ms(), &self.cmp)).and_then(|w| Ok(w | l.flush()?));
+        let r = l
+            .write(&Line::tick(unix_ms(), &self.cmp))
+            .and_then(|w| Ok(w | l.flush()?));
         self.log_health.note(r);
     }
 
@@ -559,7 +607,8 @@ impl Thread {
         for (n, s) in self.cmp.endpoints() {
             for (q, name) in [(0.5, "0.5"), (0.99, "0.99")] {
                 if let Some(r) = s.time_ratio(q) {
-                    gauge!(names::TIME_RATIO, "endpoint" => n.to_string(), "quantile" => name).set(r);
+                    gauge!(names::TIME_RATIO, "endpoint" => n.to_string(), "quantile" => name)
+                        .set(r);
                 }
             }
         }
@@ -594,17 +643,44 @@ impl Thread {
 /// Describes the comparison's metrics (after the exporter is installed).
 pub fn describe() {
     use ::metrics::{describe_counter, describe_gauge};
-    describe_counter!(names::EXCHANGES_TOTAL, "Exchanges compared, by endpoint and result (equal, differ, malformed)");
-    describe_counter!(names::DIFFERENCES_TOTAL, "Differing exchanges by endpoint and kind of difference (status, header, body_field, body)");
-    describe_counter!(names::NOISE_LEARNED_TOTAL, "Fields learned as noise, by endpoint");
-    describe_gauge!(names::TIME_RATIO, "Test answer time over the online one at a quantile, by endpoint");
-    describe_counter!(names::NOT_COMPARED_TOTAL, "Requests or connections not compared, by reason");
-    describe_counter!(names::MALFORMED_TOTAL, "Exchanges with an answer that is not HTTP/1.x");
+    describe_counter!(
+        names::EXCHANGES_TOTAL,
+        "Exchanges compared, by endpoint and result (equal, differ, malformed)"
+    );
+    describe_counter!(
+        names::DIFFERENCES_TOTAL,
+        "Differing exchanges by endpoint and kind of difference (status, header, body_field, body)"
+    );
+    describe_counter!(
+        names::NOISE_LEARNED_TOTAL,
+        "Fields learned as noise, by endpoint"
+    );
+    describe_gauge!(
+        names::TIME_RATIO,
+        "Test answer time over the online one at a quantile, by endpoint"
+    );
+    describe_counter!(
+        names::NOT_COMPARED_TOTAL,
+        "Requests or connections not compared, by reason"
+    );
+    describe_counter!(
+        names::MALFORMED_TOTAL,
+        "Exchanges with an answer that is not HTTP/1.x"
+    );
     describe_gauge!(names::CONNECTIONS, "Connections the comparison follows");
-    describe_counter!(names::GRPC_STATUS_TOTAL, "Test answers compared, by their grpc-status");
-    describe_counter!(names::H2_CONNECTIONS_TOTAL, "Connections compared as HTTP/2 (stream by stream)");
+    describe_counter!(
+        names::GRPC_STATUS_TOTAL,
+        "Test answers compared, by their grpc-status"
+    );
+    describe_counter!(
+        names::H2_CONNECTIONS_TOTAL,
+        "Connections compared as HTTP/2 (stream by stream)"
+    );
     describe_gauge!(names::PENDING, "Exchanges waiting for an answer");
-    describe_gauge!(names::BYTES, "Bytes the comparison holds (streams and waiting exchanges)");
+    describe_gauge!(
+        names::BYTES,
+        "Bytes the comparison holds (streams and waiting exchanges)"
+    );
 }
 
 /// The comparison's metric names.

@@ -31,12 +31,30 @@ pub mod names {
 
 /// Describe the metrics (once, at start).
 pub fn describe() {
-    describe_gauge!(names::FACTOR, "The multiplication factor in force (profile factor x load x share)");
-    describe_gauge!(names::COPIES_LIVE, "Copies the shaper holds (live copy sessions)");
-    describe_gauge!(names::USERS_ACTIVE, "Virtual users in use (live client-to-user mappings), with pools");
-    describe_gauge!(names::SOURCES_ON, "ON/OFF sources in an ON period now, with gating");
-    describe_gauge!(names::HELD_UNITS, "Request units held by the shaper's gates now (think time, OFF periods)");
-    describe_counter!(names::GATED_UNITS_TOTAL, "Request units the shaper's gates decided on");
+    describe_gauge!(
+        names::FACTOR,
+        "The multiplication factor in force (profile factor x load x share)"
+    );
+    describe_gauge!(
+        names::COPIES_LIVE,
+        "Copies the shaper holds (live copy sessions)"
+    );
+    describe_gauge!(
+        names::USERS_ACTIVE,
+        "Virtual users in use (live client-to-user mappings), with pools"
+    );
+    describe_gauge!(
+        names::SOURCES_ON,
+        "ON/OFF sources in an ON period now, with gating"
+    );
+    describe_gauge!(
+        names::HELD_UNITS,
+        "Request units held by the shaper's gates now (think time, OFF periods)"
+    );
+    describe_counter!(
+        names::GATED_UNITS_TOTAL,
+        "Request units the shaper's gates decided on"
+    );
     describe_counter!(
         names::GATE_DELAY_MS_TOTAL,
         "Sum of the gates' holds in ms (release minus online arrival); its rate over the gated units' rate: the mean gate delay"
@@ -56,5 +74,6 @@ pub fn export(engine: &Engine, now: Instant) {
     }
     gauge!(names::HELD_UNITS).set(s.held as f64);
     counter!(names::GATED_UNITS_TOTAL).absolute(s.gated_units);
-    counter!(names::GATE_DELAY_MS_TOTAL).absolute(u64::try_from(s.gate_delay.as_millis()).unwrap_or(u64::MAX));
+    counter!(names::GATE_DELAY_MS_TOTAL)
+        .absolute(u64::try_from(s.gate_delay.as_millis()).unwrap_or(u64::MAX));
 }

@@ -56,19 +56,40 @@ pub mod names {
 
 /// Describe the metrics (once, at start).
 pub fn describe() {
-    describe_counter!(names::TARGET_SESSIONS_TOTAL, "Copies started per test server (probes included)");
-    describe_counter!(names::TARGET_PROBES_TOTAL, "Probe copies sent to a test server while it was taken out");
-    describe_counter!(names::TARGET_DOWNS_TOTAL, "Times a test server was taken out (no answer for --target-down-after)");
-    describe_gauge!(names::TARGET_UP, "1 while a test server takes new sessions, 0 while it is taken out");
+    describe_counter!(
+        names::TARGET_SESSIONS_TOTAL,
+        "Copies started per test server (probes included)"
+    );
+    describe_counter!(
+        names::TARGET_PROBES_TOTAL,
+        "Probe copies sent to a test server while it was taken out"
+    );
+    describe_counter!(
+        names::TARGET_DOWNS_TOTAL,
+        "Times a test server was taken out (no answer for --target-down-after)"
+    );
+    describe_gauge!(
+        names::TARGET_UP,
+        "1 while a test server takes new sessions, 0 while it is taken out"
+    );
     describe_gauge!(names::TARGET_WEIGHT, "A test server's weight in its map");
-    describe_gauge!(names::MAPS_ALL_TARGETS_DOWN, "Maps whose every test server is taken out (alert)");
+    describe_gauge!(
+        names::MAPS_ALL_TARGETS_DOWN,
+        "Maps whose every test server is taken out (alert)"
+    );
     describe_gauge!(names::TARGET_LIVE, "Copies live on a test server");
-    describe_gauge!(names::TARGET_OVERLOADED, "1 while a test server holds --target-max-live copies");
+    describe_gauge!(
+        names::TARGET_OVERLOADED,
+        "1 while a test server holds --target-max-live copies"
+    );
     describe_counter!(
         names::OVERLOAD_REFUSED_TOTAL,
         "Copies not made because every test server of their map was overloaded (on the map's first server)"
     );
-    describe_gauge!(names::MAPS_ALL_TARGETS_OVERLOADED, "Maps whose every test server that is up is overloaded (alert)");
+    describe_gauge!(
+        names::MAPS_ALL_TARGETS_OVERLOADED,
+        "Maps whose every test server that is up is overloaded (alert)"
+    );
     describe_counter!(
         names::TARGET_ANSWERS_TOTAL,
         "Request units timed on a test server that got an answer (the unit pacing waits on; units sent ahead are not timed)"
@@ -81,13 +102,22 @@ pub fn describe() {
         names::TARGET_ANSWER_SMOOTHED,
         "A test server's answer time, smoothed over about its last ten answers (0 before the first)"
     );
-    describe_gauge!(names::TARGET_SLOW, "1 while a test server's smoothed answer time is above --target-slow-after");
-    describe_counter!(names::TARGET_SLOW_TOTAL, "Times a test server turned slow (--target-slow-after)");
+    describe_gauge!(
+        names::TARGET_SLOW,
+        "1 while a test server's smoothed answer time is above --target-slow-after"
+    );
+    describe_counter!(
+        names::TARGET_SLOW_TOTAL,
+        "Times a test server turned slow (--target-slow-after)"
+    );
     describe_counter!(
         names::TARGET_FAILURES_TOTAL,
         "Copies a test server failed (refused, segments unacknowledged through every retransmission, closed without answers)"
     );
-    describe_gauge!(names::TARGET_FAILING, "1 while a test server fails more than --target-fail-rate percent of its copies");
+    describe_gauge!(
+        names::TARGET_FAILING,
+        "1 while a test server fails more than --target-fail-rate percent of its copies"
+    );
 }
 
 /// Log the health changes the engine reports.
@@ -144,10 +174,12 @@ pub fn export(engine: &Engine) {
         counter!(names::TARGET_DOWNS_TOTAL, "target" => name.clone()).absolute(t.downs);
         gauge!(names::TARGET_UP, "target" => name.clone()).set(f64::from(u8::from(t.up)));
         gauge!(names::TARGET_LIVE, "target" => name.clone()).set(t.live as f64);
-        gauge!(names::TARGET_OVERLOADED, "target" => name.clone()).set(f64::from(u8::from(t.overloaded)));
+        gauge!(names::TARGET_OVERLOADED, "target" => name.clone())
+            .set(f64::from(u8::from(t.overloaded)));
         counter!(names::OVERLOAD_REFUSED_TOTAL, "target" => name.clone()).absolute(t.refused);
         counter!(names::TARGET_ANSWERS_TOTAL, "target" => name.clone()).absolute(t.answers);
-        gauge!(names::TARGET_ANSWER_SECONDS_TOTAL, "target" => name.clone()).set(t.answer_sum.as_secs_f64());
+        gauge!(names::TARGET_ANSWER_SECONDS_TOTAL, "target" => name.clone())
+            .set(t.answer_sum.as_secs_f64());
         let smoothed = t.answer_smoothed.map_or(0.0, |d| d.as_secs_f64());
         gauge!(names::TARGET_ANSWER_SMOOTHED, "target" => name.clone()).set(smoothed);
         gauge!(names::TARGET_SLOW, "target" => name.clone()).set(f64::from(u8::from(t.slow)));

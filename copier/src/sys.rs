@@ -514,7 +514,10 @@ impl TimerFd {
     pub fn new() -> io::Result<TimerFd> {
         // SAFETY: plain syscall; the result is checked and owned right away.
         let raw = cvt(unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
+            libc::timerfd_create(
+                libc::CLOCK_MONOTONIC,
+                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+            )
         })?;
         // SAFETY: fresh descriptor.
         Ok(TimerFd(unsafe { OwnedFd::from_raw_fd(raw) }))
@@ -524,7 +527,10 @@ impl TimerFd {
     /// Either way an expiry not yet read is forgotten (the descriptor is no longer readable).
     pub fn set(&self, after: Duration) {
         let ts = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
             it_value: libc::timespec {
                 tv_sec: after.as_secs().min(i32::MAX as u64) as libc::time_t,
                 tv_nsec: after.subsec_nanos() as libc::c_long,
@@ -606,11 +612,20 @@ impl PacketTx {
     pub fn open(sndbuf: usize) -> io::Result<PacketTx> {
         // SAFETY: plain syscall; the result is checked and owned right away.
         let raw = cvt(unsafe {
-            libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0)
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+                0,
+            )
         })?;
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        setsockopt(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, &(1 as libc::c_int))?;
+        setsockopt(
+            fd.as_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_VNET_HDR,
+            &(1 as libc::c_int),
+        )?;
         if force_send_buffer(fd.as_fd(), sndbuf).is_err() {
             let v = libc::c_int::try_from(sndbuf).unwrap_or(libc::c_int::MAX);
             setsockopt(fd.as_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, &v)?;
@@ -638,9 +653,18 @@ impl PacketTx {
         sll.sll_halen = 6;
         sll.sll_addr[..6].copy_from_slice(&eth[..6]);
         let mut iov = [
-            libc::iovec { iov_base: vnet.as_ptr() as *mut libc::c_void, iov_len: vnet.len() },
-            libc::iovec { iov_base: eth.as_ptr() as *mut libc::c_void, iov_len: eth.len() },
-            libc::iovec { iov_base: packet.as_ptr() as *mut libc::c_void, iov_len: packet.len() },
+            libc::iovec {
+                iov_base: vnet.as_ptr() as *mut libc::c_void,
+                iov_len: vnet.len(),
+            },
+            libc::iovec {
+                iov_base: eth.as_ptr() as *mut libc::c_void,
+                iov_len: eth.len(),
+            },
+            libc::iovec {
+                iov_base: packet.as_ptr() as *mut libc::c_void,
+                iov_len: packet.len(),
+            },
         ];
         // SAFETY: msghdr is plain old data; all-zero is valid (no control data, no flags).
         let mut mh: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -741,7 +765,11 @@ mod tests {
     #[test]
     fn timerfd_expires_once_and_disarms() {
         let t = TimerFd::new().unwrap();
-        assert_eq!(poll_readable(&[t.fd()], Duration::from_millis(5)).unwrap(), 0, "disarmed at first");
+        assert_eq!(
+            poll_readable(&[t.fd()], Duration::from_millis(5)).unwrap(),
+            0,
+            "disarmed at first"
+        );
         t.set(Duration::from_millis(2));
         assert_eq!(poll_readable(&[t.fd()], Duration::from_secs(1)).unwrap(), 1);
         // An expiry not read is forgotten when the timer is set again.
@@ -750,10 +778,18 @@ mod tests {
         t.set(Duration::from_millis(1));
         assert_eq!(poll_readable(&[t.fd()], Duration::from_secs(1)).unwrap(), 1);
         t.clear();
-        assert_eq!(poll_readable(&[t.fd()], Duration::ZERO).unwrap(), 0, "read: no longer readable");
+        assert_eq!(
+            poll_readable(&[t.fd()], Duration::ZERO).unwrap(),
+            0,
+            "read: no longer readable"
+        );
         t.set(Duration::from_millis(1));
         t.set(Duration::ZERO);
-        assert_eq!(poll_readable(&[t.fd()], Duration::from_millis(10)).unwrap(), 0, "disarmed before it expired");
+        assert_eq!(
+            poll_readable(&[t.fd()], Duration::from_millis(10)).unwrap(),
+            0,
+            "disarmed before it expired"
+        );
     }
 
     #[test]

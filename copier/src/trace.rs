@@ -76,13 +76,17 @@ impl TraceFile {
     fn line(&mut self, args: std::fmt::Arguments<'_>) {
         let Some(out) = self.out.as_mut() else { return };
         if let Err(e) = out.write_fmt(args) {
-            tracing::error!("--trace {}: {e}; the trace stops here (copying goes on)", self.path.display());
+            tracing::error!(
+                "--trace {}: {e}; the trace stops here (copying goes on)",
+                self.path.display()
+            );
             self.out = None;
         }
     }
 
     fn pool(&self, p: Option<u16>) -> &str {
-        p.and_then(|i| self.pools.get(usize::from(i))).map_or("-", String::as_str)
+        p.and_then(|i| self.pools.get(usize::from(i)))
+            .map_or("-", String::as_str)
     }
 
     /// Note the units of one engine turn.
@@ -95,17 +99,29 @@ impl TraceFile {
                     let t = u.t.as_secs_f64();
                     let a = answer(u.answer);
                     match u.source.filter(|_| self.sources) {
-                        Some(s) => self.line(format_args!("{t:.6},{},{user},{pool},{},{s},{a}\n", u.copy, u.target)),
+                        Some(s) => self.line(format_args!(
+                            "{t:.6},{},{user},{pool},{},{s},{a}\n",
+                            u.copy, u.target
+                        )),
                         None if self.sources => {
-                            self.line(format_args!("{t:.6},{},{user},{pool},{},0,{a}\n", u.copy, u.target));
+                            self.line(format_args!(
+                                "{t:.6},{},{user},{pool},{},0,{a}\n",
+                                u.copy, u.target
+                            ));
                         }
-                        None => self.line(format_args!("{t:.6},{},{user},{pool},{},{a}\n", u.copy, u.target)),
+                        None => self.line(format_args!(
+                            "{t:.6},{},{user},{pool},{},{a}\n",
+                            u.copy, u.target
+                        )),
                     }
                     self.rows += 1;
                 }
                 Some(every) => {
                     let k = (u.t.as_secs_f64() / every) as u64;
-                    let c = self.counts.entry((k, u.pool, u.source.filter(|_| self.sources))).or_default();
+                    let c = self
+                        .counts
+                        .entry((k, u.pool, u.source.filter(|_| self.sources)))
+                        .or_default();
                     c.0 += 1;
                     if let Some(d) = u.answer {
                         c.1 += 1;
@@ -149,7 +165,10 @@ impl TraceFile {
         }
         if let Some(out) = self.out.as_mut() {
             if let Err(e) = out.flush() {
-                tracing::error!("--trace {}: {e}; the trace stops here (copying goes on)", self.path.display());
+                tracing::error!(
+                    "--trace {}: {e}; the trace stops here (copying goes on)",
+                    self.path.display()
+                );
                 self.out = None;
             }
         }
@@ -202,9 +221,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("copier-trace-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("units.csv");
-        let cfg = TraceConfig { path: path.clone(), every: None, sources: true };
+        let cfg = TraceConfig {
+            path: path.clone(),
+            every: None,
+            sources: true,
+        };
         let mut t = TraceFile::create(&cfg, vec!["home".into(), "office".into()]).unwrap();
-        t.record(&[timed(0.25, Some(1), Some(3), Some(120)), unit(1.5, None, None)]);
+        t.record(&[
+            timed(0.25, Some(1), Some(3), Some(120)),
+            unit(1.5, None, None),
+        ]);
         t.flush(true);
         let text = read(&path);
         assert_eq!(
@@ -214,15 +240,29 @@ mod tests {
         );
 
         let path = dir.join("every.csv");
-        let cfg = TraceConfig { path: path.clone(), every: Some(Duration::from_secs(1)), sources: false };
+        let cfg = TraceConfig {
+            path: path.clone(),
+            every: Some(Duration::from_secs(1)),
+            sources: false,
+        };
         let mut t = TraceFile::create(&cfg, vec!["home".into()]).unwrap();
-        t.record(&[timed(0.1, Some(0), None, Some(100)), timed(0.9, Some(0), None, Some(300)), unit(1.2, None, None)]);
+        t.record(&[
+            timed(0.1, Some(0), None, Some(100)),
+            timed(0.9, Some(0), None, Some(300)),
+            unit(1.2, None, None),
+        ]);
         t.record(&[unit(3.5, Some(0), None)]);
         // Intervals 0 and 1 are two intervals old once a unit of interval 3 came: written.
         t.flush(false);
-        assert_eq!(read(&path), "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n");
+        assert_eq!(
+            read(&path),
+            "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n"
+        );
         t.flush(true);
-        assert_eq!(read(&path), "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n3.500,home,1,-\n");
+        assert_eq!(
+            read(&path),
+            "time_s,pool,count,answer_s\n0.500,home,2,0.200000\n1.500,-,1,-\n3.500,home,1,-\n"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
@@ -238,7 +278,10 @@ impl TraceSink {
     /// A handle on `file`.
     #[must_use]
     pub fn new(file: SharedTrace) -> TraceSink {
-        TraceSink { file, buf: Vec::new() }
+        TraceSink {
+            file,
+            buf: Vec::new(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, TraceFile> {

@@ -367,7 +367,11 @@ impl InterceptHold {
     /// engine is eager.
     pub fn new(calm: Duration) -> InterceptHold {
         let calm = u32::try_from(calm.min(MAX_RECORD_WAIT).as_micros()).unwrap_or(0);
-        InterceptHold { calm, eager: AtomicUsize::new(0), tx: watch::Sender::new(calm) }
+        InterceptHold {
+            calm,
+            eager: AtomicUsize::new(0),
+            tx: watch::Sender::new(calm),
+        }
     }
 
     /// An engine became eager (`true`) or stopped being eager: call on every change, and
@@ -380,7 +384,11 @@ impl InterceptHold {
         }
         // Under the channel's lock, so the last change of several engines' wins.
         self.tx.send_if_modified(|v| {
-            let want = if self.eager.load(Ordering::SeqCst) > 0 { 0 } else { self.calm };
+            let want = if self.eager.load(Ordering::SeqCst) > 0 {
+                0
+            } else {
+                self.calm
+            };
             std::mem::replace(v, want) != want
         });
     }
@@ -487,7 +495,10 @@ impl RecordRouter {
     pub async fn deliver(&self, at: Instant, records: Vec<Record>) -> Result<(), InboxClosed> {
         if let [only] = &*self.inboxes {
             let (n, urgent) = (records.len(), records.iter().any(Record::urgent));
-            only.records.send(Inbound::Records { at, records }).await.map_err(|_| InboxClosed)?;
+            only.records
+                .send(Inbound::Records { at, records })
+                .await
+                .map_err(|_| InboxClosed)?;
             only.wake.queued(n, urgent, filling(&only.records));
             return Ok(());
         }
@@ -507,7 +518,11 @@ impl RecordRouter {
                 continue;
             }
             let (n, urgent) = (batch.len(), batch.iter().any(Record::urgent));
-            inbox.records.send(Inbound::Records { at, records: batch }).await.map_err(|_| InboxClosed)?;
+            inbox
+                .records
+                .send(Inbound::Records { at, records: batch })
+                .await
+                .map_err(|_| InboxClosed)?;
             inbox.wake.queued(n, urgent, filling(&inbox.records));
         }
         Ok(())
@@ -515,9 +530,18 @@ impl RecordRouter {
 
     /// Tell every worker what became of intercept `from`'s link `gen` (after everything the
     /// link delivered before), waiting while an inbox is full.
-    pub async fn deliver_link(&self, from: u16, gen: u32, event: crate::engine::LinkEvent) -> Result<(), InboxClosed> {
+    pub async fn deliver_link(
+        &self,
+        from: u16,
+        gen: u32,
+        event: crate::engine::LinkEvent,
+    ) -> Result<(), InboxClosed> {
         for inbox in self.inboxes.iter() {
-            inbox.records.send(Inbound::Link { from, gen, event }).await.map_err(|_| InboxClosed)?;
+            inbox
+                .records
+                .send(Inbound::Link { from, gen, event })
+                .await
+                .map_err(|_| InboxClosed)?;
             inbox.wake.notify();
         }
         Ok(())
@@ -526,15 +550,27 @@ impl RecordRouter {
     /// Deliver intercept `from`'s registration verdicts to the workers that own their tuples
     /// (all to the one worker when there is one), waiting while an inbox is full. A verdict on
     /// a tuple no worker owns (its session ended) is dropped.
-    pub async fn deliver_verdicts(&self, from: u16, results: Vec<(FourTuple, RegVerdict)>) -> Result<(), InboxClosed> {
+    pub async fn deliver_verdicts(
+        &self,
+        from: u16,
+        results: Vec<(FourTuple, RegVerdict)>,
+    ) -> Result<(), InboxClosed> {
         if let [only] = &*self.inboxes {
-            only.records.send(Inbound::Verdicts { from, results }).await.map_err(|_| InboxClosed)?;
+            only.records
+                .send(Inbound::Verdicts { from, results })
+                .await
+                .map_err(|_| InboxClosed)?;
             only.wake.notify();
             return Ok(());
         }
         let mut out: Vec<Vec<(FourTuple, RegVerdict)>> = vec![Vec::new(); self.inboxes.len()];
         for (t, v) in results {
-            if let Some(w) = self.routes.owner(&t).map(usize::from).filter(|&w| w < out.len()) {
+            if let Some(w) = self
+                .routes
+                .owner(&t)
+                .map(usize::from)
+                .filter(|&w| w < out.len())
+            {
                 out[w].push((t, v));
             }
         }
@@ -542,7 +578,11 @@ impl RecordRouter {
             if results.is_empty() {
                 continue;
             }
-            inbox.records.send(Inbound::Verdicts { from, results }).await.map_err(|_| InboxClosed)?;
+            inbox
+                .records
+                .send(Inbound::Verdicts { from, results })
+                .await
+                .map_err(|_| InboxClosed)?;
             inbox.wake.notify();
         }
         Ok(())
@@ -676,10 +716,13 @@ mod tests {
             .deliver(at, vec![record(t(2)), record(t(5)), record(t(2))])
             .await
             .unwrap();
-        assert!(matches!(rxs[1].try_recv().unwrap(), Inbound::Records { at: a, records: v } if v.len() == 2 && a == at));
+        assert!(
+            matches!(rxs[1].try_recv().unwrap(), Inbound::Records { at: a, records: v } if v.len() == 2 && a == at)
+        );
         assert!(rxs[0].try_recv().is_err(), "nothing for worker 0");
         // Bit 0: the eventfd; bit 1: the record timer.
-        let ready = |i: usize| crate::sys::poll_readable(&inboxes[i].wake.fds(), Duration::ZERO).unwrap();
+        let ready =
+            |i: usize| crate::sys::poll_readable(&inboxes[i].wake.fds(), Duration::ZERO).unwrap();
         assert_eq!((ready(0), ready(1)), (0, 1));
         router.wake_all();
         assert_eq!(ready(0), 1);
@@ -690,12 +733,21 @@ mod tests {
             i.wake.taking();
         }
         router
-            .deliver_verdicts(3, vec![(t(2), RegVerdict::Accepted), (t(5), RegVerdict::PortNotGuarded)])
+            .deliver_verdicts(
+                3,
+                vec![
+                    (t(2), RegVerdict::Accepted),
+                    (t(5), RegVerdict::PortNotGuarded),
+                ],
+            )
             .await
             .unwrap();
         assert_eq!(
             rxs[1].try_recv().unwrap(),
-            Inbound::Verdicts { from: 3, results: vec![(t(2), RegVerdict::Accepted)] }
+            Inbound::Verdicts {
+                from: 3,
+                results: vec![(t(2), RegVerdict::Accepted)]
+            }
         );
         assert!(rxs[0].try_recv().is_err(), "nothing for worker 0");
         assert_eq!((ready(0), ready(1)), (0, 1));
@@ -716,7 +768,13 @@ mod tests {
             stamp: 0,
         };
         one.deliver(at, vec![odd.clone()]).await.unwrap();
-        assert_eq!(rx.try_recv().unwrap(), Inbound::Records { at, records: vec![odd] });
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Inbound::Records {
+                at,
+                records: vec![odd]
+            }
+        );
         drop(rx);
         assert_eq!(one.deliver(at, vec![]).await, Err(InboxClosed));
     }
@@ -744,27 +802,73 @@ mod tests {
 
     #[test]
     fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
-        let v6 = FourTuple::new("[2001:db8::1]:4000".parse().unwrap(), "[2001:db8::2]:80".parse().unwrap());
+        let v6 = FourTuple::new(
+            "[2001:db8::1]:4000".parse().unwrap(),
+            "[2001:db8::2]:80".parse().unwrap(),
+        );
         for tuple in [t(1), v6] {
-            assert!(!record_with(tuple, TcpFlags::ACK, b"").urgent(), "a bare ACK waits");
-            assert!(!record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK").urgent(), "an answer waits");
-            assert!(record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").urgent(), "data without PSH: more of the write follows");
-            for f in [TcpFlags::SYN | TcpFlags::ACK, TcpFlags::FIN | TcpFlags::ACK, TcpFlags::RST, TcpFlags::RST | TcpFlags::ACK] {
+            assert!(
+                !record_with(tuple, TcpFlags::ACK, b"").urgent(),
+                "a bare ACK waits"
+            );
+            assert!(
+                !record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK").urgent(),
+                "an answer waits"
+            );
+            assert!(
+                record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").urgent(),
+                "data without PSH: more of the write follows"
+            );
+            for f in [
+                TcpFlags::SYN | TcpFlags::ACK,
+                TcpFlags::FIN | TcpFlags::ACK,
+                TcpFlags::RST,
+                TcpFlags::RST | TcpFlags::ACK,
+            ] {
                 assert!(record_with(tuple, f, b"").urgent(), "{f:?} wakes at once");
-                assert!(record_with(tuple, f, b"").opens_or_ends(), "{f:?} opens or ends");
+                assert!(
+                    record_with(tuple, f, b"").opens_or_ends(),
+                    "{f:?} opens or ends"
+                );
             }
-            assert!(!record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").opens_or_ends(), "data opens and ends nothing");
+            assert!(
+                !record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").opens_or_ends(),
+                "data opens and ends nothing"
+            );
         }
-        let cut = |n: usize| Record { orig_len: 40, headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(), payload: Vec::new(), stamp: 0 };
+        let cut = |n: usize| Record {
+            orig_len: 40,
+            headers: record_with(t(1), TcpFlags::ACK, b"").headers[..n].to_vec(),
+            payload: Vec::new(),
+            stamp: 0,
+        };
         assert!(!cut(34).urgent(), "the flags byte is all it needs");
-        let mid_write = Record { orig_len: 1500, ..cut(34) };
-        assert!(mid_write.urgent(), "the IP length says data follows the headers, and no PSH");
+        let mid_write = Record {
+            orig_len: 1500,
+            ..cut(34)
+        };
+        assert!(
+            mid_write.urgent(),
+            "the IP length says data follows the headers, and no PSH"
+        );
         let big = vec![b'x'; common::proto::BULK_BYTES];
-        assert!(!record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &big).urgent(), "the end of a write of BULK_BYTES waits");
+        assert!(
+            !record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &big).urgent(),
+            "the end of a write of BULK_BYTES waits"
+        );
         let bigger = vec![b'x'; common::proto::BULK_BYTES + 1];
-        assert!(record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).urgent(), "a larger one is part of a large answer");
-        assert!(!record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).opens_or_ends(), "and opens or ends nothing");
-        assert!(cut(20).opens_or_ends(), "headers that do not parse count as such");
+        assert!(
+            record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).urgent(),
+            "a larger one is part of a large answer"
+        );
+        assert!(
+            !record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).opens_or_ends(),
+            "and opens or ends nothing"
+        );
+        assert!(
+            cut(20).opens_or_ends(),
+            "headers that do not parse count as such"
+        );
         for n in [0, 1, 20, 33] {
             assert!(cut(n).urgent(), "{n} bytes: the engine counts it, at once");
         }
@@ -777,37 +881,99 @@ mod tests {
         assert_eq!(*rx.borrow(), 2000, "calm at the start");
         h.engine_eager(true);
         assert!(rx.has_changed().unwrap());
-        assert_eq!(*rx.borrow_and_update(), 0, "one eager engine: records go at once");
+        assert_eq!(
+            *rx.borrow_and_update(),
+            0,
+            "one eager engine: records go at once"
+        );
         h.engine_eager(true);
         h.engine_eager(false);
-        assert!(!rx.has_changed().unwrap(), "another engine still eager: no change to tell");
+        assert!(
+            !rx.has_changed().unwrap(),
+            "another engine still eager: no change to tell"
+        );
         h.engine_eager(false);
         assert_eq!(*rx.borrow_and_update(), 2000, "all calm again");
-        assert_eq!(*InterceptHold::new(Duration::ZERO).watch().borrow(), 0, "--record-wait 0: never");
-        assert_eq!(*InterceptHold::new(Duration::from_secs(1)).watch().borrow(), 20_000, "capped at MAX_RECORD_WAIT");
+        assert_eq!(
+            *InterceptHold::new(Duration::ZERO).watch().borrow(),
+            0,
+            "--record-wait 0: never"
+        );
+        assert_eq!(
+            *InterceptHold::new(Duration::from_secs(1)).watch().borrow(),
+            20_000,
+            "capped at MAX_RECORD_WAIT"
+        );
     }
 
     #[test]
     fn the_wake_decision() {
-        assert!(!wake_now(false, false, 1), "a plain record waits for the engine's next turn");
+        assert!(
+            !wake_now(false, false, 1),
+            "a plain record waits for the engine's next turn"
+        );
         assert!(!wake_now(false, false, PENDING_WAKE - 1));
-        assert!(wake_now(false, false, PENDING_WAKE), "a full-ish inbox wakes it");
+        assert!(
+            wake_now(false, false, PENDING_WAKE),
+            "a full-ish inbox wakes it"
+        );
         assert!(wake_now(false, true, 1), "SYN, FIN, RST wake it");
-        assert!(wake_now(true, false, 1), "an eager engine wants every record");
+        assert!(
+            wake_now(true, false, 1),
+            "an eager engine wants every record"
+        );
     }
 
     #[test]
     fn records_released_units_by_themselves_makes_the_engine_eager_for_a_while() {
         let t0 = Instant::now();
         let mut e = Eagerness::default();
-        let alone = TurnSeen { records: 2, held_units: 1, ..TurnSeen::default() };
+        let alone = TurnSeen {
+            records: 2,
+            held_units: 1,
+            ..TurnSeen::default()
+        };
         assert!(!e.eager(t0));
         // Not evidence: nothing held back was sent.
-        assert!(!e.turn(t0, TurnSeen { held_units: 0, ..alone }), "records that released nothing");
-        assert!(!e.turn(t0, TurnSeen { urgent: true, opens_or_ends: true, ..alone }), "a SYN-ACK releases requests, and wakes anyway");
-        assert!(!e.turn(t0, TurnSeen { records: 0, ..alone }));
+        assert!(
+            !e.turn(
+                t0,
+                TurnSeen {
+                    held_units: 0,
+                    ..alone
+                }
+            ),
+            "records that released nothing"
+        );
+        assert!(
+            !e.turn(
+                t0,
+                TurnSeen {
+                    urgent: true,
+                    opens_or_ends: true,
+                    ..alone
+                }
+            ),
+            "a SYN-ACK releases requests, and wakes anyway"
+        );
+        assert!(!e.turn(
+            t0,
+            TurnSeen {
+                records: 0,
+                ..alone
+            }
+        ));
         // Evidence: a session waits on the test server's answers.
-        assert!(e.turn(t0, TurnSeen { urgent: true, ..alone }), "records of a large answer released held units");
+        assert!(
+            e.turn(
+                t0,
+                TurnSeen {
+                    urgent: true,
+                    ..alone
+                }
+            ),
+            "records of a large answer released held units"
+        );
         let mut e = Eagerness::default();
         assert!(e.turn(t0, alone));
         assert!(e.turn(t0 + EAGER_HOLD / 2, TurnSeen::default()), "holds");
@@ -820,35 +986,74 @@ mod tests {
     async fn an_inbox_filling_with_small_batches_wakes_the_engine() {
         let (tx, _rx) = mpsc::channel(8);
         let wake = Arc::new(Wake::new().unwrap());
-        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let router = RecordRouter::new(
+            vec![Inbox {
+                records: tx,
+                wake: wake.clone(),
+            }],
+            Arc::new(Routes::new()),
+        );
         let answer = || record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"x");
         let at = Instant::now();
         for _ in 0..2 {
             router.deliver(at, vec![answer()]).await.unwrap();
         }
-        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 0, "2 of 8: waits");
+        assert_eq!(
+            crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(),
+            0,
+            "2 of 8: waits"
+        );
         router.deliver(at, vec![answer()]).await.unwrap();
-        assert_eq!(crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(), 1, "over a quarter full: now");
+        assert_eq!(
+            crate::sys::poll_readable(&wake.fds()[..1], Duration::ZERO).unwrap(),
+            1,
+            "over a quarter full: now"
+        );
     }
 
     #[tokio::test]
     async fn with_no_record_wait_every_record_wakes_the_engine_at_once() {
         let (tx, _rx) = mpsc::channel(PENDING_WAKE + 8);
         let wake = Arc::new(Wake::with_delay(Duration::ZERO).unwrap());
-        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let router = RecordRouter::new(
+            vec![Inbox {
+                records: tx,
+                wake: wake.clone(),
+            }],
+            Arc::new(Routes::new()),
+        );
         let answer = || record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK");
-        router.deliver(Instant::now(), vec![answer()]).await.unwrap();
-        assert_eq!(crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(), 1, "the eventfd, not the timer");
+        router
+            .deliver(Instant::now(), vec![answer()])
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(),
+            1,
+            "the eventfd, not the timer"
+        );
         wake.taking();
-        router.deliver(Instant::now(), vec![answer()]).await.unwrap();
-        assert_eq!(crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(), 1);
+        router
+            .deliver(Instant::now(), vec![answer()])
+            .await
+            .unwrap();
+        assert_eq!(
+            crate::sys::poll_readable(&wake.fds(), Duration::ZERO).unwrap(),
+            1
+        );
     }
 
     #[tokio::test]
     async fn a_record_that_can_wait_arms_the_timer_once_and_the_engine_disarms_it() {
         let (tx, mut rx) = mpsc::channel(PENDING_WAKE + 8);
         let wake = Arc::new(Wake::new().unwrap());
-        let router = RecordRouter::new(vec![Inbox { records: tx, wake: wake.clone() }], Arc::new(Routes::new()));
+        let router = RecordRouter::new(
+            vec![Inbox {
+                records: tx,
+                wake: wake.clone(),
+            }],
+            Arc::new(Routes::new()),
+        );
         let ready = |d: Duration| crate::sys::poll_readable(&wake.fds(), d).unwrap();
         let answer = || record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK");
         let at = Instant::now();
@@ -858,7 +1063,10 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(ready(Duration::from_secs(1)), 2, "the timer expires");
         let waited = t0.elapsed();
-        assert!(waited <= RECORD_DELAY + Duration::from_millis(50), "{waited:?}");
+        assert!(
+            waited <= RECORD_DELAY + Duration::from_millis(50),
+            "{waited:?}"
+        );
         // The engine's turn: takes the inbox, the timer no longer readable.
         wake.timer_fired();
         wake.taking();
@@ -870,11 +1078,27 @@ mod tests {
         wake.taking();
         assert_eq!(ready(RECORD_DELAY * 3), 0, "disarmed by the engine's turn");
         // An urgent record wakes at once; so do many records that can wait.
-        router.deliver(at, vec![answer(), record_with(t(1), TcpFlags::FIN | TcpFlags::ACK, b"")]).await.unwrap();
+        router
+            .deliver(
+                at,
+                vec![
+                    answer(),
+                    record_with(t(1), TcpFlags::FIN | TcpFlags::ACK, b""),
+                ],
+            )
+            .await
+            .unwrap();
         assert_eq!(ready(Duration::ZERO) & 1, 1);
         wake.taking();
-        router.deliver(at, (0..PENDING_WAKE).map(|_| answer()).collect()).await.unwrap();
-        assert_eq!(ready(Duration::ZERO) & 1, 1, "a full-ish inbox wakes at once");
+        router
+            .deliver(at, (0..PENDING_WAKE).map(|_| answer()).collect())
+            .await
+            .unwrap();
+        assert_eq!(
+            ready(Duration::ZERO) & 1,
+            1,
+            "a full-ish inbox wakes at once"
+        );
         wake.taking();
         // Eager: every record at once.
         wake.set_eager(true);

@@ -120,7 +120,15 @@ impl Drop for Lab {
 
 /// The template segment (`common::testkit`) from `src` to `dst` at `seq`, acking 1.
 fn tcp_packet(src: SocketAddr, dst: SocketAddr, seq: u32, payload: &[u8]) -> Vec<u8> {
-    testkit::emit(&TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(1), payload, ident: 1, ..testkit::SEGMENT })
+    testkit::emit(&TcpBuilder {
+        src,
+        dst,
+        seq: SeqNum(seq),
+        ack: SeqNum(1),
+        payload,
+        ident: 1,
+        ..testkit::SEGMENT
+    })
 }
 
 fn sa(ip: &str, port: u16) -> SocketAddr {
@@ -162,8 +170,17 @@ fn open_capture(lab: &Lab, interface: Option<&str>, targets: Vec<FilterTarget>) 
 
 /// A capture on `b0` of everything sent to port 80, and a raw sender in `a`.
 fn port80_capture_and_sender(lab: &Lab) -> (Capture, RawSender) {
-    let cap = open_capture(lab, Some("b0"), vec![FilterTarget { addr: None, port: 80 }]);
-    let sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    let cap = open_capture(
+        lab,
+        Some("b0"),
+        vec![FilterTarget {
+            addr: None,
+            port: 80,
+        }],
+    );
+    let sender = lab.within(&lab.a, || {
+        RawSender::open(SendConfig::default()).expect("raw sockets in a")
+    });
     (cap, sender)
 }
 
@@ -574,9 +591,13 @@ fn fanout_gives_each_ring_whole_flows() {
 
 /// A raw sender in `a`, with `b`'s neighbour entry resolved.
 fn sender_in_a(lab: &Lab) -> RawSender {
-    let sender = lab.within(&lab.a, || RawSender::open(SendConfig::default()).expect("raw sockets in a"));
+    let sender = lab.within(&lab.a, || {
+        RawSender::open(SendConfig::default()).expect("raw sockets in a")
+    });
     lab.within(&lab.a, || {
-        let _ = UdpSocket::bind(sa(A_V4, 0)).unwrap().send_to(b"arp", sa(B_V4, 9));
+        let _ = UdpSocket::bind(sa(A_V4, 0))
+            .unwrap()
+            .send_to(b"arp", sa(B_V4, 9));
     });
     std::thread::sleep(Duration::from_millis(100));
     sender
@@ -584,7 +605,13 @@ fn sender_in_a(lab: &Lab) -> RawSender {
 
 /// Send `total` numbered TCP segments of about 1 KB from `a:port` to `b:80`, `batch` at a time
 /// with `pause` between batches; returns them as sent.
-fn send_numbered(sender: &mut RawSender, port: u16, total: u32, batch: u32, pause: Duration) -> Vec<Vec<u8>> {
+fn send_numbered(
+    sender: &mut RawSender,
+    port: u16,
+    total: u32,
+    batch: u32,
+    pause: Duration,
+) -> Vec<Vec<u8>> {
     let mut sent = Vec::new();
     for seq in 0..total {
         let body = format!("packet {seq:06} {}", "x".repeat(1000));
@@ -592,7 +619,11 @@ fn send_numbered(sender: &mut RawSender, port: u16, total: u32, batch: u32, paus
         let parsed = parse_tcp_packet(&p).unwrap();
         let mut buf = sender.buffer();
         buf.extend_from_slice(&p);
-        sender.enqueue(tuple(parsed.src_socket(), parsed.dst_socket()), parsed.dst, buf);
+        sender.enqueue(
+            tuple(parsed.src_socket(), parsed.dst_socket()),
+            parsed.dst,
+            buf,
+        );
         sent.push(p);
         if seq % batch == batch - 1 {
             sender.flush(Instant::now());
@@ -612,14 +643,26 @@ fn ring_in_b(lab: &Lab, block_count: u32, initial_blocks: u32) -> Capture {
         initial_blocks,
         retire: Duration::from_millis(5),
     };
-    let filter = build_filter(&[FilterTarget { addr: None, port: 80 }]).unwrap();
-    lab.within(&lab.b, move || Capture::open(&cfg, &filter).expect("open capture in b"))
+    let filter = build_filter(&[FilterTarget {
+        addr: None,
+        port: 80,
+    }])
+    .unwrap();
+    lab.within(&lab.b, move || {
+        Capture::open(&cfg, &filter).expect("open capture in b")
+    })
 }
 
 /// A capture thread over a fixed ring of 16 x 64 KiB in `b` (16 MiB of queue), and a sender in
 /// `a`.
 fn feed_in_b_and_sender(lab: &Lab) -> (Feed, RawSender) {
-    let feed = Feed::start(ring_in_b(lab, 16, 16), FeedConfig { max_bytes: 16 << 20 }).expect("capture thread");
+    let feed = Feed::start(
+        ring_in_b(lab, 16, 16),
+        FeedConfig {
+            max_bytes: 16 << 20,
+        },
+    )
+    .expect("capture thread");
     (feed, sender_in_a(lab))
 }
 
@@ -627,7 +670,11 @@ fn feed_in_b_and_sender(lab: &Lab) -> (Feed, RawSender) {
 fn assert_exact(got: &[Vec<u8>], sent: &[Vec<u8>], st: &copier::capture::CaptureStats) {
     assert_eq!(st.kernel_drops, 0, "nothing lost in the kernel: {st:?}");
     assert_eq!(got.len(), sent.len(), "every packet once: {st:?}");
-    assert_eq!(got.iter().zip(sent).position(|(g, s)| g != s), None, "in order, byte for byte");
+    assert_eq!(
+        got.iter().zip(sent).position(|(g, s)| g != s),
+        None,
+        "in order, byte for byte"
+    );
 }
 
 #[test]
@@ -643,7 +690,9 @@ fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
     // 64 blocks), so packets arrive before, during and after each switch of rings. Payloads
     // are large enough that a few dozen fill a 64 KiB block.
     const TOTAL: u32 = 6000;
-    let sending = std::thread::spawn(move || send_numbered(&mut sender, 40000, TOTAL, 20, Duration::from_millis(2)));
+    let sending = std::thread::spawn(move || {
+        send_numbered(&mut sender, 40000, TOTAL, 20, Duration::from_millis(2))
+    });
     // The reader is slow at first (nothing read for 25 ms: about five of the eight blocks pile
     // up, the 5 ms block timeout handing one over each time), then reads in small steps; the
     // larger rings are new sockets, opened in the reader's namespace.
@@ -658,7 +707,9 @@ fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
             cap.drain(2, |p| got.push(p.to_vec()));
             if got.len() == before && !cap.has_ready() {
                 let now = Instant::now();
-                if got.len() >= TOTAL as usize && *quiet_since.get_or_insert(now) + Duration::from_millis(200) < now {
+                if got.len() >= TOTAL as usize
+                    && *quiet_since.get_or_insert(now) + Duration::from_millis(200) < now
+                {
                     break;
                 }
                 let _ = copier::sys::poll_readable(&[cap.fd()], Duration::from_millis(1));
@@ -678,7 +729,11 @@ fn the_ring_grows_under_pressure_without_losing_or_repeating_a_packet() {
     assert!(st.ring_grows >= 1, "under pressure it grows: {st:?}");
     assert_exact(&got, &sent, &st);
     let blocks = if st.ring_grows == 1 { 32 } else { 64 };
-    assert_eq!(st.ring_bytes, blocks << 16, "only the newest ring stays mapped: {st:?}");
+    assert_eq!(
+        st.ring_bytes,
+        blocks << 16,
+        "only the newest ring stays mapped: {st:?}"
+    );
 }
 
 #[test]
@@ -695,7 +750,11 @@ fn the_capture_thread_absorbs_a_stalled_engine_beyond_the_ring() {
     // 25 MB/s the ring covers 40 ms of the thread not being scheduled.
     let sent = send_numbered(&mut sender, 40001, 3000, 50, Duration::from_millis(2));
     std::thread::sleep(Duration::from_millis(300));
-    assert!(feed.queued_bytes() > 1 << 20, "the thread holds what the engine did not take: {}", feed.queued_bytes());
+    assert!(
+        feed.queued_bytes() > 1 << 20,
+        "the thread holds what the engine did not take: {}",
+        feed.queued_bytes()
+    );
     let mut got: Vec<Vec<u8>> = Vec::new();
     let until = Instant::now() + Duration::from_secs(5);
     while got.len() < sent.len() && Instant::now() < until {
@@ -718,7 +777,9 @@ fn the_capture_threads_wake_up_is_read_once_and_never_spins() {
     let (mut feed, mut sender) = feed_in_b_and_sender(&lab);
     // Small bursts with pauses, while the engine side below takes them the way the engine
     // loop does: poll, read the wake-up when the poll says so, take every batch.
-    let sending = std::thread::spawn(move || send_numbered(&mut sender, 40002, 2000, 10, Duration::from_millis(1)));
+    let sending = std::thread::spawn(move || {
+        send_numbered(&mut sender, 40002, 2000, 10, Duration::from_millis(1))
+    });
     let (mut got, mut wakes, mut empty_wakes, mut batches) = (Vec::new(), 0u64, 0u64, 0u64);
     let until = Instant::now() + Duration::from_secs(10);
     while got.len() < 2000 && Instant::now() < until {
@@ -740,13 +801,20 @@ fn the_capture_threads_wake_up_is_read_once_and_never_spins() {
     // A wake-up that finds nothing is one whose batch an earlier drain already took: at most
     // one per batch. (A wake-up that stayed readable after its batch was taken made the engine
     // loop spin until the capture thread ran again.)
-    assert!(empty_wakes <= batches, "{empty_wakes} empty wake-ups for {batches} batches ({wakes} wake-ups)");
+    assert!(
+        empty_wakes <= batches,
+        "{empty_wakes} empty wake-ups for {batches} batches ({wakes} wake-ups)"
+    );
     // Everything taken, no more traffic: the descriptor is not readable.
     let ready = copier::sys::poll_readable(&[feed.fd()], Duration::ZERO).unwrap();
     if ready & 1 != 0 {
         feed.woken();
     }
     assert_eq!(feed.drain(usize::MAX, |_| ()), 0);
-    assert_eq!(copier::sys::poll_readable(&[feed.fd()], Duration::ZERO).unwrap(), 0, "idle: not readable");
+    assert_eq!(
+        copier::sys::poll_readable(&[feed.fd()], Duration::ZERO).unwrap(),
+        0,
+        "idle: not readable"
+    );
     println!("{wakes} wake-ups, {empty_wakes} of them empty, {batches} batches");
 }

@@ -126,7 +126,11 @@ const COPIER: CopierId = CopierId(1);
 impl Sim {
     fn push(&mut self, at: Instant, kind: Kind) {
         self.next_id += 1;
-        self.heap.push(Ev { at, id: self.next_id, kind });
+        self.heap.push(Ev {
+            at,
+            id: self.next_id,
+            kind,
+        });
     }
 
     fn send_over(&mut self, path: Path, kind: impl Fn() -> Kind) {
@@ -184,7 +188,9 @@ impl Sim {
 
     fn trace(&self, what: &str, pkt: &[u8]) {
         let Some(ip) = &self.trace else { return };
-        let Ok(p) = common::wire::parse_tcp_packet(pkt) else { return };
+        let Ok(p) = common::wire::parse_tcp_packet(pkt) else {
+            return;
+        };
         let (src, dst) = (p.src_socket(), p.dst_socket());
         if src.ip().to_string() != *ip && dst.ip().to_string() != *ip {
             return;
@@ -214,7 +220,10 @@ impl Sim {
                 if let Some(ip) = &self.trace {
                     let (RegEvent::Register(t) | RegEvent::Unregister(t)) = c;
                     if t.client.ip().to_string() == *ip {
-                        println!("{:10.3} control  {c:?}", (self.now - self.t0).as_secs_f64() * 1000.0);
+                        println!(
+                            "{:10.3} control  {c:?}",
+                            (self.now - self.t0).as_secs_f64() * 1000.0
+                        );
                     }
                 }
             }
@@ -233,7 +242,8 @@ impl Sim {
                 self.push(at, Kind::Accepted(t));
             }
             Kind::Accepted(t) => {
-                self.engine.handle_registered(self.now, 0, t, common::proto::RegVerdict::Accepted);
+                self.engine
+                    .handle_registered(self.now, 0, t, common::proto::RegVerdict::Accepted);
             }
             Kind::Control(RegEvent::Unregister(t)) => {
                 self.router.handle_unregister(COPIER, &[t]);
@@ -256,7 +266,10 @@ impl Sim {
             .flatten()
             .min();
             let Some(next) = next else { return };
-            assert!(next <= end, "the simulation did not settle within {limit:?}");
+            assert!(
+                next <= end,
+                "the simulation did not settle within {limit:?}"
+            );
             self.now = self.now.max(next);
             while self.heap.peek().is_some_and(|e| e.at <= self.now) {
                 let ev = self.heap.pop().unwrap();
@@ -293,8 +306,16 @@ fn simulate(seed: u64, cfg: SimConfig) -> Outcome {
     }
     let ecfg = EngineConfig {
         maps: vec![
-            PortMap { online_ip: None, online_port: 80, target: "198.18.0.2:8080".parse().unwrap() },
-            PortMap { online_ip: None, online_port: 25, target: "198.18.0.2:2525".parse().unwrap() },
+            PortMap {
+                online_ip: None,
+                online_port: 80,
+                target: "198.18.0.2:8080".parse().unwrap(),
+            },
+            PortMap {
+                online_ip: None,
+                online_port: 25,
+                target: "198.18.0.2:2525".parse().unwrap(),
+            },
         ],
         mtu: 1500,
         pace_requests: cfg.pace,
@@ -341,7 +362,11 @@ fn simulate(seed: u64, cfg: SimConfig) -> Outcome {
         }
     }
     sim.run(Duration::from_secs(900));
-    Outcome { clients, scripts, sim }
+    Outcome {
+        clients,
+        scripts,
+        sim,
+    }
 }
 
 /// `strict_paws`: no segment may be refused for an old timestamp (only meaningful without
@@ -358,11 +383,20 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
         let mut got = m.delivered.get(&c.id).cloned().unwrap_or_default();
         if copies > 1 {
             // One list per copy (address), each the client's requests exactly.
-            let per: Vec<(&std::net::IpAddr, &Vec<u32>)> =
-                m.delivered_by_addr.iter().filter(|((id, _), _)| *id == c.id).map(|((_, a), v)| (a, v)).collect();
+            let per: Vec<(&std::net::IpAddr, &Vec<u32>)> = m
+                .delivered_by_addr
+                .iter()
+                .filter(|((id, _), _)| *id == c.id)
+                .map(|((_, a), v)| (a, v))
+                .collect();
             let want = if s.expected.is_empty() { 0 } else { copies };
             if per.len() != want {
-                problems.push(format!("client {} {}: requests came from {} addresses, not {want}: {per:?}", c.id, c.addr, per.len()));
+                problems.push(format!(
+                    "client {} {}: requests came from {} addresses, not {want}: {per:?}",
+                    c.id,
+                    c.addr,
+                    per.len()
+                ));
             }
             got = s.expected.clone();
             if let Some((a, v)) = per.iter().find(|(_, v)| **v != s.expected) {
@@ -383,29 +417,49 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
     }
     for c in &m.conns {
         if !c.st.is_final() {
-            problems.push(format!("test server left with {} -> {} in {:?} (client {:?})", c.client, c.server, c.st, c.client_id));
+            problems.push(format!(
+                "test server left with {} -> {} in {:?} (client {:?})",
+                c.client, c.server, c.st, c.client_id
+            ));
         }
     }
     if m.window_violations > 0 {
-        problems.push(format!("{} segments beyond the test server's window", m.window_violations));
+        problems.push(format!(
+            "{} segments beyond the test server's window",
+            m.window_violations
+        ));
     }
     if m.paws_drops > 0 && strict_paws {
-        problems.push(format!("{} segments dropped by PAWS (timestamps went back)", m.paws_drops));
+        problems.push(format!(
+            "{} segments dropped by PAWS (timestamps went back)",
+            m.paws_drops
+        ));
     }
     if m.fin_before_answered > 0 && strict_close {
-        problems.push(format!("{} client FINs reached the test server before it finished answering", m.fin_before_answered));
+        problems.push(format!(
+            "{} client FINs reached the test server before it finished answering",
+            m.fin_before_answered
+        ));
     }
     let copied = o.scripts.iter().filter(|s| s.copied).count() as u64;
     if e.sessions_active != 0 || o.sim.engine.session_count() != 0 {
-        problems.push(format!("engine still holds {} sessions ({} active)", o.sim.engine.session_count(), e.sessions_active));
+        problems.push(format!(
+            "engine still holds {} sessions ({} active)",
+            o.sim.engine.session_count(),
+            e.sessions_active
+        ));
     }
     if e.sessions_failed.total() != 0 {
         problems.push(format!("failed sessions: {:?}", e.sessions_failed));
     }
     if e.sessions_completed != copied * copies as u64 {
-        problems.push(format!("{} sessions completed, {} copied x {copies}", e.sessions_completed, copied));
+        problems.push(format!(
+            "{} sessions completed, {} copied x {copies}",
+            e.sessions_completed, copied
+        ));
     }
-    if e.sessions_started != e.captured_sessions_started * copies as u64 || e.sessions_no_tuple != 0 {
+    if e.sessions_started != e.captured_sessions_started * copies as u64 || e.sessions_no_tuple != 0
+    {
         problems.push(format!(
             "{} copy sessions started for {} captured sessions ({} without a tuple), {copies} asked for",
             e.sessions_started, e.captured_sessions_started, e.sessions_no_tuple
@@ -413,15 +467,27 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
     }
     let rs = o.sim.router.stats();
     if rs.registrations != 0 {
-        problems.push(format!("{} tuples still registered at the intercept", rs.registrations));
+        problems.push(format!(
+            "{} tuples still registered at the intercept",
+            rs.registrations
+        ));
     }
     if o.sim.engine.registered().count() != 0 {
         problems.push("engine still has registrations".into());
     }
     if o.sim.engine.memory_used() != 0 {
-        problems.push(format!("engine still buffers {} bytes", o.sim.engine.memory_used()));
+        problems.push(format!(
+            "engine still buffers {} bytes",
+            o.sim.engine.memory_used()
+        ));
     }
-    let answers = |k: Answer| o.clients.iter().flat_map(|c| &c.reqs).filter(|r| r.answer == k).count();
+    let answers = |k: Answer| {
+        o.clients
+            .iter()
+            .flat_map(|c| &c.reqs)
+            .filter(|r| r.answer == k)
+            .count()
+    };
     let ends = |k: End| o.clients.iter().filter(|c| c.end == k).count();
     println!(
         "seed {seed}: {} clients ({} end with RST after the answer, {} before it), {exact} exact, answers same/longer/shorter/empty {}/{}/{}/{}, {} early FINs, {} PAWS drops, {} connections at the test server, {} segments sent ({} retransmitted), {} records, {} reconnects, {} answer timeouts, sim time {:?}",
@@ -442,13 +508,27 @@ fn check(seed: u64, o: &Outcome, strict_paws: bool, strict_close: bool) {
         e.answer_timeouts,
         o.sim.now - o.sim.t0,
     );
-    assert!(problems.is_empty(), "seed {seed}:\n{}\nengine stats: {e:#?}\nrouter: {rs:?}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "seed {seed}:\n{}\nengine stats: {e:#?}\nrouter: {rs:?}",
+        problems.join("\n")
+    );
 }
 
 const LOSSY: SimConfig = SimConfig {
     clients: 40,
-    to_server: Path { loss: 0.03, dup: 0.02, delay: Duration::from_millis(1), jitter: Duration::from_millis(3) },
-    records: Path { loss: 0.02, dup: 0.02, delay: Duration::from_millis(1), jitter: Duration::from_millis(2) },
+    to_server: Path {
+        loss: 0.03,
+        dup: 0.02,
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(3),
+    },
+    records: Path {
+        loss: 0.02,
+        dup: 0.02,
+        delay: Duration::from_millis(1),
+        jitter: Duration::from_millis(2),
+    },
     pace: true,
     window: 1,
     server_limits: true,
@@ -459,19 +539,47 @@ const LOSSY: SimConfig = SimConfig {
 
 /// Windowed pacing (the copier's default) against servers that close some connections after a
 /// few requests with a lingering close.
-const WINDOWED: SimConfig = SimConfig { window: 64, linger_close: true, ..LOSSY };
+const WINDOWED: SimConfig = SimConfig {
+    window: 64,
+    linger_close: true,
+    ..LOSSY
+};
 
 #[test]
 fn clean_network_every_session_carried() {
-    let clean = Path { loss: 0.0, dup: 0.0, delay: Duration::from_millis(1), jitter: Duration::ZERO };
+    let clean = Path {
+        loss: 0.0,
+        dup: 0.0,
+        delay: Duration::from_millis(1),
+        jitter: Duration::ZERO,
+    };
     for seed in 1..=3 {
-        let o = simulate(seed, SimConfig { to_server: clean, records: clean, ..LOSSY });
+        let o = simulate(
+            seed,
+            SimConfig {
+                to_server: clean,
+                records: clean,
+                ..LOSSY
+            },
+        );
         check(seed, &o, true, true);
         // The run exercised what it is meant to.
         let ends = |k: End| o.clients.iter().filter(|c| c.end == k).count();
-        assert!(ends(End::RstAfterAnswer) > 0 && ends(End::RstAfterRequest) > 0, "seed {seed}: no RST endings");
-        let kinds = |k: Answer| o.clients.iter().flat_map(|c| &c.reqs).filter(|r| r.answer == k).count();
-        assert!(kinds(Answer::Longer) > 0 && kinds(Answer::Shorter) > 0, "seed {seed}: no size mismatch");
+        assert!(
+            ends(End::RstAfterAnswer) > 0 && ends(End::RstAfterRequest) > 0,
+            "seed {seed}: no RST endings"
+        );
+        let kinds = |k: Answer| {
+            o.clients
+                .iter()
+                .flat_map(|c| &c.reqs)
+                .filter(|r| r.answer == k)
+                .count()
+        };
+        assert!(
+            kinds(Answer::Longer) > 0 && kinds(Answer::Shorter) > 0,
+            "seed {seed}: no size mismatch"
+        );
         assert_eq!(o.sim.engine.stats().retransmissions, 0);
     }
 }
@@ -492,21 +600,53 @@ fn lossy_network_with_pacing() {
 /// request may be lost or repeated). Every other check (TCP rules, failures) holds for all.
 #[test]
 fn windowed_pacing_carries_every_session() {
-    let clean = Path { loss: 0.0, dup: 0.0, delay: Duration::from_millis(1), jitter: Duration::ZERO };
+    let clean = Path {
+        loss: 0.0,
+        dup: 0.0,
+        delay: Duration::from_millis(1),
+        jitter: Duration::ZERO,
+    };
     let mut summary = Vec::new();
     for window in [64, 1] {
         let (mut ahead, mut sessions, mut residue) = (0, 0, Vec::new());
         for seed in 100..=129u64 {
-            let base = if seed % 3 == 0 { SimConfig { to_server: clean, records: clean, ..WINDOWED } } else { WINDOWED };
-            let cfg = SimConfig { linger_close: seed % 2 == 0, window, ..base };
+            let base = if seed % 3 == 0 {
+                SimConfig {
+                    to_server: clean,
+                    records: clean,
+                    ..WINDOWED
+                }
+            } else {
+                WINDOWED
+            };
+            let cfg = SimConfig {
+                linger_close: seed % 2 == 0,
+                window,
+                ..base
+            };
             let o = simulate(seed, cfg);
-            assert!(o.sim.model.errors.is_empty(), "seed {seed}: model: {:?}", o.sim.model.errors);
+            assert!(
+                o.sim.model.errors.is_empty(),
+                "seed {seed}: model: {:?}",
+                o.sim.model.errors
+            );
             let e = o.sim.engine.stats();
-            assert_eq!(e.sessions_failed.total(), 0, "seed {seed}: {:?}", e.sessions_failed);
+            assert_eq!(
+                e.sessions_failed.total(),
+                0,
+                "seed {seed}: {:?}",
+                e.sessions_failed
+            );
             ahead += e.units_ahead;
             for (c, sc) in o.clients.iter().zip(&o.scripts) {
                 sessions += 1;
-                let got = o.sim.model.delivered.get(&c.id).cloned().unwrap_or_default();
+                let got = o
+                    .sim
+                    .model
+                    .delivered
+                    .get(&c.id)
+                    .cloned()
+                    .unwrap_or_default();
                 if got == sc.expected {
                     continue;
                 }
@@ -523,9 +663,16 @@ fn windowed_pacing_carries_every_session() {
             }
         }
         if window > 1 {
-            assert!(ahead > 200, "the window was hardly used: {ahead} units sent ahead of an answer");
+            assert!(
+                ahead > 200,
+                "the window was hardly used: {ahead} units sent ahead of an answer"
+            );
         }
-        assert!(residue.len() * 100 <= sessions, "window {window}: {} of {sessions} sessions inexact: {residue:?}", residue.len());
+        assert!(
+            residue.len() * 100 <= sessions,
+            "window {window}: {} of {sessions} sessions inexact: {residue:?}",
+            residue.len()
+        );
         summary.push(format!("window {window}: {sessions} sessions, {ahead} units sent ahead of an answer, inexact {residue:?}"));
     }
     println!("{}", summary.join("\n"));
@@ -535,15 +682,35 @@ fn windowed_pacing_carries_every_session() {
 fn lossy_network_without_pacing() {
     for seed in 30..=33 {
         // Without pacing, which pipelined request a closing server took is a guess: no limits.
-        let o = simulate(seed, SimConfig { pace: false, server_limits: false, ..LOSSY });
+        let o = simulate(
+            seed,
+            SimConfig {
+                pace: false,
+                server_limits: false,
+                ..LOSSY
+            },
+        );
         check(seed, &o, false, false);
     }
 }
 
 #[test]
 fn three_copies_each_deliver_exactly() {
-    let clean = Path { loss: 0.0, dup: 0.0, delay: Duration::from_millis(1), jitter: Duration::ZERO };
-    let o = simulate(40, SimConfig { copies: 3, to_server: clean, records: clean, ..LOSSY });
+    let clean = Path {
+        loss: 0.0,
+        dup: 0.0,
+        delay: Duration::from_millis(1),
+        jitter: Duration::ZERO,
+    };
+    let o = simulate(
+        40,
+        SimConfig {
+            copies: 3,
+            to_server: clean,
+            records: clean,
+            ..LOSSY
+        },
+    );
     check(40, &o, true, true);
     assert_eq!(o.sim.engine.stats().copy_multiplier(), 3.0);
     for seed in 41..=43 {
@@ -552,8 +719,13 @@ fn three_copies_each_deliver_exactly() {
         let e = o.sim.engine.stats();
         assert!(e.captured_sessions_started > 20, "seed {seed}: {e:?}");
         // Each copy had a connection of its own at the test server.
-        let tuples: std::collections::HashSet<_> = o.sim.model.conns.iter().map(|c| c.client).collect();
-        assert!(tuples.len() as u64 >= 3 * e.captured_sessions_started, "seed {seed}: {} connections", tuples.len());
+        let tuples: std::collections::HashSet<_> =
+            o.sim.model.conns.iter().map(|c| c.client).collect();
+        assert!(
+            tuples.len() as u64 >= 3 * e.captured_sessions_started,
+            "seed {seed}: {} connections",
+            tuples.len()
+        );
     }
 }
 
@@ -563,13 +735,35 @@ fn capture_holes_resync_at_the_next_request() {
     // delivers exactly the requests before the damaged one and those from the resync point
     // on (no partial request: the model server would flag it), and every session completes.
     for seed in 60..=63 {
-        let o = simulate(seed, SimConfig { capture_drop: 0.5, server_limits: false, ..LOSSY });
+        let o = simulate(
+            seed,
+            SimConfig {
+                capture_drop: 0.5,
+                server_limits: false,
+                ..LOSSY
+            },
+        );
         check(seed, &o, false, false);
         let gaps = o.sim.engine.stats().drops.capture_gap;
         assert!(gaps > 3, "seed {seed}: only {gaps} capture gaps");
     }
-    let clean = Path { loss: 0.0, dup: 0.0, delay: Duration::from_millis(1), jitter: Duration::ZERO };
-    let o = simulate(64, SimConfig { capture_drop: 0.5, to_server: clean, records: clean, pace: false, server_limits: false, ..LOSSY });
+    let clean = Path {
+        loss: 0.0,
+        dup: 0.0,
+        delay: Duration::from_millis(1),
+        jitter: Duration::ZERO,
+    };
+    let o = simulate(
+        64,
+        SimConfig {
+            capture_drop: 0.5,
+            to_server: clean,
+            records: clean,
+            pace: false,
+            server_limits: false,
+            ..LOSSY
+        },
+    );
     check(64, &o, false, false);
 }
 
@@ -588,12 +782,23 @@ fn same_seed_same_run() {
 /// count, the copies of each session.
 #[test]
 fn one_seed_from_env() {
-    let Ok(spec) = std::env::var("SIM_SEED") else { return };
+    let Ok(spec) = std::env::var("SIM_SEED") else {
+        return;
+    };
     let (a, b) = spec.split_once('-').unwrap_or((&spec, &spec));
     let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
     let pace = std::env::var("SIM_PACE").map_or(true, |v| v != "0");
-    let env = |k: &str, d: f64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    let mut cfg = SimConfig { pace, server_limits: pace, ..LOSSY };
+    let env = |k: &str, d: f64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let mut cfg = SimConfig {
+        pace,
+        server_limits: pace,
+        ..LOSSY
+    };
     cfg.to_server.loss = env("SIM_LOSS", cfg.to_server.loss);
     cfg.records.loss = env("SIM_RLOSS", cfg.records.loss);
     cfg.clients = env("SIM_CLIENTS", f64::from(cfg.clients)) as u32;
@@ -604,7 +809,10 @@ fn one_seed_from_env() {
         let o = simulate(seed, cfg);
         if a == b {
             for (c, s) in o.clients.iter().zip(&o.scripts) {
-                println!("client {} {} limit {:?} end {:?} expected {:?}", c.id, c.addr, c.server_limit, c.end, s.expected);
+                println!(
+                    "client {} {} limit {:?} end {:?} expected {:?}",
+                    c.id, c.addr, c.server_limit, c.end, s.expected
+                );
             }
         }
         check(seed, &o, false, false);

@@ -45,9 +45,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::flow::FourTuple;
 use common::proto::io::{server_handshake, Established, FrameReader};
 use common::proto::FleetMember;
-use common::flow::FourTuple;
 use common::proto::{error_code, Message, ProtoError, RegVerdict};
 use metrics::{counter, gauge};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -55,9 +55,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::metrics::{
-    CONTROL_CLOSED, CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED,
-};
+use crate::metrics::{CONTROL_CLOSED, CONTROL_REFUSED, COPIERS_CONNECTED, PACKETS_DROPPED};
 use crate::outlet::{Outlet, Shared};
 use crate::router::CopierId;
 
@@ -445,7 +443,12 @@ pub(crate) async fn run_copier<S>(
         if hello.instance != 0 {
             core.router.grace_join(id);
         }
-        let me = FleetMember { instance: hello.instance, addr: peer, index: hello.fleet_index, size: hello.fleet_size };
+        let me = FleetMember {
+            instance: hello.instance,
+            addr: peer,
+            index: hello.fleet_index,
+            size: hello.fleet_size,
+        };
         // A copier (not a doctor's probe, which announces no instance) whose test ports another
         // live copier also uses: they will pick the same tuples for the clients they share.
         if me.instance != 0 {
@@ -490,7 +493,9 @@ pub(crate) async fn run_copier<S>(
     };
     let tell = match &end {
         End::Protocol(why) | End::BadTag(why) => Some(why.clone()),
-        End::Idle(d) => Some(format!("intercept: nothing heard from this copier for {d:?}")),
+        End::Idle(d) => Some(format!(
+            "intercept: nothing heard from this copier for {d:?}"
+        )),
         _ => None,
     };
     let last = match (&end, tell) {
@@ -520,7 +525,8 @@ pub(crate) async fn run_copier<S>(
         core.router.handle_copier_gone(id)
     };
     let lost = outlet.close();
-    counter!(PACKETS_DROPPED, "reason" => crate::router::DropReason::CopierGone.as_str()).increment(lost as u64);
+    counter!(PACKETS_DROPPED, "reason" => crate::router::DropReason::CopierGone.as_str())
+        .increment(lost as u64);
     gauge!(COPIERS_CONNECTED).decrement(1.0);
     let summary = format!("forgot {removed} registrations, dropped {lost} unsent records");
     match end {
@@ -631,9 +637,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
             Message::RouteQuery { nets } => {
                 // `ip route get` per range: off the runtime's threads.
-                let checks = tokio::task::spawn_blocking(move || crate::doctor::route_checks(&nets, peer))
-                    .await
-                    .unwrap_or_default();
+                let checks =
+                    tokio::task::spawn_blocking(move || crate::doctor::route_checks(&nets, peer))
+                        .await
+                        .unwrap_or_default();
                 if reply.send(Message::RouteAnswer { checks }).await.is_err() {
                     return End::Shutdown;
                 }
@@ -643,7 +650,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 // takes stamps gets this host's clock as of reading the Ping: with its own
                 // clock at sending it and at reading the Pong, it measures the offset of the
                 // two clocks (the records' stamps are on this clock).
-                let clock = if outlet.stamps() { crate::outlet::wall_ns() } else { 0 };
+                let clock = if outlet.stamps() {
+                    crate::outlet::wall_ns()
+                } else {
+                    0
+                };
                 let _ = reply.try_send(Message::Pong { token, clock });
             }
             Message::Pong { .. } => {}

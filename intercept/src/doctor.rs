@@ -76,19 +76,29 @@ pub fn run(a: &DoctorArgs) -> Report {
     let mut r = Report::default();
     let wanted = rules::rules_for(&a.ports, QueueTarget::Num(a.queue_num), a.ipv4_only);
     match rules::check(&mut SystemRunner, &wanted) {
-        Ok(found) => r.ok("NFQUEUE rule", format!("present, first and complete: {}", found.found.join("; "))),
+        Ok(found) => r.ok(
+            "NFQUEUE rule",
+            format!("present, first and complete: {}", found.found.join("; ")),
+        ),
         Err(e) => {
             // The check's message: a headline, then each problem with the commands that fix it.
             let text = format!("{e:#}");
             let (head, rest) = text.split_once('\n').unwrap_or((&text, ""));
-            let fix: Vec<&str> = rest.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            let fix: Vec<&str> = rest
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
             r.fail("NFQUEUE rule", head.trim_end_matches(':'), fix.join("\n"));
         }
     }
     queue_bound(&mut r, a.queue_num);
     for &p in &a.ports {
         if doctor::tcp_listening(p) {
-            r.ok(format!("test service on port {p}"), "listening on this host");
+            r.ok(
+                format!("test service on port {p}"),
+                "listening on this host",
+            );
         } else {
             r.fail(
                 format!("test service on port {p}"),
@@ -115,7 +125,11 @@ pub fn run(a: &DoctorArgs) -> Report {
                 Some((*c, route.dev))
             }
             Err(e) => {
-                r.fail(format!("route to copier {c}"), format!("none ({e})"), format!("ip route add {c} via <gateway toward the copier host>"));
+                r.fail(
+                    format!("route to copier {c}"),
+                    format!("none ({e})"),
+                    format!("ip route add {c} via <gateway toward the copier host>"),
+                );
                 None
             }
         })
@@ -134,7 +148,12 @@ pub fn run(a: &DoctorArgs) -> Report {
 fn queue_bound(r: &mut Report, queue: u16) {
     let item = format!("NFQUEUE {queue} bound");
     let text = std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue").unwrap_or_default();
-    let bound = text.lines().any(|l| l.split_whitespace().next().and_then(|q| q.parse::<u16>().ok()) == Some(queue));
+    let bound = text.lines().any(|l| {
+        l.split_whitespace()
+            .next()
+            .and_then(|q| q.parse::<u16>().ok())
+            == Some(queue)
+    });
     if bound {
         r.ok(item, "a process reads the queue");
     } else {
@@ -160,16 +179,28 @@ pub fn route_checks(nets: &[(IpAddr, u8)], copier: IpAddr) -> Vec<common::proto:
     let mut pre = Report::default();
     match doctor::route_get(copier) {
         Ok(route) => toward_copier.push((copier, route.dev)),
-        Err(e) => pre.fail(format!("route to copier {copier}"), format!("none ({e})"), format!("ip route add {copier} via <gateway toward the copier host>")),
+        Err(e) => pre.fail(
+            format!("route to copier {copier}"),
+            format!("none ({e})"),
+            format!("ip route add {copier} via <gateway toward the copier host>"),
+        ),
     }
     let mut out = Vec::new();
     for (i, &(ip, prefix)) in nets.iter().enumerate() {
-        let mut r = Report { findings: pre.findings.clone() };
+        let mut r = Report {
+            findings: pre.findings.clone(),
+        };
         match IpNet::new(ip, prefix) {
-            None => r.fail(format!("route back to {ip}/{prefix}"), "not a prefix", "ask with a valid range"),
-            Some(_) if i >= MAX_ROUTE_QUERY => {
-                r.warn(format!("route back to {ip}/{prefix}"), format!("not checked: at most {MAX_ROUTE_QUERY} ranges per question"), "run intercept doctor --client-range on the test host")
-            }
+            None => r.fail(
+                format!("route back to {ip}/{prefix}"),
+                "not a prefix",
+                "ask with a valid range",
+            ),
+            Some(_) if i >= MAX_ROUTE_QUERY => r.warn(
+                format!("route back to {ip}/{prefix}"),
+                format!("not checked: at most {MAX_ROUTE_QUERY} ranges per question"),
+                "run intercept doctor --client-range on the test host",
+            ),
             Some(net) => route_back(&mut r, &net, &toward_copier),
         }
         out.extend(r.findings.into_iter().map(|f| RouteCheck {
@@ -183,7 +214,9 @@ pub fn route_checks(nets: &[(IpAddr, u8)], copier: IpAddr) -> Vec<common::proto:
             detail: f.detail,
             // The copier's address where it is of the range's family.
             fix: match f.fix {
-                Some(fix) if ip.is_ipv4() == copier.is_ipv4() => fix.replace("<the copier host's address>", &copier.to_string()),
+                Some(fix) if ip.is_ipv4() == copier.is_ipv4() => {
+                    fix.replace("<the copier host's address>", &copier.to_string())
+                }
                 fix => fix.unwrap_or_default(),
             },
         }));
@@ -198,7 +231,11 @@ fn route_back(r: &mut Report, net: &IpNet, toward_copier: &[(IpAddr, String)]) {
     let route = match doctor::route_get(probe) {
         Ok(route) if !route.local => route,
         Ok(_) => {
-            r.fail(item, "the range is local to this host", "give the ranges the copies come from");
+            r.fail(
+                item,
+                "the range is local to this host",
+                "give the ranges the copies come from",
+            );
             return;
         }
         Err(e) => {
@@ -210,7 +247,17 @@ fn route_back(r: &mut Report, net: &IpNet, toward_copier: &[(IpAddr, String)]) {
             return;
         }
     };
-    r.ok(item.clone(), format!("dev {}{}", route.dev, route.gateway.map(|g| format!(" via {g}")).unwrap_or_default()));
+    r.ok(
+        item.clone(),
+        format!(
+            "dev {}{}",
+            route.dev,
+            route
+                .gateway
+                .map(|g| format!(" via {g}"))
+                .unwrap_or_default()
+        ),
+    );
     for (copier, dev) in toward_copier {
         if route.dev == *dev {
             continue;
@@ -225,14 +272,23 @@ fn route_back(r: &mut Report, net: &IpNet, toward_copier: &[(IpAddr, String)]) {
         } else {
             r.warn(
                 item.clone(),
-                format!("leaves by {}, not toward copier {copier} ({dev})", route.dev),
+                format!(
+                    "leaves by {}, not toward copier {copier} ({dev})",
+                    route.dev
+                ),
                 format!("ip route replace {net} via {copier}"),
             );
         }
     }
     if probe.is_ipv4() {
         if let Some((_, dev)) = toward_copier.iter().find(|(_, d)| *d == route.dev) {
-            r.ok(format!("rp_filter on {dev}"), format!("{} with the route back on the same interface", doctor::rp_filter(dev)));
+            r.ok(
+                format!("rp_filter on {dev}"),
+                format!(
+                    "{} with the route back on the same interface",
+                    doctor::rp_filter(dev)
+                ),
+            );
         }
     }
 }

@@ -250,7 +250,10 @@ pub(crate) mod tests {
         assert_eq!(by_bytes, 100 - fit);
         // The oldest went: the first still held is number 100 - fit.
         assert!(h.take(&tuple(100 - fit as u16)).is_empty());
-        assert_eq!(h.take(&tuple(100 - fit as u16 + 1)), vec![big(100 - fit as u32)]);
+        assert_eq!(
+            h.take(&tuple(100 - fit as u16 + 1)),
+            vec![big(100 - fit as u32)]
+        );
         assert_eq!(h.bytes(), (fit - 1) * record_size(&big(0)));
         assert_eq!(h.expire(t0 + HOLD), fit - 1);
         assert_eq!(h.bytes(), 0);

@@ -378,7 +378,8 @@ fn main() -> ExitCode {
     if let Some(d) = intercept::doctor::from_matches(&matches) {
         return ExitCode::from(intercept::doctor::main(&d));
     }
-    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_logging(&cli);
     match run(cli.config()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -414,7 +415,9 @@ fn run(cli: InterceptConfig) -> Result<()> {
             );
         }
         if !cli.any_server {
-            tracing::info!("registrations accepted for servers on this host only ({addrs:?} and loopback)");
+            tracing::info!(
+                "registrations accepted for servers on this host only ({addrs:?} and loopback)"
+            );
         }
         router.set_local_addrs(addrs);
     }
@@ -458,7 +461,10 @@ fn run(cli: InterceptConfig) -> Result<()> {
         None => true,
     };
     if restarted && !cli.restart_grace.is_zero() {
-        shared.lock().router.start_grace(Instant::now(), cli.restart_grace);
+        shared
+            .lock()
+            .router
+            .start_grace(Instant::now(), cli.restart_grace);
         tracing::warn!(
             "{}: for up to {:?} nothing of port(s) {:?} is accepted, not even for allowed or local addresses, until              the copiers have registered their sessions again (--restart-grace)",
             if cli.install_rules { "found our rules in place (an earlier intercept ran)" } else { "rules not ours" },
@@ -625,7 +631,12 @@ async fn serve(
         stop_rx.clone(),
     ));
     let watcher = (!cli.no_rule_check).then(|| {
-        tokio::spawn(watch_rules(shared.clone(), cli.install_rules, cli.rules(), stop_rx))
+        tokio::spawn(watch_rules(
+            shared.clone(),
+            cli.install_rules,
+            cli.rules(),
+            stop_rx,
+        ))
     });
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -672,26 +683,42 @@ async fn serve(
 /// flush is seen at once) and every [`rules::CHECK_EVERY`], until told to stop: with
 /// `--install-rules` put back the missing ones; without, tell the copiers to send nothing while
 /// they are missing (`Shared::rules_ok`).
-async fn watch_rules(shared: Arc<Shared>, install: bool, wanted: Vec<rules::Rule>, mut stop: watch::Receiver<bool>) {
+async fn watch_rules(
+    shared: Arc<Shared>,
+    install: bool,
+    wanted: Vec<rules::Rule>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut every = tokio::time::interval(rules::CHECK_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let changed = Arc::new(tokio::sync::Notify::new());
     match intercept::ruleset::RulesetChanges::open() {
         Ok(mut changes) => {
-            tracing::info!("firewall rules checked at every ruleset change (nf_tables events) and every {:?}", rules::CHECK_EVERY);
+            tracing::info!(
+                "firewall rules checked at every ruleset change (nf_tables events) and every {:?}",
+                rules::CHECK_EVERY
+            );
             let changed = changed.clone();
             // A thread of its own: it sleeps in recv(2) until the kernel reports a change, and
             // ends with the process.
-            let spawned = std::thread::Builder::new().name("ruleset".into()).spawn(move || loop {
-                if let Err(e) = changes.wait() {
-                    tracing::warn!("ruleset changes: {e}; the rules are checked every {:?} only", rules::CHECK_EVERY);
-                    return;
-                }
-                metrics::counter!(names::RULESET_CHANGES).increment(1);
-                changed.notify_one();
-            });
+            let spawned = std::thread::Builder::new()
+                .name("ruleset".into())
+                .spawn(move || loop {
+                    if let Err(e) = changes.wait() {
+                        tracing::warn!(
+                            "ruleset changes: {e}; the rules are checked every {:?} only",
+                            rules::CHECK_EVERY
+                        );
+                        return;
+                    }
+                    metrics::counter!(names::RULESET_CHANGES).increment(1);
+                    changed.notify_one();
+                });
             if let Err(e) = spawned {
-                tracing::warn!("ruleset changes: {e}; the rules are checked every {:?} only", rules::CHECK_EVERY);
+                tracing::warn!(
+                    "ruleset changes: {e}; the rules are checked every {:?} only",
+                    rules::CHECK_EVERY
+                );
             }
         }
         Err(e) => tracing::info!(
@@ -726,18 +753,26 @@ async fn watch_rules(shared: Arc<Shared>, install: bool, wanted: Vec<rules::Rule
                 if !*shared.rules_ok.borrow() {
                     tracing::info!("firewall rules back in force: the copiers may send again");
                 }
-                shared.rules_ok.send_if_modified(|ok| !std::mem::replace(ok, true));
+                shared
+                    .rules_ok
+                    .send_if_modified(|ok| !std::mem::replace(ok, true));
                 metrics::gauge!(names::RULES_MISSING).set(0.0);
             }
             Err(e) => {
                 if *shared.rules_ok.borrow() || install {
                     tracing::error!(
                         "firewall rules no longer in force: {e:#}{}",
-                        if install { "" } else { "; told the copiers to send nothing until they are back" }
+                        if install {
+                            ""
+                        } else {
+                            "; told the copiers to send nothing until they are back"
+                        }
                     );
                 }
                 if !install {
-                    shared.rules_ok.send_if_modified(|ok| std::mem::replace(ok, false));
+                    shared
+                        .rules_ok
+                        .send_if_modified(|ok| std::mem::replace(ok, false));
                     metrics::gauge!(names::RULES_MISSING).set(1.0);
                 }
             }
@@ -825,22 +860,36 @@ mod tests {
 
     #[test]
     fn byte_bounds_parse_with_units_and_default_to_the_documented_sizes() {
-        let base = ["intercept", "--listen", "127.0.0.1", "--no-secret", "--port", "80"];
+        let base = [
+            "intercept",
+            "--listen",
+            "127.0.0.1",
+            "--no-secret",
+            "--port",
+            "80",
+        ];
         let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
         let c = parse(&[]).unwrap().config();
         assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
         assert_eq!(c.router_config().hold_bytes, 32 << 20);
         // The Kubernetes manifest's values.
-        let c = parse(&["--hold-bytes", "32M", "--copier-queue-bytes", "16M"]).unwrap().config();
+        let c = parse(&["--hold-bytes", "32M", "--copier-queue-bytes", "16M"])
+            .unwrap()
+            .config();
         assert_eq!((c.hold_bytes, c.copier_queue_bytes), (32 << 20, 16 << 20));
         assert_eq!(c.validate(), Ok(()));
-        let c = parse(&["--hold-bytes", "0", "--copier-queue-bytes", "512K"]).unwrap().config();
+        let c = parse(&["--hold-bytes", "0", "--copier-queue-bytes", "512K"])
+            .unwrap()
+            .config();
         assert_eq!((c.hold_bytes, c.copier_queue_bytes), (0, 512 << 10));
         let e = parse(&["--hold-bytes", "12Q"]).unwrap_err().to_string();
         assert!(e.contains("--hold-bytes"), "{e}");
         let c = parse(&["--copier-queue-bytes", "100K"]).unwrap().config();
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("--copier-queue-bytes") && e.contains("at least"), "{e}");
+        assert!(
+            e.contains("--copier-queue-bytes") && e.contains("at least"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -874,21 +923,41 @@ mod tests {
         assert_eq!(c.exit_grace, Duration::from_secs(2));
         assert_eq!(c.max_registrations, DEFAULT_MAX_REGISTRATIONS);
         assert_eq!(c.max_rest, intercept::rest::MAX_REST);
-        assert_eq!(parse(&["--port", "80", "--max-rest", "0"]).unwrap().max_rest, Duration::ZERO);
-        let e = parse(&["--port", "80", "--max-rest", "21ms"]).unwrap_err().to_string();
+        assert_eq!(
+            parse(&["--port", "80", "--max-rest", "0"])
+                .unwrap()
+                .max_rest,
+            Duration::ZERO
+        );
+        let e = parse(&["--port", "80", "--max-rest", "21ms"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--max-rest") && e.contains("too long"), "{e}");
     }
 
     #[test]
     fn the_manifests_placeholder_secret_is_refused_at_start() {
-        let dir = std::env::temp_dir().join(format!("intercept-placeholder-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("intercept-placeholder-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("secret");
         std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
         std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-        let cli = Cli::try_parse_from(["intercept", "--port", "80", "--listen", "127.0.0.1", "--secret-file", f.to_str().unwrap()]).unwrap();
+        let cli = Cli::try_parse_from([
+            "intercept",
+            "--port",
+            "80",
+            "--listen",
+            "127.0.0.1",
+            "--secret-file",
+            f.to_str().unwrap(),
+        ])
+        .unwrap();
         let e = format!("{:#}", run(cli.config()).unwrap_err());
-        assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
+        assert!(
+            e.contains("--secret-file") && e.contains("placeholder"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

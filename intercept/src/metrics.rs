@@ -184,7 +184,10 @@ pub fn publish_router(s: &Stats) {
         (DropReason::Unregistered, s.dropped_unregistered),
         (DropReason::HoldOverflow, s.dropped_hold_overflow),
         (DropReason::HoldBytes, s.dropped_hold_bytes),
-        (DropReason::RecentlyUnregistered, s.dropped_recently_unregistered),
+        (
+            DropReason::RecentlyUnregistered,
+            s.dropped_recently_unregistered,
+        ),
     ] {
         counter!(PACKETS_DROPPED, "reason" => reason.as_str()).absolute(n);
     }

@@ -123,10 +123,11 @@ impl Builder {
         self.start = self.buf.len();
         self.buf.extend_from_slice(&0u32.to_ne_bytes()); // length, set by end()
         self.buf.extend_from_slice(&msg_type(msg).to_ne_bytes());
-        self.buf.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+        self.buf
+            .extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
         self.buf.extend_from_slice(&seq.to_ne_bytes());
         self.buf.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's is 0
-        // nfgenmsg: family AF_UNSPEC, version 0, res_id = the queue (big-endian)
+                                                         // nfgenmsg: family AF_UNSPEC, version 0, res_id = the queue (big-endian)
         self.buf.extend_from_slice(&[0, 0]);
         self.buf.extend_from_slice(&queue.to_be_bytes());
     }
@@ -495,10 +496,16 @@ mod tests {
         let mut m = good.clone();
         let payload_attr = NLMSG_HDRLEN + NFGENMSG_LEN + 12;
         m[payload_attr..payload_attr + 2].copy_from_slice(&500u16.to_ne_bytes());
-        assert_eq!(messages(&m).collect::<Vec<_>>(), vec![Msg::Malformed(Some(5))]);
+        assert_eq!(
+            messages(&m).collect::<Vec<_>>(),
+            vec![Msg::Malformed(Some(5))]
+        );
         // an attribute shorter than its header
         m[payload_attr..payload_attr + 2].copy_from_slice(&2u16.to_ne_bytes());
-        assert_eq!(messages(&m).collect::<Vec<_>>(), vec![Msg::Malformed(Some(5))]);
+        assert_eq!(
+            messages(&m).collect::<Vec<_>>(),
+            vec![Msg::Malformed(Some(5))]
+        );
         // no packet header at all
         let m = packet_msg(0, &[(NFQA_PAYLOAD, vec![1, 2, 3])]);
         assert_eq!(messages(&m).collect::<Vec<_>>(), vec![Msg::Malformed(None)]);
@@ -517,14 +524,24 @@ mod tests {
         m.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
         m.extend_from_slice(&[0; 10]);
         m.extend_from_slice(&i32::MIN.to_ne_bytes());
-        assert!(matches!(messages(&m).next(), Some(Msg::Ack { errno: i32::MAX, .. })));
+        assert!(matches!(
+            messages(&m).next(),
+            Some(Msg::Ack {
+                errno: i32::MAX,
+                ..
+            })
+        ));
     }
 
     #[test]
     fn a_cap_len_below_the_copy_is_not_believed() {
         let m = packet_msg(
             0,
-            &[hdr(1), (NFQA_CAP_LEN, 3u32.to_be_bytes().to_vec()), (NFQA_PAYLOAD, vec![0x45; 40])],
+            &[
+                hdr(1),
+                (NFQA_CAP_LEN, 3u32.to_be_bytes().to_vec()),
+                (NFQA_PAYLOAD, vec![0x45; 40]),
+            ],
         );
         match messages(&m).next() {
             Some(Msg::Packet(p)) => assert_eq!(p.orig_len, 40),

@@ -41,7 +41,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use metrics::counter;
 
-use crate::metrics::{NFQUEUE_OVERRUNS, NFQUEUE_RESTS, PACKETS_QUEUED, VERDICT_ERRORS, WORKERS_DIED};
+use crate::metrics::{
+    NFQUEUE_OVERRUNS, NFQUEUE_RESTS, PACKETS_QUEUED, VERDICT_ERRORS, WORKERS_DIED,
+};
 use crate::netlink::{self, Builder, Msg, Packet, Verdict, CFG_F_FAIL_OPEN, CFG_F_GSO};
 use crate::outlet::{push_all, Shared};
 use crate::rest::{rests_after, CycleSeen};
@@ -278,7 +280,10 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
                 continue;
             }
         };
-        ctx.seen = CycleSeen { full: n >= batch.capacity(), ..CycleSeen::default() };
+        ctx.seen = CycleSeen {
+            full: n >= batch.capacity(),
+            ..CycleSeen::default()
+        };
         ctx.handle(&batch, n);
         // Before writing, look once more (without waiting) for packets queued while we
         // decided: an answer's head and body come a few µs apart, and taken now the body's
@@ -345,7 +350,10 @@ impl Ctx<'_> {
                 match m {
                     Msg::Packet(p) => packets.push(p),
                     Msg::Malformed(id) => {
-                        tracing::warn!(queue = num, "unreadable NFQUEUE message (packet id {id:?}): dropped");
+                        tracing::warn!(
+                            queue = num,
+                            "unreadable NFQUEUE message (packet id {id:?}): dropped"
+                        );
                         if let Some(id) = id {
                             unparsed = latest(unparsed, id);
                         }
@@ -445,7 +453,10 @@ mod tests {
 
     #[test]
     fn the_batch_drop_reaches_the_latest_id_across_a_wrap() {
-        let packets: Vec<_> = [u32::MAX - 1, u32::MAX, 0, 1].into_iter().map(pkt).collect();
+        let packets: Vec<_> = [u32::MAX - 1, u32::MAX, 0, 1]
+            .into_iter()
+            .map(pkt)
+            .collect();
         let mut b = Builder::new();
         verdicts(0, &packets, None, |_| false, &mut b);
         assert_eq!(parsed(&b), vec![(BATCH, 0, 1)]);

@@ -93,7 +93,9 @@ impl Shared {
     /// gives the verdict first and then [`Delivery::push`]es, so no lock is held meanwhile.
     pub fn route(&self, now: Instant, packet: &[u8]) -> (bool, Option<Delivery>) {
         let mut out = (false, None);
-        self.route_batch(now, [(packet, packet.len())], |_, accept, d| out = (accept, d));
+        self.route_batch(now, [(packet, packet.len())], |_, accept, d| {
+            out = (accept, d)
+        });
         out
     }
 
@@ -114,18 +116,22 @@ impl Shared {
         let stamp = wall_ns();
         let mut core = self.lock();
         for (i, (bytes, len)) in packets.into_iter().enumerate() {
-            let (accept, d) = match core.router.handle_packet_len(now, bytes, len, self.payload_bytes) {
-                Decision::Accept => (true, None),
-                Decision::Deliver { copier, record } => (
-                    false,
-                    Some(Delivery {
-                        copier,
-                        outlet: core.outlets.get(&copier).cloned(),
-                        record: Record { stamp, ..record },
-                    }),
-                ),
-                Decision::Drop(_) | Decision::Held => (false, None),
-            };
+            let (accept, d) =
+                match core
+                    .router
+                    .handle_packet_len(now, bytes, len, self.payload_bytes)
+                {
+                    Decision::Accept => (true, None),
+                    Decision::Deliver { copier, record } => (
+                        false,
+                        Some(Delivery {
+                            copier,
+                            outlet: core.outlets.get(&copier).cloned(),
+                            record: Record { stamp, ..record },
+                        }),
+                    ),
+                    Decision::Drop(_) | Decision::Held => (false, None),
+                };
             decided(i, accept, d);
         }
     }
@@ -197,7 +203,8 @@ pub fn push_all(deliveries: &mut Vec<Delivery>) {
                 o.deliver(records);
             }
             None => {
-                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(records.len() as u64);
+                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str())
+                    .increment(records.len() as u64);
                 tracing::debug!(%copier, n = records.len(), "records for a copier that just left: dropped");
             }
         }
@@ -506,7 +513,8 @@ impl Outlet {
     pub fn push(&self, records: impl IntoIterator<Item = Record>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             let n = records.into_iter().count();
-            counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(n as u64);
+            counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str())
+                .increment(n as u64);
             return 0;
         }
         let (mut by_count, mut by_bytes) = (0, 0);
@@ -531,10 +539,12 @@ impl Outlet {
             }
         }
         if by_count > 0 {
-            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str()).increment(by_count as u64);
+            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str())
+                .increment(by_count as u64);
         }
         if by_bytes > 0 {
-            counter!(RECORDS_DROPPED, "reason" => DropReason::QueueBytes.as_str()).increment(by_bytes as u64);
+            counter!(RECORDS_DROPPED, "reason" => DropReason::QueueBytes.as_str())
+                .increment(by_bytes as u64);
         }
         let dropped = by_count + by_bytes;
         // Only the push that makes the queue non-empty wakes the writer: while records wait,
@@ -653,7 +663,14 @@ mod tests {
             outlet: None,
             record: rec(99),
         };
-        let mut batch = vec![d(2, &b, 1), d(1, &a, 2), d(2, &b, 3), gone, d(1, &a, 4), d(2, &b, 5)];
+        let mut batch = vec![
+            d(2, &b, 1),
+            d(1, &a, 2),
+            d(2, &b, 3),
+            gone,
+            d(1, &a, 4),
+            d(2, &b, 5),
+        ];
         push_all(&mut batch);
         assert!(batch.is_empty());
         let mut out = Vec::new();
@@ -734,7 +751,9 @@ mod tests {
         let mut frames = Vec::new();
         while let Some(m) = dec.next().unwrap() {
             match m {
-                Message::Records { records } => frames.push(records.iter().map(|r| r.orig_len).collect()),
+                Message::Records { records } => {
+                    frames.push(records.iter().map(|r| r.orig_len).collect())
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -750,7 +769,11 @@ mod tests {
         o.deliver(vec![rec(1)]);
         assert_eq!(o.len(), 1);
         o.drain_into(&mut Vec::new(), 10);
-        o.attach(Some(near.as_fd().try_clone_to_owned().unwrap()), None, "test");
+        o.attach(
+            Some(near.as_fd().try_clone_to_owned().unwrap()),
+            None,
+            "test",
+        );
         // Idle: one batch, one frame, written by the caller; nothing queued.
         o.deliver(vec![rec(2), rec(3)]);
         assert!(o.is_idle());

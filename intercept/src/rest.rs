@@ -109,7 +109,10 @@ impl Rest {
     /// The calling thread is a worker that rests with [`std::thread::park_timeout`]: wake it
     /// when a rest is cut short.
     pub fn enlist_current_worker(&self) {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner()).push(std::thread::current());
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(std::thread::current());
     }
 
     /// A copier connected: its records wait for nothing until it says otherwise.
@@ -137,7 +140,8 @@ impl Rest {
 
     /// A registration came: short rests for [`AFTER_REGISTER`], from now.
     pub fn registered(&self, now: Instant) {
-        self.last_register.fetch_max(self.millis(now), Ordering::Relaxed);
+        self.last_register
+            .fetch_max(self.millis(now), Ordering::Relaxed);
         self.wake_workers();
     }
 
@@ -145,7 +149,10 @@ impl Rest {
     /// not at all).
     #[must_use]
     pub fn length(&self, now: Instant) -> Duration {
-        let least = self.least.load(Ordering::Relaxed).min(self.max.load(Ordering::Relaxed));
+        let least = self
+            .least
+            .load(Ordering::Relaxed)
+            .min(self.max.load(Ordering::Relaxed));
         let rest = Duration::from_micros(u64::from(least));
         let last = self.last_register.load(Ordering::Relaxed);
         if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
@@ -156,7 +163,8 @@ impl Rest {
 
     /// Milliseconds from `epoch` to `now`, plus one (so 0 means never).
     fn millis(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX - 1) + 1
+        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX - 1)
+            + 1
     }
 
     fn update(&self, f: impl FnOnce(&mut HashMap<CopierId, u32>)) {
@@ -171,7 +179,12 @@ impl Rest {
     }
 
     fn wake_workers(&self) {
-        for t in self.workers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for t in self
+            .workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             t.unpark();
         }
     }
@@ -183,12 +196,33 @@ mod tests {
 
     #[test]
     fn a_worker_rests_only_after_records_nothing_waits_on() {
-        let calm = CycleSeen { records: 3, ..CycleSeen::default() };
+        let calm = CycleSeen {
+            records: 3,
+            ..CycleSeen::default()
+        };
         assert!(rests_after(calm));
-        assert!(!rests_after(CycleSeen { records: 0, ..calm }), "nothing for a copier: no reason to");
-        assert!(!rests_after(CycleSeen { urgent: true, ..calm }), "a SYN-ACK, FIN, RST or a large answer goes at once");
-        assert!(!rests_after(CycleSeen { accepted: true, ..calm }), "allow-listed answers keep their pace");
-        assert!(!rests_after(CycleSeen { full: true, ..calm }), "more is queued already");
+        assert!(
+            !rests_after(CycleSeen { records: 0, ..calm }),
+            "nothing for a copier: no reason to"
+        );
+        assert!(
+            !rests_after(CycleSeen {
+                urgent: true,
+                ..calm
+            }),
+            "a SYN-ACK, FIN, RST or a large answer goes at once"
+        );
+        assert!(
+            !rests_after(CycleSeen {
+                accepted: true,
+                ..calm
+            }),
+            "allow-listed answers keep their pace"
+        );
+        assert!(
+            !rests_after(CycleSeen { full: true, ..calm }),
+            "more is queued already"
+        );
     }
 
     #[test]
@@ -197,11 +231,19 @@ mod tests {
         let t0 = Instant::now() + Duration::from_secs(1);
         assert_eq!(r.length(t0), Duration::ZERO, "no copier");
         r.join(CopierId(1));
-        assert_eq!(r.length(t0), Duration::ZERO, "a copier that said nothing: its records go at once");
+        assert_eq!(
+            r.length(t0),
+            Duration::ZERO,
+            "a copier that said nothing: its records go at once"
+        );
         r.set_wait(CopierId(1), 2000);
         assert_eq!(r.length(t0), Duration::from_millis(2));
         r.join(CopierId(2));
-        assert_eq!(r.length(t0), Duration::ZERO, "the second has not said anything");
+        assert_eq!(
+            r.length(t0),
+            Duration::ZERO,
+            "the second has not said anything"
+        );
         r.set_wait(CopierId(2), 5000);
         assert_eq!(r.length(t0), Duration::from_millis(2), "the least of both");
         r.set_wait(CopierId(1), 0);
@@ -211,16 +253,39 @@ mod tests {
         r.set_wait(CopierId(2), 1_000_000);
         assert_eq!(r.length(t0), MAX_REST, "capped");
         r.set_wait(CopierId(9), 1);
-        assert_eq!(r.length(t0), MAX_REST, "a copier not connected says nothing");
+        assert_eq!(
+            r.length(t0),
+            MAX_REST,
+            "a copier not connected says nothing"
+        );
         r.registered(t0);
-        assert_eq!(r.length(t0 + Duration::from_millis(50)), REGISTER_REST, "a registration: its SYN-ACK is coming");
-        assert_eq!(r.length(t0 + AFTER_REGISTER + Duration::from_millis(2)), MAX_REST);
+        assert_eq!(
+            r.length(t0 + Duration::from_millis(50)),
+            REGISTER_REST,
+            "a registration: its SYN-ACK is coming"
+        );
+        assert_eq!(
+            r.length(t0 + AFTER_REGISTER + Duration::from_millis(2)),
+            MAX_REST
+        );
         r.set_wait(CopierId(2), 300);
-        assert_eq!(r.length(t0 + Duration::from_millis(50)), Duration::from_micros(300), "never more than the copiers allow");
+        assert_eq!(
+            r.length(t0 + Duration::from_millis(50)),
+            Duration::from_micros(300),
+            "never more than the copiers allow"
+        );
         r.set_max(Duration::from_micros(100));
-        assert_eq!(r.length(t0 + AFTER_REGISTER * 2), Duration::from_micros(100), "--max-rest");
+        assert_eq!(
+            r.length(t0 + AFTER_REGISTER * 2),
+            Duration::from_micros(100),
+            "--max-rest"
+        );
         r.set_max(Duration::ZERO);
-        assert_eq!(r.length(t0 + AFTER_REGISTER * 2), Duration::ZERO, "--max-rest 0: never");
+        assert_eq!(
+            r.length(t0 + AFTER_REGISTER * 2),
+            Duration::ZERO,
+            "--max-rest 0: never"
+        );
     }
 
     #[test]
@@ -236,7 +301,9 @@ mod tests {
                 tx.send(()).unwrap();
                 let start = Instant::now();
                 // Parks until unparked (a spurious wake-up loops), at most 10 s.
-                while r.length(Instant::now()) > Duration::ZERO && start.elapsed() < Duration::from_secs(10) {
+                while r.length(Instant::now()) > Duration::ZERO
+                    && start.elapsed() < Duration::from_secs(10)
+                {
                     std::thread::park_timeout(Duration::from_secs(10));
                 }
                 start.elapsed()
@@ -245,6 +312,9 @@ mod tests {
         rx.recv().unwrap();
         r.set_wait(CopierId(1), 0);
         let rested = worker.join().unwrap();
-        assert!(rested < Duration::from_secs(10), "woken by the copier turning eager, not by the timeout: {rested:?}");
+        assert!(
+            rested < Duration::from_secs(10),
+            "woken by the copier turning eager, not by the timeout: {rested:?}"
+        );
     }
 }

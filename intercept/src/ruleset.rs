@@ -30,7 +30,10 @@ impl RulesetChanges {
         // overrun is reported (ENOBUFS) and counts as a change.
         let _ = sock.force_rcvbuf(1 << 20);
         sock.report_enobufs(true)?;
-        Ok(RulesetChanges { sock, buf: vec![0; 64 << 10] })
+        Ok(RulesetChanges {
+            sock,
+            buf: vec![0; 64 << 10],
+        })
     }
 
     /// Wait for the next change (or lost changes). Errors are the socket's own.
@@ -56,7 +59,10 @@ mod tests {
         // the lab test `fault_rules` flushes the rules of a namespace of its own.
         if !nix::unistd::geteuid().is_root() {
             eprintln!("!! SKIPPED: joining NFNLGRP_NFTABLES needs root");
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "CI runs as root");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI runs as root"
+            );
             return;
         }
         RulesetChanges::open().expect("join NFNLGRP_NFTABLES");

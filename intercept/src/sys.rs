@@ -22,12 +22,23 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     // SAFETY: `val` and `len` are valid for writes of the sizes given; a bad fd only makes the
     // call fail with EBADF/ENOTSOCK.
     cvt(unsafe {
-        libc::getsockopt(fd, level, name, (&mut val as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
     })?;
     Ok(val)
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, val: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: passes a pointer to a c_int with its exact size.
     cvt(unsafe {
         libc::setsockopt(
@@ -82,16 +93,32 @@ impl NetlinkSocket {
     /// Join the netlink multicast group `group` (`NETLINK_ADD_MEMBERSHIP`; for
     /// `NETLINK_NETFILTER` the groups are `NFNLGRP_*`, and joining needs CAP_NET_ADMIN).
     pub fn join_group(&self, group: u32) -> io::Result<()> {
-        let val = libc::c_int::try_from(group).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        setsockopt_int(self.fd.as_raw_fd(), libc::SOL_NETLINK, libc::NETLINK_ADD_MEMBERSHIP, val)
+        let val = libc::c_int::try_from(group)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        setsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_NETLINK,
+            libc::NETLINK_ADD_MEMBERSHIP,
+            val,
+        )
     }
 
     /// Set the receive buffer to `bytes`, above `net.core.rmem_max` (`SO_RCVBUFFORCE`, needs
     /// CAP_NET_ADMIN, which the intercept has anyway). Returns the size the kernel reports.
     pub fn force_rcvbuf(&self, bytes: usize) -> io::Result<usize> {
         let val = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        setsockopt_int(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, val)?;
-        Ok(usize::try_from(getsockopt_int(self.fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF)?).unwrap_or(0))
+        setsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            val,
+        )?;
+        Ok(usize::try_from(getsockopt_int(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+        )?)
+        .unwrap_or(0))
     }
 
     /// Whether the kernel reports a receive-buffer overrun as ENOBUFS on the next receive

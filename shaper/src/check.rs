@@ -359,8 +359,12 @@ impl Trace {
         let cols: Vec<&str> = header.split(',').map(str::trim).collect();
         let pos = |name| cols.iter().position(|c| *c == name);
         let t_col = pos(trace::TIME_S).ok_or_else(|| TraceError::Header(header.into()))?;
-        let (s_col, p_col, n_col, a_col) =
-            (pos(trace::SOURCE), pos(trace::POOL), pos(trace::COUNT), pos(trace::ANSWER_S));
+        let (s_col, p_col, n_col, a_col) = (
+            pos(trace::SOURCE),
+            pos(trace::POOL),
+            pos(trace::COUNT),
+            pos(trace::ANSWER_S),
+        );
         if s_col.is_none() && p_col.is_none() {
             return Err(TraceError::Header(header.into()));
         }
@@ -507,7 +511,10 @@ pub fn check_trace(profile: Option<&Profile>, trace: &Trace, opts: &CheckOptions
         profile.filter(|p| p.onoff.enabled).map(hurst_target),
         max_block(profile, opts.bin),
     );
-    if let Some(load) = profile.and_then(|p| p.schedule().ok()).map(|s| s.load().clone()) {
+    if let Some(load) = profile
+        .and_then(|p| p.schedule().ok())
+        .map(|s| s.load().clone())
+    {
         follow::rate_lines(&mut r, &load, &trace.times);
     }
 

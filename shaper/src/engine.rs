@@ -120,7 +120,11 @@ pub struct FlagPlan {
 
 impl Default for FlagPlan {
     fn default() -> Self {
-        FlagPlan { copies: 1, sample_percent: 100.0, client_ip: None }
+        FlagPlan {
+            copies: 1,
+            sample_percent: 100.0,
+            client_ip: None,
+        }
     }
 }
 
@@ -228,9 +232,12 @@ impl Shaper {
     /// The trivial profile of the copier's flags (see [`FlagPlan`]) under `seed`.
     pub fn from_flags(flags: FlagPlan, seed: u64) -> Shaper {
         let profile = Profile::default();
-        let mut s = Shaper::with_tables(&profile, None, None, seed)
-            .expect("the default profile builds");
-        s.flags = Some(FlagPlan { copies: flags.copies.max(1), ..flags });
+        let mut s =
+            Shaper::with_tables(&profile, None, None, seed).expect("the default profile builds");
+        s.flags = Some(FlagPlan {
+            copies: flags.copies.max(1),
+            ..flags
+        });
         s
     }
 
@@ -258,7 +265,10 @@ impl Shaper {
         }
         (0..f.copies)
             .map(|k| {
-                let ip = f.client_ip.as_ref().and_then(|p| p.pick(client.ip(), self.seed, k, v6));
+                let ip = f
+                    .client_ip
+                    .as_ref()
+                    .and_then(|p| p.pick(client.ip(), self.seed, k, v6));
                 let plan = CopyPlan {
                     session: SessionId(self.next_id),
                     copy: u32::from(k),
@@ -514,7 +524,11 @@ impl Shaper {
     pub fn sources_on(&self, now: Duration) -> Option<usize> {
         let plan = self.plan.as_ref()?;
         let horizon = plan.duration();
-        let t = if horizon > 0.0 { now.as_secs_f64() % horizon } else { 0.0 };
+        let t = if horizon > 0.0 {
+            now.as_secs_f64() % horizon
+        } else {
+            0.0
+        };
         Some((0..plan.sources()).filter(|&s| plan.is_on(s, t)).count())
     }
 

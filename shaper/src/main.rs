@@ -363,7 +363,9 @@ fn plot_cmd(
 
 /// A duration in `common::units`' grammar (`0.5`, `500ms`, `2s`), in seconds; zero allowed.
 fn parse_seconds(s: &str) -> Result<f64, String> {
-    common::units::parse_duration(s).map(|d| d.as_secs_f64()).map_err(|e| e.to_string())
+    common::units::parse_duration(s)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| e.to_string())
 }
 
 /// A positive duration in `common::units`' grammar (`90`, `90s`, `15m`, `2h`, `1d`), in seconds.

@@ -58,11 +58,19 @@ impl IpRange {
         }
         let base = match addr {
             IpAddr::V4(a) => {
-                let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+                let mask = if prefix == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - prefix)
+                };
                 IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
             }
             IpAddr::V6(a) => {
-                let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+                let mask = if prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - prefix)
+                };
                 IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
             }
         };
@@ -107,7 +115,11 @@ impl IpRange {
 
     /// The `i`-th usable address (`i < usable()`).
     fn nth(&self, i: u128) -> IpAddr {
-        let skip = u128::from(if self.is_ipv6() { self.host_bits() > 0 } else { self.host_bits() >= 2 });
+        let skip = u128::from(if self.is_ipv6() {
+            self.host_bits() > 0
+        } else {
+            self.host_bits() >= 2
+        });
         match self.base {
             IpAddr::V4(b) => IpAddr::V4(Ipv4Addr::from(u32::from(b) | (i + skip) as u32)),
             IpAddr::V6(b) => IpAddr::V6(Ipv6Addr::from(u128::from(b) | i.saturating_add(skip))),
@@ -122,9 +134,17 @@ impl IpRange {
 impl FromStr for IpRange {
     type Err = PoolParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (a, p) = s.split_once('/').ok_or_else(|| PoolParseError::NoPrefix(s.to_string()))?;
-        let addr: IpAddr = a.trim().parse().map_err(|_| PoolParseError::BadAddr(a.to_string()))?;
-        let prefix: u8 = p.trim().parse().map_err(|_| PoolParseError::BadPrefix(p.to_string()))?;
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| PoolParseError::NoPrefix(s.to_string()))?;
+        let addr: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| PoolParseError::BadAddr(a.to_string()))?;
+        let prefix: u8 = p
+            .trim()
+            .parse()
+            .map_err(|_| PoolParseError::BadPrefix(p.to_string()))?;
         IpRange::new(addr, prefix)
     }
 }
@@ -145,7 +165,9 @@ pub struct ClientIpPool {
 impl ClientIpPool {
     /// A pool of one range, from its network address and prefix length (host bits cleared).
     pub fn new(addr: IpAddr, prefix: u8) -> Result<ClientIpPool, PoolParseError> {
-        Ok(ClientIpPool { ranges: vec![IpRange::new(addr, prefix)?] })
+        Ok(ClientIpPool {
+            ranges: vec![IpRange::new(addr, prefix)?],
+        })
     }
 
     /// A pool of these ranges: at least one, none overlapping another.
@@ -162,7 +184,9 @@ impl ClientIpPool {
     }
 
     /// One pool of the ranges of several (repeated `--client-ip` flags).
-    pub fn join(pools: impl IntoIterator<Item = ClientIpPool>) -> Result<ClientIpPool, PoolParseError> {
+    pub fn join(
+        pools: impl IntoIterator<Item = ClientIpPool>,
+    ) -> Result<ClientIpPool, PoolParseError> {
         ClientIpPool::from_ranges(pools.into_iter().flat_map(|p| p.ranges).collect())
     }
 
@@ -219,7 +243,11 @@ impl FromStr for ClientIpPool {
     type Err = PoolParseError;
     /// A comma-separated list of CIDR ranges: `198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let ranges = s.split(',').filter(|x| !x.trim().is_empty()).map(str::parse).collect::<Result<Vec<IpRange>, _>>()?;
+        let ranges = s
+            .split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<IpRange>, _>>()?;
         ClientIpPool::from_ranges(ranges)
     }
 }
@@ -247,35 +275,59 @@ mod tests {
 
     #[test]
     fn lists_of_ranges_parse_and_print() {
-        let p: ClientIpPool = "198.19.0.7/24, 198.19.1.0/24,fd00:198:19::/48".parse().unwrap();
-        assert_eq!(p.to_string(), "198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48");
+        let p: ClientIpPool = "198.19.0.7/24, 198.19.1.0/24,fd00:198:19::/48"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            p.to_string(),
+            "198.19.0.0/24,198.19.1.0/24,fd00:198:19::/48"
+        );
         assert_eq!(p.ranges().len(), 3);
         assert!(p.serves(false) && p.serves(true));
         assert!(p.contains(ip("198.19.1.255")) && p.contains(ip("fd00:198:19::9")));
         assert!(!p.contains(ip("198.19.2.1")));
         for (bad, want) in [
             ("", PoolParseError::Empty),
-            ("198.19.0.0/16,198.19.1.0/24", PoolParseError::Overlap("198.19.0.0/16".parse().unwrap(), "198.19.1.0/24".parse().unwrap())),
+            (
+                "198.19.0.0/16,198.19.1.0/24",
+                PoolParseError::Overlap(
+                    "198.19.0.0/16".parse().unwrap(),
+                    "198.19.1.0/24".parse().unwrap(),
+                ),
+            ),
             ("198.19.0.0", PoolParseError::NoPrefix("198.19.0.0".into())),
             ("198.19.0.0/24,x/8", PoolParseError::BadAddr("x".into())),
         ] {
             assert_eq!(bad.parse::<ClientIpPool>(), Err(want), "{bad:?}");
         }
-        let j = ClientIpPool::join(["198.19.0.0/24".parse().unwrap(), "198.19.1.0/24".parse().unwrap()]).unwrap();
+        let j = ClientIpPool::join([
+            "198.19.0.0/24".parse().unwrap(),
+            "198.19.1.0/24".parse().unwrap(),
+        ])
+        .unwrap();
         assert_eq!(j.to_string(), "198.19.0.0/24,198.19.1.0/24");
-        assert!(ClientIpPool::join(["10.0.0.0/8".parse().unwrap(), "10.1.0.0/16".parse().unwrap()]).is_err());
+        assert!(ClientIpPool::join([
+            "10.0.0.0/8".parse().unwrap(),
+            "10.1.0.0/16".parse().unwrap()
+        ])
+        .is_err());
     }
 
     #[test]
     fn picks_cover_every_range_of_the_family_evenly_and_stay_sticky() {
-        let p: ClientIpPool = "198.19.0.0/24,198.19.1.0/24,fd00:198:19::/64".parse().unwrap();
+        let p: ClientIpPool = "198.19.0.0/24,198.19.1.0/24,fd00:198:19::/64"
+            .parse()
+            .unwrap();
         let mut per_range = BTreeMap::new();
         for i in 0..20_000u32 {
             let real = IpAddr::from((0x0a00_0000 + i).to_be_bytes());
             let a = p.pick(real, 5, 0, false).unwrap();
             assert!(a.is_ipv4() && p.contains(a), "{a}");
             let IpAddr::V4(v4) = a else { unreachable!() };
-            assert!(v4.octets()[3] != 0 && v4.octets()[3] != 255, "network or broadcast: {a}");
+            assert!(
+                v4.octets()[3] != 0 && v4.octets()[3] != 255,
+                "network or broadcast: {a}"
+            );
             *per_range.entry(v4.octets()[2]).or_insert(0u32) += 1;
             assert_eq!(p.pick(real, 5, 0, false), Some(a), "sticky");
             let six = p.pick(real, 5, 0, true).unwrap();
@@ -293,27 +345,45 @@ mod tests {
     fn copies_of_a_session_get_distinct_addresses_while_the_pool_has_enough() {
         let p: ClientIpPool = "198.19.0.0/24,198.19.1.0/24".parse().unwrap();
         let real = ip("203.0.113.9");
-        let all: BTreeSet<IpAddr> = (0..508u16).map(|k| p.pick(real, 3, k, false).unwrap()).collect();
+        let all: BTreeSet<IpAddr> = (0..508u16)
+            .map(|k| p.pick(real, 3, k, false).unwrap())
+            .collect();
         assert_eq!(all.len(), 508, "every usable address once (2 x 254)");
-        assert_eq!(p.pick(real, 3, 508, false), p.pick(real, 3, 0, false), "then they wrap");
+        assert_eq!(
+            p.pick(real, 3, 508, false),
+            p.pick(real, 3, 0, false),
+            "then they wrap"
+        );
         // Tiny ranges: /32 and /31 and /30.
         let one: ClientIpPool = "10.0.0.5/32".parse().unwrap();
         assert_eq!(one.pick(ip("1.2.3.4"), 9, 0, false), Some(ip("10.0.0.5")));
         assert_eq!(one.pick(ip("1.2.3.4"), 9, 7, false), Some(ip("10.0.0.5")));
         let two: ClientIpPool = "10.0.0.4/31".parse().unwrap();
-        let got: BTreeSet<IpAddr> = (0..2).map(|k| two.pick(ip("1.2.3.4"), 9, k, false).unwrap()).collect();
+        let got: BTreeSet<IpAddr> = (0..2)
+            .map(|k| two.pick(ip("1.2.3.4"), 9, k, false).unwrap())
+            .collect();
         assert_eq!(got, [ip("10.0.0.4"), ip("10.0.0.5")].into());
         let p30: ClientIpPool = "10.0.0.0/30".parse().unwrap();
         for i in 0..50u8 {
-            let a = p30.pick(IpAddr::from([1, 1, 1, i]), 3, u16::from(i), false).unwrap();
+            let a = p30
+                .pick(IpAddr::from([1, 1, 1, i]), 3, u16::from(i), false)
+                .unwrap();
             assert!(a == ip("10.0.0.1") || a == ip("10.0.0.2"), "{a}");
         }
         // IPv6: never the all-zeros address; a /128 is its one address.
         let q: ClientIpPool = "2001:db8::/126".parse().unwrap();
-        let got: BTreeSet<IpAddr> = (0..3).map(|k| q.pick(ip("1.2.3.4"), 9, k, true).unwrap()).collect();
-        assert_eq!(got, [ip("2001:db8::1"), ip("2001:db8::2"), ip("2001:db8::3")].into());
+        let got: BTreeSet<IpAddr> = (0..3)
+            .map(|k| q.pick(ip("1.2.3.4"), 9, k, true).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [ip("2001:db8::1"), ip("2001:db8::2"), ip("2001:db8::3")].into()
+        );
         let host: ClientIpPool = "2001:db8::7/128".parse().unwrap();
-        assert_eq!(host.pick(ip("1.2.3.4"), 9, 4, true), Some(ip("2001:db8::7")));
+        assert_eq!(
+            host.pick(ip("1.2.3.4"), 9, 4, true),
+            Some(ip("2001:db8::7"))
+        );
         let all6: ClientIpPool = "::/0".parse().unwrap();
         assert_ne!(all6.pick(ip("1.2.3.4"), 9, 0, true), Some(ip("::")));
     }

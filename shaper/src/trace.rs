@@ -27,7 +27,11 @@ pub const ANSWER_S: &str = "answer_s";
 /// `source` column or without.
 #[must_use]
 pub fn columns(per_interval: bool, sources: bool) -> Vec<&'static str> {
-    let mut c = if per_interval { vec![TIME_S, POOL, COUNT] } else { vec![TIME_S, COPY, USER, POOL, TARGET] };
+    let mut c = if per_interval {
+        vec![TIME_S, POOL, COUNT]
+    } else {
+        vec![TIME_S, COPY, USER, POOL, TARGET]
+    };
     if sources {
         c.push(SOURCE);
     }
@@ -47,8 +51,14 @@ mod tests {
 
     #[test]
     fn the_four_headers() {
-        assert_eq!(header(false, false), "time_s,copy,user,pool,target,answer_s");
-        assert_eq!(header(false, true), "time_s,copy,user,pool,target,source,answer_s");
+        assert_eq!(
+            header(false, false),
+            "time_s,copy,user,pool,target,answer_s"
+        );
+        assert_eq!(
+            header(false, true),
+            "time_s,copy,user,pool,target,source,answer_s"
+        );
         assert_eq!(header(true, false), "time_s,pool,count,answer_s");
         assert_eq!(header(true, true), "time_s,pool,count,source,answer_s");
     }

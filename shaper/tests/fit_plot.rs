@@ -37,7 +37,17 @@ fn segment(
     flags: TcpFlags,
     payload: &[u8],
 ) -> Vec<u8> {
-    testkit::emit(&TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(ack), flags, window: 65000, payload, ident: 0, ..testkit::SEGMENT })
+    testkit::emit(&TcpBuilder {
+        src,
+        dst,
+        seq: SeqNum(seq),
+        ack: SeqNum(ack),
+        flags,
+        window: 65000,
+        payload,
+        ident: 0,
+        ..testkit::SEGMENT
+    })
 }
 
 /// `clients` clients of a web server on port 80: client i opens `1 + 7i mod 5` sessions over
@@ -170,7 +180,9 @@ fn pcap(truth: &Truth, link: LinkType) -> Vec<u8> {
         .map(|(t, ip)| {
             let ts = Duration::from_secs_f64(1_700_000_000.0 + t);
             let frame = match link {
-                LinkType::Ethernet => testkit::eth(if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 }, ip),
+                LinkType::Ethernet => {
+                    testkit::eth(if ip[0] >> 4 == 6 { 0x86dd } else { 0x0800 }, ip)
+                }
                 _ => ip.clone(),
             };
             (ts, frame)

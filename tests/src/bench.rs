@@ -48,14 +48,19 @@ impl Cpu {
             ) else {
                 continue; // the thread ended meanwhile
             };
-            let ns: u64 = ss.split_whitespace().next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            let ns: u64 = ss
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
             *cpu.by_thread.entry(comm.trim().to_owned()).or_default() += ns;
         }
         let stat_path = match tid {
             Some(t) => format!("/proc/{pid}/task/{t}/stat"),
             None => format!("/proc/{pid}/stat"),
         };
-        let stat = std::fs::read_to_string(&stat_path).with_context(|| format!("read {stat_path}"))?;
+        let stat =
+            std::fs::read_to_string(&stat_path).with_context(|| format!("read {stat_path}"))?;
         // fields after "(comm)": state is field 3, utime 14, stime 15
         let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
         let f: Vec<&str> = rest.split_whitespace().collect();
@@ -71,7 +76,11 @@ impl Cpu {
 
     /// ns on CPU of the threads whose name starts with `prefix` (`engine`, `engine-0`, ...).
     pub fn threads(&self, prefix: &str) -> u64 {
-        self.by_thread.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+        self.by_thread
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     /// The CPU used between `before` and `self`.
@@ -104,7 +113,9 @@ pub fn parse_rate(s: &str) -> Result<Option<u64>> {
         Some(n) => (n, 1000.0),
         None => (s, 1.0),
     };
-    let v: f64 = n.parse().with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
+    let v: f64 = n
+        .parse()
+        .with_context(|| format!("rate {s:?} is not a number, NNk or max"))?;
     if v.is_nan() || v <= 0.0 {
         bail!("rate {s:?} must be positive");
     }
@@ -113,7 +124,8 @@ pub fn parse_rate(s: &str) -> Result<Option<u64>> {
 
 /// A rate for a table: `20000{unit}`, or `max`.
 pub fn rate_label(unit: &str, rate: Option<u64>) -> String {
-    rate.map(|r| format!("{r}{unit}")).unwrap_or_else(|| "max".into())
+    rate.map(|r| format!("{r}{unit}"))
+        .unwrap_or_else(|| "max".into())
 }
 
 /// A Prometheus endpoint's text (`GET /metrics` at `at`, an `IP:PORT`), fetched from inside
@@ -121,7 +133,8 @@ pub fn rate_label(unit: &str, rate: Option<u64>) -> String {
 pub fn fetch_metrics(lab: &Lab, h: Host, at: &str) -> String {
     use std::io::{Read, Write};
     lab.in_ns(h, || -> Result<String> {
-        let mut s = std::net::TcpStream::connect_timeout(&at.parse()?, std::time::Duration::from_secs(2))?;
+        let mut s =
+            std::net::TcpStream::connect_timeout(&at.parse()?, std::time::Duration::from_secs(2))?;
         s.set_read_timeout(Some(std::time::Duration::from_secs(3)))?;
         s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
         let mut out = String::new();
@@ -135,7 +148,10 @@ pub fn fetch_metrics(lab: &Lab, h: Host, at: &str) -> String {
 /// Milliseconds since the Unix epoch, from the wall clock: the clock nginx's `$msec` reads, so
 /// an instant taken here compares with the access logs of the lab (same machine).
 pub fn wall_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// The value at quantile `q` (0..=1) of sorted values (nearest rank); `None` when empty.
@@ -177,12 +193,21 @@ impl RealTime {
         if self.online == 0 {
             return "-".into();
         }
-        format!("{:.1} / {:.1} / {:.2}", self.pct(self.at_end), self.pct(self.within_1s), self.pct(self.copied))
+        format!(
+            "{:.1} / {:.1} / {:.2}",
+            self.pct(self.at_end),
+            self.pct(self.within_1s),
+            self.pct(self.copied)
+        )
     }
 
     /// `p50 / p99 / max` lag in ms, for a table cell.
     pub fn lag_cell(&self) -> String {
-        match (quantile(&self.lags_ms, 0.5), quantile(&self.lags_ms, 0.99), self.lags_ms.last()) {
+        match (
+            quantile(&self.lags_ms, 0.5),
+            quantile(&self.lags_ms, 0.99),
+            self.lags_ms.last(),
+        ) {
             (Some(a), Some(b), Some(c)) => format!("{a} / {b} / {c}"),
             _ => "-".into(),
         }
@@ -212,9 +237,16 @@ pub fn realtime(online: &[&LogEntry], test: &[&LogEntry], end_ms: u64, until_ms:
         }
         m
     };
-    let in_time: Vec<&LogEntry> = test.iter().copied().filter(|e| e.msec.is_none_or(|t| t <= until_ms)).collect();
+    let in_time: Vec<&LogEntry> = test
+        .iter()
+        .copied()
+        .filter(|e| e.msec.is_none_or(|t| t <= until_ms))
+        .collect();
     let (on, te) = (group(online), group(&in_time));
-    let mut rt = RealTime { online: online.len() as u64, ..RealTime::default() };
+    let mut rt = RealTime {
+        online: online.len() as u64,
+        ..RealTime::default()
+    };
     for (fp, on_times) in &on {
         let Some(te_times) = te.get(fp) else { continue };
         for (o, t) in on_times.iter().zip(te_times) {
@@ -262,7 +294,9 @@ impl RedisConn {
                 Ok(s) => {
                     s.set_read_timeout(Some(std::time::Duration::from_secs(3)))?;
                     s.set_nodelay(true)?;
-                    return Ok(RedisConn { r: std::io::BufReader::new(s) });
+                    return Ok(RedisConn {
+                        r: std::io::BufReader::new(s),
+                    });
                 }
                 Err(e) if std::time::Instant::now() > deadline => {
                     return Err(e).with_context(|| format!("connect to redis at {at}"));
@@ -275,7 +309,10 @@ impl RedisConn {
     /// Sends `INFO <section>` and returns the text of the answer (a RESP bulk string).
     pub fn info(&mut self, section: &str) -> Result<String> {
         use std::io::{BufRead, Read, Write};
-        self.r.get_mut().write_all(format!("INFO {section}\r\n").as_bytes()).context("write to redis")?;
+        self.r
+            .get_mut()
+            .write_all(format!("INFO {section}\r\n").as_bytes())
+            .context("write to redis")?;
         let mut head = String::new();
         self.r.read_line(&mut head).context("read from redis")?;
         let len: usize = head
@@ -318,14 +355,30 @@ mod tests {
 
     #[test]
     fn times_the_copies_against_the_end_of_the_load() {
-        let on = [entry("/a", Some(1000)), entry("/b", Some(1500)), entry("/c", Some(1900)), entry("/d", Some(1950))];
+        let on = [
+            entry("/a", Some(1000)),
+            entry("/b", Some(1500)),
+            entry("/c", Some(1900)),
+            entry("/d", Some(1950)),
+        ];
         // /a on time, /b 600 ms late (after the end at 2000), /c 1101 ms late (after end + 1 s), /d never
-        let te = [entry("/c", Some(3001)), entry("/a", Some(1001)), entry("/b", Some(2100)), entry("/x", Some(1))];
+        let te = [
+            entry("/c", Some(3001)),
+            entry("/a", Some(1001)),
+            entry("/b", Some(2100)),
+            entry("/x", Some(1)),
+        ];
         let (on, te): (Vec<&LogEntry>, Vec<&LogEntry>) = (on.iter().collect(), te.iter().collect());
         let rt = realtime(&on, &te, 2000, u64::MAX);
-        assert_eq!((rt.online, rt.at_end, rt.within_1s, rt.copied), (4, 1, 2, 3));
+        assert_eq!(
+            (rt.online, rt.at_end, rt.within_1s, rt.copied),
+            (4, 1, 2, 3)
+        );
         let by_2500 = realtime(&on, &te, 2000, 2500);
-        assert_eq!((by_2500.at_end, by_2500.within_1s, by_2500.copied), (1, 2, 2));
+        assert_eq!(
+            (by_2500.at_end, by_2500.within_1s, by_2500.copied),
+            (1, 2, 2)
+        );
         assert_eq!(rt.lags_ms, vec![1, 600, 1101]);
         assert_eq!(rt.pct(rt.copied), 75.0);
         assert_eq!(rt.shares_cell(), "25.0 / 50.0 / 75.00");

@@ -57,7 +57,11 @@ pub fn read(pcap: &Path, flags: &[&str], filter: &str) -> Result<String> {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     // tcpdump exits 1 on a truncated file after printing every whole packet: keep what it read.
     if !out.status.success() && text.is_empty() {
-        bail!("tcpdump -r {} {filter}: {}", pcap.display(), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "tcpdump -r {} {filter}: {}",
+            pcap.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(text)
 }

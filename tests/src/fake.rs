@@ -20,21 +20,31 @@ pub const SECRET: &[u8] = b"lab-shared-secret";
 
 /// The intercept's control address in the lab (the test host, [`crate::setup::CONTROL_PORT`]).
 pub fn control() -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, crate::setup::CONTROL_PORT))
+    SocketAddr::V4(SocketAddrV4::new(
+        crate::addr::TEST,
+        crate::setup::CONTROL_PORT,
+    ))
 }
 
 /// A session of a spoofed client, `198.19.0.{client_last}:{port}`, with the test host's
 /// `server_port`.
 pub fn spoofed(client_last: u8, port: u16, server_port: u16) -> FourTuple {
     FourTuple {
-        client: SocketAddr::V4(SocketAddrV4::new(std::net::Ipv4Addr::new(198, 19, 0, client_last), port)).into(),
+        client: SocketAddr::V4(SocketAddrV4::new(
+            std::net::Ipv4Addr::new(198, 19, 0, client_last),
+            port,
+        ))
+        .into(),
         server: SocketAddr::V4(SocketAddrV4::new(crate::addr::TEST, server_port)).into(),
     }
 }
 
 /// The current-thread tokio runtime a fake copier runs on (inside the namespace it was made in).
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 /// One control connection of a fake copier.
@@ -48,16 +58,28 @@ pub struct FakeCopier {
 impl FakeCopier {
     /// Connects and authenticates (`secret: None` for `--no-secret`).
     pub async fn connect(intercept: SocketAddr, secret: Option<&[u8]>) -> Result<FakeCopier> {
-        let stream = TcpStream::connect(intercept).await.with_context(|| format!("connect {intercept}"))?;
-        let conn = client_handshake(stream, secret, "lab-fake-copier").await.context("handshake")?;
-        Ok(FakeCopier { conn, inbox: Vec::new() })
+        let stream = TcpStream::connect(intercept)
+            .await
+            .with_context(|| format!("connect {intercept}"))?;
+        let conn = client_handshake(stream, secret, "lab-fake-copier")
+            .await
+            .context("handshake")?;
+        Ok(FakeCopier {
+            conn,
+            inbox: Vec::new(),
+        })
     }
 
     /// Registers 4-tuples and waits (at most 5 s) for the intercept's verdict on each: the
     /// registrations it accepted are in force when this returns. Records that arrive meanwhile
     /// are kept in `inbox`.
     pub async fn register(&mut self, tuples: &[FourTuple]) -> Result<Vec<(FourTuple, RegVerdict)>> {
-        self.conn.writer.write_message(&Message::Register { tuples: tuples.to_vec() }).await?;
+        self.conn
+            .writer
+            .write_message(&Message::Register {
+                tuples: tuples.to_vec(),
+            })
+            .await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
             match tokio::time::timeout_at(deadline, self.conn.reader.read_message()).await {
@@ -73,13 +95,23 @@ impl FakeCopier {
 
     /// Sends a Register without waiting for its answer (the answer is skipped by the readers).
     pub async fn register_nowait(&mut self, tuples: &[FourTuple]) -> Result<()> {
-        self.conn.writer.write_message(&Message::Register { tuples: tuples.to_vec() }).await?;
+        self.conn
+            .writer
+            .write_message(&Message::Register {
+                tuples: tuples.to_vec(),
+            })
+            .await?;
         Ok(())
     }
 
     /// Unregisters 4-tuples.
     pub async fn unregister(&mut self, tuples: &[FourTuple]) -> Result<()> {
-        self.conn.writer.write_message(&Message::Unregister { tuples: tuples.to_vec() }).await?;
+        self.conn
+            .writer
+            .write_message(&Message::Unregister {
+                tuples: tuples.to_vec(),
+            })
+            .await?;
         Ok(())
     }
 
@@ -98,14 +130,21 @@ impl FakeCopier {
     }
 
     /// Reads until a record matching `pred` arrives (kept in `inbox`), at most `timeout`.
-    pub async fn wait_for(&mut self, timeout: Duration, pred: impl Fn(&Record) -> bool) -> Result<Record> {
+    pub async fn wait_for(
+        &mut self,
+        timeout: Duration,
+        pred: impl Fn(&Record) -> bool,
+    ) -> Result<Record> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if let Some(r) = self.inbox.iter().find(|r| pred(r)) {
                 return Ok(r.clone());
             }
             match tokio::time::timeout_at(deadline, self.conn.reader.read_message()).await {
-                Err(_) => bail!("no matching record within {timeout:?}; got {} others", self.inbox.len()),
+                Err(_) => bail!(
+                    "no matching record within {timeout:?}; got {} others",
+                    self.inbox.len()
+                ),
                 Ok(Ok(Some(Message::Records { records }))) => self.inbox.extend(records),
                 Ok(Ok(Some(_))) => {}
                 Ok(Ok(None)) => bail!("the intercept closed the control connection"),
@@ -166,14 +205,29 @@ pub struct RawSender {
 impl RawSender {
     /// Opens the IPv4 socket (in the current thread's namespace).
     pub fn new() -> Result<RawSender> {
-        let v4 = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
-            .context("raw socket")?;
+        let v4 = Socket::new(
+            Domain::IPV4,
+            Type::RAW,
+            Some(Protocol::from(libc_ipproto_raw())),
+        )
+        .context("raw socket")?;
         v4.set_header_included_v4(true).context("IP_HDRINCL")?;
-        Ok(RawSender { v4, v6: None, buf: Vec::with_capacity(2048) })
+        Ok(RawSender {
+            v4,
+            v6: None,
+            buf: Vec::with_capacity(2048),
+        })
     }
 
     /// Sends one segment of the tuple's client toward its server.
-    pub fn send(&mut self, t: FourTuple, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8]) -> Result<()> {
+    pub fn send(
+        &mut self,
+        t: FourTuple,
+        seq: u32,
+        ack: u32,
+        flags: TcpFlags,
+        payload: &[u8],
+    ) -> Result<()> {
         TcpBuilder {
             src: t.client.into(),
             dst: t.server.into(),
@@ -196,12 +250,17 @@ impl RawSender {
                 let sock = match &mut self.v6 {
                     Some(s) => s,
                     None => self.v6.insert(
-                        Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::from(libc_ipproto_raw())))
-                            .context("raw IPv6 socket")?,
+                        Socket::new(
+                            Domain::IPV6,
+                            Type::RAW,
+                            Some(Protocol::from(libc_ipproto_raw())),
+                        )
+                        .context("raw IPv6 socket")?,
                     ),
                 };
                 let to = SocketAddrV6::new(*dst.ip(), 0, 0, 0);
-                sock.send_to(&self.buf, &to.into()).context("raw send (IPv6)")?;
+                sock.send_to(&self.buf, &to.into())
+                    .context("raw send (IPv6)")?;
             }
         }
         Ok(())

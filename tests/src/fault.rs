@@ -40,7 +40,9 @@ impl Traffic {
         let mut threads = Vec::new();
         for i in 0..keepalive {
             let (ns, stop, requests) = (lab.ns(Host::Client), stop.clone(), requests.clone());
-            threads.push(std::thread::spawn(move || keepalive_client(&ns, i, &stop, &requests)));
+            threads.push(std::thread::spawn(move || {
+                keepalive_client(&ns, i, &stop, &requests)
+            }));
         }
         let short = format!(
             "while true; do curl -s -o /dev/null --max-time 5 'http://{}/index.html?short='$(date +%s%N); sleep 0.1; done",
@@ -54,7 +56,12 @@ impl Traffic {
             lab.spawn(Host::Client, "short-connections", &["sh", "-c", &short])?,
             lab.spawn(Host::Test, "test-host-client", &["sh", "-c", &local])?,
         ];
-        Ok(Traffic { stop, requests, threads, loops })
+        Ok(Traffic {
+            stop,
+            requests,
+            threads,
+            loops,
+        })
     }
 
     /// Requests the keep-alive clients got answered so far.
@@ -75,7 +82,9 @@ impl Traffic {
 }
 
 fn keepalive_client(ns: &str, i: usize, stop: &AtomicBool, requests: &AtomicU64) {
-    let Ok(f) = std::fs::File::open(format!("/var/run/netns/{ns}")) else { return };
+    let Ok(f) = std::fs::File::open(format!("/var/run/netns/{ns}")) else {
+        return;
+    };
     if nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).is_err() {
         return;
     }
@@ -89,11 +98,14 @@ fn keepalive_client(ns: &str, i: usize, stop: &AtomicBool, requests: &AtomicU64)
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
         let mut r = HttpReader::default();
         while !stop.load(Ordering::Relaxed) {
-            if s.write_all(get_request(&format!("/index.html?ka{i}={n}")).as_bytes()).is_err() {
+            if s.write_all(get_request(&format!("/index.html?ka{i}={n}")).as_bytes())
+                .is_err()
+            {
                 break;
             }
             // The reader panics on a closed connection: catch it and reconnect.
-            let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.read_response(&mut s)));
+            let read =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| r.read_response(&mut s)));
             if read.is_err() {
                 break;
             }
@@ -119,7 +131,11 @@ pub struct Delay {
 impl Delay {
     /// Starts delaying the packets of `queue` in `h`'s namespace by `by`.
     pub fn start(lab: &Lab, h: Host, queue: u16, by: Duration) -> Result<Delay> {
-        let (ns, stop, delayed) = (lab.ns(h), Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let (ns, stop, delayed) = (
+            lab.ns(h),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+        );
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = {
             let (stop, delayed) = (stop.clone(), delayed.clone());
@@ -132,7 +148,11 @@ impl Delay {
             })
         };
         match ready_rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(Ok(())) => Ok(Delay { stop, delayed, thread: Some(thread) }),
+            Ok(Ok(())) => Ok(Delay {
+                stop,
+                delayed,
+                thread: Some(thread),
+            }),
             Ok(Err(e)) => anyhow::bail!("delay on queue {queue}: {e}"),
             Err(_) => anyhow::bail!("delay on queue {queue}: the queue reader did not start"),
         }
@@ -147,7 +167,8 @@ impl Delay {
     pub fn stop(mut self) -> Result<u64> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            t.join().map_err(|_| anyhow::anyhow!("the delay thread panicked"))??;
+            t.join()
+                .map_err(|_| anyhow::anyhow!("the delay thread panicked"))??;
         }
         Ok(self.delayed())
     }
@@ -174,13 +195,15 @@ fn delay_queue(
     let f = std::fs::File::open(format!("/var/run/netns/{ns}")).context("open the namespace")?;
     nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).context("join the namespace")?;
     let mut q = nfq::Queue::open().context("open an NFQUEUE socket")?;
-    q.bind(queue).with_context(|| format!("bind queue {queue}"))?;
+    q.bind(queue)
+        .with_context(|| format!("bind queue {queue}"))?;
     // Nothing of the packet is needed: the verdict leaves it as it is.
     q.set_copy_range(queue, 64)?;
     q.set_queue_max_len(queue, 65_536)?;
     q.set_nonblocking(true);
     let _ = ready.send(Ok(()));
-    let mut held: std::collections::VecDeque<(std::time::Instant, nfq::Message)> = std::collections::VecDeque::new();
+    let mut held: std::collections::VecDeque<(std::time::Instant, nfq::Message)> =
+        std::collections::VecDeque::new();
     loop {
         let stopping = stop.load(Ordering::Relaxed);
         loop {
@@ -244,7 +267,10 @@ const RING_MIB: u64 = 32;
 /// Asserts that the copier and the intercept of `c` (the ones running now) never held more
 /// resident memory (`VmHWM`) than their caps allow, and prints both peaks.
 pub fn assert_memory_within_caps(c: &crate::setup::Copying, what: &str) {
-    let copier = c.copier.as_ref().map_or((0, 0), |p| crate::procstat::memory_kib(p.pid()));
+    let copier = c
+        .copier
+        .as_ref()
+        .map_or((0, 0), |p| crate::procstat::memory_kib(p.pid()));
     let intercept = crate::procstat::memory_kib(c.intercept.pid());
     let (copier_peak, intercept_peak) = (copier.1 / 1024, intercept.1 / 1024);
     let copier_bound = COPIER_MAX_MEMORY_MIB + RING_MIB + BASE_MIB;
@@ -254,7 +280,16 @@ pub fn assert_memory_within_caps(c: &crate::setup::Copying, what: &str) {
          {COPIER_MAX_MEMORY_MIB}M + ring + base), intercept {intercept_peak} MiB (bound {intercept_bound}: \
          --hold-bytes {INTERCEPT_HOLD_MIB}M + --copier-queue-bytes {INTERCEPT_QUEUE_MIB}M + base)"
     );
-    assert!(copier.1 > 0 && intercept.1 > 0, "{what}: both daemons are running ({copier:?}, {intercept:?})");
-    assert!(copier_peak <= copier_bound, "{what}: the copier held {copier_peak} MiB, over {copier_bound} MiB");
-    assert!(intercept_peak <= intercept_bound, "{what}: the intercept held {intercept_peak} MiB, over {intercept_bound} MiB");
+    assert!(
+        copier.1 > 0 && intercept.1 > 0,
+        "{what}: both daemons are running ({copier:?}, {intercept:?})"
+    );
+    assert!(
+        copier_peak <= copier_bound,
+        "{what}: the copier held {copier_peak} MiB, over {copier_bound} MiB"
+    );
+    assert!(
+        intercept_peak <= intercept_bound,
+        "{what}: the intercept held {intercept_peak} MiB, over {intercept_bound} MiB"
+    );
 }

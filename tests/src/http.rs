@@ -26,13 +26,20 @@ impl Head {
     pub fn parse(buf: &[u8]) -> Option<Head> {
         let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
         let head = String::from_utf8_lossy(&buf[..end]);
-        let status = head.lines().next().and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
+        let status = head
+            .lines()
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
         let content_length = head
             .lines()
             .filter_map(|l| l.split_once(':'))
             .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
             .and_then(|(_, v)| v.trim().parse().ok());
-        Some(Head { end, status, content_length })
+        Some(Head {
+            end,
+            status,
+            content_length,
+        })
     }
 
     /// The length of the whole response (head, blank line, body of Content-Length bytes, or
@@ -80,7 +87,8 @@ impl HttpReader {
 
 /// Sends `GET path` on `s` and reads its whole answer; panics if more than one answer came.
 pub fn get<S: Read + Write>(s: &mut S, path: &str) {
-    s.write_all(get_request(path).as_bytes()).expect("write request");
+    s.write_all(get_request(path).as_bytes())
+        .expect("write request");
     let mut r = HttpReader::default();
     r.read_response(s);
     assert_eq!(r.buffered(), 0, "one answer at a time");
@@ -120,8 +128,12 @@ mod tests {
     #[test]
     fn heads_say_status_and_length() {
         assert_eq!(Head::parse(b"HTTP/1.1 200 OK\r\nContent-Le"), None);
-        let h = Head::parse(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nX: y\r\n\r\nbody").unwrap();
-        assert_eq!((h.end, h.status, h.content_length, h.total()), (48, Some(404), Some(12), 64));
+        let h = Head::parse(b"HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\nX: y\r\n\r\nbody")
+            .unwrap();
+        assert_eq!(
+            (h.end, h.status, h.content_length, h.total()),
+            (48, Some(404), Some(12), 64)
+        );
         let h = Head::parse(b"garbage\r\n\r\n").unwrap();
         assert_eq!((h.status, h.content_length, h.total()), (None, None, 11));
     }

@@ -34,15 +34,34 @@ impl LeakCounter {
                     lab.exec_ok(
                         host,
                         &[
-                            tool, "-w", "-t", "mangle", "-A", "POSTROUTING", "-p", "tcp", "--sport", &p, "-d", net, "-m",
-                            "comment", "--comment", TAG,
+                            tool,
+                            "-w",
+                            "-t",
+                            "mangle",
+                            "-A",
+                            "POSTROUTING",
+                            "-p",
+                            "tcp",
+                            "--sport",
+                            &p,
+                            "-d",
+                            net,
+                            "-m",
+                            "comment",
+                            "--comment",
+                            TAG,
                         ],
                     )
-                    .with_context(|| format!("install the leak counter ({tool}, port {port}, {net})"))?;
+                    .with_context(|| {
+                        format!("install the leak counter ({tool}, port {port}, {net})")
+                    })?;
                 }
             }
         }
-        Ok(LeakCounter { host, ports: ports.to_vec() })
+        Ok(LeakCounter {
+            host,
+            ports: ports.to_vec(),
+        })
     }
 
     /// Packets counted so far (IPv4 and IPv6).
@@ -50,15 +69,24 @@ impl LeakCounter {
         let mut total = 0;
         let mut rules = 0;
         for tool in ["iptables", "ip6tables"] {
-            let listing = lab.exec_ok(self.host, &[tool, "-w", "-t", "mangle", "-nvxL", "POSTROUTING"])?;
+            let listing = lab.exec_ok(
+                self.host,
+                &[tool, "-w", "-t", "mangle", "-nvxL", "POSTROUTING"],
+            )?;
             for line in listing.lines().filter(|l| l.contains(TAG)) {
                 let pkts = line.split_whitespace().next().unwrap_or("");
-                total += pkts.parse::<u64>().with_context(|| format!("bad counter line {line:?}"))?;
+                total += pkts
+                    .parse::<u64>()
+                    .with_context(|| format!("bad counter line {line:?}"))?;
                 rules += 1;
             }
         }
         if rules != 4 * self.ports.len() {
-            bail!("expected {} leak-counting rules on {:?}, found {rules}", 4 * self.ports.len(), self.host);
+            bail!(
+                "expected {} leak-counting rules on {:?}, found {rules}",
+                4 * self.ports.len(),
+                self.host
+            );
         }
         Ok(total)
     }

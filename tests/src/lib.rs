@@ -33,11 +33,11 @@ pub mod fault;
 pub mod http;
 pub mod leak;
 pub mod mirror;
-pub mod procstat;
+mod netns;
 mod nginx;
 mod proc;
+pub mod procstat;
 pub mod setup;
-mod netns;
 
 pub use capture::Capture;
 pub use nginx::{pattern as pattern_bytes, LogEntry, Nginx, NginxOptions};
@@ -147,7 +147,10 @@ pub struct LabOptions {
 
 impl Default for LabOptions {
     fn default() -> Self {
-        LabOptions { offloads: true, capture_test_link: true }
+        LabOptions {
+            offloads: true,
+            capture_test_link: true,
+        }
     }
 }
 
@@ -164,7 +167,10 @@ impl std::fmt::Display for Unavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Unavailable::NotRoot => write!(f, "the lab needs root (network namespaces)"),
-            Unavailable::MissingTool(t) => write!(f, "the lab needs `{t}` (run scripts/test.sh, which installs it)"),
+            Unavailable::MissingTool(t) => write!(
+                f,
+                "the lab needs `{t}` (run scripts/test.sh, which installs it)"
+            ),
         }
     }
 }
@@ -231,7 +237,10 @@ pub fn workspace_bin(name: &str) -> Result<PathBuf> {
     };
     let p = dir.join(name);
     if !p.is_file() {
-        bail!("{} not found: build the binaries first (`cargo build --bins`), or set TC_BIN_DIR", p.display());
+        bail!(
+            "{} not found: build the binaries first (`cargo build --bins`), or set TC_BIN_DIR",
+            p.display()
+        );
     }
     Ok(p)
 }
@@ -264,8 +273,15 @@ impl Lab {
         let prefix = format!("tl{}x{}", std::process::id(), n);
         let dir = std::env::temp_dir().join(format!("lab-{prefix}"));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let mut lab = Lab { prefix, dir, procs: Vec::new(), link_capture: None, keep_dir: false };
-        lab.build(&opts).with_context(|| format!("building lab {}", lab.prefix))?;
+        let mut lab = Lab {
+            prefix,
+            dir,
+            procs: Vec::new(),
+            link_capture: None,
+            keep_dir: false,
+        };
+        lab.build(&opts)
+            .with_context(|| format!("building lab {}", lab.prefix))?;
         if opts.capture_test_link {
             let cap = lab.capture(Host::Test, ifname::TEST_TO_ONLINE, "tcp", "test-link")?;
             lab.link_capture = Some(cap);
@@ -280,35 +296,119 @@ impl Lab {
         }
         use addr::*;
         let links = [
-            (Host::Client, ifname::CLIENT_TO_ONLINE, CLIENT, CLIENT6, Host::Online, ifname::ONLINE_TO_CLIENT, ONLINE, ONLINE6),
-            (Host::Online, ifname::ONLINE_TO_TEST, ONLINE_TO_TEST, ONLINE_TO_TEST6, Host::Test, ifname::TEST_TO_ONLINE, TEST, TEST6),
-            (Host::Test, ifname::TEST_TO_TEST2, TEST_TO_TEST2, TEST_TO_TEST2_6, Host::Test2, ifname::TEST2_TO_TEST, TEST2, TEST2_6),
+            (
+                Host::Client,
+                ifname::CLIENT_TO_ONLINE,
+                CLIENT,
+                CLIENT6,
+                Host::Online,
+                ifname::ONLINE_TO_CLIENT,
+                ONLINE,
+                ONLINE6,
+            ),
+            (
+                Host::Online,
+                ifname::ONLINE_TO_TEST,
+                ONLINE_TO_TEST,
+                ONLINE_TO_TEST6,
+                Host::Test,
+                ifname::TEST_TO_ONLINE,
+                TEST,
+                TEST6,
+            ),
+            (
+                Host::Test,
+                ifname::TEST_TO_TEST2,
+                TEST_TO_TEST2,
+                TEST_TO_TEST2_6,
+                Host::Test2,
+                ifname::TEST2_TO_TEST,
+                TEST2,
+                TEST2_6,
+            ),
         ];
         for (h1, if1, a1, b1, h2, if2, a2, b2) in links {
             let (ns1, ns2) = (self.ns(h1), self.ns(h2));
-            run(&["ip", "link", "add", if1, "netns", &ns1, "type", "veth", "peer", "name", if2, "netns", &ns2])?;
+            run(&[
+                "ip", "link", "add", if1, "netns", &ns1, "type", "veth", "peer", "name", if2,
+                "netns", &ns2,
+            ])?;
             for (h, ifn, a, b) in [(h1, if1, a1, b1), (h2, if2, a2, b2)] {
                 self.ip(h, &["addr", "add", &format!("{a}/24"), "dev", ifn])?;
                 // nodad: usable at once, not "tentative" for a second or two
-                self.ip(h, &["-6", "addr", "add", &format!("{b}/64"), "dev", ifn, "nodad"])?;
+                self.ip(
+                    h,
+                    &["-6", "addr", "add", &format!("{b}/64"), "dev", ifn, "nodad"],
+                )?;
                 self.ip(h, &["link", "set", ifn, "up"])?;
                 if !opts.offloads {
-                    self.exec_ok(h, &["ethtool", "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro", "off"])?;
+                    self.exec_ok(
+                        h,
+                        &[
+                            "ethtool", "-K", ifn, "tx", "off", "tso", "off", "gso", "off", "gro",
+                            "off",
+                        ],
+                    )?;
                 }
             }
         }
         // Routes back toward the (real and fake) clients, through the link copies arrive on.
         for net in [CLIENT_NET, FAKE_CLIENT_NET] {
-            self.ip(Host::Test, &["route", "add", net, "via", &ONLINE_TO_TEST.to_string()])?;
-            self.ip(Host::Test2, &["route", "add", net, "via", &TEST_TO_TEST2.to_string()])?;
+            self.ip(
+                Host::Test,
+                &["route", "add", net, "via", &ONLINE_TO_TEST.to_string()],
+            )?;
+            self.ip(
+                Host::Test2,
+                &["route", "add", net, "via", &TEST_TO_TEST2.to_string()],
+            )?;
         }
-        self.ip(Host::Test2, &["route", "add", "198.18.2.0/24", "via", &TEST_TO_TEST2.to_string()])?;
+        self.ip(
+            Host::Test2,
+            &[
+                "route",
+                "add",
+                "198.18.2.0/24",
+                "via",
+                &TEST_TO_TEST2.to_string(),
+            ],
+        )?;
         // The same over IPv6: the gateway is on-link, so only it needs neighbour discovery.
         for net in [CLIENT_NET6, FAKE_CLIENT_NET6] {
-            self.ip(Host::Test, &["-6", "route", "add", net, "via", &ONLINE_TO_TEST6.to_string()])?;
-            self.ip(Host::Test2, &["-6", "route", "add", net, "via", &TEST_TO_TEST2_6.to_string()])?;
+            self.ip(
+                Host::Test,
+                &[
+                    "-6",
+                    "route",
+                    "add",
+                    net,
+                    "via",
+                    &ONLINE_TO_TEST6.to_string(),
+                ],
+            )?;
+            self.ip(
+                Host::Test2,
+                &[
+                    "-6",
+                    "route",
+                    "add",
+                    net,
+                    "via",
+                    &TEST_TO_TEST2_6.to_string(),
+                ],
+            )?;
         }
-        self.ip(Host::Test2, &["-6", "route", "add", TEST_NET6, "via", &TEST_TO_TEST2_6.to_string()])?;
+        self.ip(
+            Host::Test2,
+            &[
+                "-6",
+                "route",
+                "add",
+                TEST_NET6,
+                "via",
+                &TEST_TO_TEST2_6.to_string(),
+            ],
+        )?;
         Ok(())
     }
 
@@ -403,14 +503,33 @@ impl Lab {
     /// Starts tcpdump on an interface of a host keeping `snaplen` bytes of each packet (0: whole
     /// packets), writing `<dir>/<name>.pcap`, and waits until it listens, so that no packet sent
     /// afterwards is missed. Stop it with [`Capture::stop`] to get a complete file.
-    pub fn capture_snap(&mut self, h: Host, iface: &str, filter: &str, name: &str, snaplen: u32) -> Result<Capture> {
+    pub fn capture_snap(
+        &mut self,
+        h: Host,
+        iface: &str,
+        filter: &str,
+        name: &str,
+        snaplen: u32,
+    ) -> Result<Capture> {
         let pcap = self.dir.join(format!("{name}.pcap"));
         let pcap_s = pcap.to_string_lossy().into_owned();
         let snap = snaplen.to_string();
         let proc = self.spawn(
             h,
             &format!("tcpdump-{name}"),
-            &["tcpdump", "-i", iface, "-n", "-U", "--immediate-mode", "-s", &snap, "-w", &pcap_s, filter],
+            &[
+                "tcpdump",
+                "-i",
+                iface,
+                "-n",
+                "-U",
+                "--immediate-mode",
+                "-s",
+                &snap,
+                "-w",
+                &pcap_s,
+                filter,
+            ],
         )?;
         Capture::started(proc, pcap)
     }
@@ -474,7 +593,11 @@ impl Drop for Lab {
             destroy_ns(&self.ns(h));
         }
         if std::thread::panicking() || self.keep_dir {
-            eprintln!("lab {}: kept its work directory (logs, configs, pcaps): {}", self.prefix, self.dir.display());
+            eprintln!(
+                "lab {}: kept its work directory (logs, configs, pcaps): {}",
+                self.prefix,
+                self.dir.display()
+            );
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -491,22 +614,39 @@ fn destroy_ns(ns: &str) {
         if list.trim().is_empty() {
             break;
         }
-        for pid in list.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        for pid in list
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let _ = Command::new("ip").args(["netns", "del", ns]).stderr(Stdio::null()).status();
+    let _ = Command::new("ip")
+        .args(["netns", "del", ns])
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// Deletes the namespaces of labs whose process no longer exists.
 fn sweep_stale_labs() {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix("tl") else { continue };
-        let Some((pid, _)) = rest.split_once('x') else { continue };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let Some(rest) = name.strip_prefix("tl") else {
+            continue;
+        };
+        let Some((pid, _)) = rest.split_once('x') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             eprintln!("lab: removing namespace {name} left by a process that is gone");
             destroy_ns(name);
@@ -516,7 +656,9 @@ fn sweep_stale_labs() {
 
 /// Lists this machine's namespaces whose name starts with `prefix`.
 pub fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return vec![] };
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return vec![];
+    };
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -532,7 +674,11 @@ pub(crate) fn run(argv: &[&str]) -> Result<()> {
         .output()
         .with_context(|| format!("run {argv:?}"))?;
     if !out.status.success() {
-        bail!("{argv:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "{argv:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }

@@ -25,12 +25,21 @@ pub const VNI: u32 = 42;
 /// rules (without, a test sends its own encapsulated datagrams over the link).
 pub fn build(lab: &Lab, vxlan: bool) -> Result<()> {
     let (on, t2) = (lab.ns(Host::Online), lab.ns(Host::Test2));
-    crate::run(&["ip", "link", "add", MIRROR_IF, "netns", &on, "type", "veth", "peer", "name", MIRROR_IF, "netns", &t2])?;
+    crate::run(&[
+        "ip", "link", "add", MIRROR_IF, "netns", &on, "type", "veth", "peer", "name", MIRROR_IF,
+        "netns", &t2,
+    ])?;
     for (h, a) in [(Host::Online, MIRROR_SRC), (Host::Test2, MIRROR_DST)] {
-        lab.sh(h, &format!("ip addr add {a}/24 dev {MIRROR_IF} && ip link set {MIRROR_IF} mtu 9000 up"))?;
+        lab.sh(
+            h,
+            &format!("ip addr add {a}/24 dev {MIRROR_IF} && ip link set {MIRROR_IF} mtu 9000 up"),
+        )?;
     }
     // The test server answers the real clients through the copier host.
-    lab.sh(Host::Test, &format!("ip route replace {} via {}", addr::CLIENT_NET, addr::TEST2))?;
+    lab.sh(
+        Host::Test,
+        &format!("ip route replace {} via {}", addr::CLIENT_NET, addr::TEST2),
+    )?;
     if vxlan {
         // Segments cut to the inner MTU before they are wrapped: one datagram per packet.
         lab.sh(

@@ -35,7 +35,14 @@ pub struct NginxOptions {
 
 impl Default for NginxOptions {
     fn default() -> Self {
-        NginxOptions { port: 80, files: Vec::new(), workers: 1, keepalive_requests: 1_000_000, server_extra: String::new(), http2: false }
+        NginxOptions {
+            port: 80,
+            files: Vec::new(),
+            workers: 1,
+            keepalive_requests: 1_000_000,
+            server_extra: String::new(),
+            http2: false,
+        }
     }
 }
 
@@ -85,8 +92,15 @@ impl LogEntry {
     /// What must be identical between a request served online and its copy: method, URI,
     /// request length and body.
     pub fn fingerprint(&self) -> String {
-        let body = self.body.as_ref().map(|(l, h)| format!("{l}:{h}")).unwrap_or_else(|| "-".into());
-        format!("{} {} {} {}", self.method, self.uri, self.request_length, body)
+        let body = self
+            .body
+            .as_ref()
+            .map(|(l, h)| format!("{l}:{h}"))
+            .unwrap_or_else(|| "-".into());
+        format!(
+            "{} {} {} {}",
+            self.method, self.uri, self.request_length, body
+        )
     }
 }
 
@@ -97,7 +111,10 @@ impl Nginx {
         for d in [&root, &body, &dir.join("tmp")] {
             std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
         }
-        std::fs::write(root.join("index.html"), b"<html><body>lab nginx</body></html>\n")?;
+        std::fs::write(
+            root.join("index.html"),
+            b"<html><body>lab nginx</body></html>\n",
+        )?;
         for (path, size) in &opts.files {
             let p = root.join(path.trim_start_matches('/'));
             if let Some(parent) = p.parent() {
@@ -154,7 +171,13 @@ http {{
         )?;
         let conf_path = dir.join("nginx.conf");
         std::fs::write(&conf_path, conf)?;
-        Ok((conf_path, Nginx { dir: dir.to_owned(), port: opts.port }))
+        Ok((
+            conf_path,
+            Nginx {
+                dir: dir.to_owned(),
+                port: opts.port,
+            },
+        ))
     }
 
     pub(crate) fn wait_ready(&self, lab: &Lab, h: Host, proc: &Proc) -> Result<()> {
@@ -169,7 +192,12 @@ http {{
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("nginx in {} did not listen on port {} within 10 s: {}", h.name(), self.port, proc.log());
+                bail!(
+                    "nginx in {} did not listen on port {} within 10 s: {}",
+                    h.name(),
+                    self.port,
+                    proc.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(30));
         }
@@ -186,7 +214,8 @@ http {{
             .parse()
             .with_context(|| format!("{} holds no pid", pid_file.display()))?;
         let pid = nix::unistd::Pid::from_raw(pid);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).context("SIGTERM to nginx")?;
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)
+            .context("SIGTERM to nginx")?;
         let deadline = Instant::now() + Duration::from_secs(10);
         // Gone: no such process, or a zombie (nginx is a child of the test process, reaped later
         // by its `Proc`).
@@ -235,13 +264,17 @@ http {{
         };
         text.lines()
             .enumerate()
-            .map(|(i, l)| parse_line(l).with_context(|| format!("access log line {}: {l:?}", i + 1)))
+            .map(|(i, l)| {
+                parse_line(l).with_context(|| format!("access log line {}: {l:?}", i + 1))
+            })
             .collect()
     }
 
     /// Number of requests logged so far.
     pub fn request_count(&self) -> usize {
-        std::fs::read_to_string(self.access_log()).map(|t| t.lines().count()).unwrap_or(0)
+        std::fs::read_to_string(self.access_log())
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
     }
 
     /// Waits until the log holds at least `n` requests or `timeout` passes; returns the count.
@@ -281,11 +314,15 @@ fn parse_line(line: &str) -> Result<LogEntry> {
     let remote_addr = next("remote_addr")?.to_owned();
     let remote_port = next("remote_port")?.parse().context("remote_port")?;
     let connection = next("connection")?.parse().context("connection")?;
-    let connection_requests = next("connection_requests")?.parse().context("connection_requests")?;
+    let connection_requests = next("connection_requests")?
+        .parse()
+        .context("connection_requests")?;
     let method = next("method")?.to_owned();
     let status = next("status")?.parse().context("status")?;
     let request_length = next("request_length")?.parse().context("request_length")?;
-    let body_bytes_sent = next("body_bytes_sent")?.parse().context("body_bytes_sent")?;
+    let body_bytes_sent = next("body_bytes_sent")?
+        .parse()
+        .context("body_bytes_sent")?;
     let rest = next("body file and uri")?;
     let rest = rest.strip_prefix('"').context("body file not quoted")?;
     let (body_file, rest) = rest.split_once("\" \"").context("uri not quoted")?;
@@ -304,13 +341,17 @@ fn parse_line(line: &str) -> Result<LogEntry> {
         t => {
             let (s, ms) = t.split_once('.').unwrap_or((t, "000"));
             let ms = format!("{ms:0<3}");
-            Some(s.parse::<u64>().context("msec")? * 1000 + ms[..3].parse::<u64>().context("msec")?)
+            Some(
+                s.parse::<u64>().context("msec")? * 1000
+                    + ms[..3].parse::<u64>().context("msec")?,
+            )
         }
     };
     let body = if body_file.is_empty() || body_file == "-" {
         None
     } else {
-        let data = std::fs::read(body_file).with_context(|| format!("read body file {body_file}"))?;
+        let data =
+            std::fs::read(body_file).with_context(|| format!("read body file {body_file}"))?;
         let hash = Sha256::digest(&data);
         let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         Some((data.len() as u64, hex))
@@ -343,11 +384,21 @@ mod tests {
         assert_eq!(e.connection, 7);
         assert_eq!(e.connection_requests, 3);
         assert_eq!(e.msec, None, "a line without $msec");
-        let e = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/index.html?a=b" 1764480000.123"#).unwrap();
-        assert_eq!((e.uri.as_str(), e.msec), ("/index.html?a=b", Some(1_764_480_000_123)));
-        let d = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "copy-0""#).unwrap();
-        assert_eq!((d.msec, d.dye.as_deref()), (Some(1_764_480_000_123), Some("copy-0")));
-        let d = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "-""#).unwrap();
+        let e =
+            parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/index.html?a=b" 1764480000.123"#)
+                .unwrap();
+        assert_eq!(
+            (e.uri.as_str(), e.msec),
+            ("/index.html?a=b", Some(1_764_480_000_123))
+        );
+        let d = parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "copy-0""#)
+            .unwrap();
+        assert_eq!(
+            (d.msec, d.dye.as_deref()),
+            (Some(1_764_480_000_123), Some("copy-0"))
+        );
+        let d =
+            parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" 1764480000.123 "-""#).unwrap();
         assert_eq!((d.uri.as_str(), d.dye), ("/", None));
         assert!(parse_line(r#"198.18.1.2 40000 7 3 GET 200 77 36 "" "/" soon"#).is_err());
         assert_eq!(e.method, "GET");
@@ -365,12 +416,18 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("0000000001");
         std::fs::write(&f, b"abc").unwrap();
-        let line = format!(r#"198.18.1.2 1 1 1 POST 200 100 7 "{}" "/upload""#, f.display());
+        let line = format!(
+            r#"198.18.1.2 1 1 1 POST 200 100 7 "{}" "/upload""#,
+            f.display()
+        );
         let e = parse_line(&line).unwrap();
         // sha256("abc")
         assert_eq!(
             e.body,
-            Some((3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".to_owned()))
+            Some((
+                3,
+                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".to_owned()
+            ))
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -19,7 +19,8 @@ pub struct Proc {
 
 impl Proc {
     pub(crate) fn spawn(mut cmd: Command, name: &str, log: &Path) -> Result<Proc> {
-        let out = std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
+        let out =
+            std::fs::File::create(log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
         let child = cmd
             .stdin(Stdio::null())
@@ -27,7 +28,11 @@ impl Proc {
             .stderr(err)
             .spawn()
             .with_context(|| format!("start {name}: {cmd:?}"))?;
-        Ok(Proc { inner: Arc::new(Mutex::new(child)), name: name.to_owned(), log: log.to_owned() })
+        Ok(Proc {
+            inner: Arc::new(Mutex::new(child)),
+            name: name.to_owned(),
+            log: log.to_owned(),
+        })
     }
 
     /// The name given at start.
@@ -52,7 +57,12 @@ impl Proc {
 
     /// `Some(status)` when the process has exited.
     pub fn exited(&self) -> Option<ExitStatus> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner()).try_wait().ok().flatten()
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_wait()
+            .ok()
+            .flatten()
     }
 
     /// Sends a signal.

@@ -16,7 +16,9 @@ pub fn memory_kib(pid: u32) -> (u64, u64) {
 
 /// Open file descriptors of a process (0 when the process is gone).
 pub fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 /// Where a process's resident memory lies, from `/proc/PID/smaps`, in KiB: `(kind, Rss)` for
@@ -35,7 +37,9 @@ pub fn smaps_kib(pid: u32, largest: usize) -> Vec<(String, u64)> {
         if first.contains('-') && !first.ends_with(':') {
             // A mapping's header: range perms offset dev inode [name]
             let (a, b) = first.split_once('-').unwrap_or(("0", "0"));
-            size = (u64::from_str_radix(b, 16).unwrap_or(0) - u64::from_str_radix(a, 16).unwrap_or(0)) / 1024;
+            size = (u64::from_str_radix(b, 16).unwrap_or(0)
+                - u64::from_str_radix(a, 16).unwrap_or(0))
+                / 1024;
             name = it.nth(4).unwrap_or("").to_owned();
         } else if first == "Rss:" {
             let kib: u64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -59,6 +63,11 @@ pub fn smaps_kib(pid: u32, largest: usize) -> Vec<(String, u64)> {
         ("[stack]".to_owned(), stack),
         ("other".to_owned(), other),
     ];
-    out.extend(anons.into_iter().take(largest).map(|(kib, size)| (format!("anon mapping of {size} KiB"), kib)));
+    out.extend(
+        anons
+            .into_iter()
+            .take(largest)
+            .map(|(kib, size)| (format!("anon mapping of {size} KiB"), kib)),
+    );
     out
 }

@@ -92,7 +92,9 @@ impl Copying {
         };
         let secret = lab.dir().join("secret");
         write_secret(&secret)?;
-        let ports: Vec<u16> = std::iter::once(80).chain(opts.extra_ports.iter().copied()).collect();
+        let ports: Vec<u16> = std::iter::once(80)
+            .chain(opts.extra_ports.iter().copied())
+            .collect();
         let leaks = LeakCounter::install(lab, Host::Test, &ports)?;
         let mut c = Copying {
             leaks,
@@ -141,7 +143,8 @@ impl Copying {
         argv.extend(self.opts.copier_args.iter().cloned());
         let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
         let p = lab.spawn(Host::Online, "copier", &refs)?;
-        wait_log(&p, "connected to intercept", Duration::from_secs(10)).context("copier did not connect to the intercept")?;
+        wait_log(&p, "connected to intercept", Duration::from_secs(10))
+            .context("copier did not connect to the intercept")?;
         self.copier = Some(p);
         Ok(())
     }
@@ -155,11 +158,25 @@ impl Copying {
     }
 
     /// [`Copying::spawn_copier`] on host `h` (e.g. a mirror host, [`crate::mirror`]).
-    pub fn spawn_copier_in(&self, lab: &mut Lab, h: Host, name: &str, args: &[&str]) -> Result<Proc> {
+    pub fn spawn_copier_in(
+        &self,
+        lab: &mut Lab,
+        h: Host,
+        name: &str,
+        args: &[&str],
+    ) -> Result<Proc> {
         let bin = workspace_bin("copier")?.to_string_lossy().into_owned();
         let icpt = format!("{}:{CONTROL_PORT}", addr::TEST);
         let secret = self.secret.to_string_lossy().into_owned();
-        let mut argv: Vec<&str> = vec!["env", "RUST_LOG=info", &bin, "--intercept", &icpt, "--secret-file", &secret];
+        let mut argv: Vec<&str> = vec![
+            "env",
+            "RUST_LOG=info",
+            &bin,
+            "--intercept",
+            &icpt,
+            "--secret-file",
+            &secret,
+        ];
         argv.extend_from_slice(args);
         let p = lab.spawn(h, name, &argv)?;
         wait_log(&p, "connected to intercept", Duration::from_secs(10))
@@ -181,7 +198,12 @@ impl Copying {
     /// Stops the intercept and starts it again (for restart tests).
     pub fn restart_intercept(&mut self, lab: &mut Lab) -> Result<()> {
         self.intercept.stop();
-        self.intercept = start_intercept(lab, &self.secret, &intercept_args(&self.opts), self.intercept_runs)?;
+        self.intercept = start_intercept(
+            lab,
+            &self.secret,
+            &intercept_args(&self.opts),
+            self.intercept_runs,
+        )?;
         self.intercept_runs += 1;
         Ok(())
     }
@@ -198,7 +220,10 @@ impl Copying {
     pub fn assert_no_leak(&self, lab: &mut Lab) {
         let leaked = self.leaked(lab);
         let pcap = lab.stop_link_capture();
-        assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients (link capture: {pcap:?})");
+        assert_eq!(
+            leaked, 0,
+            "{leaked} response packets left the test host toward clients (link capture: {pcap:?})"
+        );
     }
 
     /// Waits for the test server to have as many requests as online, then for quiet (to catch
@@ -207,13 +232,18 @@ impl Copying {
     /// when its response is complete, so a 10 MB answer through NFQUEUE takes seconds: the
     /// count is waited for first. Returns the number of requests compared.
     pub fn assert_copied_exactly(&self, lab: &mut Lab) -> usize {
-        self.test().wait_requests(self.online.request_count(), Duration::from_secs(60));
+        self.test()
+            .wait_requests(self.online.request_count(), Duration::from_secs(60));
         self.settle(Duration::from_secs(1), Duration::from_secs(30));
         self.check_alive().unwrap();
         let online = self.online.requests().unwrap();
         let test = self.test().requests().unwrap();
         let diff = diff_fingerprints(&fingerprints(&online), &fingerprints(&test));
-        let log = self.copier.as_ref().map(|p| tail(&p.log(), 30)).unwrap_or_default();
+        let log = self
+            .copier
+            .as_ref()
+            .map(|p| tail(&p.log(), 30))
+            .unwrap_or_default();
         assert!(
             diff.is_empty(),
             "the test server did not receive exactly the online requests ({} online, {} test):\n{diff}\ncopier log:\n{log}",
@@ -232,12 +262,18 @@ impl Copying {
     /// Waits until the test server's request count stops growing (no new request for `quiet`),
     /// at most `timeout`.
     pub fn settle(&self, quiet: Duration, timeout: Duration) -> usize {
-        self.test.as_ref().map(|t| t.wait_settled(quiet, timeout)).unwrap_or(0)
+        self.test
+            .as_ref()
+            .map(|t| t.wait_settled(quiet, timeout))
+            .unwrap_or(0)
     }
 
     /// Checks that the process is still running; fails with its log otherwise.
     pub fn check_alive(&self) -> Result<()> {
-        for p in [Some(&self.intercept), self.copier.as_ref()].into_iter().flatten() {
+        for p in [Some(&self.intercept), self.copier.as_ref()]
+            .into_iter()
+            .flatten()
+        {
             if let Some(st) = p.exited() {
                 bail!("{} exited ({st}):\n{}", p.name(), tail(&p.log(), 40));
             }
@@ -248,12 +284,23 @@ impl Copying {
 
 /// The intercept's extra arguments: a `--port` per extra port, then `intercept_args`.
 fn intercept_args(opts: &CopyOptions) -> Vec<String> {
-    let ports = opts.extra_ports.iter().flat_map(|p| ["--port".to_owned(), p.to_string()]);
+    let ports = opts
+        .extra_ports
+        .iter()
+        .flat_map(|p| ["--port".to_owned(), p.to_string()]);
     let install = opts.install_rules.then(|| "--install-rules".to_owned());
-    ports.chain(install).chain(opts.intercept_args.iter().cloned()).collect()
+    ports
+        .chain(install)
+        .chain(opts.intercept_args.iter().cloned())
+        .collect()
 }
 
-fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], run: u32) -> Result<Proc> {
+fn start_intercept(
+    lab: &mut Lab,
+    secret: &std::path::Path,
+    extra: &[String],
+    run: u32,
+) -> Result<Proc> {
     let bin = workspace_bin("intercept")?;
     let listen = format!("{}:{CONTROL_PORT}", addr::TEST);
     let mut argv: Vec<String> = vec![
@@ -271,7 +318,11 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
     ];
     argv.extend(extra.iter().cloned());
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let name = if run == 0 { "intercept".to_owned() } else { format!("intercept-{run}") };
+    let name = if run == 0 {
+        "intercept".to_owned()
+    } else {
+        format!("intercept-{run}")
+    };
     let p = lab.spawn(Host::Test, &name, &refs)?;
     // ready when it listens on the control port
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -280,12 +331,17 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
         if let Some(st) = p.exited() {
             bail!("intercept exited ({st}):\n{}", tail(&p.log(), 40));
         }
-        let ss = lab.exec_ok(Host::Test, &["ss", "-Hltn"]).unwrap_or_default();
+        let ss = lab
+            .exec_ok(Host::Test, &["ss", "-Hltn"])
+            .unwrap_or_default();
         if ss.lines().any(|l| l.contains(&want)) {
             return Ok(p);
         }
         if Instant::now() > deadline {
-            bail!("intercept did not listen within 10 s:\n{}", tail(&p.log(), 40));
+            bail!(
+                "intercept did not listen within 10 s:\n{}",
+                tail(&p.log(), 40)
+            );
         }
         std::thread::sleep(Duration::from_millis(30));
     }
@@ -294,7 +350,13 @@ fn start_intercept(lab: &mut Lab, secret: &std::path::Path, extra: &[String], ru
 /// Starts tcpdump on an interface of a host keeping whole packets (`-s 0`; [`Lab::capture`]
 /// keeps only headers), writing `<dir>/<name>.pcap`, and waits until it listens. Stop it with
 /// [`Capture::stop`] to get a complete file.
-pub fn capture_whole_packets(lab: &mut Lab, h: Host, iface: &str, filter: &str, name: &str) -> Result<Capture> {
+pub fn capture_whole_packets(
+    lab: &mut Lab,
+    h: Host,
+    iface: &str,
+    filter: &str,
+    name: &str,
+) -> Result<Capture> {
     lab.capture_snap(h, iface, filter, name, 0)
 }
 
@@ -310,7 +372,11 @@ pub fn wait_log_count(p: &Proc, needle: &str, n: usize, timeout: Duration) -> Re
             bail!("{} exited ({st}):\n{}", p.name(), tail(&log, 40));
         }
         if Instant::now() > deadline {
-            bail!("{needle:?} not {n} times in the log of {} within {timeout:?}:\n{}", p.name(), tail(&log, 40));
+            bail!(
+                "{needle:?} not {n} times in the log of {} within {timeout:?}:\n{}",
+                p.name(),
+                tail(&log, 40)
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -328,7 +394,12 @@ pub fn wait_log(p: &Proc, needle: &str, timeout: Duration) -> Result<()> {
             bail!("{} exited ({st}):\n{}", p.name(), tail(&log, 40));
         }
         if Instant::now() > deadline {
-            bail!("{:?} not in the log of {} within {timeout:?}:\n{}", needle, p.name(), tail(&log, 40));
+            bail!(
+                "{:?} not in the log of {} within {timeout:?}:\n{}",
+                needle,
+                p.name(),
+                tail(&log, 40)
+            );
         }
         std::thread::sleep(Duration::from_millis(30));
     }
@@ -350,7 +421,10 @@ pub fn fingerprints(entries: &[LogEntry]) -> BTreeMap<String, usize> {
 }
 
 /// Describes how two request multisets differ (empty when equal).
-pub fn diff_fingerprints(online: &BTreeMap<String, usize>, test: &BTreeMap<String, usize>) -> String {
+pub fn diff_fingerprints(
+    online: &BTreeMap<String, usize>,
+    test: &BTreeMap<String, usize>,
+) -> String {
     let mut out = String::new();
     for (k, &n) in online {
         let t = test.get(k).copied().unwrap_or(0);
@@ -369,10 +443,14 @@ pub fn diff_fingerprints(online: &BTreeMap<String, usize>, test: &BTreeMap<Strin
 /// Writes the lab's shared secret to `path`, readable by its owner only (the daemons refuse a
 /// secret file that others can read).
 pub fn write_secret(path: &std::path::Path) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     f.write_all(crate::fake::SECRET)?;
     f.write_all(b"\n")?;
     Ok(())
@@ -382,16 +460,45 @@ pub fn write_secret(path: &std::path::Path) -> Result<()> {
 /// 1.5 s: the daemons publish their counters about once a second. Empty when unreachable.
 pub fn scrape_metrics(lab: &Lab, h: Host, addr: &str) -> String {
     std::thread::sleep(Duration::from_millis(1500));
-    lab.exec_ok(h, &["curl", "-sS", "--max-time", "3", &format!("http://{addr}/metrics")]).unwrap_or_default()
+    lab.exec_ok(
+        h,
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            &format!("http://{addr}/metrics"),
+        ],
+    )
+    .unwrap_or_default()
 }
 
 /// Scrapes `addr` in host `h` until the sum of metric `name` over the lines containing all of
 /// `needles` reaches `min` (a condition, not a fixed wait); returns the last scrape. Fails with
 /// the last scrape after `timeout`.
-pub fn wait_metric(lab: &Lab, h: Host, addr: &str, name: &str, needles: &[&str], min: f64, timeout: Duration) -> Result<String> {
+pub fn wait_metric(
+    lab: &Lab,
+    h: Host,
+    addr: &str,
+    name: &str,
+    needles: &[&str],
+    min: f64,
+    timeout: Duration,
+) -> Result<String> {
     let deadline = Instant::now() + timeout;
     loop {
-        let text = lab.exec_ok(h, &["curl", "-sS", "--max-time", "3", &format!("http://{addr}/metrics")]).unwrap_or_default();
+        let text = lab
+            .exec_ok(
+                h,
+                &[
+                    "curl",
+                    "-sS",
+                    "--max-time",
+                    "3",
+                    &format!("http://{addr}/metrics"),
+                ],
+            )
+            .unwrap_or_default();
         if metric_sum(&text, name, needles) >= min {
             return Ok(text);
         }
@@ -407,7 +514,10 @@ pub fn wait_metric(lab: &Lab, h: Host, addr: &str, name: &str, needles: &[&str],
 pub fn metric_sum(text: &str, name: &str, needles: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{')))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
         .filter(|l| needles.iter().all(|n| l.contains(n)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -417,7 +527,13 @@ pub fn metric_sum(text: &str, name: &str, needles: &[&str]) -> f64 {
 /// `copier_sessions_started_total{worker="1"}`); 0 when absent.
 pub fn metric_sample(text: &str, series: &str) -> f64 {
     text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
         .unwrap_or(0.0)
 }
 
@@ -431,7 +547,9 @@ pub fn paced_sessions(lab: &Lab, rate: impl Fn(f64) -> f64 + Send, secs: f64) {
         let mut i = 0u64;
         let mut due = 0.0;
         while due < secs {
-            if let Some(wait) = (start + Duration::from_secs_f64(due)).checked_duration_since(Instant::now()) {
+            if let Some(wait) =
+                (start + Duration::from_secs_f64(due)).checked_duration_since(Instant::now())
+            {
                 std::thread::sleep(wait);
             }
             let mut s = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
@@ -449,7 +567,15 @@ pub fn paced_sessions(lab: &Lab, rate: impl Fn(f64) -> f64 + Send, secs: f64) {
 /// `test` (`ss`'s `bytes_received` of those sockets): records, answer payload and verdicts.
 pub fn control_bytes_received(lab: &Lab) -> u64 {
     let out = lab
-        .exec_ok(Host::Online, &["ss", "-Htin", "dst", &format!("{}:{CONTROL_PORT}", addr::TEST)])
+        .exec_ok(
+            Host::Online,
+            &[
+                "ss",
+                "-Htin",
+                "dst",
+                &format!("{}:{CONTROL_PORT}", addr::TEST),
+            ],
+        )
         .unwrap_or_default();
     out.split_whitespace()
         .filter_map(|w| w.strip_prefix("bytes_received:"))
@@ -485,7 +611,21 @@ pub fn start_redis(lab: &mut Lab, h: Host) {
     let dir = lab.dir().join(format!("redis-{}", h.name()));
     std::fs::create_dir_all(&dir).unwrap();
     let d = dir.display().to_string();
-    let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
+    let argv = [
+        "redis-server",
+        "--port",
+        "6379",
+        "--bind",
+        "0.0.0.0",
+        "--protected-mode",
+        "no",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        &d,
+    ];
     lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
     let ping = ["redis-cli", "-h", "127.0.0.1", "PING"];
     let up = (0..100).any(|_| {

@@ -42,9 +42,13 @@ fn service(version: u8, noisy: bool, slow: bool) -> String {
     }
     if slow {
         // answered by a small server that waits 1.5 s: seconds after the online answer
-        s.push_str(&format!("location = /slow {{ proxy_pass http://127.0.0.1:{SLOW_PORT}; }}\n"));
+        s.push_str(&format!(
+            "location = /slow {{ proxy_pass http://127.0.0.1:{SLOW_PORT}; }}\n"
+        ));
     } else {
-        s.push_str("location = /slow { default_type application/json; return 200 '{\"slow\":true}'; }\n");
+        s.push_str(
+            "location = /slow { default_type application/json; return 200 '{\"slow\":true}'; }\n",
+        );
     }
     s
 }
@@ -106,8 +110,13 @@ fn read_file(path: &Path) -> (BTreeMap<String, BTreeSet<String>>, BTreeSet<Strin
     let mut ticks = 0;
     for l in rb.lines {
         match l {
-            Line::Diff { endpoint, diffs: d, .. } => {
-                diffs.entry(endpoint).or_default().extend(d.into_iter().map(|f| compare::fields::generalize(&f.field)));
+            Line::Diff {
+                endpoint, diffs: d, ..
+            } => {
+                diffs
+                    .entry(endpoint)
+                    .or_default()
+                    .extend(d.into_iter().map(|f| compare::fields::generalize(&f.field)));
             }
             Line::Noise { field, .. } => {
                 noise.insert(field);
@@ -122,31 +131,72 @@ fn expected() -> BTreeMap<String, BTreeSet<String>> {
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     BTreeMap::from([
         (ITEMS.to_string(), set(&["$.price"])),
-        (ORDERS.to_string(), set(&["$.error", "$.order", "$.state", "status"])),
+        (
+            ORDERS.to_string(),
+            set(&["$.error", "$.order", "$.state", "status"]),
+        ),
     ])
 }
 
 /// Waits until `n` exchanges were compared; asserts the metrics name exactly the two endpoints.
 fn check_metrics(lab: &Lab, metrics: &str, n: usize, log: &str) {
-    let m = wait_metric(lab, Host::Online, metrics, "copier_compare_exchanges_total", &[], n as f64, Duration::from_secs(90))
-        .unwrap_or_else(|e| panic!("{e}\ncopier log:\n{log}"));
+    let m = wait_metric(
+        lab,
+        Host::Online,
+        metrics,
+        "copier_compare_exchanges_total",
+        &[],
+        n as f64,
+        Duration::from_secs(90),
+    )
+    .unwrap_or_else(|e| panic!("{e}\ncopier log:\n{log}"));
     let total = metric_sum(&m, "copier_compare_exchanges_total", &[]);
     assert_eq!(total, n as f64, "every request compared once:\n{m}");
     let differ = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\""]);
-    let items = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\"", "endpoint=\"GET /items/{n}\""]);
-    let orders = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\"", "endpoint=\"GET /orders/{n}\""]);
+    let items = metric_sum(
+        &m,
+        "copier_compare_exchanges_total",
+        &["result=\"differ\"", "endpoint=\"GET /items/{n}\""],
+    );
+    let orders = metric_sum(
+        &m,
+        "copier_compare_exchanges_total",
+        &["result=\"differ\"", "endpoint=\"GET /orders/{n}\""],
+    );
     assert_eq!((items, orders), (100.0, 100.0), "{m}");
-    assert_eq!(differ, items + orders, "only those two endpoints differ:\n{m}");
-    assert_eq!(metric_sum(&m, "copier_compare_differences_total", &["kind=\"header\""]), 0.0, "no header difference (noise):\n{m}");
-    assert_eq!(metric_sum(&m, "copier_compare_differences_total", &["kind=\"status\""]), 100.0, "{m}");
-    assert_eq!(metric_sum(&m, "copier_compare_malformed_total", &[]), 0.0, "{m}");
+    assert_eq!(
+        differ,
+        items + orders,
+        "only those two endpoints differ:\n{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_compare_differences_total", &["kind=\"header\""]),
+        0.0,
+        "no header difference (noise):\n{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_compare_differences_total", &["kind=\"status\""]),
+        100.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_compare_malformed_total", &[]),
+        0.0,
+        "{m}"
+    );
     let equal = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"equal\""]);
-    assert_eq!(equal, (n - 200) as f64, "health, the slow answers and the 1 MB file are equal:\n{m}");
+    assert_eq!(
+        equal,
+        (n - 200) as f64,
+        "health, the slow answers and the 1 MB file are equal:\n{m}"
+    );
 }
 
 #[test]
 fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
-    let Some(mut lab) = lab_or_skip("compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline") else {
+    let Some(mut lab) =
+        lab_or_skip("compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline")
+    else {
         return;
     };
     let log1 = lab.dir().join("compare-baseline.jsonl");
@@ -171,12 +221,19 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
         ..CopyOptions::default()
     };
     let base = lab.nginx(Host::Test, nginx(1, true, false, 8080)).unwrap();
-    let _slow = lab.spawn(Host::Test, "slow-upstream", &["python3", "-c", SLOW_SERVER]).unwrap();
+    let _slow = lab
+        .spawn(Host::Test, "slow-upstream", &["python3", "-c", SLOW_SERVER])
+        .unwrap();
     let mut c = Copying::start(&mut lab, opts).unwrap();
     // the same file on every server: the same mtime, so the same ETag and Last-Modified
     for root in [c.online.docroot(), c.test().docroot(), base.docroot()] {
         let f = root.join("big.bin");
-        std::process::Command::new("touch").arg("-d").arg("@1700000000").arg(&f).status().unwrap();
+        std::process::Command::new("touch")
+            .arg("-d")
+            .arg("@1700000000")
+            .arg(&f)
+            .status()
+            .unwrap();
     }
 
     // 1. three-way: online, candidate, baseline
@@ -185,9 +242,17 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
     check_metrics(&lab, METRICS_1, n, &tail(&copier.log(), 40));
     copier.stop();
     let out = copier.log();
-    assert!(out.contains(&format!("compare: {n} exchanges compared")), "{}", tail(&out, 30));
+    assert!(
+        out.contains(&format!("compare: {n} exchanges compared")),
+        "{}",
+        tail(&out, 30)
+    );
     let (diffs, noise, ticks) = read_file(&log1);
-    assert_eq!(diffs, expected(), "the file names exactly the changed endpoints and fields");
+    assert_eq!(
+        diffs,
+        expected(),
+        "the file names exactly the changed endpoints and fields"
+    );
     assert!(ticks >= 1);
     for f in ["header:x-request-id", "$.ts"] {
         assert!(noise.contains(f), "{f} learned as noise: {noise:?}");
@@ -204,19 +269,38 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
         .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let html = std::fs::read_to_string(&page).unwrap();
-    let row = |i: usize| html.split(&format!("<tr id=\"ep-{i}\"")).nth(1).map(|r| r.split("</tr>").next().unwrap_or("").to_string());
+    let row = |i: usize| {
+        html.split(&format!("<tr id=\"ep-{i}\""))
+            .nth(1)
+            .map(|r| r.split("</tr>").next().unwrap_or("").to_string())
+    };
     let (r0, r1, r2) = (row(0).unwrap(), row(1).unwrap(), row(2).unwrap_or_default());
     let top = format!("{r0}{r1}");
-    assert!(top.contains("GET /orders/{n}") && top.contains("GET /items/{n}"), "{r0}\n{r1}");
-    assert!(r2.contains("0.00%"), "the third endpoint does not differ: {r2}");
+    assert!(
+        top.contains("GET /orders/{n}") && top.contains("GET /items/{n}"),
+        "{r0}\n{r1}"
+    );
+    assert!(
+        r2.contains("0.00%"),
+        "the third endpoint does not differ: {r2}"
+    );
 
     // 2. two-way with the ignore list: the same answer
     let ignore = "header:x-request-id,$.ts,header:etag,header:last-modified";
     let map = format!("80={}:80", addr::TEST);
     let log2s = log2.to_string_lossy().into_owned();
     let args = [
-        "--map", &map, "--interface", ifname::ONLINE_TO_CLIENT, "--compare", "--compare-ignore", ignore,
-        "--compare-log", &log2s, "--metrics", METRICS_2,
+        "--map",
+        &map,
+        "--interface",
+        ifname::ONLINE_TO_CLIENT,
+        "--compare",
+        "--compare-ignore",
+        ignore,
+        "--compare-log",
+        &log2s,
+        "--metrics",
+        METRICS_2,
     ];
     let copier2 = c.spawn_copier(&mut lab, "copier-ignore", &args).unwrap();
     let n = clients(&lab);
@@ -224,7 +308,11 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
     copier2.stop();
     wait_log(&copier2, "exchanges compared", Duration::from_secs(5)).unwrap();
     let (diffs2, _, _) = read_file(&log2);
-    assert_eq!(diffs2, expected(), "without a baseline, given the ignore list");
+    assert_eq!(
+        diffs2,
+        expected(),
+        "without a baseline, given the ignore list"
+    );
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }
@@ -233,27 +321,52 @@ fn compare_names_exactly_the_changed_endpoints_with_and_without_a_baseline() {
 /// as not compared; what the comparison holds returns to nothing, and the copier lives on.
 #[test]
 fn unanswered_requests_expire_and_are_counted() {
-    let Some(mut lab) = lab_or_skip("unanswered_requests_expire_and_are_counted") else { return };
+    let Some(mut lab) = lab_or_skip("unanswered_requests_expire_and_are_counted") else {
+        return;
+    };
     const METRICS: &str = "127.0.0.1:9473";
     let opts = CopyOptions {
         online: nginx(1, false, false, 80),
         test: None,
         ipv6: false,
         intercept_args: vec!["--payload-bytes".into(), "65495".into()],
-        copier_args: vec!["--compare".into(), "--compare-timeout".into(), "2s".into(), "--metrics".into(), METRICS.into()],
+        copier_args: vec![
+            "--compare".into(),
+            "--compare-timeout".into(),
+            "2s".into(),
+            "--metrics".into(),
+            METRICS.into(),
+        ],
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
     let u = format!("http://{}", addr::ONLINE);
-    let script = format!("for i in $(seq 1 30); do curl -sS {u}/items/$i {u}/big.bin >/dev/null || exit 1; done");
+    let script = format!(
+        "for i in $(seq 1 30); do curl -sS {u}/items/$i {u}/big.bin >/dev/null || exit 1; done"
+    );
     lab.sh(Host::Client, &script).unwrap();
-    let m = wait_metric(&lab, Host::Online, METRICS, "copier_compare_not_compared_total", &["reason=\"expired\""], 60.0, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
-    assert_eq!(metric_sum(&m, "copier_compare_exchanges_total", &[]), 0.0, "nothing to compare:\n{m}");
+    let m = wait_metric(
+        &lab,
+        Host::Online,
+        METRICS,
+        "copier_compare_not_compared_total",
+        &["reason=\"expired\""],
+        60.0,
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
+    assert_eq!(
+        metric_sum(&m, "copier_compare_exchanges_total", &[]),
+        0.0,
+        "nothing to compare:\n{m}"
+    );
     // the 30 MB of online answers waited, bounded, and are gone (the gauges are exported with
     // the counters, in the same pass)
     assert_eq!(metric_sum(&m, "copier_compare_pending", &[]), 0.0, "{m}");
-    assert!(metric_sum(&m, "copier_compare_bytes", &[]) < 1_000_000.0, "{m}");
+    assert!(
+        metric_sum(&m, "copier_compare_bytes", &[]) < 1_000_000.0,
+        "{m}"
+    );
     c.check_alive().unwrap();
 }
 
@@ -262,13 +375,29 @@ fn unanswered_requests_expire_and_are_counted() {
 /// are equal.
 #[test]
 fn redis_connections_are_compared_as_bytes() {
-    let Some(mut lab) = lab_or_skip("redis_connections_are_compared_as_bytes") else { return };
+    let Some(mut lab) = lab_or_skip("redis_connections_are_compared_as_bytes") else {
+        return;
+    };
     const METRICS: &str = "127.0.0.1:9474";
     for (h, value) in [(Host::Online, "one"), (Host::Test, "two")] {
         let dir = lab.dir().join(format!("redis-{}", h.name()));
         std::fs::create_dir_all(&dir).unwrap();
         let d = dir.to_string_lossy().into_owned();
-        let argv = ["redis-server", "--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no", "--dir", &d];
+        let argv = [
+            "redis-server",
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &d,
+        ];
         lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
         let set = format!("for i in $(seq 1 50); do redis-cli -p 6379 SET same same >/dev/null && redis-cli -p 6379 SET k {value} >/dev/null && exit 0; sleep 0.1; done; exit 1");
         lab.sh(h, &set).unwrap();
@@ -280,7 +409,13 @@ fn redis_connections_are_compared_as_bytes() {
         ipv6: false,
         extra_ports: vec![6379],
         intercept_args: vec!["--payload-bytes".into(), "65495".into()],
-        copier_args: vec!["--map".into(), map, "--compare".into(), "--metrics".into(), METRICS.into()],
+        copier_args: vec![
+            "--map".into(),
+            map,
+            "--compare".into(),
+            "--metrics".into(),
+            METRICS.into(),
+        ],
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
@@ -289,10 +424,28 @@ fn redis_connections_are_compared_as_bytes() {
         o = addr::ONLINE
     );
     lab.sh(Host::Client, &script).unwrap();
-    let m = wait_metric(&lab, Host::Online, METRICS, "copier_compare_exchanges_total", &["endpoint=\"tcp/6379\""], 20.0, Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
-    let r = |result: &str| metric_sum(&m, "copier_compare_exchanges_total", &["endpoint=\"tcp/6379\"", &format!("result=\"{result}\"")]);
+    let m = wait_metric(
+        &lab,
+        Host::Online,
+        METRICS,
+        "copier_compare_exchanges_total",
+        &["endpoint=\"tcp/6379\""],
+        20.0,
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&c.copier.as_ref().unwrap().log(), 30)));
+    let r = |result: &str| {
+        metric_sum(
+            &m,
+            "copier_compare_exchanges_total",
+            &["endpoint=\"tcp/6379\"", &format!("result=\"{result}\"")],
+        )
+    };
     assert_eq!((r("differ"), r("equal")), (10.0, 10.0), "{m}");
-    assert_eq!(metric_sum(&m, "copier_compare_differences_total", &["kind=\"body\""]), 10.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_compare_differences_total", &["kind=\"body\""]),
+        10.0,
+        "{m}"
+    );
     c.check_alive().unwrap();
 }

@@ -45,9 +45,16 @@ fn read_file(path: &Path) -> (BTreeMap<String, BTreeSet<String>>, BTreeMap<Strin
     let mut fields: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut lines: BTreeMap<String, usize> = BTreeMap::new();
     for l in rb.lines {
-        if let Line::Diff { endpoint, diffs, .. } = l {
+        if let Line::Diff {
+            endpoint, diffs, ..
+        } = l
+        {
             *lines.entry(endpoint.clone()).or_default() += 1;
-            fields.entry(endpoint).or_default().extend(diffs.into_iter().map(|f| compare::fields::generalize(&f.field)));
+            fields.entry(endpoint).or_default().extend(
+                diffs
+                    .into_iter()
+                    .map(|f| compare::fields::generalize(&f.field)),
+            );
         }
     }
     (fields, lines)
@@ -81,47 +88,131 @@ fn offline_compare_names_exactly_the_changed_endpoints() {
     let c = Copying::start(&mut lab, opts).unwrap();
 
     // Both directions, and the client's packets alone (tcpdump's direction filter).
-    let both = capture_whole_packets(&mut lab, Host::Online, ifname::ONLINE_TO_CLIENT, "tcp port 80", "both").unwrap();
-    let one = capture_whole_packets(&mut lab, Host::Online, ifname::ONLINE_TO_CLIENT, "tcp dst port 80", "requests").unwrap();
+    let both = capture_whole_packets(
+        &mut lab,
+        Host::Online,
+        ifname::ONLINE_TO_CLIENT,
+        "tcp port 80",
+        "both",
+    )
+    .unwrap();
+    let one = capture_whole_packets(
+        &mut lab,
+        Host::Online,
+        ifname::ONLINE_TO_CLIENT,
+        "tcp dst port 80",
+        "requests",
+    )
+    .unwrap();
     let (n, items, orders) = clients(&lab);
     assert_eq!(c.online.request_count(), n);
     let (both, one) = (both.stop(), one.stop());
 
     let map = format!("80={}:80", addr::TEST);
     let jsonl = lab.dir().join("offline-compare.jsonl");
-    let (pcap_s, jsonl_s) = (both.to_string_lossy().into_owned(), jsonl.to_string_lossy().into_owned());
+    let (pcap_s, jsonl_s) = (
+        both.to_string_lossy().into_owned(),
+        jsonl.to_string_lossy().into_owned(),
+    );
     let args = [
-        "--offline", &pcap_s, "--map", &map, "--speed", "5", "--loop", "2", "--session-timeout", "20s",
-        "--compare", "--compare-log", &jsonl_s,
+        "--offline",
+        &pcap_s,
+        "--map",
+        &map,
+        "--speed",
+        "5",
+        "--loop",
+        "2",
+        "--session-timeout",
+        "20s",
+        "--compare",
+        "--compare-log",
+        &jsonl_s,
     ];
     let log = replay(&c, &mut lab, "copier-offline-compare", &args);
-    assert_eq!(c.test().wait_requests(2 * n, Duration::from_secs(10)), 2 * n, "both passes copied");
+    assert_eq!(
+        c.test().wait_requests(2 * n, Duration::from_secs(10)),
+        2 * n,
+        "both passes copied"
+    );
 
     // Every request of both passes compared once; exactly /items and /orders differ, on every
     // request, and nothing else (no header, no noise).
-    let line = log.lines().find(|l| l.contains("exchanges compared")).unwrap_or_else(|| panic!("no summary:\n{}", tail(&log, 30)));
-    let want = format!("compare: {} exchanges compared, {} equal, {} differing, 0 malformed", 2 * n, 2 * (n - items - orders), 2 * (items + orders));
-    assert!(line.ends_with(&want), "{line}\nwanted {want}\n{}", tail(&log, 30));
-    assert!(log.contains(" 0 unanswered (expired), 0 shed, 0 records dropped"), "{}", tail(&log, 30));
+    let line = log
+        .lines()
+        .find(|l| l.contains("exchanges compared"))
+        .unwrap_or_else(|| panic!("no summary:\n{}", tail(&log, 30)));
+    let want = format!(
+        "compare: {} exchanges compared, {} equal, {} differing, 0 malformed",
+        2 * n,
+        2 * (n - items - orders),
+        2 * (items + orders)
+    );
+    assert!(
+        line.ends_with(&want),
+        "{line}\nwanted {want}\n{}",
+        tail(&log, 30)
+    );
+    assert!(
+        log.contains(" 0 unanswered (expired), 0 shed, 0 records dropped"),
+        "{}",
+        tail(&log, 30)
+    );
     let (fields, lines) = read_file(&jsonl);
     // production answers: owner-only, whatever the umask
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&jsonl).unwrap().permissions()) & 0o777;
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&jsonl).unwrap().permissions())
+            & 0o777;
     assert_eq!(mode, 0o600, "{} holds production answers", jsonl.display());
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
     let want_fields = BTreeMap::from([
         (ITEMS.to_string(), set(&["$.price"])),
-        (ORDERS.to_string(), set(&["$.error", "$.order", "$.state", "status"])),
+        (
+            ORDERS.to_string(),
+            set(&["$.error", "$.order", "$.state", "status"]),
+        ),
     ]);
-    assert_eq!(fields, want_fields, "the file names exactly the changed endpoints and fields");
-    assert_eq!(lines, BTreeMap::from([(ITEMS.to_string(), 2 * items), (ORDERS.to_string(), 2 * orders)]));
-    assert!(log.contains("online answer packets read for the comparison"), "{}", tail(&log, 10));
+    assert_eq!(
+        fields, want_fields,
+        "the file names exactly the changed endpoints and fields"
+    );
+    assert_eq!(
+        lines,
+        BTreeMap::from([
+            (ITEMS.to_string(), 2 * items),
+            (ORDERS.to_string(), 2 * orders)
+        ])
+    );
+    assert!(
+        log.contains("online answer packets read for the comparison"),
+        "{}",
+        tail(&log, 10)
+    );
 
     // One direction only: copied as before, nothing to compare with, and it says why.
     let one_s = one.to_string_lossy().into_owned();
-    let args = ["--offline", &one_s, "--map", &map, "--speed", "max", "--compare", "--compare-timeout", "2s"];
+    let args = [
+        "--offline",
+        &one_s,
+        "--map",
+        &map,
+        "--speed",
+        "max",
+        "--compare",
+        "--compare-timeout",
+        "2s",
+    ];
     let log = replay(&c, &mut lab, "copier-offline-one-way", &args);
-    assert!(log.contains("holds no answer of the mapped services"), "{}", tail(&log, 20));
-    assert!(log.contains("compare: 0 exchanges compared"), "{}", tail(&log, 20));
+    assert!(
+        log.contains("holds no answer of the mapped services"),
+        "{}",
+        tail(&log, 20)
+    );
+    assert!(
+        log.contains("compare: 0 exchanges compared"),
+        "{}",
+        tail(&log, 20)
+    );
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }

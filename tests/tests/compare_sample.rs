@@ -26,19 +26,33 @@ fn nginx(version: u8) -> NginxOptions {
 
 #[test]
 fn a_ten_percent_sample_asks_payload_only_for_its_sessions() {
-    let Some(mut lab) = lab_or_skip("a_ten_percent_sample_asks_payload_only_for_its_sessions") else { return };
+    let Some(mut lab) = lab_or_skip("a_ten_percent_sample_asks_payload_only_for_its_sessions")
+    else {
+        return;
+    };
     let opts = CopyOptions {
         online: nginx(1),
         test: Some(nginx(2)),
         ipv6: false,
         intercept_args: vec!["--payload-bytes".into(), "65495".into()],
-        copier_args: vec!["--compare".into(), "--compare-sample".into(), "10".into(), "--metrics".into(), METRICS.into()],
+        copier_args: vec![
+            "--compare".into(),
+            "--compare-sample".into(),
+            "10".into(),
+            "--metrics".into(),
+            METRICS.into(),
+        ],
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
     for root in [c.online.docroot(), c.test().docroot()] {
         let f = root.join("f.bin");
-        std::process::Command::new("touch").arg("-d").arg("@1700000000").arg(&f).status().unwrap();
+        std::process::Command::new("touch")
+            .arg("-d")
+            .arg("@1700000000")
+            .arg(&f)
+            .status()
+            .unwrap();
     }
     let before = control_bytes_received(&lab);
     // One session per curl: two requests on it, the JSON item and the 16 KB file.
@@ -68,13 +82,24 @@ fn a_ten_percent_sample_asks_payload_only_for_its_sessions() {
     // Comparisons still work on the sampled sessions: each compares its two exchanges, and
     // names the changed field of /items.
     let sessions = compared / 2.0;
-    assert!((4.0..=60.0).contains(&sessions), "about 10% of {SESSIONS} sessions compared, got {compared} exchanges:\n{m}\n{log}");
+    assert!(
+        (4.0..=60.0).contains(&sessions),
+        "about 10% of {SESSIONS} sessions compared, got {compared} exchanges:\n{m}\n{log}"
+    );
     assert_eq!(compared.fract(), 0.0);
-    let items = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\"", "endpoint=\"GET /items/{n}\""]);
+    let items = metric_sum(
+        &m,
+        "copier_compare_exchanges_total",
+        &["result=\"differ\"", "endpoint=\"GET /items/{n}\""],
+    );
     assert_eq!(items, sessions, "the sampled /items answers differ:\n{m}");
     let equal = metric_sum(&m, "copier_compare_exchanges_total", &["result=\"equal\""]);
     assert_eq!(equal, sessions, "the file is the same:\n{m}");
-    assert_eq!(metric_sum(&m, "copier_compare_not_compared_total", &[]), 0.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_compare_not_compared_total", &[]),
+        0.0,
+        "{m}"
+    );
 
     // The control bytes: the sampled sessions' answers (payload) plus headers-only records of
     // every session. Were payload sent on every session, it would be 200 x 16 KB and more.
@@ -86,12 +111,18 @@ fn a_ten_percent_sample_asks_payload_only_for_its_sessions() {
          {per_unsampled:.0} B per session besides the sampled answers",
         bytes / online_n as f64
     );
-    assert!(bytes > payload_of_sampled * 0.9, "the sampled answers came with their payload: {bytes} B");
+    assert!(
+        bytes > payload_of_sampled * 0.9,
+        "the sampled answers came with their payload: {bytes} B"
+    );
     assert!(
         per_unsampled < 2000.0,
         "a session not compared costs headers-only records (about 16 of about 70 B), not its answers: \
          {per_unsampled:.0} B per session"
     );
-    assert!(bytes < 0.4 * SESSIONS as f64 * FILE as f64, "far below payload on every session: {bytes} B");
+    assert!(
+        bytes < 0.4 * SESSIONS as f64 * FILE as f64,
+        "far below payload on every session: {bytes} B"
+    );
     c.check_alive().unwrap();
 }

@@ -62,7 +62,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[test]
 fn compare_sees_a_test_server_20ms_slower_on_one_endpoint() {
-    let Some(mut lab) = lab_or_skip("compare_sees_a_test_server_20ms_slower_on_one_endpoint") else { return };
+    let Some(mut lab) = lab_or_skip("compare_sees_a_test_server_20ms_slower_on_one_endpoint")
+    else {
+        return;
+    };
     let jsonl = lab.dir().join("compare-times.jsonl");
     let opts = CopyOptions {
         online: nginx(1),
@@ -79,8 +82,20 @@ fn compare_sees_a_test_server_20ms_slower_on_one_endpoint() {
         ],
         ..CopyOptions::default()
     };
-    let _on = lab.spawn(Host::Online, "upstream-online", &["python3", "-c", &upstream(1, 0.0)]).unwrap();
-    let _test = lab.spawn(Host::Test, "upstream-test", &["python3", "-c", &upstream(2, 0.020)]).unwrap();
+    let _on = lab
+        .spawn(
+            Host::Online,
+            "upstream-online",
+            &["python3", "-c", &upstream(1, 0.0)],
+        )
+        .unwrap();
+    let _test = lab
+        .spawn(
+            Host::Test,
+            "upstream-test",
+            &["python3", "-c", &upstream(2, 0.020)],
+        )
+        .unwrap();
     let mut c = Copying::start(&mut lab, opts).unwrap();
     let u = format!("http://{}", addr::ONLINE);
     // both upstreams up (python starts in a few hundred ms), asked on their own hosts
@@ -104,9 +119,21 @@ done
     let per = 6 * 4 + 12;
     let n = 3 * per;
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
-    let m = wait_metric(&lab, Host::Online, METRICS, "copier_compare_exchanges_total", &[], n as f64, Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
-    assert_eq!(metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\""]), n as f64, "every answer differs:\n{m}");
+    let m = wait_metric(
+        &lab,
+        Host::Online,
+        METRICS,
+        "copier_compare_exchanges_total",
+        &[],
+        n as f64,
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    assert_eq!(
+        metric_sum(&m, "copier_compare_exchanges_total", &["result=\"differ\""]),
+        n as f64,
+        "every answer differs:\n{m}"
+    );
     c.copier.take().unwrap().stop();
     let rb = read_lines(&jsonl).unwrap();
     assert_eq!(rb.bad, 0, "{:?}", rb.first_bad);
@@ -115,7 +142,12 @@ done
     let mut untimed: BTreeMap<String, usize> = BTreeMap::new();
     for l in rb.lines {
         match l {
-            Line::Diff { endpoint, online_ms, test_ms, .. } => match (online_ms, test_ms) {
+            Line::Diff {
+                endpoint,
+                online_ms,
+                test_ms,
+                ..
+            } => match (online_ms, test_ms) {
                 (Some(on), Some(t)) => times.entry(endpoint).or_default().push((on, t)),
                 // a test answer cut before the capture showed its request whole has no time
                 // (the records came faster than the comparison's ring): rare, counted below
@@ -144,19 +176,42 @@ done
     if let Some(v) = times.get(SLOW) {
         println!("{SLOW} (online, test) ms: {v:.2?}");
     }
-    assert_eq!(times.keys().collect::<Vec<_>>(), ["GET /items/{n}", "GET /orders/{n}", SLOW], "{report}");
-    assert!(untimed.values().all(|&n| n <= 3), "answers without a time: {untimed:?}\n{report}");
+    assert_eq!(
+        times.keys().collect::<Vec<_>>(),
+        ["GET /items/{n}", "GET /orders/{n}", SLOW],
+        "{report}"
+    );
+    assert!(
+        untimed.values().all(|&n| n <= 3),
+        "answers without a time: {untimed:?}\n{report}"
+    );
     for (ep, v) in &times {
         let zero = v.iter().filter(|x| x.0 == 0.0).count();
-        assert_eq!(zero, 0, "{ep}: online answer times of exactly 0.0 ms (batch stamps?)\n{report}");
+        assert_eq!(
+            zero, 0,
+            "{ep}: online answer times of exactly 0.0 ms (batch stamps?)\n{report}"
+        );
         let d = median(v.iter().map(|x| x.1 - x.0).collect());
-        let ratio = ratios.get(ep).copied().flatten().unwrap_or_else(|| panic!("{ep}: no ratio\n{report}"));
+        let ratio = ratios
+            .get(ep)
+            .copied()
+            .flatten()
+            .unwrap_or_else(|| panic!("{ep}: no ratio\n{report}"));
         if ep == SLOW {
-            assert!((15.0..=40.0).contains(&d), "{ep}: test - online p50 {d:.2} ms, not ~20 ms\n{report}");
+            assert!(
+                (15.0..=40.0).contains(&d),
+                "{ep}: test - online p50 {d:.2} ms, not ~20 ms\n{report}"
+            );
             assert!(ratio >= 3.0, "{ep}: ratio p50 {ratio}\n{report}");
         } else {
-            assert!(d.abs() < 5.0, "{ep}: test - online p50 {d:.2} ms, not ~0\n{report}");
-            assert!((0.5..=2.0).contains(&ratio), "{ep}: ratio p50 {ratio}\n{report}");
+            assert!(
+                d.abs() < 5.0,
+                "{ep}: test - online p50 {d:.2} ms, not ~0\n{report}"
+            );
+            assert!(
+                (0.5..=2.0).contains(&ratio),
+                "{ep}: ratio p50 {ratio}\n{report}"
+            );
         }
     }
 }

@@ -37,7 +37,10 @@ async fn time_to_close(s: &mut TcpStream, within: Duration) -> Option<Duration> 
 
 #[test]
 fn a_flood_of_silent_connections_does_not_keep_a_copier_out() {
-    let Some(mut lab) = lab_or_skip("a_flood_of_silent_connections_does_not_keep_a_copier_out") else { return };
+    let Some(mut lab) = lab_or_skip("a_flood_of_silent_connections_does_not_keep_a_copier_out")
+    else {
+        return;
+    };
     let c = start(&mut lab);
     let t = spoofed(31, 43001, 80);
     let intercept_log = || c.intercept.log();
@@ -59,8 +62,10 @@ fn a_flood_of_silent_connections_does_not_keep_a_copier_out() {
                 assert!(verdicts.iter().all(|(_, v)| v.accepted()), "{verdicts:?}");
                 let mut raw = RawSender::new()?;
                 raw.send(t, 7000, 0, TcpFlags::SYN, b"")?;
-                cp.wait_for(Duration::from_secs(3), |r| record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK))
-                    .await?;
+                cp.wait_for(Duration::from_secs(3), |r| {
+                    record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK)
+                })
+                .await?;
                 raw.send(t, 7001, 0, TcpFlags::RST, b"")?;
                 // Those over the per-address cap were closed at once; the 8 admitted ones are
                 // still waiting in their handshake (they go after the 5 s handshake timeout).
@@ -76,7 +81,11 @@ fn a_flood_of_silent_connections_does_not_keep_a_copier_out() {
                 // window says how many were held back (keep the 8 pending ones open meanwhile).
                 let deadline = Instant::now() + Duration::from_secs(4);
                 while !intercept_log().contains("not logged") {
-                    assert!(Instant::now() < deadline, "no line counts the refusals held back:\n{}", intercept_log());
+                    assert!(
+                        Instant::now() < deadline,
+                        "no line counts the refusals held back:\n{}",
+                        intercept_log()
+                    );
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     let s = tokio::net::TcpSocket::new_v4()?;
                     s.bind(SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 0)))?;
@@ -93,28 +102,51 @@ fn a_flood_of_silent_connections_does_not_keep_a_copier_out() {
         "expected 8 silent connections admitted to the handshake and 192 closed at once"
     );
     let m = scrape_metrics(&lab, Host::Test, METRICS);
-    let refused = metric_sum(&m, "intercept_control_refused_total", &["reason=\"pending_limit_addr\""]);
+    let refused = metric_sum(
+        &m,
+        "intercept_control_refused_total",
+        &["reason=\"pending_limit_addr\""],
+    );
     assert!(refused >= 192.0, "{refused} refusals counted:\n{m}");
     c.check_alive().unwrap();
     // 192 refusals within a second, but only a few log lines, and one says how many it held
     // back.
     let log = c.intercept.log();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("too many unauthenticated connections")).collect();
-    assert!((2..=5).contains(&lines.len()), "{} refusal lines:\n{log}", lines.len());
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("too many unauthenticated connections"))
+        .collect();
+    assert!(
+        (2..=5).contains(&lines.len()),
+        "{} refusal lines:\n{log}",
+        lines.len()
+    );
     // "...; N more refusal(s) for pending_limit_addr since the last such line not logged"
     let held: u64 = lines
         .iter()
-        .filter_map(|l| l.split_once(" more refusal(s) for pending_limit_addr")?.0.rsplit(' ').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split_once(" more refusal(s) for pending_limit_addr")?
+                .0
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum();
     // How many are held back by the line that reports them depends on how the burst fell
     // across the one-second windows on a loaded machine: every refusal is either on a line or
     // counted by a later one, but the last window's count waits for a later refusal.
-    assert!(held >= 1 && held + lines.len() as u64 <= refused as u64, "the log counts {held} held-back refusals:\n{log}");
+    assert!(
+        held >= 1 && held + lines.len() as u64 <= refused as u64,
+        "the log counts {held} held-back refusals:\n{log}"
+    );
 }
 
 #[test]
 fn a_huge_frame_before_authentication_is_cut_off_at_once() {
-    let Some(mut lab) = lab_or_skip("a_huge_frame_before_authentication_is_cut_off_at_once") else { return };
+    let Some(mut lab) = lab_or_skip("a_huge_frame_before_authentication_is_cut_off_at_once") else {
+        return;
+    };
     let c = start(&mut lab);
     let took = lab
         .in_ns(Host::Online, || {
@@ -136,7 +168,15 @@ fn a_huge_frame_before_authentication_is_cut_off_at_once() {
     let took = took.expect("the intercept did not close the connection within 10 s");
     assert!(took < Duration::from_secs(2), "closed only after {took:?}");
     let m = scrape_metrics(&lab, Host::Test, METRICS);
-    assert_eq!(metric_sum(&m, "intercept_control_refused_total", &["reason=\"frame_too_large\""]), 1.0, "{m}");
+    assert_eq!(
+        metric_sum(
+            &m,
+            "intercept_control_refused_total",
+            &["reason=\"frame_too_large\""]
+        ),
+        1.0,
+        "{m}"
+    );
     c.check_alive().unwrap();
     let log = c.intercept.log();
     assert!(log.contains("exceeds the maximum of 4096"), "{log}");
@@ -161,18 +201,37 @@ fn must_refuse(lab: &mut Lab, h: Host, name: &str, argv: &[&str]) -> String {
 
 #[test]
 fn daemons_refuse_a_secret_file_others_can_read_or_a_short_secret() {
-    let Some(mut lab) = lab_or_skip("daemons_refuse_a_secret_file_others_can_read_or_a_short_secret") else { return };
-    let intercept = workspace_bin("intercept").unwrap().to_string_lossy().into_owned();
-    let copier = workspace_bin("copier").unwrap().to_string_lossy().into_owned();
+    let Some(mut lab) =
+        lab_or_skip("daemons_refuse_a_secret_file_others_can_read_or_a_short_secret")
+    else {
+        return;
+    };
+    let intercept = workspace_bin("intercept")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let copier = workspace_bin("copier")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let open = lab.dir().join("open-secret");
     write_mode(&open, b"a-secret-long-enough-but-readable\n", 0o644);
     let open_s = open.to_string_lossy().into_owned();
     let listen = format!("{}:{CONTROL_PORT}", addr::TEST);
     let icpt_argv = |secret: &str| -> Vec<String> {
-        [&intercept, "--port", "80", "--listen", &listen, "--secret-file", secret, "--no-rule-check"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+        [
+            &intercept,
+            "--port",
+            "80",
+            "--listen",
+            &listen,
+            "--secret-file",
+            secret,
+            "--no-rule-check",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
     };
     let argv = icpt_argv(&open_s);
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -190,7 +249,15 @@ fn daemons_refuse_a_secret_file_others_can_read_or_a_short_secret() {
         &mut lab,
         Host::Online,
         "copier-open-secret",
-        &[&copier, "--map", &map, "--intercept", &icpt, "--secret-file", &open_s],
+        &[
+            &copier,
+            "--map",
+            &map,
+            "--intercept",
+            &icpt,
+            "--secret-file",
+            &open_s,
+        ],
     );
     assert!(log.contains(&format!("chmod 600 {open_s}")), "{log}");
 
@@ -201,5 +268,8 @@ fn daemons_refuse_a_secret_file_others_can_read_or_a_short_secret() {
     let argv = icpt_argv(&short_s);
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
     let log = must_refuse(&mut lab, Host::Test, "intercept-short-secret", &refs);
-    assert!(log.contains(&short_s) && log.contains("15 bytes") && log.contains("at least 16"), "{log}");
+    assert!(
+        log.contains(&short_s) && log.contains("15 bytes") && log.contains("at least 16"),
+        "{log}"
+    );
 }

@@ -24,7 +24,12 @@ const MAX_SESSIONS: usize = 8;
 /// A connection from the client to the online nginx.
 fn connect(lab: &Lab) -> TcpStream {
     let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
-    let s = lab.in_ns(Host::Client, || TcpStream::connect_timeout(&to, Duration::from_secs(5))).unwrap().unwrap();
+    let s = lab
+        .in_ns(Host::Client, || {
+            TcpStream::connect_timeout(&to, Duration::from_secs(5))
+        })
+        .unwrap()
+        .unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s
 }
@@ -42,10 +47,20 @@ fn flood(mut raw: RawSender, rate: u64, stop: Arc<AtomicBool>, sent: Arc<AtomicU
             std::thread::sleep(wait);
         }
         let port = 1024 + (n.wrapping_mul(7919) % 30_000) as u16;
-        let t = FourTuple::new(SocketAddr::V4(SocketAddrV4::new(addr::CLIENT, port)), server);
-        let (seq, ack) = ((n as u32).wrapping_mul(2_654_435_761), (n as u32).wrapping_mul(40_503) ^ 0x5a5a_0000);
+        let t = FourTuple::new(
+            SocketAddr::V4(SocketAddrV4::new(addr::CLIENT, port)),
+            server,
+        );
+        let (seq, ack) = (
+            (n as u32).wrapping_mul(2_654_435_761),
+            (n as u32).wrapping_mul(40_503) ^ 0x5a5a_0000,
+        );
         let flags = TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0);
-        let payload: &[u8] = if n & 1 == 0 { b"GET /spoofed HTTP" } else { b"" };
+        let payload: &[u8] = if n & 1 == 0 {
+            b"GET /spoofed HTTP"
+        } else {
+            b""
+        };
         raw.send(t, seq, ack, flags, payload).unwrap();
         n += 1;
         sent.store(n, Ordering::Relaxed);
@@ -54,7 +69,11 @@ fn flood(mut raw: RawSender, rate: u64, stop: Arc<AtomicBool>, sent: Arc<AtomicU
 
 #[test]
 fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
-    let Some(mut lab) = lab_or_skip("a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied") else { return };
+    let Some(mut lab) =
+        lab_or_skip("a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied")
+    else {
+        return;
+    };
     let opts = CopyOptions {
         copier_args: vec![
             "--metrics".into(),
@@ -70,7 +89,10 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
     };
     let c = Copying::start(&mut lab, opts).unwrap();
     let raw = lab.in_ns(Host::Client, RawSender::new).unwrap().unwrap();
-    let (stop, sent) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let (stop, sent) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let flooder = {
         let (stop, sent) = (stop.clone(), sent.clone());
         std::thread::spawn(move || flood(raw, 2_000, stop, sent))
@@ -95,15 +117,29 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
     stop.store(true, Ordering::Relaxed);
     flooder.join().unwrap();
     let flooded = sent.load(Ordering::Relaxed);
-    let online = c.online.wait_requests(KEEP * ROUNDS + SHORT, Duration::from_secs(5));
+    let online = c
+        .online
+        .wait_requests(KEEP * ROUNDS + SHORT, Duration::from_secs(5));
     assert_eq!(online, KEEP * ROUNDS + SHORT);
     // Every real request once at the test server, none of the flood's, nothing leaked.
     let n = c.assert_copied_exactly(&mut lab);
     assert_eq!(n, online);
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     let log = tail(&c.copier.as_ref().unwrap().log(), 20);
-    let ended = |r: &str| metric_sum(&m, "copier_unproven_ended_total", &[&format!("reason=\"{r}\"")]);
-    let failed = |r: &str| metric_sum(&m, "copier_sessions_failed_total", &[&format!("reason=\"{r}\"")]);
+    let ended = |r: &str| {
+        metric_sum(
+            &m,
+            "copier_unproven_ended_total",
+            &[&format!("reason=\"{r}\"")],
+        )
+    };
+    let failed = |r: &str| {
+        metric_sum(
+            &m,
+            "copier_sessions_failed_total",
+            &[&format!("reason=\"{r}\"")],
+        )
+    };
     let shed = ended("unproven_shed");
     println!(
         "{flooded} spoofed segments, {online} real requests copied; unproven_shed {shed}, unproven_timeout {}, table_full {}",
@@ -112,14 +148,36 @@ fn a_spoofed_segment_flood_does_not_keep_real_sessions_from_being_copied() {
     );
     assert!(flooded >= 2_000, "the flood ran: {flooded}");
     // Nearly every spoofed segment made a candidate that a later one (or a real session) shed.
-    assert!(shed >= (flooded / 2) as f64, "{flooded} sent, {shed} shed\n{m}");
-    assert!(metric_sum(&m, "copier_unproven_proven_total", &[]) >= (KEEP + SHORT) as f64, "{m}");
-    assert_eq!(metric_sum(&m, "copier_sessions_started_total", &[]), (KEEP + SHORT) as f64, "no candidate started\n{m}\n{log}");
-    assert_eq!(failed("unproven_shed"), 0.0, "no real session was shed\n{m}");
+    assert!(
+        shed >= (flooded / 2) as f64,
+        "{flooded} sent, {shed} shed\n{m}"
+    );
+    assert!(
+        metric_sum(&m, "copier_unproven_proven_total", &[]) >= (KEEP + SHORT) as f64,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_sessions_started_total", &[]),
+        (KEEP + SHORT) as f64,
+        "no candidate started\n{m}\n{log}"
+    );
+    assert_eq!(
+        failed("unproven_shed"),
+        0.0,
+        "no real session was shed\n{m}"
+    );
     // The candidates left when the flood stopped end by --unproven-timeout; the table holds
     // no unproven session afterwards.
-    wait_metric(&lab, Host::Online, COPIER_METRICS, "copier_unproven_ended_total", &["reason=\"unproven_timeout\""], 1.0, Duration::from_secs(15))
-        .unwrap();
+    wait_metric(
+        &lab,
+        Host::Online,
+        COPIER_METRICS,
+        "copier_unproven_ended_total",
+        &["reason=\"unproven_timeout\""],
+        1.0,
+        Duration::from_secs(15),
+    )
+    .unwrap();
     // They were all made within the flood's last milliseconds.
     std::thread::sleep(Duration::from_secs(1));
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);

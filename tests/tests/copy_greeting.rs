@@ -47,7 +47,11 @@ fn sessions(log: &Path) -> BTreeMap<String, Vec<String>> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let mut by_conn: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in text.lines() {
-        let conn = line.split_whitespace().find(|w| w.starts_with('c')).unwrap_or("-").to_string();
+        let conn = line
+            .split_whitespace()
+            .find(|w| w.starts_with('c'))
+            .unwrap_or("-")
+            .to_string();
         by_conn.entry(conn).or_default().push(line.to_string());
     }
     by_conn
@@ -57,7 +61,12 @@ fn sessions(log: &Path) -> BTreeMap<String, Vec<String>> {
 /// then QUIT (the server answers and closes).
 fn session(lab: &Lab, k: usize) {
     let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, PORT));
-    let s = lab.in_ns(Host::Client, || TcpStream::connect_timeout(&to, Duration::from_secs(5))).unwrap().unwrap();
+    let s = lab
+        .in_ns(Host::Client, || {
+            TcpStream::connect_timeout(&to, Duration::from_secs(5))
+        })
+        .unwrap()
+        .unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s);
@@ -79,7 +88,11 @@ fn session(lab: &Lab, k: usize) {
 
 #[test]
 fn a_server_speaks_first_protocol_is_copied_one_command_at_a_time() {
-    let Some(mut lab) = lab_or_skip("a_server_speaks_first_protocol_is_copied_one_command_at_a_time") else { return };
+    let Some(mut lab) =
+        lab_or_skip("a_server_speaks_first_protocol_is_copied_one_command_at_a_time")
+    else {
+        return;
+    };
     let online_log = lab.dir().join("lines-online.txt");
     let test_log = lab.dir().join("lines-test.txt");
     let port = PORT.to_string();
@@ -97,8 +110,20 @@ fn a_server_speaks_first_protocol_is_copied_one_command_at_a_time() {
     let c = Copying::start(&mut lab, opts).unwrap();
     let online_log_s = online_log.display().to_string();
     let test_log_s = test_log.display().to_string();
-    let _online = lab.spawn(Host::Online, "greet-online", &["python3", "-c", SERVER, &online_log_s, &port]).unwrap();
-    let _test = lab.spawn(Host::Test, "greet-test", &["python3", "-c", SERVER, &test_log_s, &port]).unwrap();
+    let _online = lab
+        .spawn(
+            Host::Online,
+            "greet-online",
+            &["python3", "-c", SERVER, &online_log_s, &port],
+        )
+        .unwrap();
+    let _test = lab
+        .spawn(
+            Host::Test,
+            "greet-test",
+            &["python3", "-c", SERVER, &test_log_s, &port],
+        )
+        .unwrap();
     // Both servers listen before the first client connects (a copy that meets a closed port
     // would be refused: another test's matter).
     for h in [Host::Online, Host::Test] {
@@ -113,7 +138,11 @@ fn a_server_speaks_first_protocol_is_copied_one_command_at_a_time() {
     let online_took = started.elapsed();
     let want = CONNS * (COMMANDS + 1);
     let online = sessions(&online_log);
-    assert_eq!(online.values().map(Vec::len).sum::<usize>(), want, "the online server's log");
+    assert_eq!(
+        online.values().map(Vec::len).sum::<usize>(),
+        want,
+        "the online server's log"
+    );
 
     // Every line at the test server, whole and in order (each session on its own connection).
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -123,7 +152,10 @@ fn a_server_speaks_first_protocol_is_copied_one_command_at_a_time() {
         test = sessions(&test_log);
     }
     let copier_log = tail(&c.copier.as_ref().unwrap().log(), 30);
-    assert_eq!(test, online, "the test server got other lines than online\ncopier log:\n{copier_log}");
+    assert_eq!(
+        test, online,
+        "the test server got other lines than online\ncopier log:\n{copier_log}"
+    );
     println!(
         "{want} lines online in {:.2} s; all at the test server {:.2} s after the client's last",
         online_took.as_secs_f64(),
@@ -135,7 +167,14 @@ fn a_server_speaks_first_protocol_is_copied_one_command_at_a_time() {
     // command was captured: no command waited for the answer timeout.
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     assert_eq!(metric_sum(&m, "copier_units_ahead_total", &[]), 0.0, "{m}");
-    assert_eq!(metric_sum(&m, "copier_answer_timeouts_total", &[]), 0.0, "{m}");
-    assert!(metric_sum(&m, "copier_units_sent_total", &[]) >= want as f64, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_answer_timeouts_total", &[]),
+        0.0,
+        "{m}"
+    );
+    assert!(
+        metric_sum(&m, "copier_units_sent_total", &[]) >= want as f64,
+        "{m}"
+    );
     c.assert_no_leak(&mut lab);
 }

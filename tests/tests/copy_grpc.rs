@@ -42,7 +42,9 @@ fn total(m: &BTreeMap<String, usize>) -> usize {
 }
 
 fn grpc_calls_reach_the_test_server_once_per_copy(name: &str, copies: usize) {
-    let Some(mut lab) = lab_or_skip(name) else { return };
+    let Some(mut lab) = lab_or_skip(name) else {
+        return;
+    };
     let online_log = lab.dir().join("grpc-online.txt");
     let test_log = lab.dir().join("grpc-test.txt");
     let opts = CopyOptions {
@@ -60,24 +62,54 @@ fn grpc_calls_reach_the_test_server_once_per_copy(name: &str, copies: usize) {
     };
     let c = Copying::start(&mut lab, opts).unwrap();
     let (script, port) = (asset(), PORT.to_string());
-    let (ol, tl) = (online_log.display().to_string(), test_log.display().to_string());
-    let _online = lab.spawn(Host::Online, "grpc-online", &[PYTHON, &script, "server", &ol, &port]).unwrap();
-    let _test = lab.spawn(Host::Test, "grpc-test", &[PYTHON, &script, "server", &tl, &port]).unwrap();
+    let (ol, tl) = (
+        online_log.display().to_string(),
+        test_log.display().to_string(),
+    );
+    let _online = lab
+        .spawn(
+            Host::Online,
+            "grpc-online",
+            &[PYTHON, &script, "server", &ol, &port],
+        )
+        .unwrap();
+    let _test = lab
+        .spawn(
+            Host::Test,
+            "grpc-test",
+            &[PYTHON, &script, "server", &tl, &port],
+        )
+        .unwrap();
     for h in [Host::Online, Host::Test] {
         let wait = format!("for i in $(seq 100); do ss -ltn | grep -q ':{PORT} ' && exit 0; sleep 0.1; done; exit 1");
         lab.sh(h, &wait).unwrap();
     }
 
     let target = format!("{}:{PORT}", addr::ONLINE);
-    let out = lab.exec_ok(Host::Client, &[PYTHON, &script, "client", &target, &CALLS.to_string()]).unwrap();
+    let out = lab
+        .exec_ok(
+            Host::Client,
+            &[PYTHON, &script, "client", &target, &CALLS.to_string()],
+        )
+        .unwrap();
     assert_eq!(out.trim(), format!("ok {}", 4 * CALLS), "the client");
     let online = calls(&online_log);
-    assert_eq!(total(&online), 4 * CALLS, "the online server's log: {online:?}");
-    assert!(online.values().all(|&n| n == 1), "a call twice online: {online:?}");
+    assert_eq!(
+        total(&online),
+        4 * CALLS,
+        "the online server's log: {online:?}"
+    );
+    assert!(
+        online.values().all(|&n| n == 1),
+        "a call twice online: {online:?}"
+    );
 
     // Every call at the test server `copies` times, then quiet for a second (an extra copy
     // would show), at most 30 s.
-    let want: BTreeMap<String, usize> = online.iter().map(|(k, &n)| (k.clone(), n * copies)).collect();
+    let want: BTreeMap<String, usize> = online
+        .iter()
+        .map(|(k, &n)| (k.clone(), n * copies))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut test = calls(&test_log);
     let mut quiet_since = Instant::now();
@@ -93,27 +125,54 @@ fn grpc_calls_reach_the_test_server_once_per_copy(name: &str, copies: usize) {
     }
     c.check_alive().unwrap();
     let copier_log = tail(&c.copier.as_ref().unwrap().log(), 30);
-    assert_eq!(test, want, "the test server's calls differ from online x {copies}\ncopier log:\n{copier_log}");
+    assert_eq!(
+        test, want,
+        "the test server's calls differ from online x {copies}\ncopier log:\n{copier_log}"
+    );
 
     // grpc-status of the test answers (from the test server's log): ids ending in 7 fail.
-    let failing = test.iter().filter(|(k, _)| k.ends_with(" NOT_FOUND")).map(|(_, n)| n).sum::<usize>();
-    let ok = test.iter().filter(|(k, _)| k.ends_with(" OK")).map(|(_, n)| n).sum::<usize>();
+    let failing = test
+        .iter()
+        .filter(|(k, _)| k.ends_with(" NOT_FOUND"))
+        .map(|(_, n)| n)
+        .sum::<usize>();
+    let ok = test
+        .iter()
+        .filter(|(k, _)| k.ends_with(" OK"))
+        .map(|(_, n)| n)
+        .sum::<usize>();
     let failing_ids = (0..CALLS).filter(|i| i % 10 == 7).count();
-    assert_eq!((ok, failing), ((4 * CALLS - 4 * failing_ids) * copies, 4 * failing_ids * copies));
+    assert_eq!(
+        (ok, failing),
+        (
+            (4 * CALLS - 4 * failing_ids) * copies,
+            4 * failing_ids * copies
+        )
+    );
     println!("grpc-status of the test answers: OK {ok}, NOT_FOUND {failing}");
 
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     assert_eq!(metric_sum(&m, "copier_h2_sessions_total", &[]), 1.0, "{m}");
-    assert_eq!(metric_sum(&m, "copier_sessions_failed_total", &[]), 0.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_sessions_failed_total", &[]),
+        0.0,
+        "{m}"
+    );
     c.assert_no_leak(&mut lab);
 }
 
 #[test]
 fn grpc_calls_of_every_kind_are_copied_exactly_once() {
-    grpc_calls_reach_the_test_server_once_per_copy("grpc_calls_of_every_kind_are_copied_exactly_once", 1);
+    grpc_calls_reach_the_test_server_once_per_copy(
+        "grpc_calls_of_every_kind_are_copied_exactly_once",
+        1,
+    );
 }
 
 #[test]
 fn grpc_calls_of_every_kind_are_copied_twice_with_copies_2() {
-    grpc_calls_reach_the_test_server_once_per_copy("grpc_calls_of_every_kind_are_copied_twice_with_copies_2", 2);
+    grpc_calls_reach_the_test_server_once_per_copy(
+        "grpc_calls_of_every_kind_are_copied_twice_with_copies_2",
+        2,
+    );
 }

@@ -5,12 +5,12 @@
 //! test server received exactly the online requests (per family, from the same client address)
 //! and that no response left the test host toward a client.
 
-use lab::http::{get_request, HttpReader};
-use lab::setup::{metric_sum, scrape_metrics};
 use common::flow::FourTuple;
 use common::wire::TcpFlags;
 use lab::fake::{record_flags, record_info, FakeCopier, RawSender};
+use lab::http::{get_request, HttpReader};
 use lab::setup::{diff_fingerprints, fingerprints, tail, wait_log, CopyOptions, Copying};
+use lab::setup::{metric_sum, scrape_metrics};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab, LogEntry, NginxOptions};
 use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpStream};
@@ -20,7 +20,12 @@ const COPIER_METRICS: &str = "127.0.0.1:9465";
 
 fn copier_opts() -> CopyOptions {
     CopyOptions {
-        copier_args: vec!["--metrics".into(), COPIER_METRICS.into(), "--seed".into(), "7".into()],
+        copier_args: vec![
+            "--metrics".into(),
+            COPIER_METRICS.into(),
+            "--seed".into(),
+            "7".into(),
+        ],
         ..CopyOptions::default()
     }
 }
@@ -35,7 +40,11 @@ fn url4(path: &str) -> String {
 
 /// The requests of one family (by the client address nginx logged).
 fn family(entries: &[LogEntry], v6: bool) -> Vec<LogEntry> {
-    entries.iter().filter(|e| e.remote_addr.contains(':') == v6).cloned().collect()
+    entries
+        .iter()
+        .filter(|e| e.remote_addr.contains(':') == v6)
+        .cloned()
+        .collect()
 }
 
 /// Waits for the test server to go quiet, then asserts, for each family on its own, that the
@@ -51,10 +60,25 @@ fn assert_copied_exactly_but(lab: &mut Lab, c: &Copying, skip: Option<&str>) -> 
     c.settle(Duration::from_secs(2), Duration::from_secs(60));
     c.check_alive().unwrap();
     let keep = |e: &LogEntry| skip.is_none_or(|s| !e.uri.contains(s));
-    let online: Vec<LogEntry> = c.online.requests().unwrap().into_iter().filter(keep).collect();
-    let test: Vec<LogEntry> = c.test().requests().unwrap().into_iter().filter(keep).collect();
+    let online: Vec<LogEntry> = c
+        .online
+        .requests()
+        .unwrap()
+        .into_iter()
+        .filter(keep)
+        .collect();
+    let test: Vec<LogEntry> = c
+        .test()
+        .requests()
+        .unwrap()
+        .into_iter()
+        .filter(keep)
+        .collect();
     let mut counts = [0; 2];
-    for (v6, client) in [(false, IpAddr::from(addr::CLIENT)), (true, IpAddr::from(addr::CLIENT6))] {
+    for (v6, client) in [
+        (false, IpAddr::from(addr::CLIENT)),
+        (true, IpAddr::from(addr::CLIENT6)),
+    ] {
         let (o, t) = (family(&online, v6), family(&test, v6));
         let diff = diff_fingerprints(&fingerprints(&o), &fingerprints(&t));
         assert!(
@@ -66,25 +90,43 @@ fn assert_copied_exactly_but(lab: &mut Lab, c: &Copying, skip: Option<&str>) -> 
             tail(&c.copier.as_ref().unwrap().log(), 30)
         );
         let want = client.to_string();
-        assert!(o.iter().chain(&t).all(|e| e.remote_addr == want), "requests from another address than {want}");
+        assert!(
+            o.iter().chain(&t).all(|e| e.remote_addr == want),
+            "requests from another address than {want}"
+        );
         counts[usize::from(v6)] = o.len();
     }
     assert_eq!(online.len(), counts[0] + counts[1]);
     let leaked = c.leaked(lab);
     let pcap = lab.stop_link_capture().expect("link capture");
-    assert_eq!(leaked, 0, "{leaked} response packets left the test host toward clients ({})", pcap.display());
+    assert_eq!(
+        leaked,
+        0,
+        "{leaked} response packets left the test host toward clients ({})",
+        pcap.display()
+    );
     if counts[1] > 0 {
         // the copies really went over IPv6, to the test server's IPv6 address
-        let filter = format!("ip6 and tcp dst port 80 and src host {} and dst host {}", addr::CLIENT6, addr::TEST6);
+        let filter = format!(
+            "ip6 and tcp dst port 80 and src host {} and dst host {}",
+            addr::CLIENT6,
+            addr::TEST6
+        );
         let copies = Lab::count_packets(&pcap, &filter).unwrap();
-        assert!(copies > 0, "no IPv6 copy seen on the test link ({})", pcap.display());
+        assert!(
+            copies > 0,
+            "no IPv6 copy seen on the test link ({})",
+            pcap.display()
+        );
     }
     (counts[0], counts[1])
 }
 
 #[test]
 fn ipv6_short_http10_connections_and_keepalive() {
-    let Some(mut lab) = lab_or_skip("ipv6_short_http10_connections_and_keepalive") else { return };
+    let Some(mut lab) = lab_or_skip("ipv6_short_http10_connections_and_keepalive") else {
+        return;
+    };
     let c = Copying::start(&mut lab, copier_opts()).unwrap();
     // 30 short HTTP/1.0 connections, each its own session
     let script = format!(
@@ -97,19 +139,48 @@ fn ipv6_short_http10_connections_and_keepalive() {
     // keep-alive HTTP/1.1 connections driven by wrk. wrk ends its run by resetting connections
     // with answers in flight, and a client's RST ends the copied session at once, with the
     // requests that the (paced, slower) copy had not sent yet: its requests arrive in part.
-    lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &url6("/index.html?wrk")]).unwrap();
+    lab.exec_ok(
+        Host::Client,
+        &["wrk", "-t1", "-c4", "-d2s", &url6("/index.html?wrk")],
+    )
+    .unwrap();
     let (n4, n6) = assert_copied_exactly_but(&mut lab, &c, Some("wrk"));
     assert_eq!((n4, n6), (0, 230));
     let is_wrk = |e: &LogEntry| e.uri.contains("wrk") && e.remote_addr == addr::CLIENT6.to_string();
-    let online_wrk: Vec<LogEntry> = c.online.requests().unwrap().into_iter().filter(is_wrk).collect();
-    let test_wrk: Vec<LogEntry> = c.test().requests().unwrap().into_iter().filter(is_wrk).collect();
+    let online_wrk: Vec<LogEntry> = c
+        .online
+        .requests()
+        .unwrap()
+        .into_iter()
+        .filter(is_wrk)
+        .collect();
+    let test_wrk: Vec<LogEntry> = c
+        .test()
+        .requests()
+        .unwrap()
+        .into_iter()
+        .filter(is_wrk)
+        .collect();
     let (o, t) = (online_wrk.len(), test_wrk.len());
     assert!(t > 100 && t <= o, "wrk: online {o}, test {t}");
     let wrk_request = online_wrk[0].fingerprint();
-    assert!(online_wrk.iter().chain(&test_wrk).all(|e| e.fingerprint() == wrk_request), "altered wrk request");
+    assert!(
+        online_wrk
+            .iter()
+            .chain(&test_wrk)
+            .all(|e| e.fingerprint() == wrk_request),
+        "altered wrk request"
+    );
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
-    assert!(metric_sum(&m, "copier_sessions_started_total", &[]) >= 36.0, "{m}");
-    assert_eq!(metric_sum(&m, "copier_sessions_failed_total", &[]), 0.0, "{m}");
+    assert!(
+        metric_sum(&m, "copier_sessions_started_total", &[]) >= 36.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_sessions_failed_total", &[]),
+        0.0,
+        "{m}"
+    );
 }
 
 fn online6() -> SocketAddr {
@@ -143,7 +214,8 @@ fn keepalive_conns(lab: &Lab, to: &[SocketAddr], n: usize) -> usize {
                     sc.spawn(move || {
                         let mut r = HttpReader::default();
                         for i in 0..n {
-                            s.write_all(get_request(&format!("/index.html?ka={c}.{i}")).as_bytes()).unwrap();
+                            s.write_all(get_request(&format!("/index.html?ka={c}.{i}")).as_bytes())
+                                .unwrap();
                             r.read_response(&mut s);
                         }
                         n
@@ -159,7 +231,9 @@ fn keepalive_conns(lab: &Lab, to: &[SocketAddr], n: usize) -> usize {
 #[test]
 fn ipv6_upload_of_1mb_with_offloads_on() {
     // offloads are on by default: the copier sees IPv6 super-segments and must cut them
-    let Some(mut lab) = lab_or_skip("ipv6_upload_of_1mb_with_offloads_on") else { return };
+    let Some(mut lab) = lab_or_skip("ipv6_upload_of_1mb_with_offloads_on") else {
+        return;
+    };
     let c = Copying::start(&mut lab, copier_opts()).unwrap();
     let f = lab.dir().join("upload-1m.bin");
     std::fs::write(&f, lab::pattern_bytes(1 << 20)).unwrap();
@@ -167,7 +241,21 @@ fn ipv6_upload_of_1mb_with_offloads_on() {
     let code = lab
         .exec_ok(
             Host::Client,
-            &["curl", "-6", "-g", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &data, &url6("/upload/1m")],
+            &[
+                "curl",
+                "-6",
+                "-g",
+                "-sS",
+                "--max-time",
+                "30",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--data-binary",
+                &data,
+                &url6("/upload/1m"),
+            ],
         )
         .unwrap();
     assert_eq!(code.trim(), "200");
@@ -178,7 +266,9 @@ fn ipv6_upload_of_1mb_with_offloads_on() {
 
 #[test]
 fn ipv4_and_ipv6_at_once() {
-    let Some(mut lab) = lab_or_skip("ipv4_and_ipv6_at_once") else { return };
+    let Some(mut lab) = lab_or_skip("ipv4_and_ipv6_at_once") else {
+        return;
+    };
     let c = Copying::start(&mut lab, copier_opts()).unwrap();
     let f = lab.dir().join("upload.bin");
     std::fs::write(&f, lab::pattern_bytes(300_000)).unwrap();
@@ -206,7 +296,10 @@ fn ipv4_and_ipv6_at_once() {
     assert_eq!((n4, n6), (231, 231));
     let test = c.test().requests().unwrap();
     for v6 in [false, true] {
-        let uploads = family(&test, v6).iter().filter(|e| e.uri.starts_with("/upload")).count();
+        let uploads = family(&test, v6)
+            .iter()
+            .filter(|e| e.uri.starts_with("/upload"))
+            .count();
         assert_eq!(uploads, 1, "IPv{}: {test:?}", if v6 { 6 } else { 4 });
     }
 }
@@ -217,7 +310,9 @@ fn ipv4_and_ipv6_at_once() {
 /// and none may leave the test host, while an allowed IPv6 address still gets its answers.
 #[test]
 fn intercept_over_ipv6_control_and_nfqueue() {
-    let Some(mut lab) = lab_or_skip("intercept_over_ipv6_control_and_nfqueue") else { return };
+    let Some(mut lab) = lab_or_skip("intercept_over_ipv6_control_and_nfqueue") else {
+        return;
+    };
     let test = lab.nginx(Host::Test, NginxOptions::default()).unwrap();
     let secret = lab.dir().join("secret");
     lab::setup::write_secret(&secret).unwrap();
@@ -246,7 +341,10 @@ fn intercept_over_ipv6_control_and_nfqueue() {
     };
     let records = lab
         .in_ns(Host::Online, move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 let mut cp = FakeCopier::connect(control, Some(b"lab-shared-secret")).await?;
                 cp.register(&[t]).await?;
@@ -256,7 +354,9 @@ fn intercept_over_ipv6_control_and_nfqueue() {
                 let synack = loop {
                     raw.send(t, 1000, 0, TcpFlags::SYN, b"")?;
                     let got = cp
-                        .wait_for(Duration::from_millis(500), |r| record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK))
+                        .wait_for(Duration::from_millis(500), |r| {
+                            record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK)
+                        })
                         .await;
                     match got {
                         Ok(r) => break r,
@@ -268,36 +368,85 @@ fn intercept_over_ipv6_control_and_nfqueue() {
                 assert_eq!(p.tuple, t, "SYN-ACK record for the wrong tuple");
                 assert_eq!(p.ack, 1001, "SYN-ACK does not acknowledge our SYN");
                 let req = b"GET /index.html?fake6 HTTP/1.0\r\n\r\n";
-                raw.send(t, 1001, p.seq.wrapping_add(1), TcpFlags::ACK | TcpFlags::PSH, req)?;
+                raw.send(
+                    t,
+                    1001,
+                    p.seq.wrapping_add(1),
+                    TcpFlags::ACK | TcpFlags::PSH,
+                    req,
+                )?;
                 let data = cp
-                    .wait_for(Duration::from_secs(3), |r| record_info(r).is_some_and(|i| i.payload_len > 0))
+                    .wait_for(Duration::from_secs(3), |r| {
+                        record_info(r).is_some_and(|i| i.payload_len > 0)
+                    })
                     .await?;
                 assert_eq!(record_info(&data).unwrap().tuple, t);
-                let fin = cp.wait_for(Duration::from_secs(3), |r| record_flags(r).contains(TcpFlags::FIN)).await?;
+                let fin = cp
+                    .wait_for(Duration::from_secs(3), |r| {
+                        record_flags(r).contains(TcpFlags::FIN)
+                    })
+                    .await?;
                 // leave nothing half-open on the test server
                 let fin_seq = record_info(&fin).unwrap().seq;
-                raw.send(t, 1001 + req.len() as u32, fin_seq.wrapping_add(1), TcpFlags::RST, b"")?;
+                raw.send(
+                    t,
+                    1001 + req.len() as u32,
+                    fin_seq.wrapping_add(1),
+                    TcpFlags::RST,
+                    b"",
+                )?;
                 anyhow::Ok(cp.inbox.len())
             })
         })
         .unwrap()
         .unwrap();
-    assert!(records >= 3, "expected SYN-ACK, data and FIN records, got {records}");
+    assert!(
+        records >= 3,
+        "expected SYN-ACK, data and FIN records, got {records}"
+    );
 
     // an allowed IPv6 address talks to the test nginx normally
     let url = format!("http://[{}]/index.html?allowed", addr::TEST6);
-    let page = lab.exec_ok(Host::Online, &["curl", "-6", "-g", "-sS", "--max-time", "5", &url]).unwrap();
+    let page = lab
+        .exec_ok(
+            Host::Online,
+            &["curl", "-6", "-g", "-sS", "--max-time", "5", &url],
+        )
+        .unwrap();
     assert!(page.contains("lab nginx"));
 
     let reqs = test.requests().unwrap();
-    let who: Vec<(&str, &str)> = reqs.iter().map(|e| (e.remote_addr.as_str(), e.uri.as_str())).collect();
+    let who: Vec<(&str, &str)> = reqs
+        .iter()
+        .map(|e| (e.remote_addr.as_str(), e.uri.as_str()))
+        .collect();
     let allowed = addr::ONLINE_TO_TEST6.to_string();
-    assert_eq!(who, vec![("fd00:198:19::5", "/index.html?fake6"), (allowed.as_str(), "/index.html?allowed")]);
+    assert_eq!(
+        who,
+        vec![
+            ("fd00:198:19::5", "/index.html?fake6"),
+            (allowed.as_str(), "/index.html?allowed")
+        ]
+    );
 
     let leaked = leaks.count(&lab).unwrap();
     let pcap = lab.stop_link_capture().unwrap();
-    let answered = Lab::count_packets(&pcap, &format!("ip6 and tcp src port 80 and dst host {allowed}")).unwrap();
-    assert_eq!(leaked, 0, "responses of the copied IPv6 session left the test host");
-    assert!(answered > 0, "the capture saw no allowed IPv6 response: it does not work");
-    assert!(icpt.exited().is_none(), "the intercept died:\n{}", icpt.log());
+    let answered = Lab::count_packets(
+        &pcap,
+        &format!("ip6 and tcp src port 80 and dst host {allowed}"),
+    )
+    .unwrap();
+    assert_eq!(
+        leaked, 0,
+        "responses of the copied IPv6 session left the test host"
+    );
+    assert!(
+        answered > 0,
+        "the capture saw no allowed IPv6 response: it does not work"
+    );
+    assert!(
+        icpt.exited().is_none(),
+        "the intercept died:\n{}",
+        icpt.log()
+    );
 }

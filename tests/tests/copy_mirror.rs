@@ -19,7 +19,11 @@ use std::time::Duration;
 const METRICS: &str = "127.0.0.1:9467";
 
 fn options() -> CopyOptions {
-    CopyOptions { start_copier: false, ipv6: false, ..CopyOptions::default() }
+    CopyOptions {
+        start_copier: false,
+        ipv6: false,
+        ..CopyOptions::default()
+    }
 }
 
 /// The copier on `test2`, reading the mirror.
@@ -29,9 +33,19 @@ fn mirror_copier(c: &Copying, lab: &mut Lab, mirror: &str) -> Proc {
 
 fn mirror_copier_with(c: &Copying, lab: &mut Lab, mirror: &str, extra: &[&str]) -> Proc {
     let map = format!("80={}:80", addr::TEST);
-    let mut argv = vec!["--mirror", mirror, "--map", &map, "--metrics", METRICS, "--seed", "7"];
+    let mut argv = vec![
+        "--mirror",
+        mirror,
+        "--map",
+        &map,
+        "--metrics",
+        METRICS,
+        "--seed",
+        "7",
+    ];
     argv.extend_from_slice(extra);
-    c.spawn_copier_in(lab, Host::Test2, "copier", &argv).unwrap()
+    c.spawn_copier_in(lab, Host::Test2, "copier", &argv)
+        .unwrap()
 }
 
 fn online_url(path: &str) -> String {
@@ -42,7 +56,14 @@ fn online_url(path: &str) -> String {
 /// bytes; returns the number of requests.
 fn traffic(lab: &Lab, tag: &str, short: usize, upload: usize) -> usize {
     let u = |q: &str| online_url(&format!("/index.html?{tag}={q}"));
-    lab.sh(Host::Client, &format!("for i in $(seq 1 {short}); do curl -sS -o /dev/null '{}'$i || exit 1; done", u("s"))).unwrap();
+    lab.sh(
+        Host::Client,
+        &format!(
+            "for i in $(seq 1 {short}); do curl -sS -o /dev/null '{}'$i || exit 1; done",
+            u("s")
+        ),
+    )
+    .unwrap();
     let ka: Vec<String> = (1..=5).map(|i| u(&format!("k{i}"))).collect();
     let mut argv = vec!["curl", "-sS"];
     for k in &ka {
@@ -54,7 +75,19 @@ fn traffic(lab: &Lab, tag: &str, short: usize, upload: usize) -> usize {
     let code = lab
         .exec_ok(
             Host::Client,
-            &["curl", "-sS", "--max-time", "60", "-o", "/dev/null", "-w", "%{http_code}", "--data-binary", &format!("@{}", f.display()), &online_url(&format!("/upload/{tag}"))],
+            &[
+                "curl",
+                "-sS",
+                "--max-time",
+                "60",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--data-binary",
+                &format!("@{}", f.display()),
+                &online_url(&format!("/upload/{tag}")),
+            ],
         )
         .unwrap();
     assert_eq!(code.trim(), "200");
@@ -67,14 +100,27 @@ fn traffic(lab: &Lab, tag: &str, short: usize, upload: usize) -> usize {
 /// short, never a complete request with other bytes.
 fn assert_no_wrong_bytes(online: &[LogEntry], test: &[LogEntry], log: &str) -> (usize, usize) {
     let on = fingerprints(online);
-    let (done, aborted): (Vec<&LogEntry>, Vec<&LogEntry>) = test.iter().partition(|e| e.status == 200);
-    let got: BTreeMap<String, usize> = fingerprints(&done.iter().map(|e| (*e).clone()).collect::<Vec<_>>());
+    let (done, aborted): (Vec<&LogEntry>, Vec<&LogEntry>) =
+        test.iter().partition(|e| e.status == 200);
+    let got: BTreeMap<String, usize> =
+        fingerprints(&done.iter().map(|e| (*e).clone()).collect::<Vec<_>>());
     for (k, n) in &got {
-        assert!(on.get(k).is_some_and(|m| m >= n), "the test server got {n} x {k}, online {:?}\ncopier log:\n{}", on.get(k), tail(log, 30));
+        assert!(
+            on.get(k).is_some_and(|m| m >= n),
+            "the test server got {n} x {k}, online {:?}\ncopier log:\n{}",
+            on.get(k),
+            tail(log, 30)
+        );
     }
     for e in &aborted {
-        let whole = online.iter().find(|o| o.uri == e.uri).expect("an aborted copy of an online request");
-        assert!(e.request_length < whole.request_length, "aborted copy {e:?} is not shorter than {whole:?}");
+        let whole = online
+            .iter()
+            .find(|o| o.uri == e.uri)
+            .expect("an aborted copy of an online request");
+        assert!(
+            e.request_length < whole.request_length,
+            "aborted copy {e:?} is not shorter than {whole:?}"
+        );
     }
     (done.len(), aborted.len())
 }
@@ -82,7 +128,10 @@ fn assert_no_wrong_bytes(online: &[LogEntry], test: &[LogEntry], log: &str) -> (
 /// An iptables rule's packet count in host `h` (`-nvxL CHAIN`, the rule whose line holds `tag`).
 fn rule_packets(lab: &Lab, h: Host, chain: &str, tag: &str) -> u64 {
     let out = lab.exec_ok(h, &["iptables", "-w", "-nvxL", chain]).unwrap();
-    out.lines().filter(|l| l.contains(tag)).filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok()).sum()
+    out.lines()
+        .filter(|l| l.contains(tag))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn mirror_metrics(lab: &Lab) -> String {
@@ -90,7 +139,11 @@ fn mirror_metrics(lab: &Lab) -> String {
 }
 
 fn dropped(m: &str, reason: &str) -> f64 {
-    metric_sum(m, "copier_mirror_dropped_total", &[&format!("reason=\"{reason}\"")])
+    metric_sum(
+        m,
+        "copier_mirror_dropped_total",
+        &[&format!("reason=\"{reason}\"")],
+    )
 }
 
 /// The mirror's metrics once the kernel filter's count is above `min`: the copier reads the
@@ -108,7 +161,11 @@ fn metrics_once_filtered(lab: &Lab, min: f64) -> String {
 
 #[test]
 fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
-    let Some(mut lab) = lab_or_skip("vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload") else { return };
+    let Some(mut lab) =
+        lab_or_skip("vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload")
+    else {
+        return;
+    };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
     let p = mirror_copier(&c, &mut lab, "vxlan");
@@ -120,7 +177,10 @@ fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
     let server = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]);
     // The 10 MB upload alone is over 7000 client segments of at most 1448 bytes. Without
     // --compare the answers are dropped by the socket's filter in the kernel, never read.
-    assert!(client > 7000.0 && server == 0.0, "client {client}, server {server}:\n{m}");
+    assert!(
+        client > 7000.0 && server == 0.0,
+        "client {client}, server {server}:\n{m}"
+    );
     assert!(dropped(&m, "kernel_filter") > 100.0, "{m}");
     for why in ["truncated", "duplicate", "short", "bad_header"] {
         assert_eq!(dropped(&m, why), 0.0, "{why}:\n{m}");
@@ -130,7 +190,9 @@ fn vxlan_mirror_copies_keepalive_short_connections_and_a_10mb_upload() {
 
 #[test]
 fn vxlan_mirror_with_one_percent_loss() {
-    let Some(mut lab) = lab_or_skip("vxlan_mirror_with_one_percent_loss") else { return };
+    let Some(mut lab) = lab_or_skip("vxlan_mirror_with_one_percent_loss") else {
+        return;
+    };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
     // Every mirror datagram is counted as it arrives, then 1 % are dropped.
@@ -152,9 +214,14 @@ fn vxlan_mirror_with_one_percent_loss() {
     // close may arrive between the two reads), for at most 5 s.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let (m, arrived, lost, read) = loop {
-        let (arrived, lost) = (rule_packets(&lab, Host::Test2, "INPUT", "mirror-in"), rule_packets(&lab, Host::Test2, "INPUT", "mirror-loss"));
+        let (arrived, lost) = (
+            rule_packets(&lab, Host::Test2, "INPUT", "mirror-in"),
+            rule_packets(&lab, Host::Test2, "INPUT", "mirror-loss"),
+        );
         let m = mirror_metrics(&lab);
-        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[]) + dropped(&m, "socket_buffer") + dropped(&m, "kernel_filter");
+        let read = metric_sum(&m, "copier_mirror_datagrams_total", &[])
+            + dropped(&m, "socket_buffer")
+            + dropped(&m, "kernel_filter");
         if read == (arrived - lost) as f64 || std::time::Instant::now() > deadline {
             break (m, arrived, lost, read);
         }
@@ -166,14 +233,20 @@ fn vxlan_mirror_with_one_percent_loss() {
     let test = c.test().requests().unwrap();
     let (done, aborted) = assert_no_wrong_bytes(&online, &test, &p.log());
     // Most short sessions have no lost packet; each lost packet costs at most its session.
-    assert!(done as u64 + lost >= online.len() as u64 && done >= online.len() / 2, "{done} complete, {aborted} aborted of {}, {lost} lost", online.len());
+    assert!(
+        done as u64 + lost >= online.len() as u64 && done >= online.len() / 2,
+        "{done} complete, {aborted} aborted of {}, {lost} lost",
+        online.len()
+    );
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
 }
 
 #[test]
 fn vxlan_mirror_with_duplicates() {
-    let Some(mut lab) = lab_or_skip("vxlan_mirror_with_duplicates") else { return };
+    let Some(mut lab) = lab_or_skip("vxlan_mirror_with_duplicates") else {
+        return;
+    };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
     // The clients' direction mirrored twice (a second mirred action on the rule): every client
@@ -187,7 +260,10 @@ fn vxlan_mirror_with_duplicates() {
     let client = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"client\""]);
     let dup = dropped(&m, "duplicate");
     assert!(client > 700.0, "{m}");
-    assert_eq!(dup, client, "every client packet came twice, once delivered:\n{m}");
+    assert_eq!(
+        dup, client,
+        "every client packet came twice, once delivered:\n{m}"
+    );
 }
 
 /// Sends `n` VXLAN datagrams of VNI `vni` to the mirror host, each a client's SYN to the online
@@ -205,7 +281,10 @@ for _ in range(n):
 
 #[test]
 fn vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers() {
-    let Some(mut lab) = lab_or_skip("vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers") else { return };
+    let Some(mut lab) = lab_or_skip("vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers")
+    else {
+        return;
+    };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
     lab.sh(Host::Test2, &format!("iptables -w -A INPUT -i {MIRROR_IF} -p udp --dport 4789 -m comment --comment mirror-in")).unwrap();
@@ -213,9 +292,25 @@ fn vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers() {
     c.copier = Some(p);
     let script = lab.dir().join("foreign_vni.py");
     std::fs::write(&script, FOREIGN_VNI).unwrap();
-    let (s, client, online) = (script.display().to_string(), addr::CLIENT.to_string(), addr::ONLINE.to_string());
+    let (s, client, online) = (
+        script.display().to_string(),
+        addr::CLIENT.to_string(),
+        addr::ONLINE.to_string(),
+    );
     let foreign = 300u64;
-    lab.exec_ok(Host::Online, &["python3", &s, MIRROR_DST, "43", &foreign.to_string(), &client, &online]).unwrap();
+    lab.exec_ok(
+        Host::Online,
+        &[
+            "python3",
+            &s,
+            MIRROR_DST,
+            "43",
+            &foreign.to_string(),
+            &client,
+            &online,
+        ],
+    )
+    .unwrap();
     let n = traffic(&lab, "kf", 10, 1 << 20);
     assert_eq!(c.assert_copied_exactly(&mut lab), n);
     // Every datagram that arrived was either read (and then delivered: nothing of another VNI
@@ -234,13 +329,23 @@ fn vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers() {
     };
     assert_eq!(read + filtered, arrived as f64, "{arrived} arrived:\n{m}");
     let client = metric_sum(&m, "copier_mirror_packets_total", &["direction=\"client\""]);
-    assert_eq!(read, client, "every datagram read was a client packet of VNI 42:\n{m}");
+    assert_eq!(
+        read, client,
+        "every datagram read was a client packet of VNI 42:\n{m}"
+    );
     for why in ["vni", "unselected", "socket_buffer"] {
         assert_eq!(dropped(&m, why), 0.0, "{why}:\n{m}");
     }
     // The foreign session and the answers (at least one per request) went in the kernel.
-    assert!(filtered >= (foreign + n as u64) as f64, "{filtered} filtered:\n{m}");
-    assert_eq!(metric_sum(&m, "copier_mirror_vnis_seen", &[]), 1.0, "VNI 43 never read:\n{m}");
+    assert!(
+        filtered >= (foreign + n as u64) as f64,
+        "{filtered} filtered:\n{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "copier_mirror_vnis_seen", &[]),
+        1.0,
+        "VNI 43 never read:\n{m}"
+    );
 }
 
 /// A user-space GENEVE mirror on `online`: a raw socket on the client link (both directions)
@@ -280,14 +385,35 @@ while True:
 #[test]
 fn geneve_mirror_from_user_space_with_truncation() {
     // Offloads off: the user-space mirror sees MTU-sized frames, as a real mirror sends.
-    let Some(mut lab) = lab_or_skip_with("geneve_mirror_from_user_space_with_truncation", LabOptions { offloads: false, ..LabOptions::default() }) else { return };
+    let Some(mut lab) = lab_or_skip_with(
+        "geneve_mirror_from_user_space_with_truncation",
+        LabOptions {
+            offloads: false,
+            ..LabOptions::default()
+        },
+    ) else {
+        return;
+    };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, false).unwrap();
     let script = lab.dir().join("geneve_mirror.py");
     std::fs::write(&script, GENEVE_MIRROR).unwrap();
     let out = lab.dir().join("cut");
     let (s, o) = (script.display().to_string(), out.display().to_string());
-    let mirror_proc = lab.spawn(Host::Online, "geneve-mirror", &["python3", &s, lab::ifname::ONLINE_TO_CLIENT, MIRROR_DST, "50", &o]).unwrap();
+    let mirror_proc = lab
+        .spawn(
+            Host::Online,
+            "geneve-mirror",
+            &[
+                "python3",
+                &s,
+                lab::ifname::ONLINE_TO_CLIENT,
+                MIRROR_DST,
+                "50",
+                &o,
+            ],
+        )
+        .unwrap();
     for _ in 0..100 {
         if std::path::Path::new(&format!("{o}.ready")).exists() {
             break;
@@ -299,7 +425,11 @@ fn geneve_mirror_from_user_space_with_truncation() {
     traffic(&lab, "geneve", 30, 1 << 20);
     c.settle(Duration::from_secs(3), Duration::from_secs(60));
     mirror_proc.stop();
-    let cut: f64 = std::fs::read_to_string(&out).unwrap().trim().parse().unwrap();
+    let cut: f64 = std::fs::read_to_string(&out)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let m = metrics_once_filtered(&lab, 0.0);
     assert!(cut >= 10.0, "the mirror cut {cut} packets");
     assert_eq!(dropped(&m, "truncated"), cut, "{m}");
@@ -307,9 +437,18 @@ fn geneve_mirror_from_user_space_with_truncation() {
     let test = c.test().requests().unwrap();
     let (done, aborted) = assert_no_wrong_bytes(&online, &test, &p.log());
     // The short sessions (one data segment each, every 50th cut) are nearly all copied.
-    assert!(done >= online.len() / 2, "{done} complete, {aborted} aborted of {}:\n{}", online.len(), tail(&p.log(), 20));
+    assert!(
+        done >= online.len() / 2,
+        "{done} complete, {aborted} aborted of {}:\n{}",
+        online.len(),
+        tail(&p.log(), 20)
+    );
     // The answers are dropped in the kernel, its program reading past GENEVE's options.
-    assert_eq!(metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]), 0.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_mirror_packets_total", &["direction=\"server\""]),
+        0.0,
+        "{m}"
+    );
     assert!(dropped(&m, "kernel_filter") > 0.0, "{m}");
     c.check_alive().unwrap();
     c.assert_no_leak(&mut lab);
@@ -318,7 +457,9 @@ fn geneve_mirror_from_user_space_with_truncation() {
 #[test]
 fn compare_on_a_mirror_host_names_the_changed_endpoints() {
     // The online answers come from the mirror: nothing is captured on the online host.
-    let Some(mut lab) = lab_or_skip("compare_on_a_mirror_host_names_the_changed_endpoints") else { return };
+    let Some(mut lab) = lab_or_skip("compare_on_a_mirror_host_names_the_changed_endpoints") else {
+        return;
+    };
     let opts = CopyOptions {
         online: lab::setup::shop_nginx(1),
         test: Some(lab::setup::shop_nginx(2)),
@@ -331,7 +472,20 @@ fn compare_on_a_mirror_host_names_the_changed_endpoints() {
     let jsonl = lab.dir().join("mirror-compare.jsonl");
     let jsonl_s = jsonl.display().to_string();
     let p = c
-        .spawn_copier_in(&mut lab, Host::Test2, "copier", &["--mirror", "vxlan", "--map", &map, "--compare", "--compare-log", &jsonl_s])
+        .spawn_copier_in(
+            &mut lab,
+            Host::Test2,
+            "copier",
+            &[
+                "--mirror",
+                "vxlan",
+                "--map",
+                &map,
+                "--compare",
+                "--compare-log",
+                &jsonl_s,
+            ],
+        )
         .unwrap();
     let u = online_url("");
     let script = format!(
@@ -344,9 +498,16 @@ fn compare_on_a_mirror_host_names_the_changed_endpoints() {
     std::thread::sleep(Duration::from_secs(2));
     p.stop();
     let log = p.log();
-    let line = log.lines().find(|l| l.contains("exchanges compared")).unwrap_or_else(|| panic!("no summary:\n{}", tail(&log, 30)));
+    let line = log
+        .lines()
+        .find(|l| l.contains("exchanges compared"))
+        .unwrap_or_else(|| panic!("no summary:\n{}", tail(&log, 30)));
     let want = format!("compare: {n} exchanges compared, 4 equal, 14 differing, 0 malformed");
-    assert!(line.ends_with(&want), "{line}\nwanted {want}\n{}", tail(&log, 30));
+    assert!(
+        line.ends_with(&want),
+        "{line}\nwanted {want}\n{}",
+        tail(&log, 30)
+    );
     let rb = compare::jsonl::read_lines(&jsonl).unwrap();
     let mut endpoints = std::collections::BTreeSet::new();
     for l in rb.lines {
@@ -354,31 +515,55 @@ fn compare_on_a_mirror_host_names_the_changed_endpoints() {
             endpoints.insert(endpoint);
         }
     }
-    assert_eq!(endpoints.into_iter().collect::<Vec<_>>(), vec!["GET /items/{n}".to_string(), "GET /orders/{n}".to_string()]);
+    assert_eq!(
+        endpoints.into_iter().collect::<Vec<_>>(),
+        vec!["GET /items/{n}".to_string(), "GET /orders/{n}".to_string()]
+    );
     c.assert_no_leak(&mut lab);
 }
 
 #[test]
 fn doctor_checks_the_mirror_input() {
-    let Some(mut lab) = lab_or_skip("doctor_checks_the_mirror_input") else { return };
+    let Some(mut lab) = lab_or_skip("doctor_checks_the_mirror_input") else {
+        return;
+    };
     let _c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
     // The mirror link's far end at 1500: a 1500-byte inner packet plus 50 does not fit.
-    lab.sh(Host::Test2, &format!("ip link set {MIRROR_IF} mtu 1500")).unwrap();
+    lab.sh(Host::Test2, &format!("ip link set {MIRROR_IF} mtu 1500"))
+        .unwrap();
     let bin = lab::workspace_bin("copier").unwrap().display().to_string();
     let secret = lab.dir().join("secret").display().to_string();
     let map = format!("80={}:80", addr::TEST);
     let icpt = format!("{}:{}", addr::TEST, lab::setup::CONTROL_PORT);
     let doctor = |extra: &[&str]| {
-        let mut argv = vec![bin.as_str(), "doctor", "--map", &map, "--intercept", &icpt, "--secret-file", &secret];
+        let mut argv = vec![
+            bin.as_str(),
+            "doctor",
+            "--map",
+            &map,
+            "--intercept",
+            &icpt,
+            "--secret-file",
+            &secret,
+        ];
         argv.extend_from_slice(extra);
         let out = lab.exec(Host::Test2, &argv).unwrap();
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
     };
     // Traffic while the doctor listens: short connections, small packets (they fit).
     let traffic = |lab: &Lab| {
-        lab.sh(Host::Client, &format!("for i in $(seq 1 30); do curl -sS -o /dev/null {}; sleep 0.1; done", online_url("/index.html")))
-            .unwrap();
+        lab.sh(
+            Host::Client,
+            &format!(
+                "for i in $(seq 1 30); do curl -sS -o /dev/null {}; sleep 0.1; done",
+                online_url("/index.html")
+            ),
+        )
+        .unwrap();
     };
     let (code, text) = std::thread::scope(|s| {
         let t = s.spawn(|| traffic(&lab));
@@ -386,7 +571,14 @@ fn doctor_checks_the_mirror_input() {
         t.join().unwrap();
         r
     });
-    for line in ["ok    mirror port: vxlan mirror on UDP port 4789: bound", "ok    mirror packets arriving:", "ok    mirror VNIs: seen [42]", "ok    mirror directions:", "ok    mirror truncation:", "WARN  mirror path MTU from 198.18.4.1: 1500 on dev mir0"] {
+    for line in [
+        "ok    mirror port: vxlan mirror on UDP port 4789: bound",
+        "ok    mirror packets arriving:",
+        "ok    mirror VNIs: seen [42]",
+        "ok    mirror directions:",
+        "ok    mirror truncation:",
+        "WARN  mirror path MTU from 198.18.4.1: 1500 on dev mir0",
+    ] {
         assert!(text.contains(line), "no {line:?} in:\n{text}");
     }
     assert_eq!(code, 0, "{text}");
@@ -397,9 +589,15 @@ fn doctor_checks_the_mirror_input() {
         t.join().unwrap();
         r
     });
-    assert!(text.contains("FAIL  mirror VNIs: seen [42], none of --vni [7]"), "{text}");
+    assert!(
+        text.contains("FAIL  mirror VNIs: seen [42], none of --vni [7]"),
+        "{text}"
+    );
     assert_ne!(code, 0);
     let (code, text) = doctor(&["--mirror", "geneve", "--mirror-listen", "1s"]);
-    assert!(text.contains("FAIL  mirror packets arriving: none in 1s"), "{text}");
+    assert!(
+        text.contains("FAIL  mirror packets arriving: none in 1s"),
+        "{text}"
+    );
     assert_ne!(code, 0);
 }

@@ -31,41 +31,78 @@ fn messages(log: &Path) -> BTreeMap<String, Vec<(String, f64)>> {
     let mut m: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
     for line in text.lines() {
         let mut w = line.split_whitespace();
-        let (Some(t), Some(conn), Some(i)) = (w.next(), w.next(), w.next()) else { continue };
-        m.entry(conn.to_string()).or_default().push((format!("{conn} {i}"), t.parse().unwrap()));
+        let (Some(t), Some(conn), Some(i)) = (w.next(), w.next(), w.next()) else {
+            continue;
+        };
+        m.entry(conn.to_string())
+            .or_default()
+            .push((format!("{conn} {i}"), t.parse().unwrap()));
     }
     m
 }
 
 fn texts(m: &BTreeMap<String, Vec<(String, f64)>>) -> BTreeMap<String, Vec<String>> {
-    m.iter().map(|(k, v)| (k.clone(), v.iter().map(|(s, _)| s.clone()).collect())).collect()
+    m.iter()
+        .map(|(k, v)| (k.clone(), v.iter().map(|(s, _)| s.clone()).collect()))
+        .collect()
 }
 
 #[test]
 fn websocket_messages_between_server_pushes_are_copied_exactly_and_in_time() {
-    pushes_and_messages("websocket_messages_between_server_pushes_are_copied_exactly_and_in_time", "0.1", "0", "0.1", "0");
+    pushes_and_messages(
+        "websocket_messages_between_server_pushes_are_copied_exactly_and_in_time",
+        "0.1",
+        "0",
+        "0.1",
+        "0",
+    );
 }
 
 /// The test server pushes every 20 ms (never quiet for `--answer-quiet`), and shorter pushes
 /// than the online one: the size of an online answer never comes.
 #[test]
 fn websocket_messages_are_not_held_by_a_test_server_that_pushes_less_without_pause() {
-    pushes_and_messages("websocket_messages_are_not_held_by_a_test_server_that_pushes_less_without_pause", "0.02", "200", "0.02", "20");
+    pushes_and_messages(
+        "websocket_messages_are_not_held_by_a_test_server_that_pushes_less_without_pause",
+        "0.02",
+        "200",
+        "0.02",
+        "20",
+    );
 }
 
 /// The test server pushes every 500 ms where the online one pushed every 20 ms: the client's
 /// messages (one after each online push) must not wait for the test server's pushes.
 #[test]
 fn websocket_messages_do_not_wait_for_a_test_server_that_pushes_less_often() {
-    pushes_and_messages("websocket_messages_do_not_wait_for_a_test_server_that_pushes_less_often", "0.02", "0", "0.5", "0");
+    pushes_and_messages(
+        "websocket_messages_do_not_wait_for_a_test_server_that_pushes_less_often",
+        "0.02",
+        "0",
+        "0.5",
+        "0",
+    );
 }
 
-fn pushes_and_messages(name: &str, every: &str, online_pad: &str, test_every: &str, test_pad: &str) {
-    let Some(mut lab) = lab_or_skip(name) else { return };
+fn pushes_and_messages(
+    name: &str,
+    every: &str,
+    online_pad: &str,
+    test_every: &str,
+    test_pad: &str,
+) {
+    let Some(mut lab) = lab_or_skip(name) else {
+        return;
+    };
     let online_log = lab.dir().join("ws-online.txt");
     let test_log = lab.dir().join("ws-test.txt");
     let opts = CopyOptions {
-        copier_args: vec!["--metrics".into(), COPIER_METRICS.into(), "--map".into(), format!("{PORT}={}:{PORT}", addr::TEST)],
+        copier_args: vec![
+            "--metrics".into(),
+            COPIER_METRICS.into(),
+            "--map".into(),
+            format!("{PORT}={}:{PORT}", addr::TEST),
+        ],
         extra_ports: vec![PORT],
         ipv6: false,
         ..CopyOptions::default()
@@ -73,19 +110,50 @@ fn pushes_and_messages(name: &str, every: &str, online_pad: &str, test_every: &s
     let c = Copying::start(&mut lab, opts).unwrap();
     let script = format!("{}/assets/ws_lab.py", env!("CARGO_MANIFEST_DIR"));
     let port = PORT.to_string();
-    let (ol, tl) = (online_log.display().to_string(), test_log.display().to_string());
-    let _online = lab.spawn(Host::Online, "ws-online", &[PYTHON, &script, "server", &ol, &port, every, online_pad]).unwrap();
-    let _test = lab.spawn(Host::Test, "ws-test", &[PYTHON, &script, "server", &tl, &port, test_every, test_pad]).unwrap();
+    let (ol, tl) = (
+        online_log.display().to_string(),
+        test_log.display().to_string(),
+    );
+    let _online = lab
+        .spawn(
+            Host::Online,
+            "ws-online",
+            &[PYTHON, &script, "server", &ol, &port, every, online_pad],
+        )
+        .unwrap();
+    let _test = lab
+        .spawn(
+            Host::Test,
+            "ws-test",
+            &[PYTHON, &script, "server", &tl, &port, test_every, test_pad],
+        )
+        .unwrap();
     for h in [Host::Online, Host::Test] {
         let wait = format!("for i in $(seq 100); do ss -ltn | grep -q ':{PORT} ' && exit 0; sleep 0.1; done; exit 1");
         lab.sh(h, &wait).unwrap();
     }
 
     let target = format!("{}:{PORT}", addr::ONLINE);
-    let out = lab.exec_ok(Host::Client, &[PYTHON, &script, "client", &target, &CONNS.to_string(), &MESSAGES.to_string()]).unwrap();
+    let out = lab
+        .exec_ok(
+            Host::Client,
+            &[
+                PYTHON,
+                &script,
+                "client",
+                &target,
+                &CONNS.to_string(),
+                &MESSAGES.to_string(),
+            ],
+        )
+        .unwrap();
     assert_eq!(out.trim(), format!("ok {}", CONNS * MESSAGES), "the client");
     let online = messages(&online_log);
-    assert_eq!(online.values().map(Vec::len).sum::<usize>(), CONNS * MESSAGES, "the online server's log: {online:?}");
+    assert_eq!(
+        online.values().map(Vec::len).sum::<usize>(),
+        CONNS * MESSAGES,
+        "the online server's log: {online:?}"
+    );
 
     // Every message at the test server, then quiet for a second (a message copied twice would
     // show), at most 20 s.
@@ -98,13 +166,19 @@ fn pushes_and_messages(name: &str, every: &str, online_pad: &str, test_every: &s
         if texts(&now) != texts(&test) {
             test = now;
             quiet_since = Instant::now();
-        } else if test.values().map(Vec::len).sum::<usize>() >= CONNS * MESSAGES && quiet_since.elapsed() >= Duration::from_secs(1) {
+        } else if test.values().map(Vec::len).sum::<usize>() >= CONNS * MESSAGES
+            && quiet_since.elapsed() >= Duration::from_secs(1)
+        {
             break;
         }
     }
     c.check_alive().unwrap();
     let copier_log = tail(&c.copier.as_ref().unwrap().log(), 30);
-    assert_eq!(texts(&test), texts(&online), "the test server's messages differ from online\ncopier log:\n{copier_log}");
+    assert_eq!(
+        texts(&test),
+        texts(&online),
+        "the test server's messages differ from online\ncopier log:\n{copier_log}"
+    );
     // In time: each message within IN_TIME of the online one (both servers log on this
     // machine's clock).
     let mut worst = 0.0f64;
@@ -115,9 +189,16 @@ fn pushes_and_messages(name: &str, every: &str, online_pad: &str, test_every: &s
             assert!(late < IN_TIME, "{m} reached the test server {late:.3} s after the online one\ncopier log:\n{copier_log}");
         }
     }
-    println!("{} messages; the latest reached the test server {worst:.3} s after the online one", CONNS * MESSAGES);
+    println!(
+        "{} messages; the latest reached the test server {worst:.3} s after the online one",
+        CONNS * MESSAGES
+    );
 
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
-    assert_eq!(metric_sum(&m, "copier_sessions_failed_total", &[]), 0.0, "{m}");
+    assert_eq!(
+        metric_sum(&m, "copier_sessions_failed_total", &[]),
+        0.0,
+        "{m}"
+    );
     c.assert_no_leak(&mut lab);
 }

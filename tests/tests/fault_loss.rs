@@ -22,7 +22,10 @@
 //! prints the copier's retransmission counters and the kernel's.
 
 use lab::fault::{Delay, Traffic};
-use lab::setup::{diff_fingerprints, fingerprints, metric_sum, scrape_metrics, tail, CopyOptions, Copying, CONTROL_PORT};
+use lab::setup::{
+    diff_fingerprints, fingerprints, metric_sum, scrape_metrics, tail, CopyOptions, Copying,
+    CONTROL_PORT,
+};
 use lab::{addr, ifname, lab_or_skip, Host, Lab};
 use std::time::{Duration, Instant};
 
@@ -35,7 +38,11 @@ const UPLOAD: usize = 4 << 20;
 /// try more.
 fn loss() -> f64 {
     match std::env::var("FAULT_LOSS") {
-        Ok(v) => v.parse().ok().filter(|p| (0.0..1.0).contains(p)).unwrap_or_else(|| panic!("FAULT_LOSS={v:?}: want a probability below 1")),
+        Ok(v) => v
+            .parse()
+            .ok()
+            .filter(|p| (0.0..1.0).contains(p))
+            .unwrap_or_else(|| panic!("FAULT_LOSS={v:?}: want a probability below 1")),
         Err(_) => 0.01,
     }
 }
@@ -46,7 +53,15 @@ fn add_loss(lab: &Lab, probability: f64) {
     let port = CONTROL_PORT.to_string();
     let rules: [&[&str]; 2] = [
         &["INPUT", "-i", ifname::TEST_TO_ONLINE],
-        &["OUTPUT", "-o", ifname::TEST_TO_ONLINE, "-p", "tcp", "--sport", &port],
+        &[
+            "OUTPUT",
+            "-o",
+            ifname::TEST_TO_ONLINE,
+            "-p",
+            "tcp",
+            "--sport",
+            &port,
+        ],
     ];
     for r in rules {
         let mut argv = vec!["iptables", "-w", "-I", r[0], "1"];
@@ -66,12 +81,29 @@ fn add_delay_rules(lab: &Lab) {
     let q = DELAY_QUEUE.to_string();
     let rules: [&[&str]; 2] = [
         &["INPUT", "-i", ifname::TEST_TO_ONLINE],
-        &["OUTPUT", "-o", ifname::TEST_TO_ONLINE, "-p", "tcp", "--sport", &port],
+        &[
+            "OUTPUT",
+            "-o",
+            ifname::TEST_TO_ONLINE,
+            "-p",
+            "tcp",
+            "--sport",
+            &port,
+        ],
     ];
     for r in rules {
         let mut argv = vec!["iptables", "-w", "-I", r[0], "1"];
         argv.extend_from_slice(&r[1..]);
-        argv.extend_from_slice(&["-m", "comment", "--comment", "tcopy-fault-delay", "-j", "NFQUEUE", "--queue-num", &q]);
+        argv.extend_from_slice(&[
+            "-m",
+            "comment",
+            "--comment",
+            "tcopy-fault-delay",
+            "-j",
+            "NFQUEUE",
+            "--queue-num",
+            &q,
+        ]);
         lab.exec_ok(Host::Test, &argv).unwrap();
     }
 }
@@ -79,11 +111,19 @@ fn add_delay_rules(lab: &Lab) {
 /// Packets the loss rules dropped: (toward the test host, toward the copier host).
 fn dropped(lab: &Lab) -> (u64, u64) {
     let count = |chain: &str| -> u64 {
-        let listing = lab.exec_ok(Host::Test, &["iptables", "-w", "-nvxL", chain]).unwrap();
+        let listing = lab
+            .exec_ok(Host::Test, &["iptables", "-w", "-nvxL", chain])
+            .unwrap();
         listing
             .lines()
             .filter(|l| l.contains(TAG))
-            .map(|l| l.split_whitespace().next().unwrap_or("").parse::<u64>().unwrap())
+            .map(|l| {
+                l.split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .parse::<u64>()
+                    .unwrap()
+            })
             .sum()
     };
     (count("INPUT"), count("OUTPUT"))
@@ -96,13 +136,19 @@ fn metric_sum_u64(text: &str, name: &str, needles: &[&str]) -> u64 {
 
 #[test]
 fn one_percent_loss_each_way_every_request_arrives_exactly_once() {
-    let Some(lab) = lab_or_skip("one_percent_loss_each_way_every_request_arrives_exactly_once") else { return };
+    let Some(lab) = lab_or_skip("one_percent_loss_each_way_every_request_arrives_exactly_once")
+    else {
+        return;
+    };
     under_loss(lab, None);
 }
 
 #[test]
 fn loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once() {
-    let Some(lab) = lab_or_skip("loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once") else { return };
+    let Some(lab) = lab_or_skip("loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once")
+    else {
+        return;
+    };
     under_loss(lab, Some(Duration::from_millis(50)));
 }
 
@@ -110,7 +156,11 @@ fn loss_and_50_ms_delay_each_way_every_request_arrives_exactly_once() {
 /// copier host and the test host, and asserts that every request arrived exactly once.
 fn under_loss(mut lab: Lab, delay: Option<Duration>) {
     let opts = CopyOptions {
-        copier_args: ["--metrics", COPIER_METRICS].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
+        copier_args: ["--metrics", COPIER_METRICS]
+            .map(String::from)
+            .into_iter()
+            .chain(lab::fault::copier_caps())
+            .collect(),
         intercept_args: lab::fault::intercept_caps(),
         ..CopyOptions::default()
     };
@@ -149,7 +199,13 @@ fn under_loss(mut lab: Lab, delay: Option<Duration>) {
     let local = |uri: &str| uri.contains("?local=");
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        let copied = c.test().requests().unwrap().iter().filter(|e| !local(&e.uri)).count();
+        let copied = c
+            .test()
+            .requests()
+            .unwrap()
+            .iter()
+            .filter(|e| !local(&e.uri))
+            .count();
         if copied >= online_n {
             break;
         }
@@ -159,7 +215,13 @@ fn under_loss(mut lab: Lab, delay: Option<Duration>) {
     c.check_alive().unwrap();
 
     let online = c.online.requests().unwrap();
-    let test: Vec<_> = c.test().requests().unwrap().into_iter().filter(|e| !local(&e.uri)).collect();
+    let test: Vec<_> = c
+        .test()
+        .requests()
+        .unwrap()
+        .into_iter()
+        .filter(|e| !local(&e.uri))
+        .collect();
     let (to_test, to_copier) = dropped(&lab);
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     let retrans = metric_sum_u64(&m, "copier_retransmissions_total", &[]);
@@ -180,15 +242,34 @@ fn under_loss(mut lab: Lab, delay: Option<Duration>) {
         online.len(),
         test.len(),
     );
-    assert!(online.len() > 50, "enough traffic ran: {} requests", online.len());
-    assert!(to_test > 0 && to_copier > 0, "the loss rules dropped packets both ways ({to_test}, {to_copier})");
+    assert!(
+        online.len() > 50,
+        "enough traffic ran: {} requests",
+        online.len()
+    );
+    assert!(
+        to_test > 0 && to_copier > 0,
+        "the loss rules dropped packets both ways ({to_test}, {to_copier})"
+    );
     if delay.is_some() {
-        assert!(delayed > 500, "the delay held the copies and the control segments: {delayed} packets");
+        assert!(
+            delayed > 500,
+            "the delay held the copies and the control segments: {delayed} packets"
+        );
     }
 
     let up: Vec<_> = test.iter().filter(|e| e.uri == "/upload/lossy").collect();
-    assert_eq!(up.len(), 1, "the upload reached the test server once: {up:?}");
-    assert_eq!(up[0].body.as_ref().map(|b| b.0), Some(UPLOAD as u64), "the upload arrived whole: {:?}", up[0]);
+    assert_eq!(
+        up.len(),
+        1,
+        "the upload reached the test server once: {up:?}"
+    );
+    assert_eq!(
+        up[0].body.as_ref().map(|b| b.0),
+        Some(UPLOAD as u64),
+        "the upload arrived whole: {:?}",
+        up[0]
+    );
 
     let diff = diff_fingerprints(&fingerprints(&online), &fingerprints(&test));
     assert!(
@@ -198,7 +279,14 @@ fn under_loss(mut lab: Lab, delay: Option<Duration>) {
         test.len(),
         tail(&c.copier.as_ref().unwrap().log(), 30)
     );
-    lab::fault::assert_memory_within_caps(&c, if delay.is_some() { "loss and delay" } else { "loss" });
+    lab::fault::assert_memory_within_caps(
+        &c,
+        if delay.is_some() {
+            "loss and delay"
+        } else {
+            "loss"
+        },
+    );
     c.assert_no_leak(&mut lab);
     if let Some(d) = held {
         d.stop().unwrap();

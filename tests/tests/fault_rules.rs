@@ -17,10 +17,20 @@ const POOL: &str = "198.19.0.0/24";
 
 #[test]
 fn flushed_rules_are_put_back_and_nothing_leaks_after() {
-    let Some(mut lab) = lab_or_skip("flushed_rules_are_put_back_and_nothing_leaks_after") else { return };
+    let Some(mut lab) = lab_or_skip("flushed_rules_are_put_back_and_nothing_leaks_after") else {
+        return;
+    };
     let opts = CopyOptions {
-        copier_args: ["--client-ip", POOL, "--seed", "7"].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
-        intercept_args: ["--allow", POOL, "--metrics", INTERCEPT_METRICS].map(String::from).into_iter().chain(lab::fault::intercept_caps()).collect(),
+        copier_args: ["--client-ip", POOL, "--seed", "7"]
+            .map(String::from)
+            .into_iter()
+            .chain(lab::fault::copier_caps())
+            .collect(),
+        intercept_args: ["--allow", POOL, "--metrics", INTERCEPT_METRICS]
+            .map(String::from)
+            .into_iter()
+            .chain(lab::fault::intercept_caps())
+            .collect(),
         ipv6: false,
         ..CopyOptions::default()
     };
@@ -49,9 +59,16 @@ fn flushed_rules_are_put_back_and_nothing_leaks_after() {
     assert!(restored >= 1.0, "{m}");
     // The flush is seen as it happens (nf_tables events), not at the next periodic check.
     assert!(changes >= 1.0, "the intercept saw the ruleset change:\n{m}");
-    assert_eq!(after, 0, "nothing leaks once the rules are back:\n{}", tail(&c.intercept.log(), 20));
+    assert_eq!(
+        after,
+        0,
+        "nothing leaks once the rules are back:\n{}",
+        tail(&c.intercept.log(), 20)
+    );
     assert!(copied > 0);
-    let listing = lab.exec_ok(Host::Test, &["iptables", "-w", "-S", "OUTPUT"]).unwrap();
+    let listing = lab
+        .exec_ok(Host::Test, &["iptables", "-w", "-S", "OUTPUT"])
+        .unwrap();
     assert!(listing.contains("NFQUEUE"), "{listing}");
     traffic.stop();
     c.settle(Duration::from_secs(1), Duration::from_secs(20));
@@ -65,13 +82,45 @@ fn flushed_rules_are_put_back_and_nothing_leaks_after() {
 
 #[test]
 fn without_install_rules_a_flush_stops_the_copiers_until_the_rules_are_back() {
-    let Some(mut lab) = lab_or_skip("without_install_rules_a_flush_stops_the_copiers_until_the_rules_are_back") else { return };
+    let Some(mut lab) =
+        lab_or_skip("without_install_rules_a_flush_stops_the_copiers_until_the_rules_are_back")
+    else {
+        return;
+    };
     const COPIER_METRICS: &str = "127.0.0.1:9474";
-    let rule = ["iptables", "-w", "-I", "OUTPUT", "-p", "tcp", "--sport", "80", "-j", "NFQUEUE", "--queue-num", "0"];
+    let rule = [
+        "iptables",
+        "-w",
+        "-I",
+        "OUTPUT",
+        "-p",
+        "tcp",
+        "--sport",
+        "80",
+        "-j",
+        "NFQUEUE",
+        "--queue-num",
+        "0",
+    ];
     lab.exec_ok(Host::Test, &rule).unwrap();
     let opts = CopyOptions {
-        copier_args: ["--client-ip", POOL, "--seed", "7", "--metrics", COPIER_METRICS].map(String::from).into_iter().chain(lab::fault::copier_caps()).collect(),
-        intercept_args: ["--allow", POOL, "--ipv4-only", "--restart-grace", "2s"].map(String::from).into_iter().chain(lab::fault::intercept_caps()).collect(),
+        copier_args: [
+            "--client-ip",
+            POOL,
+            "--seed",
+            "7",
+            "--metrics",
+            COPIER_METRICS,
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain(lab::fault::copier_caps())
+        .collect(),
+        intercept_args: ["--allow", POOL, "--ipv4-only", "--restart-grace", "2s"]
+            .map(String::from)
+            .into_iter()
+            .chain(lab::fault::intercept_caps())
+            .collect(),
         ipv6: false,
         install_rules: false,
         ..CopyOptions::default()
@@ -81,21 +130,41 @@ fn without_install_rules_a_flush_stops_the_copiers_until_the_rules_are_back() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(c.leaked(&lab), 0);
 
-    lab.exec_ok(Host::Test, &["iptables", "-w", "-F", "OUTPUT"]).unwrap();
+    lab.exec_ok(Host::Test, &["iptables", "-w", "-F", "OUTPUT"])
+        .unwrap();
     let copier = c.copier.as_ref().unwrap();
-    wait_log(copier, "firewall rules are MISSING", Duration::from_secs(10)).unwrap();
+    wait_log(
+        copier,
+        "firewall rules are MISSING",
+        Duration::from_secs(10),
+    )
+    .unwrap();
     let told = c.leaked(&lab);
     let held_from = c.test().request_count();
     std::thread::sleep(Duration::from_secs(2));
     let while_missing = c.leaked(&lab) - told;
     let copied_while_missing = c.test().request_count().saturating_sub(held_from);
-    assert!(c.intercept.log().contains("firewall rules no longer in force"), "{}", tail(&c.intercept.log(), 20));
+    assert!(
+        c.intercept
+            .log()
+            .contains("firewall rules no longer in force"),
+        "{}",
+        tail(&c.intercept.log(), 20)
+    );
     let m = scrape_metrics(&lab, Host::Online, COPIER_METRICS);
-    assert!(metric_sum(&m, "copier_intercept_rules_lost_total", &[]) >= 1.0, "{m}");
+    assert!(
+        metric_sum(&m, "copier_intercept_rules_lost_total", &[]) >= 1.0,
+        "{m}"
+    );
 
     // The operator puts the rule back: the copiers are told and copying goes on.
     lab.exec_ok(Host::Test, &rule).unwrap();
-    wait_log(copier, "firewall rules are back in force", Duration::from_secs(10)).unwrap();
+    wait_log(
+        copier,
+        "firewall rules are back in force",
+        Duration::from_secs(10),
+    )
+    .unwrap();
     let back = c.test().request_count();
     let leaked_back = c.leaked(&lab);
     std::thread::sleep(Duration::from_secs(2));
@@ -106,7 +175,11 @@ fn without_install_rules_a_flush_stops_the_copiers_until_the_rules_are_back() {
          rule was back; {copied_after} requests copied in the 2 s after",
         c.leaked(&lab) - leaked_back
     );
-    assert_eq!(c.leaked(&lab), leaked_back, "nothing leaks once the rule is back");
+    assert_eq!(
+        c.leaked(&lab),
+        leaked_back,
+        "nothing leaks once the rule is back"
+    );
     assert!(copied_after > 0, "copying goes on once the rules are back");
     lab::fault::assert_memory_within_caps(&c, "iptables -F OUTPUT without --install-rules");
     traffic.stop();

@@ -14,26 +14,47 @@ const FETCHES: usize = 30;
 
 #[test]
 fn a_100kb_answer_is_a_few_records_and_allowed_clients_get_large_answers_whole() {
-    let Some(mut lab) = lab_or_skip("a_100kb_answer_is_a_few_records_and_allowed_clients_get_large_answers_whole") else {
+    let Some(mut lab) =
+        lab_or_skip("a_100kb_answer_is_a_few_records_and_allowed_clients_get_large_answers_whole")
+    else {
         return;
     };
-    let files = vec![("big.bin".to_string(), ANSWER), ("1m.bin".to_string(), 1 << 20)];
+    let files = vec![
+        ("big.bin".to_string(), ANSWER),
+        ("1m.bin".to_string(), 1 << 20),
+    ];
     let opts = CopyOptions {
-        online: NginxOptions { files: files.clone(), ..NginxOptions::default() },
-        test: Some(NginxOptions { files, ..NginxOptions::default() }),
+        online: NginxOptions {
+            files: files.clone(),
+            ..NginxOptions::default()
+        },
+        test: Some(NginxOptions {
+            files,
+            ..NginxOptions::default()
+        }),
         intercept_args: vec!["--metrics".into(), METRICS.into()],
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
 
     // FETCHES answers of 100 KB on one keep-alive connection (curl's URL globbing reuses it).
-    let script = format!("curl -sS --fail --max-time 60 'http://{}/big.bin?n=[1-{FETCHES}]' | wc -c", addr::ONLINE);
+    let script = format!(
+        "curl -sS --fail --max-time 60 'http://{}/big.bin?n=[1-{FETCHES}]' | wc -c",
+        addr::ONLINE
+    );
     let got = lab.sh(Host::Client, &script).unwrap();
-    assert_eq!(got.trim().parse::<usize>().unwrap(), FETCHES * ANSWER, "the client's own answers");
+    assert_eq!(
+        got.trim().parse::<usize>().unwrap(),
+        FETCHES * ANSWER,
+        "the client's own answers"
+    );
     assert_eq!(c.assert_copied_exactly(&mut lab), FETCHES);
     // The test server sent every answer in full: the copier acknowledged all of each one.
     let test = c.test().requests().unwrap();
-    assert!(test.iter().all(|e| e.body_bytes_sent == ANSWER as u64), "{test:?}");
+    assert!(
+        test.iter().all(|e| e.body_bytes_sent == ANSWER as u64),
+        "{test:?}"
+    );
 
     let m = scrape_metrics(&lab, Host::Test, METRICS);
     let records = metric_sum(&m, "intercept_records_sent_total", &[]);
@@ -43,18 +64,38 @@ fn a_100kb_answer_is_a_few_records_and_allowed_clients_get_large_answers_whole()
     // Without GSO delivery each answer alone is ~71 MTU-sized packets (1448 bytes of payload
     // each), every one a record. The count includes the connection's handshake and close.
     assert!(records >= FETCHES as f64, "fewer records than answers: {m}");
-    assert!(per_answer <= 4.0, "{per_answer:.2} records per 100 KB answer (GSO delivery off?)");
+    assert!(
+        per_answer <= 4.0,
+        "{per_answer:.2} records per 100 KB answer (GSO delivery off?)"
+    );
 
     // An allowed address gets real answers, also large ones that left as super-segments and
     // were segmented by the kernel after the ACCEPT.
     for (path, size) in [("/big.bin", ANSWER), ("/1m.bin", 1 << 20)] {
         let url = format!("http://{}{path}", addr::TEST);
         let out = lab
-            .exec_ok(Host::Online, &["curl", "-sS", "--fail", "--max-time", "30", "-o", "/dev/null", "-w", "%{http_code} %{size_download}", &url])
+            .exec_ok(
+                Host::Online,
+                &[
+                    "curl",
+                    "-sS",
+                    "--fail",
+                    "--max-time",
+                    "30",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code} %{size_download}",
+                    &url,
+                ],
+            )
             .unwrap();
         assert_eq!(out.trim(), format!("200 {size}"), "{url}");
     }
     let m = scrape_metrics(&lab, Host::Test, METRICS);
-    assert!(metric_sum(&m, "intercept_packets_accepted_total", &[]) > 0.0, "{m}");
+    assert!(
+        metric_sum(&m, "intercept_packets_accepted_total", &[]) > 0.0,
+        "{m}"
+    );
     c.assert_no_leak(&mut lab);
 }

@@ -6,8 +6,13 @@
 use common::flow::FourTuple;
 use common::proto::RegVerdict;
 use common::wire::TcpFlags;
-use lab::fake::{control, record_flags, record_info, runtime as rt, spoofed as tuple, FakeCopier, RawSender, SECRET};
-use lab::setup::{metric_sum, scrape_metrics, tail, write_secret, CopyOptions, Copying, CONTROL_PORT};
+use lab::fake::{
+    control, record_flags, record_info, runtime as rt, spoofed as tuple, FakeCopier, RawSender,
+    SECRET,
+};
+use lab::setup::{
+    metric_sum, scrape_metrics, tail, write_secret, CopyOptions, Copying, CONTROL_PORT,
+};
 use lab::{addr, lab_or_skip, workspace_bin, Host, Lab};
 use nix::sys::signal::Signal;
 use std::net::{SocketAddr, SocketAddrV6};
@@ -32,28 +37,51 @@ fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// The intercept's counter of packets dropped as recently unregistered.
 fn dropped_recently_unregistered(lab: &Lab) -> f64 {
     let m = scrape_metrics(lab, Host::Test, METRICS);
-    metric_sum(&m, "intercept_packets_dropped_total", &["recently_unregistered"])
+    metric_sum(
+        &m,
+        "intercept_packets_dropped_total",
+        &["recently_unregistered"],
+    )
 }
 
 #[test]
 fn registrations_the_intercept_cannot_guard_are_refused() {
-    let Some(mut lab) = lab_or_skip("registrations_the_intercept_cannot_guard_are_refused") else { return };
+    let Some(mut lab) = lab_or_skip("registrations_the_intercept_cannot_guard_are_refused") else {
+        return;
+    };
     // Our own intercept: guarding port 8080 only, IPv4 only (Copying would add --port 80).
     let secret = lab.dir().join("secret");
     write_secret(&secret).unwrap();
-    let bin = workspace_bin("intercept").unwrap().to_string_lossy().into_owned();
+    let bin = workspace_bin("intercept")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let listen = format!("{}:{CONTROL_PORT}", addr::TEST);
     let secret_s = secret.to_string_lossy().into_owned();
     let p = lab
         .spawn(
             Host::Test,
             "intercept",
-            &["env", "RUST_LOG=info", &bin, "--port", "8080", "--ipv4-only", "--listen", &listen, "--secret-file", &secret_s, "--install-rules"],
+            &[
+                "env",
+                "RUST_LOG=info",
+                &bin,
+                "--port",
+                "8080",
+                "--ipv4-only",
+                "--listen",
+                &listen,
+                "--secret-file",
+                &secret_s,
+                "--install-rules",
+            ],
         )
         .unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            let ss = lab.exec_ok(Host::Test, &["ss", "-Hltn"]).unwrap_or_default();
+            let ss = lab
+                .exec_ok(Host::Test, &["ss", "-Hltn"])
+                .unwrap_or_default();
             ss.contains(&format!(":{CONTROL_PORT} ")) || p.exited().is_some()
         }) && p.exited().is_none(),
         "intercept did not start:\n{}",
@@ -62,7 +90,13 @@ fn registrations_the_intercept_cannot_guard_are_refused() {
     let web = tuple(31, 43001, 80);
     let guarded = tuple(31, 43002, 8080);
     let v6 = FourTuple {
-        client: SocketAddr::V6(SocketAddrV6::new("fd00:198:19::31".parse().unwrap(), 43003, 0, 0)).into(),
+        client: SocketAddr::V6(SocketAddrV6::new(
+            "fd00:198:19::31".parse().unwrap(),
+            43003,
+            0,
+            0,
+        ))
+        .into(),
         server: SocketAddr::V6(SocketAddrV6::new(addr::TEST6, 8080, 0, 0)).into(),
     };
     let verdicts = lab
@@ -84,7 +118,8 @@ fn registrations_the_intercept_cannot_guard_are_refused() {
     );
     let log = p.log();
     assert!(
-        log.contains("refused the registration of 198.19.0.31:43001 -> 198.18.2.2:80") && log.contains("port(s) 8080"),
+        log.contains("refused the registration of 198.19.0.31:43001 -> 198.18.2.2:80")
+            && log.contains("port(s) 8080"),
         "the refusal is logged with the tuple and the guarded ports:\n{log}"
     );
     assert!(p.exited().is_none());
@@ -101,7 +136,9 @@ fn half_open_then_unregister(lab: &Lab, t: FourTuple) -> u32 {
             let mut raw = RawSender::new()?;
             raw.send(t, 1000, 0, TcpFlags::SYN, b"")?;
             let synack = cp
-                .wait_for(Duration::from_secs(3), |r| record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK))
+                .wait_for(Duration::from_secs(3), |r| {
+                    record_flags(r).contains(TcpFlags::SYN | TcpFlags::ACK)
+                })
                 .await?;
             cp.unregister(&[t]).await?;
             anyhow::Ok(record_info(&synack).unwrap().seq)
@@ -114,37 +151,59 @@ fn half_open_then_unregister(lab: &Lab, t: FourTuple) -> u32 {
 fn reset(lab: &Lab, t: FourTuple, isn: u32) {
     lab.in_ns(Host::Online, || {
         let mut raw = RawSender::new()?;
-        raw.send(t, 1001, isn.wrapping_add(1), TcpFlags::RST | TcpFlags::ACK, b"")
+        raw.send(
+            t,
+            1001,
+            isn.wrapping_add(1),
+            TcpFlags::RST | TcpFlags::ACK,
+            b"",
+        )
     })
     .unwrap()
     .unwrap();
 }
 
 fn start_allowing_fake_clients(lab: &mut Lab, extra: &[&str]) -> Copying {
-    let mut intercept_args: Vec<String> =
-        vec!["--metrics".into(), METRICS.into(), "--allow".into(), addr::FAKE_CLIENT_NET.into()];
+    let mut intercept_args: Vec<String> = vec![
+        "--metrics".into(),
+        METRICS.into(),
+        "--allow".into(),
+        addr::FAKE_CLIENT_NET.into(),
+    ];
     intercept_args.extend(extra.iter().map(|s| s.to_string()));
-    let opts = CopyOptions { start_copier: false, intercept_args, ..CopyOptions::default() };
+    let opts = CopyOptions {
+        start_copier: false,
+        intercept_args,
+        ..CopyOptions::default()
+    };
     Copying::start(lab, opts).expect("start nginx and intercept")
 }
 
 #[test]
 fn retransmissions_after_unregister_stay_on_the_test_host_even_when_allowed() {
-    let Some(mut lab) = lab_or_skip("retransmissions_after_unregister_stay_on_the_test_host") else { return };
+    let Some(mut lab) = lab_or_skip("retransmissions_after_unregister_stay_on_the_test_host")
+    else {
+        return;
+    };
     let c = start_allowing_fake_clients(&mut lab, &[]);
     let t = tuple(41, 44001, 80);
     let before = c.leaked(&lab);
     let isn = half_open_then_unregister(&lab, t);
     // The test server retransmits its SYN-ACK after ~1 s and ~3 s: both dropped and counted.
     assert!(
-        wait_until(Duration::from_secs(15), || dropped_recently_unregistered(&lab) >= 2.0),
+        wait_until(Duration::from_secs(15), || dropped_recently_unregistered(
+            &lab
+        ) >= 2.0),
         "the SYN-ACK retransmissions were not dropped as recently unregistered:\n{}",
         scrape_metrics(&lab, Host::Test, METRICS)
     );
     let leaked = c.leaked(&lab) - before;
     reset(&lab, t, isn);
     println!("leaked after unregister (linger 120 s): {leaked}");
-    assert_eq!(leaked, 0, "a retransmitted SYN-ACK of an unregistered session left the test host");
+    assert_eq!(
+        leaked, 0,
+        "a retransmitted SYN-ACK of an unregistered session left the test host"
+    );
     c.check_alive().unwrap();
 }
 
@@ -152,7 +211,10 @@ fn retransmissions_after_unregister_stay_on_the_test_host_even_when_allowed() {
 fn without_the_tombstone_the_same_retransmissions_would_leak() {
     // The control experiment: a linger shorter than the first retransmission (1 s) shows that
     // the allow list would let them out (what happened before tombstones existed).
-    let Some(mut lab) = lab_or_skip("without_the_tombstone_the_same_retransmissions_would_leak") else { return };
+    let Some(mut lab) = lab_or_skip("without_the_tombstone_the_same_retransmissions_would_leak")
+    else {
+        return;
+    };
     let c = start_allowing_fake_clients(&mut lab, &["--linger", "300ms"]);
     let t = tuple(42, 44002, 80);
     let before = c.leaked(&lab);
@@ -169,13 +231,41 @@ fn without_the_tombstone_the_same_retransmissions_would_leak() {
 
 #[test]
 fn clients_on_the_test_host_itself_get_their_answers() {
-    let Some(mut lab) = lab_or_skip("clients_on_the_test_host_itself_get_their_answers") else { return };
+    let Some(mut lab) = lab_or_skip("clients_on_the_test_host_itself_get_their_answers") else {
+        return;
+    };
     // Empty allow list apart from the setup's operator address: nothing covers the test host.
-    let c = Copying::start(&mut lab, CopyOptions { start_copier: false, ..CopyOptions::default() }).unwrap();
-    for host in [addr::TEST.to_string(), "127.0.0.1".to_string(), format!("[{}]", addr::TEST6), "[::1]".to_string()] {
+    let c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
+    for host in [
+        addr::TEST.to_string(),
+        "127.0.0.1".to_string(),
+        format!("[{}]", addr::TEST6),
+        "[::1]".to_string(),
+    ] {
         let page = lab
-            .exec_ok(Host::Test, &["curl", "-sS", "--max-time", "5", &format!("http://{host}/index.html")])
-            .unwrap_or_else(|e| panic!("curl http://{host}/ on the test host: {e:#}\n{}", tail(&c.intercept.log(), 20)));
+            .exec_ok(
+                Host::Test,
+                &[
+                    "curl",
+                    "-sS",
+                    "--max-time",
+                    "5",
+                    &format!("http://{host}/index.html"),
+                ],
+            )
+            .unwrap_or_else(|e| {
+                panic!(
+                    "curl http://{host}/ on the test host: {e:#}\n{}",
+                    tail(&c.intercept.log(), 20)
+                )
+            });
         assert!(page.contains("lab nginx"), "{host}: {page}");
     }
     assert_eq!(c.leaked(&lab), 0);
@@ -185,16 +275,31 @@ fn clients_on_the_test_host_itself_get_their_answers() {
 fn nfqueue_rules(lab: &Lab) -> Vec<String> {
     let mut v = Vec::new();
     for tool in ["iptables", "ip6tables"] {
-        let s = lab.exec_ok(Host::Test, &[tool, "-w", "-S", "OUTPUT"]).unwrap();
-        v.extend(s.lines().filter(|l| l.contains("NFQUEUE")).map(|l| format!("{tool}: {l}")));
+        let s = lab
+            .exec_ok(Host::Test, &[tool, "-w", "-S", "OUTPUT"])
+            .unwrap();
+        v.extend(
+            s.lines()
+                .filter(|l| l.contains("NFQUEUE"))
+                .map(|l| format!("{tool}: {l}")),
+        );
     }
     v
 }
 
 #[test]
 fn rules_stay_at_exit_while_a_session_is_registered_and_go_when_quiet() {
-    let Some(mut lab) = lab_or_skip("rules_stay_at_exit_while_a_session_is_registered") else { return };
-    let mut c = Copying::start(&mut lab, CopyOptions { start_copier: false, ..CopyOptions::default() }).unwrap();
+    let Some(mut lab) = lab_or_skip("rules_stay_at_exit_while_a_session_is_registered") else {
+        return;
+    };
+    let mut c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(nfqueue_rules(&lab).len(), 2, "{:?}", nfqueue_rules(&lab));
     let t = tuple(51, 45001, 80);
     let intercept = &c.intercept;
@@ -215,7 +320,11 @@ fn rules_stay_at_exit_while_a_session_is_registered_and_go_when_quiet() {
     .unwrap()
     .unwrap_or_else(|e| panic!("{e:#}"));
     let log = c.intercept.log();
-    assert_eq!(nfqueue_rules(&lab).len(), 2, "the rules were removed with a session open:\n{log}");
+    assert_eq!(
+        nfqueue_rules(&lab).len(),
+        2,
+        "the rules were removed with a session open:\n{log}"
+    );
     assert!(log.contains("leaving the NFQUEUE rules in place"), "{log}");
 
     // A new intercept adopts them; with nothing registered, they go at exit after the grace.
@@ -223,6 +332,10 @@ fn rules_stay_at_exit_while_a_session_is_registered_and_go_when_quiet() {
     c.intercept.signal(Signal::SIGTERM);
     assert!(c.intercept.wait_timeout(Duration::from_secs(15)).is_some());
     let log = c.intercept.log();
-    assert!(nfqueue_rules(&lab).is_empty(), "{:?}\n{log}", nfqueue_rules(&lab));
+    assert!(
+        nfqueue_rules(&lab).is_empty(),
+        "{:?}\n{log}",
+        nfqueue_rules(&lab)
+    );
     assert!(log.contains("left no firewall rules behind"), "{log}");
 }

@@ -114,7 +114,6 @@ fn assert_same(want: &BTreeMap<String, usize>, got: &[LogEntry], what: &str, log
     assert!(diff.is_empty(), "{what}: the test server did not receive exactly the captured requests:\n{diff}\ncopier log:\n{}", tail(log, 30));
 }
 
-
 #[test]
 fn offline_replay_at_1x_and_10x_with_loops() {
     let Some(mut lab) = lab_or_skip("offline_replay_at_1x_and_10x_with_loops") else {
@@ -305,13 +304,28 @@ time.sleep(60)
 
 #[test]
 fn offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself() {
-    let Some(mut lab) = lab_or_skip("offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself") else {
+    let Some(mut lab) =
+        lab_or_skip("offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself")
+    else {
         return;
     };
     let c = Copying::start(&mut lab, options()).unwrap();
-    let cap = capture_whole_packets(&mut lab, Host::Online, ifname::ONLINE_TO_CLIENT, "tcp port 80", "open").unwrap();
+    let cap = capture_whole_packets(
+        &mut lab,
+        Host::Online,
+        ifname::ONLINE_TO_CLIENT,
+        "tcp port 80",
+        "open",
+    )
+    .unwrap();
     let online = addr::ONLINE.to_string();
-    let client = lab.spawn(Host::Client, "page-load", &["python3", "-c", PAGE_LOAD, &online]).unwrap();
+    let client = lab
+        .spawn(
+            Host::Client,
+            "page-load",
+            &["python3", "-c", PAGE_LOAD, &online],
+        )
+        .unwrap();
     lab::setup::wait_log(&client, "done", Duration::from_secs(20)).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let pcap = cap.stop();
@@ -319,12 +333,32 @@ fn offline_replay_of_a_capture_ending_with_open_connections_stops_by_itself() {
     assert_eq!(want.values().sum::<usize>(), 9);
 
     // The default --session-timeout (120 s): the copier must not wait for it.
-    let (log, wall) = replay(&c, &mut lab, "copier-open", &pcap, &["--speed", "max"], Duration::from_secs(60));
+    let (log, wall) = replay(
+        &c,
+        &mut lab,
+        "copier-open",
+        &pcap,
+        &["--speed", "max"],
+        Duration::from_secs(60),
+    );
     client.stop();
-    assert!(wall < Duration::from_secs(20), "the replay took {wall:?}:\n{}", tail(&log, 20));
+    assert!(
+        wall < Duration::from_secs(20),
+        "the replay took {wall:?}:\n{}",
+        tail(&log, 20)
+    );
     assert_eq!(c.settle(Duration::from_secs(1), Duration::from_secs(30)), 9);
-    assert_same(&want, &c.test().requests().unwrap(), "open at the end", &log);
+    assert_same(
+        &want,
+        &c.test().requests().unwrap(),
+        "open at the end",
+        &log,
+    );
     assert!(log.contains(" 0 failed"), "{}", tail(&log, 5));
-    assert!(log.contains("6 open at the capture's end"), "{}", tail(&log, 5));
+    assert!(
+        log.contains("6 open at the capture's end"),
+        "{}",
+        tail(&log, 5)
+    );
     c.assert_no_leak(&mut lab);
 }

@@ -37,15 +37,21 @@ fn debs() -> Vec<PathBuf> {
 }
 
 fn run(argv: &[&str]) -> String {
-    let out = Command::new(argv[0]).args(&argv[1..]).output().unwrap_or_else(|e| panic!("{argv:?}: {e}"));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let out = Command::new(argv[0])
+        .args(&argv[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{argv:?} failed:\n{text}");
     text
 }
 
 #[test]
 fn installed_packages_copy_live_traffic() {
-    let Some(mut lab) = lab_or_skip("installed_packages_copy_live_traffic") else { return };
+    let Some(mut lab) = lab_or_skip("installed_packages_copy_live_traffic") else {
+        return;
+    };
     let debs = debs();
     if debs.len() != 2 {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
@@ -55,13 +61,22 @@ fn installed_packages_copy_live_traffic() {
         return;
     }
     for p in PACKAGES {
-        let st = Command::new("dpkg-query").args(["-W", "-f=${Status}", p]).output().unwrap();
+        let st = Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .unwrap();
         let st = String::from_utf8_lossy(&st.stdout).into_owned();
-        assert!(!st.contains(" installed"), "{p} is installed on this machine ({st}): this test installs and purges it");
+        assert!(
+            !st.contains(" installed"),
+            "{p} is installed on this machine ({st}): this test installs and purges it"
+        );
     }
     let _guard = Installed;
     let mut argv = vec!["dpkg", "-i"];
-    let paths: Vec<String> = debs.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let paths: Vec<String> = debs
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     argv.extend(paths.iter().map(String::as_str));
     run(&argv);
 
@@ -79,7 +94,9 @@ fn installed_packages_copy_live_traffic() {
         assert!(Path::new(f).is_file(), "{f} not installed");
     }
     for page in ["copier", "copier-doctor", "intercept", "intercept-doctor"] {
-        let found = ["", ".gz"].iter().any(|ext| Path::new(&format!("/usr/share/man/man1/{page}.1{ext}")).is_file());
+        let found = ["", ".gz"]
+            .iter()
+            .any(|ext| Path::new(&format!("/usr/share/man/man1/{page}.1{ext}")).is_file());
         assert!(found, "man page {page}(1) not installed");
     }
     let units: Vec<String> = PACKAGES
@@ -94,12 +111,24 @@ fn installed_packages_copy_live_traffic() {
         .collect();
     for u in &units {
         let text = std::fs::read_to_string(u).unwrap();
-        assert!(text.contains("CapabilityBoundingSet=CAP_NET_"), "{u}:\n{text}");
+        assert!(
+            text.contains("CapabilityBoundingSet=CAP_NET_"),
+            "{u}:\n{text}"
+        );
         // systemd's own checker: unknown keys, bad values, a missing binary all fail
-        let out = Command::new("systemd-analyze").args(["verify", u]).output().unwrap();
+        let out = Command::new("systemd-analyze")
+            .args(["verify", u])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let real: Vec<&str> = err.lines().filter(|l| !l.contains("Command 'man ")).collect();
-        assert!(out.status.success() || real.is_empty(), "systemd-analyze verify {u}:\n{err}");
+        let real: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.contains("Command 'man "))
+            .collect();
+        assert!(
+            out.status.success() || real.is_empty(),
+            "systemd-analyze verify {u}:\n{err}"
+        );
         assert!(real.is_empty(), "systemd-analyze verify {u}:\n{err}");
     }
     run(&["getent", "passwd", "trafficcopy"]);
@@ -116,35 +145,84 @@ fn installed_packages_copy_live_traffic() {
     let caps = "--inh-caps=-all,+net_raw,+net_admin --ambient-caps=-all,+net_raw,+net_admin --bounding-set=-all,+net_raw,+net_admin";
     let bin = lab.dir().join("unit-bin");
     std::fs::create_dir_all(&bin).unwrap();
-    for (name, user) in [("copier", "--reuid=trafficcopy --regid=trafficcopy --clear-groups "), ("intercept", "")] {
+    for (name, user) in [
+        (
+            "copier",
+            "--reuid=trafficcopy --regid=trafficcopy --clear-groups ",
+        ),
+        ("intercept", ""),
+    ] {
         let script = format!("#!/bin/sh\nexec setpriv {user}{caps} /usr/bin/{name} \"$@\"\n");
         let path = bin.join(name);
         std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
     }
     std::env::set_var("TC_BIN_DIR", &bin);
-    let mut c = Copying::start(&mut lab, CopyOptions { start_copier: false, ..CopyOptions::default() })
-        .expect("start the intercept as its unit does");
+    let mut c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .expect("start the intercept as its unit does");
     // the copier's user reads the shared secret (the intercept has read it already)
-    run(&["chown", "trafficcopy:trafficcopy", &lab.dir().join("secret").to_string_lossy()]);
-    c.start_copier(&mut lab).expect("start the copier as its unit does");
-    for (p, uid) in [(&c.intercept, "0".to_string()), (c.copier.as_ref().unwrap(), run(&["id", "-u", "trafficcopy"]).trim().to_string())] {
+    run(&[
+        "chown",
+        "trafficcopy:trafficcopy",
+        &lab.dir().join("secret").to_string_lossy(),
+    ]);
+    c.start_copier(&mut lab)
+        .expect("start the copier as its unit does");
+    for (p, uid) in [
+        (&c.intercept, "0".to_string()),
+        (
+            c.copier.as_ref().unwrap(),
+            run(&["id", "-u", "trafficcopy"]).trim().to_string(),
+        ),
+    ] {
         let exe = std::fs::read_link(format!("/proc/{}/exe", p.pid())).unwrap();
-        assert!(exe.starts_with("/usr/bin"), "{} runs {}", p.name(), exe.display());
+        assert!(
+            exe.starts_with("/usr/bin"),
+            "{} runs {}",
+            p.name(),
+            exe.display()
+        );
         let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid())).unwrap();
-        let field = |k: &str| status.lines().find(|l| l.starts_with(k)).unwrap_or("").split_whitespace().nth(1).unwrap_or("").to_string();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(k))
+                .unwrap_or("")
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or("")
+                .to_string()
+        };
         assert_eq!(field("Uid:"), uid, "{} user", p.name());
         // CAP_NET_ADMIN (12) and CAP_NET_RAW (13), nothing else
-        assert_eq!(field("CapEff:"), "0000000000003000", "{} capabilities", p.name());
+        assert_eq!(
+            field("CapEff:"),
+            "0000000000003000",
+            "{} capabilities",
+            p.name()
+        );
     }
     let url = format!("http://{}/index.html", addr::ONLINE);
-    lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &url]).expect("wrk");
+    lab.exec_ok(Host::Client, &["wrk", "-t1", "-c4", "-d2s", &url])
+        .expect("wrk");
     let n = c.assert_copied_exactly(&mut lab);
     assert!(n > 100, "only {n} requests were made");
     drop(c);
     drop(lab);
     drop(_guard);
-    for f in ["/usr/bin/copier", "/usr/bin/intercept", "/etc/trafficcopy/copier.conf", "/etc/trafficcopy/secret"] {
+    for f in [
+        "/usr/bin/copier",
+        "/usr/bin/intercept",
+        "/etc/trafficcopy/copier.conf",
+        "/etc/trafficcopy/secret",
+    ] {
         assert!(!Path::new(f).exists(), "dpkg -P left {f}");
     }
 }

@@ -19,7 +19,14 @@ fn intercept_metrics() -> String {
 /// GET an API path of the Prometheus in `online` with URL-encoded parameters; the `data` field.
 fn api(lab: &Lab, path: &str, params: &[(&str, &str)]) -> Value {
     let url = format!("http://{PROMETHEUS}{path}");
-    let mut argv = vec!["curl".to_string(), "-sS".into(), "--max-time".into(), "5".into(), "-G".into(), url];
+    let mut argv = vec![
+        "curl".to_string(),
+        "-sS".into(),
+        "--max-time".into(),
+        "5".into(),
+        "-G".into(),
+        url,
+    ];
     for (k, v) in params {
         argv.push("--data-urlencode".into());
         argv.push(format!("{k}={v}"));
@@ -37,7 +44,10 @@ fn api(lab: &Lab, path: &str, params: &[(&str, &str)]) -> Value {
 /// The value of an instant query that returns one sample (None when it returns none).
 fn scalar(lab: &Lab, query: &str) -> Option<f64> {
     let data = api(lab, "/api/v1/query", &[("query", query)]);
-    data["result"].as_array()?.first()?["value"][1].as_str()?.parse().ok()
+    data["result"].as_array()?.first()?["value"][1]
+        .as_str()?
+        .parse()
+        .ok()
 }
 
 /// Waits until `query` returns a sample satisfying `ok`; returns it.
@@ -48,14 +58,19 @@ fn wait_for(lab: &Lab, query: &str, ok: impl Fn(f64) -> bool, timeout: Duration)
         if let Some(v) = v.filter(|v| ok(*v)) {
             return v;
         }
-        assert!(Instant::now() < deadline, "{query} gave {v:?} for {timeout:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{query} gave {v:?} for {timeout:?}"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
 
 #[test]
 fn prometheus_scrapes_both_daemons_and_answers_promql() {
-    let Some(mut lab) = lab_or_skip("prometheus_scrapes_both_daemons_and_answers_promql") else { return };
+    let Some(mut lab) = lab_or_skip("prometheus_scrapes_both_daemons_and_answers_promql") else {
+        return;
+    };
     let Some(prometheus) = which("prometheus") else {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("prometheus is not installed (scripts/install-deps.sh installs it)");
@@ -81,32 +96,83 @@ fn prometheus_scrapes_both_daemons_and_answers_promql() {
         ),
     )
     .unwrap();
-    let (cfg, data) = (config.to_string_lossy().into_owned(), dir.join("data").to_string_lossy().into_owned());
+    let (cfg, data) = (
+        config.to_string_lossy().into_owned(),
+        dir.join("data").to_string_lossy().into_owned(),
+    );
     let bin = prometheus.to_string_lossy().into_owned();
     lab.spawn(
         Host::Online,
         "prometheus",
-        &[&bin, &format!("--config.file={cfg}"), &format!("--storage.tsdb.path={data}"), &format!("--web.listen-address={PROMETHEUS}")],
+        &[
+            &bin,
+            &format!("--config.file={cfg}"),
+            &format!("--storage.tsdb.path={data}"),
+            &format!("--web.listen-address={PROMETHEUS}"),
+        ],
     )
     .unwrap();
-    wait_for(&lab, "up{job=\"copier\"}", |v| v == 1.0, Duration::from_secs(30));
-    wait_for(&lab, "up{job=\"intercept\"}", |v| v == 1.0, Duration::from_secs(30));
+    wait_for(
+        &lab,
+        "up{job=\"copier\"}",
+        |v| v == 1.0,
+        Duration::from_secs(30),
+    );
+    wait_for(
+        &lab,
+        "up{job=\"intercept\"}",
+        |v| v == 1.0,
+        Duration::from_secs(30),
+    );
 
     // real traffic: 30 requests, each its own connection (curl), all copied
     const REQUESTS: usize = 30;
     let url = format!("http://{}/index.html", addr::ONLINE);
     for _ in 0..REQUESTS {
-        lab.exec_ok(Host::Client, &["curl", "-sS", "-o", "/dev/null", "--max-time", "5", &url]).unwrap();
+        lab.exec_ok(
+            Host::Client,
+            &["curl", "-sS", "-o", "/dev/null", "--max-time", "5", &url],
+        )
+        .unwrap();
     }
     c.test().wait_requests(REQUESTS, Duration::from_secs(30));
-    let copied = wait_for(&lab, "sum(copier_sessions_completed_total)", |v| v >= REQUESTS as f64, Duration::from_secs(30));
-    assert!(copied <= 2.0 * REQUESTS as f64, "{copied} sessions completed for {REQUESTS} requests");
-    let captured = wait_for(&lab, "sum(copier_captured_sessions_started_total)", |v| v >= REQUESTS as f64, Duration::from_secs(10));
-    assert!(captured <= REQUESTS as f64 + 1.0, "captured {captured} sessions for {REQUESTS} connections");
+    let copied = wait_for(
+        &lab,
+        "sum(copier_sessions_completed_total)",
+        |v| v >= REQUESTS as f64,
+        Duration::from_secs(30),
+    );
+    assert!(
+        copied <= 2.0 * REQUESTS as f64,
+        "{copied} sessions completed for {REQUESTS} requests"
+    );
+    let captured = wait_for(
+        &lab,
+        "sum(copier_captured_sessions_started_total)",
+        |v| v >= REQUESTS as f64,
+        Duration::from_secs(10),
+    );
+    assert!(
+        captured <= REQUESTS as f64 + 1.0,
+        "captured {captured} sessions for {REQUESTS} connections"
+    );
     // every copied session's SYN-ACK at least came back from the intercept as a record
-    let records = wait_for(&lab, "sum(intercept_records_sent_total)", |v| v >= REQUESTS as f64, Duration::from_secs(10));
-    let received = wait_for(&lab, "sum(copier_records_received_total)", |v| v >= REQUESTS as f64, Duration::from_secs(10));
-    assert!(received <= records, "the copier received {received} records, the intercept sent {records}");
+    let records = wait_for(
+        &lab,
+        "sum(intercept_records_sent_total)",
+        |v| v >= REQUESTS as f64,
+        Duration::from_secs(10),
+    );
+    let received = wait_for(
+        &lab,
+        "sum(copier_records_received_total)",
+        |v| v >= REQUESTS as f64,
+        Duration::from_secs(10),
+    );
+    assert!(
+        received <= records,
+        "the copier received {received} records, the intercept sent {records}"
+    );
     // a histogram Prometheus can take quantiles of (buckets with `le`)
     let p99 = wait_for(
         &lab,
@@ -116,9 +182,20 @@ fn prometheus_scrapes_both_daemons_and_answers_promql() {
     );
     assert!(p99 < 5.0, "p99 replay lag {p99} s");
     // labels: drops by reason are separate series
-    let reasons = api(&lab, "/api/v1/query", &[("query", "intercept_packets_dropped_total")]);
-    let n = reasons["result"].as_array().map_or(0, |r| r.iter().filter(|s| s["metric"]["reason"].is_string()).count());
-    assert!(n >= 4, "intercept_packets_dropped_total by reason: {reasons}");
+    let reasons = api(
+        &lab,
+        "/api/v1/query",
+        &[("query", "intercept_packets_dropped_total")],
+    );
+    let n = reasons["result"].as_array().map_or(0, |r| {
+        r.iter()
+            .filter(|s| s["metric"]["reason"].is_string())
+            .count()
+    });
+    assert!(
+        n >= 4,
+        "intercept_packets_dropped_total by reason: {reasons}"
+    );
 
     // the types Prometheus recorded from the scrape
     let meta = api(&lab, "/api/v1/metadata", &[]);
@@ -136,28 +213,53 @@ fn prometheus_scrapes_both_daemons_and_answers_promql() {
 
     // every query of the Grafana dashboard is valid PromQL, and every metric it names is live
     let names = api(&lab, "/api/v1/label/__name__/values", &[]);
-    let live: Vec<&str> = names.as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/grafana/trafficcopy.json");
+    let live: Vec<&str> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/grafana/trafficcopy.json"
+    );
     let dash: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     // Series the intercept creates on the first event only (a record dropped for a slow
     // copier): they must be defined in the source, as scripts/check-deploy.sh also checks.
     let lazy = ["intercept_records_dropped_total"];
-    let sources = [include_str!("../../intercept/src/metrics.rs"), include_str!("../../copier/src/metrics.rs")].concat();
+    let sources = [
+        include_str!("../../intercept/src/metrics.rs"),
+        include_str!("../../copier/src/metrics.rs"),
+    ]
+    .concat();
     let mut checked = 0;
     for panel in dash["panels"].as_array().unwrap() {
         for t in panel["targets"].as_array().unwrap() {
-            let expr = t["expr"].as_str().unwrap().replace("$__rate_interval", "1m");
+            let expr = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$__rate_interval", "1m");
             api(&lab, "/api/v1/query", &[("query", &expr)]);
             for word in expr.split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_')) {
                 if lazy.contains(&word) {
-                    assert!(sources.contains(&format!("\"{word}\"")), "{word} is not defined by the daemons");
+                    assert!(
+                        sources.contains(&format!("\"{word}\"")),
+                        "{word} is not defined by the daemons"
+                    );
                 } else if word.starts_with("copier_") || word.starts_with("intercept_") {
-                    assert!(live.contains(&word), "the dashboard's {word} (panel {}) is not a live series; live: {live:?}", panel["title"]);
+                    assert!(
+                        live.contains(&word),
+                        "the dashboard's {word} (panel {}) is not a live series; live: {live:?}",
+                        panel["title"]
+                    );
                     checked += 1;
                 }
             }
         }
     }
-    assert!(checked >= 20, "only {checked} metric uses found in the dashboard");
+    assert!(
+        checked >= 20,
+        "only {checked} metric uses found in the dashboard"
+    );
     c.assert_no_leak(&mut lab);
 }

@@ -27,13 +27,19 @@ fn per_second(log: &[LogEntry], t0: f64, n: usize) -> Vec<f64> {
 
 #[test]
 fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
-    let Some(mut lab) = lab_or_skip("a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles") else {
+    let Some(mut lab) =
+        lab_or_skip("a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles")
+    else {
         return;
     };
     let args = ["--target-rate", "150", "--metrics", METRICS, "--seed", "4"];
     let c = Copying::start(
         &mut lab,
-        CopyOptions { copier_args: args.iter().map(|s| s.to_string()).collect(), ipv6: false, ..CopyOptions::default() },
+        CopyOptions {
+            copier_args: args.iter().map(|s| s.to_string()).collect(),
+            ipv6: false,
+            ..CopyOptions::default()
+        },
     )
     .unwrap();
     // The loop's metrics are read near the end, while the traffic still flows.
@@ -52,23 +58,38 @@ fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
     let t0 = online.iter().map(secs).fold(f64::INFINITY, f64::min);
     let on = per_second(&online, t0, 45);
     let got = per_second(&test, t0, 45);
-    let table: String = (0..45).map(|s| format!("{s:>3}s online {:>4} test {:>4}\n", on[s], got[s])).collect();
+    let table: String = (0..45)
+        .map(|s| format!("{s:>3}s online {:>4} test {:>4}\n", on[s], got[s]))
+        .collect();
     println!("{table}");
     let window = |a: usize| got[a..a + 5].iter().sum::<f64>() / 5.0;
     let log = || tail(&c.copier.as_ref().unwrap().log(), 20);
     // Reached within 10 s, then held (5 s windows within 5 %) until the online rate changes.
     for a in [10, 15, 20] {
         let r = window(a);
-        assert!((r / 150.0 - 1.0).abs() <= 0.05, "{a}-{}s: {r:.1}/s at the test server, want 150 +- 5%\n{table}\n{}", a + 5, log());
+        assert!(
+            (r / 150.0 - 1.0).abs() <= 0.05,
+            "{a}-{}s: {r:.1}/s at the test server, want 150 +- 5%\n{table}\n{}",
+            a + 5,
+            log()
+        );
     }
     // The online rate doubled at 25 s: back on target within 10 s.
     for a in [35, 40] {
         let r = window(a);
-        assert!((r / 150.0 - 1.0).abs() <= 0.05, "{a}-{}s after the doubling: {r:.1}/s, want 150 +- 5%\n{table}\n{}", a + 5, log());
+        assert!(
+            (r / 150.0 - 1.0).abs() <= 0.05,
+            "{a}-{}s after the doubling: {r:.1}/s, want 150 +- 5%\n{table}\n{}",
+            a + 5,
+            log()
+        );
     }
     // The factor in force halved with the doubled traffic; the loop's own figures agree.
     let factor = metric_sum(&m, "copier_shaper_factor", &[]);
-    assert!((factor - 1.5).abs() <= 0.15, "factor in force {factor}, want about 1.5:\n{m}");
+    assert!(
+        (factor - 1.5).abs() <= 0.15,
+        "factor in force {factor}, want about 1.5:\n{m}"
+    );
     let err = metric_sum(&m, "copier_rate_error", &[]);
     assert!(err.abs() <= 0.1, "the loop's error {err}:\n{m}");
     assert_eq!(metric_sum(&m, "copier_rate_target", &[]), 150.0, "{m}");
@@ -101,11 +122,24 @@ total_weight = 3
 /// the test server by their pools' addresses) and together they hold the target.
 #[test]
 fn two_copiers_hold_their_weighted_shares_of_one_target() {
-    let Some(mut lab) = lab_or_skip("two_copiers_hold_their_weighted_shares_of_one_target") else { return };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let Some(mut lab) = lab_or_skip("two_copiers_hold_their_weighted_shares_of_one_target") else {
+        return;
+    };
+    let c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            ipv6: false,
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
     let map = format!("80={}:80", addr::TEST);
     let mut copiers = Vec::new();
-    for (weight, cidr, metrics) in [(1, "198.19.0.0/18", "127.0.0.1:9479"), (2, "198.19.64.0/18", "127.0.0.1:9480")] {
+    for (weight, cidr, metrics) in [
+        (1, "198.19.0.0/18", "127.0.0.1:9479"),
+        (2, "198.19.64.0/18", "127.0.0.1:9480"),
+    ] {
         let path = lab.dir().join(format!("share{weight}.toml"));
         std::fs::write(&path, share_profile(weight, cidr)).unwrap();
         let name = format!("copier-w{weight}");
@@ -113,8 +147,20 @@ fn two_copiers_hold_their_weighted_shares_of_one_target() {
             .spawn_copier(
                 &mut lab,
                 &name,
-                &["--map", &map, "--interface", lab::ifname::ONLINE_TO_CLIENT, "--target-rate", "150", "--profile",
-                  path.to_str().unwrap(), "--metrics", metrics, "--seed", &weight.to_string()],
+                &[
+                    "--map",
+                    &map,
+                    "--interface",
+                    lab::ifname::ONLINE_TO_CLIENT,
+                    "--target-rate",
+                    "150",
+                    "--profile",
+                    path.to_str().unwrap(),
+                    "--metrics",
+                    metrics,
+                    "--seed",
+                    &weight.to_string(),
+                ],
             )
             .unwrap();
         copiers.push(p);
@@ -124,22 +170,55 @@ fn two_copiers_hold_their_weighted_shares_of_one_target() {
     let online = c.online.requests().unwrap();
     let test = c.test().requests().unwrap();
     let t0 = online.iter().map(secs).fold(f64::INFINITY, f64::min);
-    let of = |prefix: &str| -> Vec<LogEntry> { test.iter().filter(|e| e.remote_addr.starts_with(prefix)).cloned().collect() };
+    let of = |prefix: &str| -> Vec<LogEntry> {
+        test.iter()
+            .filter(|e| e.remote_addr.starts_with(prefix))
+            .cloned()
+            .collect()
+    };
     // 198.19.0.0/18 is 198.19.0-63.x, 198.19.64.0/18 is 198.19.64-127.x
     let first: Vec<LogEntry> = test
         .iter()
-        .filter(|e| e.remote_addr.split('.').nth(2).and_then(|x| x.parse::<u32>().ok()).is_some_and(|x| x < 64))
+        .filter(|e| {
+            e.remote_addr
+                .split('.')
+                .nth(2)
+                .and_then(|x| x.parse::<u32>().ok())
+                .is_some_and(|x| x < 64)
+        })
         .cloned()
         .collect();
     let all = of("198.19.");
-    let (a, b, sum) = (per_second(&first, t0, 30), per_second(&all, t0, 30), per_second(&test, t0, 30));
+    let (a, b, sum) = (
+        per_second(&first, t0, 30),
+        per_second(&all, t0, 30),
+        per_second(&test, t0, 30),
+    );
     let rate = |v: &[f64]| v[15..30].iter().sum::<f64>() / 15.0;
     let (ra, rsum) = (rate(&a), rate(&sum));
     let rb = rate(&b) - ra;
     println!("from 15 to 30 s: weight 1 {ra:.1}/s, weight 2 {rb:.1}/s, together {rsum:.1}/s (target 150)");
-    let logs = || copiers.iter().map(|p| tail(&p.log(), 10)).collect::<Vec<_>>().join("\n");
-    assert!((ra / 50.0 - 1.0).abs() <= 0.05, "weight 1 holds {ra:.1}/s, want 50 +- 5%\n{}", logs());
-    assert!((rb / 100.0 - 1.0).abs() <= 0.05, "weight 2 holds {rb:.1}/s, want 100 +- 5%\n{}", logs());
-    assert!((rsum / 150.0 - 1.0).abs() <= 0.05, "together {rsum:.1}/s, want 150 +- 5%\n{}", logs());
+    let logs = || {
+        copiers
+            .iter()
+            .map(|p| tail(&p.log(), 10))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        (ra / 50.0 - 1.0).abs() <= 0.05,
+        "weight 1 holds {ra:.1}/s, want 50 +- 5%\n{}",
+        logs()
+    );
+    assert!(
+        (rb / 100.0 - 1.0).abs() <= 0.05,
+        "weight 2 holds {rb:.1}/s, want 100 +- 5%\n{}",
+        logs()
+    );
+    assert!(
+        (rsum / 150.0 - 1.0).abs() <= 0.05,
+        "together {rsum:.1}/s, want 150 +- 5%\n{}",
+        logs()
+    );
     c.assert_no_leak(&mut lab);
 }

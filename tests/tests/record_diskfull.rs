@@ -24,7 +24,11 @@ impl Tmpfs {
     fn mount(dir: &Path, size: &str) -> Tmpfs {
         std::fs::create_dir_all(dir).unwrap();
         let opt = format!("size={size},mode=0700");
-        let st = Command::new("mount").args(["-t", "tmpfs", "-o", &opt, "tmpfs"]).arg(dir).status().unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &opt, "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
         assert!(st.success(), "mount -t tmpfs {}", dir.display());
         Tmpfs(dir.to_path_buf())
     }
@@ -45,7 +49,8 @@ fn traffic(lab: &Lab, from: usize, conns: usize, per: usize) {
             let mut s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             for i in 0..per {
-                s.write_all(get_request(&format!("/index.html?c={c}&i={i}&pad={pad}")).as_bytes()).unwrap();
+                s.write_all(get_request(&format!("/index.html?c={c}&i={i}&pad={pad}")).as_bytes())
+                    .unwrap();
                 HttpReader::default().read_response(&mut s);
             }
         }
@@ -65,7 +70,9 @@ fn archive_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_full_record_disk_drops_and_counts_the_archive_and_the_copy_goes_on_then_resumes() {
-    let Some(mut lab) = lab_or_skip("a_full_record_disk_drops_and_counts_the_archive_and_the_copy_goes_on_then_resumes") else {
+    let Some(mut lab) = lab_or_skip(
+        "a_full_record_disk_drops_and_counts_the_archive_and_the_copy_goes_on_then_resumes",
+    ) else {
         return;
     };
     let dir = lab.dir().join("archive");
@@ -88,17 +95,32 @@ fn a_full_record_disk_drops_and_counts_the_archive_and_the_copy_goes_on_then_res
     let (conns, per) = (40, 8);
     traffic(&lab, 0, conns, per);
     let n = c.test().wait_requests(conns * per, Duration::from_secs(30));
-    assert_eq!(n, conns * per, "every request reached the test server, the disk full or not");
+    assert_eq!(
+        n,
+        conns * per,
+        "every request reached the test server, the disk full or not"
+    );
     c.check_alive().unwrap();
     let m = scrape_metrics(&lab, Host::Online, METRICS);
-    let errors = metric_sum(&m, "copier_output_errors_total", &["output=\"record\"", "reason=\"no_space\""]);
+    let errors = metric_sum(
+        &m,
+        "copier_output_errors_total",
+        &["output=\"record\"", "reason=\"no_space\""],
+    );
     let dropped = metric_sum(&m, "copier_output_dropped_total", &["output=\"record\""]);
     println!("full disk: {errors} failed writes, {dropped} packets dropped");
-    assert!(errors > 0.0 && dropped > 0.0, "the full disk is counted:\n{m}");
+    assert!(
+        errors > 0.0 && dropped > 0.0,
+        "the full disk is counted:\n{m}"
+    );
     let log = c.copier.as_ref().unwrap().log();
     let logged = log.matches("what cannot be written is dropped").count();
     assert!(logged >= 1, "{}", tail(&log, 20));
-    assert!((logged as f64) < errors, "logged once per outage, not per failed write: {logged} lines, {errors} errors\n{}", tail(&log, 20));
+    assert!(
+        (logged as f64) < errors,
+        "logged once per outage, not per failed write: {logged} lines, {errors} errors\n{}",
+        tail(&log, 20)
+    );
     // space returns: the archive resumes by itself
     let before = archive_files(&dir);
     let last = before.last().cloned().unwrap_or_default();
@@ -106,10 +128,15 @@ fn a_full_record_disk_drops_and_counts_the_archive_and_the_copy_goes_on_then_res
         std::fs::remove_file(dir.join(f)).unwrap();
     }
     traffic(&lab, conns, 20, per);
-    let n = c.test().wait_requests((conns + 20) * per, Duration::from_secs(30));
+    let n = c
+        .test()
+        .wait_requests((conns + 20) * per, Duration::from_secs(30));
     assert_eq!(n, (conns + 20) * per);
     let after = archive_files(&dir);
-    assert!(after.iter().any(|f| *f > last), "new files after {last}: {after:?}");
+    assert!(
+        after.iter().any(|f| *f > last),
+        "new files after {last}: {after:?}"
+    );
     let log = c.copier.as_ref().unwrap().log();
     assert!(log.contains("writing resumed"), "{}", tail(&log, 20));
     c.assert_no_leak(&mut lab);

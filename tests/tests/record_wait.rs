@@ -19,7 +19,8 @@ fn thinking_clients(lab: &Lab, tag: &str, secs: f64) -> usize {
                 .map(|k| {
                     s.spawn(move || {
                         let to = SocketAddr::V4(SocketAddrV4::new(addr::ONLINE, 80));
-                        let mut c = TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
+                        let mut c =
+                            TcpStream::connect_timeout(&to, Duration::from_secs(5)).unwrap();
                         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                         let start = Instant::now();
                         let mut i = 0;
@@ -39,12 +40,20 @@ fn thinking_clients(lab: &Lab, tag: &str, secs: f64) -> usize {
 }
 
 fn rests(lab: &Lab) -> f64 {
-    metric_sum(&scrape_metrics(lab, Host::Test, INTERCEPT_METRICS), RESTS, &[])
+    metric_sum(
+        &scrape_metrics(lab, Host::Test, INTERCEPT_METRICS),
+        RESTS,
+        &[],
+    )
 }
 
 #[test]
 fn the_intercept_rests_only_as_the_copier_and_its_max_rest_allow() {
-    let Some(mut lab) = lab_or_skip("the_intercept_rests_only_as_the_copier_and_its_max_rest_allow") else { return };
+    let Some(mut lab) =
+        lab_or_skip("the_intercept_rests_only_as_the_copier_and_its_max_rest_allow")
+    else {
+        return;
+    };
     let opts = CopyOptions {
         intercept_args: vec!["--metrics".into(), INTERCEPT_METRICS.into()],
         ipv6: false,
@@ -66,12 +75,17 @@ fn the_intercept_rests_only_as_the_copier_and_its_max_rest_allow() {
     let map = format!("80={}:80", addr::TEST);
     let iface = lab::ifname::ONLINE_TO_CLIENT;
     let p = c
-        .spawn_copier(&mut lab, "copier-nowait", &["--map", &map, "--interface", iface, "--record-wait", "0"])
+        .spawn_copier(
+            &mut lab,
+            "copier-nowait",
+            &["--map", &map, "--interface", iface, "--record-wait", "0"],
+        )
         .unwrap();
     c.copier = Some(p);
     let before = c.test().request_count();
     let sent = thinking_clients(&lab, "eager", 3.0);
-    c.test().wait_requests(before + sent, Duration::from_secs(30));
+    c.test()
+        .wait_requests(before + sent, Duration::from_secs(30));
     assert_eq!(rests(&lab), calm, "no rest with --record-wait 0");
     let copied = c.assert_copied_exactly(&mut lab);
     println!("--record-wait 0: {copied} requests in all copied exactly, no more rests");
@@ -79,12 +93,20 @@ fn the_intercept_rests_only_as_the_copier_and_its_max_rest_allow() {
     // intercept --max-rest 0 (a new intercept process, its counter from 0), a copier with the
     // default --record-wait: no rest either.
     c.copier.take().unwrap().stop();
-    c.restart_intercept_with(&mut lab, &["--max-rest", "0"]).unwrap();
-    let p = c.spawn_copier(&mut lab, "copier-default", &["--map", &map, "--interface", iface]).unwrap();
+    c.restart_intercept_with(&mut lab, &["--max-rest", "0"])
+        .unwrap();
+    let p = c
+        .spawn_copier(
+            &mut lab,
+            "copier-default",
+            &["--map", &map, "--interface", iface],
+        )
+        .unwrap();
     c.copier = Some(p);
     let before = c.test().request_count();
     let sent = thinking_clients(&lab, "capped", 3.0);
-    c.test().wait_requests(before + sent, Duration::from_secs(30));
+    c.test()
+        .wait_requests(before + sent, Duration::from_secs(30));
     assert_eq!(rests(&lab), 0.0, "no rest with intercept --max-rest 0");
     let copied = c.assert_copied_exactly(&mut lab);
     println!("intercept --max-rest 0: {copied} requests in all copied exactly, no rest");

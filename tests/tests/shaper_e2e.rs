@@ -22,7 +22,14 @@ fn profile_file(name: &str, text: &str) -> PathBuf {
 }
 
 fn opts(profile: &PathBuf) -> CopyOptions {
-    let copier_args = ["--metrics", COPIER_METRICS, "--seed", "7", "--profile", profile.to_str().unwrap()];
+    let copier_args = [
+        "--metrics",
+        COPIER_METRICS,
+        "--seed",
+        "7",
+        "--profile",
+        profile.to_str().unwrap(),
+    ];
     CopyOptions {
         copier_args: copier_args.iter().map(|s| s.to_string()).collect(),
         // the pools are IPv4
@@ -68,14 +75,29 @@ fn assert_shaped(lab: &mut Lab, c: &Copying, factor: f64) -> (Vec<LogEntry>, Vec
     let (lo, hi) = (factor.floor() as usize, factor.ceil() as usize);
     for (k, &o) in &fo {
         let t = ft.get(k).copied().unwrap_or(0);
-        assert!(t >= lo * o && t <= hi * o, "{k}: {t} at the test server for {o} online at {factor}\ncopier log:\n{}", log());
+        assert!(
+            t >= lo * o && t <= hi * o,
+            "{k}: {t} at the test server for {o} online at {factor}\ncopier log:\n{}",
+            log()
+        );
     }
     for k in ft.keys() {
-        assert!(fo.contains_key(k), "{k} at the test server was never made online");
+        assert!(
+            fo.contains_key(k),
+            "{k} at the test server was never made online"
+        );
     }
     let ratio = test.len() as f64 / online.len() as f64;
-    println!("online {} requests, test {} ({ratio:.4} x, want {factor})", online.len(), test.len());
-    assert!((ratio / factor - 1.0).abs() <= 0.02, "{ratio:.4} x the online requests, want {factor} within 2%\ncopier log:\n{}", log());
+    println!(
+        "online {} requests, test {} ({ratio:.4} x, want {factor})",
+        online.len(),
+        test.len()
+    );
+    assert!(
+        (ratio / factor - 1.0).abs() <= 0.02,
+        "{ratio:.4} x the online requests, want {factor} within 2%\ncopier log:\n{}",
+        log()
+    );
     c.assert_no_leak(lab);
     (online, test)
 }
@@ -92,7 +114,9 @@ fn assert_shaped(lab: &mut Lab, c: &Copying, factor: f64) -> (Vec<LogEntry>, Vec
 /// of 0.65%, and the bound of 3 points is 4.6 of them.
 #[test]
 fn factor_two_and_a_half_from_two_pools() {
-    let Some(mut lab) = lab_or_skip("factor_two_and_a_half_from_two_pools") else { return };
+    let Some(mut lab) = lab_or_skip("factor_two_and_a_half_from_two_pools") else {
+        return;
+    };
     let profile = profile_file(
         "factor",
         r#"
@@ -136,8 +160,15 @@ lifetime_s = 0.000001
         *by_pool.entry(pool).or_default() += 1;
     }
     let home = by_pool.get("home").copied().unwrap_or(0) as f64 / conns.len() as f64;
-    println!("{} test connections, pools {by_pool:?}, home share {home:.4}", conns.len());
-    assert!((home - 0.7).abs() <= 0.03, "home share {home:.4} of {} connections, want 0.7", conns.len());
+    println!(
+        "{} test connections, pools {by_pool:?}, home share {home:.4}",
+        conns.len()
+    );
+    assert!(
+        (home - 0.7).abs() <= 0.03,
+        "home share {home:.4} of {} connections, want 0.7",
+        conns.len()
+    );
     std::fs::remove_file(&profile).unwrap();
 }
 
@@ -154,7 +185,9 @@ lifetime_s = 0.000001
 /// ends would have been sent while OFF; a second that is OFF with that margin must log none.
 #[test]
 fn on_off_gating_follows_the_plan() {
-    let Some(mut lab) = lab_or_skip("on_off_gating_follows_the_plan") else { return };
+    let Some(mut lab) = lab_or_skip("on_off_gating_follows_the_plan") else {
+        return;
+    };
     let text = r#"
 [multiplication]
 factor = 1
@@ -179,23 +212,53 @@ horizon_s = 600
     let (online, test) = settled(&c, c.online.request_count(), Duration::from_secs(120));
     let log = || tail(&c.copier.as_ref().unwrap().log(), 30);
     let (fo, ft) = (fingerprints(&online), fingerprints(&test));
-    assert_eq!(fo, ft, "every online request exactly once\ncopier log:\n{}", log());
+    assert_eq!(
+        fo,
+        ft,
+        "every online request exactly once\ncopier log:\n{}",
+        log()
+    );
     // The shaper's own metrics: every request went through the gate, the OFF periods held some.
     let m = lab::setup::scrape_metrics(&lab, Host::Online, COPIER_METRICS);
     let gated = lab::setup::metric_sum(&m, "copier_shaper_gated_units_total", &[]);
     let delay_ms = lab::setup::metric_sum(&m, "copier_shaper_gate_delay_milliseconds_total", &[]);
-    assert!(gated >= online.len() as f64, "{gated} gated units for {} requests:\n{m}", online.len());
-    assert!(delay_ms > 1000.0, "the OFF periods held nothing ({delay_ms} ms in all):\n{m}");
-    assert!(lab::setup::metric_sum(&m, "copier_shaper_sources_on", &[]) <= 1.0, "{m}");
-    assert_eq!(lab::setup::metric_sum(&m, "copier_shaper_factor", &[]), 1.0, "{m}");
-    assert_eq!(lab::setup::metric_sum(&m, "copier_shaper_held_units", &[]), 0.0, "nothing held once all arrived:\n{m}");
+    assert!(
+        gated >= online.len() as f64,
+        "{gated} gated units for {} requests:\n{m}",
+        online.len()
+    );
+    assert!(
+        delay_ms > 1000.0,
+        "the OFF periods held nothing ({delay_ms} ms in all):\n{m}"
+    );
+    assert!(
+        lab::setup::metric_sum(&m, "copier_shaper_sources_on", &[]) <= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        lab::setup::metric_sum(&m, "copier_shaper_factor", &[]),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        lab::setup::metric_sum(&m, "copier_shaper_held_units", &[]),
+        0.0,
+        "nothing held once all arrived:\n{m}"
+    );
     println!("gate: {gated} units, mean hold {:.0} ms", delay_ms / gated);
-    let t0 = online.iter().filter_map(|e| e.msec).min().expect("$msec in the log");
+    let t0 = online
+        .iter()
+        .filter_map(|e| e.msec)
+        .min()
+        .expect("$msec in the log");
     let at = |e: &LogEntry| (e.msec.unwrap() as f64 - t0 as f64) / 1000.0;
     let span = online.iter().map(at).fold(0.0, f64::max);
     // Judge instants only away from the plan's toggles.
     let margin = 0.5;
-    let clear = |t: f64| (-10..=10).all(|i| plan.is_on(0, (t + margin * f64::from(i) / 10.0).max(0.0)) == plan.is_on(0, t));
+    let clear = |t: f64| {
+        (-10..=10)
+            .all(|i| plan.is_on(0, (t + margin * f64::from(i) / 10.0).max(0.0)) == plan.is_on(0, t))
+    };
     let mut in_off = Vec::new();
     let (mut judged, mut on_secs, mut off_secs) = (0, 0, 0);
     for e in &test {
@@ -227,13 +290,34 @@ horizon_s = 600
         }
         if all_off && st + 1.0 < span {
             off_secs += 1;
-            assert_eq!(*n, 0, "second {s} is OFF in the plan but the test server logged {n} requests\n{table}");
+            assert_eq!(
+                *n, 0,
+                "second {s} is OFF in the plan but the test server logged {n} requests\n{table}"
+            );
         }
-        table += &format!("{s:>3}s {:>4} {}\n", n, if all_on { "ON" } else if all_off { "OFF" } else { "mixed" });
+        table += &format!(
+            "{s:>3}s {:>4} {}\n",
+            n,
+            if all_on {
+                "ON"
+            } else if all_off {
+                "OFF"
+            } else {
+                "mixed"
+            }
+        );
     }
     println!("{table}online {} over {span:.1}s; {judged} requests judged; {on_secs} ON and {off_secs} OFF seconds", online.len());
-    assert!(in_off.is_empty(), "{} requests logged in OFF periods: {:?}\n{table}", in_off.len(), &in_off[..in_off.len().min(10)]);
-    assert!(on_secs >= 3 && off_secs >= 3, "the plan's first {span:.0}s should hold both ON and OFF seconds\n{table}");
+    assert!(
+        in_off.is_empty(),
+        "{} requests logged in OFF periods: {:?}\n{table}",
+        in_off.len(),
+        &in_off[..in_off.len().min(10)]
+    );
+    assert!(
+        on_secs >= 3 && off_secs >= 3,
+        "the plan's first {span:.0}s should hold both ON and OFF seconds\n{table}"
+    );
     c.assert_no_leak(&mut lab);
     std::fs::remove_file(&profile).unwrap();
 }

@@ -10,7 +10,9 @@
 //! on the server's own address).
 
 use lab::setup::{metric_sum, tail, wait_log, wait_log_count, CopyOptions, Copying, CONTROL_PORT};
-use lab::{addr, ifname, lab_or_skip, workspace_bin, Host, Lab, LogEntry, Nginx, NginxOptions, Proc};
+use lab::{
+    addr, ifname, lab_or_skip, workspace_bin, Host, Lab, LogEntry, Nginx, NginxOptions, Proc,
+};
 use std::time::{Duration, Instant};
 
 const METRICS: &str = "127.0.0.1:9476";
@@ -28,7 +30,10 @@ fn sessions(lab: &Lab, tag: &str, from: usize, n: usize, gap: f64) {
 
 fn tagged(reqs: &[LogEntry], tag: &str) -> Vec<usize> {
     let prefix = format!("/index.html?{tag}=");
-    let mut v: Vec<usize> = reqs.iter().filter_map(|r| r.uri.strip_prefix(&prefix)?.parse().ok()).collect();
+    let mut v: Vec<usize> = reqs
+        .iter()
+        .filter_map(|r| r.uri.strip_prefix(&prefix)?.parse().ok())
+        .collect();
     v.sort_unstable();
     v
 }
@@ -38,7 +43,17 @@ fn count(n: &Nginx, tag: &str) -> usize {
 }
 
 fn metrics(lab: &Lab) -> String {
-    lab.exec_ok(Host::Online, &["curl", "-sS", "--max-time", "3", &format!("http://{METRICS}/metrics")]).unwrap_or_default()
+    lab.exec_ok(
+        Host::Online,
+        &[
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            &format!("http://{METRICS}/metrics"),
+        ],
+    )
+    .unwrap_or_default()
 }
 
 fn target_metric(text: &str, name: &str) -> f64 {
@@ -51,7 +66,11 @@ fn sessions_until(lab: &Lab, copier: &Proc, tag: &str, needle: &str, limit: Dura
     let start = Instant::now();
     let mut n = 0;
     while !copier.log().contains(needle) {
-        assert!(start.elapsed() < limit, "no {needle:?} in the copier log within {limit:?}:\n{}", tail(&copier.log(), 30));
+        assert!(
+            start.elapsed() < limit,
+            "no {needle:?} in the copier log within {limit:?}:\n{}",
+            tail(&copier.log(), 30)
+        );
         sessions(lab, tag, n, 3, 0.1);
         n += 3;
     }
@@ -60,23 +79,56 @@ fn sessions_until(lab: &Lab, copier: &Proc, tag: &str, needle: &str, limit: Dura
 
 fn stop_nginx(lab: &Lab, n: &Nginx) {
     let pid = n.access_log().with_file_name("nginx.pid");
-    lab.sh(Host::Test2, &format!("kill -TERM $(cat {}); while [ -e {} ]; do sleep 0.05; done", pid.display(), pid.display()))
-        .unwrap();
+    lab.sh(
+        Host::Test2,
+        &format!(
+            "kill -TERM $(cat {}); while [ -e {} ]; do sleep 0.05; done",
+            pid.display(),
+            pid.display()
+        ),
+    )
+    .unwrap();
 }
 
 /// `test2` reachable from `online` through `test`, with its own intercept (returned).
 fn second_test_host(lab: &mut Lab) -> Proc {
-    lab.exec_ok(Host::Online, &["ip", "route", "add", "198.18.3.0/24", "via", &addr::TEST.to_string()]).unwrap();
-    lab.exec_ok(Host::Test, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]).unwrap();
+    lab.exec_ok(
+        Host::Online,
+        &[
+            "ip",
+            "route",
+            "add",
+            "198.18.3.0/24",
+            "via",
+            &addr::TEST.to_string(),
+        ],
+    )
+    .unwrap();
+    lab.exec_ok(Host::Test, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        .unwrap();
     let secret = lab.dir().join("secret").to_string_lossy().into_owned();
-    let intercept = workspace_bin("intercept").unwrap().to_string_lossy().into_owned();
+    let intercept = workspace_bin("intercept")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     let listen2 = format!("{}:{CONTROL_PORT}", addr::TEST2);
     let icpt2 = lab
         .spawn(
             Host::Test2,
             "intercept-test2",
-            &["env", "RUST_LOG=info", &intercept, "--port", "80", "--listen", &listen2, "--secret-file", &secret,
-              "--install-rules", "--ipv4-only"],
+            &[
+                "env",
+                "RUST_LOG=info",
+                &intercept,
+                "--port",
+                "80",
+                "--listen",
+                &listen2,
+                "--secret-file",
+                &secret,
+                "--install-rules",
+                "--ipv4-only",
+            ],
         )
         .unwrap();
     wait_log(&icpt2, "listening for copiers", Duration::from_secs(10)).unwrap();
@@ -114,9 +166,19 @@ S(("0.0.0.0", 80), H).serve_forever()
     );
     let py = lab.dir().join("slow_server.py");
     std::fs::write(&py, script).unwrap();
-    let slow = lab.spawn(Host::Test2, "slow-server", &["python3", py.to_str().unwrap()]).unwrap();
+    let slow = lab
+        .spawn(
+            Host::Test2,
+            "slow-server",
+            &["python3", py.to_str().unwrap()],
+        )
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !lab.exec_ok(Host::Test2, &["ss", "-Hltn"]).unwrap_or_default().contains(":80 ") {
+    while !lab
+        .exec_ok(Host::Test2, &["ss", "-Hltn"])
+        .unwrap_or_default()
+        .contains(":80 ")
+    {
         assert!(Instant::now() < deadline, "the slow server did not listen");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -126,7 +188,15 @@ S(("0.0.0.0", 80), H).serve_forever()
 /// The lab's copying set-up without a copier, the slow server on `test2` (answering after
 /// `delay_s`; its log) and `test2`'s intercept.
 fn slow_test2(lab: &mut Lab, delay_s: f64) -> (Copying, std::path::PathBuf, Proc, Proc) {
-    let c = Copying::start(lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let c = Copying::start(
+        lab,
+        CopyOptions {
+            ipv6: false,
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
     let log2 = lab.dir().join("slow-server.log");
     let slow = slow_server(lab, delay_s, &log2);
     let icpt2 = second_test_host(lab);
@@ -145,28 +215,72 @@ fn set_delay(lab: &Lab, delay_s: f64) {
 /// waits until both intercepts are connected.
 fn spread_copier(lab: &mut Lab, map: &str, extra: &[&str]) -> Proc {
     let secret = lab.dir().join("secret").to_string_lossy().into_owned();
-    let copier = workspace_bin("copier").unwrap().to_string_lossy().into_owned();
-    let (listen1, listen2) = (format!("{}:{CONTROL_PORT}", addr::TEST), format!("{}:{CONTROL_PORT}", addr::TEST2));
-    let mut argv = vec!["env", "RUST_LOG=info", &copier, "--map", map, "--intercept", &listen1, "--intercept", &listen2,
-        "--secret-file", &secret, "--interface", ifname::ONLINE_TO_CLIENT, "--metrics", METRICS, "--seed", "5"];
+    let copier = workspace_bin("copier")
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let (listen1, listen2) = (
+        format!("{}:{CONTROL_PORT}", addr::TEST),
+        format!("{}:{CONTROL_PORT}", addr::TEST2),
+    );
+    let mut argv = vec![
+        "env",
+        "RUST_LOG=info",
+        &copier,
+        "--map",
+        map,
+        "--intercept",
+        &listen1,
+        "--intercept",
+        &listen2,
+        "--secret-file",
+        &secret,
+        "--interface",
+        ifname::ONLINE_TO_CLIENT,
+        "--metrics",
+        METRICS,
+        "--seed",
+        "5",
+    ];
     argv.extend_from_slice(extra);
     let cop = lab.spawn(Host::Online, "copier", &argv).unwrap();
     wait_log_count(&cop, "connected to intercept", 2, Duration::from_secs(10)).unwrap();
-    assert!(cop.log().contains(&format!("intercept {listen2} guards test server(s) {}", addr::TEST2)), "{}", cop.log());
+    assert!(
+        cop.log().contains(&format!(
+            "intercept {listen2} guards test server(s) {}",
+            addr::TEST2
+        )),
+        "{}",
+        cop.log()
+    );
     cop
 }
 
 #[test]
 fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins() {
-    let Some(mut lab) = lab_or_skip("two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins") else {
+    let Some(mut lab) = lab_or_skip(
+        "two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoins",
+    ) else {
         return;
     };
-    let c = Copying::start(&mut lab, CopyOptions { ipv6: false, start_copier: false, ..CopyOptions::default() }).unwrap();
+    let c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            ipv6: false,
+            start_copier: false,
+            ..CopyOptions::default()
+        },
+    )
+    .unwrap();
     let test2 = lab.nginx(Host::Test2, NginxOptions::default()).unwrap();
     let leaks2 = lab::leak::LeakCounter::install(&lab, Host::Test2, &[80]).unwrap();
     let icpt2 = second_test_host(&mut lab);
     let map = format!("80={}:80@3,{}:80@1", addr::TEST, addr::TEST2);
-    let cop = spread_copier(&mut lab, &map, &["--target-down-after", "2s", "--target-retry", "3s"]);
+    let cop = spread_copier(
+        &mut lab,
+        &map,
+        &["--target-down-after", "2s", "--target-retry", "3s"],
+    );
 
     // 1. 200 sessions spread 3:1 (within 3 points), none lost.
     sessions(&lab, "p1", 0, 200, 0.0);
@@ -174,18 +288,33 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
     test2.wait_requests(50, Duration::from_secs(20));
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     let (n1, n2) = (count(c.test(), "p1"), count(&test2, "p1"));
-    assert_eq!(n1 + n2, 200, "sessions lost: test {n1}, test2 {n2}\n{}", tail(&cop.log(), 30));
+    assert_eq!(
+        n1 + n2,
+        200,
+        "sessions lost: test {n1}, test2 {n2}\n{}",
+        tail(&cop.log(), 30)
+    );
     let share2 = n2 as f64 / 200.0;
-    assert!((share2 - 0.25).abs() <= 0.03, "test2 got {n2} of 200 sessions ({share2:.3}), not 25% +- 3 points");
+    assert!(
+        (share2 - 0.25).abs() <= 0.03,
+        "test2 got {n2} of 200 sessions ({share2:.3}), not 25% +- 3 points"
+    );
     // each intercept guarded its own server's sessions only
-    assert!(!icpt2.log().contains("refused"), "{}", tail(&icpt2.log(), 20));
+    assert!(
+        !icpt2.log().contains("refused"),
+        "{}",
+        tail(&icpt2.log(), 20)
+    );
 
     // 2. test2 stops: taken out 2 s after its first unanswered copy.
     stop_nginx(&lab, &test2);
     let stopped = Instant::now();
     let down = format!("test server {}:80 taken out", addr::TEST2);
     sessions_until(&lab, &cop, "p2a", &down, Duration::from_secs(20));
-    assert!(stopped.elapsed() >= Duration::from_secs(2), "taken out before --target-down-after");
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(2),
+        "taken out before --target-down-after"
+    );
     std::thread::sleep(Duration::from_millis(1200)); // the metrics are published about once a second
     let before = metrics(&lab);
     // From now on: no new session goes to test2 but the probes, and test gets every other one.
@@ -195,13 +324,25 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(1200));
     let after = metrics(&lab);
-    let started = target_metric(&after, "copier_target_sessions_total") - target_metric(&before, "copier_target_sessions_total");
-    let probes = target_metric(&after, "copier_target_probes_total") - target_metric(&before, "copier_target_probes_total");
-    assert_eq!(started, probes, "sessions went to the stopped test2 besides its probes:\n{after}");
+    let started = target_metric(&after, "copier_target_sessions_total")
+        - target_metric(&before, "copier_target_sessions_total");
+    let probes = target_metric(&after, "copier_target_probes_total")
+        - target_metric(&before, "copier_target_probes_total");
+    assert_eq!(
+        started, probes,
+        "sessions went to the stopped test2 besides its probes:\n{after}"
+    );
     let most_probes = (took.as_secs_f64() / 3.0).ceil() + 1.0;
-    assert!(probes <= most_probes, "{probes} probes in {took:?} with --target-retry 3s");
+    assert!(
+        probes <= most_probes,
+        "{probes} probes in {took:?} with --target-retry 3s"
+    );
     let got = tagged(&c.test().requests().unwrap(), "p2b");
-    assert!(60.0 - got.len() as f64 <= probes, "test got {} of the 60 sessions sent while test2 was out ({probes} probes)", got.len());
+    assert!(
+        60.0 - got.len() as f64 <= probes,
+        "test got {} of the 60 sessions sent while test2 was out ({probes} probes)",
+        got.len()
+    );
     assert_eq!(target_metric(&after, "copier_target_up"), 0.0, "{after}");
 
     // 3. test2 back: it answers a probe, is back in, and gets its share again.
@@ -211,8 +352,16 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
     sessions(&lab, "p3", 0, 100, 0.0);
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     let (m1, m2) = (count(c.test(), "p3"), count(&test2, "p3"));
-    assert_eq!(m1 + m2, 100, "sessions lost after the rejoin: test {m1}, test2 {m2}\n{}", tail(&cop.log(), 30));
-    assert!((15..=35).contains(&m2), "test2 got {m2} of 100 sessions after rejoining");
+    assert_eq!(
+        m1 + m2,
+        100,
+        "sessions lost after the rejoin: test {m1}, test2 {m2}\n{}",
+        tail(&cop.log(), 30)
+    );
+    assert!(
+        (15..=35).contains(&m2),
+        "test2 got {m2} of 100 sessions after rejoining"
+    );
 
     eprintln!(
         "spread: 3:1 -> test {n1} / test2 {n2} of 200; test2 out after {:?} of silence, then {} of 60 sessions on test, \
@@ -220,7 +369,11 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
         Duration::from_secs(2),
         got.len()
     );
-    assert!(cop.exited().is_none(), "the copier died:\n{}", tail(&cop.log(), 30));
+    assert!(
+        cop.exited().is_none(),
+        "the copier died:\n{}",
+        tail(&cop.log(), 30)
+    );
     assert_eq!(leaks2.count(&lab).unwrap(), 0, "test2 leaked responses");
     c.assert_no_leak(&mut lab);
 }
@@ -231,7 +384,10 @@ fn two_test_servers_share_three_to_one_and_a_stopped_one_is_taken_out_and_rejoin
 /// the slow one; none is lost, and the copier's session table stays small.
 #[test]
 fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
-    let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog") else { return };
+    let Some(mut lab) = lab_or_skip("a_slow_test_server_gets_less_load_instead_of_a_backlog")
+    else {
+        return;
+    };
     let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 1.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
     let cop = spread_copier(&mut lab, &map, &["--target-max-live", "8"]);
@@ -245,7 +401,10 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
             for _ in 0..6 {
                 std::thread::sleep(Duration::from_secs(2));
                 let m = metrics(&lab);
-                v.push((target_metric(&m, "copier_target_live_sessions"), metric_sum(&m, "copier_sessions_active", &[])));
+                v.push((
+                    target_metric(&m, "copier_target_live_sessions"),
+                    metric_sum(&m, "copier_sessions_active", &[]),
+                ));
             }
             v
         });
@@ -255,19 +414,44 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
     let took = started.elapsed().as_secs_f64();
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
-    let slow = std::fs::read_to_string(&log2).unwrap_or_default().lines().count();
+    let slow = std::fs::read_to_string(&log2)
+        .unwrap_or_default()
+        .lines()
+        .count();
     let fast = count(c.test(), "s");
     println!(
         "slow server {slow}, fast server {fast} of 600 sessions in {took:.1} s; (live on the slow one, sessions in the table) every 2 s: {samples:?}"
     );
-    assert_eq!(slow + fast, 600, "sessions lost: slow {slow}, fast {fast}\n{}", tail(&cop.log(), 30));
-    assert!(samples.iter().all(|&(live, _)| live <= 8.0), "more than 8 live copies on the slow server: {samples:?}");
-    assert!(samples.iter().all(|&(_, active)| active <= 40.0), "the session table grew: {samples:?}");
+    assert_eq!(
+        slow + fast,
+        600,
+        "sessions lost: slow {slow}, fast {fast}\n{}",
+        tail(&cop.log(), 30)
+    );
+    assert!(
+        samples.iter().all(|&(live, _)| live <= 8.0),
+        "more than 8 live copies on the slow server: {samples:?}"
+    );
+    assert!(
+        samples.iter().all(|&(_, active)| active <= 40.0),
+        "the session table grew: {samples:?}"
+    );
     // At most 8 at a time for about a second each: at most about 8 a second, the rest (more
     // than the 1:1 weights' half) on the fast one.
-    assert!((slow as f64) <= 8.0 * (took + 2.0), "the slow server got {slow} sessions in {took:.1} s");
-    assert!(fast > 300, "the fast server got only {fast}: the slow one was not relieved of its share");
-    assert!(cop.log().contains(&format!("test server {}:80 overloaded", addr::TEST2)), "{}", tail(&cop.log(), 20));
+    assert!(
+        (slow as f64) <= 8.0 * (took + 2.0),
+        "the slow server got {slow} sessions in {took:.1} s"
+    );
+    assert!(
+        fast > 300,
+        "the fast server got only {fast}: the slow one was not relieved of its share"
+    );
+    assert!(
+        cop.log()
+            .contains(&format!("test server {}:80 overloaded", addr::TEST2)),
+        "{}",
+        tail(&cop.log(), 20)
+    );
 }
 
 /// Answer times: a test server answering 200 ms after each request and a fast one (nginx); the
@@ -276,7 +460,10 @@ fn a_slow_test_server_gets_less_load_instead_of_a_backlog() {
 /// `shaper check --trace` reports the answer time.
 #[test]
 fn the_trace_and_the_metrics_give_each_servers_answer_times() {
-    let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times") else { return };
+    let Some(mut lab) = lab_or_skip("the_trace_and_the_metrics_give_each_servers_answer_times")
+    else {
+        return;
+    };
     let (c, _log2, _slow, _icpt2) = slow_test2(&mut lab, 0.2);
     let trace = lab.dir().join("answers.csv");
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
@@ -287,7 +474,10 @@ fn the_trace_and_the_metrics_give_each_servers_answer_times() {
     let m = metrics(&lab);
     let smoothed = target_metric(&m, "copier_target_answer_smoothed_seconds");
     let answers = target_metric(&m, "copier_target_answers_total");
-    assert!((0.2..1.0).contains(&smoothed), "test2's smoothed answer time {smoothed} s, its delay 0.2 s:\n{m}");
+    assert!(
+        (0.2..1.0).contains(&smoothed),
+        "test2's smoothed answer time {smoothed} s, its delay 0.2 s:\n{m}"
+    );
     assert!(answers >= 25.0, "{answers} answers timed on test2:\n{m}");
     cop.stop();
 
@@ -297,21 +487,42 @@ fn the_trace_and_the_metrics_give_each_servers_answer_times() {
     let (mut slow, mut fast) = (Vec::new(), Vec::new());
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
-        let a: f64 = f[5].parse().unwrap_or_else(|_| panic!("a unit not timed in a lock-step run: {l}"));
-        if f[4] == format!("{}:80", addr::TEST2) { slow.push(a) } else { fast.push(a) }
+        let a: f64 = f[5]
+            .parse()
+            .unwrap_or_else(|_| panic!("a unit not timed in a lock-step run: {l}"));
+        if f[4] == format!("{}:80", addr::TEST2) {
+            slow.push(a)
+        } else {
+            fast.push(a)
+        }
     }
     println!("answer times: slow server {slow:?}\nfast server {fast:?}");
     assert_eq!(slow.len() + fast.len(), 60, "a row per session:\n{text}");
-    assert!(slow.len() >= 25 && fast.len() >= 25, "1:1 weights: {} slow, {} fast", slow.len(), fast.len());
-    assert!(slow.iter().all(|a| (0.2..1.0).contains(a)), "slow server answer times outside 0.2..1 s: {slow:?}");
-    assert!(fast.iter().all(|a| *a < 0.2), "fast server answer times of 0.2 s or more: {fast:?}");
+    assert!(
+        slow.len() >= 25 && fast.len() >= 25,
+        "1:1 weights: {} slow, {} fast",
+        slow.len(),
+        fast.len()
+    );
+    assert!(
+        slow.iter().all(|a| (0.2..1.0).contains(a)),
+        "slow server answer times outside 0.2..1 s: {slow:?}"
+    );
+    assert!(
+        fast.iter().all(|a| *a < 0.2),
+        "fast server answer times of 0.2 s or more: {fast:?}"
+    );
 
     let out = std::process::Command::new(workspace_bin("shaper").unwrap())
         .args(["check", "--trace", trace.to_str().unwrap()])
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && report.contains("answer time p50"), "{report}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && report.contains("answer time p50"),
+        "{report}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     c.assert_no_leak(&mut lab);
 }
 
@@ -322,13 +533,24 @@ fn the_trace_and_the_metrics_give_each_servers_answer_times() {
 /// share again.
 #[test]
 fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
-    let Some(mut lab) = lab_or_skip("a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast") else { return };
+    let Some(mut lab) = lab_or_skip("a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast")
+    else {
+        return;
+    };
     let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
-    let cop = spread_copier(&mut lab, &map, &["--target-slow-after", "100ms", "--target-retry", "2s"]);
+    let cop = spread_copier(
+        &mut lab,
+        &map,
+        &["--target-slow-after", "100ms", "--target-retry", "2s"],
+    );
     let on2 = |tag: &str| {
         let prefix = format!("/index.html?{tag}=");
-        std::fs::read_to_string(&log2).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+        std::fs::read_to_string(&log2)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .count()
     };
     let both = |tag: &str| {
         std::thread::sleep(Duration::from_millis(800));
@@ -340,7 +562,10 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     let (f1, f2) = both("f");
     assert_eq!(f1 + f2, 40, "sessions lost while fast: {f1} + {f2}");
-    assert!((16..=24).contains(&f2), "test2 got {f2} of 40 with weights 1:1");
+    assert!(
+        (16..=24).contains(&f2),
+        "test2 got {f2} of 40 with weights 1:1"
+    );
 
     // 2. test2 answers in 300 ms: slow after a few answers, then only probes.
     set_delay(&lab, 0.3);
@@ -349,11 +574,27 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
     c.settle(Duration::from_secs(2), Duration::from_secs(20));
     let (s1, s2) = both("s");
     println!("slow phase: test {s1}, test2 {s2} of 80");
-    assert!(cop.log().contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&cop.log(), 20));
-    assert_eq!(s1 + s2, 80, "sessions lost while test2 was slow: {s1} + {s2}\n{}", tail(&cop.log(), 20));
-    assert!(s2 <= 16, "test2 got {s2} of 80 sessions while slow (40 by weight)");
+    assert!(
+        cop.log()
+            .contains(&format!("test server {}:80 slow", addr::TEST2)),
+        "{}",
+        tail(&cop.log(), 20)
+    );
+    assert_eq!(
+        s1 + s2,
+        80,
+        "sessions lost while test2 was slow: {s1} + {s2}\n{}",
+        tail(&cop.log(), 20)
+    );
+    assert!(
+        s2 <= 16,
+        "test2 got {s2} of 80 sessions while slow (40 by weight)"
+    );
     assert!(target_metric(&m, "copier_target_slow") == 1.0, "{m}");
-    assert!(metric_sum(&m, "copier_sessions_active", &[]) <= 20.0, "the session table grew:\n{m}");
+    assert!(
+        metric_sum(&m, "copier_sessions_active", &[]) <= 20.0,
+        "the session table grew:\n{m}"
+    );
 
     // 3. test2 fast again: a probe's answer brings it back, it gets its share.
     set_delay(&lab, 0.0);
@@ -361,9 +602,23 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     let (r1, r2) = both("r");
     println!("fast again: test {r1}, test2 {r2} of 80");
-    assert!(cop.log().contains(&format!("test server {}:80 answers fast again", addr::TEST2)), "{}", tail(&cop.log(), 20));
-    assert_eq!(r1 + r2, 80, "sessions lost after test2 recovered: {r1} + {r2}");
-    assert!(r2 >= 25, "test2 got only {r2} of 80 sessions once fast again");
+    assert!(
+        cop.log().contains(&format!(
+            "test server {}:80 answers fast again",
+            addr::TEST2
+        )),
+        "{}",
+        tail(&cop.log(), 20)
+    );
+    assert_eq!(
+        r1 + r2,
+        80,
+        "sessions lost after test2 recovered: {r1} + {r2}"
+    );
+    assert!(
+        r2 >= 25,
+        "test2 got only {r2} of 80 sessions once fast again"
+    );
     c.assert_no_leak(&mut lab);
 }
 
@@ -373,13 +628,26 @@ fn a_server_made_slow_gets_fewer_sessions_and_rejoins_when_fast() {
 /// sessions; the session table stays small.
 #[test]
 fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
-    let Some(mut lab) = lab_or_skip("with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor") else { return };
+    let Some(mut lab) =
+        lab_or_skip("with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor")
+    else {
+        return;
+    };
     let (c, log2, _slow, _icpt2) = slow_test2(&mut lab, 0.5);
     let map = format!("80={}:80", addr::TEST2);
     let cop = spread_copier(
         &mut lab,
         &map,
-        &["--target-rate", "40", "--max-factor", "4", "--target-slow-after", "100ms", "--target-retry", "2s"],
+        &[
+            "--target-rate",
+            "40",
+            "--max-factor",
+            "4",
+            "--target-slow-after",
+            "100ms",
+            "--target-retry",
+            "2s",
+        ],
     );
     let samples = std::thread::scope(|sc| {
         let reader = sc.spawn(|| {
@@ -398,32 +666,65 @@ fn with_a_target_rate_a_slow_server_makes_the_loop_lower_the_factor() {
         lab::setup::paced_sessions(&lab, |_| 20.0, 15.0);
         reader.join().unwrap()
     });
-    let got = std::fs::read_to_string(&log2).unwrap_or_default().lines().count();
+    let got = std::fs::read_to_string(&log2)
+        .unwrap_or_default()
+        .lines()
+        .count();
     println!("(scale, held, sessions in the table) every 2 s: {samples:?}; the slow server got {got} requests");
     let log = cop.log();
-    assert!(log.contains(&format!("test server {}:80 slow", addr::TEST2)), "{}", tail(&log, 20));
-    assert!(log.contains("the loop lowers the factor"), "{}", tail(&log, 20));
+    assert!(
+        log.contains(&format!("test server {}:80 slow", addr::TEST2)),
+        "{}",
+        tail(&log, 20)
+    );
+    assert!(
+        log.contains("the loop lowers the factor"),
+        "{}",
+        tail(&log, 20)
+    );
     let last = samples.last().unwrap();
-    assert!(last.1 == 1.0 && last.0 < 1.0, "the loop did not lower the factor: {samples:?}");
-    assert!(samples.iter().all(|s| s.2 <= 20.0), "the session table grew: {samples:?}");
-    assert!(got < 150, "the slow server got {got} requests (300 online at 20/s, 40/s asked)");
+    assert!(
+        last.1 == 1.0 && last.0 < 1.0,
+        "the loop did not lower the factor: {samples:?}"
+    );
+    assert!(
+        samples.iter().all(|s| s.2 <= 20.0),
+        "the session table grew: {samples:?}"
+    );
+    assert!(
+        got < 150,
+        "the slow server got {got} requests (300 online at 20/s, 40/s asked)"
+    );
     drop(c);
 }
 
 #[test]
 fn a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound() {
-    let Some(mut lab) = lab_or_skip("a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound") else { return };
+    let Some(mut lab) =
+        lab_or_skip("a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound")
+    else {
+        return;
+    };
     let (c, log2, _server, _icpt2) = slow_test2(&mut lab, 0.0);
     let map = format!("80={}:80@1,{}:80@1", addr::TEST, addr::TEST2);
-    let cop = spread_copier(&mut lab, &map, &["--target-fail-rate", "30", "--target-retry", "1s"]);
+    let cop = spread_copier(
+        &mut lab,
+        &map,
+        &["--target-fail-rate", "30", "--target-retry", "1s"],
+    );
     let on2 = |tag: &str| {
         let prefix = format!("/index.html?{tag}=");
-        std::fs::read_to_string(&log2).unwrap_or_default().lines().filter(|l| l.starts_with(&prefix)).count()
+        std::fs::read_to_string(&log2)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .count()
     };
     // test2's kernel resets 60 % of the SYNs to port 80 (the RSTs go out through the
     // intercept's queue, like any answer of the test server).
     let reject = "INPUT -p tcp --dport 80 --syn -m statistic --mode random --probability 0.6 -j REJECT --reject-with tcp-reset";
-    lab.sh(Host::Test2, &format!("iptables -I {reject}")).unwrap();
+    lab.sh(Host::Test2, &format!("iptables -I {reject}"))
+        .unwrap();
     let failing = format!("test server {}:80 failing", addr::TEST2);
     let n = sessions_until(&lab, &cop, "f", &failing, Duration::from_secs(40));
     std::thread::sleep(Duration::from_millis(1500)); // the metrics are exported once a second
@@ -431,7 +732,10 @@ fn a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound() {
     println!("failing after {n} sessions");
     assert!(target_metric(&m, "copier_target_failing") == 1.0, "{m}");
     // Five outcomes at least, two of them failures at least (0.2, then 0.36 > 0.3).
-    assert!(target_metric(&m, "copier_target_failures_total") >= 2.0, "{m}");
+    assert!(
+        target_metric(&m, "copier_target_failures_total") >= 2.0,
+        "{m}"
+    );
 
     // Failing: test2 gets only a probe a second; test takes every other session.
     sessions(&lab, "p", 0, 40, 0.05);
@@ -439,18 +743,38 @@ fn a_server_that_refuses_many_connections_is_failing_and_rejoins_when_sound() {
     std::thread::sleep(Duration::from_millis(500));
     let (p1, p2) = (count(c.test(), "p"), on2("p"));
     println!("failing: test {p1}, test2 {p2} of 40");
-    assert!(p2 <= 10, "test2 got {p2} of 40 sessions while failing (20 by weight)");
-    assert!(p1 >= 28, "test got only {p1} of 40 sessions while test2 was failing");
+    assert!(
+        p2 <= 10,
+        "test2 got {p2} of 40 sessions while failing (20 by weight)"
+    );
+    assert!(
+        p1 >= 28,
+        "test got only {p1} of 40 sessions while test2 was failing"
+    );
 
     // Sound again: the probes complete, the share falls under 15 %, test2 is back.
-    lab.sh(Host::Test2, &format!("iptables -D {reject}")).unwrap();
-    sessions_until(&lab, &cop, "r", &format!("test server {}:80 no longer failing", addr::TEST2), Duration::from_secs(40));
+    lab.sh(Host::Test2, &format!("iptables -D {reject}"))
+        .unwrap();
+    sessions_until(
+        &lab,
+        &cop,
+        "r",
+        &format!("test server {}:80 no longer failing", addr::TEST2),
+        Duration::from_secs(40),
+    );
     sessions(&lab, "b", 0, 40, 0.05);
     c.settle(Duration::from_secs(1), Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(500));
     let (b1, b2) = (count(c.test(), "b"), on2("b"));
     println!("sound again: test {b1}, test2 {b2} of 40");
-    assert_eq!(b1 + b2, 40, "sessions lost once test2 was sound: {b1} + {b2}");
-    assert!(b2 >= 12, "test2 got only {b2} of 40 sessions once sound again");
+    assert_eq!(
+        b1 + b2,
+        40,
+        "sessions lost once test2 was sound: {b1} + {b2}"
+    );
+    assert!(
+        b2 >= 12,
+        "test2 got only {b2} of 40 sessions once sound again"
+    );
     c.assert_no_leak(&mut lab);
 }

@@ -41,8 +41,19 @@ fn msec(e: &LogEntry) -> f64 {
 /// online request) is what the schedule asks (each online request weighted by its factor) within
 /// 5 % or 3 sigma, that the copier's trace has a row per request the test server got, and that
 /// `shaper check PROFILE --trace` passes it with a rate line per stretch, named by `lines`.
-fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64, secs: f64, stretches: &[(f64, f64)], lines: &[&str]) {
-    let Some(mut lab) = lab_or_skip(test) else { return };
+fn shaped_run(
+    test: &str,
+    name: &str,
+    text: &str,
+    curve: Option<&str>,
+    rate: f64,
+    secs: f64,
+    stretches: &[(f64, f64)],
+    lines: &[&str],
+) {
+    let Some(mut lab) = lab_or_skip(test) else {
+        return;
+    };
     let mut text = text.to_string();
     if let Some(csv) = curve {
         let path = lab.dir().join(format!("{name}.csv"));
@@ -52,10 +63,23 @@ fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64
     let profile = lab.dir().join(format!("{name}.toml"));
     std::fs::write(&profile, &text).unwrap();
     let trace = lab.dir().join("run-trace.csv");
-    let args = ["--metrics", "127.0.0.1:9477", "--seed", "3", "--profile", profile.to_str().unwrap(), "--trace", trace.to_str().unwrap()];
+    let args = [
+        "--metrics",
+        "127.0.0.1:9477",
+        "--seed",
+        "3",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ];
     let c = Copying::start(
         &mut lab,
-        CopyOptions { copier_args: args.iter().map(|s| s.to_string()).collect(), ipv6: false, ..CopyOptions::default() },
+        CopyOptions {
+            copier_args: args.iter().map(|s| s.to_string()).collect(),
+            ipv6: false,
+            ..CopyOptions::default()
+        },
     )
     .unwrap();
 
@@ -68,7 +92,11 @@ fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64
     let t0 = online.iter().map(msec).fold(f64::INFINITY, f64::min);
     let p = shaper::Profile::load(&profile).unwrap();
     let sched = p.schedule().unwrap();
-    let stretch = |t: f64| stretches.iter().position(|&(a, b)| t - t0 >= a && t - t0 < b);
+    let stretch = |t: f64| {
+        stretches
+            .iter()
+            .position(|&(a, b)| t - t0 >= a && t - t0 < b)
+    };
     let (mut want, mut got) = (vec![0.0f64; stretches.len()], vec![0.0f64; stretches.len()]);
     for e in &online {
         if let Some(k) = stretch(msec(e)) {
@@ -80,7 +108,10 @@ fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64
             got[k] += 1.0;
         }
     }
-    println!("per stretch: online factor-weighted {want:.1?}, test server {got:?} ({} online)", online.len());
+    println!(
+        "per stretch: online factor-weighted {want:.1?}, test server {got:?} ({} online)",
+        online.len()
+    );
     for k in 0..stretches.len() {
         let tol = (0.05 * want[k]).max(3.0 * want[k].sqrt());
         assert!(
@@ -96,23 +127,41 @@ fn shaped_run(test: &str, name: &str, text: &str, curve: Option<&str>, rate: f64
     let m = lab::setup::scrape_metrics(&lab, Host::Online, "127.0.0.1:9477");
     let factor = lab::setup::metric_sum(&m, "copier_shaper_factor", &[]);
     let last = sched.factor_at(1e9);
-    assert!((factor - last).abs() < 1e-6, "factor in force {factor}, want {last} at the schedule's end:\n{m}");
+    assert!(
+        (factor - last).abs() < 1e-6,
+        "factor in force {factor}, want {last} at the schedule's end:\n{m}"
+    );
 
     // Stop the copier so that the trace is complete, then check it.
     let copier = c.copier.as_ref().unwrap();
     copier.stop();
     let text = std::fs::read_to_string(&trace).unwrap();
     let rows = text.lines().count() - 1;
-    assert_eq!(text.lines().next(), Some("time_s,copy,user,pool,target,answer_s"));
-    assert!((rows as f64 - test.len() as f64).abs() <= 2.0, "{rows} trace rows for {} test requests", test.len());
+    assert_eq!(
+        text.lines().next(),
+        Some("time_s,copy,user,pool,target,answer_s")
+    );
+    assert!(
+        (rows as f64 - test.len() as f64).abs() <= 2.0,
+        "{rows} trace rows for {} test requests",
+        test.len()
+    );
     let shaper = workspace_bin("shaper").unwrap();
     let out = std::process::Command::new(&shaper)
-        .args(["check", profile.to_str().unwrap(), "--trace", trace.to_str().unwrap()])
+        .args([
+            "check",
+            profile.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
     println!("{report}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "shaper check failed on the run's own trace:\n{report}");
+    assert!(
+        out.status.success(),
+        "shaper check failed on the run's own trace:\n{report}"
+    );
     for line in lines {
         assert!(report.contains(line), "no {line:?} line:\n{report}");
     }
@@ -129,7 +178,11 @@ fn a_phased_run_follows_its_schedule_and_its_trace_passes_shaper_check() {
         80.0,
         30.0,
         &[(0.0, 10.0), (10.0, 20.0), (20.0, 30.0)],
-        &["rate phase ramp-up", "rate phase steady", "rate phase ramp-down"],
+        &[
+            "rate phase ramp-up",
+            "rate phase steady",
+            "rate phase ramp-down",
+        ],
     );
 }
 
@@ -145,6 +198,11 @@ fn a_run_on_a_csv_curve_follows_it_and_its_trace_passes_shaper_check() {
         60.0,
         40.0,
         &[(0.0, 10.0), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0)],
-        &["rate bucket 0-10 s", "rate bucket 10-20 s", "rate bucket 20-30 s", "rate bucket 30-40 s"],
+        &[
+            "rate bucket 0-10 s",
+            "rate bucket 10-20 s",
+            "rate bucket 20-30 s",
+            "rate bucket 30-40 s",
+        ],
     );
 }

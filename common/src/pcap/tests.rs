@@ -673,7 +673,10 @@ fn pcap_trim_cuts_padding_only() {
 #[test]
 fn pcapng_writer_output_is_the_hand_built_file_and_reads_back() {
     let frames = [
-        (Duration::new(1_700_000_000, 123_456_789), v4(b"GET / HTTP/1.1\r\n\r\n")),
+        (
+            Duration::new(1_700_000_000, 123_456_789),
+            v4(b"GET / HTTP/1.1\r\n\r\n"),
+        ),
         (Duration::new(1_700_000_001, 5_000), v6(b"x")),
     ];
     let mut file = Vec::new();
@@ -692,7 +695,14 @@ fn pcapng_writer_output_is_the_hand_built_file_and_reads_back() {
     let r = read_all(&file);
     assert!(r.skips.is_empty(), "{:?}", r.skips);
     let got: Vec<(Duration, Vec<u8>)> = r.packets.iter().map(|p| (p.0, p.1.clone())).collect();
-    let want: Vec<(Duration, Vec<u8>)> =
-        frames.iter().map(|(t, f)| (Duration::new(t.as_secs(), t.subsec_micros() * 1000), f.clone())).collect();
+    let want: Vec<(Duration, Vec<u8>)> = frames
+        .iter()
+        .map(|(t, f)| {
+            (
+                Duration::new(t.as_secs(), t.subsec_micros() * 1000),
+                f.clone(),
+            )
+        })
+        .collect();
     assert_eq!(got, want);
 }

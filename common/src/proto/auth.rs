@@ -67,10 +67,11 @@ pub const PLACEHOLDERS: &[&str] = &[
 /// The placeholder `secret` is or contains, if any ([`PLACEHOLDERS`], any case).
 pub fn placeholder_in(secret: &[u8]) -> Option<&'static str> {
     let lower = secret.to_ascii_lowercase();
-    PLACEHOLDERS
-        .iter()
-        .copied()
-        .find(|p| lower.windows(p.len()).any(|w| w == p.to_ascii_lowercase().as_bytes()))
+    PLACEHOLDERS.iter().copied().find(|p| {
+        lower
+            .windows(p.len())
+            .any(|w| w == p.to_ascii_lowercase().as_bytes())
+    })
 }
 
 /// A fresh nonce from the operating system's random number generator.
@@ -338,7 +339,10 @@ mod tests {
         let f = dir.join("s");
         write_mode(&f, b"fifteen-bytes!!\n", 0o600);
         let e = load_secret(&f).unwrap_err();
-        assert!(matches!(e, ProtoError::SecretTooShort { len: 15, .. }), "{e:?}");
+        assert!(
+            matches!(e, ProtoError::SecretTooShort { len: 15, .. }),
+            "{e:?}"
+        );
         let text = e.to_string();
         assert!(text.contains(&f.display().to_string()), "{text}");
         assert!(text.contains("15 bytes") && text.contains("16"), "{text}");
@@ -354,14 +358,30 @@ mod tests {
         let f = dir.join("s");
         // the value of deploy/k8s/secret.yaml, as a Kubernetes Secret volume gives it
         let manifest = include_str!("../../../deploy/k8s/secret.yaml");
-        let value = manifest.lines().find_map(|l| l.trim().strip_prefix("secret: ")).unwrap().trim_matches('"');
+        let value = manifest
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("secret: "))
+            .unwrap()
+            .trim_matches('"');
         assert_eq!(value.len(), 38, "{value}");
-        for v in [value, "ChangeMe-ChangeMe-ChangeMe", "xxxx-REPLACE-ME-xxxxxxxxxx\n"] {
+        for v in [
+            value,
+            "ChangeMe-ChangeMe-ChangeMe",
+            "xxxx-REPLACE-ME-xxxxxxxxxx\n",
+        ] {
             write_mode(&f, v.as_bytes(), 0o600);
             let e = load_secret(&f).unwrap_err();
-            assert!(matches!(e, ProtoError::SecretPlaceholder { .. }), "{v}: {e:?}");
+            assert!(
+                matches!(e, ProtoError::SecretPlaceholder { .. }),
+                "{v}: {e:?}"
+            );
             let text = e.to_string();
-            assert!(text.contains("placeholder") && text.contains(&f.display().to_string()) && text.contains("urandom"), "{text}");
+            assert!(
+                text.contains("placeholder")
+                    && text.contains(&f.display().to_string())
+                    && text.contains("urandom"),
+                "{text}"
+            );
         }
         // a random one, and the lab's, are fine
         for v in ["q3J0Zk8xR1lqTjV2bEhXc2x0Z0pQbmR3Yz0K", "lab-shared-secret"] {
@@ -378,10 +398,16 @@ mod tests {
         for mode in [0o644, 0o640, 0o604, 0o660, 0o602, 0o610] {
             write_mode(&f, b"a-long-enough-shared-secret\n", mode);
             let e = load_secret(&f).unwrap_err();
-            assert!(matches!(e, ProtoError::SecretPermissions { .. }), "{mode:o}: {e:?}");
+            assert!(
+                matches!(e, ProtoError::SecretPermissions { .. }),
+                "{mode:o}: {e:?}"
+            );
             let text = e.to_string();
             assert!(text.contains(&format!("{mode:04o}")), "{text}");
-            assert!(text.contains(&format!("chmod 600 {}", f.display())), "{text}");
+            assert!(
+                text.contains(&format!("chmod 600 {}", f.display())),
+                "{text}"
+            );
         }
         write_mode(&f, b"a-long-enough-shared-secret\n", 0o600);
         load_secret(&f).unwrap();
@@ -421,7 +447,9 @@ mod tests {
         m.update(&7u64.to_be_bytes());
         m.update(b"frame");
         let want = m.finalize().into_bytes();
-        let got = session_keys(b"s", &A, &B).copier_to_intercept.tag(7, b"frame");
+        let got = session_keys(b"s", &A, &B)
+            .copier_to_intercept
+            .tag(7, b"frame");
         assert_eq!(got[..], want[..TAG_LEN]);
     }
 }

@@ -55,7 +55,10 @@ use crate::wire::{parse_tcp_headers, WireError};
 
 use super::auth::{FrameKey, TAG_LEN};
 use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
-pub use super::{FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES, FEATURE_STAMPS};
+pub use super::{
+    FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES,
+    FEATURE_STAMPS,
+};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -465,7 +468,10 @@ impl FleetMember {
     /// tuples (the intercept refuses the second, and it moves its copy).
     #[must_use]
     pub fn shares_ports_with(&self, other: &FleetMember) -> bool {
-        let (a, b) = (fleet_pairs(self.index, self.size), fleet_pairs(other.index, other.size));
+        let (a, b) = (
+            fleet_pairs(self.index, self.size),
+            fleet_pairs(other.index, other.size),
+        );
         a.0 <= a.1 && b.0 <= b.1 && a.0 <= b.1 && b.0 <= a.1
     }
 }
@@ -649,24 +655,32 @@ impl Message {
             Message::Unregister { tuples } => {
                 encode_list(out, T_UNREGISTER, tuples, tuple_len, put_tuple)
             }
-            Message::RegisterPayload { tuples } => {
-                encode_list(out, T_REGISTER_PAYLOAD, tuples, |(t, _)| tuple_len(t) + 4, |out, (t, n)| {
+            Message::RegisterPayload { tuples } => encode_list(
+                out,
+                T_REGISTER_PAYLOAD,
+                tuples,
+                |(t, _)| tuple_len(t) + 4,
+                |out, (t, n)| {
                     put_tuple(out, t);
                     out.extend_from_slice(&n.to_be_bytes());
-                })
-            }
+                },
+            ),
             // Stamped records go as StampedRecords (which only a peer with FEATURE_STAMPS
             // reads); a writer that must not send them uses `encode_records`.
             Message::Records { records } if records.iter().any(|r| r.stamp != 0) => {
                 encode_stamped_records(records, out)
             }
             Message::Records { records } => encode_records(records, out),
-            Message::Registered { results } => {
-                encode_list(out, T_REGISTERED, results, |(t, _)| tuple_len(t) + 1, |out, (t, v)| {
+            Message::Registered { results } => encode_list(
+                out,
+                T_REGISTERED,
+                results,
+                |(t, _)| tuple_len(t) + 1,
+                |out, (t, v)| {
                     put_tuple(out, t);
                     out.push(v.code());
-                })
-            }
+                },
+            ),
             Message::FleetQuery => {
                 let start = begin_frame(out, T_FLEET_QUERY);
                 end_frame(out, start);
@@ -680,20 +694,28 @@ impl Message {
                 out.push(u8::from(*in_force));
                 end_frame(out, start);
             }
-            Message::Fleet { copiers } => {
-                encode_list(out, T_FLEET, copiers, |m| 8 + addr_len(&Endpoint::new(m.addr.ip(), m.addr.port())) + 4, |out, m| {
+            Message::Fleet { copiers } => encode_list(
+                out,
+                T_FLEET,
+                copiers,
+                |m| 8 + addr_len(&Endpoint::new(m.addr.ip(), m.addr.port())) + 4,
+                |out, m| {
                     out.extend_from_slice(&m.instance.to_be_bytes());
                     put_addr(out, &Endpoint::new(m.addr.ip(), m.addr.port()));
                     out.extend_from_slice(&m.index.to_be_bytes());
                     out.extend_from_slice(&m.size.to_be_bytes());
-                })
-            }
-            Message::RouteQuery { nets } => {
-                encode_list(out, T_ROUTE_QUERY, nets, |(ip, _)| addr_len(&Endpoint::new(*ip, 0)) + 1, |out, (ip, p)| {
+                },
+            ),
+            Message::RouteQuery { nets } => encode_list(
+                out,
+                T_ROUTE_QUERY,
+                nets,
+                |(ip, _)| addr_len(&Endpoint::new(*ip, 0)) + 1,
+                |out, (ip, p)| {
                     put_addr(out, &Endpoint::new(*ip, 0));
                     out.push(*p);
-                })
-            }
+                },
+            ),
             Message::RouteAnswer { checks } => {
                 let len = |c: &RouteCheck| {
                     let s = |t: &str| 2 + t.len().min(u16::MAX as usize);
@@ -745,9 +767,17 @@ impl Message {
                 let nonce = r.array("nonce")?;
                 let software = r.string("software")?;
                 // Absent from a build that predates it.
-                let features = if r.buf.len() >= 4 { r.u32("features")? } else { 0 };
+                let features = if r.buf.len() >= 4 {
+                    r.u32("features")?
+                } else {
+                    0
+                };
                 let (instance, fleet_index, fleet_size) = if r.buf.len() >= 12 {
-                    (r.u64("instance")?, r.u16("fleet_index")?, r.u16("fleet_size")?)
+                    (
+                        r.u64("instance")?,
+                        r.u16("fleet_index")?,
+                        r.u16("fleet_size")?,
+                    )
                 } else {
                     (0, 0, 0)
                 };
@@ -807,7 +837,10 @@ impl Message {
                 Message::Records {
                     records: r.list("stamped record", 8 + MIN_RECORD, |r| {
                         let stamp = r.u64("record stamp")?;
-                        Ok(Record { stamp, ..get_record(r)? })
+                        Ok(Record {
+                            stamp,
+                            ..get_record(r)?
+                        })
                     })?,
                 },
                 "StampedRecords",
@@ -842,20 +875,32 @@ impl Message {
             ),
             T_FLEET_QUERY => (Message::FleetQuery, "FleetQuery"),
             T_SYNCED => (Message::Synced, "Synced"),
-            T_RULES => (Message::Rules { in_force: r.u8("rules state")? != 0 }, "Rules"),
+            T_RULES => (
+                Message::Rules {
+                    in_force: r.u8("rules state")? != 0,
+                },
+                "Rules",
+            ),
             T_FLEET => (
                 Message::Fleet {
                     copiers: r.list("fleet member", 8 + 7 + 4, |r| {
                         let instance = r.u64("instance")?;
                         let addr = get_addr(r)?;
-                        Ok(FleetMember { instance, addr, index: r.u16("fleet_index")?, size: r.u16("fleet_size")? })
+                        Ok(FleetMember {
+                            instance,
+                            addr,
+                            index: r.u16("fleet_index")?,
+                            size: r.u16("fleet_size")?,
+                        })
                     })?,
                 },
                 "Fleet",
             ),
             T_ROUTE_QUERY => (
                 Message::RouteQuery {
-                    nets: r.list("client range", 7 + 1, |r| Ok((get_addr(r)?.ip(), r.u8("prefix")?)))?,
+                    nets: r.list("client range", 7 + 1, |r| {
+                        Ok((get_addr(r)?.ip(), r.u8("prefix")?))
+                    })?,
                 },
                 "RouteQuery",
             ),
@@ -864,7 +909,13 @@ impl Message {
                     checks: r.list("route check", 7 + 2 + 6, |r| {
                         let net = (get_addr(r)?.ip(), r.u8("prefix")?);
                         let status = RouteStatus::from_code(r.u8("route status")?);
-                        Ok(RouteCheck { net, status, item: r.string("item")?, detail: r.string("detail")?, fix: r.string("fix")? })
+                        Ok(RouteCheck {
+                            net,
+                            status,
+                            item: r.string("item")?,
+                            detail: r.string("detail")?,
+                            fix: r.string("fix")?,
+                        })
                     })?,
                 },
                 "RouteAnswer",
@@ -900,10 +951,16 @@ pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
 /// [`encode_records`] with each record's [`Record::stamp`]: StampedRecords frames (type 19),
 /// which decode as `Message::Records`; only for a peer whose Hello has [`FEATURE_STAMPS`].
 pub fn encode_stamped_records(records: &[Record], out: &mut Vec<u8>) {
-    encode_list(out, T_STAMPED_RECORDS, records, Record::stamped_len, |out, r| {
-        out.extend_from_slice(&r.stamp.to_be_bytes());
-        put_record_clipped(out, r, true);
-    })
+    encode_list(
+        out,
+        T_STAMPED_RECORDS,
+        records,
+        Record::stamped_len,
+        |out, r| {
+            out.extend_from_slice(&r.stamp.to_be_bytes());
+            put_record_clipped(out, r, true);
+        },
+    )
 }
 
 /// Reassembles frames from a byte stream delivered in arbitrary pieces.

@@ -211,7 +211,10 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// writer that seals its frames itself (with [`seal_frames`], from that number on) and
     /// writes them to the stream, e.g. from more than one thread under a lock of its own.
     pub fn into_parts(self) -> (W, Option<(FrameKey, u64)>) {
-        (self.inner, self.sealer.map(|(key, counter, _)| (key, counter)))
+        (
+            self.inner,
+            self.sealer.map(|(key, counter, _)| (key, counter)),
+        )
     }
 }
 
@@ -261,7 +264,16 @@ pub async fn client_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Role::Copier, FEATURES, Identity::default()).await
+    handshake(
+        stream,
+        secret,
+        software,
+        timeout,
+        Role::Copier,
+        FEATURES,
+        Identity::default(),
+    )
+    .await
 }
 
 /// Who a copier is, as its Hello says ([`Hello::instance`], [`Hello::fleet_index`],
@@ -287,7 +299,16 @@ pub async fn client_handshake_as<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Role::Copier, FEATURES, identity).await
+    handshake(
+        stream,
+        secret,
+        software,
+        timeout,
+        Role::Copier,
+        FEATURES,
+        identity,
+    )
+    .await
 }
 
 /// [`server_handshake`] with an explicit timeout.
@@ -300,7 +321,16 @@ pub async fn server_handshake_timeout<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, timeout, Role::Intercept, FEATURES, Identity::default()).await
+    handshake(
+        stream,
+        secret,
+        software,
+        timeout,
+        Role::Intercept,
+        FEATURES,
+        Identity::default(),
+    )
+    .await
 }
 
 /// A handshake as `role` (the copier's side for [`Role::Copier`]) that announces `features`
@@ -316,7 +346,16 @@ pub async fn handshake_with_features<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    handshake(stream, secret, software, HANDSHAKE_TIMEOUT, role, features, Identity::default()).await
+    handshake(
+        stream,
+        secret,
+        software,
+        HANDSHAKE_TIMEOUT,
+        role,
+        features,
+        Identity::default(),
+    )
+    .await
 }
 
 /// Split `stream`, run `side`'s steps of the handshake within `timeout` with frames capped at
@@ -339,8 +378,20 @@ where
     let mut writer = FrameWriter::new(w);
     let steps = async {
         match side {
-            Role::Copier => client_steps(&mut reader, &mut writer, secret, software, features, identity).await,
-            Role::Intercept => server_steps(&mut reader, &mut writer, secret, software, features).await,
+            Role::Copier => {
+                client_steps(
+                    &mut reader,
+                    &mut writer,
+                    secret,
+                    software,
+                    features,
+                    identity,
+                )
+                .await
+            }
+            Role::Intercept => {
+                server_steps(&mut reader, &mut writer, secret, software, features).await
+            }
         }
     };
     let peer = tokio::time::timeout(timeout, steps)
@@ -391,7 +442,10 @@ where
         Some(Ok(t)) => Ok(t),
         Some(Err(Message::Error { code, message })) => Err(ProtoError::Remote { code, message }),
         Some(Err(other)) => {
-            let err = ProtoError::Unexpected { expected, got: other.name() };
+            let err = ProtoError::Unexpected {
+                expected,
+                got: other.name(),
+            };
             let msg = format!("{me}: expected {expected}, got {}", other.name());
             Err(refuse(writer, error_code::PROTOCOL, msg, err).await)
         }
@@ -497,7 +551,8 @@ where
     .await?;
     if let Some(s) = secret {
         if auth::verify_intercept_mac(s, &ours.nonce, &peer.nonce, &mac).is_err() {
-            let msg = "copier: the intercept's MAC does not match: it has another secret".to_string();
+            let msg =
+                "copier: the intercept's MAC does not match: it has another secret".to_string();
             return Err(refuse(writer, error_code::AUTH_FAILED, msg, ProtoError::AuthFailed).await);
         }
         // Every later frame, both ways, is tagged. Frames the intercept sent right
@@ -520,7 +575,10 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let ours = Hello { features, ..Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software) };
+    let ours = Hello {
+        features,
+        ..Hello::new(Role::Intercept, secret.is_some(), auth::nonce()?, software)
+    };
     let peer = exchange_hello(reader, writer, &ours, Role::Copier).await?;
     let got = reader.read_message().await?;
     let mac = expect(writer, got, "intercept", "Auth", |m| match m {
@@ -534,7 +592,9 @@ where
             return Err(refuse(writer, error_code::AUTH_FAILED, msg, ProtoError::AuthFailed).await);
         }
     }
-    let mac = secret.map_or([0; 32], |s| auth::intercept_mac(s, &peer.nonce, &ours.nonce));
+    let mac = secret.map_or([0; 32], |s| {
+        auth::intercept_mac(s, &peer.nonce, &ours.nonce)
+    });
     writer.write_message(&Message::AuthOk { mac }).await?;
     // Every later frame, both ways, is tagged.
     if let Some(s) = secret {

@@ -28,8 +28,9 @@ pub mod codec;
 pub mod io;
 
 pub use codec::{
-    encode_records, encode_stamped_records, fleet_pairs, parse_response_headers, FleetMember, FrameDecoder, Hello, Message, Record, RegVerdict, RouteCheck, RouteStatus,
-    ResponseHeaders, Role, BULK_BYTES,
+    encode_records, encode_stamped_records, fleet_pairs, parse_response_headers, FleetMember,
+    FrameDecoder, Hello, Message, Record, RegVerdict, ResponseHeaders, Role, RouteCheck,
+    RouteStatus, BULK_BYTES,
 };
 
 use std::path::PathBuf;

@@ -164,7 +164,10 @@ pub struct TcpHeadersRef<'a> {
 pub fn parse_tcp_headers(buf: &[u8]) -> Result<TcpHeadersRef<'_>, WireError> {
     let packet = parse(buf, false)?;
     let declared_len = declared_ip_len(buf).unwrap_or(buf.len());
-    Ok(TcpHeadersRef { packet, declared_len })
+    Ok(TcpHeadersRef {
+        packet,
+        declared_len,
+    })
 }
 
 /// The IP packet's length by its header, when the header says: an IPv4 total length of at
@@ -393,22 +396,40 @@ mod tests {
     fn the_headers_view_takes_a_packet_cut_after_its_headers() {
         // IPv4: 45 bytes declared, 42 held (the TCP header whole, 2 payload bytes).
         let h = parse_tcp_headers(&V4[..42]).unwrap();
-        assert_eq!((h.declared_len, h.packet.headers_len(), h.packet.payload()), (45, 40, &b"he"[..]));
+        assert_eq!(
+            (h.declared_len, h.packet.headers_len(), h.packet.payload()),
+            (45, 40, &b"he"[..])
+        );
         assert_eq!(h.packet.dst_socket(), "198.19.0.1:80".parse().unwrap());
-        assert!(parse_tcp_packet(&V4[..42]).is_err(), "the whole-packet parser refuses it");
+        assert!(
+            parse_tcp_packet(&V4[..42]).is_err(),
+            "the whole-packet parser refuses it"
+        );
         // The TCP header cut: refused by both.
-        assert!(matches!(parse_tcp_headers(&V4[..30]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            parse_tcp_headers(&V4[..30]),
+            Err(WireError::Truncated { .. })
+        ));
         // IPv6: 64 bytes declared, all headers (its TCP header has an option); cut inside it.
         let h = parse_tcp_headers(&V6).unwrap();
         assert_eq!((h.declared_len, h.packet.headers_len()), (64, 64));
-        assert!(matches!(parse_tcp_headers(&V6[..60]), Err(WireError::Truncated { .. })));
+        assert!(matches!(
+            parse_tcp_headers(&V6[..60]),
+            Err(WireError::Truncated { .. })
+        ));
         // An offloaded super-segment (IPv4 total length 0): the buffer is the packet.
         let mut b = V4;
         b[2..4].fill(0);
         assert_eq!(parse_tcp_headers(&b).unwrap().declared_len, 45);
         // What the lengths declare, and when they say nothing.
-        assert_eq!((declared_ip_len(&V4), declared_ip_len(&V6[..6])), (Some(45), Some(64)));
-        assert_eq!((declared_ip_len(&b), declared_ip_len(&[0x45, 0, 0])), (None, None));
+        assert_eq!(
+            (declared_ip_len(&V4), declared_ip_len(&V6[..6])),
+            (Some(45), Some(64))
+        );
+        assert_eq!(
+            (declared_ip_len(&b), declared_ip_len(&[0x45, 0, 0])),
+            (None, None)
+        );
         let mut bad = V4;
         bad[1] = 0;
         bad[2..4].copy_from_slice(&19u16.to_be_bytes());

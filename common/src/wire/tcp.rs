@@ -383,9 +383,15 @@ pub fn set_destination_port(pkt: &mut [u8], tcp_offset: usize, port: u16) {
 
 #[inline]
 fn set_port(pkt: &mut [u8], tcp_offset: usize, port: u16, source: bool) {
-    let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else { return };
+    let Some(tcp) = pkt.get_mut(tcp_offset..).filter(|t| t.len() >= 18) else {
+        return;
+    };
     let mut tcp = TcpSegment::new_unchecked(tcp);
-    let old = if source { tcp.src_port() } else { tcp.dst_port() };
+    let old = if source {
+        tcp.src_port()
+    } else {
+        tcp.dst_port()
+    };
     let csum = checksum::update_u16(tcp.checksum(), old, port);
     if source {
         tcp.set_src_port(port);
@@ -410,7 +416,10 @@ mod tests {
 
     #[test]
     fn port_rewrites_patch_the_checksum_as_a_recomputation_would() {
-        let (src, dst) = (IpAddr::from(Ipv4Addr::new(198, 18, 0, 1)), IpAddr::from(Ipv4Addr::new(198, 18, 1, 2)));
+        let (src, dst) = (
+            IpAddr::from(Ipv4Addr::new(198, 18, 0, 1)),
+            IpAddr::from(Ipv4Addr::new(198, 18, 1, 2)),
+        );
         let mut pkt = [&[0xaa; 14][..], &SEG[..]].concat();
         let c = checksum::transport(src, dst, IPPROTO_TCP, &pkt[14..]);
         TcpSegment::new_unchecked(&mut pkt[14..]).set_checksum(c);
@@ -418,7 +427,12 @@ mod tests {
         set_destination_port(&mut pkt, 14, 8080);
         let s = TcpSegment::new_checked(&pkt[14..]).unwrap();
         assert_eq!((s.src_port(), s.dst_port()), (51234, 8080));
-        assert!(checksum::verify_transport(src, dst, IPPROTO_TCP, &pkt[14..]));
+        assert!(checksum::verify_transport(
+            src,
+            dst,
+            IPPROTO_TCP,
+            &pkt[14..]
+        ));
         assert_eq!(&pkt[..14], &[0xaa; 14]);
         // A header cut short before the checksum: nothing is written.
         let mut short = SEG[..17].to_vec();

@@ -16,8 +16,15 @@ fn answer(s: Server, target: &str, seq: u64) -> Vec<u8> {
     let (status, body) = if let Some(n) = target.strip_prefix("/items/") {
         let n: u64 = n.parse().unwrap();
         let price = if s.version == 2 { n * 10 + 1 } else { n * 10 };
-        let ts = if s.noisy { format!(",\"ts\":{}", 1_700_000_000_000u64 + seq * 7) } else { String::new() };
-        (200, format!("{{\"id\":{n},\"price\":{price},\"tags\":[\"a\",\"b\"]{ts}}}"))
+        let ts = if s.noisy {
+            format!(",\"ts\":{}", 1_700_000_000_000u64 + seq * 7)
+        } else {
+            String::new()
+        };
+        (
+            200,
+            format!("{{\"id\":{n},\"price\":{price},\"tags\":[\"a\",\"b\"]{ts}}}"),
+        )
     } else if target.starts_with("/orders/") {
         if s.version == 2 {
             (500, "{\"error\":\"boom\"}".to_string())
@@ -27,7 +34,11 @@ fn answer(s: Server, target: &str, seq: u64) -> Vec<u8> {
     } else {
         (200, "{\"ok\":true}".to_string())
     };
-    let rid = if s.noisy { format!("X-Request-Id: {:032x}\r\n", fnv(&seq.to_le_bytes())) } else { String::new() };
+    let rid = if s.noisy {
+        format!("X-Request-Id: {:032x}\r\n", fnv(&seq.to_le_bytes()))
+    } else {
+        String::new()
+    };
     format!(
         "HTTP/1.1 {status} X\r\nServer: t\r\nDate: {seq}\r\n{rid}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
@@ -36,12 +47,19 @@ fn answer(s: Server, target: &str, seq: u64) -> Vec<u8> {
 }
 
 fn reply(bytes: Vec<u8>, ms: u64) -> Reply {
-    Reply { bytes, complete: true, time: Some(Duration::from_millis(ms)) }
+    Reply {
+        bytes,
+        complete: true,
+        time: Some(Duration::from_millis(ms)),
+    }
 }
 
 fn run(cfg: CompareConfig, candidate: Server, baseline: Option<Server>, n: u64) -> Comparator {
     let mut c = Comparator::new(cfg);
-    let online = Server { version: 1, noisy: false };
+    let online = Server {
+        version: 1,
+        noisy: false,
+    };
     for seq in 0..n {
         let target = match seq % 3 {
             0 => format!("/items/{}", seq % 7),
@@ -72,8 +90,14 @@ fn differing(c: &Comparator) -> Vec<(String, Vec<String>)> {
 
 #[test]
 fn three_way_names_exactly_the_two_changes_and_learns_the_noise() {
-    let cand = Server { version: 2, noisy: true };
-    let base = Server { version: 1, noisy: true };
+    let cand = Server {
+        version: 2,
+        noisy: true,
+    };
+    let base = Server {
+        version: 1,
+        noisy: true,
+    };
     let c = run(CompareConfig::default(), cand, Some(base), 300);
     let mut d = differing(&c);
     d.sort();
@@ -87,7 +111,10 @@ fn three_way_names_exactly_the_two_changes_and_learns_the_noise() {
             ),
         ]
     );
-    assert_eq!(c.noise_of("GET /items/{n}"), ["$.ts", "header:x-request-id"]);
+    assert_eq!(
+        c.noise_of("GET /items/{n}"),
+        ["$.ts", "header:x-request-id"]
+    );
     let t = c.totals();
     assert_eq!((t.compared, t.differing, t.malformed), (300, 200, 0));
     let s = c.endpoints().find(|(n, _)| *n == "GET /health").unwrap().1;
@@ -99,7 +126,10 @@ fn three_way_names_exactly_the_two_changes_and_learns_the_noise() {
 
 #[test]
 fn two_way_with_the_ignore_list_gives_the_same_answer() {
-    let cand = Server { version: 2, noisy: true };
+    let cand = Server {
+        version: 2,
+        noisy: true,
+    };
     let cfg = CompareConfig {
         ignore: vec!["header:X-Request-Id".into(), "$.ts".into()],
         ..CompareConfig::default()
@@ -108,7 +138,10 @@ fn two_way_with_the_ignore_list_gives_the_same_answer() {
     let mut d = differing(&c);
     d.sort();
     assert_eq!(d.len(), 2);
-    assert_eq!(d[0], ("GET /items/{n}".to_string(), vec!["$.price".to_string()]));
+    assert_eq!(
+        d[0],
+        ("GET /items/{n}".to_string(), vec!["$.price".to_string()])
+    );
     assert_eq!(d[1].0, "GET /orders/{n}");
 }
 
@@ -116,17 +149,35 @@ fn two_way_with_the_ignore_list_gives_the_same_answer() {
 fn two_way_without_an_ignore_list_learns_noise_from_repeated_requests() {
     // the time stamp and request id are new on every answer to the same request: noise, once
     // a request was seen twice; the changed price is the same every time: a difference
-    let cand = Server { version: 2, noisy: true };
+    let cand = Server {
+        version: 2,
+        noisy: true,
+    };
     let c = run(CompareConfig::default(), cand, None, 300);
-    assert_eq!(c.noise_of("GET /items/{n}"), ["$.ts", "header:x-request-id"]);
+    assert_eq!(
+        c.noise_of("GET /items/{n}"),
+        ["$.ts", "header:x-request-id"]
+    );
     let s = c.summary();
-    let items = s.endpoints.iter().find(|e| e.0 == "GET /items/{n}").unwrap();
+    let items = s
+        .endpoints
+        .iter()
+        .find(|e| e.0 == "GET /items/{n}")
+        .unwrap();
     assert_eq!(items.1.fields.keys().collect::<Vec<_>>(), ["$.price"]);
 }
 
 #[test]
 fn same_version_is_equal() {
-    let c = run(CompareConfig::default(), Server { version: 1, noisy: false }, None, 90);
+    let c = run(
+        CompareConfig::default(),
+        Server {
+            version: 1,
+            noisy: false,
+        },
+        None,
+        90,
+    );
     assert_eq!(c.totals().equal, 90);
     let s = c.endpoints().next().unwrap().1;
     let r = s.time_ratio(0.5).unwrap();
@@ -161,14 +212,22 @@ fn malformed_and_non_http() {
 #[test]
 fn large_cut_answers_compare_on_what_both_have() {
     let body = "x".repeat(1 << 20);
-    let full = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes();
+    let full = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes();
     let mut c = Comparator::new(CompareConfig::default());
     // the test answer's record carried only its first 64 KB: equal on that prefix
     let v = c.compare(&Exchange {
         port: 80,
         request: b"GET /big HTTP/1.1\r\n\r\n".to_vec(),
         online: reply(full.clone(), 1),
-        candidate: Reply { bytes: full[..65536].to_vec(), complete: false, time: None },
+        candidate: Reply {
+            bytes: full[..65536].to_vec(),
+            complete: false,
+            time: None,
+        },
         ..Exchange::default()
     });
     assert_eq!(v.outcome, Outcome::Equal, "{:?}", v.diffs);
@@ -188,7 +247,10 @@ fn large_cut_answers_compare_on_what_both_have() {
 
 #[test]
 fn endpoints_are_capped() {
-    let cfg = CompareConfig { max_endpoints: 3, ..CompareConfig::default() };
+    let cfg = CompareConfig {
+        max_endpoints: 3,
+        ..CompareConfig::default()
+    };
     let mut c = Comparator::new(cfg);
     let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n".to_vec();
     for i in 0..20 {
@@ -206,7 +268,10 @@ fn endpoints_are_capped() {
 
 #[test]
 fn credential_headers_are_compared_but_their_values_never_leave() {
-    let ans = |cookie: &str| format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nhi").into_bytes();
+    let ans = |cookie: &str| {
+        format!("HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nX-A: 1\r\nContent-Length: 2\r\n\r\nhi")
+            .into_bytes()
+    };
     let ex = |online: &str, test: &str| Exchange {
         port: 80,
         request: b"GET / HTTP/1.1\r\nCookie: sid=client-s3cr3t\r\n\r\n".to_vec(),
@@ -214,21 +279,42 @@ fn credential_headers_are_compared_but_their_values_never_leave() {
         candidate: reply(ans(test), 1),
         ..Exchange::default()
     };
-    let mut c = Comparator::new(CompareConfig { repeat_table: 0, ..CompareConfig::default() });
-    assert_eq!(c.compare(&ex("sid=online-s3cr3t", "sid=online-s3cr3t")).outcome, Outcome::Equal);
+    let mut c = Comparator::new(CompareConfig {
+        repeat_table: 0,
+        ..CompareConfig::default()
+    });
+    assert_eq!(
+        c.compare(&ex("sid=online-s3cr3t", "sid=online-s3cr3t"))
+            .outcome,
+        Outcome::Equal
+    );
     let v = c.compare(&ex("sid=online-s3cr3t", "sid=test-s3cr3t"));
-    assert_eq!(v.outcome, Outcome::Differ, "a differing Set-Cookie still counts");
+    assert_eq!(
+        v.outcome,
+        Outcome::Differ,
+        "a differing Set-Cookie still counts"
+    );
     assert_eq!(v.diffs.len(), 1);
     assert_eq!(v.diffs[0].field, "header:set-cookie");
     assert_eq!(v.diffs[0].online.as_deref(), Some(crate::redact::MARK));
-    assert_eq!(v.diffs[0].test.as_deref(), Some(crate::redact::MARK_DIFFERS));
+    assert_eq!(
+        v.diffs[0].test.as_deref(),
+        Some(crate::redact::MARK_DIFFERS)
+    );
     let line = crate::jsonl::Line::of_verdict(&v, 1).0.unwrap();
     let text = serde_json::to_string(&line).unwrap();
     assert!(!text.contains("s3cr3t"), "{text}");
     let html = crate::report::Report::from_lines(&[line]).html("r");
-    assert!(!html.contains("s3cr3t") && html.contains("[redacted, differs]"), "{html}");
+    assert!(
+        !html.contains("s3cr3t") && html.contains("[redacted, differs]"),
+        "{html}"
+    );
     // configurable: off
-    let mut c = Comparator::new(CompareConfig { repeat_table: 0, redact: crate::redact::Redact::none(), ..CompareConfig::default() });
+    let mut c = Comparator::new(CompareConfig {
+        repeat_table: 0,
+        redact: crate::redact::Redact::none(),
+        ..CompareConfig::default()
+    });
     let v = c.compare(&ex("sid=online-s3cr3t", "sid=test-s3cr3t"));
     assert_eq!(v.diffs[0].test.as_deref(), Some("sid=test-s3cr3t"));
 }

@@ -19,16 +19,33 @@ struct H {
 
 impl H {
     fn new(cfg: FlowConfig) -> H {
-        H { f: Flows::new(cfg), t: Instant::now(), next: [CISN + 1, OISN + 1, TISN + 1, TISN + 1], out: Vec::new() }
+        H {
+            f: Flows::new(cfg),
+            t: Instant::now(),
+            next: [CISN + 1, OISN + 1, TISN + 1, TISN + 1],
+            out: Vec::new(),
+        }
     }
 
     fn seg(&mut self, side: Side, syn: bool, payload: &[u8], ack: Option<u32>) {
         let i = idx(side);
         let seq = if syn { self.next[i] - 1 } else { self.next[i] };
-        let s = Seg { seq, ack, syn, fin: false, rst: false, payload, cut: false };
+        let s = Seg {
+            seq,
+            ack,
+            syn,
+            fin: false,
+            rst: false,
+            payload,
+            cut: false,
+        };
         let got = self.f.handle(self.t, &7, side, s);
         self.out.extend(got);
-        assert_eq!(self.f.bytes(), self.f.recount(), "the running total of the streams' bytes");
+        assert_eq!(
+            self.f.bytes(),
+            self.f.recount(),
+            "the running total of the streams' bytes"
+        );
         self.next[i] = self.next[i].wrapping_add(payload.len() as u32);
     }
 
@@ -48,14 +65,23 @@ impl H {
 }
 
 fn ok(body: &str) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 #[test]
 fn keep_alive_pairs_in_order_with_times() {
     let mut h = H::new(FlowConfig::default());
     h.open();
-    h.seg(Side::Client, false, b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", None);
+    h.seg(
+        Side::Client,
+        false,
+        b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n",
+        None,
+    );
     h.later(5);
     // the online answer in two segments, the second with the next answer's start
     let a1 = ok("{\"a\":1}");
@@ -146,7 +172,11 @@ fn a_pipelined_request_is_timed_from_the_end_of_the_answer_before_it() {
     h.seg(Side::Candidate, false, &ok("2"), Some(end));
     assert_eq!(h.out.len(), 2);
     assert_eq!(h.out[0].candidate.time, Some(Duration::from_millis(20)));
-    assert_eq!(h.out[1].candidate.time, Some(Duration::from_millis(1)), "not 21 ms: it waited for the first");
+    assert_eq!(
+        h.out[1].candidate.time,
+        Some(Duration::from_millis(1)),
+        "not 21 ms: it waited for the first"
+    );
 }
 
 #[test]
@@ -177,9 +207,19 @@ fn out_of_order_and_retransmitted_segments() {
     // online: second half first, then the first half twice
     let s0 = h.next[1];
     let f = &mut h.f;
-    let mk = |seq: u32, p: &'static [u8]| Seg { seq, ack: None, syn: false, fin: false, rst: false, payload: p, cut: false };
+    let mk = |seq: u32, p: &'static [u8]| Seg {
+        seq,
+        ack: None,
+        syn: false,
+        fin: false,
+        rst: false,
+        payload: p,
+        cut: false,
+    };
     let a: &'static [u8] = Box::leak(a.into_boxed_slice());
-    assert!(f.handle(h.t, &7, Side::Online, mk(s0 + 1500, &a[1500..])).is_empty());
+    assert!(f
+        .handle(h.t, &7, Side::Online, mk(s0 + 1500, &a[1500..]))
+        .is_empty());
     f.handle(h.t, &7, Side::Online, mk(s0, &a[..1500]));
     f.handle(h.t, &7, Side::Online, mk(s0, &a[..1500]));
     let out = f.handle(h.t, &7, Side::Candidate, mk(TISN + 1, a));
@@ -190,10 +230,18 @@ fn out_of_order_and_retransmitted_segments() {
 
 #[test]
 fn a_long_answer_is_cut_skipped_and_the_next_one_still_pairs() {
-    let cfg = FlowConfig { max_message: 64 * 1024, ..FlowConfig::default() };
+    let cfg = FlowConfig {
+        max_message: 64 * 1024,
+        ..FlowConfig::default()
+    };
     let mut h = H::new(cfg);
     h.open();
-    h.seg(Side::Client, false, b"GET /big HTTP/1.1\r\n\r\nGET /small HTTP/1.1\r\n\r\n", None);
+    h.seg(
+        Side::Client,
+        false,
+        b"GET /big HTTP/1.1\r\n\r\nGET /small HTTP/1.1\r\n\r\n",
+        None,
+    );
     let big = ok(&"y".repeat(1 << 20));
     for side in [Side::Online, Side::Candidate] {
         for ch in big.chunks(60_000) {
@@ -201,7 +249,12 @@ fn a_long_answer_is_cut_skipped_and_the_next_one_still_pairs() {
         }
         h.seg(side, false, &ok("small"), None);
     }
-    assert_eq!(h.out.len(), 2, "{:?}", h.out.iter().map(|e| e.request.len()).collect::<Vec<_>>());
+    assert_eq!(
+        h.out.len(),
+        2,
+        "{:?}",
+        h.out.iter().map(|e| e.request.len()).collect::<Vec<_>>()
+    );
     assert_eq!(h.out[0].online.bytes.len(), 64 * 1024);
     assert!(!h.out[0].online.complete);
     assert_eq!(h.out[1].candidate.bytes, ok("small"));
@@ -216,7 +269,15 @@ fn close_delimited_answer_ends_at_fin() {
     for side in [Side::Online, Side::Candidate] {
         h.seg(side, false, b"HTTP/1.0 200 OK\r\n\r\nhello", None);
         let i = idx(side);
-        let s = Seg { seq: h.next[i], ack: None, syn: false, fin: true, rst: false, payload: b"", cut: false };
+        let s = Seg {
+            seq: h.next[i],
+            ack: None,
+            syn: false,
+            fin: true,
+            rst: false,
+            payload: b"",
+            cut: false,
+        };
         let got = h.f.handle(h.t, &7, side, s);
         h.out.extend(got);
     }
@@ -226,16 +287,32 @@ fn close_delimited_answer_ends_at_fin() {
 
 #[test]
 fn not_http_cut_records_and_unanswered_requests_are_counted() {
-    let mut h = H::new(FlowConfig { pair_timeout: Duration::from_secs(5), ..FlowConfig::default() });
+    let mut h = H::new(FlowConfig {
+        pair_timeout: Duration::from_secs(5),
+        ..FlowConfig::default()
+    });
     h.open();
-    h.seg(Side::Client, false, b"\x16\x03\x01\x02\x00binary hello", None);
+    h.seg(
+        Side::Client,
+        false,
+        b"\x16\x03\x01\x02\x00binary hello",
+        None,
+    );
     assert_eq!(h.f.counts().not_http, 1);
     // a new connection on the same key (another ISN): HTTP, whose test record is cut
     h.next = [CISN + 10_001, OISN + 1, TISN + 1, TISN + 1];
     h.open();
     h.seg(Side::Client, false, b"GET / HTTP/1.1\r\n\r\n", None);
     h.seg(Side::Online, false, &ok("abc"), None);
-    let s = Seg { seq: TISN + 1, ack: None, syn: false, fin: false, rst: false, payload: &ok("abc")[..10], cut: true };
+    let s = Seg {
+        seq: TISN + 1,
+        ack: None,
+        syn: false,
+        fin: false,
+        rst: false,
+        payload: &ok("abc")[..10],
+        cut: true,
+    };
     let got = h.f.handle(h.t, &7, Side::Candidate, s);
     assert_eq!(got.len(), 1, "compared on what came");
     assert!(!got[0].candidate.complete);
@@ -266,7 +343,15 @@ fn test_answers_before_the_client_syn_and_repeated_syns_keep_the_pairing() {
     h.seg(Side::Online, false, &ok("one"), None);
     assert_eq!(h.out.len(), 1);
     // a retransmitted client SYN and test SYN-ACK change nothing
-    let syn = |seq| Seg { seq, ack: None, syn: true, fin: false, rst: false, payload: b"", cut: false };
+    let syn = |seq| Seg {
+        seq,
+        ack: None,
+        syn: true,
+        fin: false,
+        rst: false,
+        payload: b"",
+        cut: false,
+    };
     h.f.handle(h.t, &7, Side::Client, syn(CISN));
     h.f.handle(h.t, &7, Side::Candidate, syn(TISN));
     h.seg(Side::Client, false, b"GET /2 HTTP/1.1\r\n\r\n", None);
@@ -288,13 +373,27 @@ fn test_answers_before_the_client_syn_and_repeated_syns_keep_the_pairing() {
 
 #[test]
 fn sampling_and_connection_bound() {
-    let mut f: Flows<u16> = Flows::new(FlowConfig { sample: 0.0, ..FlowConfig::default() });
-    let syn = Seg { seq: 1, ack: None, syn: true, fin: false, rst: false, payload: b"", cut: false };
+    let mut f: Flows<u16> = Flows::new(FlowConfig {
+        sample: 0.0,
+        ..FlowConfig::default()
+    });
+    let syn = Seg {
+        seq: 1,
+        ack: None,
+        syn: true,
+        fin: false,
+        rst: false,
+        payload: b"",
+        cut: false,
+    };
     f.handle(Instant::now(), &1, Side::Client, syn);
     assert_eq!(f.counts().sampled_out, 1);
     let n = (0..10_000u32).filter(|k| sampled(k, 0.1)).count();
     assert!((900..1100).contains(&n), "{n}");
-    let mut f: Flows<u16> = Flows::new(FlowConfig { max_conns: 10, ..FlowConfig::default() });
+    let mut f: Flows<u16> = Flows::new(FlowConfig {
+        max_conns: 10,
+        ..FlowConfig::default()
+    });
     let t = Instant::now();
     for k in 0..100u16 {
         f.handle(t + Duration::from_millis(k.into()), &k, Side::Client, syn);
@@ -306,7 +405,15 @@ fn sampling_and_connection_bound() {
     // a connection forgotten with a hole it never filled counts as out of sync
     let mut h = H::new(FlowConfig::default());
     h.open();
-    let s = Seg { seq: CISN + 100, ack: None, syn: false, fin: false, rst: false, payload: b"late", cut: false };
+    let s = Seg {
+        seq: CISN + 100,
+        ack: None,
+        syn: false,
+        fin: false,
+        rst: false,
+        payload: b"late",
+        cut: false,
+    };
     h.f.handle(h.t, &7, Side::Client, s);
     h.f.expire(h.t + Duration::from_secs(1000));
     assert_eq!(h.f.counts().unsynced, 1);
@@ -344,23 +451,40 @@ fn gzip_chunked_keep_alive_stays_aligned() {
         reqs.push(path);
     }
     for (i, p) in reqs.iter().enumerate() {
-        h.seg(Side::Client, false, format!("GET {p} HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n").as_bytes(), None);
+        h.seg(
+            Side::Client,
+            false,
+            format!("GET {p} HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n").as_bytes(),
+            None,
+        );
         let on = chunked(&format!("{{\"path\":\"{p}\",\"n\":{i}}}"));
         h.seg(Side::Online, false, &on, None);
-        let t = if i % 3 == 1 { err.clone() } else { chunked(&format!("{{\"path\":\"{p}\",\"n\":{i}}}")) };
+        let t = if i % 3 == 1 {
+            err.clone()
+        } else {
+            chunked(&format!("{{\"path\":\"{p}\",\"n\":{i}}}"))
+        };
         h.seg(Side::Candidate, false, &t, None);
     }
     assert_eq!(h.out.len(), 30);
     for (i, e) in h.out.iter().enumerate() {
-        assert!(e.request.starts_with(format!("GET {} ", reqs[i]).as_bytes()));
+        assert!(e
+            .request
+            .starts_with(format!("GET {} ", reqs[i]).as_bytes()));
         let a = crate::http::parse_answer(&e.online.bytes, false, Default::default()).unwrap();
-        assert_eq!(a.body, format!("{{\"path\":\"{}\",\"n\":{i}}}", reqs[i]).into_bytes());
+        assert_eq!(
+            a.body,
+            format!("{{\"path\":\"{}\",\"n\":{i}}}", reqs[i]).into_bytes()
+        );
     }
 }
 
 #[test]
 fn other_protocols_are_compared_whole_as_bytes() {
-    let mut h = H::new(FlowConfig { port: 6379, ..FlowConfig::default() });
+    let mut h = H::new(FlowConfig {
+        port: 6379,
+        ..FlowConfig::default()
+    });
     h.open();
     // the server speaks first; the client's bytes are not HTTP
     h.seg(Side::Online, false, b"+HELLO\r\n", None);
@@ -370,13 +494,24 @@ fn other_protocols_are_compared_whole_as_bytes() {
     assert!(h.out.is_empty(), "not before the servers closed");
     for side in [Side::Online, Side::Candidate] {
         let i = idx(side);
-        let s = Seg { seq: h.next[i], ack: None, syn: false, fin: true, rst: false, payload: b"", cut: false };
+        let s = Seg {
+            seq: h.next[i],
+            ack: None,
+            syn: false,
+            fin: true,
+            rst: false,
+            payload: b"",
+            cut: false,
+        };
         let got = h.f.handle(h.t, &7, side, s);
         h.out.extend(got);
     }
     assert_eq!(h.out.len(), 1);
     let e = &h.out[0];
-    assert_eq!((e.request.as_slice(), e.online.bytes.as_slice()), (&b"PING\r\n"[..], &b"+HELLO\r\n+PONG\r\n"[..]));
+    assert_eq!(
+        (e.request.as_slice(), e.online.bytes.as_slice()),
+        (&b"PING\r\n"[..], &b"+HELLO\r\n+PONG\r\n"[..])
+    );
     assert!(e.online.complete && e.candidate.complete);
     let mut c = crate::Comparator::new(crate::CompareConfig::default());
     let v = c.compare(e);
@@ -384,7 +519,10 @@ fn other_protocols_are_compared_whole_as_bytes() {
     assert_eq!(v.diffs[0].offset, Some(10));
     assert_eq!(h.f.counts().not_http, 1);
     // bounded: a long non-HTTP stream keeps its first max_message bytes
-    let mut h = H::new(FlowConfig { max_message: 1000, ..FlowConfig::default() });
+    let mut h = H::new(FlowConfig {
+        max_message: 1000,
+        ..FlowConfig::default()
+    });
     h.open();
     h.seg(Side::Client, false, b"\x00binary", None);
     for _ in 0..10 {
@@ -398,7 +536,10 @@ fn an_impossible_content_length_stops_the_stream_without_a_panic() {
     // usize::MAX and u64::MAX: head + body overflowed (a panic with overflow checks, a wrong
     // skip without); the stream's end cannot be found, so it stops, counted
     for side in [Side::Client, Side::Online] {
-        let mut h = H::new(FlowConfig { max_message: 1024, ..FlowConfig::default() });
+        let mut h = H::new(FlowConfig {
+            max_message: 1024,
+            ..FlowConfig::default()
+        });
         h.open();
         let head = if side == Side::Client {
             "POST /u HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n"
@@ -421,9 +562,21 @@ fn partial_uploads_of_many_connections_stay_within_the_memory_bound() {
     // the case: 200 connections each holding a partial upload, a 64 KiB bound (the
     // pairing table's alone used to be bounded: 12 MB were held)
     let max = 64 << 10;
-    let mut f: Flows<u16> = Flows::new(FlowConfig { max_bytes: max, max_pending_bytes: max, ..FlowConfig::default() });
+    let mut f: Flows<u16> = Flows::new(FlowConfig {
+        max_bytes: max,
+        max_pending_bytes: max,
+        ..FlowConfig::default()
+    });
     let mut t = Instant::now();
-    let seg = |seq: u32, syn: bool, payload: &'static [u8]| Seg { seq, ack: None, syn, fin: false, rst: false, payload, cut: false };
+    let seg = |seq: u32, syn: bool, payload: &'static [u8]| Seg {
+        seq,
+        ack: None,
+        syn,
+        fin: false,
+        rst: false,
+        payload,
+        cut: false,
+    };
     static HEAD: &[u8] = b"POST /up HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n";
     static BODY: [u8; 1400] = [b'x'; 1400];
     for conn in 0..200u16 {
@@ -434,7 +587,11 @@ fn partial_uploads_of_many_connections_stay_within_the_memory_bound() {
         for _ in 0..43 {
             f.handle(t, &conn, Side::Client, seg(seq, false, &BODY));
             seq += BODY.len() as u32;
-            assert!(f.bytes() <= max + BODY.len(), "{} bytes held, bound {max}", f.bytes());
+            assert!(
+                f.bytes() <= max + BODY.len(),
+                "{} bytes held, bound {max}",
+                f.bytes()
+            );
             assert_eq!(f.bytes(), f.recount());
         }
     }
@@ -454,7 +611,12 @@ fn partial_uploads_of_many_connections_stay_within_the_memory_bound() {
     assert!(f.bytes() <= max + BODY.len(), "{}", f.bytes());
     assert_eq!(f.counts().unsynced, before + 1);
     // a small exchange still pairs afterwards
-    let mut h = H { f, t: t + Duration::from_millis(1), next: [CISN + 1, OISN + 1, TISN + 1, TISN + 1], out: Vec::new() };
+    let mut h = H {
+        f,
+        t: t + Duration::from_millis(1),
+        next: [CISN + 1, OISN + 1, TISN + 1, TISN + 1],
+        out: Vec::new(),
+    };
     h.open();
     h.seg(Side::Client, false, b"GET /a HTTP/1.1\r\n\r\n", None);
     h.seg(Side::Online, false, &ok("{}"), None);
@@ -463,5 +625,13 @@ fn partial_uploads_of_many_connections_stay_within_the_memory_bound() {
     // after a panic in the caller, everything is forgotten and the counts stay
     let shed = h.f.counts().memory_shed;
     h.f.reset();
-    assert_eq!((h.f.bytes(), h.f.recount(), h.f.counts().memory_shed, h.f.counts().panics), (0, 0, shed, 1));
+    assert_eq!(
+        (
+            h.f.bytes(),
+            h.f.recount(),
+            h.f.counts().memory_shed,
+            h.f.counts().panics
+        ),
+        (0, 0, shed, 1)
+    );
 }

@@ -18,12 +18,36 @@ const ISN: u32 = 1_000;
 const TISN: u32 = 5_000_000;
 
 fn client(i: u32) -> SocketAddr {
-    SocketAddr::from(([10, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8], 40_000 + (i % 20_000) as u16))
+    SocketAddr::from((
+        [10, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8],
+        40_000 + (i % 20_000) as u16,
+    ))
 }
 
-fn packet(src: SocketAddr, dst: SocketAddr, seq: u32, ack: u32, flags: TcpFlags, window: u16, opts: &[TcpOption], payload: &[u8]) -> Vec<u8> {
+fn packet(
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: u32,
+    flags: TcpFlags,
+    window: u16,
+    opts: &[TcpOption],
+    payload: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::new();
-    TcpBuilder { src, dst, seq: SeqNum(seq), ack: SeqNum(ack), flags, window, options: opts, payload, ttl: 64, ident: 0 }.emit(&mut out);
+    TcpBuilder {
+        src,
+        dst,
+        seq: SeqNum(seq),
+        ack: SeqNum(ack),
+        flags,
+        window,
+        options: opts,
+        payload,
+        ttl: 64,
+        ident: 0,
+    }
+    .emit(&mut out);
     out
 }
 
@@ -55,7 +79,11 @@ impl Bench {
     /// [`Bench::new`] with request rules (`--rules`) that add `grow` bytes to each request:
     /// every data segment is then one whole HTTP request of `seg` bytes (at least 40), which
     /// each session's editor reads and edits, and the test server acks the grown stream.
-    pub fn with_rules(sessions: u32, seg: usize, rules: Option<(std::sync::Arc<copier::engine::Rules>, u32)>) -> Bench {
+    pub fn with_rules(
+        sessions: u32,
+        seg: usize,
+        rules: Option<(std::sync::Arc<copier::engine::Rules>, u32)>,
+    ) -> Bench {
         let (rules, grow) = match rules {
             Some((r, g)) => (Some(r), g),
             None => (None, 0),
@@ -64,11 +92,19 @@ impl Bench {
             None => vec![0x61; seg],
             Some(_) => {
                 let fixed = "GET / HTTP/1.1\r\nHost: a\r\n\r\n".len();
-                format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "x".repeat(seg.max(fixed) - fixed)).into_bytes()
+                format!(
+                    "GET /{} HTTP/1.1\r\nHost: a\r\n\r\n",
+                    "x".repeat(seg.max(fixed) - fixed)
+                )
+                .into_bytes()
             }
         };
         let cfg = EngineConfig {
-            maps: vec![PortMap { online_ip: None, online_port: 80, target: TARGET.parse().unwrap() }],
+            maps: vec![PortMap {
+                online_ip: None,
+                online_port: 80,
+                target: TARGET.parse().unwrap(),
+            }],
             rules,
             ..EngineConfig::default()
         };
@@ -77,33 +113,84 @@ impl Bench {
         let online: SocketAddr = ONLINE.parse().unwrap();
         let target: SocketAddr = TARGET.parse().unwrap();
         let mut out = Vec::new();
-        let ts = [TcpOption::Timestamps { tsval: 77, tsecr: 5 }];
+        let ts = [TcpOption::Timestamps {
+            tsval: 77,
+            tsecr: 5,
+        }];
         let mut data = Vec::new();
         let mut acks = Vec::new();
         for i in 0..sessions {
             let c = client(i);
             let syn_opts = [TcpOption::Mss(1460), TcpOption::WindowScale(7), ts[0]];
-            e.handle_captured(now, &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]));
-            e.handle_captured(now, &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]));
+            e.handle_captured(
+                now,
+                &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]),
+            );
+            e.handle_captured(
+                now,
+                &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]),
+            );
             while let Some(ev) = e.poll_control() {
-                let RegEvent::Register(t) = ev else { panic!("not a Register: {ev:?}") };
+                let RegEvent::Register(t) = ev else {
+                    panic!("not a Register: {ev:?}")
+                };
                 // As a connected intercept does: the registration is in force.
                 e.handle_registered(now, 0, t, common::proto::RegVerdict::Accepted);
             }
             while e.poll_transmit(now, &mut out).is_some() {}
-            let sa = packet(target, c, TISN, ISN + 1, TcpFlags::SYN | TcpFlags::ACK, 65535, &syn_opts, &[]);
+            let sa = packet(
+                target,
+                c,
+                TISN,
+                ISN + 1,
+                TcpFlags::SYN | TcpFlags::ACK,
+                65535,
+                &syn_opts,
+                &[],
+            );
             let (t, r) = Record::from_packet(&sa, 0).unwrap();
             assert_eq!(t, FourTuple::new(c, target));
             e.handle_record(now, &r);
             while e.poll_transmit(now, &mut out).is_some() {}
-            data.push(packet(c, online, ISN + 1, 9, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &payload));
-            let ack = packet(target, c, TISN + 1, ISN + 1, TcpFlags::ACK, 20_000, &ts, &[]);
+            data.push(packet(
+                c,
+                online,
+                ISN + 1,
+                9,
+                TcpFlags::ACK | TcpFlags::PSH,
+                1024,
+                &ts,
+                &payload,
+            ));
+            let ack = packet(
+                target,
+                c,
+                TISN + 1,
+                ISN + 1,
+                TcpFlags::ACK,
+                20_000,
+                &ts,
+                &[],
+            );
             acks.push(Record::from_packet(&ack, 0).unwrap().1);
         }
         assert_eq!(e.stats().sessions_active, u64::from(sessions));
         let seg = payload.len() as u32;
         let next = vec![ISN + 1; sessions as usize];
-        Bench { e, now, out, data, acks, sent: next.clone(), next, grow, i: 0, a: 0, n: 0, seg }
+        Bench {
+            e,
+            now,
+            out,
+            data,
+            acks,
+            sent: next.clone(),
+            next,
+            grow,
+            i: 0,
+            a: 0,
+            n: 0,
+            seg,
+        }
     }
 
     /// One request of `len` bytes on session `i` and its answer of `answer` bytes, online and
@@ -112,19 +199,41 @@ impl Bench {
     /// requests from 0. Returns the engine's packets sent.
     pub fn exchange(&mut self, i: usize, r: u32, len: u32, answer: u32) -> usize {
         let c = client(i as u32);
-        let (online, target): (SocketAddr, SocketAddr) = (ONLINE.parse().unwrap(), TARGET.parse().unwrap());
-        let ts = [TcpOption::Timestamps { tsval: 77 + r, tsecr: 5 }];
+        let (online, target): (SocketAddr, SocketAddr) =
+            (ONLINE.parse().unwrap(), TARGET.parse().unwrap());
+        let ts = [TcpOption::Timestamps {
+            tsval: 77 + r,
+            tsecr: 5,
+        }];
         let seq = self.next[i];
         self.next[i] = seq.wrapping_add(len);
         self.sent[i] = self.sent[i].wrapping_add(len + self.grow);
         self.now += Duration::from_micros(50);
-        let req = packet(c, online, seq, 9 + answer * r, TcpFlags::ACK | TcpFlags::PSH, 1024, &ts, &vec![0x61; len as usize]);
+        let req = packet(
+            c,
+            online,
+            seq,
+            9 + answer * r,
+            TcpFlags::ACK | TcpFlags::PSH,
+            1024,
+            &ts,
+            &vec![0x61; len as usize],
+        );
         self.e.handle_captured(self.now, &req);
         let mut sent = 0;
         while self.e.poll_transmit(self.now, &mut self.out).is_some() {
             sent += 1;
         }
-        let ans = packet(target, c, TISN + 1 + answer * r, seq.wrapping_add(len), TcpFlags::ACK | TcpFlags::PSH, 20_000, &ts, &vec![0x62; answer as usize]);
+        let ans = packet(
+            target,
+            c,
+            TISN + 1 + answer * r,
+            seq.wrapping_add(len),
+            TcpFlags::ACK | TcpFlags::PSH,
+            20_000,
+            &ts,
+            &vec![0x62; answer as usize],
+        );
         let (_, rec) = Record::from_packet(&ans, 0).unwrap();
         self.now += Duration::from_micros(50);
         self.e.handle_record(self.now, &rec);
@@ -149,8 +258,15 @@ impl Bench {
     /// Bytes the bench itself holds for its templates (not the engine's).
     pub fn template_bytes(&self) -> usize {
         let data: usize = self.data.iter().map(Vec::capacity).sum();
-        let acks: usize = self.acks.iter().map(|r| r.headers.capacity() + r.payload.capacity() + std::mem::size_of::<Record>()).sum();
-        data + acks + self.data.capacity() * std::mem::size_of::<Vec<u8>>() + self.next.capacity() * 4 + self.out.capacity()
+        let acks: usize = self
+            .acks
+            .iter()
+            .map(|r| r.headers.capacity() + r.payload.capacity() + std::mem::size_of::<Record>())
+            .sum();
+        data + acks
+            + self.data.capacity() * std::mem::size_of::<Vec<u8>>()
+            + self.next.capacity() * 4
+            + self.out.capacity()
     }
 
     /// One captured segment of the next session, sent on; every fourth, an ACK record.
@@ -183,4 +299,3 @@ impl Bench {
         }
     }
 }
-

@@ -95,7 +95,10 @@ fn parse_map(s: &str) -> Result<(u16, Target)> {
     let (addr, tport) = to.rsplit_once(':').context("--map wants PORT=ADDR:TPORT")?;
     Ok((
         port.trim().parse().context("--map: the online port")?,
-        Target { addr: addr.trim().parse().context("--map: an IPv4 address")?, port: tport.trim().parse().context("--map: the target port")? },
+        Target {
+            addr: addr.trim().parse().context("--map: an IPv4 address")?,
+            port: tport.trim().parse().context("--map: the target port")?,
+        },
     ))
 }
 
@@ -119,20 +122,32 @@ enum Csum {
 fn rewrite(p: &mut [u8], to: Target, finish: bool) -> Option<Csum> {
     let (ihl, src, old_dst, seg_len) = {
         let t = parse_tcp_packet(p).ok()?;
-        let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else { return None };
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else {
+            return None;
+        };
         (t.ip_header_len, src, dst, t.ip_total_len - t.ip_header_len)
     };
     let seg_len = u32::try_from(seg_len).ok()?;
-    let (new_dst, old_port) = (to.addr.octets(), u16::from_be_bytes([p[ihl + 2], p[ihl + 3]]));
+    let (new_dst, old_port) = (
+        to.addr.octets(),
+        u16::from_be_bytes([p[ihl + 2], p[ihl + 3]]),
+    );
     // IPv4 header: destination address and its checksum.
     let ip_csum = u16::from_be_bytes([p[10], p[11]]);
-    p[10..12].copy_from_slice(&checksum::update_bytes(ip_csum, &old_dst.octets(), &new_dst).to_be_bytes());
+    p[10..12].copy_from_slice(
+        &checksum::update_bytes(ip_csum, &old_dst.octets(), &new_dst).to_be_bytes(),
+    );
     p[16..20].copy_from_slice(&new_dst);
     // TCP: destination port, and the checksum over the pseudo-header's address and the port.
     let at = ihl + 16;
     let tcp_csum = u16::from_be_bytes([p[at], p[at + 1]]);
     p[ihl + 2..ihl + 4].copy_from_slice(&to.port.to_be_bytes());
-    let unfinished = checksum::fold(checksum::pseudo_header(src.into(), old_dst.into(), 6, seg_len));
+    let unfinished = checksum::fold(checksum::pseudo_header(
+        src.into(),
+        old_dst.into(),
+        6,
+        seg_len,
+    ));
     if tcp_csum == unfinished && !finish {
         return Some(Csum::Left);
     }
@@ -152,7 +167,11 @@ fn rewrite(p: &mut [u8], to: Target, finish: bool) -> Option<Csum> {
 /// A TCP segment with no payload and none of SYN, FIN, RST.
 fn is_bare_ack(p: &[u8]) -> bool {
     parse_tcp_packet(p).is_ok_and(|t| {
-        t.tcp.payload().is_empty() && !t.tcp.flags().intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+        t.tcp.payload().is_empty()
+            && !t
+                .tcp
+                .flags()
+                .intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
     })
 }
 
@@ -180,12 +199,22 @@ fn main() -> Result<()> {
     if args.mtu < 576 {
         bail!("--mtu {} is below 576", args.mtu);
     }
-    let filter = build_filter(&[FilterTarget { addr: None, port: online_port }]).context("building the capture filter")?;
+    let filter = build_filter(&[FilterTarget {
+        addr: None,
+        port: online_port,
+    }])
+    .context("building the capture filter")?;
     let capture = Capture::open(&cfg, &filter).context("opening the capture ring (run as root)")?;
-    let feed_cfg = FeedConfig { max_bytes: cfg.block_size as usize * cfg.block_count as usize };
+    let feed_cfg = FeedConfig {
+        max_bytes: cfg.block_size as usize * cfg.block_count as usize,
+    };
     let mut feed = Feed::start(capture, feed_cfg).context("starting the capture thread")?;
-    let mut sender = RawSender::open(SendConfig { mtu: args.mtu, gso: args.gso == "auto", ..SendConfig::default() })
-        .context("opening the raw send sockets (run as root)")?;
+    let mut sender = RawSender::open(SendConfig {
+        mtu: args.mtu,
+        gso: args.gso == "auto",
+        ..SendConfig::default()
+    })
+    .context("opening the raw send sockets (run as root)")?;
     eprintln!(
         "copier-floor: capturing port {online_port} on {}, sending to {}:{} (gso {}), no session state",
         args.interface.as_deref().unwrap_or("all interfaces"),
@@ -218,10 +247,19 @@ fn main() -> Result<()> {
             if how == Csum::Full {
                 n.full_checksums += 1;
             }
-            let Ok(t) = parse_tcp_packet(&buf) else { return };
+            let Ok(t) = parse_tcp_packet(&buf) else {
+                return;
+            };
             let headers = t.ip_header_len + t.tcp.header_len();
-            let tuple = FourTuple::new(SocketAddr::new(t.src, t.tcp.src_port()), SocketAddr::new(dst, to.port));
-            let gso_size = if !one_segment { args.mtu.saturating_sub(headers as u16) } else { 0 };
+            let tuple = FourTuple::new(
+                SocketAddr::new(t.src, t.tcp.src_port()),
+                SocketAddr::new(dst, to.port),
+            );
+            let gso_size = if !one_segment {
+                args.mtu.saturating_sub(headers as u16)
+            } else {
+                0
+            };
             if gso_size > 0 {
                 n.super_segments += 1;
             }
@@ -298,7 +336,10 @@ mod tests {
             && checksum::verify_transport(t.src, t.dst, 6, &p[t.ip_header_len..end])
     }
 
-    const TO: Target = Target { addr: Ipv4Addr::new(198, 18, 2, 1), port: 9 };
+    const TO: Target = Target {
+        addr: Ipv4Addr::new(198, 18, 2, 1),
+        port: 9,
+    };
 
     #[test]
     fn checksums_stay_valid_after_the_incremental_rewrite() {

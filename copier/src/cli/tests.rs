@@ -1,7 +1,7 @@
 //! Tests of the copier's command line: value parsers, cross-flag checks, and what `--help` says.
 
-use super::*;
 use super::help;
+use super::*;
 
 fn map(s: &str) -> PortMap {
     parse_map(s).unwrap()
@@ -135,9 +135,15 @@ fn one_map_per_family_on_a_port() {
 fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
     let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
     assert_eq!(v.engine.idle_timeout, None);
-    let v = args(&["--no-secret", "--idle-timeout", "1h"]).unwrap().validate(1).unwrap();
+    let v = args(&["--no-secret", "--idle-timeout", "1h"])
+        .unwrap()
+        .validate(1)
+        .unwrap();
     assert_eq!(v.engine.idle_timeout, Some(Duration::from_secs(3600)));
-    let e = args(&["--no-secret", "--idle-timeout", "100ms"]).unwrap().validate(1).unwrap_err();
+    let e = args(&["--no-secret", "--idle-timeout", "100ms"])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
     assert!(e.contains("--idle-timeout"), "{e}");
 }
 
@@ -145,9 +151,15 @@ fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
 fn the_unproven_timeout_is_10s_by_default_and_at_least_a_second() {
     let v = args(&["--no-secret"]).unwrap().validate(1).unwrap();
     assert_eq!(v.engine.unproven_timeout, Duration::from_secs(10));
-    let v = args(&["--no-secret", "--unproven-timeout", "30s"]).unwrap().validate(1).unwrap();
+    let v = args(&["--no-secret", "--unproven-timeout", "30s"])
+        .unwrap()
+        .validate(1)
+        .unwrap();
     assert_eq!(v.engine.unproven_timeout, Duration::from_secs(30));
-    let e = args(&["--no-secret", "--unproven-timeout", "100ms"]).unwrap().validate(1).unwrap_err();
+    let e = args(&["--no-secret", "--unproven-timeout", "100ms"])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
     assert!(e.contains("--unproven-timeout"), "{e}");
 }
 
@@ -376,8 +388,14 @@ fn secret_file_is_read() {
     assert!(e.contains("empty"), "{e}");
     // the value of deploy/k8s/secret.yaml
     std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
-    let e = args(&["--secret-file", f.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
-    assert!(e.contains("--secret-file") && e.contains("placeholder"), "{e}");
+    let e = args(&["--secret-file", f.to_str().unwrap()])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
+    assert!(
+        e.contains("--secret-file") && e.contains("placeholder"),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -637,11 +655,24 @@ fn weighted_maps_and_intercept_routing() {
     .unwrap();
     assert_eq!(v.engine.maps.len(), 1);
     assert_eq!(v.engine.maps[0].target, "198.18.1.2:80".parse().unwrap());
-    assert_eq!(v.engine.spread[0].targets.iter().map(|t| t.weight).collect::<Vec<_>>(), vec![3, 1]);
+    assert_eq!(
+        v.engine.spread[0]
+            .targets
+            .iter()
+            .map(|t| t.weight)
+            .collect::<Vec<_>>(),
+        vec![3, 1]
+    );
     assert_eq!(v.engine.health.down_after, Duration::from_secs(2));
     let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-    assert_eq!(v.intercept_serves, vec![Some(vec![ip("198.18.1.2")]), Some(vec![ip("198.18.3.2")])]);
-    assert_eq!(v.engine.intercepts_for, vec![(ip("198.18.1.2"), 1), (ip("198.18.3.2"), 1)]);
+    assert_eq!(
+        v.intercept_serves,
+        vec![Some(vec![ip("198.18.1.2")]), Some(vec![ip("198.18.3.2")])]
+    );
+    assert_eq!(
+        v.engine.intercepts_for,
+        vec![(ip("198.18.1.2"), 1), (ip("198.18.3.2"), 1)]
+    );
     // One target keeps its old form and meaning.
     let one = parse_map_targets("80=198.18.1.2:8080").unwrap();
     assert_eq!((one.map, one.targets.len()), (map("80=198.18.1.2:8080"), 1));
@@ -654,7 +685,10 @@ fn weighted_maps_and_intercept_routing() {
         assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
     }
     // Every server of a spread map is checked against this host's addresses.
-    let e = args(&["--no-secret", "--map", "81=198.18.1.2:80,127.0.0.1:80"]).unwrap().validate(1).unwrap_err();
+    let e = args(&["--no-secret", "--map", "81=198.18.1.2:80,127.0.0.1:80"])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
     assert!(e.contains("127.0.0.1"), "{e}");
 }
 
@@ -663,32 +697,97 @@ fn rules_and_record_flags() {
     let dir = std::env::temp_dir().join(format!("copier-cli-rules-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
-    std::fs::write(&good, "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[dye]\n").unwrap();
+    std::fs::write(
+        &good,
+        "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[dye]\n",
+    )
+    .unwrap();
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "[[filter]]\nname = \"pay\"\npath_regex = \"(\"\n").unwrap();
-    let v = args(&["--no-secret", "--rules", good.to_str().unwrap()]).unwrap().validate(1).unwrap();
-    assert_eq!(v.engine.rules.as_ref().map(|r| r.counter_names()), Some(vec!["pay".to_string(), "allow_only".to_string()]));
+    let v = args(&["--no-secret", "--rules", good.to_str().unwrap()])
+        .unwrap()
+        .validate(1)
+        .unwrap();
+    assert_eq!(
+        v.engine.rules.as_ref().map(|r| r.counter_names()),
+        Some(vec!["pay".to_string(), "allow_only".to_string()])
+    );
     assert!(v.record.is_none());
-    let e = args(&["--no-secret", "--rules", bad.to_str().unwrap()]).unwrap().validate(1).unwrap_err();
-    assert!(e.starts_with("--rules") && e.contains("bad.toml") && e.contains("rule \"pay\": path_regex"), "{e}");
-    let e = args(&["--no-secret", "--rules", "/nonexistent/rules.toml"]).unwrap().validate(1).unwrap_err();
+    let e = args(&["--no-secret", "--rules", bad.to_str().unwrap()])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
+    assert!(
+        e.starts_with("--rules")
+            && e.contains("bad.toml")
+            && e.contains("rule \"pay\": path_regex"),
+        "{e}"
+    );
+    let e = args(&["--no-secret", "--rules", "/nonexistent/rules.toml"])
+        .unwrap()
+        .validate(1)
+        .unwrap_err();
     assert!(e.contains("/nonexistent/rules.toml"), "{e}");
     // The archive: size split over the files; too small refused; sizes need --record.
     let rec = dir.join("archive");
     let r = rec.to_str().unwrap();
-    let v = args(&["--no-secret", "--record", r, "--record-size", "64M", "--record-files", "4"]).unwrap().validate(1).unwrap();
+    let v = args(&[
+        "--no-secret",
+        "--record",
+        r,
+        "--record-size",
+        "64M",
+        "--record-files",
+        "4",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
     let c = v.record.unwrap();
     assert_eq!((c.max_file, c.max_files, rec.is_dir()), (16 << 20, 4, true));
-    let e = args(&["--no-secret", "--record", r, "--record-size", "100K", "--record-files", "4"]).unwrap().validate(1).unwrap_err();
+    let e = args(&[
+        "--no-secret",
+        "--record",
+        r,
+        "--record-size",
+        "100K",
+        "--record-files",
+        "4",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap_err();
     assert!(e.contains("--record-size"), "{e}");
     assert!(args(&["--no-secret", "--record-size", "1G"]).is_err());
     // The time slice of a replay.
-    let v = args(&["--no-secret", "--offline", "x.pcap", "--from", "1764480000.5", "--until", "1764480001"]).unwrap().validate(1).unwrap();
+    let v = args(&[
+        "--no-secret",
+        "--offline",
+        "x.pcap",
+        "--from",
+        "1764480000.5",
+        "--until",
+        "1764480001",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
     let o = v.offline.unwrap();
-    assert_eq!((o.from, o.until), (Some(Duration::from_millis(1_764_480_000_500)), Some(Duration::from_secs(1_764_480_001))));
-    let e = args(&["--no-secret", "--offline", "x.pcap", "--from", "yesterday"]).unwrap_err().to_string();
+    assert_eq!(
+        (o.from, o.until),
+        (
+            Some(Duration::from_millis(1_764_480_000_500)),
+            Some(Duration::from_secs(1_764_480_001))
+        )
+    );
+    let e = args(&["--no-secret", "--offline", "x.pcap", "--from", "yesterday"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--from") && e.contains("yesterday"), "{e}");
-    assert!(args(&["--no-secret", "--from", "1"]).is_err(), "--from needs --offline");
+    assert!(
+        args(&["--no-secret", "--from", "1"]).is_err(),
+        "--from needs --offline"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -722,23 +821,63 @@ fn compare_flags() {
     let s = v.shadow.unwrap();
     assert_eq!(s.flows.sample, 0.1);
     assert!(s.flows.baseline);
-    assert_eq!(s.compare.ignore, ["header:X-Request-Id", "$.ts", "$.meta.*"]);
+    assert_eq!(
+        s.compare.ignore,
+        ["header:X-Request-Id", "$.ts", "$.meta.*"]
+    );
     assert_eq!(s.maps[0].baseline, Some("198.18.1.3:80".parse().unwrap()));
     assert_eq!(s.maps[0].candidate, "198.18.1.2:80".parse().unwrap());
-    assert_eq!((s.flows.max_message, s.flows.pair_timeout), (64 << 10, Duration::from_secs(5)));
+    assert_eq!(
+        (s.flows.max_message, s.flows.pair_timeout),
+        (64 << 10, Duration::from_secs(5))
+    );
     assert_eq!(s.log.as_ref().unwrap().max_bytes, 1 << 20);
-    assert_eq!(v.engine.baselines.len(), 1, "the engine copies to the baseline too");
+    assert_eq!(
+        v.engine.baselines.len(),
+        1,
+        "the engine copies to the baseline too"
+    );
     assert!(!s.offline, "live: the comparison opens its own capture");
-    assert_eq!(s.compare.redact, compare::redact::Redact::default(), "credential headers redacted by default");
-    assert_eq!((s.flows.max_bytes, s.flows.max_pending_bytes), (256 << 20, 256 << 20), "--compare-memory bounds the streams and the pairing table together");
-    let redact = |v: &str| args(&["--no-secret", "--compare", "--compare-redact", v]).unwrap().validate(1).unwrap().shadow.unwrap().compare.redact;
+    assert_eq!(
+        s.compare.redact,
+        compare::redact::Redact::default(),
+        "credential headers redacted by default"
+    );
+    assert_eq!(
+        (s.flows.max_bytes, s.flows.max_pending_bytes),
+        (256 << 20, 256 << 20),
+        "--compare-memory bounds the streams and the pairing table together"
+    );
+    let redact = |v: &str| {
+        args(&["--no-secret", "--compare", "--compare-redact", v])
+            .unwrap()
+            .validate(1)
+            .unwrap()
+            .shadow
+            .unwrap()
+            .compare
+            .redact
+    };
     assert_eq!(redact("Cookie,X-Api-Key").names(), ["cookie", "x-api-key"]);
     assert_eq!(redact("none"), compare::redact::Redact::none());
     // offline: the file's both directions, no capture of the comparison's own
-    let v = args(&["--no-secret", "--offline", "x.pcap", "--compare", "--loop", "2"]).unwrap().validate(1).unwrap();
+    let v = args(&[
+        "--no-secret",
+        "--offline",
+        "x.pcap",
+        "--compare",
+        "--loop",
+        "2",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
     assert!(v.shadow.unwrap().offline);
     // --copies: copy 0 is compared
-    let v = args(&["--no-secret", "--compare", "--copies", "3"]).unwrap().validate(1).unwrap();
+    let v = args(&["--no-secret", "--compare", "--copies", "3"])
+        .unwrap()
+        .validate(1)
+        .unwrap();
     assert!(v.shadow.is_some());
     // refused, each with its reason
     let err = |extra: &[&str]| {
@@ -757,20 +896,55 @@ fn compare_flags() {
     assert!(err(&["--compare", "--compare-bytes", "100"]).contains("--compare-bytes"));
     use clap::CommandFactory;
     let help = Args::command().render_long_help().to_string();
-    assert!(help.contains("--compare-sample <P>") && help.contains("--baseline-map"), "{help}");
+    assert!(
+        help.contains("--compare-sample <P>") && help.contains("--baseline-map"),
+        "{help}"
+    );
 }
 
 #[test]
 fn fleet_shares_parse_and_are_checked_against_the_workers() {
-    assert_eq!(parse_fleet("2/5"), Ok(FleetArg { index: Some(2), size: 5 }));
-    assert_eq!(parse_fleet("host/3"), Ok(FleetArg { index: None, size: 3 }));
-    for (bad, needle) in [("5/5", "does not exist in a fleet of 5"), ("1/0", "at least one"), ("3", "expected I/N"), ("x/2", "neither a number")] {
+    assert_eq!(
+        parse_fleet("2/5"),
+        Ok(FleetArg {
+            index: Some(2),
+            size: 5
+        })
+    );
+    assert_eq!(
+        parse_fleet("host/3"),
+        Ok(FleetArg {
+            index: None,
+            size: 3
+        })
+    );
+    for (bad, needle) in [
+        ("5/5", "does not exist in a fleet of 5"),
+        ("1/0", "at least one"),
+        ("3", "expected I/N"),
+        ("x/2", "neither a number"),
+    ] {
         let e = parse_fleet(bad).unwrap_err();
         assert!(e.contains(needle), "{bad}: {e}");
     }
     // host/N: the same host always gets the same copier, and copier indices stay in the fleet.
-    let a = fleet_share(FleetArg { index: None, size: 7 }, "front-1");
-    assert_eq!(a, fleet_share(FleetArg { index: None, size: 7 }, "front-1"));
+    let a = fleet_share(
+        FleetArg {
+            index: None,
+            size: 7,
+        },
+        "front-1",
+    );
+    assert_eq!(
+        a,
+        fleet_share(
+            FleetArg {
+                index: None,
+                size: 7
+            },
+            "front-1"
+        )
+    );
     assert!(a.index < 7);
     let fleet = |extra: &[&str]| {
         let mut v = vec!["--no-secret"];
@@ -779,9 +953,15 @@ fn fleet_shares_parse_and_are_checked_against_the_workers() {
     };
     let s = fleet(&["--fleet", "1/2", "--workers", "2"]).unwrap();
     assert_eq!((s.count, s.fleet.index, s.fleet.size), (2, 1, 2));
-    assert_eq!(fleet(&[]).unwrap().fleet, crate::engine::FleetShare::default());
+    assert_eq!(
+        fleet(&[]).unwrap().fleet,
+        crate::engine::FleetShare::default()
+    );
     let e = fleet(&["--fleet", "0/2000", "--workers", "64"]).unwrap_err();
-    assert!(e.contains("--fleet 0/2000") && e.contains("--workers 64"), "{e}");
+    assert!(
+        e.contains("--fleet 0/2000") && e.contains("--workers 64"),
+        "{e}"
+    );
     assert!(args(&["--no-secret", "--fleet", "2/2"]).is_err());
 }
 
@@ -813,24 +993,63 @@ fn a_config_file_gives_the_same_flags_as_the_command_line() {
     );
     let from_file = parse_with_config(&["copier", "--config", &f]).unwrap();
     let from_flags = parse_with_config(&[
-        "copier", "--map", "80=198.18.2.2:80", "--map", "443=198.18.2.2:443", "--intercept", "198.18.2.2", "--no-secret",
-        "--session-timeout", "30s", "--copies", "2", "-v", "--client-ip", "198.19.0.0/16",
+        "copier",
+        "--map",
+        "80=198.18.2.2:80",
+        "--map",
+        "443=198.18.2.2:443",
+        "--intercept",
+        "198.18.2.2",
+        "--no-secret",
+        "--session-timeout",
+        "30s",
+        "--copies",
+        "2",
+        "-v",
+        "--client-ip",
+        "198.19.0.0/16",
     ])
     .unwrap();
-    assert_eq!(format!("{:?}", from_file.copier), format!("{:?}", from_flags.copier));
-    assert_eq!((from_file.maps.len(), from_file.session_timeout, from_file.copies, from_file.verbose), (2, Duration::from_secs(30), 2, 1));
+    assert_eq!(
+        format!("{:?}", from_file.copier),
+        format!("{:?}", from_flags.copier)
+    );
+    assert_eq!(
+        (
+            from_file.maps.len(),
+            from_file.session_timeout,
+            from_file.copies,
+            from_file.verbose
+        ),
+        (2, Duration::from_secs(30), 2, 1)
+    );
     // copier doctor reads the same file.
     let d = parse_with_config(&["copier", "doctor", "--config", &f]).unwrap();
-    let Some(crate::cli::Command::Doctor(d)) = d.command else { panic!("no doctor") };
+    let Some(crate::cli::Command::Doctor(d)) = d.command else {
+        panic!("no doctor")
+    };
     assert_eq!((d.maps.len(), d.copies, d.client_ip.len()), (2, 2, 1));
 }
 
 #[test]
 fn the_command_line_overrides_the_config_file() {
     let f = config_file("over.toml", "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = true\nsession-timeout = \"30s\"\n");
-    let a = parse_with_config(&["copier", "--session-timeout", "5s", "--config", &f, "--map", "8080=198.18.2.3:8080"]).unwrap();
+    let a = parse_with_config(&[
+        "copier",
+        "--session-timeout",
+        "5s",
+        "--config",
+        &f,
+        "--map",
+        "8080=198.18.2.3:8080",
+    ])
+    .unwrap();
     assert_eq!(a.session_timeout, Duration::from_secs(5));
-    assert_eq!(a.maps.len(), 1, "a list flag on the command line replaces the file's");
+    assert_eq!(
+        a.maps.len(),
+        1,
+        "a list flag on the command line replaces the file's"
+    );
     assert_eq!(a.maps[0].map.online_port, 8080);
     let a = parse_with_config(&["copier", "--config", &f, "-v", "-v"]).unwrap();
     assert_eq!((a.verbose, a.session_timeout), (2, Duration::from_secs(30)));
@@ -839,20 +1058,35 @@ fn the_command_line_overrides_the_config_file() {
 #[test]
 fn an_unknown_or_bad_key_names_itself_and_its_line() {
     let head = "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = true\n";
-    let f = config_file("unknown.toml", &format!("{head}\nsession-timeot = \"30s\"\n"));
+    let f = config_file(
+        "unknown.toml",
+        &format!("{head}\nsession-timeot = \"30s\"\n"),
+    );
     let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
-    assert!(e.contains("line 5") && e.contains("unknown key `session-timeot`"), "{e}");
+    assert!(
+        e.contains("line 5") && e.contains("unknown key `session-timeot`"),
+        "{e}"
+    );
     // a value clap refuses: the flag's own message, with the file's line
     let f = config_file("range.toml", &format!("{head}mtu = 100\n"));
     let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
     assert!(e.contains("line 4: key `mtu`") && e.contains("100"), "{e}");
-    let f = config_file("duration.toml", &format!("session-timeout = \"soon\"\n{head}"));
+    let f = config_file(
+        "duration.toml",
+        &format!("session-timeout = \"soon\"\n{head}"),
+    );
     let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
     assert!(e.contains("line 1: key `session-timeout`"), "{e}");
     // a value of the wrong kind
-    let f = config_file("kind.toml", "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = \"yes\"\n");
+    let f = config_file(
+        "kind.toml",
+        "map = \"80=198.18.2.2:80\"\nintercept = \"198.18.2.2\"\nno-secret = \"yes\"\n",
+    );
     let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
-    assert!(e.contains("line 3: key `no-secret`") && e.contains("true or false"), "{e}");
+    assert!(
+        e.contains("line 3: key `no-secret`") && e.contains("true or false"),
+        "{e}"
+    );
     // not TOML, a missing file
     let f = config_file("syntax.toml", "map = [\n");
     let e = parse_with_config(&["copier", "--config", &f]).unwrap_err();
@@ -867,43 +1101,99 @@ fn help_groups_every_flag_under_a_heading_in_short_and_long_help() {
     let headings: Vec<&str> = help::HEADINGS.iter().map(|(h, _)| *h).collect();
     assert_eq!(
         headings,
-        ["Capture", "Targets", "Copies and shaping", "Pacing", "Rules and archive", "Comparison", "Limits", "Metrics and logs"]
+        [
+            "Capture",
+            "Targets",
+            "Copies and shaping",
+            "Pacing",
+            "Rules and archive",
+            "Comparison",
+            "Limits",
+            "Metrics and logs"
+        ]
     );
     let mut cmd = Args::command();
     cmd.build();
     // Every flag of the copier but --config, -h and -V has its heading.
     let without: Vec<String> = cmd
         .get_arguments()
-        .filter(|a| a.get_long().is_some_and(|l| !["config", "help", "version"].contains(&l)))
+        .filter(|a| {
+            a.get_long()
+                .is_some_and(|l| !["config", "help", "version"].contains(&l))
+        })
         .filter(|a| a.get_help_heading().is_none())
         .map(|a| a.get_id().to_string())
         .collect();
-    assert!(without.is_empty(), "flags without a heading (add them to cli::help::HEADINGS): {without:?}");
+    assert!(
+        without.is_empty(),
+        "flags without a heading (add them to cli::help::HEADINGS): {without:?}"
+    );
     let short = cmd.render_help().to_string();
     let long = cmd.render_long_help().to_string();
-    let doctor = cmd.find_subcommand_mut("doctor").unwrap().render_help().to_string();
+    let doctor = cmd
+        .find_subcommand_mut("doctor")
+        .unwrap()
+        .render_help()
+        .to_string();
     for h in headings {
         for (what, text) in [("-h", &short), ("--help", &long), ("doctor -h", &doctor)] {
-            assert!(text.contains(&format!("\n{h}:\n")), "no heading {h:?} in {what}:\n{text}");
+            assert!(
+                text.contains(&format!("\n{h}:\n")),
+                "no heading {h:?} in {what}:\n{text}"
+            );
         }
     }
     // -h keeps to first sentences: the long texts are in --help only.
-    assert!(short.len() * 2 < long.len(), "-h is {} bytes, --help {}", short.len(), long.len());
-    assert!(!short.contains("The default fits the default --max-memory"), "{short}");
+    assert!(
+        short.len() * 2 < long.len(),
+        "-h is {} bytes, --help {}",
+        short.len(),
+        long.len()
+    );
+    assert!(
+        !short.contains("The default fits the default --max-memory"),
+        "{short}"
+    );
     assert!(long.contains("The default fits the default --max-memory"));
 }
 
 #[test]
 fn mirror_flags() {
-    let v = args(&["--no-secret", "--mirror", "geneve:7000", "--vni", "5,3", "--workers", "4"]).unwrap().validate(1).unwrap();
+    let v = args(&[
+        "--no-secret",
+        "--mirror",
+        "geneve:7000",
+        "--vni",
+        "5,3",
+        "--workers",
+        "4",
+    ])
+    .unwrap()
+    .validate(1)
+    .unwrap();
     let m = v.mirror.unwrap();
-    assert_eq!((m.encap, m.port, m.vnis), (crate::mirror::Encap::Geneve, 7000, vec![3, 5]));
+    assert_eq!(
+        (m.encap, m.port, m.vnis),
+        (crate::mirror::Encap::Geneve, 7000, vec![3, 5])
+    );
     assert_eq!(v.workers, 1, "a mirror is read by one worker");
-    assert!(args(&["--no-secret", "--vni", "5"]).is_err(), "--vni needs --mirror");
+    assert!(
+        args(&["--no-secret", "--vni", "5"]).is_err(),
+        "--vni needs --mirror"
+    );
     assert!(args(&["--no-secret", "--mirror", "vxlan", "--interface", "eth0"]).is_err());
-    let e = args(&["--no-secret", "--mirror", "gre"]).unwrap_err().to_string();
+    let e = args(&["--no-secret", "--mirror", "gre"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--mirror") && e.contains("gre"), "{e}");
-    let e = args(&["--no-secret", "--mirror", "vxlan", "--vni", "99999999"]).unwrap_err().to_string();
+    let e = args(&["--no-secret", "--mirror", "vxlan", "--vni", "99999999"])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--vni") && e.contains("99999999"), "{e}");
-    assert!(args(&["--no-secret"]).unwrap().validate(1).unwrap().mirror.is_none());
+    assert!(args(&["--no-secret"])
+        .unwrap()
+        .validate(1)
+        .unwrap()
+        .mirror
+        .is_none());
 }

@@ -60,7 +60,10 @@ impl Watch {
     pub(crate) fn aim(&mut self, tuple: FourTuple, end: SeqNum) {
         let aim = Some((tuple.client.port(), end));
         if self.aim != aim {
-            *self = Watch { aim, ..Watch::default() };
+            *self = Watch {
+                aim,
+                ..Watch::default()
+            };
         }
     }
 
@@ -112,7 +115,11 @@ impl Watch {
             // follow the lost end (and FIN) of an earlier answer, the server having closed
             // before it had the unit (so the unit is carried again on a new connection).
             let from = self.floor.map_or(rcv_nxt, |f| f.max(rcv_nxt));
-            if self.first.is_none() && h.has(TcpFlags::FIN) && h.seq.gt(from) && h.seq.diff(from) < (1 << 30) {
+            if self.first.is_none()
+                && h.has(TcpFlags::FIN)
+                && h.seq.gt(from)
+                && h.seq.diff(from) < (1 << 30)
+            {
                 self.first = Some(from);
                 self.last = h.seq;
                 self.at = Some(Stamp::of(now));
@@ -136,7 +143,13 @@ impl Watch {
         let at = f.add(used.min(self.bytes()));
         let keep = self.max_ack.is_some_and(|a| a.ge(end));
         let (last, t, closed, max_ack) = (self.last, self.at, self.closed, self.max_ack);
-        *self = Watch { aim: Some((tuple.client.port(), end)), floor: Some(if keep { at } else { last }), max_ack, closed, ..Watch::default() };
+        *self = Watch {
+            aim: Some((tuple.client.port(), end)),
+            floor: Some(if keep { at } else { last }),
+            max_ack,
+            closed,
+            ..Watch::default()
+        };
         if keep && last.gt(at) {
             self.first = Some(at);
             self.last = last;
@@ -160,7 +173,10 @@ impl Watch {
     /// rule does not apply, only quiet or a close do).
     pub(crate) fn answered(&self, now: Instant, need: Option<u32>, quiet: Duration) -> bool {
         let b = self.bytes();
-        b > 0 && ((self.closed && !self.carried) || need.is_some_and(|n| b >= n.max(1)) || self.at.is_some_and(|t| t.at() + quiet <= now))
+        b > 0
+            && ((self.closed && !self.carried)
+                || need.is_some_and(|n| b >= n.max(1))
+                || self.at.is_some_and(|t| t.at() + quiet <= now))
     }
 
     /// Whether the answer counted is at least `need` bytes (the online answer's size; `None`:

@@ -48,7 +48,12 @@ pub(crate) struct Chunk {
 impl Clone for Chunk {
     fn clone(&self) -> Chunk {
         self.meter.0.fetch_add(SLOT_OVERHEAD, Ordering::Relaxed);
-        Chunk { buf: self.buf.clone(), meter: self.meter.clone(), start: self.start, end: self.end }
+        Chunk {
+            buf: self.buf.clone(),
+            meter: self.meter.clone(),
+            start: self.start,
+            end: self.end,
+        }
     }
 }
 
@@ -113,7 +118,12 @@ pub(crate) struct Payload<'a> {
 
 impl<'a> Payload<'a> {
     pub(crate) fn new(bytes: &'a [u8], meter: &'a Meter) -> Payload<'a> {
-        Payload { bytes, chunk: None, meter, last: false }
+        Payload {
+            bytes,
+            chunk: None,
+            meter,
+            last: false,
+        }
     }
 
     /// Tell whether the copy served next is the last one to see this payload (it then takes
@@ -135,8 +145,15 @@ impl<'a> Payload<'a> {
             Some(c) => c,
             None => {
                 let n = self.bytes.len();
-                self.meter.0.fetch_add(n + BUF_OVERHEAD + SLOT_OVERHEAD, Ordering::Relaxed);
-                Chunk { buf: self.bytes.into(), meter: self.meter.clone(), start: 0, end: n }
+                self.meter
+                    .0
+                    .fetch_add(n + BUF_OVERHEAD + SLOT_OVERHEAD, Ordering::Relaxed);
+                Chunk {
+                    buf: self.bytes.into(),
+                    meter: self.meter.clone(),
+                    start: 0,
+                    end: n,
+                }
             }
         };
         if self.last {
@@ -162,7 +179,12 @@ pub(crate) struct ByteQueue {
 
 impl ByteQueue {
     pub(crate) const fn new() -> ByteQueue {
-        ByteQueue { chunks: VecDeque::new(), head: 0, len: 0, pushed: 0 }
+        ByteQueue {
+            chunks: VecDeque::new(),
+            head: 0,
+            len: 0,
+            pushed: 0,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -189,7 +211,9 @@ impl ByteQueue {
         let mut n = n.min(self.len);
         self.len -= n;
         while n > 0 {
-            let Some((_, c)) = self.chunks.front() else { break };
+            let Some((_, c)) = self.chunks.front() else {
+                break;
+            };
             let rest = c.len() - self.head;
             if n < rest {
                 self.head += n;
@@ -215,7 +239,12 @@ impl ByteQueue {
     /// Up to `max` bytes from `off` bytes after the head: one slice of the chunk holding `off`
     /// when that chunk has them all (or is the last), else gathered into `scratch`. `None` when
     /// `off` is at or beyond the end.
-    pub(crate) fn get<'s>(&'s self, off: usize, max: usize, scratch: &'s mut Vec<u8>) -> Option<&'s [u8]> {
+    pub(crate) fn get<'s>(
+        &'s self,
+        off: usize,
+        max: usize,
+        scratch: &'s mut Vec<u8>,
+    ) -> Option<&'s [u8]> {
         if off >= self.len || max == 0 {
             return None;
         }
@@ -278,12 +307,23 @@ mod tests {
             b.push(p.keep(6).unwrap());
             assert!(p.keep(11).is_none());
         }
-        assert_eq!(meter.bytes(), 11 + BUF_OVERHEAD + 2 * SLOT_OVERHEAD, "one buffer for both copies");
-        assert_eq!((a.to_vec(), b.to_vec()), (b"hello world".to_vec(), b"world".to_vec()));
+        assert_eq!(
+            meter.bytes(),
+            11 + BUF_OVERHEAD + 2 * SLOT_OVERHEAD,
+            "one buffer for both copies"
+        );
+        assert_eq!(
+            (a.to_vec(), b.to_vec()),
+            (b"hello world".to_vec(), b"world".to_vec())
+        );
         a.free();
         assert_eq!(meter.bytes(), 11 + BUF_OVERHEAD + SLOT_OVERHEAD);
         b.consume(4);
-        assert_eq!((b.len(), meter.bytes()), (1, 11 + BUF_OVERHEAD + SLOT_OVERHEAD), "a chunk lives until wholly consumed");
+        assert_eq!(
+            (b.len(), meter.bytes()),
+            (1, 11 + BUF_OVERHEAD + SLOT_OVERHEAD),
+            "a chunk lives until wholly consumed"
+        );
         b.consume(1);
         assert_eq!((b.len(), meter.bytes()), (0, 0));
         // A payload nobody keeps costs nothing.
@@ -311,7 +351,10 @@ mod tests {
         assert_eq!(q.get(0, 2, &mut scratch), Some(&b"ef"[..]));
         assert_eq!(q.get(3, 3, &mut scratch), Some(&b"hij"[..]));
         q.consume(5);
-        assert_eq!((q.len(), q.get(0, 50, &mut scratch)), (7, Some(&b"jklmnop"[..])));
+        assert_eq!(
+            (q.len(), q.get(0, 50, &mut scratch)),
+            (7, Some(&b"jklmnop"[..]))
+        );
         assert_eq!(q.to_vec(), b"jklmnop");
         q.consume(100);
         assert_eq!((q.len(), q.get(0, 1, &mut scratch)), (0, None));

@@ -196,7 +196,6 @@ impl Default for FleetShare {
     }
 }
 
-
 impl FleetShare {
     /// Whether this is a real split (more than one copier).
     #[must_use]
@@ -236,7 +235,11 @@ impl PortShare {
     /// Share `index` of `count` engines of a copier outside any fleet.
     #[must_use]
     pub fn new(index: u16, count: u16) -> PortShare {
-        PortShare { index, count, fleet: FleetShare::default() }
+        PortShare {
+            index,
+            count,
+            fleet: FleetShare::default(),
+        }
     }
 
     /// The share clamped to one that exists (at least one share; the index wrapped into them).
@@ -244,7 +247,14 @@ impl PortShare {
     pub(crate) fn clamped(self) -> PortShare {
         let count = self.count.max(1);
         let size = self.fleet.size.max(1);
-        PortShare { index: self.index % count, count, fleet: FleetShare { index: self.fleet.index % size, size } }
+        PortShare {
+            index: self.index % count,
+            count,
+            fleet: FleetShare {
+                index: self.fleet.index % size,
+                size,
+            },
+        }
     }
 }
 
@@ -312,7 +322,9 @@ impl PortShare {
         let size = self.size();
         let at = match size {
             0 => 0,
-            _ => (u32::from(start >> 1).saturating_sub(first) / c * 2 + u32::from(start & 1)) % size,
+            _ => {
+                (u32::from(start >> 1).saturating_sub(first) / c * 2 + u32::from(start & 1)) % size
+            }
         };
         (0..size).map(move |i| self.nth((at + i) % size))
     }
@@ -460,7 +472,10 @@ impl EngineConfig {
         if let Some(pool) = &self.client_ip {
             for m in &self.maps {
                 if !pool.serves(m.target.is_ipv6()) {
-                    return Err(ConfigError::FamilyMismatch { target: m.target, pool: pool.clone() });
+                    return Err(ConfigError::FamilyMismatch {
+                        target: m.target,
+                        pool: pool.clone(),
+                    });
                 }
             }
         }
@@ -482,16 +497,27 @@ impl EngineConfig {
         if !(self.sample_percent > 0.0 && self.sample_percent <= 100.0) {
             return Err(ConfigError::Sample(self.sample_percent.to_string()));
         }
-        let PortShare { index, count, fleet } = self.port_share;
+        let PortShare {
+            index,
+            count,
+            fleet,
+        } = self.port_share;
         if count == 0 || index >= count {
             return Err(ConfigError::PortShare { index, count });
         }
         if fleet.size == 0 || fleet.index >= fleet.size {
-            return Err(ConfigError::Fleet { index: fleet.index, size: fleet.size });
+            return Err(ConfigError::Fleet {
+                index: fleet.index,
+                size: fleet.size,
+            });
         }
         let ports = self.port_share.size();
         if ports < MIN_SHARE_PORTS {
-            return Err(ConfigError::FleetTooLarge { fleet, workers: count, ports });
+            return Err(ConfigError::FleetTooLarge {
+                fleet,
+                workers: count,
+                ports,
+            });
         }
         Ok(())
     }
@@ -505,7 +531,11 @@ impl EngineConfig {
     #[must_use]
     pub fn planner(&self, seed: u64) -> Shaper {
         let flags = || {
-            let plan = FlagPlan { copies: self.copies.max(1), sample_percent: self.sample_percent, client_ip: self.client_ip.clone() };
+            let plan = FlagPlan {
+                copies: self.copies.max(1),
+                sample_percent: self.sample_percent,
+                client_ip: self.client_ip.clone(),
+            };
             Shaper::from_flags(plan, seed)
         };
         match self.profile.as_deref() {
@@ -623,7 +653,8 @@ impl Params {
         if first.target.is_ipv6() == dst.is_ipv6() {
             return Some(first);
         }
-        fits.find(|m| m.target.is_ipv6() == dst.is_ipv6()).or(Some(first))
+        fits.find(|m| m.target.is_ipv6() == dst.is_ipv6())
+            .or(Some(first))
     }
 }
 
@@ -632,14 +663,24 @@ mod tests {
     use super::*;
 
     fn map(port: u16, target: &str) -> PortMap {
-        PortMap { online_ip: None, online_port: port, target: target.parse().unwrap() }
+        PortMap {
+            online_ip: None,
+            online_port: port,
+            target: target.parse().unwrap(),
+        }
     }
 
     #[test]
     fn map_for_prefers_the_clients_family() {
         let (t4, t6) = ("198.18.2.2:80", "[fd00:198:18:2::2]:80");
-        for maps in [vec![map(80, t4), map(80, t6)], vec![map(80, t6), map(80, t4)]] {
-            let p = Params::new(&EngineConfig { maps, ..EngineConfig::default() });
+        for maps in [
+            vec![map(80, t4), map(80, t6)],
+            vec![map(80, t6), map(80, t4)],
+        ] {
+            let p = Params::new(&EngineConfig {
+                maps,
+                ..EngineConfig::default()
+            });
             let to4: SocketAddr = "198.18.1.1:80".parse().unwrap();
             let to6: SocketAddr = "[fd00:198:18:1::1]:80".parse().unwrap();
             assert_eq!(p.map_for(to4).unwrap().target, t4.parse().unwrap());
@@ -648,8 +689,16 @@ mod tests {
         }
         // One map only: both families fall under it (the engine then needs a client pool of
         // the target's family, or counts a family mismatch).
-        let p = Params::new(&EngineConfig { maps: vec![map(80, t4)], ..EngineConfig::default() });
-        assert_eq!(p.map_for("[fd00:198:18:1::1]:80".parse().unwrap()).unwrap().target, t4.parse().unwrap());
+        let p = Params::new(&EngineConfig {
+            maps: vec![map(80, t4)],
+            ..EngineConfig::default()
+        });
+        assert_eq!(
+            p.map_for("[fd00:198:18:1::1]:80".parse().unwrap())
+                .unwrap()
+                .target,
+            t4.parse().unwrap()
+        );
     }
 
     #[test]
@@ -671,7 +720,10 @@ mod tests {
                     hi = hi.max(p);
                 }
                 // The whole range is used, not only its start.
-                assert!(lo < 1024 + 64 * count && hi > 65535 - 64 * count, "{share:?}: {lo}..{hi}");
+                assert!(
+                    lo < 1024 + 64 * count && hi > 65535 - 64 * count,
+                    "{share:?}: {lo}..{hi}"
+                );
             }
         }
         // size and walk cover exactly the share, walk from its start, once each.
@@ -689,7 +741,10 @@ mod tests {
             }
         }
         // Even ports only (as Linux clients pick them) still spread over two shares.
-        let even_in_0 = (40000..40400).step_by(2).filter(|&p| PortShare::new(0, 2).contains(p)).count();
+        let even_in_0 = (40000..40400)
+            .step_by(2)
+            .filter(|&p| PortShare::new(0, 2).contains(p))
+            .count();
         assert_eq!(even_in_0, 100);
         let bad = EngineConfig {
             maps: vec![map(80, "198.18.2.2:80")],
@@ -748,15 +803,25 @@ mod tests {
     fn a_fleet_too_large_for_its_workers_is_refused_naming_the_flags() {
         let c = |index, size, workers| EngineConfig {
             maps: vec![map(80, "198.18.2.2:80")],
-            port_share: PortShare { index: 0, count: workers, fleet: FleetShare { index, size } },
+            port_share: PortShare {
+                index: 0,
+                count: workers,
+                fleet: FleetShare { index, size },
+            },
             ..EngineConfig::default()
         };
         assert!(c(3, 4, 2).validate().is_ok());
-        assert!(matches!(c(4, 4, 1).validate(), Err(ConfigError::Fleet { index: 4, size: 4 })));
+        assert!(matches!(
+            c(4, 4, 1).validate(),
+            Err(ConfigError::Fleet { index: 4, size: 4 })
+        ));
         let e = c(0, 1000, 64).validate().unwrap_err();
         assert!(matches!(e, ConfigError::FleetTooLarge { .. }), "{e:?}");
         let text = e.to_string();
-        assert!(text.contains("--fleet 0/1000") && text.contains("--workers 64"), "{text}");
+        assert!(
+            text.contains("--fleet 0/1000") && text.contains("--workers 64"),
+            "{text}"
+        );
         // The runs: copier 1 of 4 has the second quarter of the ports.
         assert_eq!(FleetShare { index: 1, size: 4 }.ports(), (17152, 33279));
         assert_eq!(FleetShare::default().ports(), (1024, 65535));

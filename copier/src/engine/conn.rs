@@ -41,7 +41,9 @@ const NO_SRTT: u64 = u64::MAX;
 
 /// A duration in nanoseconds (saturating below [`NO_SRTT`]: 584 years).
 fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(NO_SRTT - 1).min(NO_SRTT - 1)
+    u64::try_from(d.as_nanos())
+        .unwrap_or(NO_SRTT - 1)
+        .min(NO_SRTT - 1)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,14 @@ static NO_DATA: ByteQueue = ByteQueue::new();
 
 impl TxCtx<'_> {
     pub(crate) fn nothing(tsval: Option<u32>) -> TxCtx<'static> {
-        TxCtx { data: &NO_DATA, base: SeqNum(0), limit: SeqNum(0), fin: None, tsval, scratch: Vec::new() }
+        TxCtx {
+            data: &NO_DATA,
+            base: SeqNum(0),
+            limit: SeqNum(0),
+            fin: None,
+            tsval,
+            scratch: Vec::new(),
+        }
     }
 }
 
@@ -85,6 +94,8 @@ pub(crate) struct Sent {
     /// A super-segment (payload over one MSS, `Params::gso`): the MSS its pieces carry; 0 for a
     /// plain segment.
     pub gso_size: u16,
+    /// A zero-window probe (the test server's window is shut and data waits).
+    pub probe: bool,
 }
 
 /// What a timer expiry did.
@@ -201,7 +212,11 @@ impl Conn {
 
     pub(crate) fn new(tuple: FourTuple, start: SeqNum, p: &Params) -> Conn {
         let iss = start.sub(1);
-        let mss = u32::from(if tuple.server.is_ipv6() { p.mss_v6 } else { p.mss_v4 });
+        let mss = u32::from(if tuple.server.is_ipv6() {
+            p.mss_v6
+        } else {
+            p.mss_v4
+        });
         Conn {
             tuple,
             state: State::SynSent,
@@ -289,16 +304,25 @@ impl Conn {
     }
 
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        [self.rto_at, self.linger_until, self.ack_at].into_iter().flatten().min().map(Stamp::at)
+        [self.rto_at, self.linger_until, self.ack_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(Stamp::at)
     }
 
     fn cur_rto(&self, p: &Params) -> Duration {
         let shift = self.retries.min(16);
-        Duration::from_nanos(self.rto).saturating_mul(1 << shift).min(p.max_rto)
+        Duration::from_nanos(self.rto)
+            .saturating_mul(1 << shift)
+            .min(p.max_rto)
     }
 
     fn sample_rtt(&mut self, r: Duration, p: &Params) {
-        let (mut srtt, mut rttvar) = ((self.srtt != NO_SRTT).then(|| Duration::from_nanos(self.srtt)), Duration::from_nanos(self.rttvar));
+        let (mut srtt, mut rttvar) = (
+            (self.srtt != NO_SRTT).then(|| Duration::from_nanos(self.srtt)),
+            Duration::from_nanos(self.rttvar),
+        );
         match srtt {
             None => {
                 srtt = Some(r);
@@ -312,7 +336,8 @@ impl Conn {
         }
         let s = srtt.unwrap_or(r);
         let rto = (s + (rttvar * 4).max(Duration::from_millis(1))).clamp(p.min_rto, p.max_rto);
-        (self.srtt, self.rttvar, self.rto) = (srtt.map_or(NO_SRTT, nanos), nanos(rttvar), nanos(rto));
+        (self.srtt, self.rttvar, self.rto) =
+            (srtt.map_or(NO_SRTT, nanos), nanos(rttvar), nanos(rto));
     }
 
     /// Stop: send RST (unless nothing was ever sent) and linger for challenge ACKs. Returns
@@ -329,7 +354,8 @@ impl Conn {
             return true;
         }
         self.reset = true;
-        let (synced, port_busy, snd_una, snd_max) = (self.synced, self.port_busy, self.snd_una, self.snd_max);
+        let (synced, port_busy, snd_una, snd_max) =
+            (self.synced, self.port_busy, self.snd_una, self.snd_max);
         let r = self.rst_mut();
         if synced || !port_busy {
             r.due = Some(snd_max);
@@ -519,7 +545,9 @@ impl Conn {
         if h.ack.gt(self.snd_una) && h.ack.le(self.snd_max) {
             if self.snd_nxt.lt(self.snd_max) {
                 // Recovering from a timeout: slow start.
-                self.recovery_wnd = self.recovery_wnd.saturating_add(h.ack.diff(self.snd_una) as u32);
+                self.recovery_wnd = self
+                    .recovery_wnd
+                    .saturating_add(h.ack.diff(self.snd_una) as u32);
             }
             self.snd_una = h.ack;
             self.retries = 0;
@@ -573,7 +601,13 @@ impl Conn {
         // Every path that moves `rcv_nxt` sets `ack_due` or `ack_at`: neither set means this
         // segment is all that is unacknowledged.
         let first = self.ack_at.is_none() && !self.ack_due;
-        if deferrable && first && !self.quick_ack && !p.ack_delay.is_zero() && self.state == State::Established && self.fin_sent.is_none() {
+        if deferrable
+            && first
+            && !self.quick_ack
+            && !p.ack_delay.is_zero()
+            && self.state == State::Established
+            && self.fin_sent.is_none()
+        {
             self.ack_at = Some(Stamp::of(now + p.ack_delay));
         } else {
             self.ack_due = true;
@@ -617,7 +651,9 @@ impl Conn {
                 };
                 if let Some(again) = again {
                     let k = u32::from(RST_REPEATS - again);
-                    self.rto_at = Some(Stamp::of(now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto)));
+                    self.rto_at = Some(Stamp::of(
+                        now + self.cur_rto(p).saturating_mul(1 << k).min(p.max_rto),
+                    ));
                 }
             }
             return Expiry::Nothing;

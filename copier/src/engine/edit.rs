@@ -93,7 +93,10 @@ impl RequestCounts {
     pub(crate) fn drain_into(&mut self, into: &mut RequestCounts) {
         into.merge(self);
         let rules = std::mem::take(&mut self.rules);
-        *self = RequestCounts { rules, ..RequestCounts::default() };
+        *self = RequestCounts {
+            rules,
+            ..RequestCounts::default()
+        };
         self.rules.iter_mut().for_each(|r| *r = 0);
     }
 
@@ -150,8 +153,14 @@ enum State {
     /// At or inside a head (HTTP) or a unit's undecided prefix (bytes): `pend` holds it.
     Start,
     /// `left` bytes of body (HTTP) or the rest of the unit (bytes, `left == u64::MAX`).
-    Body { left: u64, keep: bool },
-    Chunked { st: Chunked, keep: bool },
+    Body {
+        left: u64,
+        keep: bool,
+    },
+    Chunked {
+        st: Chunked,
+        keep: bool,
+    },
 }
 
 /// One copy's editor (see the module documentation).
@@ -228,7 +237,11 @@ impl Editor {
 
     /// Bytes held (not yet written), with the editor itself.
     pub(crate) fn held(&self) -> usize {
-        std::mem::size_of::<Editor>() + self.pend_len + self.flat.capacity() + self.line.capacity() + self.h2.as_ref().map_or(0, |h| h.held())
+        std::mem::size_of::<Editor>()
+            + self.pend_len
+            + self.flat.capacity()
+            + self.line.capacity()
+            + self.h2.as_ref().map_or(0, |h| h.held())
     }
 
     /// On HTTP/2: whether what was written ends at a frame boundary (`None` on other
@@ -275,7 +288,11 @@ impl Editor {
         if self.mode != Mode::Bytes {
             return 0;
         }
-        let n = if self.state == State::Start && self.pend_len > 0 { self.decide_unit(q) } else { 0 };
+        let n = if self.state == State::Start && self.pend_len > 0 {
+            self.decide_unit(q)
+        } else {
+            0
+        };
         self.state = State::Start;
         n
     }
@@ -361,7 +378,11 @@ impl Editor {
                 }
                 if left != u64::MAX {
                     let left = left - take as u64;
-                    self.state = if left == 0 { self.next_message() } else { State::Body { left, keep } };
+                    self.state = if left == 0 {
+                        self.next_message()
+                    } else {
+                        State::Body { left, keep }
+                    };
                 }
                 if let Some(rest) = d.tail(take) {
                     work.push_front(rest);
@@ -376,7 +397,13 @@ impl Editor {
     /// server's HPACK decoder follows this copy's encoder, not the client's (see `h2edit`).
     fn h2_step(&mut self, d: Chunk, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
         let Some(h) = self.h2.as_mut() else { return 0 };
-        let mut cx = Ctx { rules: &self.rules, client: self.client, dye: self.dye.as_deref(), meter: &self.meter, counts: &mut self.counts };
+        let mut cx = Ctx {
+            rules: &self.rules,
+            client: self.client,
+            dye: self.dye.as_deref(),
+            meter: &self.meter,
+            counts: &mut self.counts,
+        };
         match h.feed(&d, q, &mut cx) {
             Ok(n) => n,
             Err(Malformed(n)) => {
@@ -441,7 +468,10 @@ impl Editor {
         let v = self.rules.verdict(self.client, &Req::Bytes(&self.flat));
         self.counts.byte_units += 1;
         let keep = self.count(v);
-        self.state = State::Body { left: u64::MAX, keep };
+        self.state = State::Body {
+            left: u64::MAX,
+            keep,
+        };
         self.emit_pend(q, keep)
     }
 
@@ -466,7 +496,9 @@ impl Editor {
             match looks_http(&self.flat) {
                 None => return 0,
                 Some(true) => self.mode = Mode::Http,
-                Some(false) if self.midstream && self.rules.http_filters() && self.fail_closed(work) => {
+                Some(false)
+                    if self.midstream && self.rules.http_filters() && self.fail_closed(work) =>
+                {
                     // Caught mid-stream where no request starts (inside a body, say): with
                     // HTTP filters nothing after it can be checked.
                     self.counts.malformed += 1;
@@ -492,7 +524,9 @@ impl Editor {
             Ok(httparse::Status::Partial) if self.pend_len <= MAX_HEAD => return 0,
             _ => return self.malformed(q, work),
         };
-        let (Some(method), Some(target)) = (req.method, req.path) else { return self.malformed(q, work) };
+        let (Some(method), Some(target)) = (req.method, req.path) else {
+            return self.malformed(q, work);
+        };
         let hs: Vec<(&str, &[u8])> = req.headers.iter().map(|h| (h.name, h.value)).collect();
         // The body's extent.
         let mut chunked = false;
@@ -511,7 +545,10 @@ impl Editor {
             } else if n.eq_ignore_ascii_case("content-length") {
                 // Above 2^63-1 is malformed (RFC 9110 servers refuse it too); `u64::MAX` would
                 // also read as "the rest of the stream".
-                let l = std::str::from_utf8(v).ok().and_then(|s| s.trim().parse::<u64>().ok()).filter(|&l| l <= i64::MAX as u64);
+                let l = std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .filter(|&l| l <= i64::MAX as u64);
                 match (l, clen) {
                     (None, _) => bad = true,
                     (Some(l), Some(c)) if l != c => bad = true,
@@ -519,17 +556,29 @@ impl Editor {
                 }
             } else if n.eq_ignore_ascii_case("upgrade") {
                 upgrade = true;
-                h2c |= v.split(|&c| c == b',').any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"));
+                h2c |= v
+                    .split(|&c| c == b',')
+                    .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"));
             }
         }
         if bad {
             return self.malformed(q, work);
         }
-        let verdict = self.rules.verdict(self.client, &Req::Http { method: method.as_bytes(), target: target.as_bytes(), headers: &hs });
+        let verdict = self.rules.verdict(
+            self.client,
+            &Req::Http {
+                method: method.as_bytes(),
+                target: target.as_bytes(),
+                headers: &hs,
+            },
+        );
         let edited = match verdict {
-            Verdict::Copy(_) if self.rules.edits() => {
-                edit_head(&self.rules, self.dye.as_deref(), &self.flat[..len], &mut self.counts)
-            }
+            Verdict::Copy(_) if self.rules.edits() => edit_head(
+                &self.rules,
+                self.dye.as_deref(),
+                &self.flat[..len],
+                &mut self.counts,
+            ),
             _ => None,
         };
         drop(hs);
@@ -574,7 +623,10 @@ impl Editor {
             self.flat = Vec::new(); // a long head: do not keep its buffer for every session
         }
         self.state = if chunked {
-            State::Chunked { st: Chunked::Size, keep }
+            State::Chunked {
+                st: Chunked::Size,
+                keep,
+            }
         } else {
             match clen {
                 Some(l) if l > 0 => State::Body { left: l, keep },
@@ -588,7 +640,14 @@ impl Editor {
     }
 
     /// Chunked body bytes: passed (or dropped) as they come, read only to find the end.
-    fn chunked(&mut self, d: Chunk, mut st: Chunked, keep: bool, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+    fn chunked(
+        &mut self,
+        d: Chunk,
+        mut st: Chunked,
+        keep: bool,
+        q: &mut ByteQueue,
+        work: &mut VecDeque<Chunk>,
+    ) -> usize {
         let b = d.as_slice();
         let mut i = 0;
         let mut done = false;
@@ -598,7 +657,11 @@ impl Editor {
                     let take = (b.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
                     i += take;
                     let left = left - take as u64;
-                    st = if left == 0 { Chunked::Size } else { Chunked::Data(left) };
+                    st = if left == 0 {
+                        Chunked::Size
+                    } else {
+                        Chunked::Data(left)
+                    };
                 }
                 Chunked::Size | Chunked::Trailer => {
                     let c = b[i];
@@ -620,7 +683,9 @@ impl Editor {
                     match httparse::parse_chunk_size(&line) {
                         Ok(httparse::Status::Complete((_, 0))) => st = Chunked::Trailer,
                         // The size, then its CRLF.
-                        Ok(httparse::Status::Complete((_, size))) => st = Chunked::Data(size.saturating_add(2)),
+                        Ok(httparse::Status::Complete((_, size))) => {
+                            st = Chunked::Data(size.saturating_add(2))
+                        }
                         _ => return self.bad_body(keep, d, i, q, work),
                     }
                 }
@@ -643,7 +708,14 @@ impl Editor {
 
     /// A bad chunked body: a kept request passes on as captured; a dropped one cannot (its
     /// head is gone), nor can anything in allow-only mode, so the copy is given up.
-    fn bad_body(&mut self, keep: bool, d: Chunk, read: usize, q: &mut ByteQueue, work: &mut VecDeque<Chunk>) -> usize {
+    fn bad_body(
+        &mut self,
+        keep: bool,
+        d: Chunk,
+        read: usize,
+        q: &mut ByteQueue,
+        work: &mut VecDeque<Chunk>,
+    ) -> usize {
         self.counts.malformed += 1;
         self.mode = Mode::Pass;
         self.state = State::Start;
@@ -689,7 +761,12 @@ fn looks_http(b: &[u8]) -> Option<bool> {
 
 /// A copied request's head, edited: rewrites of the request line, the dye header, the header
 /// edits. `None` when nothing changed.
-fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &mut RequestCounts) -> Option<Vec<u8>> {
+fn edit_head<'a>(
+    rules: &'a Rules,
+    dye: Option<&[u8]>,
+    head: &'a [u8],
+    counts: &mut RequestCounts,
+) -> Option<Vec<u8>> {
     let mut lines: Vec<&[u8]> = head.split_inclusive(|&c| c == b'\n').collect();
     // Leading empty lines stay as they are; the request line is the first other one.
     let first = lines.iter().position(|l| *l != b"\r\n" && *l != b"\n")?;
@@ -698,7 +775,10 @@ fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &
     let mut changed = false;
     // The request line.
     let rl = lines[first];
-    let body = rl.strip_suffix(b"\n").map(|l| l.strip_suffix(b"\r").unwrap_or(l)).unwrap_or(rl);
+    let body = rl
+        .strip_suffix(b"\n")
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .unwrap_or(rl);
     let mut new_rl = Cow::Borrowed(body);
     let base = rules.filters.len() + 1;
     for (i, (_, re, rep)) in rules.rewrites.iter().enumerate() {
@@ -719,8 +799,16 @@ fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &
         out.extend_from_slice(rl);
     }
     // Header lines: (name, whole line).
-    let name_of = |l: &'a [u8]| -> &'a [u8] { l.split(|&c| c == b':').next().unwrap_or_default().trim_ascii() };
-    let mut hs: Vec<(&[u8], Cow<'_, [u8]>)> = lines[first + 1..].iter().map(|l| (name_of(l), Cow::Borrowed(*l))).collect();
+    let name_of = |l: &'a [u8]| -> &'a [u8] {
+        l.split(|&c| c == b':')
+            .next()
+            .unwrap_or_default()
+            .trim_ascii()
+    };
+    let mut hs: Vec<(&[u8], Cow<'_, [u8]>)> = lines[first + 1..]
+        .iter()
+        .map(|l| (name_of(l), Cow::Borrowed(*l)))
+        .collect();
     let line = |n: &'a str, v: &[u8]| -> (&'a [u8], Cow<'a, [u8]>) {
         let mut l = Vec::with_capacity(n.len() + v.len() + 4);
         l.extend_from_slice(n.as_bytes());
@@ -731,7 +819,11 @@ fn edit_head<'a>(rules: &'a Rules, dye: Option<&[u8]>, head: &'a [u8], counts: &
     };
     // Every line named `n` goes; with `add` (or when one went) `n: v` comes last. Whether the
     // head changed (a line that stays as it was, last, is no change).
-    let set = |hs: &mut Vec<(&'a [u8], Cow<'a, [u8]>)>, n: &'a str, v: Option<&[u8]>, add: bool| -> bool {
+    let set = |hs: &mut Vec<(&'a [u8], Cow<'a, [u8]>)>,
+               n: &'a str,
+               v: Option<&[u8]>,
+               add: bool|
+     -> bool {
         let named = |x: &[u8]| x.eq_ignore_ascii_case(n.as_bytes());
         let count = hs.iter().filter(|(x, _)| named(x)).count();
         let new = v.filter(|_| add || count > 0).map(|v| line(n, v));
@@ -805,8 +897,15 @@ mod tests {
         let r = rules(DENY_PAY);
         for cut in [1, 2, 3, 7, 16, 1000] {
             let (out, e) = run(&r, input, cut);
-            assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(want), "cut {cut}");
-            assert_eq!((e.counts.http_requests, e.counts.dropped, e.counts.malformed), (5, 2, 0));
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(want),
+                "cut {cut}"
+            );
+            assert_eq!(
+                (e.counts.http_requests, e.counts.dropped, e.counts.malformed),
+                (5, 2, 0)
+            );
             assert_eq!(e.counts.rules, [2]);
         }
     }
@@ -836,8 +935,15 @@ mod tests {
         let input = b"GET /pay/1 HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /pay/2 HTTP/1.1\r\n\r\n";
         let (out, e) = run(&r, input, 4);
         let from = input.windows(6).position(|w| w == b"GET /x").unwrap();
-        assert_eq!(&out[..], &input[from..], "from the bad request on, as captured");
-        assert_eq!((e.counts.malformed, e.counts.dropped, e.failed), (1, 1, false));
+        assert_eq!(
+            &out[..],
+            &input[from..],
+            "from the bad request on, as captured"
+        );
+        assert_eq!(
+            (e.counts.malformed, e.counts.dropped, e.failed),
+            (1, 1, false)
+        );
         // A bad chunk line inside a dropped request gives the copy up.
         let bad = b"POST /pay/1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
         let (out, e) = run(&r, bad, 3);
@@ -849,9 +955,14 @@ mod tests {
         assert_eq!(&out[..], b"GET /api/1 HTTP/1.1\r\n\r\n");
         assert!(e.failed && e.counts.malformed == 1);
         let (out, e) = run(&allow, b"\x16\x03\x01binary", 3);
-        assert!(out.is_empty() && e.counts.dropped == 1, "another protocol is not allowed");
+        assert!(
+            out.is_empty() && e.counts.dropped == 1,
+            "another protocol is not allowed"
+        );
         // What follows an upgrade goes with it: passed when it is copied, dropped when not.
-        let ws = |p: &str| format!("GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /");
+        let ws = |p: &str| {
+            format!("GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /")
+        };
         let (out, _) = run(&r, ws("/pay/ws").as_bytes(), 5);
         assert!(out.is_empty());
         let (out, e) = run(&r, ws("/ws").as_bytes(), 5);
@@ -867,12 +978,17 @@ mod tests {
     fn other_protocols_pass_or_are_cut_by_units() {
         let r = rules(DENY_PAY);
         let (out, e) = run(&r, b"\x16\x03\x01binary", 2);
-        assert_eq!((out, e.counts.http_requests), (b"\x16\x03\x01binary".to_vec(), 0));
+        assert_eq!(
+            (out, e.counts.http_requests),
+            (b"\x16\x03\x01binary".to_vec(), 0)
+        );
         let r = rules("[[filter]]\nname = \"quit\"\nprefix = \"QUIT\"\n");
         let meter = Meter::default();
         let mut e = Editor::new(r, 0, "198.18.0.9".parse().unwrap(), meter.clone());
         let mut q = ByteQueue::new();
-        let feed = |e: &mut Editor, q: &mut ByteQueue, b: &[u8]| e.feed(Payload::new(b, &meter).keep(0).unwrap(), q);
+        let feed = |e: &mut Editor, q: &mut ByteQueue, b: &[u8]| {
+            e.feed(Payload::new(b, &meter).keep(0).unwrap(), q)
+        };
         feed(&mut e, &mut q, b"set a 1\r\n");
         e.unit_start(&mut q);
         feed(&mut e, &mut q, b"QU");
@@ -883,11 +999,22 @@ mod tests {
         feed(&mut e, &mut q, b"get a\r\n");
         e.flush(&mut q);
         assert_eq!(q.to_vec(), b"set a 1\r\nQget a\r\n");
-        assert_eq!((e.counts.byte_units, e.counts.dropped, e.counts.rules.clone()), (4, 1, vec![1]));
+        assert_eq!(
+            (
+                e.counts.byte_units,
+                e.counts.dropped,
+                e.counts.rules.clone()
+            ),
+            (4, 1, vec![1])
+        );
     }
 
     /// A request as the property test builds it: (dropped, raw bytes, bytes the test side gets).
-    fn build_req(pay: bool, body: Option<(bool, Vec<usize>)>, dye: bool) -> (bool, Vec<u8>, Vec<u8>) {
+    fn build_req(
+        pay: bool,
+        body: Option<(bool, Vec<usize>)>,
+        dye: bool,
+    ) -> (bool, Vec<u8>, Vec<u8>) {
         let path = if pay { "/pay/x" } else { "/a?b=c" };
         let (method, framing, body_bytes) = match &body {
             None => ("GET", String::new(), Vec::new()),
@@ -906,9 +1033,15 @@ mod tests {
                 ("POST", "Transfer-Encoding: chunked\r\n".to_string(), b)
             }
         };
-        let head = |extra: &str| format!("{method} {path} HTTP/1.1\r\nHost: h\r\n{framing}{extra}\r\n").into_bytes();
+        let head = |extra: &str| {
+            format!("{method} {path} HTTP/1.1\r\nHost: h\r\n{framing}{extra}\r\n").into_bytes()
+        };
         let raw = [head(""), body_bytes.clone()].concat();
-        let out = if dye { [head("X-Traffic-Copy: 1\r\n"), body_bytes].concat() } else { raw.clone() };
+        let out = if dye {
+            [head("X-Traffic-Copy: 1\r\n"), body_bytes].concat()
+        } else {
+            raw.clone()
+        };
         (pay, raw, out)
     }
 
@@ -946,25 +1079,44 @@ mod tests {
         let input = b"GET /a HTTP/1.1\r\n\r\nGET /x HTTP/1.1\r\nBad Header\r\n\r\nGET /pay/2 HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n";
         for cut in [1, 4, 200] {
             let (out, e) = run(&r, input, cut);
-            assert_eq!(&out[..], b"GET /a HTTP/1.1\r\n\r\n", "cut {cut}: what came before stays, nothing after");
+            assert_eq!(
+                &out[..],
+                b"GET /a HTTP/1.1\r\n\r\n",
+                "cut {cut}: what came before stays, nothing after"
+            );
             assert!(e.failed && e.unparsable && e.counts.malformed == 1);
         }
         // Without filters, the default passes (nothing to check).
         assert_eq!(rules("[dye]\n").unparsable, Unparsable::Pass);
-        assert!(Rules::from_toml_str("unparsable = \"maybe\"\n").unwrap_err().to_string().contains("unparsable"));
+        assert!(Rules::from_toml_str("unparsable = \"maybe\"\n")
+            .unwrap_err()
+            .to_string()
+            .contains("unparsable"));
     }
 
     #[test]
     fn a_content_length_above_i64_max_is_malformed_not_the_rest_of_the_stream() {
         let huge = b"POST /a HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nGET /pay/1 HTTP/1.1\r\n\r\n";
         let (out, e) = run(&rules(DENY_PAY), huge, 7);
-        assert!(out.is_empty() && e.unparsable && e.counts.malformed == 1, "{:?}", String::from_utf8_lossy(&out));
+        assert!(
+            out.is_empty() && e.unparsable && e.counts.malformed == 1,
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
         let pass = rules(&format!("unparsable = \"pass\"\n{DENY_PAY}"));
         let (out, e) = run(&pass, huge, 7);
-        assert_eq!((&out[..], e.counts.malformed, e.failed), (&huge[..], 1, false), "passes as captured, counted");
+        assert_eq!(
+            (&out[..], e.counts.malformed, e.failed),
+            (&huge[..], 1, false),
+            "passes as captured, counted"
+        );
         let max = b"POST /a HTTP/1.1\r\nContent-Length: 9223372036854775807\r\n\r\nbody";
         let (out, e) = run(&rules(DENY_PAY), max, 7);
-        assert_eq!((&out[..], e.counts.malformed), (&max[..], 0), "2^63-1 is still a length");
+        assert_eq!(
+            (&out[..], e.counts.malformed),
+            (&max[..], 0),
+            "2^63-1 is still a length"
+        );
     }
 
     #[test]

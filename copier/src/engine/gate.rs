@@ -34,7 +34,13 @@ pub(crate) struct Gate {
 
 impl Gate {
     pub(crate) fn new(id: shaper::SessionId) -> Gate {
-        Gate { id, asked: None, units_asked: 0, until: None, arrivals: VecDeque::new() }
+        Gate {
+            id,
+            asked: None,
+            units_asked: 0,
+            until: None,
+            arrivals: VecDeque::new(),
+        }
     }
 
     /// The instant the current hold lifts, if any.
@@ -75,7 +81,8 @@ impl Gate {
     /// Notes the capture instant of the units whose first bytes just arrived (the current one
     /// and the later ones the stream knows the starts of).
     pub(crate) fn note_arrivals(&mut self, stream: &Stream, now: Instant) {
-        let known = |a: &VecDeque<(SeqNum, Instant)>, at: SeqNum| a.back().is_some_and(|&(b, _)| b.ge(at));
+        let known =
+            |a: &VecDeque<(SeqNum, Instant)>, at: SeqNum| a.back().is_some_and(|&(b, _)| b.ge(at));
         let cur = stream.cur_start;
         if self.asked != Some(cur) && !known(&self.arrivals, cur) {
             self.arrivals.push_back((cur, now));

@@ -156,7 +156,12 @@ impl H2Edit {
     }
 
     /// The client's next in-order bytes; the test side's go to `q`. Returns the bytes written.
-    pub(crate) fn feed(&mut self, d: &Chunk, q: &mut ByteQueue, cx: &mut Ctx<'_>) -> Result<usize, Malformed> {
+    pub(crate) fn feed(
+        &mut self,
+        d: &Chunk,
+        q: &mut ByteQueue,
+        cx: &mut Ctx<'_>,
+    ) -> Result<usize, Malformed> {
         let b = d.as_slice();
         let mut i = 0;
         let mut n = 0;
@@ -188,7 +193,8 @@ impl H2Edit {
                     match h.kind {
                         Kind::Headers | Kind::Continuation => {
                             let have = self.block.as_ref().map_or(0, |b| b.buf.len());
-                            let bad_cont = h.kind == Kind::Continuation && self.block.as_ref().is_none_or(|b| b.stream != h.stream);
+                            let bad_cont = h.kind == Kind::Continuation
+                                && self.block.as_ref().is_none_or(|b| b.stream != h.stream);
                             if bad_cont || h.stream == 0 || have + h.len as usize > MAX_BLOCK {
                                 return Err(Malformed(n));
                             }
@@ -198,7 +204,9 @@ impl H2Edit {
                         // A client never sends one (RFC 9113 section 8.4), and its block would
                         // refer to the client's table, not this encoder's.
                         Kind::PushPromise => return Err(Malformed(n)),
-                        _ if h.stream != 0 && self.dropped.contains(&h.stream) => self.at = At::Drop(h.len),
+                        _ if h.stream != 0 && self.dropped.contains(&h.stream) => {
+                            self.at = At::Drop(h.len)
+                        }
                         _ => {
                             let c = if whole {
                                 d.slice(i - HEADER_LEN, i)
@@ -248,10 +256,20 @@ impl H2Edit {
     }
 
     /// A HEADERS or CONTINUATION frame was read whole.
-    fn frame_done(&mut self, h: FrameHeader, q: &mut ByteQueue, cx: &mut Ctx<'_>) -> Result<usize, ()> {
+    fn frame_done(
+        &mut self,
+        h: FrameHeader,
+        q: &mut ByteQueue,
+        cx: &mut Ctx<'_>,
+    ) -> Result<usize, ()> {
         if h.kind == Kind::Headers {
             let (prio, frag) = h2::headers_fragment(h.flags, &self.frag).ok_or(())?;
-            self.block = Some(Block { stream: h.stream, flags: h.flags, prio, buf: frag.to_vec() });
+            self.block = Some(Block {
+                stream: h.stream,
+                flags: h.flags,
+                prio,
+                buf: frag.to_vec(),
+            });
         } else if let Some(b) = self.block.as_mut() {
             b.buf.extend_from_slice(&self.frag);
         }
@@ -273,7 +291,14 @@ impl H2Edit {
             cx.counts.http_requests += 1;
             let verdict = {
                 let (method, path, headers) = request_view(&fields);
-                cx.rules.verdict(cx.client, &Req::Http { method, target: path, headers: &headers })
+                cx.rules.verdict(
+                    cx.client,
+                    &Req::Http {
+                        method,
+                        target: path,
+                        headers: &headers,
+                    },
+                )
             };
             if !cx.counts.count(verdict, cx.rules.filters.len()) {
                 self.drop_stream(b.stream);
@@ -288,7 +313,8 @@ impl H2Edit {
             return Err(());
         }
         let mut block = Vec::with_capacity(b.buf.len() + 64);
-        self.enc.encode(fields.iter().map(|(n, v)| (&n[..], &v[..])), &mut block);
+        self.enc
+            .encode(fields.iter().map(|(n, v)| (&n[..], &v[..])), &mut block);
         let mut out = Vec::with_capacity(block.len() + 2 * HEADER_LEN + 5);
         h2::write_header_block(&mut out, b.stream, b.flags, b.prio, &block, MIN_MAX_FRAME);
         self.blocks += 1;
@@ -312,9 +338,17 @@ impl H2Edit {
 /// What the filters see of a decoded request: `:method`, `:path` (empty without one, as for
 /// `CONNECT`), and the regular fields, with `:authority` as `host` when no `host` field came.
 fn request_view(fields: &[(Vec<u8>, Vec<u8>)]) -> (&[u8], &[u8], Vec<(&str, &[u8])>) {
-    let pseudo = |name: &[u8]| fields.iter().find(|(n, _)| n == name).map_or(&[][..], |(_, v)| &v[..]);
-    let mut headers: Vec<(&str, &[u8])> =
-        fields.iter().filter(|(n, _)| !n.starts_with(b":")).filter_map(|(n, v)| Some((std::str::from_utf8(n).ok()?, &v[..]))).collect();
+    let pseudo = |name: &[u8]| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&[][..], |(_, v)| &v[..])
+    };
+    let mut headers: Vec<(&str, &[u8])> = fields
+        .iter()
+        .filter(|(n, _)| !n.starts_with(b":"))
+        .filter_map(|(n, v)| Some((std::str::from_utf8(n).ok()?, &v[..])))
+        .collect();
     let authority = pseudo(b":authority");
     if !authority.is_empty() && !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
         headers.push(("host", authority));
@@ -324,10 +358,21 @@ fn request_view(fields: &[(Vec<u8>, Vec<u8>)]) -> (&[u8], &[u8], Vec<(&str, &[u8
 
 /// A copied request's fields, edited as the rules say (see the module documentation).
 /// Returns whether anything changed.
-pub(crate) fn edit_fields(rules: &Rules, dye: Option<&[u8]>, fields: &mut Vec<(Vec<u8>, Vec<u8>)>, counts: &mut RequestCounts) -> bool {
+pub(crate) fn edit_fields(
+    rules: &Rules,
+    dye: Option<&[u8]>,
+    fields: &mut Vec<(Vec<u8>, Vec<u8>)>,
+    counts: &mut RequestCounts,
+) -> bool {
     let before = fields.clone();
     if !rules.rewrites.is_empty() {
-        let get = |fields: &[(Vec<u8>, Vec<u8>)], n: &[u8]| fields.iter().find(|(x, _)| x == n).map(|(_, v)| v.clone()).unwrap_or_default();
+        let get = |fields: &[(Vec<u8>, Vec<u8>)], n: &[u8]| {
+            fields
+                .iter()
+                .find(|(x, _)| x == n)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default()
+        };
         let (method, path) = (get(fields, b":method"), get(fields, b":path"));
         let line = [&method[..], b" ", &path[..], b" HTTP/2.0"].concat();
         let mut new = line.clone();
@@ -343,7 +388,10 @@ pub(crate) fn edit_fields(rules: &Rules, dye: Option<&[u8]>, fields: &mut Vec<(V
             // last (a rewrite that leaves no two spaces sets the method only).
             let first = new.iter().position(|&c| c == b' ').unwrap_or(new.len());
             let last = new.iter().rposition(|&c| c == b' ').filter(|&l| l > first);
-            let set = |fields: &mut Vec<(Vec<u8>, Vec<u8>)>, n: &[u8], v: &[u8]| match fields.iter_mut().find(|(x, _)| x == n) {
+            let set = |fields: &mut Vec<(Vec<u8>, Vec<u8>)>, n: &[u8], v: &[u8]| match fields
+                .iter_mut()
+                .find(|(x, _)| x == n)
+            {
                 Some(f) => f.1 = v.to_vec(),
                 None => fields.insert(0, (n.to_vec(), v.to_vec())),
             };
@@ -388,7 +436,12 @@ pub(crate) fn edit_fields(rules: &Rules, dye: Option<&[u8]>, fields: &mut Vec<(V
 #[doc(hidden)]
 pub fn edit_for_fuzz(rules: &std::sync::Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
     let meter = Meter::default();
-    let mut e = super::edit::Editor::new(rules.clone(), 0, IpAddr::from([198, 18, 0, 9]), meter.clone());
+    let mut e = super::edit::Editor::new(
+        rules.clone(),
+        0,
+        IpAddr::from([198, 18, 0, 9]),
+        meter.clone(),
+    );
     let mut q = ByteQueue::new();
     for part in input.chunks(cut.max(1)) {
         if let Some(c) = Payload::new(part, &meter).keep(0) {

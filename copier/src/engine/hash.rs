@@ -15,7 +15,9 @@ pub(crate) struct FastHash {
 impl FastHash {
     /// The hasher of an engine with this seed.
     pub(crate) fn new(seed: u64) -> FastHash {
-        FastHash { seed: mix(seed ^ 0x5eed) }
+        FastHash {
+            seed: mix(seed ^ 0x5eed),
+        }
     }
 }
 
@@ -45,7 +47,9 @@ impl Hasher for FxHasher {
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
-            self.add(u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]));
+            self.add(u64::from_le_bytes([
+                c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7],
+            ]));
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {

@@ -21,7 +21,12 @@ impl fmt::Display for PortMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.online_ip {
             None => write!(f, "{}={}", self.online_port, self.target),
-            Some(ip) => write!(f, "{}={}", SocketAddr::new(ip, self.online_port), self.target),
+            Some(ip) => write!(
+                f,
+                "{}={}",
+                SocketAddr::new(ip, self.online_port),
+                self.target
+            ),
         }
     }
 }

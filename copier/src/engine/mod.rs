@@ -160,13 +160,19 @@ use common::proto::{Record, RegVerdict};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-pub use config::{ConfigError, EngineConfig, FleetShare, GSO_MAX_PAYLOAD, PortShare, DEFAULT_MAX_SESSIONS, FEW_SHARE_PORTS, MIN_SHARE_PORTS, DEFAULT_PACE_WINDOW, MAX_PACE_WINDOW};
-pub use map::PortMap;
-pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use config::{
+    ConfigError, EngineConfig, FleetShare, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW,
+    FEW_SHARE_PORTS, GSO_MAX_PAYLOAD, MAX_PACE_WINDOW, MIN_SHARE_PORTS,
+};
 pub use edit::RequestCounts;
-pub use rules::{Rules, RulesError};
 pub use h2edit::edit_for_fuzz as h2_edit_for_fuzz;
-pub use stats::{DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason, ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS};
+pub use map::PortMap;
+pub use rules::{Rules, RulesError};
+pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use stats::{
+    DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason,
+    ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS,
+};
 
 use chunk::{Meter, Payload};
 use config::Params;
@@ -176,8 +182,11 @@ use pkt::{parse_captured, parse_record, Captured};
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
 use stamp::Stamp;
+pub use targets::{
+    parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget,
+    MAX_WEIGHT,
+};
 pub use trace::UnitSent;
-pub use targets::{parse_targets, HealthConfig, MapTargets, TargetEvent, TargetStats, Targets, WeightedTarget, MAX_WEIGHT};
 
 /// A change of the set of test tuples the intercepts must answer for: what the engine emits
 /// ([`Engine::poll_control`]) and what the copier's registry applies and its control clients
@@ -245,8 +254,8 @@ pub const LOSS_BEFORE_HOLE: std::time::Duration = std::time::Duration::from_secs
 
 /// What one captured SYN waiting for its handshake costs against `max_memory`: its table
 /// entry (twice, as above) and two places in the expiry queue.
-pub const PENDING_SYN_COST: usize =
-    2 * std::mem::size_of::<(FourTuple, PendingSyn)>() + 2 * std::mem::size_of::<(Instant, FourTuple)>();
+pub const PENDING_SYN_COST: usize = 2 * std::mem::size_of::<(FourTuple, PendingSyn)>()
+    + 2 * std::mem::size_of::<(Instant, FourTuple)>();
 
 /// What remembering where a session that ended idle stood costs against `max_memory`: its
 /// entry (twice, as above) and its place in the queue of them.
@@ -405,14 +414,23 @@ impl Engine {
         let hash = FastHash::new(seed);
         let p = Params::new(&config);
         let meter = Meter::default();
-        let mut stats = EngineStats { copies_requested: u64::from(config.copies.max(1)), ..EngineStats::default() };
+        let mut stats = EngineStats {
+            copies_requested: u64::from(config.copies.max(1)),
+            ..EngineStats::default()
+        };
         if let Some(r) = &config.rules {
             stats.requests.names = r.counter_names();
             stats.requests.rules = vec![0; stats.requests.names.len()];
         }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
-        let mut sh = Shared::new(p, stats, Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()), plan, meter.clone());
+        let mut sh = Shared::new(
+            p,
+            stats,
+            Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()),
+            plan,
+            meter.clone(),
+        );
         sh.trace_units = config.trace.then(Vec::new);
         Engine {
             sh,
@@ -481,7 +499,10 @@ impl Engine {
                 self.members = members;
                 // A SYN starts a new session unless it repeats the one a copy is carrying.
                 !self.members.iter().any(|&i| {
-                    self.slots[i as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.isn == c.hdr.seq)
+                    self.slots[i as usize]
+                        .s
+                        .as_ref()
+                        .is_some_and(|s| s.phase == Phase::Active && s.isn == c.hdr.seq)
                 })
             };
             if !replace {
@@ -491,16 +512,25 @@ impl Engine {
             }
             for i in 0..self.members.len() {
                 let idx = self.members[i];
-                let closed = self.slots[idx as usize].s.as_ref().is_some_and(|s| s.phase == Phase::Active && s.client_closed());
+                let closed = self.slots[idx as usize]
+                    .s
+                    .as_ref()
+                    .is_some_and(|s| s.phase == Phase::Active && s.client_closed());
                 // The old copy's plan goes: the new session gets copies of its own.
-                if let Some(id) = self.slots[idx as usize].s.as_mut().and_then(|s| s.plan_id.take()) {
+                if let Some(id) = self.slots[idx as usize]
+                    .s
+                    .as_mut()
+                    .and_then(|s| s.plan_id.take())
+                {
                     self.sh.plan.shaper.end_session(id);
                 }
                 if !closed {
                     // A new connection from the same client port while the old one was live:
                     // the old copy ends (its closing connections linger on, detached from the
                     // key).
-                    self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
+                    self.with_session(idx, now, |s, sh| {
+                        s.finish(sh, now, Some(FailReason::Superseded))
+                    });
                 }
                 // Else the client had closed (FIN or RST) and reuses its port: the old copy
                 // goes on carrying what it captured, detached from the key.
@@ -540,7 +570,16 @@ impl Engine {
                 // The handshake completed (its ACK, or first data if the ACK was not seen).
                 self.pending.remove(&c.key);
                 let baseline = self.sh.p.baseline_for(&map);
-                self.new_session(now, &c, map, baseline, Start::Syn { isn: p.isn, tsval: p.tsval });
+                self.new_session(
+                    now,
+                    &c,
+                    map,
+                    baseline,
+                    Start::Syn {
+                        isn: p.isn,
+                        tsval: p.tsval,
+                    },
+                );
                 self.dispatch(now, &c);
             } else {
                 // Not of this handshake (a stray segment): no session to carry it.
@@ -590,14 +629,21 @@ impl Engine {
     /// server. Returns how many were given up.
     pub fn give_up_unsent(&mut self, now: Instant, why: OverloadReason) -> usize {
         let idle: Vec<u32> = (0..self.slots.len() as u32)
-            .filter(|&i| self.slots[i as usize].s.as_ref().is_some_and(Session::sent_nothing))
+            .filter(|&i| {
+                self.slots[i as usize]
+                    .s
+                    .as_ref()
+                    .is_some_and(Session::sent_nothing)
+            })
             .collect();
         let mut keys = Vec::with_capacity(idle.len());
         for &i in &idle {
             if let Some(s) = self.slots[i as usize].s.as_ref() {
                 keys.push(s.key);
             }
-            self.with_session(i, now, |s, sh| s.finish(sh, now, Some(FailReason::Overload)));
+            self.with_session(i, now, |s, sh| {
+                s.finish(sh, now, Some(FailReason::Overload))
+            });
         }
         // Their later packets are dropped as the left-out sessions' are: a session given up
         // and gone from the table must not start again mid-stream, nor be counted twice.
@@ -636,7 +682,9 @@ impl Engine {
     fn remember_shed(&mut self, now: Instant, key: FourTuple) {
         self.expire_shed(now);
         while self.shed_keys.len() >= MAX_SHED_KEYS {
-            let Some((_, k)) = self.shed_fifo.pop_front() else { break };
+            let Some((_, k)) = self.shed_fifo.pop_front() else {
+                break;
+            };
             self.shed_keys.remove(&k);
         }
         self.shed_keys.insert(key, now);
@@ -666,7 +714,11 @@ impl Engine {
     /// new ISN replaces it); the oldest goes when `max_pending_syns` are waiting.
     fn hold_syn(&mut self, now: Instant, c: &Captured<'_>) {
         let h = &c.hdr;
-        let entry = PendingSyn { isn: h.seq, tsval: h.opts.ts.map(|t| t.0), at: now };
+        let entry = PendingSyn {
+            isn: h.seq,
+            tsval: h.opts.ts.map(|t| t.0),
+            at: now,
+        };
         match self.pending.insert(c.key, entry) {
             Some(old) if old.isn != h.seq => self.sh.stats.syns_incomplete.replaced += 1,
             Some(_) => {}
@@ -681,7 +733,8 @@ impl Engine {
         self.pending_fifo.push_back((now, c.key));
         if self.pending_fifo.len() > 2 * self.pending.len() + 64 {
             let pending = &self.pending;
-            self.pending_fifo.retain(|(at, k)| pending.get(k).is_some_and(|p| p.at == *at));
+            self.pending_fifo
+                .retain(|(at, k)| pending.get(k).is_some_and(|p| p.at == *at));
         }
         self.sh.stats.syns_pending = self.pending.len() as u64;
     }
@@ -698,7 +751,8 @@ impl Engine {
         }
         if self.resume_fifo.len() > 2 * self.resumes.len() + 64 {
             let resumes = &self.resumes;
-            self.resume_fifo.retain(|(k, n)| resumes.get(k).is_some_and(|r| r.next == *n));
+            self.resume_fifo
+                .retain(|(k, n)| resumes.get(k).is_some_and(|r| r.next == *n));
         }
     }
 
@@ -751,16 +805,24 @@ impl Engine {
 
     /// [`Engine::dispatch`] to the group led by slot `lead`.
     fn dispatch_to(&mut self, now: Instant, c: &Captured<'_>, lead: u32) {
-        let was_started = self.slots[lead as usize].s.as_ref().is_some_and(|s| s.group_started);
+        let was_started = self.slots[lead as usize]
+            .s
+            .as_ref()
+            .is_some_and(|s| s.group_started);
         let mut members = std::mem::take(&mut self.members);
         self.group_members(lead, &mut members);
         let started = self.sh.stats.sessions_started;
-        let meter = self.payload_meter.take().unwrap_or_else(|| self.sh.meter.clone());
+        let meter = self
+            .payload_meter
+            .take()
+            .unwrap_or_else(|| self.sh.meter.clone());
         let mut payload = Payload::new(c.payload, &meter);
         let last = members.len().saturating_sub(1);
         for (i, &idx) in members.iter().enumerate() {
             payload.set_last(i == last);
-            self.with_session(idx, now, |s, sh| s.on_captured(sh, now, c, &mut payload, i == 0));
+            self.with_session(idx, now, |s, sh| {
+                s.on_captured(sh, now, c, &mut payload, i == 0)
+            });
         }
         drop(payload);
         self.payload_meter = Some(meter);
@@ -771,14 +833,24 @@ impl Engine {
         }
     }
 
-    fn new_session(&mut self, now: Instant, c: &Captured<'_>, map: PortMap, baseline: Option<SocketAddr>, how: Start) {
+    fn new_session(
+        &mut self,
+        now: Instant,
+        c: &Captured<'_>,
+        map: PortMap,
+        baseline: Option<SocketAddr>,
+        how: Start,
+    ) {
         // Every server of a map has the family of `map.target` (`targets::parse_targets`).
         let target = map.target;
         let h = &c.hdr;
         let st = &mut self.sh.stats;
         let syn = matches!(how, Start::Syn { .. });
         if !syn
-            && (h.has(TcpFlags::RST) || h.has(TcpFlags::FIN) || h.has(TcpFlags::SYN) || !h.has(TcpFlags::ACK))
+            && (h.has(TcpFlags::RST)
+                || h.has(TcpFlags::FIN)
+                || h.has(TcpFlags::SYN)
+                || !h.has(TcpFlags::ACK))
         {
             st.drops.no_session += 1;
             return;
@@ -793,7 +865,12 @@ impl Engine {
         // The planner says how many copies and on which clients (see "Copies and sampling").
         let t = self.sh.plan.clock(now);
         let v6 = target.is_ipv6();
-        let plans = match self.sh.plan.shaper.on_session_to(t, c.key.client.into(), v6) {
+        let plans = match self
+            .sh
+            .plan
+            .shaper
+            .on_session_to(t, c.key.client.into(), v6)
+        {
             Ok(p) if p.is_empty() => {
                 self.sh.stats.drops.not_sampled += 1;
                 if syn {
@@ -828,8 +905,13 @@ impl Engine {
         // made outside any group).
         let mut grouped = false;
         // the baseline's copy: the first copy's client, toward the baseline (no plan of its own)
-        let extra = baseline.filter(|b| b.is_ipv6() == v6).map(|b| (b, plans[0].client));
-        let copies = plans.iter().map(|p| (target, p.client, Some(p))).chain(extra.map(|(b, cl)| (b, cl, None)));
+        let extra = baseline
+            .filter(|b| b.is_ipv6() == v6)
+            .map(|b| (b, plans[0].client));
+        let copies = plans
+            .iter()
+            .map(|p| (target, p.client, Some(p)))
+            .chain(extra.map(|(b, cl)| (b, cl, None)));
         let copies: Vec<_> = copies.collect();
         for (k, (target, client, plan)) in copies.into_iter().enumerate() {
             if client.is_ipv6() != v6 {
@@ -842,13 +924,20 @@ impl Engine {
             let idx = match self.free.pop() {
                 Some(i) => i,
                 None => {
-                    self.slots.push(Slot { gen: self.gen_floor, next: NO_SLOT, s: None });
+                    self.slots.push(Slot {
+                        gen: self.gen_floor,
+                        next: NO_SLOT,
+                        s: None,
+                    });
                     // The table grew: compact once it is down to a quarter again.
                     self.compact_below = self.slots.len() / 4;
                     (self.slots.len() - 1) as u32
                 }
             };
-            let slot = SlotRef { idx, gen: self.slots[idx as usize].gen };
+            let slot = SlotRef {
+                idx,
+                gen: self.slots[idx as usize].gen,
+            };
             // Each copy takes its server by weight, health and load, and keeps it; the
             // baseline's copy (no plan of its own) goes to the baseline.
             let target = match plan {
@@ -866,7 +955,9 @@ impl Engine {
             if let Some(plan) = plan {
                 self.targets.on_started(now, target, idx);
                 if let Some(tags) = self.trace.as_mut() {
-                    let pool = plan.user.and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
+                    let pool = plan
+                        .user
+                        .and_then(|u| self.sh.plan.shaper.users().map(|t| t.user(u).pool as u16));
                     tags.set(slot, plan, pool, target);
                 }
             }
@@ -874,7 +965,9 @@ impl Engine {
             s.copy = k as u16;
             s.want_port = client.port();
             s.plan_id = session::PlanId::of(plan.map(|p| p.session));
-            s.gate = plan.filter(|_| self.sh.plan.gates).map(|p| Box::new(Gate::new(p.session)));
+            s.gate = plan
+                .filter(|_| self.sh.plan.gates)
+                .map(|p| Box::new(Gate::new(p.session)));
             match how {
                 Start::Syn { isn, tsval } => s.start_syn(&mut self.sh, now, isn, tsval),
                 Start::Midstream => s.start_syncing(&mut self.sh, c, k == 0),
@@ -910,7 +1003,8 @@ impl Engine {
         };
         match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
-                self.targets.on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
+                self.targets
+                    .on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
                 self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
                 if let Some((addr, took)) = self.sh.answered.take() {
                     self.targets.on_answer_time(now, addr, took);
@@ -931,7 +1025,11 @@ impl Engine {
     #[must_use]
     pub fn record_copy(&self, record: &Record) -> Option<(u16, Option<SocketAddr>)> {
         let r = parse_record(record).ok()?;
-        let slot = self.sh.tuples.get(&r.tuple).filter(|&slot| self.live(slot))?;
+        let slot = self
+            .sh
+            .tuples
+            .get(&r.tuple)
+            .filter(|&slot| self.live(slot))?;
         let s = self.slots.get(slot.idx as usize)?.s.as_ref()?;
         let client = s.key.client.socket();
         // On the client's own tuple (copy 0, the baseline's copy), or copy 0 planned there
@@ -994,7 +1092,9 @@ impl Engine {
                 if self.sh.unguarded & bit != 0 {
                     self.sh.unguarded &= !bit;
                     for idx in 0..self.slots.len() as u32 {
-                        let Some(s) = self.slots[idx as usize].s.as_mut() else { continue };
+                        let Some(s) = self.slots[idx as usize].s.as_mut() else {
+                            continue;
+                        };
                         if s.reinstate(&self.sh) {
                             self.after_op(idx, now);
                         }
@@ -1027,10 +1127,20 @@ impl Engine {
             let st = &mut self.sh.stats;
             st.segments_sent += 1;
             st.bytes_sent += out.len() as u64;
-            return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), gso_size: 0, copy: None });
+            return Some(Transmit {
+                tuple,
+                dst: tuple.server.ip(),
+                len: out.len(),
+                gso_size: 0,
+                copy: None,
+            });
         }
         while let Some(slot) = self.ready.pop_front() {
-            let Some(s) = self.slots.get_mut(slot.idx as usize).and_then(|x| x.s.as_mut()).filter(|s| s.slot == slot)
+            let Some(s) = self
+                .slots
+                .get_mut(slot.idx as usize)
+                .and_then(|x| x.s.as_mut())
+                .filter(|s| s.slot == slot)
             else {
                 continue;
             };
@@ -1051,7 +1161,16 @@ impl Engine {
                 if sent.retransmit {
                     st.retransmissions += 1;
                 }
-                return Some(Transmit { tuple, dst: tuple.server.ip(), len: out.len(), gso_size: sent.gso_size, copy });
+                if sent.probe {
+                    st.window_probes += 1;
+                }
+                return Some(Transmit {
+                    tuple,
+                    dst: tuple.server.ip(),
+                    len: out.len(),
+                    gso_size: sent.gso_size,
+                    copy,
+                });
             }
         }
         None
@@ -1070,19 +1189,43 @@ impl Engine {
     /// (`registration_refused`) having sent nothing on it, and the refusal is reported
     /// ([`Engine::poll_refusal`]). Verdicts on tuples no session holds (ended meanwhile) and
     /// repeated ones (after a reconnection) are ignored.
-    pub fn handle_registered(&mut self, now: Instant, from: u16, tuple: FourTuple, verdict: RegVerdict) {
-        let Some(slot) = self.sh.tuples.get(&tuple).filter(|s| self.live(*s)) else { return };
-        let guarding = self.intercepts_for.iter().find(|(ip, _)| *ip == tuple.server.ip()).map(|&(_, n)| n);
-        let need = guarding.map_or(self.intercepts, |n| n.min(self.intercepts)).max(1);
-        let Some(key) = self.slots[slot.idx as usize].s.as_ref().map(|s| s.key) else { return };
+    pub fn handle_registered(
+        &mut self,
+        now: Instant,
+        from: u16,
+        tuple: FourTuple,
+        verdict: RegVerdict,
+    ) {
+        let Some(slot) = self.sh.tuples.get(&tuple).filter(|s| self.live(*s)) else {
+            return;
+        };
+        let guarding = self
+            .intercepts_for
+            .iter()
+            .find(|(ip, _)| *ip == tuple.server.ip())
+            .map(|&(_, n)| n);
+        let need = guarding
+            .map_or(self.intercepts, |n| n.min(self.intercepts))
+            .max(1);
+        let Some(key) = self.slots[slot.idx as usize].s.as_ref().map(|s| s.key) else {
+            return;
+        };
         let mut refused = false;
-        self.with_session(slot.idx, now, |s, sh| refused = s.on_verdict(sh, now, tuple, from, verdict, need));
+        self.with_session(slot.idx, now, |s, sh| {
+            refused = s.on_verdict(sh, now, tuple, from, verdict, need)
+        });
         if refused {
             self.sh.stats.drops.registration_refused += 1;
-            let Some(map) = self.sh.p.map_for(key.server.into()).copied() else { return };
+            let Some(map) = self.sh.p.map_for(key.server.into()).copied() else {
+                return;
+            };
             if !self.refusals_seen.contains(&(map, verdict)) && self.refusals_seen.len() < 256 {
                 self.refusals_seen.push((map, verdict));
-                self.refusals.push_back(Refusal { map, tuple, verdict });
+                self.refusals.push_back(Refusal {
+                    map,
+                    tuple,
+                    verdict,
+                });
             }
         }
     }
@@ -1109,7 +1252,12 @@ impl Engine {
     /// The profile's pool names (what [`UnitSent::pool`] indexes); empty without pools.
     #[must_use]
     pub fn pool_names(&self) -> Vec<String> {
-        self.sh.plan.shaper.users().map(|u| u.pool_names().to_vec()).unwrap_or_default()
+        self.sh
+            .plan
+            .shaper
+            .users()
+            .map(|u| u.pool_names().to_vec())
+            .unwrap_or_default()
     }
 
     fn take_trace_notes(&mut self) {
@@ -1125,12 +1273,19 @@ impl Engine {
     #[must_use]
     pub fn shaper_stats(&self, now: Instant) -> ShaperStats {
         let plan = &self.sh.plan;
-        let t = plan.instant(Duration::ZERO).map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
+        let t = plan
+            .instant(Duration::ZERO)
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s));
         let held = self
             .slots
             .iter()
             .filter_map(|x| x.s.as_ref())
-            .filter(|s| s.gate.as_ref().and_then(|g| g.until()).is_some_and(|u| u > now))
+            .filter(|s| {
+                s.gate
+                    .as_ref()
+                    .and_then(|g| g.until())
+                    .is_some_and(|u| u > now)
+            })
             .count();
         ShaperStats {
             factor: plan.shaper.factor_at(t),
@@ -1179,7 +1334,10 @@ impl Engine {
     /// When [`Engine::handle_timeout`] should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let syn = self.pending_fifo.front().map(|(at, _)| *at + self.sh.p.syn_timeout);
+        let syn = self
+            .pending_fifo
+            .front()
+            .map(|(at, _)| *at + self.sh.p.syn_timeout);
         let t = self.timers.peek().map(|Reverse((t, _, _))| t.at());
         match (t, syn) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1206,7 +1364,9 @@ impl Engine {
             if !self.live(slot) {
                 continue;
             }
-            let Some(s) = self.slots[idx as usize].s.as_mut() else { continue };
+            let Some(s) = self.slots[idx as usize].s.as_mut() else {
+                continue;
+            };
             if s.armed == Some(t) {
                 s.armed = None;
             }
@@ -1256,7 +1416,9 @@ impl Engine {
         let mut out = Vec::new();
         let mut unreg = Vec::new();
         for idx in 0..self.slots.len() {
-            let Some(s) = self.slots[idx].s.as_mut() else { continue };
+            let Some(s) = self.slots[idx].s.as_mut() else {
+                continue;
+            };
             s.shutdown(&mut self.sh, now, at_capture_end, &mut out, &mut unreg);
             self.remove(idx as u32);
         }
@@ -1358,7 +1520,11 @@ impl Engine {
     /// fell below a quarter of the slab, then again only when they halved once more (or the
     /// slab grew and fell again): amortised O(1) per session.
     fn compact(&mut self) {
-        let keep = self.slots.iter().rposition(|x| x.s.is_some()).map_or(0, |i| i + 1);
+        let keep = self
+            .slots
+            .iter()
+            .rposition(|x| x.s.is_some())
+            .map_or(0, |i| i + 1);
         for x in &self.slots[keep..] {
             // A dropped slot's generation is already past every reference to it.
             self.gen_floor = self.gen_floor.max(x.gen);
@@ -1378,7 +1544,11 @@ impl Engine {
         self.pending_fifo.shrink_to_fit();
         let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
             .into_iter()
-            .filter(|Reverse((_, idx, gen))| self.slots.get(*idx as usize).is_some_and(|x| x.gen == *gen && x.s.is_some()))
+            .filter(|Reverse((_, idx, gen))| {
+                self.slots
+                    .get(*idx as usize)
+                    .is_some_and(|x| x.gen == *gen && x.s.is_some())
+            })
             .collect();
         self.timers = BinaryHeap::from(live);
         self.timers.shrink_to_fit();
@@ -1390,11 +1560,15 @@ impl Engine {
     }
 
     fn live(&self, slot: SlotRef) -> bool {
-        self.slots.get(slot.idx as usize).is_some_and(|x| x.gen == slot.gen && x.s.is_some())
+        self.slots
+            .get(slot.idx as usize)
+            .is_some_and(|x| x.gen == slot.gen && x.s.is_some())
     }
 
     fn with_session(&mut self, idx: u32, now: Instant, f: impl FnOnce(&mut Session, &mut Shared)) {
-        let Some(s) = self.slots.get_mut(idx as usize).and_then(|x| x.s.as_mut()) else { return };
+        let Some(s) = self.slots.get_mut(idx as usize).and_then(|x| x.s.as_mut()) else {
+            return;
+        };
         f(s, &mut self.sh);
         self.after_op(idx, now);
     }
@@ -1403,11 +1577,16 @@ impl Engine {
     fn after_op(&mut self, idx: u32, now: Instant) {
         while let Some(k) = self.sh.shed_at_hole.pop() {
             if !self.shed_keys.contains_key(&k) {
-                self.sh.stats.sessions_shed_overload.add(OverloadReason::Hole, 1);
+                self.sh
+                    .stats
+                    .sessions_shed_overload
+                    .add(OverloadReason::Hole, 1);
             }
             self.remember_shed(now, k);
         }
-        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        let Some(s) = self.slots[idx as usize].s.as_mut() else {
+            return;
+        };
         if let Some(failed) = s.outcome.take() {
             // Before `on_ended` forgets which server the copy was on.
             self.targets.on_outcome(now, idx, failed);
@@ -1415,13 +1594,18 @@ impl Engine {
         if std::mem::take(&mut s.detach) {
             // Ended idle: the client's next packet starts a new session (see `Session::detach`).
             let (key, started) = (s.key, std::mem::take(&mut s.group_started));
-            let r = Resume { next: s.client_next(), after_ack: s.resume_after.take() };
+            let r = Resume {
+                next: s.client_next(),
+                after_ack: s.resume_after.take(),
+            };
             self.group_leave(&key, idx, started);
             if self.group_of(&key).is_none() {
                 self.remember_resume(key, r);
             }
         }
-        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        let Some(s) = self.slots[idx as usize].s.as_mut() else {
+            return;
+        };
         if s.removable() {
             self.remove(idx);
             return;
@@ -1440,7 +1624,9 @@ impl Engine {
     }
 
     fn arm(&mut self, idx: u32) {
-        let Some(s) = self.slots[idx as usize].s.as_mut() else { return };
+        let Some(s) = self.slots[idx as usize].s.as_mut() else {
+            return;
+        };
         if let Some(d) = s.next_deadline(&self.sh.p) {
             let d = Stamp::of(d);
             if s.armed.is_none_or(|a| d < a) {
@@ -1492,7 +1678,11 @@ impl Engine {
     fn group_members(&self, lead: u32, out: &mut Vec<u32>) {
         out.clear();
         let mut i = lead;
-        while let Some(x) = self.slots.get(i as usize).filter(|_| out.len() < self.slots.len()) {
+        while let Some(x) = self
+            .slots
+            .get(i as usize)
+            .filter(|_| out.len() < self.slots.len())
+        {
             out.push(i);
             i = x.next;
         }
@@ -1526,7 +1716,8 @@ impl Engine {
             }
             None => {
                 let (slots, h) = (&self.slots, self.key_hash);
-                self.by_key.insert_unique(h.hash_one(key), idx, |&i| key_hash(slots, h, i));
+                self.by_key
+                    .insert_unique(h.hash_one(key), idx, |&i| key_hash(slots, h, i));
             }
         }
     }
@@ -1535,7 +1726,9 @@ impl Engine {
     fn group_detach(&mut self, key: &FourTuple) {
         let slots = &self.slots;
         let eq = |&i: &u32| slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
-        let Ok(e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else { return };
+        let Ok(e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else {
+            return;
+        };
         let (mut i, _) = e.remove();
         for _ in 0..self.slots.len() {
             match self.slots.get_mut(i as usize) {
@@ -1552,7 +1745,9 @@ impl Engine {
         let slots = &self.slots;
         // The entry led by `idx` is `key`'s (a slot leads one group at most).
         let eq = |&i: &u32| i == idx || slots[i as usize].s.as_ref().is_some_and(|s| s.key == *key);
-        let Ok(mut e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else { return };
+        let Ok(mut e) = self.by_key.find_entry(self.key_hash.hash_one(key), eq) else {
+            return;
+        };
         let lead = *e.get();
         if lead == idx {
             if next == NO_SLOT {
@@ -1568,7 +1763,9 @@ impl Engine {
         }
         let mut i = lead;
         for _ in 0..self.slots.len() {
-            let Some(x) = self.slots.get_mut(i as usize) else { return };
+            let Some(x) = self.slots.get_mut(i as usize) else {
+                return;
+            };
             if x.next == idx {
                 x.next = next;
                 return;
@@ -1580,7 +1777,8 @@ impl Engine {
     /// What shedding can free: [`Engine::memory_used`] but for the sessions that are done
     /// and only linger (they leave by themselves within `close_linger`).
     fn sheddable_memory(&self) -> usize {
-        self.memory_used().saturating_sub(self.closing * SESSION_COST)
+        self.memory_used()
+            .saturating_sub(self.closing * SESSION_COST)
     }
 
     /// Over `max_memory` (what shedding can free: see `sheddable_memory`), shed until 90% of
@@ -1614,7 +1812,11 @@ impl Engine {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.shed_rank(), s.last_activity, i as u32)))
+            .filter_map(|(i, x)| {
+                x.s.as_ref()
+                    .filter(|s| s.phase != Phase::Done)
+                    .map(|s| (s.shed_rank(), s.last_activity, i as u32))
+            })
             .collect();
         cands.sort_unstable();
         for (rank, _, idx) in cands {
@@ -1645,7 +1847,11 @@ impl Engine {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, x)| x.s.as_ref().filter(|s| s.phase != Phase::Done).map(|s| (s.shed_rank(), s.last_activity, i as u32)))
+            .filter_map(|(i, x)| {
+                x.s.as_ref()
+                    .filter(|s| s.phase != Phase::Done)
+                    .map(|s| (s.shed_rank(), s.last_activity, i as u32))
+            })
             .filter(|c| c.0 <= worst)
             .collect();
         if cands.len() > n {
@@ -1677,5 +1883,8 @@ fn shed_reason(rank: u8, busy: FailReason) -> FailReason {
 /// The `by_key` hash of the entry led by slot `i` (its session's key; never asked of an empty
 /// slot, which no entry names).
 fn key_hash(slots: &[Slot], h: FastHash, i: u32) -> u64 {
-    slots[i as usize].s.as_ref().map_or(0, |s| h.hash_one(s.key))
+    slots[i as usize]
+        .s
+        .as_ref()
+        .map_or(0, |s| h.hash_one(s.key))
 }

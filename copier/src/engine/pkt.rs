@@ -6,7 +6,9 @@
 use common::flow::FourTuple;
 use common::proto::Record;
 use common::seq::SeqNum;
-use common::wire::{parse_tcp_headers, parse_tcp_packet, tcp_options, TcpFlags, TcpOption, TcpSegment, WireError};
+use common::wire::{
+    parse_tcp_headers, parse_tcp_packet, tcp_options, TcpFlags, TcpOption, TcpSegment, WireError,
+};
 
 /// The TCP options the engine cares about.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,7 +74,11 @@ pub(crate) struct Captured<'a> {
 
 pub(crate) fn parse_captured(buf: &[u8]) -> Result<Captured<'_>, WireError> {
     let p = parse_tcp_packet(buf)?;
-    Ok(Captured { key: FourTuple::of_request(&p), hdr: Header::of(&p.tcp), payload: p.payload() })
+    Ok(Captured {
+        key: FourTuple::of_request(&p),
+        hdr: Header::of(&p.tcp),
+        payload: p.payload(),
+    })
 }
 
 /// A record: one segment the test server sent, headers only.
@@ -98,9 +104,17 @@ pub(crate) fn parse_record(rec: &Record) -> Result<RecordInfo, WireError> {
     let h = parse_tcp_headers(&rec.headers)?;
     let headers_len = h.packet.headers_len();
     // The IP length field, unless it was 0 (offloaded): then the intercept's orig_len.
-    let total = if h.declared_len > headers_len { h.declared_len } else { rec.orig_len as usize };
+    let total = if h.declared_len > headers_len {
+        h.declared_len
+    } else {
+        rec.orig_len as usize
+    };
     let data_len = u32::try_from(total.saturating_sub(headers_len)).unwrap_or(u32::MAX);
-    Ok(RecordInfo { tuple: FourTuple::of_response(&h.packet), hdr: Header::of(&h.packet.tcp), data_len })
+    Ok(RecordInfo {
+        tuple: FourTuple::of_response(&h.packet),
+        hdr: Header::of(&h.packet.tcp),
+        data_len,
+    })
 }
 
 #[cfg(test)]

@@ -185,12 +185,19 @@ pub enum Unparsable {
 pub fn normalize_target(target: &[u8]) -> Vec<u8> {
     let mut t = target;
     if let Some(i) = t.windows(3).position(|w| w == b"://") {
-        if i > 0 && t[..i].iter().all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c)) {
+        if i > 0
+            && t[..i]
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c))
+        {
             let rest = &t[i + 3..];
             t = &rest[rest.iter().position(|&c| c == b'/').unwrap_or(rest.len())..];
         }
     }
-    let end = t.iter().position(|&c| c == b'?' || c == b'#').unwrap_or(t.len());
+    let end = t
+        .iter()
+        .position(|&c| c == b'?' || c == b'#')
+        .unwrap_or(t.len());
     let path = &t[..end];
     let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
     let mut dec = Vec::with_capacity(path.len());
@@ -234,7 +241,11 @@ pub fn normalize_target(target: &[u8]) -> Vec<u8> {
 #[derive(Debug)]
 pub(crate) enum Req<'a> {
     /// An HTTP request: method, target, headers (name, value).
-    Http { method: &'a [u8], target: &'a [u8], headers: &'a [(&'a str, &'a [u8])] },
+    Http {
+        method: &'a [u8],
+        target: &'a [u8],
+        headers: &'a [(&'a str, &'a [u8])],
+    },
     /// The first bytes of a unit of another protocol.
     Bytes(&'a [u8]),
 }
@@ -250,27 +261,37 @@ impl Filter {
             return false;
         }
         match req {
-            Req::Bytes(b) => !self.http_only() && self.prefix.as_ref().is_none_or(|p| b.starts_with(p)),
-            Req::Http { method, target, headers } => {
+            Req::Bytes(b) => {
+                !self.http_only() && self.prefix.as_ref().is_none_or(|p| b.starts_with(p))
+            }
+            Req::Http {
+                method,
+                target,
+                headers,
+            } => {
                 if self.prefix.is_some() {
                     return false;
                 }
-                if !self.methods.is_empty() && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method)) {
+                if !self.methods.is_empty()
+                    && !self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+                {
                     return false;
                 }
                 let path_ok = match &self.path {
                     None => true,
                     Some(PathMatch::Glob(r)) => r.is_match(&norm.0),
-                    Some(PathMatch::Regex(r)) => r.is_match(target) || r.is_match(&[&norm.0[..], norm.1].concat()),
+                    Some(PathMatch::Regex(r)) => {
+                        r.is_match(target) || r.is_match(&[&norm.0[..], norm.1].concat())
+                    }
                 };
                 if !path_ok {
                     return false;
                 }
                 match &self.header {
                     None => true,
-                    Some((name, re)) => headers
-                        .iter()
-                        .any(|(n, v)| n.eq_ignore_ascii_case(name) && re.as_ref().is_none_or(|r| r.is_match(v))),
+                    Some((name, re)) => headers.iter().any(|(n, v)| {
+                        n.eq_ignore_ascii_case(name) && re.as_ref().is_none_or(|r| r.is_match(v))
+                    }),
                 }
             }
         }
@@ -281,14 +302,20 @@ impl Filter {
 #[derive(Debug)]
 pub(crate) enum Value {
     Fixed(Vec<u8>),
-    File { path: PathBuf, cur: Mutex<Arc<[u8]>> },
+    File {
+        path: PathBuf,
+        cur: Mutex<Arc<[u8]>>,
+    },
 }
 
 impl Value {
     pub(crate) fn get(&self) -> Arc<[u8]> {
         match self {
             Value::Fixed(v) => v.as_slice().into(),
-            Value::File { cur, .. } => cur.lock().map(|g| g.clone()).unwrap_or_else(|e| e.into_inner().clone()),
+            Value::File { cur, .. } => cur
+                .lock()
+                .map(|g| g.clone())
+                .unwrap_or_else(|e| e.into_inner().clone()),
         }
     }
 }
@@ -315,7 +342,9 @@ pub(crate) struct Dye {
 impl Dye {
     /// The value for copy `copy`.
     pub(crate) fn value(&self, copy: u16) -> String {
-        self.value.replace("{copy}", &copy.to_string()).replace("{id}", &self.id)
+        self.value
+            .replace("{copy}", &copy.to_string())
+            .replace("{id}", &self.id)
     }
 }
 
@@ -387,12 +416,20 @@ fn unescape(rule: &str, s: &str) -> Result<Vec<u8>, RulesError> {
                     i += 2;
                 }
                 Some(b'x') => {
-                    let hex = s.get(i + 2..i + 4).ok_or_else(|| bad(rule, format!("prefix {s:?}: \\x needs two hex digits")))?;
-                    let v = u8::from_str_radix(hex, 16).map_err(|_| bad(rule, format!("prefix {s:?}: bad escape \\x{hex}")))?;
+                    let hex = s.get(i + 2..i + 4).ok_or_else(|| {
+                        bad(rule, format!("prefix {s:?}: \\x needs two hex digits"))
+                    })?;
+                    let v = u8::from_str_radix(hex, 16)
+                        .map_err(|_| bad(rule, format!("prefix {s:?}: bad escape \\x{hex}")))?;
                     out.push(v);
                     i += 4;
                 }
-                _ => return Err(bad(rule, format!("prefix {s:?}: only \\xNN and \\\\ escapes are known"))),
+                _ => {
+                    return Err(bad(
+                        rule,
+                        format!("prefix {s:?}: only \\xNN and \\\\ escapes are known"),
+                    ))
+                }
             }
         } else {
             out.push(b[i]);
@@ -418,7 +455,8 @@ fn header_value(rule: &str, v: &[u8]) -> Result<Vec<u8>, RulesError> {
 }
 
 fn read_value(rule: &str, path: &Path) -> Result<Vec<u8>, RulesError> {
-    let mut v = std::fs::read(path).map_err(|e| bad(rule, format!("read {}: {e}", path.display())))?;
+    let mut v =
+        std::fs::read(path).map_err(|e| bad(rule, format!("read {}: {e}", path.display())))?;
     while v.last().is_some_and(|&c| c == b'\n' || c == b'\r') {
         v.pop();
     }
@@ -432,7 +470,8 @@ fn regex(rule: &str, what: &str, re: &str) -> Result<Regex, RulesError> {
 impl Rules {
     /// Read and validate a rules file.
     pub fn load(path: &Path) -> Result<Rules, RulesError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RulesError(format!("read {}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| RulesError(format!("read {}: {e}", path.display())))?;
         Rules::from_toml_str(&text).map_err(|e| RulesError(format!("{}: {e}", path.display())))
     }
 
@@ -442,13 +481,21 @@ impl Rules {
         let case = match spec.path_case.as_deref() {
             None | Some("insensitive") => false,
             Some("sensitive") => true,
-            Some(o) => return Err(RulesError(format!("path_case {o:?}: \"insensitive\" (the default) or \"sensitive\""))),
+            Some(o) => {
+                return Err(RulesError(format!(
+                    "path_case {o:?}: \"insensitive\" (the default) or \"sensitive\""
+                )))
+            }
         };
         let unparsable = match spec.unparsable.as_deref() {
             None if spec.filter.is_empty() => Unparsable::Pass,
             None | Some("drop") => Unparsable::Drop,
             Some("pass") => Unparsable::Pass,
-            Some(o) => return Err(RulesError(format!("unparsable {o:?}: \"drop\" or \"pass\""))),
+            Some(o) => {
+                return Err(RulesError(format!(
+                    "unparsable {o:?}: \"drop\" or \"pass\""
+                )))
+            }
         };
         let mut filters = Vec::new();
         for f in spec.filter {
@@ -457,7 +504,10 @@ impl Rules {
                 return Err(RulesError("a [[filter]] needs a name".into()));
             }
             if filters.iter().any(|x: &Filter| x.name == n) || n == "allow_only" {
-                return Err(bad(n, "the name is taken (names must be unique; \"allow_only\" is reserved)"));
+                return Err(bad(
+                    n,
+                    "the name is taken (names must be unique; \"allow_only\" is reserved)",
+                ));
             }
             let action = match f.action.as_deref() {
                 None | Some("deny") => Action::Deny,
@@ -477,17 +527,28 @@ impl Rules {
             };
             let header = match (&f.header, &f.header_regex) {
                 (None, Some(_)) => return Err(bad(n, "header_regex needs header")),
-                (Some(h), r) => Some((header_name(n, h)?, r.as_deref().map(|r| regex(n, "header_regex", r)).transpose()?)),
+                (Some(h), r) => Some((
+                    header_name(n, h)?,
+                    r.as_deref()
+                        .map(|r| regex(n, "header_regex", r))
+                        .transpose()?,
+                )),
                 (None, None) => None,
             };
             let methods = f.methods.unwrap_or_default();
-            if methods.iter().any(|m| m.is_empty() || !m.bytes().all(|c| c.is_ascii_alphabetic())) {
+            if methods
+                .iter()
+                .any(|m| m.is_empty() || !m.bytes().all(|c| c.is_ascii_alphabetic()))
+            {
                 return Err(bad(n, format!("methods {methods:?}: letters only")));
             }
             let client = f
                 .client
                 .as_deref()
-                .map(|c| c.parse::<Cidr>().map_err(|e| bad(n, format!("client {c:?}: {e}"))))
+                .map(|c| {
+                    c.parse::<Cidr>()
+                        .map_err(|e| bad(n, format!("client {c:?}: {e}")))
+                })
                 .transpose()?;
             let prefix = f.prefix.as_deref().map(|p| unescape(n, p)).transpose()?;
             if prefix.as_ref().is_some_and(Vec::is_empty) {
@@ -503,7 +564,10 @@ impl Rules {
                 prefix,
             };
             if filter.prefix.is_some() && filter.http_only() {
-                return Err(bad(n, "prefix is for other protocols than HTTP: not with methods, path or header"));
+                return Err(bad(
+                    n,
+                    "prefix is for other protocols than HTTP: not with methods, path or header",
+                ));
             }
             filters.push(filter);
         }
@@ -513,7 +577,10 @@ impl Rules {
                 let name = header_name("dye", d.header.as_deref().unwrap_or("X-Traffic-Copy"))?;
                 let value = d.value.unwrap_or_else(|| "1".into());
                 let id = d.id.unwrap_or_default();
-                header_value("dye", value.replace("{copy}", "0").replace("{id}", &id).as_bytes())?;
+                header_value(
+                    "dye",
+                    value.replace("{copy}", "0").replace("{id}", &id).as_bytes(),
+                )?;
                 Some(Dye { name, value, id })
             }
         };
@@ -521,16 +588,32 @@ impl Rules {
         for h in spec.header {
             let rule = format!("header {}", h.name);
             let name = header_name(&rule, &h.name)?;
-            let given = usize::from(h.set.is_some()) + usize::from(h.replace.is_some()) + usize::from(h.file.is_some()) + usize::from(h.delete);
+            let given = usize::from(h.set.is_some())
+                + usize::from(h.replace.is_some())
+                + usize::from(h.file.is_some())
+                + usize::from(h.delete);
             if given != 1 {
-                return Err(bad(&rule, "give exactly one of set, replace, file, delete = true"));
+                return Err(bad(
+                    &rule,
+                    "give exactly one of set, replace, file, delete = true",
+                ));
             }
             headers.push(match (h.set, h.replace, h.file) {
-                (Some(v), _, _) => HeaderEdit::Set(name, Value::Fixed(header_value(&rule, v.as_bytes())?)),
-                (_, Some(v), _) => HeaderEdit::Replace(name, Value::Fixed(header_value(&rule, v.as_bytes())?)),
+                (Some(v), _, _) => {
+                    HeaderEdit::Set(name, Value::Fixed(header_value(&rule, v.as_bytes())?))
+                }
+                (_, Some(v), _) => {
+                    HeaderEdit::Replace(name, Value::Fixed(header_value(&rule, v.as_bytes())?))
+                }
                 (_, _, Some(path)) => {
                     let v = read_value(&rule, &path)?;
-                    HeaderEdit::Set(name, Value::File { path, cur: Mutex::new(v.into()) })
+                    HeaderEdit::Set(
+                        name,
+                        Value::File {
+                            path,
+                            cur: Mutex::new(v.into()),
+                        },
+                    )
                 }
                 _ => HeaderEdit::Delete(name),
             });
@@ -542,10 +625,21 @@ impl Rules {
                 return Err(RulesError("a [[rewrite]] needs a name".into()));
             }
             header_value(n, r.replace.as_bytes())?;
-            rewrites.push((r.name.clone(), regex(n, "regex", &r.regex)?, r.replace.into_bytes()));
+            rewrites.push((
+                r.name.clone(),
+                regex(n, "regex", &r.regex)?,
+                r.replace.into_bytes(),
+            ));
         }
         let allow_only = filters.iter().any(|f| f.action == Action::Allow);
-        Ok(Rules { filters, allow_only, dye, headers, rewrites, unparsable })
+        Ok(Rules {
+            filters,
+            allow_only,
+            dye,
+            headers,
+            rewrites,
+            unparsable,
+        })
     }
 
     /// Re-read every header value taken from a file. A file that cannot be read or holds a bad
@@ -555,7 +649,10 @@ impl Rules {
         for h in &self.headers {
             if let HeaderEdit::Set(name, Value::File { path, cur }) = h {
                 match read_value(&format!("header {name}"), path) {
-                    Ok(v) => *cur.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = v.into(),
+                    Ok(v) => {
+                        *cur.lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = v.into()
+                    }
                     Err(e) => errs.push(e),
                 }
             }
@@ -580,7 +677,11 @@ impl Rules {
     /// The longest byte prefix a filter looks for (what a unit of another protocol is held
     /// for before it is decided).
     pub(crate) fn max_prefix(&self) -> usize {
-        self.filters.iter().filter_map(|f| f.prefix.as_ref().map(Vec::len)).max().unwrap_or(0)
+        self.filters
+            .iter()
+            .filter_map(|f| f.prefix.as_ref().map(Vec::len))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Whether a filter may match a unit of another protocol than HTTP.
@@ -597,7 +698,10 @@ impl Rules {
     pub(crate) fn verdict(&self, client: IpAddr, req: &Req<'_>) -> Verdict {
         let norm = match req {
             Req::Http { target, .. } if self.filters.iter().any(|f| f.path.is_some()) => {
-                let q = target.iter().position(|&c| c == b'?').map_or(&[][..], |i| &target[i..]);
+                let q = target
+                    .iter()
+                    .position(|&c| c == b'?')
+                    .map_or(&[][..], |i| &target[i..]);
                 (normalize_target(target), q)
             }
             _ => (Vec::new(), &[][..]),
@@ -628,17 +732,37 @@ mod tests {
 
     #[test]
     fn errors_name_the_rule() {
-        assert!(err("[[filter]]\nname = \"a\"\npath = \"x\"").contains("rule \"a\": path \"x\" must start with /"));
-        assert!(err("[[filter]]\nname = \"b\"\npath_regex = \"(\"").contains("rule \"b\": path_regex"));
-        assert!(err("[[filter]]\nname = \"c\"\nclient = \"1.2.3.4/40\"").contains("rule \"c\": client"));
-        assert!(err("[[filter]]\nname = \"d\"\nprefix = \"Q\"\nmethods = [\"GET\"]").contains("rule \"d\""));
-        assert!(err("[[filter]]\nname = \"e\"\n[[filter]]\nname = \"e\"").contains("rule \"e\": the name is taken"));
+        assert!(err("[[filter]]\nname = \"a\"\npath = \"x\"")
+            .contains("rule \"a\": path \"x\" must start with /"));
+        assert!(
+            err("[[filter]]\nname = \"b\"\npath_regex = \"(\"").contains("rule \"b\": path_regex")
+        );
+        assert!(
+            err("[[filter]]\nname = \"c\"\nclient = \"1.2.3.4/40\"").contains("rule \"c\": client")
+        );
+        assert!(
+            err("[[filter]]\nname = \"d\"\nprefix = \"Q\"\nmethods = [\"GET\"]")
+                .contains("rule \"d\"")
+        );
+        assert!(err("[[filter]]\nname = \"e\"\n[[filter]]\nname = \"e\"")
+            .contains("rule \"e\": the name is taken"));
         assert!(err("[[filter]]\nname = \"f\"\naction = \"maybe\"").contains("rule \"f\": action"));
-        assert!(err("[[header]]\nname = \"Host\"\nset = \"a\"\ndelete = true").contains("rule \"header Host\""));
+        assert!(
+            err("[[header]]\nname = \"Host\"\nset = \"a\"\ndelete = true")
+                .contains("rule \"header Host\"")
+        );
         assert!(err("[[header]]\nname = \"Bad Name\"\ndelete = true").contains("not a header name"));
-        assert!(err("[[header]]\nname = \"A\"\nfile = \"/nonexistent/x\"").contains("/nonexistent/x"));
-        assert!(err("[[rewrite]]\nname = \"r\"\nregex = \"[\"\nreplace = \"\"").contains("rule \"r\": regex"));
-        assert!(err("[[filter]]\nname = \"g\"\npaht = \"/x\"").contains("paht"), "unknown keys are refused");
+        assert!(
+            err("[[header]]\nname = \"A\"\nfile = \"/nonexistent/x\"").contains("/nonexistent/x")
+        );
+        assert!(
+            err("[[rewrite]]\nname = \"r\"\nregex = \"[\"\nreplace = \"\"")
+                .contains("rule \"r\": regex")
+        );
+        assert!(
+            err("[[filter]]\nname = \"g\"\npaht = \"/x\"").contains("paht"),
+            "unknown keys are refused"
+        );
     }
 
     #[test]
@@ -651,18 +775,54 @@ mod tests {
         )
         .unwrap();
         let c: IpAddr = "198.18.0.5".parse().unwrap();
-        let http = |m: &'static str, t: &'static str| Req::Http { method: m.as_bytes(), target: t.as_bytes(), headers: &[] };
-        assert_eq!(r.verdict(c, &http("POST", "/pay/x/y?z=1")), Verdict::Drop(Some(0)));
+        let http = |m: &'static str, t: &'static str| Req::Http {
+            method: m.as_bytes(),
+            target: t.as_bytes(),
+            headers: &[],
+        };
+        assert_eq!(
+            r.verdict(c, &http("POST", "/pay/x/y?z=1")),
+            Verdict::Drop(Some(0))
+        );
         assert_eq!(r.verdict(c, &http("GET", "/pay/x")), Verdict::Copy(None));
-        assert_eq!(r.verdict(c, &http("GET", "/a/q/b?x")), Verdict::Drop(Some(1)));
+        assert_eq!(
+            r.verdict(c, &http("GET", "/a/q/b?x")),
+            Verdict::Drop(Some(1))
+        );
         assert_eq!(r.verdict(c, &http("GET", "/a/q/r/b")), Verdict::Copy(None));
         let h = [("X-Real", &b"1"[..])];
-        assert_eq!(r.verdict(c, &Req::Http { method: b"GET", target: b"/", headers: &h }), Verdict::Drop(Some(2)));
-        assert_eq!(r.verdict(c, &Req::Bytes(b"QUIT\r\n")), Verdict::Drop(Some(3)));
-        assert_eq!(r.verdict("10.0.0.1".parse().unwrap(), &Req::Bytes(b"QUIT\r\n")), Verdict::Copy(None));
-        assert_eq!(r.verdict(c, &http("QUIT", "/")), Verdict::Copy(None), "a prefix rule never matches HTTP");
-        let a = Rules::from_toml_str("[[filter]]\nname = \"api\"\naction = \"allow\"\npath = \"/api/**\"\n").unwrap();
-        assert_eq!(a.verdict(c, &http("GET", "/api/v1")), Verdict::Copy(Some(0)));
+        assert_eq!(
+            r.verdict(
+                c,
+                &Req::Http {
+                    method: b"GET",
+                    target: b"/",
+                    headers: &h
+                }
+            ),
+            Verdict::Drop(Some(2))
+        );
+        assert_eq!(
+            r.verdict(c, &Req::Bytes(b"QUIT\r\n")),
+            Verdict::Drop(Some(3))
+        );
+        assert_eq!(
+            r.verdict("10.0.0.1".parse().unwrap(), &Req::Bytes(b"QUIT\r\n")),
+            Verdict::Copy(None)
+        );
+        assert_eq!(
+            r.verdict(c, &http("QUIT", "/")),
+            Verdict::Copy(None),
+            "a prefix rule never matches HTTP"
+        );
+        let a = Rules::from_toml_str(
+            "[[filter]]\nname = \"api\"\naction = \"allow\"\npath = \"/api/**\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a.verdict(c, &http("GET", "/api/v1")),
+            Verdict::Copy(Some(0))
+        );
         assert_eq!(a.verdict(c, &http("GET", "/web")), Verdict::Drop(None));
         assert_eq!(a.counter_names(), ["api", "allow_only"]);
     }
@@ -670,21 +830,40 @@ mod tests {
     #[test]
     fn the_readme_and_module_examples_are_valid() {
         let readme = include_str!("../../../README.md");
-        let start = readme.find("```toml\n  path_case").expect("the README's rules example") + 8;
+        let start = readme
+            .find("```toml\n  path_case")
+            .expect("the README's rules example")
+            + 8;
         let end = start + readme[start..].find("```").unwrap();
-        let text: String = readme[start..end].lines().map(|l| format!("{}\n", l.trim_start())).collect();
+        let text: String = readme[start..end]
+            .lines()
+            .map(|l| format!("{}\n", l.trim_start()))
+            .collect();
         let token = std::env::temp_dir().join(format!("rules-readme-{}", std::process::id()));
         std::fs::write(&token, "Bearer t\n").unwrap();
-        let r = Rules::from_toml_str(&text.replace("/etc/tcopy/test-token", &token.display().to_string()));
+        let r = Rules::from_toml_str(
+            &text.replace("/etc/tcopy/test-token", &token.display().to_string()),
+        );
         std::fs::remove_file(&token).unwrap();
         let r = r.unwrap();
-        assert_eq!(r.counter_names(), ["no-payments", "no-internal", "allow_only", "api-v2"]);
+        assert_eq!(
+            r.counter_names(),
+            ["no-payments", "no-internal", "allow_only", "api-v2"]
+        );
         let doc = include_str!("rules.rs");
         let start = doc.find("//! ```toml\n").unwrap() + 12;
         let end = start + doc[start..].find("//! ```").unwrap();
-        let text: String = doc[start..end].lines().map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start())).collect();
+        let text: String = doc[start..end]
+            .lines()
+            .map(|l| format!("{}\n", l.trim_start_matches("//!").trim_start()))
+            .collect();
         // The module example shows every key: drop the alternatives a real file picks among.
-        let text = text.replace("path_regex = \"^/pay/\"", "").replace("replace = \"...\"", "").replace("file = \"/etc/tc/token\"", "").replace("delete = true", "").replace("prefix = \"DEL \"", "");
+        let text = text
+            .replace("path_regex = \"^/pay/\"", "")
+            .replace("replace = \"...\"", "")
+            .replace("file = \"/etc/tc/token\"", "")
+            .replace("delete = true", "")
+            .replace("prefix = \"DEL \"", "");
         Rules::from_toml_str(&text).unwrap();
     }
 
@@ -705,25 +884,83 @@ mod tests {
             ("", "/"),
             ("/%zz/%4", "/%zz/%4"),
         ] {
-            assert_eq!(String::from_utf8_lossy(&normalize_target(raw.as_bytes())), norm, "{raw}");
+            assert_eq!(
+                String::from_utf8_lossy(&normalize_target(raw.as_bytes())),
+                norm,
+                "{raw}"
+            );
         }
         let r = Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n").unwrap();
-        let v = |t: &str| r.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
-        for t in ["/pay/1", "//pay/1", "/%70ay/1", "/PAY/1", "/Pay/%31?q", "/a/../pay/1", "/pay/%FF"] {
+        let v = |t: &str| {
+            r.verdict(
+                "198.18.0.9".parse().unwrap(),
+                &Req::Http {
+                    method: b"GET",
+                    target: t.as_bytes(),
+                    headers: &[],
+                },
+            )
+        };
+        for t in [
+            "/pay/1",
+            "//pay/1",
+            "/%70ay/1",
+            "/PAY/1",
+            "/Pay/%31?q",
+            "/a/../pay/1",
+            "/pay/%FF",
+        ] {
             assert_eq!(v(t), Verdict::Drop(Some(0)), "{t} must be denied");
         }
         for t in ["/payment/1", "/pay/1/2", "/a/pay/1", "/pa%79x/1"] {
             assert_eq!(v(t), Verdict::Copy(None), "{t} must pass");
         }
         // Case-sensitive on request.
-        let s = Rules::from_toml_str("path_case = \"sensitive\"\n[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n").unwrap();
-        let vs = |t: &str| s.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
-        assert_eq!((vs("/PAY/1"), vs("//pay/1")), (Verdict::Copy(None), Verdict::Drop(Some(0))));
-        assert!(Rules::from_toml_str("path_case = \"upper\"\n").unwrap_err().to_string().contains("path_case"));
+        let s = Rules::from_toml_str(
+            "path_case = \"sensitive\"\n[[filter]]\nname = \"pay\"\npath = \"/pay/*\"\n",
+        )
+        .unwrap();
+        let vs = |t: &str| {
+            s.verdict(
+                "198.18.0.9".parse().unwrap(),
+                &Req::Http {
+                    method: b"GET",
+                    target: t.as_bytes(),
+                    headers: &[],
+                },
+            )
+        };
+        assert_eq!(
+            (vs("/PAY/1"), vs("//pay/1")),
+            (Verdict::Copy(None), Verdict::Drop(Some(0)))
+        );
+        assert!(Rules::from_toml_str("path_case = \"upper\"\n")
+            .unwrap_err()
+            .to_string()
+            .contains("path_case"));
         // A path_regex sees the raw target and the normalised one.
-        let re = Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath_regex = \"^/pay/[0-9]+\\\\?x=1$\"\n").unwrap();
-        let vr = |t: &str| re.verdict("198.18.0.9".parse().unwrap(), &Req::Http { method: b"GET", target: t.as_bytes(), headers: &[] });
-        assert_eq!((vr("/pay/1?x=1"), vr("//%70ay/1?x=1"), vr("/pay/1")), (Verdict::Drop(Some(0)), Verdict::Drop(Some(0)), Verdict::Copy(None)));
+        let re = Rules::from_toml_str(
+            "[[filter]]\nname = \"pay\"\npath_regex = \"^/pay/[0-9]+\\\\?x=1$\"\n",
+        )
+        .unwrap();
+        let vr = |t: &str| {
+            re.verdict(
+                "198.18.0.9".parse().unwrap(),
+                &Req::Http {
+                    method: b"GET",
+                    target: t.as_bytes(),
+                    headers: &[],
+                },
+            )
+        };
+        assert_eq!(
+            (vr("/pay/1?x=1"), vr("//%70ay/1?x=1"), vr("/pay/1")),
+            (
+                Verdict::Drop(Some(0)),
+                Verdict::Drop(Some(0)),
+                Verdict::Copy(None)
+            )
+        );
     }
 
     proptest::proptest! {

@@ -48,7 +48,6 @@ use common::flow::{Endpoint, FourTuple};
 use common::seq::SeqNum;
 use common::wire::TcpFlags;
 
-use super::stamp::Stamp;
 use super::answer::Watch;
 use super::chunk::Payload;
 use super::config::Params;
@@ -57,6 +56,7 @@ use super::edit::Editor;
 use super::gate::Gate;
 use super::pkt::{Captured, RecordInfo};
 use super::shared::{Shared, SlotRef};
+use super::stamp::Stamp;
 use super::stats::{FailReason, UnprovenEnd};
 use super::stream::Stream;
 
@@ -147,7 +147,9 @@ const STRIKES_LOCKSTEP: u8 = 3;
 pub(crate) enum Phase {
     /// Caught mid-stream: waiting for the client's ACK number to move past this one (a
     /// request boundary) before starting.
-    Syncing { ack: SeqNum },
+    Syncing {
+        ack: SeqNum,
+    },
     Active,
     Done,
 }
@@ -251,7 +253,13 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(key: FourTuple, slot: SlotRef, target: SocketAddr, client_ip: IpAddr, now: Instant) -> Session {
+    pub(crate) fn new(
+        key: FourTuple,
+        slot: SlotRef,
+        target: SocketAddr,
+        client_ip: IpAddr,
+        now: Instant,
+    ) -> Session {
         Session {
             key,
             slot,
@@ -331,7 +339,13 @@ impl Session {
     }
 
     /// Start from the client's SYN (its ISN and timestamp value), its handshake completed.
-    pub(crate) fn start_syn(&mut self, sh: &mut Shared, now: Instant, isn: SeqNum, tsval: Option<u32>) {
+    pub(crate) fn start_syn(
+        &mut self,
+        sh: &mut Shared,
+        now: Instant,
+        isn: SeqNum,
+        tsval: Option<u32>,
+    ) {
         self.isn = isn;
         self.stream = Stream::new(self.isn).with_editor(self.editor(sh));
         self.tsval = tsval;
@@ -341,7 +355,12 @@ impl Session {
     /// The request editor of this copy, with `--rules`.
     fn editor(&self, sh: &Shared) -> Option<Editor> {
         let r = sh.p.rules.as_ref()?;
-        Some(Editor::new(r.clone(), self.copy, self.key.client.ip(), sh.meter.clone()))
+        Some(Editor::new(
+            r.clone(),
+            self.copy,
+            self.key.client.ip(),
+            sh.meter.clone(),
+        ))
     }
 
     /// Wait for a request boundary: `c` is the first captured packet. `lead`: this copy counts
@@ -373,7 +392,10 @@ impl Session {
     /// Start copying: the first test connection opens. Without a free test tuple the copy does
     /// not start (`sessions_no_tuple`) and the session is done.
     fn start(&mut self, sh: &mut Shared, now: Instant) {
-        let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target.into(), Some(self.want_port)) else {
+        let Some(tuple) =
+            sh.tuples
+                .free_tuple(self.client_ip, self.target.into(), Some(self.want_port))
+        else {
             sh.stats.sessions_no_tuple += 1;
             self.phase = Phase::Done;
             return;
@@ -437,12 +459,22 @@ impl Session {
     /// When the session ends for lack of activity, and why: `session_timeout` after the last
     /// packet or record while something is outstanding, `idle_timeout` (if set) while idle.
     fn expiry(&self, p: &Params) -> Option<(Instant, FailReason)> {
-        let unproven = (!self.proven).then(|| (self.born.at() + p.unproven_timeout, FailReason::UnprovenTimeout));
+        let unproven = (!self.proven).then(|| {
+            (
+                self.born.at() + p.unproven_timeout,
+                FailReason::UnprovenTimeout,
+            )
+        });
         let idle = self.idle();
         let usual = match self.phase {
             Phase::Done => return None,
-            _ if idle => p.idle_timeout.map(|t| (self.last_activity.at() + t, FailReason::IdleTimeout)),
-            _ => Some((self.last_activity.at() + p.session_timeout, FailReason::Timeout)),
+            _ if idle => p
+                .idle_timeout
+                .map(|t| (self.last_activity.at() + t, FailReason::IdleTimeout)),
+            _ => Some((
+                self.last_activity.at() + p.session_timeout,
+                FailReason::Timeout,
+            )),
         };
         // Unproven, a candidate or an idle session goes `unproven_timeout` after it began; a
         // busy one (a request under way) only once it is idle again.
@@ -484,7 +516,14 @@ impl Session {
     /// other copies of the session. `lead`: this copy counts the packet's drops for the whole
     /// session (the first copy still in the table does, so that with `--copies N` a packet
     /// is counted once, not N times; a copy's own failure is counted by that copy).
-    pub(crate) fn on_captured(&mut self, sh: &mut Shared, now: Instant, c: &Captured<'_>, payload: &mut Payload<'_>, lead: bool) {
+    pub(crate) fn on_captured(
+        &mut self,
+        sh: &mut Shared,
+        now: Instant,
+        c: &Captured<'_>,
+        payload: &mut Payload<'_>,
+        lead: bool,
+    ) {
         let h = &c.hdr;
         self.lead = lead;
         let lead = u64::from(lead);
@@ -522,7 +561,8 @@ impl Session {
                 // answer online starts at this ACK.
                 self.isn = h.seq.sub(1);
                 // Caught mid-stream: whether a request really starts here is not known.
-                self.stream = Stream::midstream(self.isn, h.ack).with_editor(self.editor(sh).map(Editor::midstream));
+                self.stream = Stream::midstream(self.isn, h.ack)
+                    .with_editor(self.editor(sh).map(Editor::midstream));
                 self.tsval = h.opts.ts.map(|t| t.0);
                 self.start(sh, now);
                 if self.phase != Phase::Active {
@@ -564,7 +604,9 @@ impl Session {
             return;
         }
         let ack = h.has(TcpFlags::ACK).then_some(h.ack);
-        let r = self.stream.push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
+        let r = self
+            .stream
+            .push(h.seq, ack, payload, fin, sh.p.max_ooo, now);
         if let Some(h2) = self.stream.h2_mut() {
             if std::mem::take(&mut h2.new_session) {
                 sh.stats.h2_sessions += lead;
@@ -574,7 +616,11 @@ impl Session {
         if let Some(e) = self.stream.editor() {
             e.counts.drain_into(&mut sh.stats.requests);
             if e.failed {
-                let why = if e.unparsable { FailReason::Unparsable } else { FailReason::MalformedRequest };
+                let why = if e.unparsable {
+                    FailReason::Unparsable
+                } else {
+                    FailReason::MalformedRequest
+                };
                 self.finish(sh, now, Some(why));
                 return;
             }
@@ -599,7 +645,11 @@ impl Session {
         }
         if self.stream.has_held() {
             let at = self.stream.hole_at();
-            if self.gap.as_ref().is_none_or(|g| g.since.is_none() || g.next != at) {
+            if self
+                .gap
+                .as_ref()
+                .is_none_or(|g| g.since.is_none() || g.next != at)
+            {
                 // A new hole (an earlier one filled, this one is where the stream waits now).
                 let g = self.gap_mut();
                 g.since = Some(now);
@@ -619,7 +669,11 @@ impl Session {
             if c.state != State::SynSent {
                 // A greeting can come before the client's first bytes are captured: it counts
                 // for the greeting's unit once those bytes show there was one.
-                if let Some(end) = self.stream.waiting_end().or_else(|| self.stream.greeting_end()) {
+                if let Some(end) = self
+                    .stream
+                    .waiting_end()
+                    .or_else(|| self.stream.greeting_end())
+                {
                     self.watch.aim(c.tuple, end);
                     self.watch.on_record(now, r, c.rcv_nxt);
                     answer = self.watch.bytes() > 0;
@@ -653,7 +707,10 @@ impl Session {
         let start = c.acked().add(1); // in SYN_SENT, `acked()` is the ISN
         c.abandon(now, &sh.p);
         self.retire(c);
-        match sh.tuples.free_tuple(self.client_ip, self.target.into(), None) {
+        match sh
+            .tuples
+            .free_tuple(self.client_ip, self.target.into(), None)
+        {
             Some(t) => {
                 sh.stats.syn_port_moves += 1;
                 self.open_conn(sh, now, t, start);
@@ -664,7 +721,13 @@ impl Session {
 
     /// The hole's state, allocated when first needed.
     fn gap_mut(&mut self) -> &mut Gap {
-        self.gap.get_or_insert_with(|| Box::new(Gap { since: None, next: SeqNum(0), due: None }))
+        self.gap.get_or_insert_with(|| {
+            Box::new(Gap {
+                since: None,
+                next: SeqNum(0),
+                due: None,
+            })
+        })
     }
 
     /// Set when the hole began (`None`: no hole); the box goes once nothing is left in it.
@@ -701,7 +764,10 @@ impl Session {
             g.due = Some(t + GAP_WAIT);
             return;
         }
-        if sh.capture_loss_at.is_some_and(|l| l + super::LOSS_BEFORE_HOLE >= t) {
+        if sh
+            .capture_loss_at
+            .is_some_and(|l| l + super::LOSS_BEFORE_HOLE >= t)
+        {
             // The capture lost the hole's bytes (the kernel dropped packets about then): they
             // never come. Give the whole session up rather than skip the damaged request: the
             // RST goes before any byte after the hole, and the engine counts and keeps the
@@ -726,7 +792,8 @@ impl Session {
                 if !c.acked().ge(s.next) {
                     return; // a record or the RTO calls again
                 }
-                let answered = self.watch.aimed_at(c.tuple, s.next) && self.watch.answered(now, None, sh.p.answer_quiet);
+                let answered = self.watch.aimed_at(c.tuple, s.next)
+                    && self.watch.answered(now, None, sh.p.answer_quiet);
                 if !s.gap_mid_unit() && !answered && now < t + sh.p.answer_timeout {
                     let due = match self.watch.quiet_at(sh.p.answer_quiet) {
                         Some(q) if q > now => q.min(t + sh.p.answer_timeout),
@@ -775,7 +842,9 @@ impl Session {
             _ if reset_overdue => self.finish(sh, now, Some(FailReason::Timeout)),
             _ => {}
         }
-        let pending = self.send_limit(&sh.p).gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
+        let pending = self
+            .send_limit(&sh.p)
+            .gt(self.cur.as_ref().map_or(self.stream.next, |c| c.snd_nxt));
         if let Some(c) = self.cur.as_mut() {
             if c.on_timeout(now, &sh.p, pending) == Expiry::GaveUp {
                 self.finish(sh, now, Some(FailReason::RetransmitLimit));
@@ -829,7 +898,10 @@ impl Session {
             self.finish(sh, now, None);
             return;
         }
-        let h2_all_taken = self.cur.as_ref().is_some_and(|c| c.peer_fin && c.acked().ge(self.stream.next));
+        let h2_all_taken = self
+            .cur
+            .as_ref()
+            .is_some_and(|c| c.peer_fin && c.acked().ge(self.stream.next));
         if self.stream.is_h2() && h2_all_taken {
             // The test server closed an HTTP/2 connection (after a GOAWAY) that had taken every
             // byte captured so far: nothing is left to carry again.
@@ -841,7 +913,6 @@ impl Session {
         // The test server closed while requests remain: close this one, open another.
         if let Some(c) = self.cur.as_mut() {
             if c.peer_fin && unanswered && c.state != State::Linger && !c.fin_sent() {
-
                 let drop_now = c.abandon(now, &sh.p);
                 if let Some(c) = self.cur.take() {
                     self.retire(c);
@@ -872,7 +943,10 @@ impl Session {
                 // it, losing the answer to the last it served, so the rest of this session
                 // goes lock-step (nothing is sent ahead of an answer again).
                 self.lock_step();
-                let Some(tuple) = sh.tuples.free_tuple(self.client_ip, self.target.into(), None) else {
+                let Some(tuple) = sh
+                    .tuples
+                    .free_tuple(self.client_ip, self.target.into(), None)
+                else {
                     self.finish(sh, now, Some(FailReason::NoTuple));
                     return;
                 };
@@ -903,10 +977,13 @@ impl Session {
     /// now sent for the first time (`snd_max` passed its start).
     fn note_sent(&mut self, sh: &mut Shared, now: Instant, snd_max: SeqNum) {
         let s = &self.stream;
-        let fresh = |at: SeqNum, done: Option<SeqNum>| done.is_none_or(|d| at.gt(d)) && snd_max.gt(at);
+        let fresh =
+            |at: SeqNum, done: Option<SeqNum>| done.is_none_or(|d| at.gt(d)) && snd_max.gt(at);
         if fresh(s.cur_start, self.lag_done) {
             if let Some(t) = s.cur_t {
-                sh.stats.replay_lag.record(now.saturating_duration_since(t.at()));
+                sh.stats
+                    .replay_lag
+                    .record(now.saturating_duration_since(t.at()));
             }
             sh.stats.units_sent += 1;
             // Timed until its first answer byte; its trace row waits for that.
@@ -914,13 +991,17 @@ impl Session {
             self.lag_done = Some(s.cur_start);
         }
         let done = self.lag_done;
-        let from = s.bounds.partition_point(|b| done.is_some_and(|d| !b.at.gt(d)));
+        let from = s
+            .bounds
+            .partition_point(|b| done.is_some_and(|d| !b.at.gt(d)));
         for b in s.bounds.range(from..) {
             if !fresh(b.at, self.lag_done) {
                 break;
             }
             if let Some(t) = b.t {
-                sh.stats.replay_lag.record(now.saturating_duration_since(t.at()));
+                sh.stats
+                    .replay_lag
+                    .record(now.saturating_duration_since(t.at()));
             }
             sh.stats.units_sent += 1;
             if let Some(v) = sh.trace_units.as_mut() {
@@ -936,7 +1017,9 @@ impl Session {
     /// (released by timeout, the session ends): its trace row, and its answer time for the
     /// test server's figures.
     pub(super) fn note_answer(&mut self, sh: &mut Shared, now: Instant, answered: bool) {
-        let Some(at) = self.sent_at.take().map(Stamp::at) else { return };
+        let Some(at) = self.sent_at.take().map(Stamp::at) else {
+            return;
+        };
         let took = answered.then(|| now.saturating_duration_since(at));
         if let Some(d) = took {
             sh.answered = Some((self.target.into(), d));
@@ -963,7 +1046,9 @@ impl Session {
         if !self.proven && self.phase != Phase::Done {
             match why {
                 Some(FailReason::UnprovenShed) => sh.stats.unproven_ended.add(UnprovenEnd::Shed, 1),
-                Some(FailReason::UnprovenTimeout) => sh.stats.unproven_ended.add(UnprovenEnd::Timeout, 1),
+                Some(FailReason::UnprovenTimeout) => {
+                    sh.stats.unproven_ended.add(UnprovenEnd::Timeout, 1)
+                }
                 _ => {}
             }
         }
@@ -978,15 +1063,19 @@ impl Session {
         self.phase = Phase::Done;
         // Ended idle: the client's next request may resume (an unproven session ends idle
         // by its timeout; shed unproven, it may have been busy).
-        self.detach = matches!(why, Some(FailReason::IdleTimeout | FailReason::IdleShed | FailReason::UnprovenTimeout))
-            || (why == Some(FailReason::UnprovenShed) && was_idle);
+        self.detach = matches!(
+            why,
+            Some(FailReason::IdleTimeout | FailReason::IdleShed | FailReason::UnprovenTimeout)
+        ) || (why == Some(FailReason::UnprovenShed) && was_idle);
         // The test side failed (the test server down or restarting, refusing or not answering)
         // while the client's connection goes on: its next request resumes the copy on a new test
         // connection, as after an idle end, rather than the rest of the connection being
         // dropped while this session lingers. Not for HTTP/2 or WebSocket (a new connection
         // cannot take frames without the old one's preface, HPACK and upgrade).
-        if matches!(why, Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit))
-            && !self.client_closed()
+        if matches!(
+            why,
+            Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit)
+        ) && !self.client_closed()
             && !self.stream.is_h2()
             && !self.stream.in_ws()
             && self.proven
@@ -1006,7 +1095,9 @@ impl Session {
         self.outcome = match why {
             None if how == End::LeftOpen => None,
             None => Some(false),
-            Some(FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit) => Some(true),
+            Some(
+                FailReason::Refused | FailReason::RetransmitLimit | FailReason::ReconnectLimit,
+            ) => Some(true),
             Some(_) => None,
         };
         if why.is_none() && self.stream.has_held() {
@@ -1039,7 +1130,12 @@ impl Session {
     }
 
     /// The next segment of this session, if any: the test tuple it belongs to.
-    pub(crate) fn poll_transmit(&mut self, sh: &mut Shared, now: Instant, out: &mut Vec<u8>) -> Option<(FourTuple, Sent)> {
+    pub(crate) fn poll_transmit(
+        &mut self,
+        sh: &mut Shared,
+        now: Instant,
+        out: &mut Vec<u8>,
+    ) -> Option<(FourTuple, Sent)> {
         for c in self.old.iter_mut() {
             if let Some(s) = c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), out) {
                 return Some((c.tuple, s));
@@ -1053,10 +1149,19 @@ impl Session {
         let (paced, h2) = (self.paced(&sh.p), self.stream.in_h2());
         let c = self.cur.as_mut()?;
         let fin = self.stream.fin.filter(|&f| {
-            self.stream.next == f && c.acked().ge(f) && ((!paced && !h2) || self.stream.bounds.is_empty())
+            self.stream.next == f
+                && c.acked().ge(f)
+                && ((!paced && !h2) || self.stream.bounds.is_empty())
         });
         let scratch = std::mem::take(&mut sh.scratch);
-        let mut tx = TxCtx { data: self.stream.data(), base: self.stream.base, limit, fin, tsval: self.tsval, scratch };
+        let mut tx = TxCtx {
+            data: self.stream.data(),
+            base: self.stream.base,
+            limit,
+            fin,
+            tsval: self.tsval,
+            scratch,
+        };
         let sent = c.poll(now, &sh.p, &mut tx, out);
         sh.scratch = tx.scratch;
         let (tuple, snd_max) = (c.tuple, c.snd_max);
@@ -1082,7 +1187,11 @@ impl Session {
         out: &mut Vec<(FourTuple, Vec<u8>)>,
         unreg: &mut Vec<FourTuple>,
     ) {
-        let how = if at_capture_end && self.idle() { End::LeftOpen } else { End::Failed(FailReason::Shutdown) };
+        let how = if at_capture_end && self.idle() {
+            End::LeftOpen
+        } else {
+            End::Failed(FailReason::Shutdown)
+        };
         self.end(sh, now, how);
         if let Some(c) = self.cur.take() {
             self.retire(c);
@@ -1090,7 +1199,10 @@ impl Session {
         for mut c in self.old.take() {
             c.shutdown(now, &sh.p);
             let mut buf = Vec::new();
-            while c.poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), &mut buf).is_some() {
+            while c
+                .poll(now, &sh.p, &mut TxCtx::nothing(self.tsval), &mut buf)
+                .is_some()
+            {
                 out.push((c.tuple, std::mem::take(&mut buf)));
             }
             sh.unindex(c.tuple);
@@ -1150,7 +1262,14 @@ impl Session {
         need: usize,
     ) -> bool {
         let is_cur = self.cur.as_ref().is_some_and(|c| c.tuple == tuple);
-        let Some(c) = self.cur.iter_mut().chain(self.old.iter_mut()).find(|c| c.tuple == tuple) else { return false };
+        let Some(c) = self
+            .cur
+            .iter_mut()
+            .chain(self.old.iter_mut())
+            .find(|c| c.tuple == tuple)
+        else {
+            return false;
+        };
         if verdict.accepted() {
             c.accepted_by |= 1u64 << (from % 64);
             // In force unless every intercept that accepted it lost its rules.
@@ -1175,7 +1294,10 @@ impl Session {
                 let start = c.acked().add(1); // nothing sent: the ISN + 1
                 self.sweep(sh);
                 sh.stats.tuple_moves += 1;
-                match sh.tuples.free_tuple(self.client_ip, self.target.into(), None) {
+                match sh
+                    .tuples
+                    .free_tuple(self.client_ip, self.target.into(), None)
+                {
                     Some(t) => self.open_conn(sh, now, t, start),
                     None => self.finish(sh, now, Some(FailReason::NoTuple)),
                 }

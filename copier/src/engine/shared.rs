@@ -63,7 +63,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(p: Params, stats: EngineStats, tuples: Tuples, plan: Planner, meter: Meter) -> Shared {
+    pub(crate) fn new(
+        p: Params,
+        stats: EngineStats,
+        tuples: Tuples,
+        plan: Planner,
+        meter: Meter,
+    ) -> Shared {
         Shared {
             p,
             stats,
@@ -119,7 +125,12 @@ impl Tuples {
             0 => seed,
             i => mix(seed.wrapping_add(u64::from(i))),
         });
-        Tuples { by_test: HashMap::with_hasher(hash), ports_used: HashMap::with_hasher(hash), rng, share }
+        Tuples {
+            by_test: HashMap::with_hasher(hash),
+            ports_used: HashMap::with_hasher(hash),
+            rng,
+            share,
+        }
     }
 
     /// Give back the room of the tuples that are gone.
@@ -154,7 +165,12 @@ impl Tuples {
     /// A test tuple from `ip` to `target` that no live connection uses, with a port of this
     /// engine's share: `want` if it qualifies, else a random one, else the first free one
     /// from a random place. `None` when every port of the share is taken.
-    pub(crate) fn free_tuple(&mut self, ip: IpAddr, target: SocketAddr, want: Option<u16>) -> Option<FourTuple> {
+    pub(crate) fn free_tuple(
+        &mut self,
+        ip: IpAddr,
+        target: SocketAddr,
+        want: Option<u16>,
+    ) -> Option<FourTuple> {
         let share = self.share;
         let mut t = FourTuple::new(SocketAddr::new(ip, want.unwrap_or(0)), target);
         if want.is_some_and(|p| share.contains(p)) && !self.by_test.contains_key(&t) {
@@ -206,7 +222,13 @@ pub(crate) struct Planner {
 
 impl Planner {
     pub(crate) fn new(shaper: shaper::Shaper) -> Planner {
-        Planner { gates: shaper.gates(), shaper, run_start: None, gated_units: 0, gate_delay: Duration::ZERO }
+        Planner {
+            gates: shaper.gates(),
+            shaper,
+            run_start: None,
+            gated_units: 0,
+            gate_delay: Duration::ZERO,
+        }
     }
 
     /// The planner's clock at `now`: the time since the first `now` the engine saw.

@@ -35,7 +35,10 @@ impl Stamp {
     pub(crate) fn of(t: Instant) -> Stamp {
         // Seconds and nanoseconds apart: no 128-bit arithmetic on the engine's paths.
         let d = t.saturating_duration_since(epoch());
-        let ns = d.as_secs().saturating_mul(1_000_000_000).saturating_add(u64::from(d.subsec_nanos()));
+        let ns = d
+            .as_secs()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::from(d.subsec_nanos()));
         Stamp(NonZeroU64::MIN.saturating_add(ns))
     }
 
@@ -60,7 +63,12 @@ mod tests {
     fn stamps_are_exact_ordered_and_small() {
         assert_eq!(std::mem::size_of::<Option<Stamp>>(), 8);
         let t0 = Instant::now();
-        let times = [t0, t0 + Duration::from_nanos(1), t0 + Duration::from_millis(3), t0 + Duration::from_secs(86_400 * 400)];
+        let times = [
+            t0,
+            t0 + Duration::from_nanos(1),
+            t0 + Duration::from_millis(3),
+            t0 + Duration::from_secs(86_400 * 400),
+        ];
         for a in times {
             assert_eq!(Stamp::of(a).at(), a);
             for b in times {

@@ -306,6 +306,9 @@ pub struct EngineStats {
     pub payload_bytes_sent: u64,
     /// Segments sent again (data, SYN or FIN).
     pub retransmissions: u64,
+    /// Zero-window probes sent: a test server's window was shut while data waited (a test
+    /// server slower than the client it copies, or a window update it sent that was lost).
+    pub window_probes: u64,
     /// Records received from intercepts.
     pub records_received: u64,
     /// Request units sent (their first byte sent the first time), every copy counted.
@@ -374,8 +377,9 @@ impl EngineStats {
 }
 
 /// Upper bounds of the [`LagHistogram`] buckets, in seconds (a last bucket takes the rest).
-pub const LAG_BOUNDS: [f64; 16] =
-    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
+pub const LAG_BOUNDS: [f64; 16] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+];
 
 /// A histogram of durations over fixed buckets ([`LAG_BOUNDS`]), with the exact sum of each
 /// bucket, so the exporter can replay it into a Prometheus histogram of the same buckets.
@@ -393,7 +397,8 @@ impl LagHistogram {
         let secs = d.as_secs_f64();
         let i = LAG_BOUNDS.partition_point(|&b| b < secs);
         self.counts[i] += 1;
-        self.sums_ns[i] = self.sums_ns[i].saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.sums_ns[i] =
+            self.sums_ns[i].saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
     /// Samples in all.

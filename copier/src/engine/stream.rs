@@ -196,13 +196,22 @@ pub(crate) struct Stream {
 /// RFC 6455 section 4.1). A client's WebSocket frames never start with `GET ` (0x47 sets RSV1
 /// with a reserved opcode), so only HTTP/1 requests match.
 pub(crate) fn is_ws_upgrade(b: &[u8]) -> bool {
-    let Some(end) = b.starts_with(b"GET ").then(|| b.windows(4).position(|w| w == b"\r\n\r\n")).flatten() else {
+    let Some(end) = b
+        .starts_with(b"GET ")
+        .then(|| b.windows(4).position(|w| w == b"\r\n\r\n"))
+        .flatten()
+    else {
         return false;
     };
     b[..end].split(|&c| c == b'\n').any(|line| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(colon) = line.iter().position(|&c| c == b':') else { return false };
-        line[..colon].eq_ignore_ascii_case(b"upgrade") && line[colon + 1..].trim_ascii().eq_ignore_ascii_case(b"websocket")
+        let Some(colon) = line.iter().position(|&c| c == b':') else {
+            return false;
+        };
+        line[..colon].eq_ignore_ascii_case(b"upgrade")
+            && line[colon + 1..]
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"websocket")
     })
 }
 
@@ -268,7 +277,15 @@ impl Stream {
     /// A stream of a session caught mid-stream, synchronised on a client packet acking `ack`:
     /// the first unit's online answer is counted from there.
     pub(crate) fn midstream(isn: SeqNum, ack: SeqNum) -> Stream {
-        Stream { last_ack: Some(ack), max_ack: Some(ack), cur_ack: Some(ack), gate_ok: false, sniffs_left: 0, sniff: Preface::No, ..Stream::new(isn) }
+        Stream {
+            last_ack: Some(ack),
+            max_ack: Some(ack),
+            cur_ack: Some(ack),
+            gate_ok: false,
+            sniffs_left: 0,
+            sniff: Preface::No,
+            ..Stream::new(isn)
+        }
     }
 
     /// The same stream with a request editor.
@@ -369,8 +386,18 @@ impl Stream {
             }
             let cnext = self.cnext;
             let hold = self.held.get_or_insert_with(Box::default);
-            let pos = hold.segs.partition_point(|h| h.seq.diff(cnext) as u32 <= ahead);
-            hold.segs.insert(pos, Held { seq, ack, data: payload.keep(0), fin });
+            let pos = hold
+                .segs
+                .partition_point(|h| h.seq.diff(cnext) as u32 <= ahead);
+            hold.segs.insert(
+                pos,
+                Held {
+                    seq,
+                    ack,
+                    data: payload.keep(0),
+                    fin,
+                },
+            );
             hold.bytes += payload.len();
             r.held = true;
             return r;
@@ -386,7 +413,9 @@ impl Stream {
     fn drain_held(&mut self, now: Instant) -> usize {
         let mut appended = 0;
         while self.fin.is_none() {
-            let Some(hold) = self.held.as_mut() else { break };
+            let Some(hold) = self.held.as_mut() else {
+                break;
+            };
             let Some(h) = hold.segs.first() else { break };
             if h.seq.gt(self.cnext) {
                 break;
@@ -485,7 +514,9 @@ impl Stream {
         if !self.bounds.is_empty() || self.fin.is_some() {
             return false;
         }
-        let Some(at) = self.gap_resume() else { return false };
+        let Some(at) = self.gap_resume() else {
+            return false;
+        };
         if let Some(hold) = self.held.as_mut() {
             let i = hold.segs.iter().position(|h| h.seq == at).unwrap_or(0);
             for h in hold.segs.drain(..i) {
@@ -512,7 +543,13 @@ impl Stream {
         true
     }
 
-    fn append(&mut self, ack: Option<SeqNum>, data: Option<Chunk>, fin: bool, now: Instant) -> usize {
+    fn append(
+        &mut self,
+        ack: Option<SeqNum>,
+        data: Option<Chunk>,
+        fin: bool,
+        now: Instant,
+    ) -> usize {
         if let Some(a) = ack {
             self.note_ack(a);
         }
@@ -580,12 +617,21 @@ impl Stream {
             self.fin = Some(self.next);
             // A FIN before any data waits only for a greeting the client got online.
             let greeted = self.gate_ok && self.last_ack.zip(ack).is_some_and(|(l, a)| a.gt(l));
-            if self.h2.is_some() && self.seen_data && self.bounds.is_empty() && self.next == self.cur_start {
+            if self.h2.is_some()
+                && self.seen_data
+                && self.bounds.is_empty()
+                && self.next == self.cur_start
+            {
                 // HTTP/2: every stream was sent and released already, but the test server may
                 // still be answering them (a gRPC server cancels the calls in progress when the
                 // connection closes): the FIN waits as the last unit's would (`Session::h2_done`).
                 let ack = ack.or(self.max_ack);
-                self.bounds.push_back(Bound { at: self.next, ack, end: ack, t: Some(Stamp::of(now)) });
+                self.bounds.push_back(Bound {
+                    at: self.next,
+                    ack,
+                    end: ack,
+                    t: Some(Stamp::of(now)),
+                });
             } else if self.seen_data || greeted {
                 self.push_bound(self.next, ack.or(self.max_ack), now);
             }
@@ -617,10 +663,22 @@ impl Stream {
             took = n;
             self.sniffs_left = 0;
             let start = at.sub(u32::try_from(PREFACE.len() - n).unwrap_or(0));
-            let online_from = if start == self.cur_start && self.bounds.is_empty() { self.cur_ack } else { None };
-            self.h2 = Some(Box::new(H2 { start, online_from, new_session: true, ..H2::default() }));
+            let online_from = if start == self.cur_start && self.bounds.is_empty() {
+                self.cur_ack
+            } else {
+                None
+            };
+            self.h2 = Some(Box::new(H2 {
+                start,
+                online_from,
+                new_session: true,
+                ..H2::default()
+            }));
         }
-        let edited = self.edit.as_ref().is_some_and(|e| e.h2_at_frame_start().is_some());
+        let edited = self
+            .edit
+            .as_ref()
+            .is_some_and(|e| e.h2_at_frame_start().is_some());
         let Some(h) = self.h2.as_mut() else { return };
         let fed = h.framer.feed(&b[took..]);
         h.new_streams += fed.streams;
@@ -631,7 +689,12 @@ impl Stream {
             h.pending = None;
             let at = at.add((took + k) as u32);
             if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
-                self.bounds.push_back(Bound { at, ack: Some(ack), end: Some(ack), t: Some(t) });
+                self.bounds.push_back(Bound {
+                    at,
+                    ack: Some(ack),
+                    end: Some(ack),
+                    t: Some(t),
+                });
             }
         }
     }
@@ -643,17 +706,26 @@ impl Stream {
         if self.edit.as_ref().and_then(|e| e.h2_at_frame_start()) != Some(true) {
             return;
         }
-        let Some((ack, t)) = self.h2.as_mut().and_then(|h| h.pending.take()) else { return };
+        let Some((ack, t)) = self.h2.as_mut().and_then(|h| h.pending.take()) else {
+            return;
+        };
         let at = self.next;
         if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
-            self.bounds.push_back(Bound { at, ack: Some(ack), end: Some(ack), t: Some(t) });
+            self.bounds.push_back(Bound {
+                at,
+                ack: Some(ack),
+                end: Some(ack),
+                t: Some(t),
+            });
         }
     }
 
     /// Whether the rules dropped streams of this HTTP/2 connection: the test server will not
     /// send their answers, so its total never reaches the online one.
     pub(crate) fn h2_filtered(&self) -> bool {
-        self.edit.as_ref().is_some_and(|e| e.h2_streams_dropped() > 0)
+        self.edit
+            .as_ref()
+            .is_some_and(|e| e.h2_streams_dropped() > 0)
     }
 
     /// Whether the client speaks HTTP/2 on this stream (its preface was seen).
@@ -722,7 +794,12 @@ impl Stream {
         }
         let t = Some(Stamp::of(now));
         if at.gt(self.cur_start) {
-            self.bounds.push_back(Bound { at, ack, end: ack, t });
+            self.bounds.push_back(Bound {
+                at,
+                ack,
+                end: ack,
+                t,
+            });
         } else if at == self.cur_start {
             if self.seen_data {
                 // Everything before was answered already: a new unit starts here.
@@ -731,7 +808,12 @@ impl Stream {
                 }
             } else {
                 // The client acked server bytes before sending anything: a greeting.
-                self.bounds.push_back(Bound { at, ack, end: ack, t });
+                self.bounds.push_back(Bound {
+                    at,
+                    ack,
+                    end: ack,
+                    t,
+                });
                 self.server_first = true;
             }
         }
@@ -741,7 +823,8 @@ impl Stream {
     /// anything: the start, while no client byte was captured (the greeting's unit, pushed
     /// when the client's first bytes show that it read one online, ends there).
     pub(crate) fn greeting_end(&self) -> Option<SeqNum> {
-        (!self.seen_data && self.bounds.is_empty() && self.next == self.cur_start).then_some(self.cur_start)
+        (!self.seen_data && self.bounds.is_empty() && self.next == self.cur_start)
+            .then_some(self.cur_start)
     }
 
     /// The end of the first unanswered unit: the first boundary, or `next` for the last,
@@ -880,7 +963,12 @@ impl Stream {
         }
         if self.server_first && self.bounds.front().map(|b| b.at) != Some(start) {
             // The new connection's greeting comes first (any of it will do).
-            self.bounds.push_front(Bound { at: start, ack: self.cur_ack, end: self.cur_ack, t: self.cur_t });
+            self.bounds.push_front(Bound {
+                at: start,
+                ack: self.cur_ack,
+                end: self.cur_ack,
+                t: self.cur_t,
+            });
         }
         (start, skipped)
     }

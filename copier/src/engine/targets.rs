@@ -77,7 +77,10 @@ pub fn parse_targets(s: &str) -> Result<Vec<WeightedTarget>, String> {
         let part = part.trim();
         let (addr, weight) = match part.rsplit_once('@') {
             Some((a, w)) => {
-                let w: u32 = w.trim().parse().map_err(|_| format!("weight {w:?} of {a:?} is not a whole number"))?;
+                let w: u32 = w
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("weight {w:?} of {a:?} is not a whole number"))?;
                 if w == 0 || w > MAX_WEIGHT {
                     return Err(format!("weight {w} of {a} is not from 1 to {MAX_WEIGHT}"));
                 }
@@ -86,10 +89,14 @@ pub fn parse_targets(s: &str) -> Result<Vec<WeightedTarget>, String> {
             None => (part, 1),
         };
         let addr: SocketAddr = addr.parse().map_err(|_| {
-            format!("target {addr:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved)")
+            format!(
+                "target {addr:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved)"
+            )
         })?;
         if addr.port() == 0 || addr.ip().is_unspecified() || addr.ip().is_multicast() {
-            return Err(format!("target {addr} needs a unicast address and a port from 1 to 65535"));
+            return Err(format!(
+                "target {addr} needs a unicast address and a port from 1 to 65535"
+            ));
         }
         if let Some(first) = out.first() {
             if first.addr.is_ipv6() != addr.is_ipv6() {
@@ -294,14 +301,25 @@ impl Targets {
     /// The servers of `maps`; a map absent from `spread` has its one `target`, weight 1.
     #[must_use]
     pub fn new(maps: &[PortMap], spread: &[MapTargets], cfg: HealthConfig) -> Targets {
-        let mut t = Targets { cfg, servers: Vec::new(), groups: Vec::new(), events: VecDeque::new(), by_slot: Vec::new() };
+        let mut t = Targets {
+            cfg,
+            servers: Vec::new(),
+            groups: Vec::new(),
+            events: VecDeque::new(),
+            by_slot: Vec::new(),
+        };
         for m in maps {
             let list = spread
                 .iter()
                 .find(|s| s.map == *m)
                 .map(|s| s.targets.clone())
                 .filter(|l| !l.is_empty())
-                .unwrap_or_else(|| vec![WeightedTarget { addr: m.target, weight: 1 }]);
+                .unwrap_or_else(|| {
+                    vec![WeightedTarget {
+                        addr: m.target,
+                        weight: 1,
+                    }]
+                });
             let mut members = Vec::new();
             for w in list {
                 let i = t.server_index(w.addr).unwrap_or_else(|| {
@@ -335,7 +353,12 @@ impl Targets {
                 t.servers[i].stats.weight = t.servers[i].stats.weight.max(w.weight);
                 members.push((i, i64::from(w.weight.max(1)), 0));
             }
-            t.groups.push(Group { map: *m, members, all_down: false, all_overloaded: false });
+            t.groups.push(Group {
+                map: *m,
+                members,
+                all_down: false,
+                all_overloaded: false,
+            });
         }
         t
     }
@@ -350,7 +373,9 @@ impl Targets {
     /// [`Targets::on_started`] once it started there.
     pub fn pick(&mut self, now: Instant, map: &PortMap) -> Option<SocketAddr> {
         self.check(now);
-        let Some(g) = self.groups.iter().position(|g| g.map == *map) else { return Some(map.target) };
+        let Some(g) = self.groups.iter().position(|g| g.map == *map) else {
+            return Some(map.target);
+        };
         // A slow server whose probe is due takes this copy (its answer time is measured again).
         for &(i, _, _) in &self.groups[g].members {
             let s = &mut self.servers[i];
@@ -362,7 +387,10 @@ impl Targets {
         }
         let servers = &self.servers;
         let busy = |i: usize| servers[i].stats.up && servers[i].busy();
-        let all_busy = self.groups[g].members.iter().all(|&(i, _, _)| busy(i) || !servers[i].stats.up)
+        let all_busy = self.groups[g]
+            .members
+            .iter()
+            .all(|&(i, _, _)| busy(i) || !servers[i].stats.up)
             && self.groups[g].members.iter().any(|&(i, _, _)| busy(i));
         if all_busy {
             let first = self.groups[g].members[0].0;
@@ -413,7 +441,9 @@ impl Targets {
     /// A copy started on `addr` in session slot `slot`: an answer from it is now expected,
     /// and it counts as live there until [`Targets::on_ended`].
     pub fn on_started(&mut self, now: Instant, addr: SocketAddr, slot: u32) {
-        let Some(i) = self.server_index(addr) else { return };
+        let Some(i) = self.server_index(addr) else {
+            return;
+        };
         let s = &mut self.servers[i];
         s.stats.sessions += 1;
         s.waiting_since.get_or_insert(now);
@@ -435,8 +465,16 @@ impl Targets {
     /// The copy in session slot `slot` is done (it may still linger; again when its slot is
     /// freed: counted once).
     pub fn on_ended(&mut self, slot: u32) {
-        let Some(i) = self.by_slot.get_mut(slot as usize).map(|x| std::mem::replace(x, usize::MAX)) else { return };
-        let Some(s) = self.servers.get_mut(i) else { return };
+        let Some(i) = self
+            .by_slot
+            .get_mut(slot as usize)
+            .map(|x| std::mem::replace(x, usize::MAX))
+        else {
+            return;
+        };
+        let Some(s) = self.servers.get_mut(i) else {
+            return;
+        };
         s.stats.live = s.stats.live.saturating_sub(1);
         if s.stats.overloaded && s.stats.live <= self.cfg.max_live * 3 / 4 {
             s.stats.overloaded = false;
@@ -450,7 +488,9 @@ impl Targets {
         if reset {
             return;
         }
-        let Some(i) = self.server_index(addr) else { return };
+        let Some(i) = self.server_index(addr) else {
+            return;
+        };
         let s = &mut self.servers[i];
         s.waiting_since = None;
         if !s.stats.up {
@@ -467,7 +507,9 @@ impl Targets {
     /// the smoothed time passes it, fast again at the first answer within 3/4 of it (the
     /// smoothed time then starts again from that answer).
     pub fn on_answer_time(&mut self, now: Instant, addr: SocketAddr, took: Duration) {
-        let Some(i) = self.server_index(addr) else { return };
+        let Some(i) = self.server_index(addr) else {
+            return;
+        };
         let limit = self.cfg.slow_after;
         let srv = &mut self.servers[i];
         let s = &mut srv.stats;
@@ -486,7 +528,13 @@ impl Targets {
             s.slow = true;
             s.slow_turns += 1;
             srv.next_probe = Some(now + self.cfg.retry);
-            push(&mut self.events, TargetEvent::Slow { addr, answer: smoothed });
+            push(
+                &mut self.events,
+                TargetEvent::Slow {
+                    addr,
+                    answer: smoothed,
+                },
+            );
         } else if s.slow && took <= limit * 3 / 4 {
             s.slow = false;
             if s.up && !s.failing {
@@ -504,10 +552,15 @@ impl Targets {
     /// a slow one it takes no new sessions while another server of its map can, but for one
     /// probe every `retry`; it takes sessions again when the share falls below half of it.
     pub fn on_outcome(&mut self, now: Instant, slot: u32, failed: bool) {
-        let Some(&i) = self.by_slot.get(slot as usize) else { return };
-        let Some(srv) = self.servers.get_mut(i) else { return };
+        let Some(&i) = self.by_slot.get(slot as usize) else {
+            return;
+        };
+        let Some(srv) = self.servers.get_mut(i) else {
+            return;
+        };
         srv.stats.failures += u64::from(failed);
-        srv.fail_smoothed = srv.fail_smoothed * (1.0 - FAIL_SMOOTHING) + if failed { FAIL_SMOOTHING } else { 0.0 };
+        srv.fail_smoothed =
+            srv.fail_smoothed * (1.0 - FAIL_SMOOTHING) + if failed { FAIL_SMOOTHING } else { 0.0 };
         srv.outcomes = srv.outcomes.saturating_add(1);
         if self.cfg.fail_percent == 0 {
             return;
@@ -519,7 +572,13 @@ impl Targets {
             s.failing_turns += 1;
             srv.next_probe = Some(now + self.cfg.retry);
             let percent = (srv.fail_smoothed * 100.0).round() as u32;
-            push(&mut self.events, TargetEvent::Failing { addr: s.addr, percent });
+            push(
+                &mut self.events,
+                TargetEvent::Failing {
+                    addr: s.addr,
+                    percent,
+                },
+            );
         } else if s.failing && srv.fail_smoothed < limit / 2.0 {
             s.failing = false;
             if s.up && !s.slow {
@@ -533,14 +592,22 @@ impl Targets {
     pub fn check(&mut self, now: Instant) {
         let mut changed = false;
         for s in &mut self.servers {
-            let Some(since) = s.waiting_since else { continue };
+            let Some(since) = s.waiting_since else {
+                continue;
+            };
             if s.stats.up && now.saturating_duration_since(since) >= self.cfg.down_after {
                 s.stats.up = false;
                 s.stats.downs += 1;
                 s.next_probe = Some(now + self.cfg.retry);
                 // Counting starts again with the next copy (a probe).
                 s.waiting_since = None;
-                push(&mut self.events, TargetEvent::Down { addr: s.stats.addr, silent: now - since });
+                push(
+                    &mut self.events,
+                    TargetEvent::Down {
+                        addr: s.stats.addr,
+                        silent: now - since,
+                    },
+                );
                 changed = true;
             }
         }
@@ -554,7 +621,14 @@ impl Targets {
             let all_down = g.members.iter().all(|&(i, _, _)| !self.servers[i].stats.up);
             if all_down != g.all_down {
                 g.all_down = all_down;
-                push(&mut self.events, if all_down { TargetEvent::AllDown(g.map) } else { TargetEvent::SomeUp(g.map) });
+                push(
+                    &mut self.events,
+                    if all_down {
+                        TargetEvent::AllDown(g.map)
+                    } else {
+                        TargetEvent::SomeUp(g.map)
+                    },
+                );
             }
         }
     }
@@ -576,7 +650,10 @@ impl Targets {
 
     /// Maps whose servers that are up are all overloaded (as of the last copy asked for).
     pub fn all_overloaded(&self) -> impl Iterator<Item = &PortMap> {
-        self.groups.iter().filter(|g| g.all_overloaded).map(|g| &g.map)
+        self.groups
+            .iter()
+            .filter(|g| g.all_overloaded)
+            .map(|g| &g.map)
     }
 }
 

@@ -55,19 +55,37 @@ pub(crate) struct Tags {
 
 impl Tags {
     /// Note who the copy in `slot` is.
-    pub(crate) fn set(&mut self, slot: SlotRef, plan: &shaper::CopyPlan, pool: Option<u16>, target: SocketAddr) {
+    pub(crate) fn set(
+        &mut self,
+        slot: SlotRef,
+        plan: &shaper::CopyPlan,
+        pool: Option<u16>,
+        target: SocketAddr,
+    ) {
         let i = slot.idx as usize;
         if self.by_slot.len() <= i {
             self.by_slot.resize(i + 1, None);
         }
-        self.by_slot[i] =
-            Some(Tag { gen: slot.gen, copy: plan.copy, user: plan.user, pool, source: plan.source, target });
+        self.by_slot[i] = Some(Tag {
+            gen: slot.gen,
+            copy: plan.copy,
+            user: plan.user,
+            pool,
+            source: plan.source,
+            target,
+        });
     }
 
     /// Turn the sessions' notes into rows (to be called before any slot is freed).
-    pub(crate) fn take(&mut self, notes: &mut Vec<(Instant, SlotRef, Option<Duration>)>, plan: &mut Planner) {
+    pub(crate) fn take(
+        &mut self,
+        notes: &mut Vec<(Instant, SlotRef, Option<Duration>)>,
+        plan: &mut Planner,
+    ) {
         for (at, slot, answer) in notes.drain(..) {
-            let Some(Some(tag)) = self.by_slot.get(slot.idx as usize) else { continue };
+            let Some(Some(tag)) = self.by_slot.get(slot.idx as usize) else {
+                continue;
+            };
             if tag.gen != slot.gen {
                 continue;
             }

@@ -90,11 +90,14 @@ impl std::str::FromStr for MirrorConfig {
             Some((n, p)) => (n, Some(p)),
             None => (s, None),
         };
-        let encap = match name.to_ascii_lowercase().as_str() {
-            "vxlan" => Encap::Vxlan,
-            "geneve" => Encap::Geneve,
-            other => return Err(format!("unknown encapsulation {other:?} (expected vxlan or geneve, optionally :PORT)")),
-        };
+        let encap =
+            match name.to_ascii_lowercase().as_str() {
+                "vxlan" => Encap::Vxlan,
+                "geneve" => Encap::Geneve,
+                other => return Err(format!(
+                    "unknown encapsulation {other:?} (expected vxlan or geneve, optionally :PORT)"
+                )),
+            };
         let port = match port {
             None => encap.default_port(),
             Some(p) => match p.parse::<u16>() {
@@ -102,7 +105,11 @@ impl std::str::FromStr for MirrorConfig {
                 _ => return Err(format!("bad UDP port {p:?} (1-65535)")),
             },
         };
-        Ok(MirrorConfig { encap, port, vnis: Vec::new() })
+        Ok(MirrorConfig {
+            encap,
+            port,
+            vnis: Vec::new(),
+        })
     }
 }
 
@@ -132,7 +139,9 @@ pub fn parse_vnis(s: &str) -> Result<Vec<u32>, String> {
             Some((a, b)) => {
                 let (a, b) = (one(a)?, one(b)?);
                 if b < a || b - a >= 4096 {
-                    return Err(format!("bad VNI range {part:?} (low-high, at most 4096 VNIs)"));
+                    return Err(format!(
+                        "bad VNI range {part:?} (low-high, at most 4096 VNIs)"
+                    ));
                 }
                 out.extend(a..=b);
             }
@@ -291,7 +300,9 @@ const DEDUP_WAYS: usize = 4;
 
 impl Default for Dedup {
     fn default() -> Self {
-        Dedup { sets: vec![[0; DEDUP_WAYS]; DEDUP_SLOTS] }
+        Dedup {
+            sets: vec![[0; DEDUP_WAYS]; DEDUP_SLOTS],
+        }
     }
 }
 
@@ -343,7 +354,11 @@ impl Selector {
 
     /// Judge one UDP payload: the inner packet and its direction, or why it is dropped (counted
     /// in `stats`, as are the VNIs seen and the packets of each direction).
-    pub fn judge<'a>(&mut self, payload: &'a [u8], stats: &mut MirrorStats) -> Option<(Direction, &'a [u8], SocketAddr)> {
+    pub fn judge<'a>(
+        &mut self,
+        payload: &'a [u8],
+        stats: &mut MirrorStats,
+    ) -> Option<(Direction, &'a [u8], SocketAddr)> {
         stats.datagrams += 1;
         stats.bytes += payload.len() as u64;
         let inner = match decap(self.encap, payload) {
@@ -370,7 +385,8 @@ impl Selector {
                 }
             },
         };
-        let headers = common::wire::parse_tcp_headers(inner.ip).map_or(acc.tcp_offset + 20, |h| h.packet.headers_len());
+        let headers = common::wire::parse_tcp_headers(inner.ip)
+            .map_or(acc.tcp_offset + 20, |h| h.packet.headers_len());
         if self.dedup.seen(inner.ip, headers) {
             stats.drops.duplicate += 1;
             return None;
@@ -416,7 +432,10 @@ pub struct MirrorInput {
 
 impl std::fmt::Debug for MirrorInput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MirrorInput").field("cfg", &self.cfg).field("stats", &self.stats).finish_non_exhaustive()
+        f.debug_struct("MirrorInput")
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
     }
 }
 
@@ -441,9 +460,16 @@ pub fn bind(port: u16) -> io::Result<Socket> {
 impl MirrorInput {
     /// Bind the port and get ready to select the packets of `maps`; with `tap`, both directions
     /// go to the comparison (`sample`: `--compare-sample`).
-    pub fn open(cfg: MirrorConfig, maps: &[PortMap], tap: Option<(Tap, f64)>) -> io::Result<MirrorInput> {
-        let sock = bind(cfg.port).map_err(|e| io::Error::new(e.kind(), format!("binding UDP port {}: {e}", cfg.port)))?;
-        if nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &RCVBUF).is_err() {
+    pub fn open(
+        cfg: MirrorConfig,
+        maps: &[PortMap],
+        tap: Option<(Tap, f64)>,
+    ) -> io::Result<MirrorInput> {
+        let sock = bind(cfg.port)
+            .map_err(|e| io::Error::new(e.kind(), format!("binding UDP port {}: {e}", cfg.port)))?;
+        if nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &RCVBUF)
+            .is_err()
+        {
             let _ = sock.set_recv_buffer_size(RCVBUF);
         }
         let ports: Vec<u16> = maps.iter().map(|m| m.online_port).collect();
@@ -493,13 +519,23 @@ impl MirrorInput {
         if held == RECV_BATCH {
             return Ok(held);
         }
-        let (fd, pending, bufs) = (self.sock.as_raw_fd(), &mut self.pending, &mut self.bufs[held * DATAGRAM_MAX..]);
+        let (fd, pending, bufs) = (
+            self.sock.as_raw_fd(),
+            &mut self.pending,
+            &mut self.bufs[held * DATAGRAM_MAX..],
+        );
         let got = HEADERS.with_borrow_mut(|headers| {
             // No allocation: the slices live on the stack, as long as the headers' borrow.
             let mut chunks = bufs.chunks_mut(DATAGRAM_MAX);
             let mut iovs: [[io::IoSliceMut<'_>; 1]; RECV_BATCH] =
                 std::array::from_fn(|_| [io::IoSliceMut::new(chunks.next().unwrap_or_default())]);
-            let res = recvmmsg(fd, headers, iovs.iter_mut().take(RECV_BATCH - held), MsgFlags::MSG_DONTWAIT, None)?;
+            let res = recvmmsg(
+                fd,
+                headers,
+                iovs.iter_mut().take(RECV_BATCH - held),
+                MsgFlags::MSG_DONTWAIT,
+                None,
+            )?;
             for r in res {
                 pending.push((r.bytes, r.flags.contains(MsgFlags::MSG_TRUNC)));
             }
@@ -563,7 +599,9 @@ impl crate::feed::Ring for MirrorInput {
                     continue;
                 }
                 let payload = &self.bufs[i * DATAGRAM_MAX..i * DATAGRAM_MAX + len];
-                let Some((dir, ip, client)) = self.selector.judge(payload, &mut self.stats) else { continue };
+                let Some((dir, ip, client)) = self.selector.judge(payload, &mut self.stats) else {
+                    continue;
+                };
                 if dir == Direction::Client {
                     self.capture.bytes += ip.len() as u64;
                     f(ip);
@@ -602,14 +640,18 @@ impl crate::feed::Ring for MirrorInput {
 
     fn refresh_kernel_stats(&mut self) -> io::Result<()> {
         let now = Instant::now();
-        if self.kernel_read.is_some_and(|t| now < t + KERNEL_STATS_EVERY) {
+        if self
+            .kernel_read
+            .is_some_and(|t| now < t + KERNEL_STATS_EVERY)
+        {
             return Ok(());
         }
         self.kernel_read = Some(now);
         if let Some(d) = socket_drops(self.cfg.port) {
             // The socket's counter holds its filter's drops too; the namespace's receive-buffer
             // errors tell the two apart (other UDP sockets of a mirror host rarely overflow).
-            let full = udp_rcvbuf_errors().map_or(d, |e| e.saturating_sub(self.rcvbuf_errors_at_open).min(d));
+            let full = udp_rcvbuf_errors()
+                .map_or(d, |e| e.saturating_sub(self.rcvbuf_errors_at_open).min(d));
             self.stats.socket_drops = full;
             self.stats.filtered = d - full;
         }
@@ -633,7 +675,9 @@ pub fn socket_drops(port: u16) -> Option<u64> {
     let want = format!(":{port:04X}");
     let mut total = None;
     for f in ["/proc/net/udp", "/proc/net/udp6"] {
-        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
         for line in text.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             if cols.get(1).is_some_and(|l| l.ends_with(&want)) {
@@ -680,7 +724,10 @@ pub mod names {
 
 /// Describe the mirror's metrics.
 pub fn describe() {
-    describe_counter!(names::DATAGRAMS, "Datagrams read from the mirror's UDP port");
+    describe_counter!(
+        names::DATAGRAMS,
+        "Datagrams read from the mirror's UDP port"
+    );
     describe_counter!(
         names::PACKETS,
         "Inner packets of the mirror taken, by direction (client: copied; server: the online answers, compared with --compare)"

@@ -3,7 +3,20 @@ use super::*;
 /// IPv4 + TCP with `payload` bytes: `src` -> `dst`, IP ID `id`.
 fn tcp4(src: ([u8; 4], u16), dst: ([u8; 4], u16), id: u16, payload: usize) -> Vec<u8> {
     let len = 40 + payload;
-    let mut p = vec![0x45, 0, (len >> 8) as u8, len as u8, (id >> 8) as u8, id as u8, 0x40, 0, 64, 6, 0, 0];
+    let mut p = vec![
+        0x45,
+        0,
+        (len >> 8) as u8,
+        len as u8,
+        (id >> 8) as u8,
+        id as u8,
+        0x40,
+        0,
+        64,
+        6,
+        0,
+        0,
+    ];
     p.extend_from_slice(&src.0);
     p.extend_from_slice(&dst.0);
     p.extend_from_slice(&src.1.to_be_bytes());
@@ -17,7 +30,11 @@ const CLIENT: ([u8; 4], u16) = ([198, 18, 0, 1], 40000);
 const SERVER: ([u8; 4], u16) = ([198, 18, 1, 1], 80);
 
 fn selector(vnis: Vec<u32>) -> Selector {
-    let cfg = MirrorConfig { encap: Encap::Vxlan, port: 4789, vnis };
+    let cfg = MirrorConfig {
+        encap: Encap::Vxlan,
+        port: 4789,
+        vnis,
+    };
     let maps = [PortMap {
         online_ip: None,
         online_port: 80,
@@ -35,11 +52,28 @@ fn both_directions_are_told_apart() {
     let other = tcp4(CLIENT, ([198, 18, 1, 1], 443), 3, 0);
     let d = wire::encap(Encap::Vxlan, 9, 0, &req);
     let (dir, ip, client) = s.judge(&d, &mut st).unwrap();
-    assert_eq!((dir, ip, client), (Direction::Client, &req[..], "198.18.0.1:40000".parse().unwrap()));
+    assert_eq!(
+        (dir, ip, client),
+        (
+            Direction::Client,
+            &req[..],
+            "198.18.0.1:40000".parse().unwrap()
+        )
+    );
     let d = wire::encap(Encap::Vxlan, 9, 0, &ans);
     assert_eq!(s.judge(&d, &mut st).unwrap().0, Direction::Server);
-    assert!(s.judge(&wire::encap(Encap::Vxlan, 9, 0, &other), &mut st).is_none());
-    assert_eq!((st.datagrams, st.client_packets, st.server_packets, st.drops.unselected), (3, 1, 1, 1));
+    assert!(s
+        .judge(&wire::encap(Encap::Vxlan, 9, 0, &other), &mut st)
+        .is_none());
+    assert_eq!(
+        (
+            st.datagrams,
+            st.client_packets,
+            st.server_packets,
+            st.drops.unselected
+        ),
+        (3, 1, 1, 1)
+    );
     assert_eq!(st.vnis.iter().copied().collect::<Vec<_>>(), vec![9]);
 }
 
@@ -48,7 +82,10 @@ fn vnis_not_selected_are_counted() {
     let mut s = selector(parse_vnis("5,7-8").unwrap());
     let mut st = MirrorStats::default();
     for (vni, id) in [(5, 1), (6, 2), (8, 3)] {
-        let _ = s.judge(&wire::encap(Encap::Vxlan, vni, 0, &tcp4(CLIENT, SERVER, id, 1)), &mut st);
+        let _ = s.judge(
+            &wire::encap(Encap::Vxlan, vni, 0, &tcp4(CLIENT, SERVER, id, 1)),
+            &mut st,
+        );
     }
     assert_eq!((st.client_packets, st.drops.vni), (2, 1));
     assert_eq!(st.vnis.len(), 3);
@@ -63,7 +100,12 @@ fn duplicates_are_delivered_once_retransmissions_are_not_duplicates() {
     assert!(s.judge(&d, &mut st).is_some());
     assert!(s.judge(&d, &mut st).is_none());
     // The same segment with a new IP ID (a retransmission by the client) goes through.
-    assert!(s.judge(&wire::encap(Encap::Vxlan, 1, 0, &tcp4(CLIENT, SERVER, 2, 100)), &mut st).is_some());
+    assert!(s
+        .judge(
+            &wire::encap(Encap::Vxlan, 1, 0, &tcp4(CLIENT, SERVER, 2, 100)),
+            &mut st
+        )
+        .is_some());
     assert_eq!((st.client_packets, st.drops.duplicate), (2, 1));
 }
 
@@ -77,7 +119,15 @@ fn truncated_and_malformed_are_counted_by_reason() {
     let mut bad = d.clone();
     bad[0] = 0;
     assert!(s.judge(&bad, &mut st).is_none());
-    assert_eq!((st.drops.truncated, st.drops.short, st.drops.bad_header, st.client_packets), (1, 1, 1, 0));
+    assert_eq!(
+        (
+            st.drops.truncated,
+            st.drops.short,
+            st.drops.bad_header,
+            st.client_packets
+        ),
+        (1, 1, 1, 0)
+    );
     assert!(st.to_string().contains("truncated 1"), "{st}");
 }
 
@@ -87,7 +137,9 @@ fn mirror_flag_and_vni_lists_parse() {
     assert_eq!((m.encap, m.port), (Encap::Vxlan, 4789));
     let m: MirrorConfig = "GENEVE:7000".parse().unwrap();
     assert_eq!((m.encap, m.port), (Encap::Geneve, 7000));
-    assert!("geneve".parse::<MirrorConfig>().is_ok_and(|m| m.port == 6081));
+    assert!("geneve"
+        .parse::<MirrorConfig>()
+        .is_ok_and(|m| m.port == 6081));
     assert!("gre".parse::<MirrorConfig>().unwrap_err().contains("gre"));
     assert!("vxlan:0".parse::<MirrorConfig>().is_err());
     assert!("vxlan:x".parse::<MirrorConfig>().is_err());
@@ -109,7 +161,16 @@ fn the_socket_reads_many_datagrams_per_call() {
     let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let port = probe.local_addr().unwrap().port();
     drop(probe);
-    let mut m = MirrorInput::open(MirrorConfig { encap: Encap::Vxlan, port, vnis: vec![] }, &maps, None).unwrap();
+    let mut m = MirrorInput::open(
+        MirrorConfig {
+            encap: Encap::Vxlan,
+            port,
+            vnis: vec![],
+        },
+        &maps,
+        None,
+    )
+    .unwrap();
     let out = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     for id in 0..10u16 {
         let d = wire::encap(Encap::Vxlan, 1, 0, &tcp4(CLIENT, SERVER, id, 10));
@@ -135,7 +196,9 @@ fn the_socket_reads_many_datagrams_per_call() {
 #[test]
 fn a_copy_is_found_after_a_super_segment_of_others() {
     let mut d = Dedup::default();
-    let pkts: Vec<Vec<u8>> = (0..2000u16).map(|id| tcp4(CLIENT, SERVER, id, 100)).collect();
+    let pkts: Vec<Vec<u8>> = (0..2000u16)
+        .map(|id| tcp4(CLIENT, SERVER, id, 100))
+        .collect();
     // Runs of 45 segments, then their 45 copies.
     let mut missed = 0;
     for run in pkts.chunks(45) {
@@ -149,7 +212,10 @@ fn a_copy_is_found_after_a_super_segment_of_others() {
 
 #[test]
 fn the_shared_copy_of_the_counters_follows_them() {
-    let mut st = MirrorStats { datagrams: 3, ..MirrorStats::default() };
+    let mut st = MirrorStats {
+        datagrams: 3,
+        ..MirrorStats::default()
+    };
     st.vnis.insert(7);
     let mut shared = MirrorStats::default();
     st.copy_into(&mut shared);

@@ -156,7 +156,10 @@ pub fn decap(encap: Encap, payload: &[u8]) -> Result<Inner<'_>, DecapError> {
         LinkLayerError::Short { need, have } => DecapError::Truncated { need, have },
     })?;
     match declared_ip_len(ip) {
-        Some(need) if need > ip.len() => Err(DecapError::Truncated { need, have: ip.len() }),
+        Some(need) if need > ip.len() => Err(DecapError::Truncated {
+            need,
+            have: ip.len(),
+        }),
         // An IP header shorter than its fixed part: cut as well.
         None if ip.len() < if ip[0] >> 4 == 4 { 20 } else { 40 } => Err(DecapError::Truncated {
             need: if ip[0] >> 4 == 4 { 20 } else { 40 },
@@ -184,7 +187,11 @@ pub fn encap(encap: Encap, vni: u32, options: usize, ip: &[u8]) -> Vec<u8> {
     }
     // Ethernet: locally administered addresses, the IP type.
     out.extend_from_slice(&[0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1]);
-    let ty = if ip.first().is_some_and(|b| b >> 4 == 6) { PROTO_IPV6 } else { PROTO_IPV4 };
+    let ty = if ip.first().is_some_and(|b| b >> 4 == 6) {
+        PROTO_IPV6
+    } else {
+        PROTO_IPV4
+    };
     out.extend_from_slice(&ty.to_be_bytes());
     out.extend_from_slice(ip);
     out
@@ -209,7 +216,16 @@ mod tests {
         let inner = decap(Encap::Vxlan, &d).unwrap();
         assert_eq!(inner.vni, 300);
         assert_eq!(inner.ip, &IP4[..]);
-        assert_eq!(d, encap(Encap::Vxlan, 300, 0, &IP4)[..8].iter().chain(&[0xaa; 12]).chain(&[8, 0]).chain(&IP4).copied().collect::<Vec<_>>());
+        assert_eq!(
+            d,
+            encap(Encap::Vxlan, 300, 0, &IP4)[..8]
+                .iter()
+                .chain(&[0xaa; 12])
+                .chain(&[8, 0])
+                .chain(&IP4)
+                .copied()
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -232,11 +248,20 @@ mod tests {
 
     #[test]
     fn short_headers_are_refused() {
-        assert_eq!(decap(Encap::Vxlan, &[0x08, 0, 0]), Err(DecapError::Short { need: 8, have: 3 }));
-        assert_eq!(decap(Encap::Geneve, &[]), Err(DecapError::Short { need: 8, have: 0 }));
+        assert_eq!(
+            decap(Encap::Vxlan, &[0x08, 0, 0]),
+            Err(DecapError::Short { need: 8, have: 3 })
+        );
+        assert_eq!(
+            decap(Encap::Geneve, &[]),
+            Err(DecapError::Short { need: 8, have: 0 })
+        );
         // GENEVE saying 8 bytes of options, holding 4.
         let d = [2, 0, 0x65, 0x58, 0, 0, 1, 0, 1, 2, 3, 4];
-        assert_eq!(decap(Encap::Geneve, &d), Err(DecapError::Short { need: 16, have: 12 }));
+        assert_eq!(
+            decap(Encap::Geneve, &d),
+            Err(DecapError::Short { need: 16, have: 12 })
+        );
     }
 
     #[test]
@@ -254,7 +279,10 @@ mod tests {
         let d = encap(Encap::Geneve, 7, 8, &big);
         assert_eq!(
             decap(Encap::Geneve, &d[..128]),
-            Err(DecapError::Truncated { need: 1400, have: 128 - 8 - 8 - 14 })
+            Err(DecapError::Truncated {
+                need: 1400,
+                have: 128 - 8 - 8 - 14
+            })
         );
     }
 

@@ -153,7 +153,11 @@ impl fmt::Display for ReplayStats {
             write!(f, ", {} outside the time slice", self.outside_slice)?;
         }
         if self.answers > 0 {
-            write!(f, ", {} online answer packets read for the comparison", self.answers)?;
+            write!(
+                f,
+                ", {} online answer packets read for the comparison",
+                self.answers
+            )?;
         }
         if self.ports_exhausted > 0 {
             write!(f, ", client ports reused {} time(s)", self.ports_exhausted)?;
@@ -240,13 +244,20 @@ impl Replay {
     /// Also copy both directions of the mapped ports for the comparison (`--compare`; `sample`
     /// from 0 to 1 as `--compare-sample`); collect them with [`Replay::take_tapped`].
     pub fn tap(&mut self, sample: f64) {
-        self.tap = Some(Tapped { sample, out: Vec::new(), anchor: None });
+        self.tap = Some(Tapped {
+            sample,
+            out: Vec::new(),
+            anchor: None,
+        });
     }
 
     /// The packets copied for the comparison since the last call, in file order, each with its
     /// replay time (empty without [`Replay::tap`]).
     pub fn take_tapped(&mut self) -> Vec<(Instant, Vec<u8>)> {
-        self.tap.as_mut().map(|t| std::mem::take(&mut t.out)).unwrap_or_default()
+        self.tap
+            .as_mut()
+            .map(|t| std::mem::take(&mut t.out))
+            .unwrap_or_default()
     }
 
     /// The file's format ("pcap" or "pcapng").
@@ -409,7 +420,10 @@ impl Replay {
                     buf.clear();
                     buf.extend_from_slice(p.data);
                     let ts = p.ts;
-                    let port = self.ports.as_mut().map_or(acc.client.port(), |p| p.port(acc.client, acc.server));
+                    let port = self
+                        .ports
+                        .as_mut()
+                        .map_or(acc.client.port(), |p| p.port(acc.client, acc.server));
                     if port != acc.client.port() {
                         set_source_port(&mut buf, acc.tcp_offset, port);
                     }

@@ -139,7 +139,11 @@ impl PortFilter {
     #[must_use]
     pub fn accept(&self, ip: &[u8]) -> Option<Accepted> {
         let (src, dst, off) = tcp_ends(ip)?;
-        self.hit(dst).then_some(Accepted { client: src, server: dst, tcp_offset: off })
+        self.hit(dst).then_some(Accepted {
+            client: src,
+            server: dst,
+            tcp_offset: off,
+        })
     }
 
     /// The other direction (`--offline --compare`): `Some` when `ip` is a packet of a mapped
@@ -148,14 +152,18 @@ impl PortFilter {
     #[must_use]
     pub fn accept_answer(&self, ip: &[u8]) -> Option<Accepted> {
         let (src, dst, off) = tcp_ends(ip)?;
-        self.hit(src).then_some(Accepted { client: dst, server: src, tcp_offset: off })
+        self.hit(src).then_some(Accepted {
+            client: dst,
+            server: src,
+            tcp_offset: off,
+        })
     }
 
     /// Whether `service` is a mapped port (and address, when its map names one).
     fn hit(&self, service: SocketAddr) -> bool {
-        self.maps
-            .iter()
-            .any(|&(addr, port)| port == service.port() && !matches!(addr, Some(a) if a != service.ip()))
+        self.maps.iter().any(|&(addr, port)| {
+            port == service.port() && !matches!(addr, Some(a) if a != service.ip())
+        })
     }
 }
 
@@ -182,7 +190,11 @@ fn tcp_ends(ip: &[u8]) -> Option<(SocketAddr, SocketAddr, usize)> {
         _ => return None,
     };
     let ports = TcpSegment::new_unchecked(ip.get(off..off + 4)?);
-    Some((SocketAddr::new(src, ports.src_port()), SocketAddr::new(dst, ports.dst_port()), off))
+    Some((
+        SocketAddr::new(src, ports.src_port()),
+        SocketAddr::new(dst, ports.dst_port()),
+        off,
+    ))
 }
 
 /// Lowest port given to a shifted client.

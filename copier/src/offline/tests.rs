@@ -312,7 +312,10 @@ fn offline_replay_taps_both_directions_for_the_comparison() {
     let frames = vec![
         (secs(100.0), eth(0x0800, &req("GET /a"))),
         (secs(100.2), eth(0x0800, &answer("HTTP/1.1 200 a"))),
-        (secs(100.3), eth(0x0800, &tcp("198.18.1.1:81", "198.18.1.2:40000", b"other"))),
+        (
+            secs(100.3),
+            eth(0x0800, &tcp("198.18.1.1:81", "198.18.1.2:40000", b"other")),
+        ),
         (secs(100.5), eth(0x0800, &req("GET /b"))),
         (secs(101.0), eth(0x0800, &answer("HTTP/1.1 200 b"))),
     ];
@@ -331,7 +334,12 @@ fn offline_replay_taps_both_directions_for_the_comparison() {
         .iter()
         .map(|(t, p)| {
             let q = common::wire::parse_tcp_packet(p).unwrap();
-            assert!(common::checksum::verify_transport(q.src, q.dst, 6, &p[q.ip_header_len..]));
+            assert!(common::checksum::verify_transport(
+                q.src,
+                q.dst,
+                6,
+                &p[q.ip_header_len..]
+            ));
             let ms = t.duration_since(t0).as_millis() as u64;
             (ms, q.tcp.src_port(), q.tcp.dst_port(), q.payload().to_vec())
         })
@@ -350,13 +358,20 @@ fn offline_replay_taps_both_directions_for_the_comparison() {
         (200, moved, 80, b"GET /b"),
         (700, 80, moved, b"HTTP/1.1 200 b"),
     ];
-    let got: Vec<(u64, u16, u16, &[u8])> = got.iter().map(|(t, s, d, p)| (*t, *s, *d, &p[..])).collect();
+    let got: Vec<(u64, u16, u16, &[u8])> = got
+        .iter()
+        .map(|(t, s, d, p)| (*t, *s, *d, &p[..]))
+        .collect();
     assert_eq!(got, want);
     // The engine gets the client's packets only, as without the tap.
     assert_eq!(fed.len(), 4);
     let st = r.stats();
     assert_eq!((st.answers, st.filtered), (4, 6));
-    assert!(st.to_string().contains("4 online answer packets read for the comparison"), "{st}");
+    assert!(
+        st.to_string()
+            .contains("4 online answer packets read for the comparison"),
+        "{st}"
+    );
     // A sample of none: nothing handed over, the answers still counted.
     let mut r = Replay::open(config(file.path(), Speed::Max, 1), &maps).unwrap();
     r.tap(0.0);

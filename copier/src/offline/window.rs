@@ -23,14 +23,22 @@ impl Window {
     /// A slice; both ends `None` keeps everything.
     #[must_use]
     pub fn new(from: Option<Duration>, until: Option<Duration>) -> Window {
-        Window { from, until, live: HashMap::new() }
+        Window {
+            from,
+            until,
+            live: HashMap::new(),
+        }
     }
 
     /// Whether the session of `acc` is kept, as decided by its client's packets so far (the
     /// service's answers of a session go with it; `--offline --compare`).
     #[must_use]
     pub fn keeps(&self, acc: &Accepted) -> bool {
-        (self.from.is_none() && self.until.is_none()) || self.live.get(&(acc.client, acc.server)).is_some_and(|x| x.1)
+        (self.from.is_none() && self.until.is_none())
+            || self
+                .live
+                .get(&(acc.client, acc.server))
+                .is_some_and(|x| x.1)
     }
 
     /// Whether the accepted packet `pkt` (captured at `ts`) is replayed.
@@ -43,7 +51,9 @@ impl Window {
         let key = (acc.client, acc.server);
         if syn && !ack {
             let at = acc.tcp_offset + 4;
-            let isn = pkt.get(at..at + 4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            let isn = pkt
+                .get(at..at + 4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
             let inside = match self.live.get(&key) {
                 Some(&(i, keep)) if i == isn => keep, // a retransmission: decided already
                 _ => self.from.is_none_or(|f| ts >= f) && self.until.is_none_or(|u| ts < u),
@@ -77,18 +87,39 @@ mod tests {
         };
         let s = Duration::from_secs;
         let mut w = Window::new(Some(s(100)), Some(s(200)));
-        assert!(!w.admit(s(99), &acc(1), &pkt(0x02)), "a SYN before the slice");
-        assert!(!w.admit(s(150), &acc(1), &pkt(0x02)), "retransmitted in it: still out");
-        assert!(!w.admit(s(150), &acc(1), &pkt(0x10)), "its later packets neither");
+        assert!(
+            !w.admit(s(99), &acc(1), &pkt(0x02)),
+            "a SYN before the slice"
+        );
+        assert!(
+            !w.admit(s(150), &acc(1), &pkt(0x02)),
+            "retransmitted in it: still out"
+        );
+        assert!(
+            !w.admit(s(150), &acc(1), &pkt(0x10)),
+            "its later packets neither"
+        );
         assert!(w.admit(s(100), &acc(2), &pkt(0x02)));
-        assert!(w.admit(s(500), &acc(2), &pkt(0x18)), "a kept session goes on after the slice");
+        assert!(
+            w.admit(s(500), &acc(2), &pkt(0x18)),
+            "a kept session goes on after the slice"
+        );
         assert!(w.admit(s(501), &acc(2), &pkt(0x14)), "its RST");
-        assert!(!w.admit(s(502), &acc(2), &pkt(0x10)), "nothing after its RST");
+        assert!(
+            !w.admit(s(502), &acc(2), &pkt(0x10)),
+            "nothing after its RST"
+        );
         assert!(!w.admit(s(200), &acc(3), &pkt(0x02)), "the end is excluded");
         let mut new_isn = pkt(0x02);
         new_isn[7] = 9;
-        assert!(w.admit(s(150), &acc(1), &new_isn), "the port's next session, in the slice");
-        assert!(!w.admit(s(150), &acc(4), &pkt(0x10)), "no SYN in the file: left out");
+        assert!(
+            w.admit(s(150), &acc(1), &new_isn),
+            "the port's next session, in the slice"
+        );
+        assert!(
+            !w.admit(s(150), &acc(4), &pkt(0x10)),
+            "no SYN in the file: left out"
+        );
         let mut all = Window::new(None, None);
         assert!(all.admit(s(1), &acc(4), &pkt(0x10)));
     }

@@ -79,14 +79,23 @@ pub struct Script {
 }
 
 pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool) -> Client {
-    let greeting = if rng.random_bool(0.15) { rng.random_range(10..200) } else { 0 };
+    let greeting = if rng.random_bool(0.15) {
+        rng.random_range(10..200)
+    } else {
+        0
+    };
     let n = rng.random_range(1..8usize);
-    let midstream = (greeting == 0 && n >= 3 && rng.random_bool(0.15)).then(|| rng.random_range(0..n - 2));
+    let midstream =
+        (greeting == 0 && n >= 3 && rng.random_bool(0.15)).then(|| rng.random_range(0..n - 2));
     let pipelining = midstream.is_none() && rng.random_bool(0.2);
     let reqs: Vec<Req> = (0..n)
         .map(|k| {
             let big = rng.random_bool(0.1);
-            let online_resp = if rng.random_bool(0.1) { rng.random_range(50_000..300_000) } else { rng.random_range(1..5000) };
+            let online_resp = if rng.random_bool(0.1) {
+                rng.random_range(50_000..300_000)
+            } else {
+                rng.random_range(1..5000)
+            };
             let answer = match rng.random_range(0..100) {
                 0..50 => Answer::Same,
                 50..72 => Answer::Longer,
@@ -103,7 +112,11 @@ pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool)
                 Answer::Empty => 0,
             };
             Req {
-                len: if big { rng.random_range(20_000..200_000) } else { rng.random_range(18..3000) },
+                len: if big {
+                    rng.random_range(20_000..200_000)
+                } else {
+                    rng.random_range(18..3000)
+                },
                 resp_len,
                 online_resp,
                 answer,
@@ -113,13 +126,21 @@ pub fn random_client(rng: &mut SmallRng, id: u32, start: Duration, limits: bool)
         .collect();
     // A test server that closes after N requests, but not where "did it take the request
     // before closing?" has no answer: pipelined requests, or requests without any answer.
-    let server_limit = (limits && !pipelining && reqs.iter().all(|r| r.resp_len > 0) && rng.random_bool(0.25))
-        .then(|| rng.random_range(1..4));
+    let server_limit =
+        (limits && !pipelining && reqs.iter().all(|r| r.resp_len > 0) && rng.random_bool(0.25))
+            .then(|| rng.random_range(1..4));
     let octet = |r: &mut SmallRng| r.random_range(1..255u8);
     Client {
         id,
-        addr: SocketAddr::from(([10, octet(rng), octet(rng), octet(rng)], rng.random_range(1024..65535))),
-        online: if greeting > 0 { "192.0.2.1:25".parse().unwrap() } else { "192.0.2.1:80".parse().unwrap() },
+        addr: SocketAddr::from((
+            [10, octet(rng), octet(rng), octet(rng)],
+            rng.random_range(1024..65535),
+        )),
+        online: if greeting > 0 {
+            "192.0.2.1:25".parse().unwrap()
+        } else {
+            "192.0.2.1:80".parse().unwrap()
+        },
         isn: rng.random(),
         oisn: rng.random(),
         ts: rng.random_bool(0.7).then(|| rng.random()),
@@ -155,14 +176,24 @@ struct Meta {
 }
 
 impl Gen<'_> {
-    fn emit(&mut self, seq: u32, ack: u32, flags: TcpFlags, payload: &[u8], starts_req: Option<u32>) {
+    fn emit(
+        &mut self,
+        seq: u32,
+        ack: u32,
+        flags: TcpFlags,
+        payload: &[u8],
+        starts_req: Option<u32>,
+    ) {
         let mut opts = Vec::new();
         if flags.contains(TcpFlags::SYN) {
             opts.push(TcpOption::Mss(1460));
             opts.push(TcpOption::WindowScale(7));
         }
         if let Some(base) = self.c.ts {
-            opts.push(TcpOption::Timestamps { tsval: base.wrapping_add(self.t.as_millis() as u32), tsecr: 77 });
+            opts.push(TcpOption::Timestamps {
+                tsval: base.wrapping_add(self.t.as_millis() as u32),
+                tsecr: 77,
+            });
         }
         let mut out = Vec::new();
         TcpBuilder {
@@ -178,7 +209,17 @@ impl Gen<'_> {
             ident: 0,
         }
         .emit(&mut out);
-        self.packets.push((self.t, out, Meta { seq, ack, starts_req, data: !payload.is_empty(), end: seq.wrapping_add(payload.len() as u32) }));
+        self.packets.push((
+            self.t,
+            out,
+            Meta {
+                seq,
+                ack,
+                starts_req,
+                data: !payload.is_empty(),
+                end: seq.wrapping_add(payload.len() as u32),
+            },
+        ));
     }
 
     fn step(&mut self, lo_us: u64, hi_us: u64) {
@@ -193,7 +234,12 @@ impl Gen<'_> {
 /// resumes at the first captured segment that directly follows another captured one after the
 /// hole and acks more than it (or at the FIN).
 pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
-    let mut g = Gen { c, rng, t: c.start, packets: Vec::new() };
+    let mut g = Gen {
+        c,
+        rng,
+        t: c.start,
+        packets: Vec::new(),
+    };
     let a = TcpFlags::ACK;
     let pa = TcpFlags::ACK | TcpFlags::PSH;
     g.emit(c.isn, 0, TcpFlags::SYN, &[], None);
@@ -220,10 +266,20 @@ pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
         let mut off = 0;
         let mut first = true;
         while off < bytes.len() {
-            let n = if g.rng.random_bool(0.08) { g.rng.random_range(2000..30_000) } else { g.rng.random_range(1..=1448) };
+            let n = if g.rng.random_bool(0.08) {
+                g.rng.random_range(2000..30_000)
+            } else {
+                g.rng.random_range(1..=1448)
+            };
             let n = n.min(bytes.len() - off);
             let starts = first.then_some(k as u32);
-            g.emit(seq.wrapping_add(off as u32), ack, pa, &bytes[off..off + n], starts);
+            g.emit(
+                seq.wrapping_add(off as u32),
+                ack,
+                pa,
+                &bytes[off..off + n],
+                starts,
+            );
             first = false;
             off += n;
             g.step(50, 400);
@@ -260,11 +316,17 @@ pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
         let j = data[rng.random_range(0..data.len())];
         let k = (0..=j).rev().find_map(|i| packets[i].2.starts_req).unwrap();
         let after: Vec<usize> = data.iter().copied().filter(|&i| i > j).collect();
-        let resume = after.windows(2).find(|w| (packets[w[1]].2.ack.wrapping_sub(packets[w[0]].2.ack) as i32) > 0).map(|w| w[1]);
+        let resume = after
+            .windows(2)
+            .find(|w| (packets[w[1]].2.ack.wrapping_sub(packets[w[0]].2.ack) as i32) > 0)
+            .map(|w| w[1]);
         let n = c.reqs.len() as u32;
         let mut exp: Vec<u32> = (0..k).collect();
         if let Some(r) = resume {
-            let r = packets[r].2.starts_req.expect("an ACK moves on only at a request start");
+            let r = packets[r]
+                .2
+                .starts_req
+                .expect("an ACK moves on only at a request start");
             exp.extend(r..n);
         }
         packets.remove(j);
@@ -276,16 +338,27 @@ pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
         Some(m) => {
             // Capture begins after the first segment of request m; the engine starts at the
             // first later packet whose ACK number moved past the first captured one's.
-            let first = packets.iter().position(|p| p.2.starts_req == Some(m as u32)).unwrap() + 1;
+            let first = packets
+                .iter()
+                .position(|p| p.2.starts_req == Some(m as u32))
+                .unwrap()
+                + 1;
             packets.drain(..first);
             let a0 = packets[0].2.ack;
-            let sync = packets.iter().find(|p| (p.2.ack.wrapping_sub(a0) as i32) > 0).map(|p| p.2.seq);
+            let sync = packets
+                .iter()
+                .find(|p| (p.2.ack.wrapping_sub(a0) as i32) > 0)
+                .map(|p| p.2.seq);
             match sync {
                 None => (Vec::new(), false),
                 Some(s) => {
                     let exp = packets
                         .iter()
-                        .filter(|p| p.2.data && p.2.starts_req.is_some() && p.2.seq.wrapping_sub(s) as i32 >= 0)
+                        .filter(|p| {
+                            p.2.data
+                                && p.2.starts_req.is_some()
+                                && p.2.seq.wrapping_sub(s) as i32 >= 0
+                        })
                         .map(|p| p.2.starts_req.unwrap())
                         .collect();
                     (exp, true)
@@ -300,15 +373,28 @@ pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
     let disorder = c.midstream.is_none();
     let mut prev: Option<(Duration, Vec<u8>, Meta)> = None;
     for (t, p, m) in packets {
-        let t2 = if disorder && m.data { t + Duration::from_micros(rng.random_range(0..1500)) } else { t };
+        let t2 = if disorder && m.data {
+            t + Duration::from_micros(rng.random_range(0..1500))
+        } else {
+            t
+        };
         if disorder && m.data && rng.random_bool(0.03) {
-            out.push((t2 + Duration::from_micros(rng.random_range(1000..8000)), p.clone()));
+            out.push((
+                t2 + Duration::from_micros(rng.random_range(1000..8000)),
+                p.clone(),
+            ));
         }
         if disorder && m.data && rng.random_bool(0.03) {
             // A retransmission repacketised over the previous segment and this one.
-            if let Some((_, pp, pm)) = prev.as_ref().filter(|x| x.2.data && x.2.ack == m.ack && x.2.end == m.seq) {
+            if let Some((_, pp, pm)) = prev
+                .as_ref()
+                .filter(|x| x.2.data && x.2.ack == m.ack && x.2.end == m.seq)
+            {
                 let merged = merge(c, pp, &p, pm.seq, m.ack);
-                out.push((t2 + Duration::from_micros(rng.random_range(2000..9000)), merged));
+                out.push((
+                    t2 + Duration::from_micros(rng.random_range(2000..9000)),
+                    merged,
+                ));
             }
         }
         out.push((t2, p.clone()));
@@ -319,11 +405,19 @@ pub fn script(c: &Client, rng: &mut SmallRng, capture_drop: f64) -> Script {
         // A RST ends the connection online too: what the server got after it does not count.
         // So the capture's disorder must not move data past the RST (the RST is the last
         // packet the client sends).
-        let (t_rst, rst) = out.iter().position(|p| is_rst(&p.1)).map(|i| out.remove(i)).expect("the RST");
+        let (t_rst, rst) = out
+            .iter()
+            .position(|p| is_rst(&p.1))
+            .map(|i| out.remove(i))
+            .expect("the RST");
         let last = out.last().map_or(t_rst, |p| p.0);
         out.push((t_rst.max(last + Duration::from_micros(100)), rst));
     }
-    Script { packets: out, expected, copied }
+    Script {
+        packets: out,
+        expected,
+        copied,
+    }
 }
 
 fn is_rst(pkt: &[u8]) -> bool {

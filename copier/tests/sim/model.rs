@@ -22,7 +22,8 @@ pub const MAGIC: [u8; 2] = *b"RQ";
 
 /// The body byte `j` of request `idx` of client `id`.
 pub fn body_byte(id: u32, idx: u32, j: usize) -> u8 {
-    (id.wrapping_mul(31) ^ idx.wrapping_mul(17) ^ (j as u32).wrapping_mul(7) ^ (j as u32 >> 8)) as u8
+    (id.wrapping_mul(31) ^ idx.wrapping_mul(17) ^ (j as u32).wrapping_mul(7) ^ (j as u32 >> 8))
+        as u8
 }
 
 pub fn request_bytes(id: u32, idx: u32, len: u32, resp_len: u32) -> Vec<u8> {
@@ -138,29 +139,41 @@ const MAX_RETRIES: u32 = 8;
 
 impl Model {
     fn rand(&mut self) -> u64 {
-        self.rng_state = self.rng_state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.rng_state = self
+            .rng_state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.rng_state >> 33
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns.iter().filter_map(|c| {
-            let t = match (c.rto_at, c.tw_until) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let ready = c.pending.front().filter(|_| !matches!(c.st, St::Closed | St::Reset | St::GaveUp)).map(|p| p.0);
-            match (t, ready) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
-        }).min()
+        self.conns
+            .iter()
+            .filter_map(|c| {
+                let t = match (c.rto_at, c.tw_until) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                let ready = c
+                    .pending
+                    .front()
+                    .filter(|_| !matches!(c.st, St::Closed | St::Reset | St::GaveUp))
+                    .map(|p| p.0);
+                match (t, ready) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            })
+            .min()
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
         self.now = Some(now);
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];
-            if c.pending.front().is_some_and(|p| p.0 <= now) && !matches!(c.st, St::Closed | St::Reset | St::GaveUp) {
+            if c.pending.front().is_some_and(|p| p.0 <= now)
+                && !matches!(c.st, St::Closed | St::Reset | St::GaveUp)
+            {
                 self.settle(i, now);
                 self.flush(i, now, false);
             }
@@ -177,7 +190,10 @@ impl Model {
             if c.rto_at.is_some_and(|t| t <= now) {
                 c.retries += 1;
                 if c.retries > MAX_RETRIES {
-                    let what = format!("{} -> {} gave up in {:?} (client {:?})", c.client, c.server, c.st, c.client_id);
+                    let what = format!(
+                        "{} -> {} gave up in {:?} (client {:?})",
+                        c.client, c.server, c.st, c.client_id
+                    );
                     c.st = St::GaveUp;
                     c.rto_at = None;
                     self.errors.push(what);
@@ -198,7 +214,8 @@ impl Model {
         let p = match parse_tcp_packet(pkt) {
             Ok(p) => p,
             Err(e) => {
-                self.errors.push(format!("unparseable packet from the engine: {e}"));
+                self.errors
+                    .push(format!("unparseable packet from the engine: {e}"));
                 return;
             }
         };
@@ -225,7 +242,8 @@ impl Model {
             }
         }
         let Some(&greeting) = self.listeners.get(&server.port()) else {
-            self.errors.push(format!("packet to a closed port {server}"));
+            self.errors
+                .push(format!("packet to a closed port {server}"));
             return;
         };
         let key = (client, server);
@@ -239,7 +257,10 @@ impl Model {
                 return; // a late duplicate of an old connection's SYN
             }
             match idx.map(|i| self.conns[i].st) {
-                Some(_) if self.conns[idx.unwrap()].irs == seq && self.conns[idx.unwrap()].st != St::SynRcvd => {
+                Some(_)
+                    if self.conns[idx.unwrap()].irs == seq
+                        && self.conns[idx.unwrap()].st != St::SynRcvd =>
+                {
                     return; // a duplicate SYN of this connection
                 }
                 Some(St::SynRcvd) if self.conns[idx.unwrap()].irs == seq => {
@@ -250,7 +271,9 @@ impl Model {
                     return;
                 }
                 Some(st) if !matches!(st, St::TimeWait | St::Closed | St::Reset | St::GaveUp) => {
-                    self.errors.push(format!("SYN on a live connection {client} -> {server} ({st:?})"));
+                    self.errors.push(format!(
+                        "SYN on a live connection {client} -> {server} ({st:?})"
+                    ));
                     return;
                 }
                 _ => {}
@@ -322,15 +345,23 @@ impl Model {
         // PAWS
         if c.ts_on {
             match tsval {
-                None => self.errors.push("segment without timestamps on a timestamped connection".into()),
+                None => self
+                    .errors
+                    .push("segment without timestamps on a timestamped connection".into()),
                 Some(v) if SeqNum(v).add(1).lt(SeqNum(c.ts_recent)) => {
                     // Linux's PAWS tolerates a TSval one below ts_recent (TCP_PAWS_WINDOW).
-                    let end = seq.add(payload.len() as u32 + u32::from(flags.contains(TcpFlags::FIN)));
+                    let end =
+                        seq.add(payload.len() as u32 + u32::from(flags.contains(TcpFlags::FIN)));
                     if end.gt(c.rcv_nxt) {
                         // New bytes with an older timestamp than one already taken in order.
                         self.paws_drops += 1;
                         if std::env::var("SIM_DEBUG").is_ok() {
-                            println!("PAWS {client} seq {seq} len {} ts {v} recent {} rcv_nxt {}", payload.len(), c.ts_recent, c.rcv_nxt);
+                            println!(
+                                "PAWS {client} seq {seq} len {} ts {v} recent {} rcv_nxt {}",
+                                payload.len(),
+                                c.ts_recent,
+                                c.rcv_nxt
+                            );
                         }
                     }
                     c.ack_now = true;
@@ -365,7 +396,11 @@ impl Model {
         if ack.gt(c.snd_una) && ack.le(c.snd_nxt) {
             c.snd_una = ack;
             c.retries = 0;
-            c.rto_at = if c.snd_una == c.snd_nxt { None } else { Some(now + RTO) };
+            c.rto_at = if c.snd_una == c.snd_nxt {
+                None
+            } else {
+                Some(now + RTO)
+            };
             let fin_acked = c.fin_queued && ack == c.snd_end.add(1);
             if fin_acked {
                 match c.st {
@@ -383,7 +418,10 @@ impl Model {
                 }
             }
         } else if ack.gt(c.snd_nxt) && ack.gt(c.snd_una) {
-            self.errors.push(format!("ack {ack} beyond what the server sent ({})", c.snd_nxt));
+            self.errors.push(format!(
+                "ack {ack} beyond what the server sent ({})",
+                c.snd_nxt
+            ));
         }
         c.peer_wnd = u32::from(t.window()) << c.peer_wscale;
         let c = &mut self.conns[i];
@@ -406,7 +444,9 @@ impl Model {
             }
             loop {
                 let c = &mut self.conns[i];
-                let Some(k) = c.ooo.iter().position(|x| x.0.le(c.rcv_nxt)) else { break };
+                let Some(k) = c.ooo.iter().position(|x| x.0.le(c.rcv_nxt)) else {
+                    break;
+                };
                 let (s, d, f) = c.ooo.swap_remove(k);
                 if !self.accept(i, now, s, &d, f) {
                     return;
@@ -425,7 +465,14 @@ impl Model {
 
     /// Take in-order bytes (and FIN) starting at or before `rcv_nxt`. False if the connection
     /// was reset (data for a closed socket).
-    fn accept(&mut self, i: usize, now: Instant, seq: SeqNum, payload: &[u8], mut fin: bool) -> bool {
+    fn accept(
+        &mut self,
+        i: usize,
+        now: Instant,
+        seq: SeqNum,
+        payload: &[u8],
+        mut fin: bool,
+    ) -> bool {
         let c = &mut self.conns[i];
         let end = seq.add(payload.len() as u32);
         if end.lt(c.rcv_nxt) || (end == c.rcv_nxt && !fin) {
@@ -446,10 +493,22 @@ impl Model {
                 c.st = St::Reset;
                 c.rto_at = None;
                 self.forget((client, server));
-                self.send_raw(server, client, s, a, TcpFlags::RST | TcpFlags::ACK, 0, &[], None);
+                self.send_raw(
+                    server,
+                    client,
+                    s,
+                    a,
+                    TcpFlags::RST | TcpFlags::ACK,
+                    0,
+                    &[],
+                    None,
+                );
                 return false;
             }
-            if matches!(c.st, St::CloseWait | St::LastAck | St::Closing | St::TimeWait) {
+            if matches!(
+                c.st,
+                St::CloseWait | St::LastAck | St::Closing | St::TimeWait
+            ) {
                 let e = format!("data after the client's FIN on {}", c.client);
                 self.errors.push(e);
                 return true;
@@ -462,7 +521,11 @@ impl Model {
         }
         let c = &mut self.conns[i];
         if fin && c.rcv_nxt == end {
-            let answer_end = if c.fin_queued { c.snd_end } else { c.snd_end.max(c.snd_nxt) };
+            let answer_end = if c.fin_queued {
+                c.snd_end
+            } else {
+                c.snd_end.max(c.snd_nxt)
+            };
             if (c.snd_una.lt(answer_end) || !c.pending.is_empty()) && !c.app_closed {
                 self.fin_before_answered += 1;
             }
@@ -490,12 +553,18 @@ impl Model {
                 break;
             }
             if c.app[..2] != MAGIC {
-                let e = format!("bad request header on {} -> {}: {:02x?}", c.client, c.server, &c.app[..REQ_HDR]);
+                let e = format!(
+                    "bad request header on {} -> {}: {:02x?}",
+                    c.client,
+                    c.server,
+                    &c.app[..REQ_HDR]
+                );
                 c.app.clear();
                 self.errors.push(e);
                 break;
             }
-            let f = |o: usize| u32::from_be_bytes([c.app[o], c.app[o + 1], c.app[o + 2], c.app[o + 3]]);
+            let f =
+                |o: usize| u32::from_be_bytes([c.app[o], c.app[o + 1], c.app[o + 2], c.app[o + 3]]);
             let (id, idx, len, resp) = (f(2), f(6), f(10), f(14));
             if c.app.len() < len as usize {
                 break;
@@ -503,7 +572,8 @@ impl Model {
             let bad = (REQ_HDR..len as usize).find(|&j| c.app[j] != body_byte(id, idx, j));
             c.app.drain(..len as usize);
             if let Some(j) = bad {
-                self.errors.push(format!("client {id} request {idx}: byte {j} differs"));
+                self.errors
+                    .push(format!("client {id} request {idx}: byte {j} differs"));
             }
             c.client_id = Some(id);
             if c.limit.is_none() {
@@ -511,10 +581,17 @@ impl Model {
             }
             let addr = c.client.ip();
             self.delivered.entry(id).or_default().push(idx);
-            self.delivered_by_addr.entry((id, addr)).or_default().push(idx);
-            let think = Duration::from_micros(self.rand() % (self.think_max.as_micros() as u64 + 1));
+            self.delivered_by_addr
+                .entry((id, addr))
+                .or_default()
+                .push(idx);
+            let think =
+                Duration::from_micros(self.rand() % (self.think_max.as_micros() as u64 + 1));
             let c = &mut self.conns[i];
-            let ready = c.pending.back().map_or(now + think, |p| p.0.max(now + think));
+            let ready = c
+                .pending
+                .back()
+                .map_or(now + think, |p| p.0.max(now + think));
             c.pending.push_back((ready, resp));
             c.served += 1;
             if c.limit.is_some_and(|l| c.served >= l) {
@@ -558,7 +635,10 @@ impl Model {
             if matches!(c.st, St::Closed | St::Reset | St::GaveUp) {
                 return;
             }
-            let clock = 1000 + self.t0.map_or(0, |t| now.saturating_duration_since(t).as_millis() as u32);
+            let clock = 1000
+                + self
+                    .t0
+                    .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u32);
             let ts = c.ts_on.then_some((clock, c.ts_recent));
             let (client, server) = (c.client, c.server);
             if c.st == St::SynRcvd {
@@ -567,14 +647,25 @@ impl Model {
                     c.snd_nxt = c.iss.add(1);
                     c.rto_at.get_or_insert(now + RTO);
                     let (win, ts_on) = (c.rcv_wnd.min(65535) as u16, c.ts_on);
-                    self.send_raw(server, client, seq, ack, TcpFlags::SYN | TcpFlags::ACK, win, &[], ts.filter(|_| ts_on).map(|t| (t, true)));
+                    self.send_raw(
+                        server,
+                        client,
+                        seq,
+                        ack,
+                        TcpFlags::SYN | TcpFlags::ACK,
+                        win,
+                        &[],
+                        ts.filter(|_| ts_on).map(|t| (t, true)),
+                    );
                 }
                 return;
             }
             let wnd_end = c.snd_una.add(c.peer_wnd.clamp(1, CWND));
             let win = (c.rcv_wnd >> 7).max(1) as u16;
             if c.snd_nxt.lt(c.snd_end) && c.snd_nxt.lt(wnd_end) {
-                let n = (c.snd_end.diff(c.snd_nxt) as u32).min(c.mss).min(wnd_end.diff(c.snd_nxt) as u32) as usize;
+                let n = (c.snd_end.diff(c.snd_nxt) as u32)
+                    .min(c.mss)
+                    .min(wnd_end.diff(c.snd_nxt) as u32) as usize;
                 let seq = c.snd_nxt;
                 c.snd_nxt = seq.add(n as u32);
                 let mut flags = TcpFlags::ACK | TcpFlags::PSH;
@@ -585,7 +676,16 @@ impl Model {
                 c.rto_at.get_or_insert(now + RTO);
                 c.ack_now = false;
                 let ack = c.rcv_nxt;
-                self.send_raw(server, client, seq, ack, flags, win, &zeros[..n], ts.map(|t| (t, false)));
+                self.send_raw(
+                    server,
+                    client,
+                    seq,
+                    ack,
+                    flags,
+                    win,
+                    &zeros[..n],
+                    ts.map(|t| (t, false)),
+                );
                 continue;
             }
             if c.fin_queued && c.snd_nxt == c.snd_end {
@@ -594,20 +694,48 @@ impl Model {
                 c.rto_at.get_or_insert(now + RTO);
                 c.ack_now = false;
                 let ack = c.rcv_nxt;
-                self.send_raw(server, client, seq, ack, TcpFlags::FIN | TcpFlags::ACK, win, &[], ts.map(|t| (t, false)));
+                self.send_raw(
+                    server,
+                    client,
+                    seq,
+                    ack,
+                    TcpFlags::FIN | TcpFlags::ACK,
+                    win,
+                    &[],
+                    ts.map(|t| (t, false)),
+                );
                 continue;
             }
             if c.ack_now {
                 c.ack_now = false;
                 let (seq, ack) = (c.snd_nxt, c.rcv_nxt);
-                self.send_raw(server, client, seq, ack, TcpFlags::ACK, win, &[], ts.map(|t| (t, false)));
+                self.send_raw(
+                    server,
+                    client,
+                    seq,
+                    ack,
+                    TcpFlags::ACK,
+                    win,
+                    &[],
+                    ts.map(|t| (t, false)),
+                );
             }
             return;
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn send_raw(&mut self, src: SocketAddr, dst: SocketAddr, seq: SeqNum, ack: SeqNum, flags: TcpFlags, window: u16, payload: &[u8], ts: Option<((u32, u32), bool)>) {
+    fn send_raw(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: SeqNum,
+        ack: SeqNum,
+        flags: TcpFlags,
+        window: u16,
+        payload: &[u8],
+        ts: Option<((u32, u32), bool)>,
+    ) {
         let mut opts = Vec::new();
         if let Some(((v, e), syn)) = ts {
             if syn {
@@ -620,7 +748,19 @@ impl Model {
             opts.push(TcpOption::WindowScale(7));
         }
         let mut out = Vec::new();
-        TcpBuilder { src, dst, seq, ack, flags, window, options: &opts, payload, ttl: 64, ident: 0 }.emit(&mut out);
+        TcpBuilder {
+            src,
+            dst,
+            seq,
+            ack,
+            flags,
+            window,
+            options: &opts,
+            payload,
+            ttl: 64,
+            ident: 0,
+        }
+        .emit(&mut out);
         self.out.push(out);
     }
 }

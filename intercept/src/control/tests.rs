@@ -304,11 +304,7 @@ async fn bad_peers_are_refused_and_the_others_keep_working() {
     )
     .await;
     // (Through the writer, so that the frame carries a valid tag and only its type is wrong.)
-    rogue
-        .writer
-        .write_frames(&[0, 0, 0, 1, 200])
-        .await
-        .unwrap();
+    rogue.writer.write_frames(&[0, 0, 0, 1, 200]).await.unwrap();
     match tokio::time::timeout(Duration::from_secs(5), rogue.reader.read_message())
         .await
         .unwrap()
@@ -437,7 +433,10 @@ async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() 
     crate::outlet::push_all(&mut batch);
     let (frames, got) = read_frames(&mut a, 500).await;
     assert_eq!(got, (100..600).collect::<Vec<_>>(), "all records, in order");
-    assert_eq!(frames, 1, "{frames} frames for one receive batch of 500 records");
+    assert_eq!(
+        frames, 1,
+        "{frames} frames for one receive batch of 500 records"
+    );
     // 500 more from another thread one by one, as fast as it goes: each finds the connection
     // idle (written by the pushing thread) or busy (queued, and the control writer takes
     // what came during its write); either way all arrive, in order.
@@ -450,7 +449,11 @@ async fn records_arriving_together_share_writes_and_a_lone_one_is_not_delayed() 
     });
     let (frames, got) = read_frames(&mut a, 500).await;
     pusher.join().unwrap();
-    assert_eq!(got, (1000..1500).collect::<Vec<_>>(), "all records, in order");
+    assert_eq!(
+        got,
+        (1000..1500).collect::<Vec<_>>(),
+        "all records, in order"
+    );
     eprintln!("500 records pushed one by one from another thread: {frames} frames");
     // A Ping is answered after the records queued before it.
     inject(&h, &response(c, 700));
@@ -495,11 +498,20 @@ fn refusal_logs_are_limited_per_reason_and_count_what_they_held_back() {
         assert_eq!(l.allow(t0 + Duration::from_millis(ms), "timeout"), None);
     }
     // Another reason has its own budget.
-    assert_eq!(l.allow(t0 + Duration::from_millis(5), "auth_failed"), Some(0));
+    assert_eq!(
+        l.allow(t0 + Duration::from_millis(5), "auth_failed"),
+        Some(0)
+    );
     // A second later: one line, saying three were held back.
-    assert_eq!(l.allow(t0 + Duration::from_millis(1000), "timeout"), Some(3));
+    assert_eq!(
+        l.allow(t0 + Duration::from_millis(1000), "timeout"),
+        Some(3)
+    );
     assert_eq!(l.allow(t0 + Duration::from_millis(1001), "timeout"), None);
-    assert_eq!(l.allow(t0 + Duration::from_millis(2500), "timeout"), Some(1));
+    assert_eq!(
+        l.allow(t0 + Duration::from_millis(2500), "timeout"),
+        Some(1)
+    );
 }
 
 /// A TCP connection from `from` (any 127/8 address) that never speaks.
@@ -586,8 +598,22 @@ async fn silent_copier_is_closed_after_the_idle_timeout_and_a_pinging_one_is_kep
     let mut quiet = connect(&h).await;
     let mut alive = connect(&h).await;
     let (qc, ac) = ("198.19.0.10:7000", "198.19.0.11:7000");
-    send_synced(&mut quiet, &[Message::Register { tuples: vec![tuple(qc)] }], 1).await;
-    send_synced(&mut alive, &[Message::Register { tuples: vec![tuple(ac)] }], 1).await;
+    send_synced(
+        &mut quiet,
+        &[Message::Register {
+            tuples: vec![tuple(qc)],
+        }],
+        1,
+    )
+    .await;
+    send_synced(
+        &mut alive,
+        &[Message::Register {
+            tuples: vec![tuple(ac)],
+        }],
+        1,
+    )
+    .await;
     let t0 = Instant::now();
     let pinger = async {
         for token in 2..12 {
@@ -609,12 +635,18 @@ async fn silent_copier_is_closed_after_the_idle_timeout_and_a_pinging_one_is_kep
         }
         other => panic!("expected an Error, got {other:?}"),
     }
-    assert!(after >= Duration::from_millis(250), "closed too early: {after:?}");
+    assert!(
+        after >= Duration::from_millis(250),
+        "closed too early: {after:?}"
+    );
     assert_eq!(quiet.reader.read_message().await.unwrap(), None);
     // Its registration is gone; the pinging copier (1 s, three timeouts) still gets records.
     let deadline = Instant::now() + Duration::from_secs(2);
     while h.shared.lock().router.route(&tuple(qc)).is_some() {
-        assert!(Instant::now() < deadline, "the idle copier's registration stayed");
+        assert!(
+            Instant::now() < deadline,
+            "the idle copier's registration stayed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     inject(&h, &response(ac, 3));
@@ -674,7 +706,9 @@ async fn a_register_frame_modified_in_transit_closes_the_connection() {
         tokio::join!(to_intercept, to_copier);
     });
     let s = TcpStream::connect(relay_addr).await.unwrap();
-    let mut c = client_handshake(s, Some(SECRET), "copier-test").await.unwrap();
+    let mut c = client_handshake(s, Some(SECRET), "copier-test")
+        .await
+        .unwrap();
     let t = "198.19.0.12:7000";
     c.writer
         .write_message(&Message::Register {
@@ -697,7 +731,11 @@ async fn a_register_frame_modified_in_transit_closes_the_connection() {
         .await
         .expect("the connection ends");
     assert!(matches!(end, Ok(None) | Err(_)), "{end:?}");
-    assert_eq!(flipped.load(Ordering::SeqCst), 1, "the relay did not tamper");
+    assert_eq!(
+        flipped.load(Ordering::SeqCst),
+        1,
+        "the relay did not tamper"
+    );
     // The tampered registration never took effect (neither the sent nor the altered tuple).
     assert!(h.shared.lock().router.route(&tuple(t)).is_none());
     assert_eq!(h.shared.lock().router.stats().registrations, 0);
@@ -753,7 +791,11 @@ async fn a_record_arriving_right_after_a_write_is_not_held_for_a_timer() {
 async fn payload_goes_only_to_the_tuples_that_ask_and_to_older_copiers_on_all() {
     use common::proto::io::handshake_with_features;
     use common::proto::Role;
-    let h = start_capped(ControlConfig::new(Some(SECRET.to_vec()), 100, "intercept-test".into()), 6).await;
+    let h = start_capped(
+        ControlConfig::new(Some(SECRET.to_vec()), 100, "intercept-test".into()),
+        6,
+    )
+    .await;
     // A copier of this build: a plain Register gets headers only, a RegisterPayload gets what
     // it asks for, within the intercept's --payload-bytes 6.
     let mut new = connect(&h).await;
@@ -761,8 +803,12 @@ async fn payload_goes_only_to_the_tuples_that_ask_and_to_older_copiers_on_all() 
     send_synced(
         &mut new,
         &[
-            Message::Register { tuples: vec![tuple(plain)] },
-            Message::RegisterPayload { tuples: vec![(tuple(asked), 4), (tuple(capped), 65495)] },
+            Message::Register {
+                tuples: vec![tuple(plain)],
+            },
+            Message::RegisterPayload {
+                tuples: vec![(tuple(asked), 4), (tuple(capped), 65495)],
+            },
         ],
         1,
     )
@@ -770,15 +816,31 @@ async fn payload_goes_only_to_the_tuples_that_ask_and_to_older_copiers_on_all() 
     for c in [plain, asked, capped] {
         inject(&h, &response(c, 1));
     }
-    let got: Vec<Vec<u8>> = records(&mut new, 3).await.into_iter().map(|r| r.payload).collect();
+    let got: Vec<Vec<u8>> = records(&mut new, 3)
+        .await
+        .into_iter()
+        .map(|r| r.payload)
+        .collect();
     assert_eq!(got, [b"".to_vec(), b"resp".to_vec(), b"respon".to_vec()]);
     // A copier that predates the feature (no bit in its Hello): payload on every tuple, as
     // before.
     let s = TcpStream::connect(h.addr).await.unwrap();
-    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, 0).await.unwrap();
-    assert!(old.peer.has(common::proto::FEATURE_PAYLOAD_REQUEST), "the intercept announces it");
+    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, 0)
+        .await
+        .unwrap();
+    assert!(
+        old.peer.has(common::proto::FEATURE_PAYLOAD_REQUEST),
+        "the intercept announces it"
+    );
     let c = "198.19.0.1:40003";
-    send_synced(&mut old, &[Message::Register { tuples: vec![tuple(c)] }], 2).await;
+    send_synced(
+        &mut old,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        2,
+    )
+    .await;
     inject(&h, &response(c, 1));
     assert_eq!(records(&mut old, 1).await[0].payload, b"respon");
     h.stop.send(true).unwrap();
@@ -792,30 +854,65 @@ async fn stamps_and_clock_go_only_to_copiers_that_take_them() {
     use common::proto::io::handshake_with_features;
     use common::proto::Role;
     let h = start(100).await;
-    let wall = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    };
     let mut new = connect(&h).await;
-    assert!(new.peer.has(common::proto::FEATURE_STAMPS), "the intercept announces it");
+    assert!(
+        new.peer.has(common::proto::FEATURE_STAMPS),
+        "the intercept announces it"
+    );
     let c = "198.19.0.2:40000";
-    send_synced(&mut new, &[Message::Register { tuples: vec![tuple(c)] }], 1).await;
+    send_synced(
+        &mut new,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        1,
+    )
+    .await;
     let before = wall();
     inject(&h, &response(c, 1));
     let after = wall();
     let stamp = records(&mut new, 1).await[0].stamp;
-    assert!((before..=after).contains(&stamp), "{before} <= {stamp} <= {after}");
-    new.writer.write_message(&Message::Ping { token: 9 }).await.unwrap();
+    assert!(
+        (before..=after).contains(&stamp),
+        "{before} <= {stamp} <= {after}"
+    );
+    new.writer
+        .write_message(&Message::Ping { token: 9 })
+        .await
+        .unwrap();
     let sent = wall();
     match next(&mut new).await {
-        Message::Pong { token: 9, clock } => assert!(clock >= sent - 1_000_000_000 && clock <= wall(), "{clock}"),
+        Message::Pong { token: 9, clock } => {
+            assert!(clock >= sent - 1_000_000_000 && clock <= wall(), "{clock}")
+        }
         other => panic!("unexpected {other:?}"),
     }
     let s = TcpStream::connect(h.addr).await.unwrap();
     let features = common::proto::FEATURES & !common::proto::FEATURE_STAMPS;
-    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, features).await.unwrap();
+    let mut old = handshake_with_features(s, Some(SECRET), "copier-old", Role::Copier, features)
+        .await
+        .unwrap();
     let c = "198.19.0.2:40001";
-    send_synced(&mut old, &[Message::Register { tuples: vec![tuple(c)] }], 2).await;
+    send_synced(
+        &mut old,
+        &[Message::Register {
+            tuples: vec![tuple(c)],
+        }],
+        2,
+    )
+    .await;
     inject(&h, &response(c, 1));
     assert_eq!(records(&mut old, 1).await[0].stamp, 0, "plain Records");
-    old.writer.write_message(&Message::Ping { token: 3 }).await.unwrap();
+    old.writer
+        .write_message(&Message::Ping { token: 3 })
+        .await
+        .unwrap();
     assert_eq!(next(&mut old).await, Message::Pong { token: 3, clock: 0 });
     h.stop.send(true).unwrap();
     let _ = h.task.await;
@@ -833,8 +930,12 @@ async fn a_partial_write_is_finished_by_the_writer_before_anything_else() {
     use std::os::fd::AsFd;
     use tokio::net::UnixStream;
     let (near, far) = UnixStream::pair().unwrap();
-    socket2::SockRef::from(&near).set_send_buffer_size(8192).unwrap();
-    socket2::SockRef::from(&far).set_recv_buffer_size(8192).unwrap();
+    socket2::SockRef::from(&near)
+        .set_send_buffer_size(8192)
+        .unwrap();
+    socket2::SockRef::from(&far)
+        .set_recv_buffer_size(8192)
+        .unwrap();
     let fd = near.as_fd().try_clone_to_owned().unwrap();
     let (srv, cli) = tokio::join!(
         common::proto::io::server_handshake(near, Some(SECRET), "intercept-test"),
@@ -848,7 +949,8 @@ async fn a_partial_write_is_finished_by_the_writer_before_anything_else() {
     let (_reply_tx, reply_rx) = tokio::sync::mpsc::channel(4);
     let (_stop_tx, stop_rx) = watch::channel(false);
     let o = outlet.clone();
-    let writer = tokio::spawn(async move { super::write_loop(&mut w, &o, reply_rx, stop_rx).await });
+    let writer =
+        tokio::spawn(async move { super::write_loop(&mut w, &o, reply_rx, stop_rx).await });
     const N: u32 = 10_000;
     let o = outlet.clone();
     let pusher = std::thread::spawn(move || {
@@ -905,14 +1007,35 @@ async fn a_copiers_synced_ends_the_restart_grace_and_it_is_told_when_the_rules_g
     use common::proto::io::{client_handshake_as, Identity};
     let h = start(1024).await;
     // A restart whose settle time is over: only the copiers' Synced keeps the grace.
-    h.shared.lock().router.start_grace(Instant::now() - Duration::from_secs(3), Duration::from_secs(60));
+    h.shared.lock().router.start_grace(
+        Instant::now() - Duration::from_secs(3),
+        Duration::from_secs(60),
+    );
     let s = TcpStream::connect(h.addr).await.unwrap();
-    let id = Identity { instance: 7, fleet_index: 0, fleet_size: 1 };
-    let mut c = client_handshake_as(s, Some(SECRET), "copier-test", common::proto::HANDSHAKE_TIMEOUT, id).await.unwrap();
+    let id = Identity {
+        instance: 7,
+        fleet_index: 0,
+        fleet_size: 1,
+    };
+    let mut c = client_handshake_as(
+        s,
+        Some(SECRET),
+        "copier-test",
+        common::proto::HANDSHAKE_TIMEOUT,
+        id,
+    )
+    .await
+    .unwrap();
     send_synced(&mut c, &[], 1).await;
-    assert!(!inject(&h, &response("198.18.2.1:5000", 1)), "an allowed answer is held during the grace");
+    assert!(
+        !inject(&h, &response("198.18.2.1:5000", 1)),
+        "an allowed answer is held during the grace"
+    );
     send_synced(&mut c, &[Message::Synced], 2).await;
-    assert!(inject(&h, &response("198.18.2.1:5001", 1)), "the copier is synced: the grace is over");
+    assert!(
+        inject(&h, &response("198.18.2.1:5001", 1)),
+        "the copier is synced: the grace is over"
+    );
     assert_eq!(h.shared.lock().router.stats().grace, 0);
     // The rules go missing, then come back: the copier (FEATURE_RESTART) is told both.
     h.shared.rules_ok.send_replace(false);

@@ -121,7 +121,10 @@ fn payload_is_kept_only_when_asked() {
     let c2 = "198.19.7.1:40001";
     r.handle_register(t0, A, &[tuple(c2)]);
     let pkt2 = response(c2, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK\r\n");
-    assert!(record_of(r.handle_packet(t0, &pkt2, 100)).1.payload.is_empty());
+    assert!(record_of(r.handle_packet(t0, &pkt2, 100))
+        .1
+        .payload
+        .is_empty());
 }
 
 #[test]
@@ -426,7 +429,10 @@ fn another_live_instance_is_refused_a_tuple_and_gets_it_once_free() {
     r.set_instance(B, 8);
     assert!(r.handle_register(t0, A, &[t]).all_accepted());
     let reg = r.handle_register(t0, B, &[t, other]);
-    assert_eq!(reg.verdicts, vec![RegVerdict::HeldByOther, RegVerdict::Accepted]);
+    assert_eq!(
+        reg.verdicts,
+        vec![RegVerdict::HeldByOther, RegVerdict::Accepted]
+    );
     // A keeps it: its answers still go to A, and nothing was taken from it.
     assert_eq!(r.route(&t), Some(A));
     assert_eq!(r.route(&other), Some(B));
@@ -770,8 +776,17 @@ fn a_quiet_registration_never_expires_and_an_unregistered_one_never_lets_an_answ
     let mut r = router();
     let c = "198.19.7.1:40000"; // neither allowed nor local
     let t = tuple(c);
-    let answer = || response(c, TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0), b"late answer");
-    assert_eq!(r.handle_register(t0, A, &[t]).verdicts, vec![RegVerdict::Accepted]);
+    let answer = || {
+        response(
+            c,
+            TcpFlags(TcpFlags::PSH.0 | TcpFlags::ACK.0),
+            b"late answer",
+        )
+    };
+    assert_eq!(
+        r.handle_register(t0, A, &[t]).verdicts,
+        vec![RegVerdict::Accepted]
+    );
     assert_eq!(r.poll_timeout(), None, "no timer for a registration");
     for secs in [1u64, 60, 600, 3_600, 86_400] {
         let now = t0 + Duration::from_secs(secs);
@@ -794,7 +809,15 @@ fn a_quiet_registration_never_expires_and_an_unregistered_one_never_lets_an_answ
     assert_eq!(r.handle_packet(after, &answer(), 0), Decision::Held);
     assert_eq!(r.handle_timeout(after + HOLD), 1);
     let s = r.stats();
-    assert_eq!((s.accepted, s.accepted_local, s.dropped_unregistered, s.delivered), (0, 0, 1, 5));
+    assert_eq!(
+        (
+            s.accepted,
+            s.accepted_local,
+            s.dropped_unregistered,
+            s.delivered
+        ),
+        (0, 0, 1, 5)
+    );
 }
 
 #[test]
@@ -810,24 +833,41 @@ fn a_restart_grace_holds_allowed_and_local_answers_until_the_copiers_are_synced(
     assert_eq!(r.handle_packet(t0, &syn_ack(&allowed), 0), Decision::Held);
     assert_eq!(r.handle_packet(t0, &syn_ack(local), 0), Decision::Held);
     assert_eq!(r.stats().grace_held, 2);
-    assert_eq!(r.stats().accepted + r.stats().accepted_local, 0, "nothing passes during the grace");
+    assert_eq!(
+        r.stats().accepted + r.stats().accepted_local,
+        0,
+        "nothing passes during the grace"
+    );
     // Its copier connects and registers the allowed one: the held answer goes to it.
     r.grace_join(A);
     let reg = r.handle_register(t0 + Duration::from_millis(500), A, &[tuple(&allowed)]);
-    assert_eq!(reg.released.len(), 1, "the held answer reaches its copier, never the network");
+    assert_eq!(
+        reg.released.len(),
+        1,
+        "the held answer reaches its copier, never the network"
+    );
     // Synced before the settle time: the grace still holds (other copiers may come back).
     r.handle_synced(t0 + Duration::from_secs(1), A);
     assert!(r.in_grace(t0 + Duration::from_secs(1)));
     // A second copier connects and has not synced: the grace holds past the settle time.
     r.grace_join(B);
     assert!(r.in_grace(t0 + Duration::from_secs(3)));
-    assert_eq!(r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.1:40002"), 0), Decision::Held);
+    assert_eq!(
+        r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.1:40002"), 0),
+        Decision::Held
+    );
     // It syncs: the grace is over, allowed and local answers pass again.
     r.handle_synced(t0 + Duration::from_secs(3), B);
     assert!(!r.in_grace(t0 + Duration::from_secs(3)));
     assert_eq!(r.stats().grace, 0);
-    assert_eq!(r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.1:40003"), 0), Decision::Accept);
-    assert_eq!(r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.2:40004"), 0), Decision::Accept);
+    assert_eq!(
+        r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.1:40003"), 0),
+        Decision::Accept
+    );
+    assert_eq!(
+        r.handle_packet(t0 + Duration::from_secs(3), &syn_ack("198.18.2.2:40004"), 0),
+        Decision::Accept
+    );
 }
 
 #[test]
@@ -838,12 +878,29 @@ fn a_restart_grace_ends_at_its_deadline_and_a_copier_gone_does_not_keep_it() {
     // A copier that never says it is synced (an older one) keeps the grace to its end.
     r.grace_join(A);
     assert!(r.in_grace(t0 + Duration::from_secs(4)));
-    assert_eq!(r.handle_packet(t0 + Duration::from_secs(4), &syn_ack(&format!("{ALLOWED}:1")), 0), Decision::Held);
-    assert_eq!(r.handle_packet(t0 + Duration::from_secs(5), &syn_ack(&format!("{ALLOWED}:2")), 0), Decision::Accept);
+    assert_eq!(
+        r.handle_packet(
+            t0 + Duration::from_secs(4),
+            &syn_ack(&format!("{ALLOWED}:1")),
+            0
+        ),
+        Decision::Held
+    );
+    assert_eq!(
+        r.handle_packet(
+            t0 + Duration::from_secs(5),
+            &syn_ack(&format!("{ALLOWED}:2")),
+            0
+        ),
+        Decision::Accept
+    );
     // Nobody synced: no early end even with nobody waiting.
     let mut r = router();
     r.start_grace(t0, Duration::from_secs(5));
-    assert!(r.in_grace(t0 + Duration::from_secs(3)), "no copier came back yet");
+    assert!(
+        r.in_grace(t0 + Duration::from_secs(3)),
+        "no copier came back yet"
+    );
     // A copier that leaves unsynced no longer holds the grace once another synced.
     r.grace_join(A);
     r.grace_join(B);
@@ -854,19 +911,32 @@ fn a_restart_grace_ends_at_its_deadline_and_a_copier_gone_does_not_keep_it() {
     // Zero: no grace at all.
     let mut r = router();
     r.start_grace(t0, Duration::ZERO);
-    assert_eq!(r.handle_packet(t0, &syn_ack(&format!("{ALLOWED}:3")), 0), Decision::Accept);
+    assert_eq!(
+        r.handle_packet(t0, &syn_ack(&format!("{ALLOWED}:3")), 0),
+        Decision::Accept
+    );
 }
 
 #[test]
 fn registrations_for_servers_of_another_host_are_refused_as_not_local() {
     let t0 = Instant::now();
-    let mut r = Router::new(RouterConfig { local_servers_only: true, ..config() });
+    let mut r = Router::new(RouterConfig {
+        local_servers_only: true,
+        ..config()
+    });
     r.set_local_addrs(["198.18.2.2".parse().unwrap()]);
     let here = tuple("198.19.0.1:40000");
     let there = tuple_to("198.19.0.1:40001", "198.18.3.2:80");
     let lo = tuple_to("127.0.0.1:40002", "127.0.0.1:80");
     let reg = r.handle_register(t0, A, &[here, there, lo]);
-    assert_eq!(reg.verdicts, vec![RegVerdict::Accepted, RegVerdict::ServerNotLocal, RegVerdict::Accepted]);
+    assert_eq!(
+        reg.verdicts,
+        vec![
+            RegVerdict::Accepted,
+            RegVerdict::ServerNotLocal,
+            RegVerdict::Accepted
+        ]
+    );
     assert_eq!(r.route(&there), None, "not inserted");
     assert_eq!(r.stats().refused_not_local, 1);
     // Its answers (if they ever came here) are held and dropped like any unregistered one.

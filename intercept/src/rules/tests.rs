@@ -221,13 +221,20 @@ fn restore_puts_back_only_the_missing_rules() {
     let back = restore(&mut &mut fake, &rules).unwrap();
     assert_eq!(back, vec![rules[1]], "only the flushed ip6tables rule");
     assert_eq!(
-        fake.log.iter().filter(|c| c.contains(" -I ")).cloned().collect::<Vec<_>>(),
+        fake.log
+            .iter()
+            .filter(|c| c.contains(" -I "))
+            .cloned()
+            .collect::<Vec<_>>(),
         vec!["ip6tables -I OUTPUT -p tcp --sport 80 -j NFQUEUE --queue-num 0".to_string()]
     );
     fake.fail_on = Some("-I".into());
     fake.existing.clear();
     let e = restore(&mut &mut fake, &rules).unwrap_err().to_string();
-    assert!(e.contains("iptables -I OUTPUT") && e.contains("boom"), "{e}");
+    assert!(
+        e.contains("iptables -I OUTPUT") && e.contains("boom"),
+        "{e}"
+    );
 }
 
 #[test]

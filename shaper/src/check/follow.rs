@@ -28,7 +28,11 @@ pub(crate) fn segments(load: &Load, until: f64) -> Vec<Segment> {
         Load::Phases(phases) => {
             let mut t = 0.0;
             for p in phases {
-                out.push(Segment { name: format!("phase {}", p.name), start: t, end: t + p.duration });
+                out.push(Segment {
+                    name: format!("phase {}", p.name),
+                    start: t,
+                    end: t + p.duration,
+                });
                 t += p.duration;
             }
         }
@@ -43,7 +47,11 @@ pub(crate) fn segments(load: &Load, until: f64) -> Vec<Segment> {
                 let past = t >= last + width.unwrap_or(1.0);
                 if past || (load.factor_at(t) - load.factor_at(start)).abs() > 1e-12 {
                     width.get_or_insert(t - start);
-                    out.push(Segment { name: format!("bucket {}-{} s", start, t), start, end: t });
+                    out.push(Segment {
+                        name: format!("bucket {}-{} s", start, t),
+                        start,
+                        end: t,
+                    });
                     start = t;
                 }
                 t += 1.0;
@@ -74,8 +82,13 @@ pub(crate) fn rate_lines(r: &mut Report, load: &Load, times: &[f64]) {
         }
     }
     // The load of bin i: its mean over the bin (ramps are linear, so the midpoint).
-    let g: Vec<f64> = (0..counts.len()).map(|i| load.factor_at(i as f64 + 0.5)).collect();
-    let (cg, gg) = counts.iter().zip(&g).fold((0.0, 0.0), |(a, b), (c, g)| (a + c * g, b + g * g));
+    let g: Vec<f64> = (0..counts.len())
+        .map(|i| load.factor_at(i as f64 + 0.5))
+        .collect();
+    let (cg, gg) = counts
+        .iter()
+        .zip(&g)
+        .fold((0.0, 0.0), |(a, b), (c, g)| (a + c * g, b + g * g));
     if gg <= 0.0 {
         return;
     }
@@ -93,7 +106,11 @@ pub(crate) fn rate_lines(r: &mut Report, load: &Load, times: &[f64]) {
         let got: f64 = counts[a..b].iter().sum();
         let want: f64 = reference * g[a..b].iter().sum::<f64>();
         let tol = (0.05 * want).max(3.0 * want.max(1.0).sqrt());
-        r.lines.push(Line::new(format!("rate {} (requests/s)", s.name), got / dur, Some((want / dur, tol / dur))));
+        r.lines.push(Line::new(
+            format!("rate {} (requests/s)", s.name),
+            got / dur,
+            Some((want / dur, tol / dur)),
+        ));
     }
 }
 
@@ -105,9 +122,24 @@ mod tests {
 
     fn phases() -> Load {
         Load::Phases(vec![
-            Phase { name: "up".into(), duration: 20.0, from: 0.2, to: 1.0 },
-            Phase { name: "steady".into(), duration: 20.0, from: 1.0, to: 1.0 },
-            Phase { name: "down".into(), duration: 20.0, from: 1.0, to: 0.2 },
+            Phase {
+                name: "up".into(),
+                duration: 20.0,
+                from: 0.2,
+                to: 1.0,
+            },
+            Phase {
+                name: "steady".into(),
+                duration: 20.0,
+                from: 1.0,
+                to: 1.0,
+            },
+            Phase {
+                name: "down".into(),
+                duration: 20.0,
+                from: 1.0,
+                to: 0.2,
+            },
         ])
     }
 
@@ -131,12 +163,16 @@ mod tests {
         assert!((r.lines[1].value - 50.0).abs() < 0.5);
         let mut flat = Report::default();
         rate_lines(&mut flat, &load, &trace(&Load::Constant(0.6), 50.0, 60));
-        assert!(flat.lines.iter().any(|l| l.verdict == Verdict::Fail), "{flat:?}");
+        assert!(
+            flat.lines.iter().any(|l| l.verdict == Verdict::Fail),
+            "{flat:?}"
+        );
     }
 
     #[test]
     fn curve_buckets_are_segments() {
-        let curve = crate::schedule::Curve::from_csv("time_s,rate\n0,10\n15,20\n30,10\n", None).unwrap();
+        let curve =
+            crate::schedule::Curve::from_csv("time_s,rate\n0,10\n15,20\n30,10\n", None).unwrap();
         let load = Load::Curve(curve);
         let s = segments(&load, 45.0);
         let bounds: Vec<(f64, f64)> = s.iter().map(|s| (s.start, s.end)).collect();
@@ -154,10 +190,16 @@ mod count_column {
 
     #[test]
     fn a_count_column_stands_for_that_many_requests() {
-        let tr = Trace::from_csv("time_s,pool,count,target\n0.5,home,3,198.18.2.2:80\n1.5,office,0,x\n2.5,home,2,x\n").unwrap();
+        let tr = Trace::from_csv(
+            "time_s,pool,count,target\n0.5,home,3,198.18.2.2:80\n1.5,office,0,x\n2.5,home,2,x\n",
+        )
+        .unwrap();
         assert_eq!(tr.times, vec![0.5, 0.5, 0.5, 2.5, 2.5]);
         assert_eq!(tr.pools.unwrap().len(), 5);
-        assert!(Trace::from_csv("time_s,pool,count\n0.5,home,-1\n").unwrap_err().to_string().contains("count"));
+        assert!(Trace::from_csv("time_s,pool,count\n0.5,home,-1\n")
+            .unwrap_err()
+            .to_string()
+            .contains("count"));
     }
 }
 
@@ -170,11 +212,21 @@ mod answer_column {
         let csv = "time_s,copy,user,pool,target,answer_s\n0.1,0,-,-,t,0.200\n0.2,0,-,-,t,-\n0.3,1,-,-,t,0.400\n";
         let tr = Trace::from_csv(csv).unwrap();
         assert_eq!(tr.answers, vec![(0.1, 0.2), (0.3, 0.4)]);
-        let r = check_trace(None, &tr, &CheckOptions { bin: 1.0, pool_draws: 0, idle: 1.0 });
+        let r = check_trace(
+            None,
+            &tr,
+            &CheckOptions {
+                bin: 1.0,
+                pool_draws: 0,
+                idle: 1.0,
+            },
+        );
         let line = |n: &str| r.lines.iter().find(|l| l.name == n).map(|l| l.value);
         assert_eq!(line("answer time p50 (s)"), Some(0.2));
         assert_eq!(line("answer time p99 (s)"), Some(0.4));
-        let bad = Trace::from_csv("time_s,pool,answer_s\n0.5,home,slow\n").unwrap_err().to_string();
+        let bad = Trace::from_csv("time_s,pool,answer_s\n0.5,home,slow\n")
+            .unwrap_err()
+            .to_string();
         assert!(bad.contains("line 2") && bad.contains("answer_s"), "{bad}");
     }
 }

@@ -722,7 +722,10 @@ pub fn compose(data: &PlotData, want: &[super::What], scales: usize) -> Scene {
         y += match (w, data) {
             (What::Rate, PlotData { rate: Some(r), .. }) => {
                 let h = rate(&mut s, y, r, scales);
-                h + data.answer.as_ref().map_or(0.0, |a| rate(&mut s, y + h, a, 1))
+                h + data
+                    .answer
+                    .as_ref()
+                    .map_or(0.0, |a| rate(&mut s, y + h, a, 1))
             }
             (What::Onoff, PlotData { onoff: Some(v), .. }) => onoff(&mut s, y, v),
             (What::Users, PlotData { users: Some(u), .. }) => users(&mut s, y, u),

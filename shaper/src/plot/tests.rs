@@ -232,13 +232,21 @@ fn default_bins_are_1_2_5() {
 
 #[test]
 fn a_trace_with_answer_times_draws_them_under_the_rate() {
-    let tr = Trace::from_csv("time_s,pool,answer_s\n0,a,0.2\n0.5,a,0.4\n1.5,b,-\n2.5,a,0.1\n").unwrap();
-    let opts = PlotOptions { bin: Some(1.0), ..PlotOptions::default() };
+    let tr =
+        Trace::from_csv("time_s,pool,answer_s\n0,a,0.2\n0.5,a,0.4\n1.5,b,-\n2.5,a,0.1\n").unwrap();
+    let opts = PlotOptions {
+        bin: Some(1.0),
+        ..PlotOptions::default()
+    };
     let d = PlotData::from_trace(&tr, &opts);
     let a = d.answer.as_ref().expect("an answer series");
     assert!(a.mean);
     assert_eq!(a.counts.len(), 3);
-    assert!((a.counts[0] - 0.3).abs() < 1e-9 && a.counts[1] == 0.0 && (a.counts[2] - 0.1).abs() < 1e-9, "{:?}", a.counts);
+    assert!(
+        (a.counts[0] - 0.3).abs() < 1e-9 && a.counts[1] == 0.0 && (a.counts[2] - 0.1).abs() < 1e-9,
+        "{:?}",
+        a.counts
+    );
     let t = texts(&d.scene(What::Rate, "a trace", 3).unwrap());
     assert!(t.iter().any(|x| x.starts_with("answer time")), "{t:?}");
 }

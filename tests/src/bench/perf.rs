@@ -34,7 +34,13 @@ pub struct Session {
 impl Session {
     /// Starts both on `pid` for `dur`, counting `events` (comma-separated), and waits a moment
     /// for them to attach.
-    pub fn start(dir: &Path, prefix: &str, pid: u32, events: &str, dur: Duration) -> Result<Session> {
+    pub fn start(
+        dir: &Path,
+        prefix: &str,
+        pid: u32,
+        events: &str,
+        dur: Duration,
+    ) -> Result<Session> {
         let secs = format!("{:.2}", dur.as_secs_f64());
         let pid_s = pid.to_string();
         // `perf WHAT ARGS -o OUT -p PID -- sleep SECS`, its stderr to `{prefix}-WHAT.err`
@@ -46,14 +52,29 @@ impl Session {
                 .arg(out)
                 .args(["-p", &pid_s, "--", "sleep", &secs])
                 .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.join(format!("{prefix}-{what}.err")))?)
+                .stderr(std::fs::File::create(
+                    dir.join(format!("{prefix}-{what}.err")),
+                )?)
                 .spawn()
                 .with_context(|| format!("perf {what}"))
         };
-        let stat = perf("stat", &["--per-thread", "-x", ",", "-e", events], dir.join(format!("{prefix}-stat.txt")))?;
-        let record = perf("record", &["-g", "-F", "1999"], dir.join(format!("{prefix}.data")))?;
+        let stat = perf(
+            "stat",
+            &["--per-thread", "-x", ",", "-e", events],
+            dir.join(format!("{prefix}-stat.txt")),
+        )?;
+        let record = perf(
+            "record",
+            &["-g", "-F", "1999"],
+            dir.join(format!("{prefix}.data")),
+        )?;
         std::thread::sleep(Duration::from_millis(150)); // let both attach
-        Ok(Session { stat, record, dir: dir.to_owned(), prefix: prefix.to_owned() })
+        Ok(Session {
+            stat,
+            record,
+            dir: dir.to_owned(),
+            prefix: prefix.to_owned(),
+        })
     }
 
     /// Waits for both to end.
@@ -86,12 +107,20 @@ impl Session {
 /// `raw_syscalls:` prefixes cut off).
 pub fn stat_per_thread(text: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
     let mut by: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
-    for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for l in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         let f: Vec<&str> = l.split(',').collect();
         if f.len() < 4 {
             continue;
         }
-        let thread = f[0].trim().rsplit_once('-').map(|(c, _)| c).unwrap_or(f[0].trim()).to_owned();
+        let thread = f[0]
+            .trim()
+            .rsplit_once('-')
+            .map(|(c, _)| c)
+            .unwrap_or(f[0].trim())
+            .to_owned();
         let Ok(v) = f[1].parse::<f64>() else { continue };
         let ev = f[3]
             .trim()
@@ -128,7 +157,18 @@ pub fn print_stat_table(by: &BTreeMap<String, BTreeMap<String, f64>>, per: f64) 
 /// `--no-children`, only the entries of at least `min_percent`: its lines without comments.
 pub fn report(data: &Path, children: &str, sort: &str, min_percent: &str) -> Result<Vec<String>> {
     let out = Command::new("perf")
-        .args(["report", "--stdio", children, "-g", "none", "--percent-limit", min_percent, "--sort", sort, "-i"])
+        .args([
+            "report",
+            "--stdio",
+            children,
+            "-g",
+            "none",
+            "--percent-limit",
+            min_percent,
+            "--sort",
+            sort,
+            "-i",
+        ])
         .arg(data)
         .output()
         .context("perf report")?;

@@ -23,7 +23,11 @@ const METRICS: &str = "127.0.0.1:9481";
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(default)
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn service(version: u8) -> String {
@@ -46,20 +50,46 @@ fn run() -> Result<()> {
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
     println!(
         "{:<26} {:>9} {:>9} {:>13} {:>15} {:>14} {:>13} {:>15}",
-        "configuration", "requests", "compared", "copier us/req", "us/compared", "compare us/cmp", "intcpt us/req", "control B/req"
+        "configuration",
+        "requests",
+        "compared",
+        "copier us/req",
+        "us/compared",
+        "compare us/cmp",
+        "intcpt us/req",
+        "control B/req"
     );
-    for (name, compare, sample) in [("copy only", false, 100), ("--compare", true, 100), ("--compare-sample 10", true, 10)] {
+    for (name, compare, sample) in [
+        ("copy only", false, 100),
+        ("--compare", true, 100),
+        ("--compare-sample 10", true, 10),
+    ] {
         let mut lab = Lab::new()?;
         let log = lab.dir().join("diff.jsonl").to_string_lossy().into_owned();
         let mut copier_args = vec!["--metrics".to_string(), METRICS.into()];
         let mut intercept_args = Vec::new();
         if compare {
-            copier_args.extend(["--compare", "--compare-sample", &sample.to_string(), "--compare-log", &log].map(String::from));
+            copier_args.extend(
+                [
+                    "--compare",
+                    "--compare-sample",
+                    &sample.to_string(),
+                    "--compare-log",
+                    &log,
+                ]
+                .map(String::from),
+            );
             intercept_args.extend(["--payload-bytes".to_string(), "65495".to_string()]);
         }
         let opts = CopyOptions {
-            online: NginxOptions { server_extra: service(1), ..NginxOptions::default() },
-            test: Some(NginxOptions { server_extra: service(2), ..NginxOptions::default() }),
+            online: NginxOptions {
+                server_extra: service(1),
+                ..NginxOptions::default()
+            },
+            test: Some(NginxOptions {
+                server_extra: service(2),
+                ..NginxOptions::default()
+            }),
             ipv6: false,
             copier_args,
             intercept_args,
@@ -68,11 +98,21 @@ fn run() -> Result<()> {
         let c = Copying::start(&mut lab, opts)?;
         let copier = c.copier.as_ref().context("copier")?.pid();
         let intercept = c.intercept.pid();
-        let (c0, i0, b0) = (Cpu::read(copier, None)?, Cpu::read(intercept, None)?, control_bytes(&lab));
+        let (c0, i0, b0) = (
+            Cpu::read(copier, None)?,
+            Cpu::read(intercept, None)?,
+            control_bytes(&lab),
+        );
         let url = format!("http://{}/items/7", addr::ONLINE);
         let out = lab.exec_ok(
             Host::Client,
-            &["wrk", "-t1", &format!("-c{conns}"), &format!("-d{seconds}s"), &url],
+            &[
+                "wrk",
+                "-t1",
+                &format!("-c{conns}"),
+                &format!("-d{seconds}s"),
+                &url,
+            ],
         )?;
         let requests: u64 = out
             .lines()
@@ -94,14 +134,44 @@ fn run() -> Result<()> {
             compared = now;
             std::thread::sleep(Duration::from_secs(3));
         }
-        let (c1, i1, b1) = (Cpu::read(copier, None)?, Cpu::read(intercept, None)?, control_bytes(&lab));
-        let m = if compare { lab::bench::fetch_metrics(&lab, Host::Online, METRICS) } else { String::new() };
-        let lost: Vec<String> = ["expired", "shed", "queue_full", "capture_drops", "unsynced", "conns_shed"]
-            .iter()
-            .map(|r| format!("{r} {}", metric_sum(&m, "copier_compare_not_compared_total", &[&format!("reason=\"{r}\"")])))
-            .collect();
+        let (c1, i1, b1) = (
+            Cpu::read(copier, None)?,
+            Cpu::read(intercept, None)?,
+            control_bytes(&lab),
+        );
+        let m = if compare {
+            lab::bench::fetch_metrics(&lab, Host::Online, METRICS)
+        } else {
+            String::new()
+        };
+        let lost: Vec<String> = [
+            "expired",
+            "shed",
+            "queue_full",
+            "capture_drops",
+            "unsynced",
+            "conns_shed",
+        ]
+        .iter()
+        .map(|r| {
+            format!(
+                "{r} {}",
+                metric_sum(
+                    &m,
+                    "copier_compare_not_compared_total",
+                    &[&format!("reason=\"{r}\"")]
+                )
+            )
+        })
+        .collect();
         let (cc, ic) = (c1.minus(&c0), i1.minus(&i0));
-        let us = |ns: u64, n: f64| if n > 0.0 { format!("{:.1}", ns as f64 / 1e3 / n) } else { "-".into() };
+        let us = |ns: u64, n: f64| {
+            if n > 0.0 {
+                format!("{:.1}", ns as f64 / 1e3 / n)
+            } else {
+                "-".into()
+            }
+        };
         let n = requests as f64;
         println!(
             "{:<26} {:>9} {:>9} {:>13} {:>15} {:>14} {:>13} {:>15.0}   {}",
@@ -115,7 +185,11 @@ fn run() -> Result<()> {
             (b1.saturating_sub(b0)) as f64 / n,
             format!(
                 "test server got {test_n} of {online_n}{}",
-                if compare { format!("; not compared: {}", lost.join(", ")) } else { String::new() }
+                if compare {
+                    format!("; not compared: {}", lost.join(", "))
+                } else {
+                    String::new()
+                }
             ),
         );
         drop(c);

@@ -149,7 +149,9 @@ struct CopierState {
 }
 
 fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let control = SocketAddr::V4(SocketAddrV4::new(addr::TEST, CONTROL_PORT));
         let stream = tokio::net::TcpStream::connect(control)
@@ -166,12 +168,16 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
             .await?;
         // The intercept handles a connection's messages in order: the Pong means the
         // registrations are in the router.
-        est.writer.write_message(&Message::Ping { token: 7 }).await?;
+        est.writer
+            .write_message(&Message::Ping { token: 7 })
+            .await?;
         // Ping like the copier does (every 5 s): the intercept closes a copier silent for 30 s.
         let mut last_ping = std::time::Instant::now();
         while !state.stop.load(Ordering::Relaxed) {
             if last_ping.elapsed() >= Duration::from_secs(5) {
-                est.writer.write_message(&Message::Ping { token: 8 }).await?;
+                est.writer
+                    .write_message(&Message::Ping { token: 8 })
+                    .await?;
                 last_ping = std::time::Instant::now();
             }
             match tokio::time::timeout(Duration::from_millis(50), est.reader.read_message()).await {
@@ -182,9 +188,13 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
                         .filter(|r| !r.tuple().is_ok_and(|t| mine.contains(&t)))
                         .count();
                     state.foreign.fetch_add(foreign as u64, Ordering::Relaxed);
-                    state.received.fetch_add(records.len() as u64, Ordering::Relaxed);
+                    state
+                        .received
+                        .fetch_add(records.len() as u64, Ordering::Relaxed);
                 }
-                Ok(Ok(Some(Message::Pong { token: 7, .. }))) => state.ready.store(true, Ordering::Release),
+                Ok(Ok(Some(Message::Pong { token: 7, .. }))) => {
+                    state.ready.store(true, Ordering::Release)
+                }
                 Ok(Ok(Some(Message::Pong { .. }))) => {}
                 // The intercept's verdict on each registered tuple (acknowledged registration).
                 Ok(Ok(Some(Message::Registered { results }))) => {
@@ -192,7 +202,9 @@ fn copier(state: &CopierState, tuples: &[FourTuple]) -> Result<()> {
                         bail!("the intercept refused the registration of {t}: {v:?}");
                     }
                 }
-                Ok(Ok(Some(other))) => bail!("unexpected {} message from the intercept", other.name()),
+                Ok(Ok(Some(other))) => {
+                    bail!("unexpected {} message from the intercept", other.name())
+                }
                 Ok(Ok(None)) => bail!("the intercept closed the control connection"),
                 Ok(Err(e)) => bail!("control connection: {e}"),
             }
@@ -216,7 +228,8 @@ struct Sender {
 
 impl Sender {
     fn new(tuples: Vec<FourTuple>, payload: usize) -> Result<Sender> {
-        let sock = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255))).context("raw IPPROTO_RAW socket")?;
+        let sock = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(255)))
+            .context("raw IPPROTO_RAW socket")?;
         sock.set_header_included_v4(true).context("IP_HDRINCL")?;
         // Room for bursts: the kernel queues to NFQUEUE, the socket buffer only limits sends.
         let _ = sock.set_send_buffer_size(4 << 20);
@@ -251,8 +264,13 @@ impl Sender {
             ident: self.seq as u16,
         }
         .emit(&mut self.buf);
-        let SocketAddr::V4(dst) = t.client.socket() else { return false };
-        match self.sock.send_to(&self.buf, &SocketAddrV4::new(*dst.ip(), 0).into()) {
+        let SocketAddr::V4(dst) = t.client.socket() else {
+            return false;
+        };
+        match self
+            .sock
+            .send_to(&self.buf, &SocketAddrV4::new(*dst.ip(), 0).into())
+        {
             Ok(_) => true,
             Err(e) => {
                 *self.errors.entry(e.to_string()).or_default() += 1;
@@ -313,13 +331,30 @@ fn kernel_queue(lab: &Lab, queue: u16) -> Result<KernelQueue> {
     bail!("queue {queue} is not bound in the test namespace:\n{text}")
 }
 
-const LEAK_RULE: &[&str] = &["POSTROUTING", "-p", "tcp", "--sport", "80", "-d", addr::FAKE_CLIENT_NET];
+const LEAK_RULE: &[&str] = &[
+    "POSTROUTING",
+    "-p",
+    "tcp",
+    "--sport",
+    "80",
+    "-d",
+    addr::FAKE_CLIENT_NET,
+];
 
 /// Packets to the fake clients that got past the OUTPUT chain (the intercept accepted them).
 fn leaked(lab: &Lab) -> Result<u64> {
     let out = lab.exec_ok(
         Host::Test,
-        &["iptables", "-t", "mangle", "-L", "POSTROUTING", "-v", "-x", "-n"],
+        &[
+            "iptables",
+            "-t",
+            "mangle",
+            "-L",
+            "POSTROUTING",
+            "-v",
+            "-x",
+            "-n",
+        ],
     )?;
     let line = out
         .lines()
@@ -384,7 +419,11 @@ fn step(
         }
         last = now;
     }
-    let (k1, l1, c1) = (kernel_queue(lab, target.queue)?, leaked(lab)?, (target.cpu)()?);
+    let (k1, l1, c1) = (
+        kernel_queue(lab, target.queue)?,
+        leaked(lab)?,
+        (target.cpu)()?,
+    );
     Ok(Row {
         label: label.to_owned(),
         secs: dur.as_secs_f64(),
@@ -406,7 +445,11 @@ impl Row {
     /// The cells both tables share: offered pps, queued pps, records (verdicts) per second,
     /// loss %, kernel drops, CPU %, user %, sys %.
     fn shared_cells(&self) -> String {
-        let loss = if self.sent == 0 { 0.0 } else { 100.0 * (1.0 - self.records as f64 / self.sent as f64) };
+        let loss = if self.sent == 0 {
+            0.0
+        } else {
+            100.0 * (1.0 - self.records as f64 / self.sent as f64)
+        };
         format!(
             "{:.0} | {:.0} | {:.0} | {:.1} | {} | {:.2} | {:.1} | {:.1}",
             self.sent as f64 / self.secs,
@@ -452,13 +495,23 @@ fn print_table(rows: &[Row]) {
 
 // ---------------------------------------------------------------------------------------------
 
-fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rate: u64, dur: Duration) -> Result<()> {
+fn perf_step(
+    lab: &Lab,
+    pid: u32,
+    sender: &mut Sender,
+    copier: &CopierState,
+    rate: u64,
+    dur: Duration,
+) -> Result<()> {
     let secs = format!("{:.2}", dur.as_secs_f64());
     let events = "task-clock,context-switches,raw_syscalls:sys_enter,syscalls:sys_enter_recvfrom,\
                   syscalls:sys_enter_sendto,syscalls:sys_enter_write,syscalls:sys_enter_writev,\
                   syscalls:sys_enter_futex,syscalls:sys_enter_epoll_wait";
     let mut session = perf::Session::start(lab.dir(), "perf", pid, events, dur)?;
-    let (r0, c0) = (copier.received.load(Ordering::Relaxed), Cpu::read(pid, None)?);
+    let (r0, c0) = (
+        copier.received.load(Ordering::Relaxed),
+        Cpu::read(pid, None)?,
+    );
     let sent = sender.blast(Some(rate), dur.saturating_sub(Duration::from_millis(300)));
     let c1 = Cpu::read(pid, None)?;
     session.wait();
@@ -471,17 +524,26 @@ fn perf_step(lab: &Lab, pid: u32, sender: &mut Sender, copier: &CopierState, rat
     // perf is a diagnostic: when it fails, say why and go on.
     let stat_out = session.stat_path();
     if let Err(e) = print_perf_stat(&stat_out, records.max(1)) {
-        println!("(perf stat gave nothing: {e:#}; its stderr: {})", session.stderr_of("stat"));
+        println!(
+            "(perf stat gave nothing: {e:#}; its stderr: {})",
+            session.stderr_of("stat")
+        );
     }
     let data = session.data_path();
     if !data.exists() {
-        println!("(perf record gave nothing; its stderr: {})", session.stderr_of("record"));
+        println!(
+            "(perf record gave nothing; its stderr: {})",
+            session.stderr_of("record")
+        );
         return Ok(());
     }
     print_paths(&data, &cpu, records.max(1))?;
     perf::print_reports(
         &data,
-        &[("by thread and binary", "--no-children", "comm,dso"), ("top symbols (self)", "--no-children", "comm,dso,sym")],
+        &[
+            ("by thread and binary", "--no-children", "comm,dso"),
+            ("top symbols (self)", "--no-children", "comm,dso,sym"),
+        ],
         30,
     )
 }
@@ -497,7 +559,10 @@ const PATHS: &[(&str, &str)] = &[
     ("__x64_sys_write", "write"),
     ("__x64_sys_epoll_wait", "epoll_wait (tokio idle)"),
     ("__x64_sys_futex", "futex (wake-ups between threads)"),
-    ("schedule", "schedule: sleeping and switching (inside the calls above)"),
+    (
+        "schedule",
+        "schedule: sleeping and switching (inside the calls above)",
+    ),
 ];
 
 /// Prints, per thread, the inclusive share of the samples of a few kernel paths, and what that
@@ -609,7 +674,8 @@ fn bare_reader(st: &BareState) -> Result<()> {
     q.set_recv_gso(BARE_QUEUE, false)?;
     q.set_copy_range(BARE_QUEUE, 128)?;
     q.set_recv_enobufs(true)?;
-    st.tid.store(nix::unistd::gettid().as_raw() as u64, Ordering::Relaxed);
+    st.tid
+        .store(nix::unistd::gettid().as_raw() as u64, Ordering::Relaxed);
     st.ready.store(true, Ordering::Release);
     loop {
         let mut msg = match q.recv() {
@@ -630,7 +696,12 @@ fn print_baseline(rows: &[Row]) {
     println!("| step | offered pps | queued pps | verdicts/s | loss % | kernel drops | CPU % | user % | sys % | CPU µs/packet |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        println!("| {} | {} | {} |", r.label, r.shared_cells(), r.per_record());
+        println!(
+            "| {} | {} | {} |",
+            r.label,
+            r.shared_cells(),
+            r.per_record()
+        );
     }
 }
 
@@ -675,13 +746,21 @@ fn run() -> Result<()> {
         let lab_ref = &lab;
         let (st, tp) = (&state, &tuples);
         s.spawn(move || {
-            let r = lab_ref.in_ns(Host::Online, || copier(st, tp)).and_then(|r| r);
+            let r = lab_ref
+                .in_ns(Host::Online, || copier(st, tp))
+                .and_then(|r| r);
             if let Err(e) = r {
                 *st.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{e:#}"));
             }
             st.stop.store(true, Ordering::Relaxed);
         });
-        let copier_error = || state.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let copier_error = || {
+            state
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        };
         let result = (|| -> Result<(Vec<Row>, Vec<Row>)> {
             let deadline = Instant::now() + Duration::from_secs(10);
             while !state.ready.load(Ordering::Acquire) {
@@ -718,7 +797,11 @@ fn run() -> Result<()> {
                 let mut del = vec!["iptables", "-D"];
                 del.extend_from_slice(BARE_RULE);
                 let bare_ref = &bare;
-                let reader = s.spawn(move || lab_ref.in_ns(Host::Test, || bare_reader(bare_ref)).and_then(|r| r));
+                let reader = s.spawn(move || {
+                    lab_ref
+                        .in_ns(Host::Test, || bare_reader(bare_ref))
+                        .and_then(|r| r)
+                });
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while !bare.ready.load(Ordering::Acquire) {
                     if reader.is_finished() || Instant::now() > deadline {
@@ -726,7 +809,8 @@ fn run() -> Result<()> {
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                lab.exec_ok(Host::Test, &add).context("add the bare reader's rule")?;
+                lab.exec_ok(Host::Test, &add)
+                    .context("add the bare reader's rule")?;
                 let me = std::process::id();
                 let tid = bare.tid.load(Ordering::Relaxed) as u32;
                 let cpu = move || Cpu::read(me, Some(tid));
@@ -738,7 +822,14 @@ fn run() -> Result<()> {
                 let mut out = Ok(());
                 for &rate in &args.rates {
                     eprintln!("bare reader: step {} ...", rate_label(" pps", rate));
-                    match step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step) {
+                    match step(
+                        &lab,
+                        &target,
+                        &mut sender,
+                        &rate_label(" pps", rate),
+                        rate,
+                        args.step,
+                    ) {
                         Ok(r) => baseline.push(r),
                         Err(e) => {
                             out = Err(e);
@@ -753,7 +844,8 @@ fn run() -> Result<()> {
                     sender.send_one();
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                lab.exec_ok(Host::Test, &del).context("remove the bare reader's rule")?;
+                lab.exec_ok(Host::Test, &del)
+                    .context("remove the bare reader's rule")?;
                 match reader.join() {
                     Ok(r) => r.context("bare reader")?,
                     Err(_) => bail!("the bare reader panicked"),
@@ -778,7 +870,14 @@ fn run() -> Result<()> {
             )?];
             for &rate in &args.rates {
                 eprintln!("intercept: step {} ...", rate_label(" pps", rate));
-                rows.push(step(&lab, &target, &mut sender, &rate_label(" pps", rate), rate, args.step)?);
+                rows.push(step(
+                    &lab,
+                    &target,
+                    &mut sender,
+                    &rate_label(" pps", rate),
+                    rate,
+                    args.step,
+                )?);
                 if let Some(e) = copier_error() {
                     bail!("fake copier: {e}");
                 }
@@ -804,7 +903,9 @@ fn run() -> Result<()> {
                         args.step.max(Duration::from_secs(2)),
                     )?;
                 } else {
-                    println!("\n(perf is not usable here: no profile; see the thread columns above)");
+                    println!(
+                        "\n(perf is not usable here: no profile; see the thread columns above)"
+                    );
                 }
             }
             Ok((baseline, rows))

@@ -17,13 +17,19 @@ fn main() {
 const COPIES: usize = 2;
 
 fn run() -> Result<()> {
-    let seconds: u64 = std::env::var("DEMO_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    let seconds: u64 = std::env::var("DEMO_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
 
     println!("building the lab: client -> online -> test (namespaces, 198.18.0.0/15)");
     let mut lab = Lab::new()?;
     // two copies of every session, each on its own 4-tuple
-    let opts = CopyOptions { copier_args: vec!["--copies".into(), COPIES.to_string()], ..CopyOptions::default() };
+    let opts = CopyOptions {
+        copier_args: vec!["--copies".into(), COPIES.to_string()],
+        ..CopyOptions::default()
+    };
     let c = Copying::start(&mut lab, opts)?;
     println!("copier on online (--copies {COPIES}), intercept on test: running");
 
@@ -31,23 +37,49 @@ fn run() -> Result<()> {
     let url = format!("http://{}/index.html", addr::ONLINE);
     let dur = format!("{seconds}s");
     let out = lab
-        .exec_ok(Host::Client, &["wrk", "-t1", "-c8", &format!("-d{dur}"), &url])
+        .exec_ok(
+            Host::Client,
+            &["wrk", "-t1", "-c8", &format!("-d{dur}"), &url],
+        )
         .context("wrk")?;
-    let rate = out.lines().find(|l| l.starts_with("Requests/sec")).unwrap_or("").to_owned();
+    let rate = out
+        .lines()
+        .find(|l| l.starts_with("Requests/sec"))
+        .unwrap_or("")
+        .to_owned();
     let served = c.online.request_count();
     // every copy, then quiet (to catch any extra one)
-    c.test().wait_requests(COPIES * served, Duration::from_secs(60));
+    c.test()
+        .wait_requests(COPIES * served, Duration::from_secs(60));
     c.settle(Duration::from_secs(1), Duration::from_secs(30));
     let copied = c.test().request_count();
     let leaked = c.leaked(&lab);
     c.check_alive()?;
 
-    let per_request = if served > 0 { copied as f64 / served as f64 } else { 0.0 };
+    let per_request = if served > 0 {
+        copied as f64 / served as f64
+    } else {
+        0.0
+    };
     println!();
     println!("  {:<44} {:>12}", "requests served online", served);
-    println!("  {:<44} {:>12}", "requests seen by the test server", copied);
-    println!("  {:<44} {:>12}", "copies per request", if served > 0 { format!("{per_request:.3}") } else { "-".into() });
-    println!("  {:<44} {:>12}", "responses that leaked out of the test host", leaked);
+    println!(
+        "  {:<44} {:>12}",
+        "requests seen by the test server", copied
+    );
+    println!(
+        "  {:<44} {:>12}",
+        "copies per request",
+        if served > 0 {
+            format!("{per_request:.3}")
+        } else {
+            "-".into()
+        }
+    );
+    println!(
+        "  {:<44} {:>12}",
+        "responses that leaked out of the test host", leaked
+    );
     println!("  ({})", rate.trim());
     if leaked > 0 {
         anyhow::bail!("{leaked} response packets left the test host toward clients");

@@ -30,7 +30,10 @@ const OPENING: usize = 500;
 
 fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
 }
 
 fn arg_flag(name: &str) -> bool {
@@ -51,7 +54,8 @@ async fn open_one() -> Result<tokio::net::TcpStream> {
 
 /// Ask for `/index.html` on `s` and read the whole answer.
 async fn ask(mut s: tokio::net::TcpStream) -> Result<tokio::net::TcpStream> {
-    s.write_all(b"GET /index.html HTTP/1.1\r\nHost: online\r\n\r\n").await?;
+    s.write_all(b"GET /index.html HTTP/1.1\r\nHost: online\r\n\r\n")
+        .await?;
     let mut buf = Vec::with_capacity(2048);
     loop {
         let mut chunk = [0u8; 4096];
@@ -91,7 +95,10 @@ fn sample(what: &str, lab: &Lab, c: &Copying) -> Result<()> {
         irss as f64 * 1.024 / 1000.0,
     );
     if arg_flag("--smaps") {
-        let parts: Vec<String> = smaps_kib(copier, 6).iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let parts: Vec<String> = smaps_kib(copier, 6)
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
         println!("  copier Rss by mapping (KiB): {}", parts.join(", "));
         println!("  copier file pages (KiB): {}", file_rss(copier).join(", "));
     }
@@ -109,9 +116,10 @@ fn file_rss(pid: u32) -> Vec<String> {
         let first = it.next().unwrap_or("");
         if first.contains('-') && !first.ends_with(':') {
             let perms = it.next().unwrap_or("");
-            name = it.nth(3).filter(|n| n.starts_with('/')).map(|n| {
-                format!("{} {perms}", n.rsplit('/').next().unwrap_or(n))
-            });
+            name = it
+                .nth(3)
+                .filter(|n| n.starts_with('/'))
+                .map(|n| format!("{} {perms}", n.rsplit('/').next().unwrap_or(n)));
         } else if first == "Rss:" {
             if let Some(n) = &name {
                 let kib: u64 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -123,17 +131,26 @@ fn file_rss(pid: u32) -> Vec<String> {
         }
     }
     rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.1));
-    rows.into_iter().filter(|(_, k)| *k > 0).map(|(n, k)| format!("{n} {k}")).collect()
+    rows.into_iter()
+        .filter(|(_, k)| *k > 0)
+        .map(|(n, k)| format!("{n} {k}"))
+        .collect()
 }
 
 fn run() -> Result<()> {
-    let conns: usize = arg("--conns").map_or(Ok(10_000), |v| v.parse()).context("--conns")?;
+    let conns: usize = arg("--conns")
+        .map_or(Ok(10_000), |v| v.parse())
+        .context("--conns")?;
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
     // Every process started from here (nginx, the client's sockets) inherits this limit.
     let nofile = std::fs::read_to_string("/proc/self/limits")?
         .lines()
         .find(|l| l.starts_with("Max open files"))
-        .and_then(|l| l.split_whitespace().nth(3).and_then(|v| v.parse::<usize>().ok()))
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(3)
+                .and_then(|v| v.parse::<usize>().ok())
+        })
         .unwrap_or(0);
     if nofile < conns + 1000 {
         bail!("the open-file limit ({nofile}) is too low for {conns} connections: raise it (ulimit -n)");
@@ -143,17 +160,33 @@ fn run() -> Result<()> {
     if let Some(b) = arg("--ring-start-blocks") {
         copier_args.extend(["--ring-start-blocks".to_owned(), b]);
     }
-    let idle_for: Option<u64> = arg("--idle-for").map(|v| v.parse()).transpose().context("--idle-for")?;
+    let idle_for: Option<u64> = arg("--idle-for")
+        .map(|v| v.parse())
+        .transpose()
+        .context("--idle-for")?;
     if let Some(t) = arg("--session-timeout") {
         copier_args.extend(["--session-timeout".to_owned(), t]);
     }
     // Two workers of 8,192 connections each on both servers.
-    let nginx = NginxOptions { workers: 2, ..NginxOptions::default() };
-    let c = Copying::start(&mut lab, CopyOptions { online: nginx.clone(), test: Some(nginx), copier_args, ..CopyOptions::default() })?;
+    let nginx = NginxOptions {
+        workers: 2,
+        ..NginxOptions::default()
+    };
+    let c = Copying::start(
+        &mut lab,
+        CopyOptions {
+            online: nginx.clone(),
+            test: Some(nginx),
+            copier_args,
+            ..CopyOptions::default()
+        },
+    )?;
     std::thread::sleep(Duration::from_secs(2));
     sample("idle", &lab, &c)?;
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let held = lab.in_ns(Host::Client, || {
         rt.block_on(async {
             let mut held = Vec::with_capacity(conns);
@@ -171,7 +204,10 @@ fn run() -> Result<()> {
     let copied = c.test().wait_requests(online, Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(3));
     c.check_alive()?;
-    println!("{} connections held open: {online} requests online, {copied} at the test server", held.len());
+    println!(
+        "{} connections held open: {online} requests online, {copied} at the test server",
+        held.len()
+    );
     sample(&format!("{} live sessions", held.len()), &lab, &c)?;
     let mut held = held;
     if let Some(secs) = idle_for {
@@ -179,7 +215,11 @@ fn run() -> Result<()> {
         // connection is copied on.
         std::thread::sleep(Duration::from_secs(secs));
         c.check_alive()?;
-        sample(&format!("{} sessions after {secs} s idle", held.len()), &lab, &c)?;
+        sample(
+            &format!("{} sessions after {secs} s idle", held.len()),
+            &lab,
+            &c,
+        )?;
         held = lab.in_ns(Host::Client, || {
             rt.block_on(async {
                 let mut again = Vec::with_capacity(held.len());
@@ -212,7 +252,12 @@ fn run() -> Result<()> {
     let m = lab::setup::metric_sample;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     // Gone from the table (they linger a while after they end): its memory is 0.
-    while std::time::Instant::now() < deadline && m(&fetch_metrics(&lab, Host::Online, COPIER_METRICS), "copier_memory_bytes") > 0.0 {
+    while std::time::Instant::now() < deadline
+        && m(
+            &fetch_metrics(&lab, Host::Online, COPIER_METRICS),
+            "copier_memory_bytes",
+        ) > 0.0
+    {
         std::thread::sleep(Duration::from_millis(500));
     }
     // The engine loop gives the free pages back within a second.

@@ -65,7 +65,15 @@ fn run() -> Result<()> {
     let wrk = lab.spawn(
         Host::Client,
         "wrk",
-        &["wrk", "-t1", "-c8", &format!("-d{total}"), "-s", script.to_str().unwrap(), &url],
+        &[
+            "wrk",
+            "-t1",
+            "-c8",
+            &format!("-d{total}"),
+            "-s",
+            script.to_str().unwrap(),
+            &url,
+        ],
     )?;
     // Short connections: one curl every 20 ms or so, for the same time.
     let loop_script = format!(
@@ -77,9 +85,16 @@ fn run() -> Result<()> {
     let start = Instant::now();
     let end = start + Duration::from_secs(minutes * 60);
     let mut samples = Vec::new();
-    println!("{:>6} {:>10} {:>10} {:>12} {:>6} {:>14} {:>6}", "secs", "online", "test", "copier KiB", "fds", "intercept KiB", "fds");
+    println!(
+        "{:>6} {:>10} {:>10} {:>12} {:>6} {:>14} {:>6}",
+        "secs", "online", "test", "copier KiB", "fds", "intercept KiB", "fds"
+    );
     while Instant::now() < end {
-        std::thread::sleep(every.min(end.saturating_duration_since(Instant::now())).max(Duration::from_millis(10)));
+        std::thread::sleep(
+            every
+                .min(end.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(10)),
+        );
         c.check_alive()?;
         let s = Sample {
             secs: start.elapsed().as_secs(),
@@ -112,7 +127,8 @@ fn run() -> Result<()> {
     }
     let w = n / 6;
     let (first, last) = (&samples[w..2 * w], &samples[n - w..]);
-    let avg = |v: &[Sample], f: &dyn Fn(&Sample) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
+    let avg =
+        |v: &[Sample], f: &dyn Fn(&Sample) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
     let mut ok = true;
     let checks: [(&str, &dyn Fn(&Sample) -> f64, f64); 4] = [
         ("copier RSS KiB", &|s| s.copier_rss as f64, 0.0),

@@ -83,16 +83,28 @@ fn hello_literal() {
 
 #[test]
 fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features() {
-    let h = Hello { instance: 0x0102_0304_0506_0708, fleet_index: 2, fleet_size: 5, ..Hello::new(Role::Copier, true, [7; 32], "ab") };
+    let h = Hello {
+        instance: 0x0102_0304_0506_0708,
+        fleet_index: 2,
+        fleet_size: 5,
+        ..Hello::new(Role::Copier, true, [7; 32], "ab")
+    };
     let f = encoded(&Message::Hello(h.clone()));
-    let plain = encoded(&Message::Hello(Hello::new(Role::Copier, true, [7; 32], "ab")));
+    let plain = encoded(&Message::Hello(Hello::new(
+        Role::Copier,
+        true,
+        [7; 32],
+        "ab",
+    )));
     // The identity is appended after `features`: the rest is what a build without it sends.
     assert_eq!(f.len(), plain.len() + 12);
     assert_eq!(&f[4..plain.len()], &plain[4..]);
     assert_eq!(&f[plain.len()..], &[1, 2, 3, 4, 5, 6, 7, 8, 0, 2, 0, 5]);
     assert_eq!(decode_all(&f).unwrap(), vec![Message::Hello(h)]);
     // A Hello without it decodes as "not announced".
-    let Message::Hello(d) = &decode_all(&plain).unwrap()[0] else { panic!() };
+    let Message::Hello(d) = &decode_all(&plain).unwrap()[0] else {
+        panic!()
+    };
     assert_eq!((d.instance, d.fleet_index, d.fleet_size), (0, 0, 0));
     assert_eq!(RegVerdict::from_code(4), RegVerdict::HeldByOther);
     assert_eq!(RegVerdict::HeldByOther.code(), 4);
@@ -104,24 +116,57 @@ fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features()
 #[test]
 fn fleet_query_and_answer_round_trip_and_overlaps_are_found() {
     use super::{FleetMember, Message};
-    let a = FleetMember { instance: 7, addr: "198.18.1.1:40000".parse().unwrap(), index: 0, size: 2 };
-    let b = FleetMember { instance: 8, addr: "[fd00::1]:1".parse().unwrap(), index: 1, size: 2 };
-    let m = Message::Fleet { copiers: vec![a, b] };
+    let a = FleetMember {
+        instance: 7,
+        addr: "198.18.1.1:40000".parse().unwrap(),
+        index: 0,
+        size: 2,
+    };
+    let b = FleetMember {
+        instance: 8,
+        addr: "[fd00::1]:1".parse().unwrap(),
+        index: 1,
+        size: 2,
+    };
+    let m = Message::Fleet {
+        copiers: vec![a, b],
+    };
     assert_eq!(decode_all(&encoded(&m)).unwrap(), vec![m]);
-    assert_eq!(decode_all(&encoded(&Message::FleetQuery)).unwrap(), vec![Message::FleetQuery]);
+    assert_eq!(
+        decode_all(&encoded(&Message::FleetQuery)).unwrap(),
+        vec![Message::FleetQuery]
+    );
     assert!(!a.shares_ports_with(&b));
     assert!(a.shares_ports_with(&FleetMember { instance: 9, ..a }));
     // No fleet (or an older copier): every port.
-    let whole = FleetMember { size: 1, index: 0, ..b };
+    let whole = FleetMember {
+        size: 1,
+        index: 0,
+        ..b
+    };
     assert!(whole.shares_ports_with(&a) && whole.shares_ports_with(&b));
     assert!(FleetMember { size: 0, ..b }.shares_ports_with(&a));
-    assert!(!FleetMember { index: 2, size: 4, ..a }.shares_ports_with(&FleetMember { index: 1, size: 4, ..a }));
+    assert!(!FleetMember {
+        index: 2,
+        size: 4,
+        ..a
+    }
+    .shares_ports_with(&FleetMember {
+        index: 1,
+        size: 4,
+        ..a
+    }));
 }
 
 #[test]
 fn route_query_and_answer_round_trip() {
     use super::{Message, RouteCheck, RouteStatus};
-    let q = Message::RouteQuery { nets: vec![("198.18.0.0".parse().unwrap(), 24), ("fd00::".parse().unwrap(), 64)] };
+    let q = Message::RouteQuery {
+        nets: vec![
+            ("198.18.0.0".parse().unwrap(), 24),
+            ("fd00::".parse().unwrap(), 64),
+        ],
+    };
     assert_eq!(decode_all(&encoded(&q)).unwrap(), vec![q]);
     let a = Message::RouteAnswer {
         checks: vec![
@@ -132,7 +177,13 @@ fn route_query_and_answer_round_trip() {
                 detail: "none".into(),
                 fix: "ip route add 198.18.0.0/24 via 198.18.1.1".into(),
             },
-            RouteCheck { net: ("fd00::".parse().unwrap(), 64), status: RouteStatus::Ok, item: "x".into(), detail: String::new(), fix: String::new() },
+            RouteCheck {
+                net: ("fd00::".parse().unwrap(), 64),
+                status: RouteStatus::Ok,
+                item: "x".into(),
+                detail: String::new(),
+                fix: String::new(),
+            },
         ],
     };
     assert_eq!(decode_all(&encoded(&a)).unwrap(), vec![a]);
@@ -149,7 +200,9 @@ fn hello_of_a_build_before_features_decodes_with_none() {
     old.extend_from_slice(&[9; 32]);
     old.extend_from_slice(&[0, 2, b'o', b'k']);
     let got = decode_all(&old).unwrap();
-    let Message::Hello(h) = &got[0] else { panic!("{got:?}") };
+    let Message::Hello(h) = &got[0] else {
+        panic!("{got:?}")
+    };
     assert_eq!((h.version, h.features, h.software.as_str()), (2, 0, "ok"));
     assert!(!h.has(FEATURE_PAYLOAD_REQUEST));
     // And what an older build reads of ours: everything up to `software`, the rest ignored
@@ -164,11 +217,20 @@ fn hello_of_a_build_before_features_decodes_with_none() {
 #[test]
 fn synced_and_rules_literals() {
     assert_eq!(encoded(&Message::Synced), [0, 0, 0, 1, 15]);
-    assert_eq!(decode_all(&[0, 0, 0, 1, 15]).unwrap(), vec![Message::Synced]);
+    assert_eq!(
+        decode_all(&[0, 0, 0, 1, 15]).unwrap(),
+        vec![Message::Synced]
+    );
     let m = Message::Rules { in_force: false };
     assert_eq!(encoded(&m), [0, 0, 0, 2, 16, 0]);
-    assert_eq!(decode_all(&[0, 0, 0, 2, 16, 1]).unwrap(), vec![Message::Rules { in_force: true }]);
-    assert!(matches!(first_error(&[0, 0, 0, 1, 16]), ProtoError::Truncated { .. }));
+    assert_eq!(
+        decode_all(&[0, 0, 0, 2, 16, 1]).unwrap(),
+        vec![Message::Rules { in_force: true }]
+    );
+    assert!(matches!(
+        first_error(&[0, 0, 0, 1, 16]),
+        ProtoError::Truncated { .. }
+    ));
 }
 
 #[test]
@@ -178,7 +240,14 @@ fn record_wait_literal() {
     assert_eq!(encoded(&m), want);
     assert_eq!(decode_all(&want).unwrap(), vec![m]);
     // Cut short: an error naming the field, not a panic.
-    assert!(matches!(first_error(&[0, 0, 0, 3, 12, 0, 0]), ProtoError::Truncated { .. }), "{:?}", first_error(&[0, 0, 0, 3, 12, 0, 0]));
+    assert!(
+        matches!(
+            first_error(&[0, 0, 0, 3, 12, 0, 0]),
+            ProtoError::Truncated { .. }
+        ),
+        "{:?}",
+        first_error(&[0, 0, 0, 3, 12, 0, 0])
+    );
 }
 
 #[test]
@@ -187,7 +256,9 @@ fn register_payload_literal() {
         client: "198.18.0.10:40000".parse().unwrap(),
         server: "198.19.0.1:80".parse().unwrap(),
     };
-    let m = Message::RegisterPayload { tuples: vec![(t, 65495)] };
+    let m = Message::RegisterPayload {
+        tuples: vec![(t, 65495)],
+    };
     #[rustfmt::skip]
     let want = [
         0, 0, 0, 23, 11,
@@ -201,7 +272,10 @@ fn register_payload_literal() {
     // A count that cannot fit, and a cut want, are errors, not panics.
     let mut bad = want;
     bad[8] = 2;
-    assert!(matches!(first_error(&bad), ProtoError::CountTooLarge { .. }));
+    assert!(matches!(
+        first_error(&bad),
+        ProtoError::CountTooLarge { .. }
+    ));
     let mut cut = want[..want.len() - 1].to_vec();
     cut[3] -= 1;
     assert!(decode_all(&cut).is_err());
@@ -414,20 +488,37 @@ fn oversized_payload_is_clipped_to_fit_one_frame() {
 
 #[test]
 fn stamped_records_are_type_19_and_keep_their_stamps() {
-    let rec = |stamp| Record { orig_len: 40, headers: vec![0x45; 40], payload: b"hi".to_vec(), stamp };
+    let rec = |stamp| Record {
+        orig_len: 40,
+        headers: vec![0x45; 40],
+        payload: b"hi".to_vec(),
+        stamp,
+    };
     let records = vec![rec(1_764_000_000_123_456_789), rec(0)];
     let mut bytes = Vec::new();
     encode_stamped_records(&records, &mut bytes);
     assert_eq!(bytes[4], 19);
     assert_eq!(&bytes[9..17], &1_764_000_000_123_456_789u64.to_be_bytes());
-    assert_eq!(decode_all(&bytes).unwrap(), vec![Message::Records { records: records.clone() }]);
+    assert_eq!(
+        decode_all(&bytes).unwrap(),
+        vec![Message::Records {
+            records: records.clone()
+        }]
+    );
     // Message::Records picks the stamped form when a record has a stamp.
-    assert_eq!(encoded(&Message::Records { records: records.clone() }), bytes);
+    assert_eq!(
+        encoded(&Message::Records {
+            records: records.clone()
+        }),
+        bytes
+    );
     // A writer to an older peer drops the stamps: plain Records (type 7), stamps 0.
     let mut plain = Vec::new();
     encode_records(&records, &mut plain);
     assert_eq!(plain[4], 7);
-    let Message::Records { records: got } = &decode_all(&plain).unwrap()[0] else { panic!() };
+    let Message::Records { records: got } = &decode_all(&plain).unwrap()[0] else {
+        panic!()
+    };
     assert!(got.iter().all(|r| r.stamp == 0));
     assert_eq!(got[0].payload, b"hi");
     // A truncated stamp is an error, not a panic.
@@ -439,18 +530,32 @@ fn stamped_records_are_type_19_and_keep_their_stamps() {
 #[test]
 fn pong_carries_the_clock_only_when_set() {
     let old = encoded(&Message::Pong { token: 5, clock: 0 });
-    assert_eq!(old, [0, 0, 0, 9, 9, 0, 0, 0, 0, 0, 0, 0, 5], "as before the feature");
+    assert_eq!(
+        old,
+        [0, 0, 0, 9, 9, 0, 0, 0, 0, 0, 0, 0, 5],
+        "as before the feature"
+    );
     let new = encoded(&Message::Pong { token: 5, clock: 7 });
     assert_eq!(new.len(), old.len() + 8);
-    assert_eq!(decode_all(&new).unwrap(), vec![Message::Pong { token: 5, clock: 7 }]);
+    assert_eq!(
+        decode_all(&new).unwrap(),
+        vec![Message::Pong { token: 5, clock: 7 }]
+    );
 }
 
 #[test]
 fn stamped_oversized_payload_is_clipped_to_fit_one_frame() {
-    let rec = Record { orig_len: 1, headers: vec![1; 40], payload: vec![2; 2 * MAX_FRAME], stamp: 3 };
+    let rec = Record {
+        orig_len: 1,
+        headers: vec![1; 40],
+        payload: vec![2; 2 * MAX_FRAME],
+        stamp: 3,
+    };
     let bytes = encoded(&Message::Records { records: vec![rec] });
     assert_eq!(bytes.len(), 4 + MAX_FRAME);
-    let Message::Records { records } = &decode_all(&bytes).unwrap()[0] else { panic!() };
+    let Message::Records { records } = &decode_all(&bytes).unwrap()[0] else {
+        panic!()
+    };
     assert_eq!(records[0].stamp, 3);
 }
 
@@ -555,9 +660,18 @@ fn arb_bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn arb_record() -> impl Strategy<Value = Record> {
-    (any::<u32>(), arb_bytes(130), arb_bytes(300), prop_oneof![Just(0u64), any::<u64>()]).prop_map(
-        |(orig_len, headers, payload, stamp)| Record { orig_len, headers, payload, stamp },
+    (
+        any::<u32>(),
+        arb_bytes(130),
+        arb_bytes(300),
+        prop_oneof![Just(0u64), any::<u64>()],
     )
+        .prop_map(|(orig_len, headers, payload, stamp)| Record {
+            orig_len,
+            headers,
+            payload,
+            stamp,
+        })
 }
 
 fn arb_string() -> impl Strategy<Value = String> {
@@ -568,21 +682,29 @@ fn arb_message() -> impl Strategy<Value = Message> {
     let nonce = proptest::array::uniform32(any::<u8>());
     let role = prop_oneof![Just(Role::Copier), Just(Role::Intercept)];
     prop_oneof![
-        (any::<u16>(), role, any::<bool>(), nonce, arb_string(), any::<u32>()).prop_map(
-            |(version, role, auth_required, nonce, software, features)| {
-                Message::Hello(Hello {
-                    version,
-                    role,
-                    auth_required,
-                    nonce,
-                    software,
-                    features,
-                    instance: 0,
-                    fleet_index: 0,
-                    fleet_size: 0,
-                })
-            }
-        ),
+        (
+            any::<u16>(),
+            role,
+            any::<bool>(),
+            nonce,
+            arb_string(),
+            any::<u32>()
+        )
+            .prop_map(
+                |(version, role, auth_required, nonce, software, features)| {
+                    Message::Hello(Hello {
+                        version,
+                        role,
+                        auth_required,
+                        nonce,
+                        software,
+                        features,
+                        instance: 0,
+                        fleet_index: 0,
+                        fleet_size: 0,
+                    })
+                }
+            ),
         proptest::collection::vec((arb_tuple(), any::<u32>()), 0..20)
             .prop_map(|tuples| Message::RegisterPayload { tuples }),
         nonce.prop_map(|mac| Message::Auth { mac }),
@@ -599,8 +721,13 @@ fn arb_message() -> impl Strategy<Value = Message> {
         any::<bool>().prop_map(|in_force| Message::Rules { in_force }),
         Just(Message::Synced),
         (any::<u64>(), any::<u64>()).prop_map(|(token, clock)| Message::Pong { token, clock }),
-        proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| Message::Registered {
-            results: v.into_iter().map(|(t, c)| (t, RegVerdict::from_code(c))).collect()
+        proptest::collection::vec((arb_tuple(), any::<u8>()), 0..20).prop_map(|v| {
+            Message::Registered {
+                results: v
+                    .into_iter()
+                    .map(|(t, c)| (t, RegVerdict::from_code(c)))
+                    .collect(),
+            }
         }),
     ]
 }
@@ -757,7 +884,12 @@ fn sealed_frames_decode_in_order_and_the_length_covers_the_tag() {
     }
     let mut one_call = Vec::new();
     let mut counter = 0;
-    seal_frames(&keys().copier_to_intercept, &mut counter, &all, &mut one_call);
+    seal_frames(
+        &keys().copier_to_intercept,
+        &mut counter,
+        &all,
+        &mut one_call,
+    );
     assert_eq!(counter, 3);
     assert_eq!(one_call, frames.concat());
 }
@@ -801,7 +933,13 @@ fn a_flipped_bit_anywhere_is_refused() {
                 // Body or tag: a clear tag error naming the sender and the frame.
                 let e = r.unwrap_err();
                 assert!(
-                    matches!(e, ProtoError::BadTag { from: "copier", frame: 0 }),
+                    matches!(
+                        e,
+                        ProtoError::BadTag {
+                            from: "copier",
+                            frame: 0
+                        }
+                    ),
                     "{e:?}"
                 );
                 assert!(e.to_string().contains("from the copier"), "{e}");

@@ -200,7 +200,13 @@ async fn copier_sees_the_intercept_version_refusal() {
     });
     let e = client_handshake(a, None, "copier-test").await.unwrap_err();
     assert!(
-        matches!(e, ProtoError::VersionMismatch { ours: VERSION, theirs: 0 }),
+        matches!(
+            e,
+            ProtoError::VersionMismatch {
+                ours: VERSION,
+                theirs: 0
+            }
+        ),
         "{e:?}"
     );
 }
@@ -282,7 +288,10 @@ async fn handshake_over_localhost_tcp() {
         .unwrap();
     assert_eq!(
         c.reader.read_message().await.unwrap(),
-        Some(Message::Pong { token: 77, clock: 0 })
+        Some(Message::Pong {
+            token: 77,
+            clock: 0
+        })
     );
     server.await.unwrap();
 }
@@ -299,13 +308,22 @@ async fn oversized_frame_before_authentication_is_refused_at_once() {
     let t0 = std::time::Instant::now();
     let e = server_handshake(a, Some(SECRET), "i").await.unwrap_err();
     assert!(
-        matches!(e, ProtoError::FrameTooLarge { len: 100_000, max: crate::proto::PRE_AUTH_MAX_FRAME }),
+        matches!(
+            e,
+            ProtoError::FrameTooLarge {
+                len: 100_000,
+                max: crate::proto::PRE_AUTH_MAX_FRAME
+            }
+        ),
         "{e:?}"
     );
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     // The peer gets the intercept's Hello, then is told why.
     let mut r = FrameReader::new(b);
-    assert!(matches!(r.read_message().await.unwrap(), Some(Message::Hello(_))));
+    assert!(matches!(
+        r.read_message().await.unwrap(),
+        Some(Message::Hello(_))
+    ));
     match r.read_message().await.unwrap() {
         Some(Message::Error { code, message }) => {
             assert_eq!(code, error_code::PROTOCOL);
@@ -405,7 +423,10 @@ async fn frames_after_the_handshake_carry_tags_and_a_changed_byte_is_caught() {
     // The copier sent a Hello and an Auth (36 bytes).
     let mut hello = Vec::new();
     Message::Hello(Hello::new(Role::Copier, true, [0; 32], "copier-test")).encode(&mut hello);
-    handshake_len.store(hello.len() + 4 + 1 + 32, std::sync::atomic::Ordering::SeqCst);
+    handshake_len.store(
+        hello.len() + 4 + 1 + 32,
+        std::sync::atomic::Ordering::SeqCst,
+    );
     let t = crate::flow::FourTuple::new(
         "198.19.0.1:1000".parse().unwrap(),
         "198.18.2.2:80".parse().unwrap(),
@@ -416,7 +437,13 @@ async fn frames_after_the_handshake_carry_tags_and_a_changed_byte_is_caught() {
         .unwrap();
     let e = server.await.unwrap().unwrap_err();
     assert!(
-        matches!(e, ProtoError::BadTag { from: "copier", frame: 0 }),
+        matches!(
+            e,
+            ProtoError::BadTag {
+                from: "copier",
+                frame: 0
+            }
+        ),
         "{e:?}"
     );
 }
@@ -448,7 +475,10 @@ async fn frames_are_tagged_with_a_secret_and_plain_without() {
         total.load(std::sync::atomic::Ordering::SeqCst) - before
     }
     assert_eq!(ping_bytes(None).await, 4 + 1 + 8);
-    assert_eq!(ping_bytes(Some(SECRET)).await, 4 + 1 + 8 + crate::proto::auth::TAG_LEN);
+    assert_eq!(
+        ping_bytes(Some(SECRET)).await,
+        4 + 1 + 8 + crate::proto::auth::TAG_LEN
+    );
 }
 
 #[tokio::test]
@@ -460,11 +490,17 @@ async fn a_reader_with_an_idle_timeout_gives_up_on_a_silent_peer() {
     let mut ping = Vec::new();
     Message::Ping { token: 1 }.encode(&mut ping);
     b.write_all(&ping).await.unwrap();
-    assert_eq!(r.read_message().await.unwrap(), Some(Message::Ping { token: 1 }));
+    assert_eq!(
+        r.read_message().await.unwrap(),
+        Some(Message::Ping { token: 1 })
+    );
     b.write_all(&ping[..3]).await.unwrap();
     let t0 = std::time::Instant::now();
     let e = r.read_message().await.unwrap_err();
-    assert!(matches!(e, ProtoError::Idle(d) if d == Duration::from_millis(100)), "{e:?}");
+    assert!(
+        matches!(e, ProtoError::Idle(d) if d == Duration::from_millis(100)),
+        "{e:?}"
+    );
     assert!(t0.elapsed() >= Duration::from_millis(100));
 }
 
@@ -488,20 +524,45 @@ async fn a_message_out_of_order_is_refused_at_every_step_of_both_sides() {
     let hello = |role| Message::Hello(Hello::new(role, false, [1; 32], "fake"));
     // (the side under test, what the fake peer sends, the step that refuses, the peer's Error)
     let cases = [
-        (Role::Intercept, vec![Message::Ping { token: 1 }], "Hello", "intercept: expected Hello, got Ping"),
-        (Role::Copier, vec![Message::Ping { token: 1 }], "Hello", "copier: expected Hello, got Ping"),
-        (Role::Intercept, vec![hello(Role::Copier), Message::Ping { token: 1 }], "Auth", "intercept: expected Auth, got Ping"),
-        (Role::Copier, vec![hello(Role::Intercept), Message::Ping { token: 1 }], "AuthOk", "copier: expected AuthOk, got Ping"),
+        (
+            Role::Intercept,
+            vec![Message::Ping { token: 1 }],
+            "Hello",
+            "intercept: expected Hello, got Ping",
+        ),
+        (
+            Role::Copier,
+            vec![Message::Ping { token: 1 }],
+            "Hello",
+            "copier: expected Hello, got Ping",
+        ),
+        (
+            Role::Intercept,
+            vec![hello(Role::Copier), Message::Ping { token: 1 }],
+            "Auth",
+            "intercept: expected Auth, got Ping",
+        ),
+        (
+            Role::Copier,
+            vec![hello(Role::Intercept), Message::Ping { token: 1 }],
+            "AuthOk",
+            "copier: expected AuthOk, got Ping",
+        ),
     ];
     for (side, script, step, told) in cases {
         let (a, b) = duplex(64 * 1024);
         let peer = tokio::spawn(scripted_peer(b, script));
         let e = match side {
-            Role::Intercept => server_handshake(a, None, "intercept-test").await.map(|_| ()),
+            Role::Intercept => server_handshake(a, None, "intercept-test")
+                .await
+                .map(|_| ()),
             Role::Copier => client_handshake(a, None, "copier-test").await.map(|_| ()),
         }
         .unwrap_err();
-        assert!(matches!(e, ProtoError::Unexpected { expected, got: "Ping" } if expected == step), "{side:?}: {e:?}");
+        assert!(
+            matches!(e, ProtoError::Unexpected { expected, got: "Ping" } if expected == step),
+            "{side:?}: {e:?}"
+        );
         let said = peer.await.unwrap();
         match said.last() {
             Some(Message::Error { code, message }) => {

@@ -14,7 +14,13 @@ use crate::engine::config::Params;
 
 impl Conn {
     /// The next segment to send, if any, written into `out`.
-    pub(crate) fn poll(&mut self, now: Instant, p: &Params, tx: &mut TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+    pub(crate) fn poll(
+        &mut self,
+        now: Instant,
+        p: &Params,
+        tx: &mut TxCtx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Sent> {
         if self.reg_pending || self.dead {
             return None;
         }
@@ -31,11 +37,25 @@ impl Conn {
                         r.last = seq;
                     }
                 }
-                seq.map(|seq| (seq, if self.synced { TcpFlags::RST | TcpFlags::ACK } else { TcpFlags::RST }))
+                seq.map(|seq| {
+                    (
+                        seq,
+                        if self.synced {
+                            TcpFlags::RST | TcpFlags::ACK
+                        } else {
+                            TcpFlags::RST
+                        },
+                    )
+                })
             };
             if let Some((seq, flags)) = rst {
                 self.emit(p, seq, flags, &[], None, out);
-                return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
+                return Some(Sent {
+                    payload: 0,
+                    retransmit: false,
+                    gso_size: 0,
+                    probe: false,
+                });
             }
         }
         match self.state {
@@ -56,7 +76,12 @@ impl Conn {
                     self.rtt_probe = Some((self.snd_nxt, Stamp::of(now)));
                 }
                 self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                Some(Sent { payload: 0, retransmit, gso_size: 0 })
+                Some(Sent {
+                    payload: 0,
+                    retransmit,
+                    gso_size: 0,
+                    probe: false,
+                })
             }
             State::Established => self.poll_established(now, p, tx, out),
             State::Linger => {
@@ -64,12 +89,23 @@ impl Conn {
                     return None;
                 }
                 self.emit_ack(p, tx.tsval, out);
-                Some(Sent { payload: 0, retransmit: false, gso_size: 0 })
+                Some(Sent {
+                    payload: 0,
+                    retransmit: false,
+                    gso_size: 0,
+                    probe: false,
+                })
             }
         }
     }
 
-    fn poll_established(&mut self, now: Instant, p: &Params, tx: &mut TxCtx<'_>, out: &mut Vec<u8>) -> Option<Sent> {
+    fn poll_established(
+        &mut self,
+        now: Instant,
+        p: &Params,
+        tx: &mut TxCtx<'_>,
+        out: &mut Vec<u8>,
+    ) -> Option<Sent> {
         if self.probe_due {
             // Zero-window probe: an old sequence number makes the test server answer with its
             // current window, without sending any byte beyond it.
@@ -77,7 +113,12 @@ impl Conn {
             self.emit(p, self.snd_una.sub(1), TcpFlags::ACK, &[], tx.tsval, out);
             self.acked_rcv = self.rcv_nxt;
             self.ack_due = false;
-            return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
+            return Some(Sent {
+                payload: 0,
+                retransmit: false,
+                gso_size: 0,
+                probe: true,
+            });
         }
         if self.fast_rexmit {
             self.fast_rexmit = false;
@@ -113,8 +154,17 @@ impl Conn {
                         self.rtt_probe = Some((end, Stamp::of(now)));
                     }
                     self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                    let gso_size = if n as u32 > self.mss { self.mss as u16 } else { 0 };
-                    return Some(Sent { payload: n, retransmit, gso_size });
+                    let gso_size = if n as u32 > self.mss {
+                        self.mss as u16
+                    } else {
+                        0
+                    };
+                    return Some(Sent {
+                        payload: n,
+                        retransmit,
+                        gso_size,
+                        probe: false,
+                    });
                 }
             }
         }
@@ -128,12 +178,22 @@ impl Conn {
                 self.acked_rcv = self.rcv_nxt;
                 self.ack_due = false;
                 self.rto_at.get_or_insert(Stamp::of(now + self.cur_rto(p)));
-                return Some(Sent { payload: 0, retransmit, gso_size: 0 });
+                return Some(Sent {
+                    payload: 0,
+                    retransmit,
+                    gso_size: 0,
+                    probe: false,
+                });
             }
         }
         if self.ack_due || (self.acked_rcv != self.rcv_nxt && self.ack_at.is_none()) {
             self.emit_ack(p, tx.tsval, out);
-            return Some(Sent { payload: 0, retransmit: false, gso_size: 0 });
+            return Some(Sent {
+                payload: 0,
+                retransmit: false,
+                gso_size: 0,
+                probe: false,
+            });
         }
         None
     }
@@ -156,7 +216,12 @@ impl Conn {
         }
         if self.fin_sent == Some(seq) {
             self.emit(p, seq, TcpFlags::FIN | TcpFlags::ACK, &[], tx.tsval, out);
-            return Some(Sent { payload: 0, retransmit: true, gso_size: 0 });
+            return Some(Sent {
+                payload: 0,
+                retransmit: true,
+                gso_size: 0,
+                probe: false,
+            });
         }
         let end = self.fin_sent.unwrap_or(self.snd_max).min(self.snd_max);
         let n = (end.diff(seq).max(0) as u32).min(self.mss) as usize;
@@ -165,11 +230,18 @@ impl Conn {
             return None;
         }
         let data = tx.data;
-        let payload = data.get(off as usize, n, &mut tx.scratch).filter(|b| b.len() == n)?;
+        let payload = data
+            .get(off as usize, n, &mut tx.scratch)
+            .filter(|b| b.len() == n)?;
         self.emit(p, seq, TcpFlags::ACK, payload, tx.tsval, out);
         self.acked_rcv = self.rcv_nxt;
         self.ack_due = false;
-        Some(Sent { payload: n, retransmit: true, gso_size: 0 })
+        Some(Sent {
+            payload: n,
+            retransmit: true,
+            gso_size: 0,
+            probe: false,
+        })
     }
 
     fn emit_ack(&mut self, p: &Params, tsval: Option<u32>, out: &mut Vec<u8>) {
@@ -178,7 +250,15 @@ impl Conn {
         self.ack_due = false;
     }
 
-    fn emit(&mut self, p: &Params, seq: SeqNum, flags: TcpFlags, payload: &[u8], tsval: Option<u32>, out: &mut Vec<u8>) {
+    fn emit(
+        &mut self,
+        p: &Params,
+        seq: SeqNum,
+        flags: TcpFlags,
+        payload: &[u8],
+        tsval: Option<u32>,
+        out: &mut Vec<u8>,
+    ) {
         let syn = flags.contains(TcpFlags::SYN);
         let mut opts = [TcpOption::SackPermitted; 3];
         let mut n = 0;
@@ -189,7 +269,10 @@ impl Conn {
         }
         if !flags.contains(TcpFlags::RST) && (syn || self.ts_ok) {
             if let Some(v) = tsval {
-                opts[n] = TcpOption::Timestamps { tsval: v, tsecr: if syn { 0 } else { self.ts_recent.unwrap_or(0) } };
+                opts[n] = TcpOption::Timestamps {
+                    tsval: v,
+                    tsecr: if syn { 0 } else { self.ts_recent.unwrap_or(0) },
+                };
                 n += 1;
             }
         }

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use common::h2::{headers_fragment, FrameHeader, Kind, END_HEADERS, END_STREAM, HEADER_LEN, PREFACE};
+use common::h2::{
+    headers_fragment, FrameHeader, Kind, END_HEADERS, END_STREAM, HEADER_LEN, PREFACE,
+};
 use common::hpack;
 
 use crate::engine::chunk::{ByteQueue, Meter, Payload};
@@ -77,7 +79,8 @@ fn read(out: &[u8]) -> (Vec<(FrameHeader, Vec<u8>)>, Vec<(u32, Fields)>) {
         }
         if matches!(h.kind, Kind::Headers | Kind::Continuation) && h.flags & END_HEADERS != 0 {
             let mut f = Vec::new();
-            dec.decode(&block, &mut f).expect("every block decodes with a fresh decoder, in order");
+            dec.decode(&block, &mut f)
+                .expect("every block decodes with a fresh decoder, in order");
             blocks.push((h.stream, f));
         }
         frames.push((h, p));
@@ -101,7 +104,10 @@ fn run(r: &Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, Editor) {
 }
 
 fn get<'a>(f: &'a Fields, n: &str) -> Vec<&'a [u8]> {
-    f.iter().filter(|(x, _)| x == n.as_bytes()).map(|(_, v)| &v[..]).collect()
+    f.iter()
+        .filter(|(x, _)| x == n.as_bytes())
+        .map(|(_, v)| &v[..])
+        .collect()
 }
 
 const RULES: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n\
@@ -113,35 +119,86 @@ const RULES: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n\
 #[test]
 fn filtered_streams_vanish_and_every_other_block_decodes_edited_with_a_fresh_decoder() {
     let r = Arc::new(Rules::from_toml_str(RULES).unwrap());
-    let paths = ["/v1/a", "/pay/1", "/b?q=1", "/PAY/2", "/v1/c", "//pay/3", "/d"];
-    let reqs: Vec<(&str, &[u8])> = (0..40).map(|i| (paths[i % paths.len()], if i % 3 == 0 { &b"body!"[..] } else { b"" })).collect();
-    let dropped: Vec<u32> = (0..40).filter(|i| paths[i % paths.len()].to_ascii_lowercase().contains("pay")).map(|i| 1 + 2 * i as u32).collect();
+    let paths = [
+        "/v1/a", "/pay/1", "/b?q=1", "/PAY/2", "/v1/c", "//pay/3", "/d",
+    ];
+    let reqs: Vec<(&str, &[u8])> = (0..40)
+        .map(|i| {
+            (
+                paths[i % paths.len()],
+                if i % 3 == 0 { &b"body!"[..] } else { b"" },
+            )
+        })
+        .collect();
+    let dropped: Vec<u32> = (0..40)
+        .filter(|i| paths[i % paths.len()].to_ascii_lowercase().contains("pay"))
+        .map(|i| 1 + 2 * i as u32)
+        .collect();
     for split in [false, true] {
         let input = client(&reqs, split);
         for cut in [1, 7, 9, 100, 1000, input.len()] {
             let (out, e) = run(&r, &input, cut);
             let (frames, blocks) = read(&out);
-            assert!(frames.iter().all(|(h, _)| !dropped.contains(&h.stream)), "cut {cut}: no frame of a dropped stream");
+            assert!(
+                frames.iter().all(|(h, _)| !dropped.contains(&h.stream)),
+                "cut {cut}: no frame of a dropped stream"
+            );
             assert_eq!(blocks.len(), 40 - dropped.len(), "cut {cut}");
             for (id, f) in &blocks {
                 let i = (id - 1) as usize / 2;
                 let want = paths[i % paths.len()].replace("/v1/", "/v2/");
                 assert_eq!(get(f, ":path"), [want.as_bytes()], "stream {id}");
-                assert_eq!(get(f, "x-traffic-copy"), [&b"copy1"[..]], "the dye, lower-cased");
+                assert_eq!(
+                    get(f, "x-traffic-copy"),
+                    [&b"copy1"[..]],
+                    "the dye, lower-cased"
+                );
                 assert!(get(f, "x-secret").is_empty());
                 assert_eq!(get(f, ":authority"), [&b"test.lab"[..]]);
                 assert_eq!(get(f, "cookie"), [&b"a=1"[..]]);
-                assert!(f.iter().position(|(n, _)| n.starts_with(b":")) < f.iter().position(|(n, _)| !n.starts_with(b":")));
+                assert!(
+                    f.iter().position(|(n, _)| n.starts_with(b":"))
+                        < f.iter().position(|(n, _)| !n.starts_with(b":"))
+                );
             }
             // DATA of the kept streams arrives exactly; stream-level WINDOW_UPDATEs of kept
             // streams and the connection's go too.
-            let data: Vec<u32> = frames.iter().filter(|(h, _)| h.kind == Kind::Data).map(|(h, _)| h.stream).collect();
-            let want: Vec<u32> = (0..40u32).filter(|i| i % 3 == 0).map(|i| 1 + 2 * i).filter(|id| !dropped.contains(id)).collect();
+            let data: Vec<u32> = frames
+                .iter()
+                .filter(|(h, _)| h.kind == Kind::Data)
+                .map(|(h, _)| h.stream)
+                .collect();
+            let want: Vec<u32> = (0..40u32)
+                .filter(|i| i % 3 == 0)
+                .map(|i| 1 + 2 * i)
+                .filter(|id| !dropped.contains(id))
+                .collect();
             assert_eq!(data, want);
-            assert!(frames.iter().filter(|(h, _)| h.kind == Kind::Data).all(|(_, p)| p == b"body!"));
-            assert_eq!(frames.iter().filter(|(h, _)| h.kind == Kind::WindowUpdate && h.stream == 0).count(), 40);
-            assert_eq!((e.counts.http_requests, e.counts.dropped, e.counts.edited, e.counts.malformed), (40, dropped.len() as u64, 40 - dropped.len() as u64, 0));
-            assert_eq!(e.counts.rules, [dropped.len() as u64, 0, 12], "pay, allow_only, v2 (stream 1, 9, 15, ...)");
+            assert!(frames
+                .iter()
+                .filter(|(h, _)| h.kind == Kind::Data)
+                .all(|(_, p)| p == b"body!"));
+            assert_eq!(
+                frames
+                    .iter()
+                    .filter(|(h, _)| h.kind == Kind::WindowUpdate && h.stream == 0)
+                    .count(),
+                40
+            );
+            assert_eq!(
+                (
+                    e.counts.http_requests,
+                    e.counts.dropped,
+                    e.counts.edited,
+                    e.counts.malformed
+                ),
+                (40, dropped.len() as u64, 40 - dropped.len() as u64, 0)
+            );
+            assert_eq!(
+                e.counts.rules,
+                [dropped.len() as u64, 0, 12],
+                "pay, allow_only, v2 (stream 1, 9, 15, ...)"
+            );
             assert_eq!(e.h2_streams_dropped(), dropped.len() as u64);
         }
     }
@@ -149,8 +206,10 @@ fn filtered_streams_vanish_and_every_other_block_decodes_edited_with_a_fresh_dec
 
 #[test]
 fn without_edits_copied_blocks_decode_to_the_client_fields() {
-    let r = Arc::new(Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n").unwrap());
-    let reqs: Vec<(&str, &[u8])> = vec![("/a", b""), ("/pay/x", b""), ("/b", b"x"), ("/pay/y", b"")];
+    let r =
+        Arc::new(Rules::from_toml_str("[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n").unwrap());
+    let reqs: Vec<(&str, &[u8])> =
+        vec![("/a", b""), ("/pay/x", b""), ("/b", b"x"), ("/pay/y", b"")];
     let (out, e) = run(&r, &client(&reqs, false), 13);
     let (_, blocks) = read(&out);
     assert_eq!(blocks.iter().map(|b| b.0).collect::<Vec<_>>(), [1, 5]);
@@ -162,21 +221,30 @@ fn without_edits_copied_blocks_decode_to_the_client_fields() {
 #[test]
 fn malformed_hpack_gives_the_copy_up_whatever_unparsable_says() {
     for unparsable in ["drop", "pass"] {
-        let r = Arc::new(Rules::from_toml_str(&format!("unparsable = \"{unparsable}\"\n[dye]\n")).unwrap());
+        let r = Arc::new(
+            Rules::from_toml_str(&format!("unparsable = \"{unparsable}\"\n[dye]\n")).unwrap(),
+        );
         let mut input = client(&[("/a", b"")], false);
         let good = run(&r, &input, 5).0;
         // An index into a dynamic table entry that does not exist.
         frame(&mut input, 1, END_STREAM | END_HEADERS, 3, &[0xff, 0x7f]);
         frame(&mut input, 8, 0, 0, &[0, 0, 1, 0]);
         let (out, e) = run(&r, &input, 5);
-        assert_eq!(out, good, "{unparsable}: what went before stays, nothing after");
+        assert_eq!(
+            out, good,
+            "{unparsable}: what went before stays, nothing after"
+        );
         assert!(e.failed && e.counts.malformed == 1);
         assert_eq!(e.unparsable, unparsable == "drop");
     }
     // A CONTINUATION that continues nothing, a padding longer than the frame.
     let r = Arc::new(Rules::from_toml_str("[dye]\n").unwrap());
     // A PUSH_PROMISE (never a client's).
-    for bad in [(9u8, END_HEADERS, vec![0x82]), (1, END_HEADERS | 0x8, vec![9, 0x82]), (5, END_HEADERS, vec![0, 0, 0, 2, 0x82])] {
+    for bad in [
+        (9u8, END_HEADERS, vec![0x82]),
+        (1, END_HEADERS | 0x8, vec![9, 0x82]),
+        (5, END_HEADERS, vec![0, 0, 0, 2, 0x82]),
+    ] {
         let mut input = client(&[], false);
         frame(&mut input, bad.0, bad.1, 1, &bad.2);
         let (_, e) = run(&r, &input, 3);
@@ -196,7 +264,11 @@ fn a_large_block_goes_in_continuation_frames_and_trailers_follow_their_stream() 
     let mut enc = fluke_hpack::Encoder::new();
     let mut input = PREFACE.to_vec();
     for (id, path) in [(1u32, &b"/a"[..]), (3, b"/pay/1")] {
-        let b = enc.encode(vec![(&b":method"[..], &b"POST"[..]), (b":path", path), (b":scheme", b"http")]);
+        let b = enc.encode(vec![
+            (&b":method"[..], &b"POST"[..]),
+            (b":path", path),
+            (b":scheme", b"http"),
+        ]);
         frame(&mut input, 1, END_HEADERS, id, &b);
     }
     for id in [1u32, 3] {
@@ -207,17 +279,31 @@ fn a_large_block_goes_in_continuation_frames_and_trailers_follow_their_stream() 
     let (out, e) = run(&r, &input, 17);
     let (frames, blocks) = read(&out);
     let kinds: Vec<(Kind, u32)> = frames.iter().map(|(h, _)| (h.kind, h.stream)).collect();
-    assert_eq!(kinds[..3], [(Kind::Headers, 1), (Kind::Continuation, 1), (Kind::Continuation, 1)]);
+    assert_eq!(
+        kinds[..3],
+        [
+            (Kind::Headers, 1),
+            (Kind::Continuation, 1),
+            (Kind::Continuation, 1)
+        ]
+    );
     assert_eq!(kinds[3..], [(Kind::Data, 1), (Kind::Headers, 1)]);
     assert_eq!(get(&blocks[0].1, "x-big")[0].len(), 40000);
-    assert_eq!(blocks[1], (1, vec![(b"grpc-status".to_vec(), b"0".to_vec())]), "trailers: no dye, no edit");
+    assert_eq!(
+        blocks[1],
+        (1, vec![(b"grpc-status".to_vec(), b"0".to_vec())]),
+        "trailers: no dye, no edit"
+    );
     assert_eq!((e.counts.http_requests, e.counts.dropped), (2, 1));
 }
 
 impl Rules {
     /// These rules with every `PLACEHOLDER` value 40000 bytes long (more than two frames).
     fn into_big(self) -> Rules {
-        let t = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[[header]]\nname = \"x-big\"\nset = \"".to_string() + &"v".repeat(40000) + "\"\n";
+        let t =
+            "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[[header]]\nname = \"x-big\"\nset = \""
+                .to_string()
+                + &"v".repeat(40000) + "\"\n";
         drop(self);
         Rules::from_toml_str(&t).unwrap()
     }
@@ -230,7 +316,10 @@ fn h2c_after_a_copied_upgrade_is_edited_and_a_refused_upgrade_stays_http1() {
     let mut input = up.to_vec();
     input.extend(client(&[("/v1/q", b""), ("/pay/z", b"")], false));
     let (out, e) = run(&r, &input, 11);
-    let at = out.windows(PREFACE.len()).position(|w| w == PREFACE).expect("the preface after the upgrade request");
+    let at = out
+        .windows(PREFACE.len())
+        .position(|w| w == PREFACE)
+        .expect("the preface after the upgrade request");
     assert!(out.starts_with(b"GET /v2/x HTTP/1.1\r\n"));
     let (_, blocks) = read(&out[at..]);
     assert_eq!(blocks.len(), 1);
@@ -240,7 +329,13 @@ fn h2c_after_a_copied_upgrade_is_edited_and_a_refused_upgrade_stays_http1() {
     let mut input = up.to_vec();
     input.extend_from_slice(b"GET /pay/1 HTTP/1.1\r\n\r\nGET /c HTTP/1.1\r\n\r\n");
     let (out, e) = run(&r, &input, 11);
-    assert!(out.ends_with(b"\r\n\r\nGET /c HTTP/1.1\r\nX-Traffic-Copy: copy1\r\nHost: test.lab\r\n\r\n"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.ends_with(
+            b"\r\n\r\nGET /c HTTP/1.1\r\nX-Traffic-Copy: copy1\r\nHost: test.lab\r\n\r\n"
+        ),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     assert_eq!(e.counts.dropped, 1);
 }
 

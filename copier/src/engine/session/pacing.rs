@@ -45,7 +45,11 @@ impl Session {
     /// than `answer_quiet` (a gRPC server cancels every call still in progress when the
     /// connection closes).
     fn answer_quiet(&self, p: &Params) -> std::time::Duration {
-        if self.stream.in_h2() && self.stream.before_fin() && self.stream.h2_online_total().is_some() && !self.stream.h2_filtered() {
+        if self.stream.in_h2()
+            && self.stream.before_fin()
+            && self.stream.h2_online_total().is_some()
+            && !self.stream.h2_filtered()
+        {
             p.answer_timeout
         } else {
             p.answer_quiet
@@ -66,7 +70,9 @@ impl Session {
     /// `answer_timeout` clock runs). The last, open unit waits only when the client reset.
     pub(super) fn waiting(&self, acked: SeqNum) -> bool {
         match self.stream.waiting_end() {
-            Some(end) => acked.ge(end) && (!self.stream.bounds.is_empty() || self.client_reset.is_some()),
+            Some(end) => {
+                acked.ge(end) && (!self.stream.bounds.is_empty() || self.client_reset.is_some())
+            }
             None => false,
         }
     }
@@ -93,7 +99,11 @@ impl Session {
     /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
     /// `pace_window`.
     pub(super) fn window(&self, p: &Params) -> u32 {
-        if !self.paced(p) || self.gate.is_some() || self.stream.server_first || self.strikes >= STRIKES_LOCKSTEP {
+        if !self.paced(p)
+            || self.gate.is_some()
+            || self.stream.server_first
+            || self.strikes >= STRIKES_LOCKSTEP
+        {
             1
         } else {
             self.win.clamp(1, p.pace_window)
@@ -109,7 +119,9 @@ impl Session {
 
     /// Whether the planner holds the current unit back.
     pub(super) fn held(&self) -> bool {
-        self.gate.as_ref().is_some_and(|g| g.held(self.stream.cur_start))
+        self.gate
+            .as_ref()
+            .is_some_and(|g| g.held(self.stream.cur_start))
     }
 
     /// Move past the units the current connection got answered, and run the answer clock.
@@ -118,11 +130,15 @@ impl Session {
         let Some(c) = &self.cur else { return };
         let (acked, answered, tuple) = (c.acked(), c.answered, c.tuple);
         let before = self.stream.cur_start;
-        let timed_out = self.unit_acked_at.is_some_and(|t| t.at() + p.answer_timeout <= now);
+        let timed_out = self
+            .unit_acked_at
+            .is_some_and(|t| t.at() + p.answer_timeout <= now);
         let (mut n, mut by_timeout) = (0, false);
         self.h2_unstall(now, p);
         if !self.paced(p) {
-            (n, by_timeout) = self.stream.release(acked, answered, timed_out, self.stream.in_h2());
+            (n, by_timeout) = self
+                .stream
+                .release(acked, answered, timed_out, self.stream.in_h2());
         }
         if n == 0 && self.h2_done(acked) {
             self.stream.release_one();
@@ -163,7 +179,10 @@ impl Session {
         }
         let c = self.cur.as_ref()?;
         let h = self.stream.h2_ref()?;
-        let got = c.received().saturating_add(h.credit).saturating_add(H2_SLACK);
+        let got = c
+            .received()
+            .saturating_add(h.credit)
+            .saturating_add(H2_SLACK);
         let cur = std::iter::once((self.stream.cur_start, self.stream.cur_ack()));
         for (at, ack) in cur.chain(self.stream.bounds.iter().map(|b| (b.at, b.ack))) {
             if at.lt(c.snd_max) {
@@ -184,13 +203,19 @@ impl Session {
     /// been quiet for `answer_quiet`: it answered less than online (smaller answers, refused or
     /// reset streams). Count the difference as sent so that the held unit goes.
     fn h2_unstall(&mut self, now: Instant, p: &Params) {
-        let Some((at, need)) = self.h2_gate() else { return };
+        let Some((at, need)) = self.h2_gate() else {
+            return;
+        };
         let Some(c) = self.cur.as_ref() else { return };
         if !c.acked().ge(at) {
             return;
         }
         let got = c.received();
-        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        let last = self
+            .stream
+            .h2_ref()
+            .and_then(|h| h.rx_at)
+            .unwrap_or(self.last_activity);
         if last.at() + p.answer_quiet > now {
             return;
         }
@@ -205,13 +230,19 @@ impl Session {
         if !self.cur.as_ref()?.acked().ge(at) {
             return None;
         }
-        let last = self.stream.h2_ref().and_then(|h| h.rx_at).unwrap_or(self.last_activity);
+        let last = self
+            .stream
+            .h2_ref()
+            .and_then(|h| h.rx_at)
+            .unwrap_or(self.last_activity);
         Some(last.at() + p.answer_quiet)
     }
 
     /// A record on the current connection: note when the test server last sent more.
     pub(super) fn h2_note_rx(&mut self, now: Instant) {
-        let Some(got) = self.cur.as_ref().map(|c| c.received()) else { return };
+        let Some(got) = self.cur.as_ref().map(|c| c.received()) else {
+            return;
+        };
         if let Some(h) = self.stream.h2_mut() {
             if got > h.rx {
                 h.rx = got;
@@ -224,11 +255,16 @@ impl Session {
     /// server took every byte and sent at least as many as the online server did on the whole
     /// connection (known when the preface opened it).
     fn h2_done(&self, acked: SeqNum) -> bool {
-        let Some(c) = self.cur.as_ref() else { return false };
+        let Some(c) = self.cur.as_ref() else {
+            return false;
+        };
         self.stream.in_h2()
             && self.stream.before_fin()
             && acked.ge(self.stream.next)
-            && self.stream.h2_online_total().is_some_and(|t| c.received() >= t)
+            && self
+                .stream
+                .h2_online_total()
+                .is_some_and(|t| c.received() >= t)
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by
@@ -240,18 +276,35 @@ impl Session {
     /// releases the later units the test server had received before its last answer bytes and
     /// then went quiet on: it answered them too. Each unit answered opens the window by one;
     /// a timeout closes it to one (and counts a strike).
-    pub(super) fn release_watched(&mut self, now: Instant, p: &Params, acked: SeqNum, tuple: FourTuple, timed_out: bool) -> (usize, bool) {
+    pub(super) fn release_watched(
+        &mut self,
+        now: Instant,
+        p: &Params,
+        acked: SeqNum,
+        tuple: FourTuple,
+        timed_out: bool,
+    ) -> (usize, bool) {
         let mut n = 0;
         loop {
-            let Some(end) = self.stream.waiting_end() else { return (n, false) };
+            let Some(end) = self.stream.waiting_end() else {
+                return (n, false);
+            };
             self.watch.aim(tuple, end);
             if !(acked.ge(end) || self.watch.bytes() > 0) {
                 return (n, false);
             }
             let open = self.stream.bounds.is_empty();
-            let closing = if open { self.client_reset.is_some() } else { self.stream.before_fin() };
+            let closing = if open {
+                self.client_reset.is_some()
+            } else {
+                self.stream.before_fin()
+            };
             // The online size is exact only between two units; the close waits for quiet.
-            let need = if open || closing { None } else { self.stream.online_len() };
+            let need = if open || closing {
+                None
+            } else {
+                self.stream.online_len()
+            };
             if let Some(used) = need.filter(|_| self.watch.by_size(need)) {
                 self.stream.release_one();
                 n += 1;

@@ -7,11 +7,23 @@ fn a(s: &str) -> SocketAddr {
 }
 
 fn map() -> PortMap {
-    PortMap { online_ip: None, online_port: 80, target: a("198.18.1.2:80") }
+    PortMap {
+        online_ip: None,
+        online_port: 80,
+        target: a("198.18.1.2:80"),
+    }
 }
 
 fn two(w1: u32, w2: u32) -> Targets {
-    two_with(w1, w2, HealthConfig { down_after: Duration::from_secs(3), retry: Duration::from_secs(5), ..HealthConfig::default() })
+    two_with(
+        w1,
+        w2,
+        HealthConfig {
+            down_after: Duration::from_secs(3),
+            retry: Duration::from_secs(5),
+            ..HealthConfig::default()
+        },
+    )
 }
 
 /// Two servers weighted `w1`, `w2` under `map()`, judged by `cfg`.
@@ -20,8 +32,14 @@ fn two_with(w1: u32, w2: u32, cfg: HealthConfig) -> Targets {
     let spread = MapTargets {
         map: m,
         targets: vec![
-            WeightedTarget { addr: a("198.18.1.2:80"), weight: w1 },
-            WeightedTarget { addr: a("198.18.3.2:80"), weight: w2 },
+            WeightedTarget {
+                addr: a("198.18.1.2:80"),
+                weight: w1,
+            },
+            WeightedTarget {
+                addr: a("198.18.3.2:80"),
+                weight: w2,
+            },
         ],
     };
     Targets::new(&[m], &[spread], cfg)
@@ -29,11 +47,20 @@ fn two_with(w1: u32, w2: u32, cfg: HealthConfig) -> Targets {
 
 #[test]
 fn parses_one_target_or_a_weighted_list() {
-    assert_eq!(parse_targets("198.18.1.2:80").unwrap(), vec![WeightedTarget { addr: a("198.18.1.2:80"), weight: 1 }]);
+    assert_eq!(
+        parse_targets("198.18.1.2:80").unwrap(),
+        vec![WeightedTarget {
+            addr: a("198.18.1.2:80"),
+            weight: 1
+        }]
+    );
     let l = parse_targets("198.18.1.2:80@3, 198.18.3.2:8080@1").unwrap();
     assert_eq!(l.len(), 2);
     assert_eq!((l[0].weight, l[1].addr), (3, a("198.18.3.2:8080")));
-    assert_eq!(parse_targets("[fd00::2]:80@2,[fd00::3]:80").unwrap()[1].weight, 1);
+    assert_eq!(
+        parse_targets("[fd00::2]:80@2,[fd00::3]:80").unwrap()[1].weight,
+        1
+    );
     for (bad, says) in [
         ("198.18.1.2:80@0", "not from 1"),
         ("198.18.1.2:80@x", "not a whole number"),
@@ -55,7 +82,9 @@ fn weights_spread_sessions_exactly_and_interleaved() {
     let first = picks.iter().filter(|&&p| p == a("198.18.1.2:80")).count();
     assert_eq!(first, 300);
     // Smooth: never more than three in a row on the heavier one.
-    assert!(picks.windows(4).all(|w| w.iter().any(|&p| p == a("198.18.3.2:80"))));
+    assert!(picks
+        .windows(4)
+        .all(|w| w.iter().any(|&p| p == a("198.18.3.2:80"))));
 }
 
 #[test]
@@ -64,7 +93,10 @@ fn a_map_with_one_target_always_gets_it() {
     let mut t = Targets::new(&[m], &[], HealthConfig::default());
     let now = Instant::now();
     assert!((0..10).all(|_| t.pick(now, &m).unwrap() == m.target));
-    let other = PortMap { online_port: 81, ..m };
+    let other = PortMap {
+        online_port: 81,
+        ..m
+    };
     assert_eq!(t.pick(now, &other).unwrap(), other.target);
 }
 
@@ -81,11 +113,20 @@ fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
     t.check(t0 + Duration::from_millis(2999));
     assert!(t.poll_event().is_none());
     t.check(t0 + Duration::from_secs(3));
-    assert_eq!(t.poll_event(), Some(TargetEvent::Down { addr: s2, silent: Duration::from_secs(3) }));
+    assert_eq!(
+        t.poll_event(),
+        Some(TargetEvent::Down {
+            addr: s2,
+            silent: Duration::from_secs(3)
+        })
+    );
     // Every new session goes to s1 until the probe is due (5 s after going down).
     let t1 = t0 + Duration::from_secs(3);
     for k in 0..50 {
-        assert_eq!(t.pick(t1 + Duration::from_millis(k * 90), &map()).unwrap(), s1);
+        assert_eq!(
+            t.pick(t1 + Duration::from_millis(k * 90), &map()).unwrap(),
+            s1
+        );
     }
     let t2 = t1 + Duration::from_secs(5);
     assert_eq!(t.pick(t2, &map()).unwrap(), s2, "the probe");
@@ -129,7 +170,9 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
     assert_eq!(evs.len(), 3, "{evs:?}");
     assert_eq!(evs[2], TargetEvent::AllDown(map()));
     assert_eq!(t.all_down().count(), 1);
-    let picks: Vec<_> = (0..8).map(|_| t.pick(t0 + Duration::from_secs(4), &map()).unwrap()).collect();
+    let picks: Vec<_> = (0..8)
+        .map(|_| t.pick(t0 + Duration::from_secs(4), &map()).unwrap())
+        .collect();
     assert_eq!(picks.iter().filter(|&&p| p == s1).count(), 6);
     t.on_answer(t0 + Duration::from_secs(5), s2, false);
     assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
@@ -140,7 +183,14 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
 #[test]
 fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refuses() {
     let m = map();
-    let mut t = two_with(1, 1, HealthConfig { max_live: 4, ..HealthConfig::default() });
+    let mut t = two_with(
+        1,
+        1,
+        HealthConfig {
+            max_live: 4,
+            ..HealthConfig::default()
+        },
+    );
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
     // s1 is slow: its copies stay live; s2's end at once.
@@ -156,7 +206,11 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
             t.on_ended(slot);
         }
     }
-    assert_eq!(t.stats().find(|x| x.addr == s1).unwrap().live, 4, "s1 stops at max_live");
+    assert_eq!(
+        t.stats().find(|x| x.addr == s1).unwrap().live,
+        4,
+        "s1 stops at max_live"
+    );
     assert_eq!(to_s2, 36);
     assert_eq!(t.poll_event(), Some(TargetEvent::Overloaded(s1)));
     // s2 fills up too: every server overloaded, new copies are refused, once alerted.
@@ -166,20 +220,30 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
     assert_eq!(t.pick(now, &m), None);
     assert_eq!(t.pick(now, &m), None);
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
-    assert_eq!(evs, vec![TargetEvent::Overloaded(s2), TargetEvent::AllOverloaded(m)]);
+    assert_eq!(
+        evs,
+        vec![TargetEvent::Overloaded(s2), TargetEvent::AllOverloaded(m)]
+    );
     assert_eq!(t.stats().next().unwrap().refused, 2);
     // s1's copies end: relieved at 3 of 4, takes sessions again.
     t.on_ended(1);
     t.on_ended(2);
     assert_eq!(t.pick(now, &m), Some(s1));
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
-    assert_eq!(evs, vec![TargetEvent::Relieved(s1), TargetEvent::SomeRelieved(m)]);
+    assert_eq!(
+        evs,
+        vec![TargetEvent::Relieved(s1), TargetEvent::SomeRelieved(m)]
+    );
 }
 
 #[test]
 fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
     let m = map();
-    let cfg = HealthConfig { slow_after: Duration::from_millis(200), retry: Duration::from_secs(5), ..HealthConfig::default() };
+    let cfg = HealthConfig {
+        slow_after: Duration::from_millis(200),
+        retry: Duration::from_secs(5),
+        ..HealthConfig::default()
+    };
     let mut t = two_with(1, 1, cfg);
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
@@ -187,7 +251,13 @@ fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
     // s2 answers in 300 ms: the smoothed time passes 200 ms at the first answer.
     t.on_answer_time(now, s1, ms(10));
     t.on_answer_time(now, s2, ms(300));
-    assert_eq!(t.poll_event(), Some(TargetEvent::Slow { addr: s2, answer: ms(300) }));
+    assert_eq!(
+        t.poll_event(),
+        Some(TargetEvent::Slow {
+            addr: s2,
+            answer: ms(300)
+        })
+    );
     let picks: Vec<_> = (0..10).map(|_| t.pick(now, &m).unwrap()).collect();
     assert!(picks.iter().all(|&p| p == s1), "{picks:?}");
     // A slow answer keeps it slow; one within 150 ms makes it fast, smoothing from there.
@@ -200,8 +270,13 @@ fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
     t.on_answer_time(now, s2, ms(120));
     assert_eq!(t.poll_event(), Some(TargetEvent::Fast(s2)));
     let st = *t.stats().find(|x| x.addr == s2).unwrap();
-    assert_eq!((st.slow, st.slow_turns, st.answer_smoothed, st.answers), (false, 1, Some(ms(120)), 3));
-    let picks: Vec<_> = (0..4).map(|_| t.pick(now + ms(5002), &m).unwrap()).collect();
+    assert_eq!(
+        (st.slow, st.slow_turns, st.answer_smoothed, st.answers),
+        (false, 1, Some(ms(120)), 3)
+    );
+    let picks: Vec<_> = (0..4)
+        .map(|_| t.pick(now + ms(5002), &m).unwrap())
+        .collect();
     assert_eq!(picks.iter().filter(|&&p| p == s2).count(), 2, "{picks:?}");
     // Both slow: no new copy (as when all are overloaded), alerted once.
     for _ in 0..30 {
@@ -216,7 +291,11 @@ fn a_slow_server_gets_no_new_sessions_but_probes_and_is_back_when_fast() {
 #[test]
 fn a_failing_server_gets_no_new_sessions_but_probes_and_is_back_when_sound() {
     let m = map();
-    let cfg = HealthConfig { fail_percent: 30, retry: Duration::from_secs(5), ..HealthConfig::default() };
+    let cfg = HealthConfig {
+        fail_percent: 30,
+        retry: Duration::from_secs(5),
+        ..HealthConfig::default()
+    };
     let mut t = two_with(1, 1, cfg);
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
     let now = Instant::now();
@@ -236,14 +315,27 @@ fn a_failing_server_gets_no_new_sessions_but_probes_and_is_back_when_sound() {
     for _ in 0..8 {
         end(&mut t, now, true);
     }
-    assert!(t.stats().all(|x| !x.failing), "at least five outcomes first");
+    assert!(
+        t.stats().all(|x| !x.failing),
+        "at least five outcomes first"
+    );
     // Its fifth failure: failing (smoothed share 67 %).
     assert_eq!(end(&mut t, now, true), s1);
     assert_eq!(end(&mut t, now, true), s2);
-    assert_eq!(t.poll_event(), Some(TargetEvent::Failing { addr: s2, percent: 67 }));
+    assert_eq!(
+        t.poll_event(),
+        Some(TargetEvent::Failing {
+            addr: s2,
+            percent: 67
+        })
+    );
     let st = *t.stats().find(|x| x.addr == s2).unwrap();
     assert_eq!((st.failing, st.failing_turns, st.failures), (true, 1, 5));
-    assert_eq!(t.stats().find(|x| x.addr == s1).unwrap().failures, 0, "completed copies are no failures");
+    assert_eq!(
+        t.stats().find(|x| x.addr == s1).unwrap().failures,
+        0,
+        "completed copies are no failures"
+    );
     // No new session for s2 but one probe per retry; probes that complete bring it back once
     // the share is under 15 %.
     let picks: Vec<_> = (0..10).map(|_| end(&mut t, now, false)).collect();

@@ -7,7 +7,10 @@ use std::time::Duration;
 use super::*;
 
 fn delayed() -> H {
-    H::new(EngineConfig { ack_delay: Duration::from_millis(40), ..cfg() })
+    H::new(EngineConfig {
+        ack_delay: Duration::from_millis(40),
+        ..cfg()
+    })
 }
 
 #[test]
@@ -60,7 +63,10 @@ fn a_super_segment_a_fin_and_a_repeat_are_acknowledged_at_once() {
     h.rec(resp(0, 4, 4000)); // the same bytes again: our ACK was lost
     let out = h.out();
     assert_eq!(out.len(), 1, "a repeat is acknowledged at once");
-    let fin = Seg { flags: TcpFlags(TcpFlags::FIN.0 | A.0), ..resp(4000, 4, 0) };
+    let fin = Seg {
+        flags: TcpFlags(TcpFlags::FIN.0 | A.0),
+        ..resp(4000, 4, 0)
+    };
     h.rec(fin);
     let out = h.out();
     assert_eq!(out.len(), 1);
@@ -94,7 +100,10 @@ fn a_delay_that_runs_out_sends_the_ack_and_later_ones_go_at_once() {
 
 #[test]
 fn zero_acknowledges_every_segment_at_once() {
-    let mut h = H::new(EngineConfig { ack_delay: Duration::ZERO, ..cfg() });
+    let mut h = H::new(EngineConfig {
+        ack_delay: Duration::ZERO,
+        ..cfg()
+    });
     h.establish();
     h.cap(data(0, 0, b"req1"));
     let _ = h.out();

@@ -22,7 +22,10 @@ fn three_requests() -> H {
 }
 
 fn payloads(out: &[Out]) -> Vec<&[u8]> {
-    out.iter().filter(|o| !o.payload.is_empty()).map(|o| &o.payload[..]).collect()
+    out.iter()
+        .filter(|o| !o.payload.is_empty())
+        .map(|o| &o.payload[..])
+        .collect()
 }
 
 #[test]
@@ -75,7 +78,11 @@ fn duplicated_or_reordered_records_are_counted_once() {
     h.rec(resp(50, 4, 50));
     h.rec(resp(50, 4, 50));
     h.rec(resp(50, 4, 50));
-    assert_eq!(payloads(&h.out()), Vec::<&[u8]>::new(), "50 distinct bytes, not 150");
+    assert_eq!(
+        payloads(&h.out()),
+        Vec::<&[u8]>::new(),
+        "50 distinct bytes, not 150"
+    );
     h.rec(resp(0, 4, 50)); // the first half, late
     assert_eq!(payloads(&h.out()), vec![b"req2"]);
 }
@@ -91,14 +98,21 @@ fn bytes_sent_before_the_test_server_had_the_request_do_not_count() {
     h.rec(resp(0, 2, 1000));
     assert_eq!(payloads(&h.out()), Vec::<&[u8]>::new());
     h.rec(resp(1000, 4, 99));
-    assert_eq!(payloads(&h.out()), Vec::<&[u8]>::new(), "99 of 100 bytes after it had req1");
+    assert_eq!(
+        payloads(&h.out()),
+        Vec::<&[u8]>::new(),
+        "99 of 100 bytes after it had req1"
+    );
     h.rec(resp(1099, 4, 1));
     assert_eq!(payloads(&h.out()), vec![b"req2"]);
 }
 
 #[test]
 fn the_answer_timeout_still_applies() {
-    let mut h = H::new(EngineConfig { answer_timeout: Duration::from_millis(500), ..cfg() });
+    let mut h = H::new(EngineConfig {
+        answer_timeout: Duration::from_millis(500),
+        ..cfg()
+    });
     h.establish();
     h.cap(data(0, 0, b"req1"));
     h.cap(data(4, 100, b"req2"));
@@ -116,13 +130,35 @@ fn a_test_server_closing_after_a_short_answer_answered_it() {
     h.at(10);
     // 10 bytes and a FIN: answered (no quiet to wait for); req2 goes on a new connection, req1
     // is not sent again.
-    h.rec(Seg { seq: TISN + 1, ack: CISN + 5, flags: TcpFlags(FA.0 | TcpFlags::PSH.0), data_len: 10, ..BASE });
+    h.rec(Seg {
+        seq: TISN + 1,
+        ack: CISN + 5,
+        flags: TcpFlags(FA.0 | TcpFlags::PSH.0),
+        data_len: 10,
+        ..BASE
+    });
     let ev = h.control();
-    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else {
+        panic!("{ev:?}")
+    };
     let out = h.packets();
-    let syn = out.iter().find(|o| o.tuple == t2).expect("SYN of the new connection");
-    assert_eq!((syn.flags, syn.seq), (TcpFlags::SYN, CISN + 4), "starts at req2");
-    h.rec_to(t2, Seg { seq: 90_000, ack: CISN + 5, ..SYN_ACK });
+    let syn = out
+        .iter()
+        .find(|o| o.tuple == t2)
+        .expect("SYN of the new connection");
+    assert_eq!(
+        (syn.flags, syn.seq),
+        (TcpFlags::SYN, CISN + 4),
+        "starts at req2"
+    );
+    h.rec_to(
+        t2,
+        Seg {
+            seq: 90_000,
+            ack: CISN + 5,
+            ..SYN_ACK
+        },
+    );
     assert_eq!(payloads(&h.out()), vec![b"req2"]);
 }
 
@@ -131,12 +167,23 @@ fn a_test_server_resetting_after_a_short_answer_answered_it() {
     let mut h = three_requests();
     h.at(10);
     h.rec(resp(0, 4, 10));
-    h.rec(Seg { seq: TISN + 11, ack: CISN + 5, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    h.rec(Seg {
+        seq: TISN + 11,
+        ack: CISN + 5,
+        flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     let ev = h.control();
     assert_eq!(ev[0], RegEvent::Unregister(test_tuple()));
-    let RegEvent::Register(t2) = ev[1] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[1] else {
+        panic!("{ev:?}")
+    };
     let out = h.packets();
-    assert_eq!((out.len(), out[0].tuple, out[0].seq), (1, t2, CISN + 4), "starts at req2: {out:?}");
+    assert_eq!(
+        (out.len(), out[0].tuple, out[0].seq),
+        (1, t2, CISN + 4),
+        "starts at req2: {out:?}"
+    );
 }
 
 #[test]
@@ -146,15 +193,38 @@ fn a_reset_beyond_what_was_seen_does_not_answer_the_unit() {
     // carried again on a new connection.
     let mut h = three_requests();
     h.at(10);
-    h.rec(Seg { seq: TISN + 421, ack: CISN + 5, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    h.rec(Seg {
+        seq: TISN + 421,
+        ack: CISN + 5,
+        flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     let ev = h.control();
-    let Some(RegEvent::Register(t2)) = ev.iter().copied().find(|e| matches!(e, RegEvent::Register(_))) else {
+    let Some(RegEvent::Register(t2)) = ev
+        .iter()
+        .copied()
+        .find(|e| matches!(e, RegEvent::Register(_)))
+    else {
         panic!("{ev:?}")
     };
     let out = h.packets();
-    let syn = out.iter().find(|o| o.tuple == t2).expect("SYN of the new connection");
-    assert_eq!((syn.flags, syn.seq), (TcpFlags::SYN, CISN), "starts at req1 again");
-    h.rec_to(t2, Seg { seq: 90_000, ack: CISN + 1, ..SYN_ACK });
+    let syn = out
+        .iter()
+        .find(|o| o.tuple == t2)
+        .expect("SYN of the new connection");
+    assert_eq!(
+        (syn.flags, syn.seq),
+        (TcpFlags::SYN, CISN),
+        "starts at req1 again"
+    );
+    h.rec_to(
+        t2,
+        Seg {
+            seq: 90_000,
+            ack: CISN + 1,
+            ..SYN_ACK
+        },
+    );
     assert_eq!(payloads(&h.out()), vec![b"req1"]);
 }
 
@@ -165,10 +235,18 @@ fn the_fin_waits_for_the_quiet_even_after_an_answer_of_the_online_size() {
     h.cap(data(0, 0, b"req1"));
     let _ = h.out();
     // The client got 100 bytes online, then closed.
-    h.cap(Seg { seq: CISN + 5, ack: OISN + 101, flags: FA, ..BASE });
+    h.cap(Seg {
+        seq: CISN + 5,
+        ack: OISN + 101,
+        flags: FA,
+        ..BASE
+    });
     h.at(10);
     h.rec(resp(0, 4, 100));
-    assert!(h.out().iter().all(|o| !o.has(TcpFlags::FIN)), "the test answer may be longer: wait");
+    assert!(
+        h.out().iter().all(|o| !o.has(TcpFlags::FIN)),
+        "the test answer may be longer: wait"
+    );
     h.at(30);
     h.rec(resp(100, 4, 5000)); // it was
     let _ = h.out();
@@ -198,18 +276,41 @@ fn a_shorter_greeting_releases_after_the_quiet() {
 #[test]
 fn mid_stream_answers_are_measured_from_the_synchronising_ack() {
     let mut h = H::default();
-    let mid = |off: u32, oack: u32, b: &[u8]| Seg { seq: 5_000_000 + off, ack: 9_000_000 + oack, flags: PA, payload: leak(b), ..BASE };
+    let mid = |off: u32, oack: u32, b: &[u8]| Seg {
+        seq: 5_000_000 + off,
+        ack: 9_000_000 + oack,
+        flags: PA,
+        payload: leak(b),
+        ..BASE
+    };
     h.cap(mid(0, 0, b"tail of an old request"));
-    h.cap(Seg { seq: 5_000_022, ack: 9_000_500, ..BASE }); // synchronised here
+    h.cap(Seg {
+        seq: 5_000_022,
+        ack: 9_000_500,
+        ..BASE
+    }); // synchronised here
     h.cap(mid(22, 500, b"GET /a"));
     h.cap(mid(28, 800, b"GET /b")); // online answered /a with 300 bytes
     let _ = h.out();
-    h.rec(Seg { ack: 5_000_022, ..SYN_ACK });
+    h.rec(Seg {
+        ack: 5_000_022,
+        ..SYN_ACK
+    });
     let out = h.out();
     assert_eq!(payloads(&out), vec![b"GET /a"]);
-    h.rec(Seg { seq: TISN + 1, ack: 5_000_028, data_len: 299, ..BASE });
+    h.rec(Seg {
+        seq: TISN + 1,
+        ack: 5_000_028,
+        data_len: 299,
+        ..BASE
+    });
     assert_eq!(payloads(&h.out()), Vec::<&[u8]>::new(), "299 of 300");
-    h.rec(Seg { seq: TISN + 300, ack: 5_000_028, data_len: 1, ..BASE });
+    h.rec(Seg {
+        seq: TISN + 300,
+        ack: 5_000_028,
+        data_len: 1,
+        ..BASE
+    });
     assert_eq!(payloads(&h.out()), vec![b"GET /b"]);
 }
 
@@ -217,13 +318,21 @@ fn mid_stream_answers_are_measured_from_the_synchronising_ack() {
 fn without_pacing_any_answer_still_counts_for_replays() {
     // Pacing off sends everything at once; what counts as answered only decides what a new
     // connection replays when the test server closes: as before, any answer byte.
-    let mut h = H::new(EngineConfig { pace_requests: false, ..cfg() });
+    let mut h = H::new(EngineConfig {
+        pace_requests: false,
+        ..cfg()
+    });
     h.establish();
     h.cap(data(0, 0, b"req1"));
     h.cap(data(4, 100, b"req2"));
     assert_eq!(stream_of(&h.out(), CISN + 1), b"req1req2");
     h.rec(resp(0, 8, 10)); // 10 bytes acking both
-    h.rec(Seg { seq: TISN + 11, ack: CISN + 9, flags: FA, ..BASE });
+    h.rec(Seg {
+        seq: TISN + 11,
+        ack: CISN + 9,
+        flags: FA,
+        ..BASE
+    });
     let _ = h.out();
     assert_eq!(h.e.stats().connections_opened, 1, "nothing to replay");
 }
@@ -236,14 +345,22 @@ fn after_an_answered_last_unit_the_next_one_is_measured_from_what_the_client_rec
     let _ = h.out();
     h.rec(resp(0, 4, 100));
     let _ = h.out();
-    h.cap(Seg { seq: CISN + 5, ack: OISN + 101, ..BASE }); // the client acks 100 bytes online
+    h.cap(Seg {
+        seq: CISN + 5,
+        ack: OISN + 101,
+        ..BASE
+    }); // the client acks 100 bytes online
     let _ = h.fire_until_output(1_000); // quiet: req1 counts as answered
-    // req2 starts a unit of its own (everything before is answered): its online answer is
-    // counted from req2's own ACK, not from req1's. req3 follows a 40-byte answer online.
+                                        // req2 starts a unit of its own (everything before is answered): its online answer is
+                                        // counted from req2's own ACK, not from req1's. req3 follows a 40-byte answer online.
     h.at(500);
     h.cap(data(4, 100, b"req2"));
     assert_eq!(payloads(&h.out()), vec![b"req2"]);
     h.cap(data(8, 140, b"req3"));
     h.rec(resp(100, 8, 40));
-    assert_eq!(payloads(&h.out()), vec![b"req3"], "40 bytes, as online (not 140)");
+    assert_eq!(
+        payloads(&h.out()),
+        vec![b"req3"],
+        "40 bytes, as online (not 140)"
+    );
 }

@@ -42,14 +42,22 @@ fn opened() -> (H, u32) {
 
 /// The test server's FIN at its offset `off`, acking client offset `cack`.
 fn server_fin(off: u32, cack: u32) -> Seg {
-    Seg { seq: TISN + 1 + off, ack: CISN + 1 + cack, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE }
+    Seg {
+        seq: TISN + 1 + off,
+        ack: CISN + 1 + cack,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    }
 }
 
 /// The close that follows `rec`: no new connection; the session's `h2_closed` count.
 fn close_ends(h: &mut H, rec: Seg) -> u64 {
     h.rec(rec);
     let out = h.out();
-    assert!(!out.iter().any(|o| o.has(TcpFlags::SYN)), "no new connection: {out:?}");
+    assert!(
+        !out.iter().any(|o| o.has(TcpFlags::SYN)),
+        "no new connection: {out:?}"
+    );
     assert_eq!(h.e.stats().reconnects, 0);
     h.e.stats().sessions_failed.h2_closed
 }
@@ -67,7 +75,11 @@ fn streams_go_as_captured_without_waiting_for_answers() {
         off += 29;
     }
     let out = h.out();
-    assert_eq!(sent(&out), off as usize, "every frame went with no answer: {out:?}");
+    assert_eq!(
+        sent(&out),
+        off as usize,
+        "every frame went with no answer: {out:?}"
+    );
     let s = h.e.stats();
     assert_eq!((s.h2_sessions, s.h2_streams), (1, 5));
     assert_eq!(s.answer_timeouts, 0);
@@ -80,7 +92,11 @@ fn the_same_bytes_without_the_preface_are_paced() {
     let first = b"GET / HTTP/1.1\r\n\r\n";
     h.cap(data(0, 0, first));
     h.cap(data(first.len() as u32, 100, &get(3)));
-    assert_eq!(sent(&h.out()), first.len(), "lock-step: the second unit waits");
+    assert_eq!(
+        sent(&h.out()),
+        first.len(),
+        "lock-step: the second unit waits"
+    );
     assert_eq!(h.e.stats().h2_sessions, 0);
 }
 
@@ -96,12 +112,30 @@ fn a_unit_boundary_inside_a_frame_moves_to_the_next_frame() {
     let mut b = data_frame[40..].to_vec();
     let at = a.len() + b.len();
     b.extend(get(3));
-    s.push(isn.add(1), Some(SeqNum(OISN + 1)), &mut Payload::new(&a, &meter), false, 1 << 20, now);
+    s.push(
+        isn.add(1),
+        Some(SeqNum(OISN + 1)),
+        &mut Payload::new(&a, &meter),
+        false,
+        1 << 20,
+        now,
+    );
     assert!(s.is_h2() && s.in_h2());
     // The ACK grew on a segment that starts inside the DATA frame.
-    s.push(isn.add(1 + a.len() as u32), Some(SeqNum(OISN + 50)), &mut Payload::new(&b, &meter), false, 1 << 20, now);
+    s.push(
+        isn.add(1 + a.len() as u32),
+        Some(SeqNum(OISN + 50)),
+        &mut Payload::new(&b, &meter),
+        false,
+        1 << 20,
+        now,
+    );
     let bounds: Vec<SeqNum> = s.bounds.iter().map(|b| b.at).collect();
-    assert_eq!(bounds, vec![isn.add(1 + at as u32)], "at the HEADERS of stream 3");
+    assert_eq!(
+        bounds,
+        vec![isn.add(1 + at as u32)],
+        "at the HEADERS of stream 3"
+    );
     assert_eq!(s.h2_mut().map(|h| h.new_streams), Some(2));
 }
 
@@ -157,16 +191,27 @@ fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
     let (mut h, n) = opened();
     h.cap(data(n, 100, &get(3)));
     // The client read 500 bytes of answers online, then closed.
-    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1 + n + 29,
+        ack: OISN + 1 + 500,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     assert_eq!(sent(&h.out()), n as usize + 29);
     h.at(1);
     h.rec(resp(0, n + 29, 200));
     let out = h.out();
-    assert!(!out.iter().any(|o| o.has(TcpFlags::FIN)), "200 of 500 bytes: the server still answers: {out:?}");
+    assert!(
+        !out.iter().any(|o| o.has(TcpFlags::FIN)),
+        "200 of 500 bytes: the server still answers: {out:?}"
+    );
     h.at(2);
     h.rec(resp(200, n + 29, 300));
     let out = h.out();
-    assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "all 500 answered: the FIN goes: {out:?}");
+    assert!(
+        out.iter().any(|o| o.has(TcpFlags::FIN)),
+        "all 500 answered: the FIN goes: {out:?}"
+    );
 }
 
 #[test]
@@ -181,18 +226,34 @@ fn a_fin_after_every_stream_was_released_still_waits_for_the_answers() {
     // Only now the client's FIN (it had read 500 bytes online): the test server is still
     // answering (a gRPC server would cancel the calls still running if the FIN went now).
     h.at(2);
-    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
-    assert!(!h.out().iter().any(|o| o.has(TcpFlags::FIN)), "200 of 500 bytes answered");
+    h.cap(Seg {
+        seq: CISN + 1 + n + 29,
+        ack: OISN + 1 + 500,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
+    assert!(
+        !h.out().iter().any(|o| o.has(TcpFlags::FIN)),
+        "200 of 500 bytes answered"
+    );
     h.at(3);
     h.rec(resp(200, n + 29, 300));
-    assert!(h.out().iter().any(|o| o.has(TcpFlags::FIN)), "all 500 answered: the FIN goes");
+    assert!(
+        h.out().iter().any(|o| o.has(TcpFlags::FIN)),
+        "all 500 answered: the FIN goes"
+    );
 }
 
 #[test]
 fn a_quiet_pause_of_the_test_server_does_not_close_an_h2_connection_early() {
     let (mut h, n) = opened();
     h.cap(data(n, 100, &get(3)));
-    h.cap(Seg { seq: CISN + 1 + n + 29, ack: OISN + 1 + 500, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1 + n + 29,
+        ack: OISN + 1 + 500,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     let _ = h.out();
     h.at(1);
     h.rec(resp(0, n + 29, 200));
@@ -205,7 +266,11 @@ fn a_quiet_pause_of_the_test_server_does_not_close_an_h2_connection_early() {
     let out = h.fire_until_output(10_000);
     assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "{out:?}");
     let timeout = cfg().answer_timeout.as_millis() as u64;
-    assert!(h.ms() >= timeout, "closed after {} ms, before the answer timeout ({timeout} ms)", h.ms());
+    assert!(
+        h.ms() >= timeout,
+        "closed after {} ms, before the answer timeout ({timeout} ms)",
+        h.ms()
+    );
 }
 
 #[test]
@@ -220,7 +285,12 @@ fn the_fin_goes_once_the_test_server_is_quiet() {
     rest.extend(get(3));
     h.cap(data(n, 100, &rest));
     let m = n + rest.len() as u32;
-    h.cap(Seg { seq: CISN + 1 + m, ack: OISN + 1 + 300, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1 + m,
+        ack: OISN + 1 + 300,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     let _ = h.out();
     h.at(1);
     h.rec(resp(0, n, 100));
@@ -230,7 +300,11 @@ fn the_fin_goes_once_the_test_server_is_quiet() {
     assert!(!h.out().iter().any(|o| o.has(TcpFlags::FIN)));
     let out = h.fire_until_output(1000);
     assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "{out:?}");
-    assert!(h.ms() < 1000, "by the quiet, not the answer timeout: {} ms", h.ms());
+    assert!(
+        h.ms() < 1000,
+        "by the quiet, not the answer timeout: {} ms",
+        h.ms()
+    );
 }
 
 #[test]
@@ -239,7 +313,11 @@ fn a_test_server_behind_the_online_one_holds_the_next_streams() {
     // Stream 3 was sent once the client had 40,000 answer bytes online, stream 5 at 41,000.
     h.cap(data(n, 40_000, &get(3)));
     h.cap(data(n + 29, 41_000, &get(5)));
-    assert_eq!(sent(&h.out()), n as usize, "the test server sent nothing yet: stream 3 waits");
+    assert_eq!(
+        sent(&h.out()),
+        n as usize,
+        "the test server sent nothing yet: stream 3 waits"
+    );
     h.at(1);
     h.rec(resp(0, n, 30_000)); // 30,000 + 4 KB of slack < 40,000
     assert_eq!(sent(&h.out()), 0);
@@ -263,7 +341,11 @@ fn a_quiet_test_server_with_smaller_answers_does_not_hold_the_streams() {
     let t = h.ms();
     assert!(t < 500, "by the quiet ({t} ms)");
     h.rec(resp(300, n + 29, 300));
-    assert_eq!(sent(&h.out()), 0, "stream 5 waits for its 40,000 bytes in turn");
+    assert_eq!(
+        sent(&h.out()),
+        0,
+        "stream 5 waits for its 40,000 bytes in turn"
+    );
     let out = h.fire_until_output(1000);
     assert_eq!(sent(&out), 29);
 }

@@ -7,7 +7,10 @@ use crate::engine::ClientIpPool;
 #[test]
 fn syn_registers_then_sends_our_own_syn() {
     let mut h = H::default();
-    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
+    h.syn(Seg {
+        ts: Some((1000, 0)),
+        ..SYN
+    });
     // Nothing leaves before the I/O layer has taken the Register.
     assert!(h.packets().is_empty());
     assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
@@ -29,12 +32,20 @@ fn syn_registers_then_sends_our_own_syn() {
 #[test]
 fn syn_without_timestamps_offers_none_and_ipv6_mss() {
     let mut h = H::new(EngineConfig {
-        maps: vec![PortMap { online_ip: None, online_port: 80, target: "[2001:db8::2]:80".parse().unwrap() }],
+        maps: vec![PortMap {
+            online_ip: None,
+            online_port: 80,
+            target: "[2001:db8::2]:80".parse().unwrap(),
+        }],
         ..EngineConfig::default()
     });
     let c6: SocketAddr = "[2001:db8:1::7]:4000".parse().unwrap();
     let o6: SocketAddr = "[2001:db8::1]:80".parse().unwrap();
-    h.syn(Seg { src: Some(c6), dst: Some(o6), ..SYN });
+    h.syn(Seg {
+        src: Some(c6),
+        dst: Some(o6),
+        ..SYN
+    });
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].mss, Some(1440));
@@ -80,22 +91,44 @@ fn handshake_ack_alone_when_no_data_waits() {
 #[test]
 fn timestamps_are_translated() {
     let mut h = H::default();
-    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
-    h.cap(Seg { ts: Some((1001, 90_000)), ..HS_ACK });
+    h.syn(Seg {
+        ts: Some((1000, 0)),
+        ..SYN
+    });
+    h.cap(Seg {
+        ts: Some((1001, 90_000)),
+        ..HS_ACK
+    });
     let _ = h.out();
-    h.rec(Seg { ts: Some((5000, 1000)), ..SYN_ACK });
+    h.rec(Seg {
+        ts: Some((5000, 1000)),
+        ..SYN_ACK
+    });
     let out = h.out();
-    assert_eq!(out[0].ts, Some((1001, 5000)), "TSval = client's latest, TSecr = test server's");
-    h.cap(Seg { ts: Some((1010, 90_100)), ..data(0, 0, b"hello") });
+    assert_eq!(
+        out[0].ts,
+        Some((1001, 5000)),
+        "TSval = client's latest, TSecr = test server's"
+    );
+    h.cap(Seg {
+        ts: Some((1010, 90_100)),
+        ..data(0, 0, b"hello")
+    });
     let out = h.out();
     assert_eq!(out[0].ts, Some((1010, 5000)));
-    h.rec(Seg { ts: Some((5100, 1010)), ..resp(0, 5, 10) });
+    h.rec(Seg {
+        ts: Some((5100, 1010)),
+        ..resp(0, 5, 10)
+    });
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].ts, Some((1010, 5100)));
     assert_eq!(out[0].ack, TISN + 1 + 10);
     // An older TSval from a reordered record does not move TSecr back.
-    h.rec(Seg { ts: Some((5050, 1010)), ..resp(0, 5, 10) });
+    h.rec(Seg {
+        ts: Some((5050, 1010)),
+        ..resp(0, 5, 10)
+    });
     let out = h.out();
     assert_eq!(out[0].ts, Some((1010, 5100)));
 }
@@ -103,10 +136,16 @@ fn timestamps_are_translated() {
 #[test]
 fn no_timestamps_when_the_test_server_declines_them() {
     let mut h = H::default();
-    h.syn(Seg { ts: Some((1000, 0)), ..SYN });
+    h.syn(Seg {
+        ts: Some((1000, 0)),
+        ..SYN
+    });
     let _ = h.out();
     h.rec(SYN_ACK); // no TS option
-    h.cap(Seg { ts: Some((1010, 1)), ..data(0, 0, b"x") });
+    h.cap(Seg {
+        ts: Some((1010, 1)),
+        ..data(0, 0, b"x")
+    });
     let out = h.out();
     assert!(out.iter().all(|o| o.ts.is_none()), "{out:?}");
 }
@@ -114,10 +153,20 @@ fn no_timestamps_when_the_test_server_declines_them() {
 #[test]
 fn mss_is_cut_to_the_test_servers_and_timestamps() {
     let mut h = H::default();
-    h.syn(Seg { ts: Some((1, 0)), ..SYN });
+    h.syn(Seg {
+        ts: Some((1, 0)),
+        ..SYN
+    });
     let _ = h.out();
-    h.rec(Seg { mss: Some(1000), ts: Some((9, 1)), ..SYN_ACK });
-    h.cap(Seg { ts: Some((2, 0)), ..data(0, 0, &[7; 3000]) });
+    h.rec(Seg {
+        mss: Some(1000),
+        ts: Some((9, 1)),
+        ..SYN_ACK
+    });
+    h.cap(Seg {
+        ts: Some((2, 0)),
+        ..data(0, 0, &[7; 3000])
+    });
     let out = h.out();
     let sizes: Vec<usize> = out.iter().map(|o| o.payload.len()).collect();
     assert_eq!(sizes, vec![988, 988, 988, 36]);
@@ -127,21 +176,42 @@ fn mss_is_cut_to_the_test_servers_and_timestamps() {
 fn mid_stream_session_starts_at_the_next_request() {
     let mut h = H::default();
     // Copying starts while the client is in the middle of a request: dropped.
-    let mid = |off: u32, oack: u32, b: &[u8]| Seg { seq: 5_000_000 + off, ack: 9_000_000 + oack, flags: PA, payload: leak(b), ..BASE };
+    let mid = |off: u32, oack: u32, b: &[u8]| Seg {
+        seq: 5_000_000 + off,
+        ack: 9_000_000 + oack,
+        flags: PA,
+        payload: leak(b),
+        ..BASE
+    };
     h.cap(mid(0, 0, b"tail of an old request"));
     h.cap(mid(22, 0, b"more of it"));
     assert!(h.out().is_empty());
     assert_eq!(h.e.stats().drops.midstream_skip, 2);
     assert_eq!(h.e.stats().sessions_started, 0);
     // The client acks the response: the next data starts a request.
-    h.cap(Seg { seq: 5_000_032, ack: 9_000_500, ..BASE });
+    h.cap(Seg {
+        seq: 5_000_032,
+        ack: 9_000_500,
+        ..BASE
+    });
     assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
     let out = h.packets();
     assert_eq!(out.len(), 1);
-    assert_eq!((out[0].flags, out[0].seq), (TcpFlags::SYN, 5_000_031), "synthetic ISN: first byte - 1");
+    assert_eq!(
+        (out[0].flags, out[0].seq),
+        (TcpFlags::SYN, 5_000_031),
+        "synthetic ISN: first byte - 1"
+    );
     h.cap(mid(32, 500, b"GET /next"));
-    h.cap(Seg { seq: 5_000_041, ack: 9_000_600, ..BASE }); // more response acked: no new unit
-    h.rec(Seg { ack: 5_000_032, ..SYN_ACK });
+    h.cap(Seg {
+        seq: 5_000_041,
+        ack: 9_000_600,
+        ..BASE
+    }); // more response acked: no new unit
+    h.rec(Seg {
+        ack: 5_000_032,
+        ..SYN_ACK
+    });
     let out = h.out();
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].payload, b"GET /next");
@@ -172,22 +242,43 @@ fn a_greeting_that_comes_before_the_first_command_is_captured_counts() {
     h.establish();
     h.at(5);
     h.rec(resp(0, 0, 20));
-    assert!(h.out().iter().all(|o| o.payload.is_empty()), "nothing to send yet");
+    assert!(
+        h.out().iter().all(|o| o.payload.is_empty()),
+        "nothing to send yet"
+    );
     h.at(7);
     h.cap(data(0, 20, b"EHLO x\r\n")); // the online greeting was 20 bytes
     let out = h.out();
-    let sent: Vec<&[u8]> = out.iter().map(|o| &o.payload[..]).filter(|p| !p.is_empty()).collect();
-    assert_eq!(sent, vec![b"EHLO x\r\n"], "the greeting came already: no wait for the answer timeout");
-    assert_eq!(out.iter().find(|o| !o.payload.is_empty()).unwrap().ack, TISN + 1 + 20);
+    let sent: Vec<&[u8]> = out
+        .iter()
+        .map(|o| &o.payload[..])
+        .filter(|p| !p.is_empty())
+        .collect();
+    assert_eq!(
+        sent,
+        vec![b"EHLO x\r\n"],
+        "the greeting came already: no wait for the answer timeout"
+    );
+    assert_eq!(
+        out.iter().find(|o| !o.payload.is_empty()).unwrap().ack,
+        TISN + 1 + 20
+    );
     assert_eq!(h.e.stats().answer_timeouts, 0);
 }
 
 #[test]
 fn greeting_wait_gives_up_after_the_answer_timeout() {
-    let mut h = H::new(EngineConfig { pace_requests: false, answer_timeout: Duration::from_secs(1), ..cfg() });
+    let mut h = H::new(EngineConfig {
+        pace_requests: false,
+        answer_timeout: Duration::from_secs(1),
+        ..cfg()
+    });
     h.establish();
     h.cap(data(0, 20, b"EHLO x\r\n"));
-    assert!(h.out().is_empty(), "the greeting gate holds even without pacing");
+    assert!(
+        h.out().is_empty(),
+        "the greeting gate holds even without pacing"
+    );
     while h.fire(1500) {}
     let out = h.out();
     assert_eq!(out.len(), 1, "{out:?}");
@@ -198,14 +289,23 @@ fn greeting_wait_gives_up_after_the_answer_timeout() {
 
 #[test]
 fn syn_is_retransmitted_with_backoff_then_the_session_fails() {
-    let mut h = H::new(EngineConfig { max_retries: 3, ..cfg() });
+    let mut h = H::new(EngineConfig {
+        max_retries: 3,
+        ..cfg()
+    });
     h.syn(SYN);
     let _ = h.out();
     let (outs, ctl) = h.run_timers(60_000);
     let times: Vec<(u64, TcpFlags)> = outs.iter().map(|(t, o)| (*t, o.flags)).collect();
     assert_eq!(
         times,
-        vec![(300, TcpFlags::SYN), (900, TcpFlags::SYN), (2100, TcpFlags::SYN), (4500, TcpFlags::RST), (9300, TcpFlags::RST)],
+        vec![
+            (300, TcpFlags::SYN),
+            (900, TcpFlags::SYN),
+            (2100, TcpFlags::SYN),
+            (4500, TcpFlags::RST),
+            (9300, TcpFlags::RST)
+        ],
         "backoff 300, 600, 1200, then RST, repeated once within the linger"
     );
     let s = h.e.stats();
@@ -221,7 +321,12 @@ fn refused_connection_fails_the_session() {
     let mut h = H::default();
     h.syn(SYN);
     let _ = h.out();
-    h.rec(Seg { seq: 0, ack: CISN + 1, flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0), ..BASE });
+    h.rec(Seg {
+        seq: 0,
+        ack: CISN + 1,
+        flags: TcpFlags(TcpFlags::RST.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     assert_eq!(h.e.stats().sessions_failed.refused, 1);
     assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
     assert!(h.packets().is_empty(), "nothing to reset");
@@ -232,7 +337,10 @@ fn stale_syn_ack_is_reset() {
     let mut h = H::default();
     h.syn(SYN);
     let _ = h.out();
-    h.rec(Seg { ack: 12345, ..SYN_ACK });
+    h.rec(Seg {
+        ack: 12345,
+        ..SYN_ACK
+    });
     let out = h.out();
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].flags, out[0].seq), (TcpFlags::RST, 12345));
@@ -256,18 +364,28 @@ fn no_intercept_no_new_session() {
 #[test]
 fn client_addresses_are_rewritten_into_the_pool() {
     let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
-    let mut h = H::new(EngineConfig { client_ip: Some(pool.clone()), ..cfg() });
+    let mut h = H::new(EngineConfig {
+        client_ip: Some(pool.clone()),
+        ..cfg()
+    });
     h.syn(SYN);
     let ev = h.control();
-    let RegEvent::Register(t) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t) = ev[0] else {
+        panic!("{ev:?}")
+    };
     assert!(pool.contains(t.client.ip()), "{t}");
     assert_eq!(t.client.port(), 40000);
     let out = h.packets();
     assert_eq!(out[0].tuple, t);
     // Sticky: the same client on another port gets the same address.
-    h.syn(Seg { src: Some("203.0.113.7:40001".parse().unwrap()), ..SYN });
+    h.syn(Seg {
+        src: Some("203.0.113.7:40001".parse().unwrap()),
+        ..SYN
+    });
     let ev = h.control();
-    let RegEvent::Register(t2) = ev[0] else { panic!("{ev:?}") };
+    let RegEvent::Register(t2) = ev[0] else {
+        panic!("{ev:?}")
+    };
     assert_eq!(t2.client.ip(), t.client.ip());
 }
 
@@ -293,19 +411,33 @@ fn a_fin_before_any_data_waits_only_for_a_greeting() {
     // Connected and closed at once: nothing to wait for.
     let mut h = H::default();
     h.establish();
-    h.cap(Seg { seq: CISN + 1, ack: OISN + 1, flags: fa, ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1,
+        ack: OISN + 1,
+        flags: fa,
+        ..BASE
+    });
     let out = h.out();
     assert_eq!((out.len(), out[0].flags, out[0].seq), (1, fa, CISN + 1));
     // Greeted online (20 bytes), then closed: the test server's greeting comes first.
     let mut h = H::default();
     h.establish();
-    h.cap(Seg { seq: CISN + 1, ack: OISN + 21, flags: fa, ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1,
+        ack: OISN + 21,
+        flags: fa,
+        ..BASE
+    });
     assert!(h.out().is_empty());
     h.at(5);
     h.rec(resp(0, 0, 20));
     let _ = h.out();
     let out = h.fire_until_output(10_000);
-    assert_eq!((out.len(), out[0].flags, h.ms()), (1, fa, 55), "after the greeting and a quiet");
+    assert_eq!(
+        (out.len(), out[0].flags, h.ms()),
+        (1, fa, 55),
+        "after the greeting and a quiet"
+    );
 }
 
 #[test]
@@ -315,25 +447,44 @@ fn engines_of_several_workers_never_share_a_test_port_and_keep_the_pool_sticky()
     let mut regs = Vec::new();
     for index in 0..2u16 {
         let share = PortShare::new(index, 2);
-        let mut h = H::new(EngineConfig { client_ip: Some(pool.clone()), port_share: share, ..cfg() });
+        let mut h = H::new(EngineConfig {
+            client_ip: Some(pool.clone()),
+            port_share: share,
+            ..cfg()
+        });
         // The client's port 40000 is in share 0 of 2 ((40000 >> 1) % 2 == 0): worker 0 keeps
         // it, worker 1 must not.
         for port in [40000u16, 40001, 40002] {
-            h.syn(Seg { src: Some(SocketAddr::new(client().ip(), port)), ..SYN });
+            h.syn(Seg {
+                src: Some(SocketAddr::new(client().ip(), port)),
+                ..SYN
+            });
         }
         let ev = h.control();
         assert_eq!(ev.len(), 3, "{ev:?}");
         for e in ev {
-            let RegEvent::Register(t) = e else { panic!("{e:?}") };
-            assert!(share.contains(t.client.port()), "worker {index}: {t} outside its share");
+            let RegEvent::Register(t) = e else {
+                panic!("{e:?}")
+            };
+            assert!(
+                share.contains(t.client.port()),
+                "worker {index}: {t} outside its share"
+            );
             regs.push((index, t));
         }
-        let kept = regs.iter().filter(|(i, t)| *i == index && t.client.port() == 40000).count();
+        let kept = regs
+            .iter()
+            .filter(|(i, t)| *i == index && t.client.port() == 40000)
+            .count();
         assert_eq!(kept, usize::from(index == 0), "{regs:?}");
     }
     // One pool address for the client whatever worker carries its connection.
     let ips: std::collections::BTreeSet<_> = regs.iter().map(|(_, t)| t.client.ip()).collect();
     assert_eq!(ips.len(), 1, "{regs:?}");
     let tuples: std::collections::BTreeSet<_> = regs.iter().map(|(_, t)| *t).collect();
-    assert_eq!(tuples.len(), regs.len(), "two workers picked one test tuple: {regs:?}");
+    assert_eq!(
+        tuples.len(),
+        regs.len(),
+        "two workers picked one test tuple: {regs:?}"
+    );
 }

@@ -77,9 +77,19 @@ pub(super) const BASE: Seg = Seg {
 };
 
 /// The client's SYN.
-pub(super) const SYN: Seg = Seg { seq: CISN, flags: TcpFlags::SYN, mss: Some(1460), wscale: Some(7), ..BASE };
+pub(super) const SYN: Seg = Seg {
+    seq: CISN,
+    flags: TcpFlags::SYN,
+    mss: Some(1460),
+    wscale: Some(7),
+    ..BASE
+};
 /// The client's handshake ACK.
-pub(super) const HS_ACK: Seg = Seg { seq: CISN + 1, ack: OISN + 1, ..BASE };
+pub(super) const HS_ACK: Seg = Seg {
+    seq: CISN + 1,
+    ack: OISN + 1,
+    ..BASE
+};
 /// The test server's SYN-ACK to a connection starting at the client's ISN.
 pub(super) const SYN_ACK: Seg = Seg {
     seq: TISN,
@@ -92,7 +102,13 @@ pub(super) const SYN_ACK: Seg = Seg {
 
 /// Client data at offset `off` (from the first byte after the ISN), acking online byte `oack`.
 pub(super) fn data(off: u32, oack: u32, bytes: &[u8]) -> Seg {
-    Seg { seq: CISN + 1 + off, ack: OISN + 1 + oack, flags: PA, payload: leak(bytes), ..BASE }
+    Seg {
+        seq: CISN + 1 + off,
+        ack: OISN + 1 + oack,
+        flags: PA,
+        payload: leak(bytes),
+        ..BASE
+    }
 }
 
 /// Test bytes with the lifetime templates need.
@@ -103,7 +119,14 @@ pub(super) fn leak(b: &[u8]) -> &'static [u8] {
 /// A test server record acking client offset `cack`, at its own offset `off`, carrying `len`
 /// response bytes.
 pub(super) fn resp(off: u32, cack: u32, len: usize) -> Seg {
-    Seg { seq: TISN + 1 + off, ack: CISN + 1 + cack, flags: A, window: 1000, data_len: len, ..BASE }
+    Seg {
+        seq: TISN + 1 + off,
+        ack: CISN + 1 + cack,
+        flags: A,
+        window: 1000,
+        data_len: len,
+        ..BASE
+    }
 }
 
 /// One packet the engine sent, parsed.
@@ -154,7 +177,11 @@ pub(super) fn test_tuple() -> FourTuple {
 /// most session tests are written against; `tests::window` covers the adaptive window.
 pub(super) fn cfg() -> EngineConfig {
     EngineConfig {
-        maps: vec![PortMap { online_ip: None, online_port: 80, target: target() }],
+        maps: vec![PortMap {
+            online_ip: None,
+            online_port: 80,
+            target: target(),
+        }],
         pace_window: 1,
         // Every segment acknowledged at once, so tests see each ACK when its record comes;
         // the delayed ACK has its own tests (`ack.rs`).
@@ -197,7 +224,13 @@ pub(super) fn build(s: &Seg, src: SocketAddr, dst: SocketAddr) -> Vec<u8> {
 impl H {
     pub fn new(c: EngineConfig) -> H {
         let t0 = Instant::now();
-        H { e: Engine::new(c, 7), t0, now: t0, buf: Vec::new(), auto_accept: true }
+        H {
+            e: Engine::new(c, 7),
+            t0,
+            now: t0,
+            buf: Vec::new(),
+            auto_accept: true,
+        }
     }
 
     pub fn default() -> H {
@@ -237,7 +270,13 @@ impl H {
         }
         let (tuple, r) = Record::from_packet(&p, 0).unwrap();
         assert_eq!(r.orig_len as usize, p.len() + s.data_len);
-        assert_eq!(tuple, FourTuple { client: s.dst.unwrap_or(t.client.into()).into(), server: s.src.unwrap_or(t.server.into()).into() });
+        assert_eq!(
+            tuple,
+            FourTuple {
+                client: s.dst.unwrap_or(t.client.into()).into(),
+                server: s.src.unwrap_or(t.server.into()).into()
+            }
+        );
         assert!(r.payload.is_empty());
         self.e.handle_record(self.now, &r);
     }
@@ -248,7 +287,8 @@ impl H {
         if self.auto_accept {
             for ev in &v {
                 if let RegEvent::Register(t) = ev {
-                    self.e.handle_registered(self.now, 0, *t, RegVerdict::Accepted);
+                    self.e
+                        .handle_registered(self.now, 0, *t, RegVerdict::Accepted);
                 }
             }
         }
@@ -258,7 +298,14 @@ impl H {
     /// Feed a captured SYN and the client's handshake ACK after it (same addresses, the next
     /// sequence number, the same timestamp): the handshake completed, the test session starts.
     pub fn syn(&mut self, s: Seg) {
-        let ack = Seg { seq: s.seq.wrapping_add(1), ack: OISN + 1, flags: A, mss: None, wscale: None, ..s.clone() };
+        let ack = Seg {
+            seq: s.seq.wrapping_add(1),
+            ack: OISN + 1,
+            flags: A,
+            mss: None,
+            wscale: None,
+            ..s.clone()
+        };
         self.cap(s);
         self.cap(ack);
     }
@@ -277,13 +324,16 @@ impl H {
             let p = parse_tcp_packet(&self.buf).expect("engine emits parseable packets");
             assert!(p.tcp_checksum_ok(), "fresh TCP checksum");
             if p.src.is_ipv4() {
-                assert!(common::wire::Ipv4Packet::new_checked(&self.buf[..]).unwrap().verify_checksum());
+                assert!(common::wire::Ipv4Packet::new_checked(&self.buf[..])
+                    .unwrap()
+                    .verify_checksum());
             }
             let tuple = FourTuple::of_request(&p);
             assert_eq!(tuple, t.tuple);
             assert_eq!(t.dst, tuple.server.ip());
             let o = read_options(p.options());
-            let sack_permitted = common::wire::tcp_options(p.options()).any(|x| x == Ok(TcpOption::SackPermitted));
+            let sack_permitted =
+                common::wire::tcp_options(p.options()).any(|x| x == Ok(TcpOption::SackPermitted));
             v.push(Out {
                 tuple,
                 seq: p.tcp.seq().0,

@@ -11,7 +11,10 @@ use crate::engine::Rules;
 
 fn with_rules(toml: &str, c: EngineConfig) -> H {
     let rules = Arc::new(Rules::from_toml_str(toml).unwrap());
-    H::new(EngineConfig { rules: Some(rules), ..c })
+    H::new(EngineConfig {
+        rules: Some(rules),
+        ..c
+    })
 }
 
 const DENY_PAY: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n";
@@ -42,7 +45,11 @@ fn a_dropped_request_shifts_the_rest_and_its_online_answer_is_skipped() {
     let out = h.out();
     let sent: Vec<&Out> = out.iter().filter(|o| !o.payload.is_empty()).collect();
     assert_eq!(sent.len(), 1, "{out:?}");
-    assert_eq!((sent[0].seq, &sent[0].payload[..]), (CISN + 1 + off(&[R1]), R3), "R3 right after R1");
+    assert_eq!(
+        (sent[0].seq, &sent[0].payload[..]),
+        (CISN + 1 + off(&[R1]), R3),
+        "R3 right after R1"
+    );
     // The test server answers R3 with the 100 bytes online did (not 150: R2's answer is not
     // R3's): R4 goes at once, without waiting for a quiet answer.
     h.at(20);
@@ -50,11 +57,22 @@ fn a_dropped_request_shifts_the_rest_and_its_online_answer_is_skipped() {
     let out = h.out();
     let sent: Vec<&Out> = out.iter().filter(|o| !o.payload.is_empty()).collect();
     assert_eq!(sent.len(), 1, "{out:?}");
-    assert_eq!((sent[0].seq, &sent[0].payload[..]), (CISN + 1 + off(&[R1, R3]), R4));
+    assert_eq!(
+        (sent[0].seq, &sent[0].payload[..]),
+        (CISN + 1 + off(&[R1, R3]), R4)
+    );
     let r = &h.e.stats().requests;
-    assert_eq!((r.http_requests, r.dropped, r.rules.clone()), (4, 1, vec![1, 0]));
+    assert_eq!(
+        (r.http_requests, r.dropped, r.rules.clone()),
+        (4, 1, vec![1, 0])
+    );
     // The client's FIN lands after the renumbered bytes.
-    h.cap(Seg { seq: CISN + 1 + off(&[R1, R2, R3, R4]), ack: OISN + 1 + 350, flags: TcpFlags(TcpFlags::FIN.0 | A.0), ..BASE });
+    h.cap(Seg {
+        seq: CISN + 1 + off(&[R1, R2, R3, R4]),
+        ack: OISN + 1 + 350,
+        flags: TcpFlags(TcpFlags::FIN.0 | A.0),
+        ..BASE
+    });
     h.rec(resp(200, off(&[R1, R3, R4]), 100));
     let fin = h.fire_until_output(1000);
     let fin: Vec<&Out> = fin.iter().filter(|o| o.has(TcpFlags::FIN)).collect();
@@ -65,7 +83,13 @@ fn a_dropped_request_shifts_the_rest_and_its_online_answer_is_skipped() {
 #[test]
 fn dyed_heads_lengthen_the_stream_and_retransmissions_and_overlaps_fit() {
     let toml = "[dye]\nheader = \"X-Copy\"\nvalue = \"yes\"\n";
-    let mut h = with_rules(toml, EngineConfig { pace_requests: false, ..cfg() });
+    let mut h = with_rules(
+        toml,
+        EngineConfig {
+            pace_requests: false,
+            ..cfg()
+        },
+    );
     h.establish();
     let body = [b'x'; 3000];
     let mut post = b"POST /up HTTP/1.1\r\nContent-Length: 3000\r\n\r\n".to_vec();
@@ -73,7 +97,13 @@ fn dyed_heads_lengthen_the_stream_and_retransmissions_and_overlaps_fit() {
     let all: Vec<u8> = [R1, &post[..], R3].concat();
     // Cut anyhow, sent out of order, with a retransmission and an overlapping segment.
     let cuts = [0usize, 7, 30, 1000, 2000, 2500, all.len() - 5, all.len()];
-    let seg = |i: usize| data(cuts[i] as u32, if cuts[i] >= R1.len() { 100 } else { 0 }, &all[cuts[i]..cuts[i + 1]]);
+    let seg = |i: usize| {
+        data(
+            cuts[i] as u32,
+            if cuts[i] >= R1.len() { 100 } else { 0 },
+            &all[cuts[i]..cuts[i + 1]],
+        )
+    };
     let mut outs = Vec::new();
     h.cap(seg(0));
     h.cap(seg(2)); // out of order: held
@@ -88,7 +118,10 @@ fn dyed_heads_lengthen_the_stream_and_retransmissions_and_overlaps_fit() {
     outs.extend(h.out());
     let want = String::from_utf8_lossy(&all)
         .replace("HTTP/1.1\r\n\r\n", "HTTP/1.1\r\nX-Copy: yes\r\n\r\n")
-        .replace("Content-Length: 3000\r\n\r\n", "Content-Length: 3000\r\nX-Copy: yes\r\n\r\n");
+        .replace(
+            "Content-Length: 3000\r\n\r\n",
+            "Content-Length: 3000\r\nX-Copy: yes\r\n\r\n",
+        );
     assert_eq!(String::from_utf8_lossy(&stream_of(&outs, CISN + 1)), want);
     assert_eq!(h.e.stats().requests.edited, 3);
     // The test server acks the whole renumbered stream; a retransmission after a timeout
@@ -99,16 +132,38 @@ fn dyed_heads_lengthen_the_stream_and_retransmissions_and_overlaps_fit() {
     let re: Vec<&Out> = re.iter().filter(|o| !o.payload.is_empty()).collect();
     assert!(!re.is_empty());
     assert_eq!(re[0].seq, CISN + 1 + first_head);
-    assert!(re[0].payload.starts_with(b"POST /up HTTP/1.1\r\nContent-Length: 3000\r\nX-Copy: yes\r\n\r\nxx"), "{:?}", String::from_utf8_lossy(&re[0].payload[..60]));
+    assert!(
+        re[0]
+            .payload
+            .starts_with(b"POST /up HTTP/1.1\r\nContent-Length: 3000\r\nX-Copy: yes\r\n\r\nxx"),
+        "{:?}",
+        String::from_utf8_lossy(&re[0].payload[..60])
+    );
 }
 
 #[test]
 fn copies_carry_their_own_dye_value() {
     let toml = "[dye]\nvalue = \"copy-{copy}-of-{id}\"\nid = \"c7\"\n[[rewrite]]\nname = \"short\"\nregex = \"/long/path\"\nreplace = \"/s\"\n";
-    let mut h = with_rules(toml, EngineConfig { copies: 2, pace_requests: false, ..cfg() });
+    let mut h = with_rules(
+        toml,
+        EngineConfig {
+            copies: 2,
+            pace_requests: false,
+            ..cfg()
+        },
+    );
     h.syn(SYN);
-    let regs: Vec<FourTuple> =
-        h.control().iter().filter_map(|e| if let RegEvent::Register(t) = e { Some(*t) } else { None }).collect();
+    let regs: Vec<FourTuple> = h
+        .control()
+        .iter()
+        .filter_map(|e| {
+            if let RegEvent::Register(t) = e {
+                Some(*t)
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(regs.len(), 2);
     let _ = h.packets();
     for &t in &regs {
@@ -129,7 +184,11 @@ fn copies_carry_their_own_dye_value() {
         );
     }
     let r = &h.e.stats().requests;
-    assert_eq!((r.http_requests, r.edited, r.rules.clone()), (2, 2, vec![0, 2]), "every copy counted");
+    assert_eq!(
+        (r.http_requests, r.edited, r.rules.clone()),
+        (2, 2, vec![0, 2]),
+        "every copy counted"
+    );
 }
 
 #[test]
@@ -137,17 +196,30 @@ fn a_malformed_body_in_a_dropped_request_gives_the_copy_up() {
     let mut h = with_rules(DENY_PAY, cfg());
     h.establish();
     h.cap(data(0, 0, R1));
-    h.cap(data(off(&[R1]), 100, b"POST /pay/1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n"));
+    h.cap(data(
+        off(&[R1]),
+        100,
+        b"POST /pay/1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nnot-hex\r\n",
+    ));
     let s = h.e.stats();
-    assert_eq!((s.requests.malformed, s.sessions_failed.malformed_request), (1, 1));
+    assert_eq!(
+        (s.requests.malformed, s.sessions_failed.malformed_request),
+        (1, 1)
+    );
     let out = h.out();
-    assert!(out.iter().any(|o| o.has(TcpFlags::RST)), "the test connection is reset: {out:?}");
+    assert!(
+        out.iter().any(|o| o.has(TcpFlags::RST)),
+        "the test connection is reset: {out:?}"
+    );
     assert!(out.iter().all(|o| o.payload.is_empty() || o.payload == R1));
 }
 
 #[test]
 fn a_capture_hole_inside_a_held_head_resumes_edited_at_the_next_request() {
-    let mut h = with_rules("[dye]\nvalue = \"a-long-dye-value-to-shift-the-test-side\"\n", cfg());
+    let mut h = with_rules(
+        "[dye]\nvalue = \"a-long-dye-value-to-shift-the-test-side\"\n",
+        cfg(),
+    );
     h.establish();
     let dye = b"X-Traffic-Copy: a-long-dye-value-to-shift-the-test-side\r\n".len() as u32;
     h.cap(data(0, 0, R1));
@@ -173,18 +245,44 @@ fn a_capture_hole_inside_a_held_head_resumes_edited_at_the_next_request() {
             _ => None,
         })
         .expect("a new connection");
-    let syn = outs.iter().map(|(_, o)| o).find(|o| o.tuple == nt && o.has(TcpFlags::SYN)).expect("its SYN");
+    let syn = outs
+        .iter()
+        .map(|(_, o)| o)
+        .find(|o| o.tuple == nt && o.has(TcpFlags::SYN))
+        .expect("its SYN");
     // The test side's numbers keep growing: past R1 edited, even though R4 starts before that
     // in the client's numbers.
     assert_eq!(syn.seq, CISN + off(&[R1]) + dye, "{outs:?}");
     h.at(220);
-    h.rec_to(nt, Seg { ack: syn.seq + 1, ..SYN_ACK });
+    h.rec_to(
+        nt,
+        Seg {
+            ack: syn.seq + 1,
+            ..SYN_ACK
+        },
+    );
     let mut sent = h.out();
     h.at(230);
-    h.rec_to(nt, Seg { ack: syn.seq + 1 + off(&[R4]) + dye, ..resp(0, 0, 80) });
+    h.rec_to(
+        nt,
+        Seg {
+            ack: syn.seq + 1 + off(&[R4]) + dye,
+            ..resp(0, 0, 80)
+        },
+    );
     sent.extend(h.out());
-    let want = [R4, R1].map(|r| String::from_utf8_lossy(r).replace("\r\n\r\n", "\r\nX-Traffic-Copy: a-long-dye-value-to-shift-the-test-side\r\n\r\n")).concat();
-    assert_eq!(String::from_utf8_lossy(&stream_of(&sent, syn.seq + 1)), want);
+    let want = [R4, R1]
+        .map(|r| {
+            String::from_utf8_lossy(r).replace(
+                "\r\n\r\n",
+                "\r\nX-Traffic-Copy: a-long-dye-value-to-shift-the-test-side\r\n\r\n",
+            )
+        })
+        .concat();
+    assert_eq!(
+        String::from_utf8_lossy(&stream_of(&sent, syn.seq + 1)),
+        want
+    );
     assert_eq!(h.e.stats().drops.capture_gap, 1);
 }
 
@@ -197,8 +295,21 @@ fn unparsable_drop_ends_the_copy_at_a_huge_content_length_with_its_own_reason() 
     h.cap(data(0, 0, R1));
     h.cap(data(off(&[R1]), 100, b"POST /a HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nGET /pay/1 HTTP/1.1\r\n\r\n"));
     let s = h.e.stats();
-    assert_eq!((s.requests.malformed, s.sessions_failed.unparsable, s.sessions_failed.malformed_request), (1, 1, 0));
+    assert_eq!(
+        (
+            s.requests.malformed,
+            s.sessions_failed.unparsable,
+            s.sessions_failed.malformed_request
+        ),
+        (1, 1, 0)
+    );
     let out = h.out();
-    assert!(out.iter().any(|o| o.has(TcpFlags::RST)), "the test connection is reset: {out:?}");
-    assert!(out.iter().all(|o| o.payload.is_empty() || o.payload == R1), "only what came before: {out:?}");
+    assert!(
+        out.iter().any(|o| o.has(TcpFlags::RST)),
+        "the test connection is reset: {out:?}"
+    );
+    assert!(
+        out.iter().all(|o| o.payload.is_empty() || o.payload == R1),
+        "only what came before: {out:?}"
+    );
 }

@@ -8,7 +8,10 @@ use super::*;
 /// Six requests of 4 bytes captured at once, each answered online with 100 bytes; the first
 /// sent and acked. `win`: the pacing window.
 fn backlog(win: u32) -> H {
-    let mut h = H::new(EngineConfig { pace_window: win, ..cfg() });
+    let mut h = H::new(EngineConfig {
+        pace_window: win,
+        ..cfg()
+    });
     h.establish();
     for i in 0..6u32 {
         h.cap(data(4 * i, 100 * i, format!("req{i}").as_bytes()));
@@ -22,7 +25,10 @@ fn backlog(win: u32) -> H {
 
 /// The client bytes sent, in order (segments may carry several units).
 fn payloads(out: &[Out]) -> String {
-    out.iter().filter(|o| !o.payload.is_empty()).map(|o| String::from_utf8_lossy(&o.payload).into_owned()).collect()
+    out.iter()
+        .filter(|o| !o.payload.is_empty())
+        .map(|o| String::from_utf8_lossy(&o.payload).into_owned())
+        .collect()
 }
 
 #[test]
@@ -34,7 +40,11 @@ fn the_window_opens_with_each_answer_and_answers_together_release_in_order() {
     // Both answers in one record (the server had both): both released, the window is 4.
     h.rec(resp(100, 12, 200));
     assert_eq!(payloads(&h.out()), "req3req4req5", "window 4, only 3 left");
-    assert_eq!(h.e.stats().units_ahead, 3, "req2, req4 and req5 went ahead of an answer");
+    assert_eq!(
+        h.e.stats().units_ahead,
+        3,
+        "req2, req4 and req5 went ahead of an answer"
+    );
     assert_eq!(h.e.stats().answer_timeouts, 0);
 }
 
@@ -45,7 +55,11 @@ fn the_answer_of_a_unit_starts_where_the_one_before_ended() {
     assert_eq!(payloads(&h.out()), "req1req2");
     // 150 bytes: req1's answer and half of req2's.
     h.rec(resp(100, 12, 150));
-    assert_eq!(payloads(&h.out()), "req3req4", "req1 released: window 3, req2 to req4 in flight");
+    assert_eq!(
+        payloads(&h.out()),
+        "req3req4",
+        "req1 released: window 3, req2 to req4 in flight"
+    );
     h.rec(resp(250, 16, 50));
     assert_eq!(payloads(&h.out()), "req5", "req2 complete");
 }
@@ -64,7 +78,12 @@ fn strict_pacing_keeps_one_unit_in_flight() {
 fn a_shorter_answer_makes_the_session_lock_step() {
     let mut h = backlog(8);
     h.rec(resp(0, 4, 10)); // 10 of 100 bytes
-    assert!(h.fire_until_output(100).iter().any(|o| o.payload == b"req1"), "released by the quiet");
+    assert!(
+        h.fire_until_output(100)
+            .iter()
+            .any(|o| o.payload == b"req1"),
+        "released by the quiet"
+    );
     h.rec(resp(10, 8, 100));
     assert_eq!(payloads(&h.out()), "req2", "one at a time from now on");
     h.rec(resp(110, 12, 100));
@@ -79,14 +98,36 @@ fn requests_in_flight_when_the_test_server_closes_go_again_on_a_new_connection()
     // The server answers req1, then closes (a keep-alive limit): req2 was not answered.
     h.rec(resp(100, 12, 100));
     let _ = h.out();
-    h.rec(Seg { seq: TISN + 1 + 200, ack: CISN + 1 + 12, flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0), ..BASE });
+    h.rec(Seg {
+        seq: TISN + 1 + 200,
+        ack: CISN + 1 + 12,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
     let out = h.out();
-    let syn = out.iter().find(|o| o.has(TcpFlags::SYN)).expect("a new connection");
+    let syn = out
+        .iter()
+        .find(|o| o.has(TcpFlags::SYN))
+        .expect("a new connection");
     assert_eq!(syn.seq, CISN + 8, "it starts at req2");
     let t = syn.tuple;
-    h.rec_to(t, Seg { seq: 9000, ack: CISN + 9, flags: TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0), mss: Some(1460), dst: Some(t.client.into()), ..BASE });
+    h.rec_to(
+        t,
+        Seg {
+            seq: 9000,
+            ack: CISN + 9,
+            flags: TcpFlags(TcpFlags::SYN.0 | TcpFlags::ACK.0),
+            mss: Some(1460),
+            dst: Some(t.client.into()),
+            ..BASE
+        },
+    );
     let out = h.out();
-    assert_eq!(payloads(&out), "req2", "lock-step on the new connection: {out:?}");
+    assert_eq!(
+        payloads(&out),
+        "req2",
+        "lock-step on the new connection: {out:?}"
+    );
     assert_eq!(h.e.stats().drops.replay_skipped, 0);
 }
 

@@ -17,12 +17,24 @@ fn sent(out: &[Out]) -> usize {
 #[test]
 fn the_opening_request_is_recognised_in_any_case_and_only_whole() {
     assert!(is_ws_upgrade(OPEN));
-    assert!(is_ws_upgrade(b"GET / HTTP/1.1\r\nupgrade:WebSocket \r\n\r\n"));
+    assert!(is_ws_upgrade(
+        b"GET / HTTP/1.1\r\nupgrade:WebSocket \r\n\r\n"
+    ));
     assert!(!is_ws_upgrade(b"GET / HTTP/1.1\r\nUpgrade: h2c\r\n\r\n"));
-    assert!(!is_ws_upgrade(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n"), "the header block goes on");
-    assert!(!is_ws_upgrade(b"POST / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"));
-    assert!(!is_ws_upgrade(b"GET / HTTP/1.1\r\nX-Upgrade: websocket\r\n\r\n"));
-    assert!(!is_ws_upgrade(b"GET / HTTP/1.1\r\n\r\nUpgrade: websocket\r\n\r\n"), "in the body, not a header");
+    assert!(
+        !is_ws_upgrade(b"GET / HTTP/1.1\r\nUpgrade: websocket\r\n"),
+        "the header block goes on"
+    );
+    assert!(!is_ws_upgrade(
+        b"POST / HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"
+    ));
+    assert!(!is_ws_upgrade(
+        b"GET / HTTP/1.1\r\nX-Upgrade: websocket\r\n\r\n"
+    ));
+    assert!(
+        !is_ws_upgrade(b"GET / HTTP/1.1\r\n\r\nUpgrade: websocket\r\n\r\n"),
+        "in the body, not a header"
+    );
     assert!(!is_ws_upgrade(MSG));
     assert!(!is_ws_upgrade(b""));
 }
@@ -37,10 +49,18 @@ fn messages_after_the_opening_go_without_waiting_for_pushes() {
     for i in 0..4u32 {
         h.cap(data(n + 14 * i, 129 + 40 * i, MSG));
     }
-    assert_eq!(sent(&h.out()), OPEN.len(), "the opening request first, alone");
+    assert_eq!(
+        sent(&h.out()),
+        OPEN.len(),
+        "the opening request first, alone"
+    );
     h.at(1);
     h.rec(resp(0, n, 129)); // the 101
-    assert_eq!(sent(&h.out()), 4 * MSG.len(), "then every message at once, no push awaited");
+    assert_eq!(
+        sent(&h.out()),
+        4 * MSG.len(),
+        "then every message at once, no push awaited"
+    );
     // Later messages go as captured too, while the test server pushes nothing.
     h.at(2);
     h.cap(data(n + 56, 400, MSG));

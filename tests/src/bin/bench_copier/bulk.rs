@@ -32,9 +32,27 @@ enum Kind {
 /// The steps: 4 x 20 MB uploads at 5, 10, 25 MB/s each and unlimited, 4 x 50 MB unlimited, then
 /// 4 and 8 parallel GETs of 10 MB.
 const STEPS: &[(usize, Kind)] = &[
-    (4, Kind::Upload { mb: 20, rate: Some(5) }),
-    (4, Kind::Upload { mb: 20, rate: Some(10) }),
-    (4, Kind::Upload { mb: 20, rate: Some(25) }),
+    (
+        4,
+        Kind::Upload {
+            mb: 20,
+            rate: Some(5),
+        },
+    ),
+    (
+        4,
+        Kind::Upload {
+            mb: 20,
+            rate: Some(10),
+        },
+    ),
+    (
+        4,
+        Kind::Upload {
+            mb: 20,
+            rate: Some(25),
+        },
+    ),
     (4, Kind::Upload { mb: 20, rate: None }),
     (4, Kind::Upload { mb: 50, rate: None }),
     (4, Kind::Get),
@@ -51,28 +69,62 @@ fn counters(lab: &Lab) -> [f64; 3] {
 }
 
 fn cpu_s(pid: u32) -> f64 {
-    lab::bench::Cpu::read(pid, None).map(|c| (c.user_ticks + c.sys_ticks) as f64 * lab::bench::TICK_NS / 1e9).unwrap_or(0.0)
+    lab::bench::Cpu::read(pid, None)
+        .map(|c| (c.user_ticks + c.sys_ticks) as f64 * lab::bench::TICK_NS / 1e9)
+        .unwrap_or(0.0)
 }
 
 pub(crate) fn run_bulk(args: &Args) -> Result<()> {
-    let mut lab = Lab::with(LabOptions { offloads: true, capture_test_link: false })?;
+    let mut lab = Lab::with(LabOptions {
+        offloads: true,
+        capture_test_link: false,
+    })?;
     if args.keep_dir {
         lab.keep_dir();
     }
-    let nginx = NginxOptions { files: vec![(BULK_GET_PATH.into(), BULK_GET_SIZE)], ..NginxOptions::default() };
-    let mut copier_args: Vec<String> = ["--metrics", COPIER_METRICS, "--seed", "7", "--session-buffer", "64M", "--ring-blocks", "512", "--ring-start-blocks", "512"]
-        .iter()
-        .map(|a| a.to_string())
-        .collect();
+    let nginx = NginxOptions {
+        files: vec![(BULK_GET_PATH.into(), BULK_GET_SIZE)],
+        ..NginxOptions::default()
+    };
+    let mut copier_args: Vec<String> = [
+        "--metrics",
+        COPIER_METRICS,
+        "--seed",
+        "7",
+        "--session-buffer",
+        "64M",
+        "--ring-blocks",
+        "512",
+        "--ring-start-blocks",
+        "512",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
     copier_args.extend(args.copier_args.iter().cloned());
-    let opts = CopyOptions { online: nginx.clone(), test: Some(nginx), copier_args, ipv6: false, ..CopyOptions::default() };
+    let opts = CopyOptions {
+        online: nginx.clone(),
+        test: Some(nginx),
+        copier_args,
+        ipv6: false,
+        ..CopyOptions::default()
+    };
     let c = Copying::start(&mut lab, opts).context("start the copying setup")?;
-    let pid = c.copier.as_ref().context("the copier was not started")?.pid();
+    let pid = c
+        .copier
+        .as_ref()
+        .context("the copier was not started")?
+        .pid();
     println!(
         "bulk steps; copier args {:?}; machine: {} CPUs, load average {}",
         args.copier_args,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
     );
     println!(
         "| step | online s | online MB/s | test s | test/online | test MB/s | whole | aborted | kernel drops | shed | copier CPU s | CPU ms/MB | packets sent |"
@@ -83,7 +135,9 @@ pub(crate) fn run_bulk(args: &Args) -> Result<()> {
         let mut script = String::new();
         let (label, bytes) = match kind {
             Kind::Upload { mb, rate } => {
-                let limit = rate.map(|r| format!("--limit-rate {r}M ")).unwrap_or_default();
+                let limit = rate
+                    .map(|r| format!("--limit-rate {r}M "))
+                    .unwrap_or_default();
                 for i in 0..n {
                     let f = lab.dir().join(format!("bulk-{tag}-{i}.bin"));
                     let mut body = lab::pattern_bytes(mb << 20);
@@ -119,18 +173,23 @@ pub(crate) fn run_bulk(args: &Args) -> Result<()> {
         if ok != n {
             bail!("step {label}: {ok} of {n} answered 200 online: {out}");
         }
-        c.test().wait_settled(Duration::from_secs(2), Duration::from_secs(60));
+        c.test()
+            .wait_settled(Duration::from_secs(2), Duration::from_secs(60));
         std::thread::sleep(EXPORT_LAG + Duration::from_millis(1100));
         let after = counters(&lab);
         let cpu = cpu_s(pid) - cpu0;
-        let mine = |e: &&LogEntry| e.uri.contains(&format!("/upload/{tag}-")) || e.uri.contains(&format!("?{tag}-"));
+        let mine = |e: &&LogEntry| {
+            e.uri.contains(&format!("/upload/{tag}-")) || e.uri.contains(&format!("?{tag}-"))
+        };
         let online: Vec<LogEntry> = c.online.requests()?.iter().filter(mine).cloned().collect();
         let test: Vec<LogEntry> = c.test().requests()?.iter().filter(mine).cloned().collect();
         let whole = test
             .iter()
             .filter(|t| {
                 t.status == 200
-                    && online.iter().any(|o| o.fingerprint() == t.fingerprint() && o.body_bytes_sent == t.body_bytes_sent)
+                    && online.iter().any(|o| {
+                        o.fingerprint() == t.fingerprint() && o.body_bytes_sent == t.body_bytes_sent
+                    })
             })
             .count();
         let aborted = test.iter().filter(|t| t.status != 200).count();

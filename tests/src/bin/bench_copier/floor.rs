@@ -24,7 +24,10 @@ pub(super) const FLOOR_TARGET: f64 = 1.25;
 
 /// The scenarios that run the floor beside the copier.
 pub(super) fn measured(sc: Scenario) -> bool {
-    matches!(sc, Scenario::ThinkKeepAlive | Scenario::ThinkClose | Scenario::Think100k | Scenario::Full16)
+    matches!(
+        sc,
+        Scenario::ThinkKeepAlive | Scenario::ThinkClose | Scenario::Think100k | Scenario::Full16
+    )
 }
 
 /// A running `copier-floor` in `online`; killed when dropped.
@@ -38,12 +41,21 @@ impl Floor {
     /// Starts `copier-floor` (with `extra` flags) on `online`'s client link, mapping port 80 to
     /// the test host's [`FLOOR_PORT`], and waits until its capture is open.
     pub(super) fn start(lab: &Lab, tag: &str, extra: &[String]) -> Result<Floor> {
-        let bin = lab::workspace_bin("copier-floor")?.to_string_lossy().into_owned();
+        let bin = lab::workspace_bin("copier-floor")?
+            .to_string_lossy()
+            .into_owned();
         let map = format!("80={}:{FLOOR_PORT}", addr::TEST);
         let log = lab.dir().join(format!("copier-floor-{tag}.log"));
-        let out = std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
-        let mut argv = vec![bin.as_str(), "--map", &map, "--interface", lab::ifname::ONLINE_TO_CLIENT];
+        let mut argv = vec![
+            bin.as_str(),
+            "--map",
+            &map,
+            "--interface",
+            lab::ifname::ONLINE_TO_CLIENT,
+        ];
         argv.extend(extra.iter().map(String::as_str));
         let child = lab
             .command(Host::Online, &argv)
@@ -59,7 +71,10 @@ impl Floor {
                 bail!("copier-floor exited ({st}):\n{}", tail(&f.log(), 20));
             }
             if Instant::now() >= deadline {
-                bail!("copier-floor did not open its capture in 10 s:\n{}", tail(&f.log(), 20));
+                bail!(
+                    "copier-floor did not open its capture in 10 s:\n{}",
+                    tail(&f.log(), 20)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -80,7 +95,9 @@ impl Floor {
     /// (`load_end`; it prints them every second in which they changed, and copies stop
     /// coming soon after the load).
     pub(super) fn packets(&self, load_end: Instant) -> (u64, u64) {
-        std::thread::sleep((load_end + Duration::from_millis(1300)).saturating_duration_since(Instant::now()));
+        std::thread::sleep(
+            (load_end + Duration::from_millis(1300)).saturating_duration_since(Instant::now()),
+        );
         parse_counters(&self.log())
     }
 
@@ -103,7 +120,11 @@ impl Drop for Floor {
 
 /// (captured, sent) in the last counters line of a `copier-floor` log.
 fn parse_counters(log: &str) -> (u64, u64) {
-    let Some(line) = log.lines().rev().find(|l| l.starts_with("copier-floor: captured ")) else {
+    let Some(line) = log
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("copier-floor: captured "))
+    else {
         return (0, 0);
     };
     let after = |key: &str| -> u64 {
@@ -137,7 +158,9 @@ pub(super) fn print_floor(rows: &[Row], dropped: bool, data_only: bool) {
             r.rt.copied,
             opt(per_thousand(&r.copier, r.rt.copied)),
             opt(per_thousand(floor, r.rt.copied)),
-            ratio.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into()),
+            ratio
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "-".into()),
             match ratio {
                 Some(v) if v <= FLOOR_TARGET => "PASS",
                 Some(_) => "FAIL",
@@ -152,7 +175,11 @@ pub(super) fn print_floor(rows: &[Row], dropped: bool, data_only: bool) {
     if data_only {
         println!("(--floor-data-only: the floor leaves out the clients' bare ACKs, copier-floor --data-only)");
     }
-    let fate = if dropped { "dropped there in raw PREROUTING (--floor-drop)" } else { "answered there with resets" };
+    let fate = if dropped {
+        "dropped there in raw PREROUTING (--floor-drop)"
+    } else {
+        "answered there with resets"
+    };
     println!("(the floor: copier-floor beside the copier on the same load, the same capture ring, filter and sender, a");
     println!("stateless destination rewrite, its copies to the test host's port {FLOOR_PORT}, {fate}; both CPUs over the same window,");
     println!("divided by the same copied requests; a super-segment sent whole counts as one packet sent. The");

@@ -72,7 +72,8 @@ pub(super) async fn read_response(s: &mut tokio::net::TcpStream, buf: &mut Vec<u
     let mut tmp = [0u8; 16384];
     let head = loop {
         if let Some(h) = Head::parse(buf) {
-            h.content_length.context("response without Content-Length")?;
+            h.content_length
+                .context("response without Content-Length")?;
             break h;
         }
         let n = s.read(&mut tmp).await?;
@@ -215,7 +216,12 @@ pub(super) async fn keepalive_conn(
 }
 
 /// One short connection: connect, one request, read until the server closes.
-pub(super) async fn short_conn(tag: String, n: u64, due: tokio::time::Instant, from: Option<SocketAddrV4>) -> Load {
+pub(super) async fn short_conn(
+    tag: String,
+    n: u64,
+    due: tokio::time::Instant,
+    from: Option<SocketAddrV4>,
+) -> Load {
     let mut load = Load::default();
     let mut sent_ms = 0;
     let r: Result<u16> = async {
@@ -285,7 +291,10 @@ impl Generator {
         let pace = |i: usize| match rate {
             Some(r) => {
                 let interval = Duration::from_secs_f64(k as f64 / r as f64);
-                Pace::Schedule { phase: interval.mul_f64(i as f64 / k as f64), interval }
+                Pace::Schedule {
+                    phase: interval.mul_f64(i as f64 / k as f64),
+                    interval,
+                }
             }
             None => Pace::Full,
         };
@@ -311,7 +320,17 @@ impl Generator {
             let handles: Vec<_> = conns
                 .into_iter()
                 .enumerate()
-                .map(|(i, s)| tokio::spawn(keepalive_conn(i, s, tag.to_owned(), path, start, end, pace(i))))
+                .map(|(i, s)| {
+                    tokio::spawn(keepalive_conn(
+                        i,
+                        s,
+                        tag.to_owned(),
+                        path,
+                        start,
+                        end,
+                        pace(i),
+                    ))
+                })
                 .collect();
             let mut conns = Vec::with_capacity(k);
             let mut total = Load::default();
@@ -359,7 +378,15 @@ impl Generator {
     /// (`Connection: close`), reading the answer until the server closes, waiting `think`, and
     /// again, for `dur` (call inside `client`). Client ports walk through [`SHORT_PORTS`] from
     /// `*next`, which is advanced.
-    pub(super) fn close_loops(&mut self, tag: &str, loops: usize, src: Ipv4Addr, next: &mut u64, think: Duration, dur: Duration) -> Load {
+    pub(super) fn close_loops(
+        &mut self,
+        tag: &str,
+        loops: usize,
+        src: Ipv4Addr,
+        next: &mut u64,
+        think: Duration,
+        dur: Duration,
+    ) -> Load {
         let seq = Arc::new(AtomicU64::new(*next));
         let total = self.rt.block_on(async {
             let start = tokio::time::Instant::now();
@@ -374,7 +401,10 @@ impl Generator {
                             let n = seq.fetch_add(1, Ordering::Relaxed);
                             let port = *SHORT_PORTS.start() + (n % span) as u16;
                             let due = tokio::time::Instant::now();
-                            load.merge(short_conn(tag.clone(), n, due, Some(SocketAddrV4::new(src, port))).await);
+                            load.merge(
+                                short_conn(tag.clone(), n, due, Some(SocketAddrV4::new(src, port)))
+                                    .await,
+                            );
                             tokio::time::sleep(think).await;
                         }
                         load

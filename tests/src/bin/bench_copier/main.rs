@@ -90,7 +90,10 @@
 //! `--keep-dir`).
 
 use anyhow::{bail, Context, Result};
-use lab::bench::{fetch_metrics, parse_rate, perf, rate_label, realtime, wall_ms, Cpu, RealTime, RedisConn, TICK_NS};
+use lab::bench::{
+    fetch_metrics, parse_rate, perf, rate_label, realtime, wall_ms, Cpu, RealTime, RedisConn,
+    TICK_NS,
+};
 use lab::http::Head;
 use lab::procstat::memory_kib;
 use lab::setup::{metric_sum, tail, CopyOptions, Copying};
@@ -308,9 +311,15 @@ fn parse_args() -> Result<Args> {
     let scenarios: Vec<Scenario> = match scenarios.trim() {
         "all" => Scenario::ALL.to_vec(),
         "none" => Vec::new(),
-        l => l.split(',').filter(|p| !p.trim().is_empty()).map(Scenario::parse).collect::<Result<_>>()?,
+        l => l
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(Scenario::parse)
+            .collect::<Result<_>>()?,
     };
-    let scenario_step: f64 = scenario_step.parse().context("--scenario-secs is seconds, e.g. 8")?;
+    let scenario_step: f64 = scenario_step
+        .parse()
+        .context("--scenario-secs is seconds, e.g. 8")?;
     if !(0.5..=15.0).contains(&scenario_step) {
         bail!("--scenario-secs must be between 0.5 and 15 seconds (think-close walks one client port range)");
     }
@@ -333,7 +342,11 @@ fn parse_args() -> Result<Args> {
         scenarios,
         scenario_step: Duration::from_secs_f64(scenario_step),
         redis_requests: redis_requests.parse().context("--redis-requests")?,
-        final_wait: Duration::from_secs_f64(final_wait.parse().context("--final-wait is seconds, e.g. 60")?),
+        final_wait: Duration::from_secs_f64(
+            final_wait
+                .parse()
+                .context("--final-wait is seconds, e.g. 60")?,
+        ),
         mirror,
         bulk,
         no_floor,
@@ -386,17 +399,26 @@ fn perf_step(
     );
     println!();
     // perf stat, per thread, per copied request
-    let by = perf::stat_per_thread(&std::fs::read_to_string(session.stat_path()).unwrap_or_default());
+    let by =
+        perf::stat_per_thread(&std::fs::read_to_string(session.stat_path()).unwrap_or_default());
     if by.is_empty() {
-        println!("(perf stat gave nothing; its stderr: {})", session.stderr_of("stat"));
+        println!(
+            "(perf stat gave nothing; its stderr: {})",
+            session.stderr_of("stat")
+        );
     } else {
-        println!("perf stat per thread, per copied request (task-clock in µs, the rest in counts):");
+        println!(
+            "perf stat per thread, per copied request (task-clock in µs, the rest in counts):"
+        );
         println!();
         perf::print_stat_table(&by, copied);
     }
     let data = session.data_path();
     if !data.exists() {
-        println!("(perf record gave nothing; its stderr: {})", session.stderr_of("record"));
+        println!(
+            "(perf record gave nothing; its stderr: {})",
+            session.stderr_of("record")
+        );
         return Ok(());
     }
     perf::print_reports(
@@ -467,13 +489,19 @@ fn run() -> Result<()> {
         ..NginxOptions::default()
     };
     let redis_map = format!("{REDIS_PORT}={}:{REDIS_PORT}", addr::TEST);
-    let mut copier_args: Vec<String> = ["--metrics", COPIER_METRICS, "--seed", "7"].iter().map(|a| a.to_string()).collect();
+    let mut copier_args: Vec<String> = ["--metrics", COPIER_METRICS, "--seed", "7"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
     let intercept_args: Vec<String> = vec!["--metrics".into(), INTERCEPT_METRICS.into()];
     if redis {
         copier_args.extend(["--map".into(), redis_map]);
     }
     if h2 {
-        copier_args.extend(["--map".into(), format!("{H2_PORT}={}:{H2_PORT}", addr::TEST)]);
+        copier_args.extend([
+            "--map".into(),
+            format!("{H2_PORT}={}:{H2_PORT}", addr::TEST),
+        ]);
     }
     copier_args.extend(args.copier_args.iter().cloned());
     let mirror_args = copier_args.clone();
@@ -482,11 +510,22 @@ fn run() -> Result<()> {
         test: Some(nginx),
         copier_args,
         intercept_args,
-        extra_ports: [(redis, REDIS_PORT), (h2, H2_PORT)].into_iter().filter_map(|(on, p)| on.then_some(p)).collect(),
+        extra_ports: [(redis, REDIS_PORT), (h2, H2_PORT)]
+            .into_iter()
+            .filter_map(|(on, p)| on.then_some(p))
+            .collect(),
         ..CopyOptions::default()
     };
     MIRROR.store(args.mirror, std::sync::atomic::Ordering::Relaxed);
-    let opts = if args.mirror { CopyOptions { start_copier: false, ipv6: false, ..opts } } else { opts };
+    let opts = if args.mirror {
+        CopyOptions {
+            start_copier: false,
+            ipv6: false,
+            ..opts
+        }
+    } else {
+        opts
+    };
     let mut c = Copying::start(&mut lab, opts).context("start the copying setup")?;
     if args.mirror {
         lab::mirror::build(&lab, true).context("build the VXLAN mirror toward test2")?;
@@ -494,13 +533,31 @@ fn run() -> Result<()> {
         let mut a: Vec<String> = vec!["--mirror".into(), "vxlan".into(), "--map".into(), map];
         a.extend(mirror_args);
         let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        c.copier = Some(c.spawn_copier_in(&mut lab, Host::Test2, "copier", &refs).context("start the mirror copier")?);
+        c.copier = Some(
+            c.spawn_copier_in(&mut lab, Host::Test2, "copier", &refs)
+                .context("start the mirror copier")?,
+        );
     }
     let c = c;
     if args.floor_drop {
         let port = FLOOR_PORT.to_string();
-        lab.exec_ok(Host::Test, &["iptables", "-t", "raw", "-I", "PREROUTING", "-p", "tcp", "--dport", &port, "-j", "DROP"])
-            .context("drop the floor's copies on test")?;
+        lab.exec_ok(
+            Host::Test,
+            &[
+                "iptables",
+                "-t",
+                "raw",
+                "-I",
+                "PREROUTING",
+                "-p",
+                "tcp",
+                "--dport",
+                &port,
+                "-j",
+                "DROP",
+            ],
+        )
+        .context("drop the floor's copies on test")?;
     }
     let pids = Pids {
         copier: c
@@ -517,22 +574,49 @@ fn run() -> Result<()> {
         }
     }
     let mut scen = ScenarioState {
-        redis: if redis { Some(Redis::start(&mut lab).context("start redis on online and test")?) } else { None },
+        redis: if redis {
+            Some(Redis::start(&mut lab).context("start redis on online and test")?)
+        } else {
+            None
+        },
         redis_requests: args.redis_requests,
         final_wait: args.final_wait,
         close_next: 0,
         h2: None,
         floor: !args.no_floor && !args.mirror,
-        floor_args: if args.floor_data_only { vec!["--data-only".into()] } else { Vec::new() },
+        floor_args: if args.floor_data_only {
+            vec!["--data-only".into()]
+        } else {
+            Vec::new()
+        },
     };
     if h2 {
-        let o = NginxOptions { port: H2_PORT, http2: true, workers: 2, ..NginxOptions::default() };
-        let on = lab.nginx(Host::Online, o.clone()).context("start the HTTP/2 nginx on online")?;
-        let te = lab.nginx(Host::Test, o).context("start the HTTP/2 nginx on test")?;
+        let o = NginxOptions {
+            port: H2_PORT,
+            http2: true,
+            workers: 2,
+            ..NginxOptions::default()
+        };
+        let on = lab
+            .nginx(Host::Online, o.clone())
+            .context("start the HTTP/2 nginx on online")?;
+        let te = lab
+            .nginx(Host::Test, o)
+            .context("start the HTTP/2 nginx on test")?;
         scen.h2 = Some((on, te));
     }
     if args.scenarios.contains(&Scenario::ThinkClose) {
-        lab.exec_ok(Host::Client, &["ip", "addr", "add", &format!("{CLIENT_B}/24"), "dev", lab::ifname::CLIENT_TO_ONLINE])?;
+        lab.exec_ok(
+            Host::Client,
+            &[
+                "ip",
+                "addr",
+                "add",
+                &format!("{CLIENT_B}/24"),
+                "dev",
+                lab::ifname::CLIENT_TO_ONLINE,
+            ],
+        )?;
     }
 
     let mut gen = Generator::new()?;
@@ -604,7 +688,13 @@ fn run() -> Result<()> {
     }
     for &sc in &args.scenarios {
         eprintln!("scenario {} ...", sc.name());
-        rows.push(run_scenario(ctx, &mut gen, sc, args.scenario_step, &mut scen)?);
+        rows.push(run_scenario(
+            ctx,
+            &mut gen,
+            sc,
+            args.scenario_step,
+            &mut scen,
+        )?);
     }
     // Every step's fidelity from the final logs.
     c.test()
@@ -615,7 +705,9 @@ fn run() -> Result<()> {
     println!();
     println!("## keep-alive: {} connections, one request outstanding each, open-loop pacing per connection", args.conns);
     println!();
-    let (scenarios, rows): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| matches!(r.kind, Kind::Scenario(_)));
+    let (scenarios, rows): (Vec<Row>, Vec<Row>) = rows
+        .into_iter()
+        .partition(|r| matches!(r.kind, Kind::Scenario(_)));
     let (ka, short): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.kind != Kind::Short);
     let mut ka = ka;
     let mut short = short;
@@ -634,7 +726,11 @@ fn run() -> Result<()> {
     }
     if !scenarios.is_empty() {
         println!();
-        println!("## issue 10 scenarios ({:.1} s of load each; redis: {} requests)", args.scenario_step.as_secs_f64(), args.redis_requests);
+        println!(
+            "## issue 10 scenarios ({:.1} s of load each; redis: {} requests)",
+            args.scenario_step.as_secs_f64(),
+            args.redis_requests
+        );
         println!();
         for r in &scenarios {
             if let Kind::Scenario(sc) = r.kind {
@@ -650,7 +746,11 @@ fn run() -> Result<()> {
             print_floor(&scenarios, args.floor_drop, args.floor_data_only);
         }
     }
-    let all: Vec<&Row> = ka.iter().chain(short.iter()).chain(scenarios.iter()).collect();
+    let all: Vec<&Row> = ka
+        .iter()
+        .chain(short.iter())
+        .chain(scenarios.iter())
+        .collect();
     for r in &all {
         if !r.load.errors.is_empty() || r.load.skipped > 0 {
             println!(

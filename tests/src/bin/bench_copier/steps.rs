@@ -165,20 +165,42 @@ impl Before {
     /// The step's row, once its load ended (`load_end`) and the test server settled: reads the
     /// CPU now, then (after [`EXPORT_LAG`]) the counters.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn finish(&self, ctx: Ctx<'_>, kind: Kind, label: String, tag: String, secs: f64, load: Load, online: u64, load_end: Instant) -> Result<Row> {
+    pub(super) fn finish(
+        &self,
+        ctx: Ctx<'_>,
+        kind: Kind,
+        label: String,
+        tag: String,
+        secs: f64,
+        load: Load,
+        online: u64,
+        load_end: Instant,
+    ) -> Result<Row> {
         let Ctx { lab, c, pids } = ctx;
         let drain_secs = load_end.elapsed().as_secs_f64();
         let window_secs = self.at.elapsed().as_secs_f64();
         let t1 = c.test().request_count() as u64;
-        let (cc1, ic1) = (Cpu::read(pids.copier, None)?, Cpu::read(pids.intercept, None)?);
+        let (cc1, ic1) = (
+            Cpu::read(pids.copier, None)?,
+            Cpu::read(pids.intercept, None)?,
+        );
         let (rss_kib, hwm_kib) = memory_kib(pids.copier);
         // the daemons export their counters about once a second: with the quiet time, more than
         // a second has passed since the last copy, so an export came after it
         std::thread::sleep(EXPORT_LAG);
-        let (l1, m1, q1, i1) = (c.leaks.count(lab)?, copier_metrics(lab), nfqueue_drops(lab)?, intercept_counters(lab));
+        let (l1, m1, q1, i1) = (
+            c.leaks.count(lab)?,
+            copier_metrics(lab),
+            nfqueue_drops(lab)?,
+            intercept_counters(lab),
+        );
         let drops = |m: &BTreeMap<String, f64>| metric(m, "copier_kernel_drops_total");
         c.check_alive()?;
-        let end_ms = if load.last_send_ms > 0 { load.last_send_ms } else { wall_ms() };
+        let end_ms = if load.last_send_ms > 0 {
+            load.last_send_ms
+        } else {
+            wall_ms()
+        };
         Ok(Row {
             kind,
             label,
@@ -193,7 +215,8 @@ impl Before {
             intercept: ic1.minus(&self.intercept),
             floor: None,
             floor_packets: (0, 0),
-            segments_sent: metric(&m1, "copier_segments_sent_total").saturating_sub(metric(&self.copier_m, "copier_segments_sent_total")),
+            segments_sent: metric(&m1, "copier_segments_sent_total")
+                .saturating_sub(metric(&self.copier_m, "copier_segments_sent_total")),
             rss_kib,
             hwm_kib,
             kernel_drops: drops(&m1).saturating_sub(drops(&self.copier_m)),
@@ -205,12 +228,16 @@ impl Before {
             rt: RealTime::default(),
             records: (i1.0 - self.icpt.0).max(0.0) as u64,
             queued: (i1.1 - self.icpt.1).max(0.0) as u64,
-            writes: ((i1.2 - self.icpt.2).max(0.0) as u64, (i1.3 - self.icpt.3).max(0.0) as u64),
+            writes: (
+                (i1.2 - self.icpt.2).max(0.0) as u64,
+                (i1.3 - self.icpt.3).max(0.0) as u64,
+            ),
             conns: 0,
             window_secs,
             final_ms: None,
             capped: false,
-            failed: metric(&m1, "copier_sessions_failed_total").saturating_sub(metric(&self.copier_m, "copier_sessions_failed_total")),
+            failed: metric(&m1, "copier_sessions_failed_total")
+                .saturating_sub(metric(&self.copier_m, "copier_sessions_failed_total")),
             note: String::new(),
         })
     }
@@ -268,7 +295,16 @@ pub(super) fn run_step(
     let want = (t0 + (o1 - o0)) as usize;
     test.wait_requests(want, DRAIN_WAIT);
     test.wait_settled(QUIET, Duration::from_secs(5));
-    before.finish(ctx, kind, label, tag, dur.as_secs_f64(), load, o1 - o0, load_end)
+    before.finish(
+        ctx,
+        kind,
+        label,
+        tag,
+        dur.as_secs_f64(),
+        load,
+        o1 - o0,
+        load_end,
+    )
 }
 
 /// The step tag of a logged URI (`...?s=TAG&...`).
