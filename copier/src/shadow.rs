@@ -665,7 +665,7 @@ pub fn describe() {
     );
     describe_counter!(
         names::MALFORMED_TOTAL,
-        "Exchanges with an answer that is not HTTP/1.x"
+        "Exchanges not compared because an answer is malformed (HTTP/1.x that does not parse or frame, or an HTTP/2 message that does not decode)"
     );
     describe_gauge!(names::CONNECTIONS, "Connections the comparison follows");
     describe_counter!(
