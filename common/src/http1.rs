@@ -169,7 +169,10 @@ fn content_length(v: &[u8], mode: Mode, len: &mut Option<u64>) -> Result<(), Fra
         Mode::Capture => {
             let s = String::from_utf8_lossy(v);
             for part in s.trim().split(',') {
-                let l: usize = part.trim().parse().map_err(|_| FramingError::ContentLength)?;
+                let l: usize = part
+                    .trim()
+                    .parse()
+                    .map_err(|_| FramingError::ContentLength)?;
                 one(l as u64)?;
             }
             Ok(())
@@ -335,7 +338,10 @@ impl Chunks {
                         Mode::Capture => c == b'\n' && cr,
                     };
                     self.st = if !end {
-                        St::Trailer { len, cr: c == b'\r' }
+                        St::Trailer {
+                            len,
+                            cr: c == b'\r',
+                        }
                     } else if len == 1 || (len == 2 && cr) {
                         St::Done // the empty line
                     } else {
@@ -364,7 +370,10 @@ impl Chunks {
 
     fn fault(&mut self, read: usize) -> ChunkError {
         self.line.clear();
-        ChunkError { at: self.mark, read }
+        ChunkError {
+            at: self.mark,
+            read,
+        }
     }
 
     /// A chunk-size line ended with LF (`line` holds it).

@@ -11,8 +11,8 @@
 
 use std::io::Read;
 
-use common::http1::{self, Body, FramingError, Message, Mode};
 pub use common::http1::Framing;
+use common::http1::{self, Body, FramingError, Message, Mode};
 
 /// Heads with more headers than this are malformed for us.
 const MAX_HEADERS: usize = 96;
@@ -252,7 +252,12 @@ pub fn message_len(
     is_request: bool,
     head_request: bool,
 ) -> Result<Framing, HttpError> {
-    Ok(http1::message_len(bytes, is_request, head_request, Mode::Capture)?)
+    Ok(http1::message_len(
+        bytes,
+        is_request,
+        head_request,
+        Mode::Capture,
+    )?)
 }
 
 fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {

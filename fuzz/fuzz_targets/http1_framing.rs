@@ -36,12 +36,25 @@ fn walk(b: &[u8], mode: Mode, cuts: &[usize]) -> (Vec<u8>, Result<Fed, u64>, boo
         }
     }
     assert_eq!(w.offset(), at as u64);
-    (out, Ok(Fed { used: at, done: w.done() }), w.last_chunk())
+    (
+        out,
+        Ok(Fed {
+            used: at,
+            done: w.done(),
+        }),
+        w.last_chunk(),
+    )
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, b)) = data.split_first() else { return };
-    let mode = if first & 1 == 0 { Mode::Relay } else { Mode::Capture };
+    let Some((&first, b)) = data.split_first() else {
+        return;
+    };
+    let mode = if first & 1 == 0 {
+        Mode::Relay
+    } else {
+        Mode::Capture
+    };
     // cut points from the first byte: every `step` bytes, and at a byte-dependent offset
     let step = usize::from(first >> 1).max(1);
     let mut cuts: Vec<usize> = (step..b.len()).step_by(step).collect();
@@ -53,7 +66,13 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(walk(b, mode, &every), whole, "cut at every byte");
     if let Ok(Some(n)) = chunked_len(b, mode) {
         assert!(n <= b.len());
-        assert_eq!(whole.1, Ok(Fed { used: n, done: true }));
+        assert_eq!(
+            whole.1,
+            Ok(Fed {
+                used: n,
+                done: true
+            })
+        );
     }
     if let Ok((d, _)) = dechunk(b, 1024, mode) {
         assert!(d.len() <= 1024);
@@ -65,7 +84,10 @@ fuzz_target!(|data: &[u8]| {
             // more bytes after a whole message do not change its length
             let mut more = b.to_vec();
             more.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
-            assert_eq!(message_len(&more, req, first & 2 != 0, mode), Ok(Framing::Complete(n)));
+            assert_eq!(
+                message_len(&more, req, first & 2 != 0, mode),
+                Ok(Framing::Complete(n))
+            );
         }
     }
 });

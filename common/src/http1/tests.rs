@@ -26,7 +26,10 @@ fn lengths_and_codings_from_a_head() {
             Ok(Body::Length(3))
         );
         assert_eq!(
-            b(&[("Content-Length", "1"), ("Content-Length", "2")], ans(200)),
+            b(
+                &[("Content-Length", "1"), ("Content-Length", "2")],
+                ans(200)
+            ),
             Err(FramingError::ContentLengths)
         );
         assert_eq!(
@@ -79,10 +82,7 @@ fn relaying_reads_framing_headers_strictly_capture_leniently() {
     // rest of the stream"); 2^63-1 is still a length.
     assert_eq!(
         both(&[("Content-Length", "18446744073709551615")]),
-        (
-            Err(FramingError::ContentLength),
-            Ok(Body::Length(u64::MAX))
-        )
+        (Err(FramingError::ContentLength), Ok(Body::Length(u64::MAX)))
     );
     assert_eq!(
         both(&[("Content-Length", "9223372036854775807")]).0,
@@ -155,7 +155,10 @@ fn a_chunked_body_whole_cut_and_bad() {
         assert!(last);
         // cut inside the data: what there is, not done
         let (data, fed, last) = walk(&body[..19], mode);
-        assert_eq!((&data[..], fed.map(|f| f.done), last), (&b"hello w"[..], Ok(false), false));
+        assert_eq!(
+            (&data[..], fed.map(|f| f.done), last),
+            (&b"hello w"[..], Ok(false), false)
+        );
         // cut inside the trailers: the data is whole, the body not yet
         let (_, fed, last) = walk(&body[..body.len() - 6], mode);
         assert_eq!((fed.map(|f| f.done), last), (Ok(false), true));
@@ -203,10 +206,7 @@ fn relaying_and_capture_differ_on_malformed_bodies_only() {
     long.resize(MAX_LINE + 10, b'e');
     long.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
     assert_eq!(walk(&long, Mode::Relay).1, Err(0));
-    assert_eq!(
-        walk(&long, Mode::Capture).1.map(|f| f.done),
-        Ok(true)
-    );
+    assert_eq!(walk(&long, Mode::Capture).1.map(|f| f.done), Ok(true));
     // An LF inside an extension: the line ends there when relaying, httparse reads on in
     // capture.
     let lf = b"1;a\nb\r\nx\r\n0\r\n\r\n";
@@ -233,61 +233,90 @@ fn the_walker_says_how_much_it_read_before_a_fault() {
     assert_eq!((e.at, e.read), (0, MAX_LINE + 1));
     // A stop from the caller ends the read right after that piece of data.
     let mut w = Chunks::new(Mode::Capture);
-    let f = w.feed(b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n", |d| d != b"ab").unwrap();
+    let f = w
+        .feed(b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n", |d| d != b"ab")
+        .unwrap();
     assert_eq!((f.used, f.done, w.offset()), (5, false, 5));
 }
 
 #[test]
 fn message_lengths() {
-    let f = |b: &[u8], req| message_len(b, req, false, Mode::Capture).unwrap();
-    assert_eq!(
-        f(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2", true),
-        Framing::Complete(27)
-    );
-    assert_eq!(
-        f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET", true),
-        Framing::Complete(41)
-    );
-    assert_eq!(
-        f(b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na", true),
-        Framing::Sized { head: 38, body: 3 }
-    );
-    assert_eq!(f(b"GET / HTTP/1.1\r\nHost", true), Framing::Incomplete);
-    let chunked =
+    use Framing::*;
+    let chunked: &[u8] =
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\nHTTP";
-    assert_eq!(f(chunked, false), Framing::Complete(chunked.len() - 4));
-    assert_eq!(f(&chunked[..chunked.len() - 8], false), Framing::Incomplete);
-    assert_eq!(f(b"HTTP/1.1 200 OK\r\n\r\nabc", false), Framing::UntilClose);
-    assert_eq!(
-        f(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No\r\n\r\nx", false),
-        Framing::Complete(44)
-    );
-    assert_eq!(
-        message_len(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", false, true, Mode::Capture),
-        Ok(Framing::Complete(38))
-    );
-    assert_eq!(
-        message_len(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",
-            false,
-            false,
-            Mode::Capture
-        ),
-        Err(FramingError::Chunk(6))
-    );
-    assert!(matches!(
-        message_len(b"\x00\x01", true, false, Mode::Capture),
-        Err(FramingError::Head(_))
-    ));
-    assert_eq!(
-        message_len(
-            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+    // (bytes, a request, an answer to HEAD, the framing)
+    let table: &[(&[u8], bool, bool, Framing)] = &[
+        (
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2",
             true,
             false,
-            Mode::Relay
+            Complete(27),
         ),
-        Err(FramingError::TransferCoding)
-    );
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET",
+            true,
+            false,
+            Complete(41),
+        ),
+        (
+            b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\na",
+            true,
+            false,
+            Sized { head: 38, body: 3 },
+        ),
+        (b"GET / HTTP/1.1\r\nHost", true, false, Incomplete),
+        (chunked, false, false, Complete(chunked.len() - 4)),
+        (&chunked[..chunked.len() - 8], false, false, Incomplete),
+        (b"HTTP/1.1 200 OK\r\n\r\nabc", false, false, UntilClose),
+        (
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No\r\n\r\nx",
+            false,
+            false,
+            Complete(44),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n",
+            false,
+            true,
+            Complete(38),
+        ),
+        (
+            b"HTTP/1.1 101 Switching\r\nUpgrade: h2c\r\n\r\n\0\0",
+            false,
+            false,
+            Complete(40),
+        ),
+    ];
+    for (i, &(b, req, head, want)) in table.iter().enumerate() {
+        for mode in [Mode::Relay, Mode::Capture] {
+            assert_eq!(
+                message_len(b, req, head, mode),
+                Ok(want),
+                "row {i} {mode:?}"
+            );
+        }
+    }
+    let bad: &[(&[u8], bool, Mode, fn(&FramingError) -> bool)] = &[
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",
+            false,
+            Mode::Capture,
+            |e| *e == FramingError::Chunk(6),
+        ),
+        (b"\x00\x01", true, Mode::Capture, |e| {
+            matches!(e, FramingError::Head(_))
+        }),
+        (
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            true,
+            Mode::Relay,
+            |e| *e == FramingError::TransferCoding,
+        ),
+    ];
+    for (i, (b, req, mode, want)) in bad.iter().enumerate() {
+        let e = message_len(b, *req, false, *mode).unwrap_err();
+        assert!(want(&e), "row {i}: {e:?}");
+    }
 }
 
 /// A chunked body from chunk sizes, with optional extensions and trailers, and garbage after.

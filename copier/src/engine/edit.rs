@@ -146,14 +146,9 @@ enum State {
     /// At or inside a head (HTTP) or a unit's undecided prefix (bytes): `pend` holds it.
     Start,
     /// `left` bytes of body (HTTP) or the rest of the unit (bytes, `left == u64::MAX`).
-    Body {
-        left: u64,
-        keep: bool,
-    },
+    Body { left: u64, keep: bool },
     /// A chunked body (read by `Editor::chunks`).
-    Chunked {
-        keep: bool,
-    },
+    Chunked { keep: bool },
 }
 
 /// One copy's editor (see the module documentation).
