@@ -296,7 +296,8 @@ fn message_lengths() {
             );
         }
     }
-    let bad: &[(&[u8], bool, Mode, fn(&FramingError) -> bool)] = &[
+    type Row<'a> = (&'a [u8], bool, Mode, fn(&FramingError) -> bool);
+    let bad: &[Row<'_>] = &[
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",
             false,
