@@ -1,6 +1,7 @@
 //! What the copier and the intercept share: packet views over bytes ([`wire`]), the one checksum
 //! implementation ([`checksum`]), the stable FNV-1a and SplitMix64 hashes ([`hash`]), wrap-around sequence numbers ([`seq`]), the session key
-//! ([`flow`]), HTTP/2 framing ([`h2`]: the preface and frame headers), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
+//! ([`flow`]), HTTP/1.x framing ([`http1`]: how long a request or an answer is, chunked bodies walked in any
+//! pieces), HTTP/2 framing ([`h2`]: the preface and frame headers), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
 //! pcap/pcapng reading, pcap writing), the one grammar of durations and sizes on the command
 //! lines of the three binaries ([`units`]), files of production data made owner-only
 //! ([`private`]) and written in whole units that survive a full disk ([`sink`]); and the sample packets and files that every crate's tests build theirs from
@@ -21,6 +22,7 @@ pub mod flow;
 pub mod h2;
 pub mod hash;
 pub mod hpack;
+pub mod http1;
 pub mod markup;
 pub mod pcap;
 pub mod private;

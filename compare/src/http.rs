@@ -1,13 +1,18 @@
 //! HTTP/1.x answers and request heads, parsed for comparison.
 //!
-//! Owns: [`parse_answer`] (status line and headers by `httparse`; the body framed by
-//! `Content-Length`, `Transfer-Encoding: chunked` or the end of the bytes; `Content-Encoding:
-//! gzip` decoded by `flate2`) and [`parse_request_head`] (method and target). The bytes given may
+//! Owns: [`parse_answer`] (status line and headers by `httparse`; the body framed as
+//! `common::http1` says in its capture mode (`Content-Length`, `Transfer-Encoding: chunked` or
+//! the end of the bytes; de-chunked by its walker); `Content-Encoding: gzip` decoded by
+//! `flate2`) and [`parse_request_head`] (method and target). [`message_len`] is
+//! `common::http1::message_len` in capture mode, with this module's errors. The bytes given may
 //! be cut (the first K bytes of an answer): a cut body is parsed as far as it goes and marked
 //! [`Answer::complete`]` == false`, never an error. A decoded body never grows past
 //! [`Limits::max_body`]. Nothing here panics on any input (fuzzed: `fuzz_targets/compare_parse`).
 
 use std::io::Read;
+
+pub use common::http1::Framing;
+use common::http1::{self, Body, FramingError, Message, Mode};
 
 /// Heads with more headers than this are malformed for us.
 const MAX_HEADERS: usize = 96;
@@ -40,6 +45,25 @@ pub enum HttpError {
     /// A chunk size line that is not hexadecimal.
     #[error("bad chunk size at body offset {0}")]
     Chunk(usize),
+}
+
+impl From<FramingError> for HttpError {
+    fn from(e: FramingError) -> Self {
+        match e {
+            FramingError::Head(h) => HttpError::Head(h),
+            FramingError::Chunk(at) => HttpError::Chunk(usize::try_from(at).unwrap_or(usize::MAX)),
+            // capture mode never refuses a transfer coding; a length is all that is left
+            FramingError::ContentLength
+            | FramingError::ContentLengths
+            | FramingError::TransferCoding => HttpError::ContentLength,
+        }
+    }
+}
+
+impl From<http1::ChunkError> for HttpError {
+    fn from(e: http1::ChunkError) -> Self {
+        FramingError::from(e).into()
+    }
 }
 
 /// One parsed answer.
@@ -122,7 +146,7 @@ pub fn parse_answer(bytes: &[u8], head_request: bool, limits: Limits) -> Result<
         let (status, headers, head_len) = parse_head(rest)?;
         let body_bytes = &rest[head_len..];
         // interim answers (100 Continue, 103 Early Hints) precede the final one
-        if (100..200).contains(&status) && status != 101 {
+        if http1::interim(status) {
             rest = body_bytes;
             continue;
         }
@@ -155,23 +179,33 @@ fn parse_head(bytes: &[u8]) -> Result<(u16, Vec<(String, String)>, usize), HttpE
 }
 
 fn read_body(ans: &mut Answer, body: &[u8], limits: Limits) -> Result<(), HttpError> {
-    let chunked = ans.header("transfer-encoding").is_some_and(|te| {
-        te.to_ascii_lowercase()
-            .split(',')
-            .any(|p| p.trim() == "chunked")
-    });
+    let msg = Message::Answer {
+        status: ans.status,
+        to_head: false,
+    };
+    let framing = http1::body(
+        ans.headers.iter().map(|(n, v)| (n, v.as_bytes())),
+        msg,
+        Mode::Capture,
+    )?;
     let raw: Vec<u8>;
     let mut complete;
-    if chunked {
-        (raw, complete) = dechunk(body, limits.max_body)?;
-    } else if let Some(cl) = content_length(ans)? {
-        let have = body.len().min(cl).min(limits.max_body);
-        raw = body[..have].to_vec();
-        complete = have == cl;
-    } else {
-        let have = body.len().min(limits.max_body);
-        raw = body[..have].to_vec();
-        complete = have == body.len();
+    match framing {
+        Body::Chunked => {
+            // trailers are not compared
+            (raw, complete) = http1::dechunk(body, limits.max_body, Mode::Capture)?;
+        }
+        Body::Length(cl) => {
+            let cl = usize::try_from(cl).unwrap_or(usize::MAX);
+            let have = body.len().min(cl).min(limits.max_body);
+            raw = body[..have].to_vec();
+            complete = have == cl;
+        }
+        Body::UntilClose | Body::None => {
+            let have = body.len().min(limits.max_body);
+            raw = body[..have].to_vec();
+            complete = have == body.len();
+        }
     }
     let gzip = ans.header("content-encoding").is_some_and(|ce| {
         ce.to_ascii_lowercase()
@@ -188,70 +222,6 @@ fn read_body(ans: &mut Answer, body: &[u8], limits: Limits) -> Result<(), HttpEr
     }
     ans.complete = complete;
     Ok(())
-}
-
-fn content_length(ans: &Answer) -> Result<Option<usize>, HttpError> {
-    let mut found: Option<usize> = None;
-    for (n, v) in &ans.headers {
-        if n != "content-length" {
-            continue;
-        }
-        for part in v.split(',') {
-            let len: usize = part.trim().parse().map_err(|_| HttpError::ContentLength)?;
-            if found.is_some_and(|f| f != len) {
-                return Err(HttpError::ContentLength);
-            }
-            found = Some(len);
-        }
-    }
-    Ok(found)
-}
-
-/// De-chunks a chunked body; returns the data (at most `max`) and whether the last chunk came.
-fn dechunk(body: &[u8], max: usize) -> Result<(Vec<u8>, bool), HttpError> {
-    let mut out = Vec::new();
-    let last = walk_chunks(body, |data| {
-        let room = max.saturating_sub(out.len());
-        out.extend_from_slice(&data[..data.len().min(room)]);
-        out.len() < max
-    })?;
-    // trailers are not compared
-    Ok((out, last.is_some()))
-}
-
-/// Walks a chunked body, handing `data` each chunk's bytes (the last of them cut short when the
-/// body is) until it answers false. `Some(at)`: the last chunk's size line ends at `at` (the
-/// trailers follow); `None`: the body, or `data`, stopped first. An error names the offset.
-fn walk_chunks(
-    body: &[u8],
-    mut data: impl FnMut(&[u8]) -> bool,
-) -> Result<Option<usize>, HttpError> {
-    let mut at = 0;
-    loop {
-        let (skip, size) = match httparse::parse_chunk_size(&body[at..]) {
-            Ok(httparse::Status::Complete(v)) => v,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(_) => return Err(HttpError::Chunk(at)),
-        };
-        at += skip;
-        if size == 0 {
-            return Ok(Some(at));
-        }
-        let end = usize::try_from(size)
-            .ok()
-            .and_then(|n| at.checked_add(n))
-            .ok_or(HttpError::Chunk(at))?;
-        let take = end.min(body.len());
-        if !data(&body[at..take]) || take < end {
-            return Ok(None);
-        }
-        // CRLF after the chunk's data
-        match body.get(end..end + 2) {
-            None => return Ok(None),
-            Some(b"\r\n") => at = end + 2,
-            Some(_) => return Err(HttpError::Chunk(end)),
-        }
-    }
 }
 
 /// Decodes a gzip stream as far as it goes (at most `max` bytes out); whether it ended cleanly.
@@ -275,25 +245,6 @@ fn cut(mut v: Vec<u8>, max: usize) -> Vec<u8> {
     v
 }
 
-/// Where a message ends, as far as its bytes so far tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// More bytes are needed to know.
-    Incomplete,
-    /// The message is this many bytes long.
-    Complete(usize),
-    /// The message is `head` bytes of head and `body` bytes of body (`Content-Length`), of which
-    /// not all came yet: a caller that will not keep them all can skip the rest by count.
-    Sized {
-        /// Head length.
-        head: usize,
-        /// Body length.
-        body: usize,
-    },
-    /// The body runs until the connection closes.
-    UntilClose,
-}
-
 /// Where the request or answer at the start of `bytes` ends. `head_request`: an answer to a
 /// `HEAD` (no body). Interim `1xx` answers count as part of the answer that follows them.
 pub fn message_len(
@@ -301,59 +252,12 @@ pub fn message_len(
     is_request: bool,
     head_request: bool,
 ) -> Result<Framing, HttpError> {
-    let mut off = 0;
-    loop {
-        let rest = &bytes[off..];
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let (head_len, status, hs): (usize, u16, Vec<(String, String)>) = if is_request {
-            let mut req = httparse::Request::new(&mut headers);
-            match req.parse(rest) {
-                Ok(httparse::Status::Complete(n)) => (n, 0, lower(req.headers)),
-                Ok(httparse::Status::Partial) => return Ok(Framing::Incomplete),
-                Err(e) => return Err(HttpError::Head(e.to_string())),
-            }
-        } else {
-            match parse_head(rest) {
-                Ok((status, hs, n)) => (n, status, hs),
-                Err(HttpError::PartialHead(_)) => return Ok(Framing::Incomplete),
-                Err(e) => return Err(e),
-            }
-        };
-        if !is_request && (100..200).contains(&status) && status != 101 {
-            off += head_len;
-            continue;
-        }
-        let ans = Answer {
-            status,
-            headers: hs,
-            body: Vec::new(),
-            complete: true,
-            gzip: false,
-        };
-        if !is_request && (head_request || status == 204 || status == 304 || status == 101) {
-            return Ok(Framing::Complete(off + head_len));
-        }
-        let chunked = ans.header("transfer-encoding").is_some_and(|te| {
-            te.to_ascii_lowercase()
-                .split(',')
-                .any(|p| p.trim() == "chunked")
-        });
-        if chunked {
-            return Ok(match chunked_len(&rest[head_len..])? {
-                Some(n) => Framing::Complete(off + head_len + n),
-                None => Framing::Incomplete,
-            });
-        }
-        return Ok(match content_length(&ans)? {
-            Some(n) if rest.len() - head_len >= n => Framing::Complete(off + head_len + n),
-            Some(n) => Framing::Sized {
-                head: off + head_len,
-                body: n,
-            },
-            None if is_request => Framing::Complete(off + head_len),
-            None => Framing::UntilClose,
-        });
-    }
+    Ok(http1::message_len(
+        bytes,
+        is_request,
+        head_request,
+        Mode::Capture,
+    )?)
 }
 
 fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {
@@ -365,23 +269,6 @@ fn lower(hs: &[httparse::Header<'_>]) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// The length of a whole chunked body (trailers included), or None when it has not ended.
-fn chunked_len(body: &[u8]) -> Result<Option<usize>, HttpError> {
-    let Some(mut at) = walk_chunks(body, |_| true)? else {
-        return Ok(None);
-    };
-    // trailers: lines until an empty one
-    loop {
-        let Some(i) = body[at..].windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        at += i + 2;
-        if i == 0 {
-            return Ok(Some(at));
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 //! header, header edits, request-line rewrites), and nothing of the requests they drop.
 //!
 //! HTTP/1.x is recognised by the session's first bytes (an upper-case method and a space); its
-//! requests are read with `httparse` (request line and headers), the body by `Content-Length`
-//! or chunked coding (each chunk-size line read by `httparse::parse_chunk_size`, trailers up to
-//! the empty line), so pipelined requests are told apart wherever the segments cut them. A
+//! requests are read with `httparse` (request line and headers), and framed by
+//! `common::http1` in its relay mode (`Content-Length` or chunked coding, its chunked-body
+//! walker fed the bytes as they come, trailers up to the empty line), so pipelined requests are
+//! told apart wherever the segments cut them. A
 //! head is held until it is whole (at most [`MAX_HEAD`] bytes), then written edited, or as
 //! captured (the same shared chunks, no copy) when nothing changes, or not at all; body bytes
 //! pass through as they come (or are dropped with their request). Other protocols, when a
@@ -38,6 +39,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use common::h2::PREFACE;
+use common::http1::{self, Body, Chunks, Message, Mode as Framing};
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
 use super::h2edit::{Ctx, H2Edit, Malformed};
@@ -47,8 +49,6 @@ use super::rules::{HeaderEdit, Req, Rules, Unparsable, Verdict};
 pub(crate) const MAX_HEAD: usize = 64 << 10;
 /// Headers per request.
 const MAX_HEADERS: usize = 128;
-/// The longest chunk-size or trailer line.
-const MAX_LINE: usize = 4096;
 
 /// What the editors counted, drained into the engine's stats after each call.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -142,25 +142,13 @@ enum Mode {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunked {
-    Size,
-    Data(u64),
-    Trailer,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// At or inside a head (HTTP) or a unit's undecided prefix (bytes): `pend` holds it.
     Start,
     /// `left` bytes of body (HTTP) or the rest of the unit (bytes, `left == u64::MAX`).
-    Body {
-        left: u64,
-        keep: bool,
-    },
-    Chunked {
-        st: Chunked,
-        keep: bool,
-    },
+    Body { left: u64, keep: bool },
+    /// A chunked body (read by `Editor::chunks`).
+    Chunked { keep: bool },
 }
 
 /// One copy's editor (see the module documentation).
@@ -178,8 +166,8 @@ pub(crate) struct Editor {
     pend_len: usize,
     /// The held bytes gathered for parsing.
     flat: Vec<u8>,
-    /// A chunk-size or trailer line being read.
-    line: Vec<u8>,
+    /// The chunked body being read.
+    chunks: Chunks,
     /// After this request the rest passes, or with the request dropped goes too (an upgrade
     /// or CONNECT): whether it is copied.
     pass_after: Option<bool>,
@@ -208,7 +196,7 @@ impl Editor {
             pend: Vec::new(),
             pend_len: 0,
             flat: Vec::new(),
-            line: Vec::new(),
+            chunks: Chunks::new(Framing::Relay),
             pass_after: None,
             failed: false,
             unparsable: false,
@@ -240,7 +228,7 @@ impl Editor {
         std::mem::size_of::<Editor>()
             + self.pend_len
             + self.flat.capacity()
-            + self.line.capacity()
+            + self.chunks.held()
             + self.h2.as_ref().map_or(0, |h| h.held())
     }
 
@@ -267,7 +255,7 @@ impl Editor {
         self.pend.clear();
         self.pend_len = 0;
         self.flat.clear();
-        self.line.clear();
+        self.chunks = Chunks::new(Framing::Relay);
         self.state = State::Start;
     }
 
@@ -389,7 +377,7 @@ impl Editor {
                 }
                 n
             }
-            (_, State::Chunked { st, keep }) => self.chunked(d, st, keep, q, work),
+            (_, State::Chunked { keep }) => self.chunked(d, keep, q, work),
         }
     }
 
@@ -528,41 +516,20 @@ impl Editor {
             return self.malformed(q, work);
         };
         let hs: Vec<(&str, &[u8])> = req.headers.iter().map(|h| (h.name, h.value)).collect();
-        // The body's extent.
-        let mut chunked = false;
-        let mut clen: Option<u64> = None;
+        // The body's extent (`common::http1`); what follows an upgrade belongs to it.
+        let body = match http1::body(hs.iter().copied(), Message::Request, Framing::Relay) {
+            Ok(b) => b,
+            Err(_) => return self.malformed(q, work),
+        };
         let mut upgrade = method.eq_ignore_ascii_case("CONNECT") || method == "PRI";
         let mut h2c = false;
-        let mut bad = false;
         for (n, v) in &hs {
-            if n.eq_ignore_ascii_case("transfer-encoding") {
-                let last = v.rsplit(|&c| c == b',').next().unwrap_or_default();
-                if last.trim_ascii().eq_ignore_ascii_case(b"chunked") {
-                    chunked = true;
-                } else {
-                    bad = true; // a body without an end we can find
-                }
-            } else if n.eq_ignore_ascii_case("content-length") {
-                // Above 2^63-1 is malformed (RFC 9110 servers refuse it too); `u64::MAX` would
-                // also read as "the rest of the stream".
-                let l = std::str::from_utf8(v)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .filter(|&l| l <= i64::MAX as u64);
-                match (l, clen) {
-                    (None, _) => bad = true,
-                    (Some(l), Some(c)) if l != c => bad = true,
-                    (Some(l), _) => clen = Some(l),
-                }
-            } else if n.eq_ignore_ascii_case("upgrade") {
+            if n.eq_ignore_ascii_case("upgrade") {
                 upgrade = true;
                 h2c |= v
                     .split(|&c| c == b',')
                     .any(|p| p.trim_ascii().eq_ignore_ascii_case(b"h2c"));
             }
-        }
-        if bad {
-            return self.malformed(q, work);
         }
         let verdict = self.rules.verdict(
             self.client,
@@ -622,16 +589,14 @@ impl Editor {
         if self.flat.capacity() > 8192 {
             self.flat = Vec::new(); // a long head: do not keep its buffer for every session
         }
-        self.state = if chunked {
-            State::Chunked {
-                st: Chunked::Size,
-                keep,
+        self.state = match body {
+            Body::Chunked => {
+                self.chunks = Chunks::new(Framing::Relay);
+                State::Chunked { keep }
             }
-        } else {
-            match clen {
-                Some(l) if l > 0 => State::Body { left: l, keep },
-                _ => self.next_message(),
-            }
+            Body::Length(l) if l > 0 => State::Body { left: l, keep },
+            // A request has no body without a length (`UntilClose` is for answers).
+            Body::Length(_) | Body::None | Body::UntilClose => self.next_message(),
         };
         for c in rest.into_iter().rev() {
             work.push_front(c);
@@ -643,65 +608,26 @@ impl Editor {
     fn chunked(
         &mut self,
         d: Chunk,
-        mut st: Chunked,
         keep: bool,
         q: &mut ByteQueue,
         work: &mut VecDeque<Chunk>,
     ) -> usize {
-        let b = d.as_slice();
-        let mut i = 0;
-        let mut done = false;
-        while i < b.len() && !done {
-            match st {
-                Chunked::Data(left) => {
-                    let take = (b.len() - i).min(usize::try_from(left).unwrap_or(usize::MAX));
-                    i += take;
-                    let left = left - take as u64;
-                    st = if left == 0 {
-                        Chunked::Size
-                    } else {
-                        Chunked::Data(left)
-                    };
-                }
-                Chunked::Size | Chunked::Trailer => {
-                    let c = b[i];
-                    i += 1;
-                    self.line.push(c);
-                    if self.line.len() > MAX_LINE {
-                        return self.bad_body(keep, d, i, q, work);
-                    }
-                    if c != b'\n' {
-                        continue;
-                    }
-                    let line = std::mem::take(&mut self.line);
-                    if st == Chunked::Trailer {
-                        if line == b"\r\n" || line == b"\n" {
-                            done = true;
-                        }
-                        continue;
-                    }
-                    match httparse::parse_chunk_size(&line) {
-                        Ok(httparse::Status::Complete((_, 0))) => st = Chunked::Trailer,
-                        // The size, then its CRLF.
-                        Ok(httparse::Status::Complete((_, size))) => {
-                            st = Chunked::Data(size.saturating_add(2))
-                        }
-                        _ => return self.bad_body(keep, d, i, q, work),
-                    }
-                }
-            }
-        }
+        let fed = match self.chunks.feed(d.as_slice(), |_| true) {
+            Ok(f) => f,
+            Err(e) => return self.bad_body(keep, d, e.read, q, work),
+        };
+        let i = fed.used;
         let mut n = 0;
         if keep {
             n += d.slice(0, i).map_or(0, |c| self.push(q, c));
         }
-        if done {
+        if fed.done {
             self.state = self.next_message();
             if let Some(rest) = d.tail(i) {
                 work.push_front(rest);
             }
         } else {
-            self.state = State::Chunked { st, keep };
+            self.state = State::Chunked { keep };
         }
         n
     }
@@ -719,7 +645,7 @@ impl Editor {
         self.counts.malformed += 1;
         self.mode = Mode::Pass;
         self.state = State::Start;
-        self.line.clear();
+        self.chunks = Chunks::new(Framing::Relay);
         if !keep || self.rules.allow_only {
             self.give_up(work);
             return 0;
