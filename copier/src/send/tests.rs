@@ -1,5 +1,7 @@
 //! Tests of the raw sender.
 
+use common::wire::{tcp_options, TcpBuilder, TcpFlags, TcpOption};
+
 use super::*;
 use common::seq::SeqNum;
 
