@@ -47,18 +47,29 @@
 //! `Vec` is reserved); after the first error it stays failed ([`ProtoError::Poisoned`]) because
 //! the stream can no longer be resynchronised. Encoding never produces a frame larger than
 //! [`MAX_FRAME`]: long lists are split over several frames of the same type, which mean the same.
+//!
+//! [`MAX_FRAME`]: super::MAX_FRAME
+//! [`TAG_LEN`]: super::auth::TAG_LEN
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+mod body;
+mod frame;
+mod record;
+
+use std::net::{IpAddr, SocketAddr};
 
 use crate::flow::{Endpoint, FourTuple};
-use crate::wire::{parse_tcp_headers, WireError};
 
-use super::auth::{FrameKey, TAG_LEN};
-use super::{ProtoError, FEATURES, MAGIC, MAX_FRAME, VERSION};
+use super::{ProtoError, FEATURES, MAGIC, VERSION};
+use body::{
+    addr_len, begin_frame, encode_list, end_frame, get_addr, get_record, get_tuple, put_addr,
+    put_record, put_record_clipped, put_str, put_tuple, tuple_len, Reader,
+};
 pub use super::{
     FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES,
     FEATURE_STAMPS,
 };
+pub use frame::{seal_frames, FrameDecoder};
+pub use record::{parse_response_headers, Record, ResponseHeaders, BULK_BYTES};
 
 const T_HELLO: u8 = 1;
 const T_AUTH: u8 = 2;
@@ -236,154 +247,6 @@ impl RegVerdict {
             RegVerdict::ServerNotLocal => "server_not_local",
             RegVerdict::Other(_) => "unknown",
         }
-    }
-}
-
-/// Bytes of TCP payload above which a record is part of a large answer and never waits
-/// ([`Record::urgent`]): three full segments, as a GSO super-segment delivers them.
-pub const BULK_BYTES: usize = 4096;
-
-/// One response packet of the test server, as the intercept sends it to the copier.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Record {
-    /// Length of the whole original IP packet.
-    pub orig_len: u32,
-    /// The IP header and the full TCP header, options included.
-    pub headers: Vec<u8>,
-    /// The first bytes of the TCP payload (empty unless the intercept was asked for payload).
-    pub payload: Vec<u8>,
-    /// When the packet was seen, in nanoseconds since the Unix epoch, 0 if unknown. The
-    /// intercept stamps it with its own clock when it reads the packet from NFQUEUE; it
-    /// travels only in StampedRecords (peers with [`FEATURE_STAMPS`]), and the copier's control
-    /// link translates it to the copier's clock (`copier::clock`) as it reads it.
-    pub stamp: u64,
-}
-
-/// What the intercept needs from a response packet whose bytes may stop anywhere after its TCP
-/// header: NFQUEUE's copy range cuts packets short, and a [`Record`] keeps only the headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResponseHeaders {
-    /// The session, as the test server sees it ([`FourTuple::of_response`]).
-    pub tuple: FourTuple,
-    /// The IP header's length.
-    pub ip_header_len: usize,
-    /// IP header plus full TCP header.
-    pub headers_len: usize,
-    /// Length of the whole original packet, from the IP length field.
-    pub orig_len: usize,
-}
-
-/// Parse the IP and TCP headers of a server -> client packet that may be truncated after its
-/// TCP header (the wire view [`parse_tcp_headers`]: everything [`crate::wire::parse_tcp_packet`] refuses in
-/// the header part is refused here too; only "the IP length says more bytes follow than the
-/// buffer holds" is accepted).
-pub fn parse_response_headers(buf: &[u8]) -> Result<ResponseHeaders, WireError> {
-    let h = parse_tcp_headers(buf)?;
-    Ok(ResponseHeaders {
-        tuple: FourTuple::of_response(&h.packet),
-        ip_header_len: h.packet.ip_header_len,
-        headers_len: h.packet.headers_len(),
-        orig_len: h.declared_len,
-    })
-}
-
-impl Record {
-    /// Whether its packet opens, closes or resets a connection (SYN, FIN or RST), or its
-    /// headers do not parse as IPv4 or IPv6 TCP: the records that are urgent
-    /// ([`Record::urgent`]) whatever they carry.
-    #[must_use]
-    pub fn opens_or_ends(&self) -> bool {
-        const SYN_FIN_RST: u8 = 0x07;
-        match self.tcp_flags() {
-            Some(flags) => flags & SYN_FIN_RST != 0,
-            None => true,
-        }
-    }
-
-    /// The TCP header's offset byte and flags byte, when the headers parse that far.
-    fn tcp_offset_flags(&self) -> Option<(usize, u8, u8)> {
-        let h = &self.headers;
-        let tcp = match h.first().map(|b| b >> 4) {
-            Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
-            Some(6) if h.get(6) == Some(&6) => 40,
-            _ => return None,
-        };
-        Some((tcp, *h.get(tcp + 12)?, *h.get(tcp + 13)?))
-    }
-
-    fn tcp_flags(&self) -> Option<u8> {
-        self.tcp_offset_flags().map(|(_, _, f)| f)
-    }
-
-    /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
-    /// FIN, RST); it carries data without PSH (the test server is in the middle of a write,
-    /// and the rest of it may wait for the ACK of this part: a window or congestion window
-    /// that is full, Nagle; Linux, like the other stacks, sets PSH on the last segment of each
-    /// write, so the end of a small answer can wait); it carries more than [`BULK_BYTES`] (a
-    /// large answer, whose next ones the test server sends as our ACKs open its congestion
-    /// window; a handful of such records is all it costs); or its headers do not parse as IPv4
-    /// or IPv6 TCP (the copier counts it; there is nothing to save by holding it).
-    #[must_use]
-    pub fn urgent(&self) -> bool {
-        const SYN_FIN_RST: u8 = 0x07;
-        const PSH: u8 = 0x08;
-        let Some((tcp, offset, flags)) = self.tcp_offset_flags() else {
-            return true;
-        };
-        let data = (self.orig_len as usize).saturating_sub(tcp + usize::from(offset >> 4) * 4);
-        flags & SYN_FIN_RST != 0 || (data > 0 && flags & PSH == 0) || data > BULK_BYTES
-    }
-
-    /// Build a record from a server -> client IP packet (possibly cut short after its headers,
-    /// as NFQUEUE's copy range does), keeping at most `payload_bytes` bytes of TCP payload.
-    /// Returns the session too, so the caller parses once.
-    pub fn from_packet(
-        packet: &[u8],
-        payload_bytes: usize,
-    ) -> Result<(FourTuple, Record), WireError> {
-        let h = parse_response_headers(packet)?;
-        Ok((h.tuple, Record::from_parsed(packet, &h, payload_bytes)))
-    }
-
-    /// Build a record from a packet already parsed by [`parse_response_headers`].
-    pub fn from_parsed(packet: &[u8], h: &ResponseHeaders, payload_bytes: usize) -> Record {
-        let hl = h.headers_len.min(packet.len());
-        // The payload ends at the IP length (Ethernet padding excluded) or where the copy stops.
-        let end = h.orig_len.min(packet.len()).max(hl);
-        let keep = (end - hl).min(payload_bytes);
-        Record {
-            orig_len: u32::try_from(h.orig_len).unwrap_or(u32::MAX),
-            headers: packet[..hl].to_vec(),
-            payload: packet[hl..hl + keep].to_vec(),
-            stamp: 0,
-        }
-    }
-
-    /// The session this record belongs to, as the test server sees it (parsed from `headers`).
-    pub fn tuple(&self) -> Result<FourTuple, WireError> {
-        parse_response_headers(&self.headers).map(|h| h.tuple)
-    }
-
-    /// Bytes this record takes in a Records frame (after clipping, see [`Message::encode`]).
-    pub fn encoded_len(&self) -> usize {
-        let (h, p) = self.clipped(false);
-        MIN_RECORD + h.len() + p.len()
-    }
-
-    /// Bytes this record takes in a StampedRecords frame.
-    fn stamped_len(&self) -> usize {
-        let (h, p) = self.clipped(true);
-        8 + MIN_RECORD + h.len() + p.len()
-    }
-
-    /// Headers and payload as they are encoded: headers at most 65535 bytes, payload cut so that
-    /// one record always fits in one frame.
-    /// `stamped`: in a StampedRecords frame, whose items are 8 bytes longer.
-    fn clipped(&self, stamped: bool) -> (&[u8], &[u8]) {
-        let h = &self.headers[..self.headers.len().min(u16::MAX as usize)];
-        let room = MAX_FRAME - 1 - 4 - 8 - MIN_RECORD - h.len() + if stamped { 0 } else { 8 };
-        let p = &self.payload[..self.payload.len().min(room)];
-        (h, p)
     }
 }
 
@@ -615,6 +478,8 @@ impl Message {
     /// Register/Unregister/Records list would not fit in [`MAX_FRAME`]; the receiver sees the
     /// same tuples or records in the same order. Strings longer than 65535 bytes and record
     /// payloads that could never fit in a frame are cut (at a character boundary for strings).
+    ///
+    /// [`MAX_FRAME`]: super::MAX_FRAME
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Message::Hello(h) => {
@@ -944,6 +809,8 @@ impl Message {
 /// Append `records` as `Message::Records` frames (as many as [`MAX_FRAME`] requires) without
 /// building a `Message`: what a writer draining a queue of records uses. Their stamps are not
 /// sent ([`encode_stamped_records`] sends them).
+///
+/// [`MAX_FRAME`]: super::MAX_FRAME
 pub fn encode_records(records: &[Record], out: &mut Vec<u8>) {
     encode_list(out, T_RECORDS, records, Record::encoded_len, put_record)
 }
@@ -961,365 +828,6 @@ pub fn encode_stamped_records(records: &[Record], out: &mut Vec<u8>) {
             put_record_clipped(out, r, true);
         },
     )
-}
-
-/// Reassembles frames from a byte stream delivered in arbitrary pieces.
-///
-/// Call [`push`](Self::push) with whatever the socket returned, then [`next`](Self::next) until
-/// it returns `Ok(None)`. After an `Err` the stream is unusable and every later call returns
-/// [`ProtoError::Poisoned`]: close the connection.
-///
-/// Two settings change between the handshake and the rest of the connection, and apply from
-/// the next frame [`next`](Self::next) returns (bytes already pushed included):
-/// [`set_max_frame`](Self::set_max_frame) (a length field above it is refused before its body
-/// arrives) and [`authenticate`](Self::authenticate) (every later frame must end with a valid
-/// tag, see [`super::auth`]).
-#[derive(Debug)]
-pub struct FrameDecoder {
-    buf: Vec<u8>,
-    start: usize,
-    poisoned: bool,
-    max_frame: usize,
-    opener: Option<Opener>,
-}
-
-/// Verification state of the incoming direction.
-#[derive(Debug)]
-struct Opener {
-    key: FrameKey,
-    /// Number of the next tagged frame.
-    counter: u64,
-    /// The sender, for errors.
-    from: Role,
-}
-
-impl Default for FrameDecoder {
-    fn default() -> FrameDecoder {
-        FrameDecoder {
-            buf: Vec::new(),
-            start: 0,
-            poisoned: false,
-            max_frame: MAX_FRAME,
-            opener: None,
-        }
-    }
-}
-
-impl FrameDecoder {
-    /// An empty decoder that accepts frames up to [`MAX_FRAME`], without tags.
-    pub fn new() -> FrameDecoder {
-        FrameDecoder::default()
-    }
-
-    /// Refuse frames whose type and body exceed `max` bytes (at most [`MAX_FRAME`], which is
-    /// the default), e.g. [`super::PRE_AUTH_MAX_FRAME`] during the handshake.
-    pub fn set_max_frame(&mut self, max: usize) {
-        self.max_frame = max.min(MAX_FRAME);
-    }
-
-    /// The current frame limit (type and body, without the tag).
-    pub fn max_frame(&self) -> usize {
-        self.max_frame
-    }
-
-    /// From the next frame on, every frame must end with the [`TAG_LEN`]-byte tag of `key`
-    /// over its counter and bytes (counting from 0); `from` names the sender in errors.
-    pub fn authenticate(&mut self, key: FrameKey, from: Role) {
-        self.opener = Some(Opener {
-            key,
-            counter: 0,
-            from,
-        });
-    }
-
-    /// Append received bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && (self.start == self.buf.len() || self.start >= self.buf.len() / 2) {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// Bytes received but not yet consumed as complete frames.
-    pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
-    }
-
-    /// The next complete message, `Ok(None)` if more bytes are needed.
-    #[allow(clippy::should_implement_trait)] // fallible, and not an iterator over owned input
-    pub fn next(&mut self) -> Result<Option<Message>, ProtoError> {
-        if self.poisoned {
-            return Err(ProtoError::Poisoned);
-        }
-        let res = self.next_inner();
-        if res.is_err() {
-            self.poisoned = true;
-        }
-        res
-    }
-
-    fn next_inner(&mut self) -> Result<Option<Message>, ProtoError> {
-        let avail = &self.buf[self.start..];
-        let Some(len_bytes) = avail.get(..4) else {
-            return Ok(None);
-        };
-        let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
-        let tag_len = if self.opener.is_some() { TAG_LEN } else { 0 };
-        let max = self.max_frame + tag_len;
-        if len as usize > max {
-            return Err(ProtoError::FrameTooLarge { len, max });
-        }
-        if len as usize <= tag_len {
-            // Not even a type byte before the tag.
-            return Err(ProtoError::EmptyFrame);
-        }
-        let Some(whole) = avail.get(..4 + len as usize) else {
-            return Ok(None);
-        };
-        let (sealed, tag) = whole.split_at(whole.len() - tag_len);
-        if let Some(o) = &mut self.opener {
-            if !o.key.verify(o.counter, sealed, tag) {
-                return Err(ProtoError::BadTag {
-                    from: o.from.as_str(),
-                    frame: o.counter,
-                });
-            }
-            o.counter += 1;
-        }
-        let res = Message::decode_body(&sealed[4..]);
-        self.start += whole.len();
-        res.map(Some)
-    }
-}
-
-/// Append to `out` the frames of `plain` (whole frames as [`Message::encode`] writes them),
-/// each with its tag: the length field grows by [`TAG_LEN`], and the tag of `key` over
-/// `*counter` and the frame's bytes follows the body; `*counter` advances by one per frame.
-/// `plain` must hold whole frames (what this crate's encoder produced).
-pub fn seal_frames(key: &FrameKey, counter: &mut u64, plain: &[u8], out: &mut Vec<u8>) {
-    out.reserve(plain.len() + plain.len() / 64 + TAG_LEN);
-    let mut rest = plain;
-    while let Some(len_bytes) = rest.get(..4) {
-        let len = u32::from_be_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]);
-        let end = (4 + len as usize).min(rest.len());
-        debug_assert_eq!(end, 4 + len as usize, "seal_frames got a partial frame");
-        let start = out.len();
-        out.extend_from_slice(&(len + TAG_LEN as u32).to_be_bytes());
-        out.extend_from_slice(&rest[4..end]);
-        let tag = key.tag(*counter, &out[start..]);
-        out.extend_from_slice(&tag);
-        *counter += 1;
-        rest = &rest[end..];
-    }
-}
-
-// ---- encoding helpers ----
-
-fn begin_frame(out: &mut Vec<u8>, ty: u8) -> usize {
-    let start = out.len();
-    out.extend_from_slice(&[0, 0, 0, 0, ty]);
-    start
-}
-
-fn end_frame(out: &mut [u8], start: usize) {
-    let len = (out.len() - start - 4) as u32;
-    debug_assert!(len as usize <= MAX_FRAME);
-    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
-}
-
-fn encode_list<T>(
-    out: &mut Vec<u8>,
-    ty: u8,
-    items: &[T],
-    item_len: fn(&T) -> usize,
-    put: fn(&mut Vec<u8>, &T),
-) {
-    let mut i = 0;
-    loop {
-        let start = begin_frame(out, ty);
-        let count_at = out.len();
-        out.extend_from_slice(&[0; 4]);
-        let mut size = 1 + 4;
-        let mut count: u32 = 0;
-        while let Some(item) = items.get(i) {
-            let n = item_len(item);
-            if count > 0 && size + n > MAX_FRAME {
-                break;
-            }
-            put(out, item);
-            size += n;
-            count += 1;
-            i += 1;
-        }
-        out[count_at..count_at + 4].copy_from_slice(&count.to_be_bytes());
-        end_frame(out, start);
-        if i >= items.len() {
-            break;
-        }
-    }
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    let mut end = s.len().min(u16::MAX as usize);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    out.extend_from_slice(&(end as u16).to_be_bytes());
-    out.extend_from_slice(&s.as_bytes()[..end]);
-}
-
-fn addr_len(a: &Endpoint) -> usize {
-    if a.is_ipv6() {
-        1 + 16 + 2
-    } else {
-        1 + 4 + 2
-    }
-}
-
-fn tuple_len(t: &FourTuple) -> usize {
-    addr_len(&t.client) + addr_len(&t.server)
-}
-
-fn put_addr(out: &mut Vec<u8>, a: &Endpoint) {
-    match a.ip() {
-        IpAddr::V4(ip) => {
-            out.push(4);
-            out.extend_from_slice(&ip.octets());
-        }
-        IpAddr::V6(ip) => {
-            out.push(6);
-            out.extend_from_slice(&ip.octets());
-        }
-    }
-    out.extend_from_slice(&a.port().to_be_bytes());
-}
-
-fn put_tuple(out: &mut Vec<u8>, t: &FourTuple) {
-    put_addr(out, &t.client);
-    put_addr(out, &t.server);
-}
-
-fn put_record(out: &mut Vec<u8>, r: &Record) {
-    put_record_clipped(out, r, false);
-}
-
-fn put_record_clipped(out: &mut Vec<u8>, r: &Record, stamped: bool) {
-    let (h, p) = r.clipped(stamped);
-    out.extend_from_slice(&r.orig_len.to_be_bytes());
-    out.extend_from_slice(&(h.len() as u16).to_be_bytes());
-    out.extend_from_slice(h);
-    out.extend_from_slice(&(p.len() as u32).to_be_bytes());
-    out.extend_from_slice(p);
-}
-
-// ---- decoding helpers ----
-
-/// A cursor over one frame; every read is bounds-checked.
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], ProtoError> {
-        if self.buf.len() < n {
-            return Err(ProtoError::Truncated {
-                what,
-                need: n,
-                have: self.buf.len(),
-            });
-        }
-        let (head, tail) = self.buf.split_at(n);
-        self.buf = tail;
-        Ok(head)
-    }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], ProtoError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N, what)?);
-        Ok(a)
-    }
-
-    fn u8(&mut self, what: &'static str) -> Result<u8, ProtoError> {
-        Ok(self.array::<1>(what)?[0])
-    }
-
-    fn u16(&mut self, what: &'static str) -> Result<u16, ProtoError> {
-        Ok(u16::from_be_bytes(self.array(what)?))
-    }
-
-    fn u32(&mut self, what: &'static str) -> Result<u32, ProtoError> {
-        Ok(u32::from_be_bytes(self.array(what)?))
-    }
-
-    fn u64(&mut self, what: &'static str) -> Result<u64, ProtoError> {
-        Ok(u64::from_be_bytes(self.array(what)?))
-    }
-
-    fn string(&mut self, what: &'static str) -> Result<String, ProtoError> {
-        let n = self.u16(what)? as usize;
-        let bytes = self.take(n, what)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_string)
-            .map_err(|_| ProtoError::BadUtf8)
-    }
-
-    /// A `u32 count | items` list; the count is checked against the remaining bytes (each item
-    /// at least `min_item` bytes) before anything is allocated.
-    fn list<T>(
-        &mut self,
-        what: &'static str,
-        min_item: usize,
-        get: fn(&mut Reader<'a>) -> Result<T, ProtoError>,
-    ) -> Result<Vec<T>, ProtoError> {
-        let count = self.u32(what)?;
-        let remaining = self.buf.len();
-        if (count as usize).saturating_mul(min_item) > remaining {
-            return Err(ProtoError::CountTooLarge {
-                what,
-                count,
-                remaining,
-            });
-        }
-        let mut v = Vec::with_capacity(count as usize);
-        for _ in 0..count {
-            v.push(get(self)?);
-        }
-        Ok(v)
-    }
-}
-
-fn get_addr(r: &mut Reader<'_>) -> Result<SocketAddr, ProtoError> {
-    let ip = match r.u8("address family")? {
-        4 => IpAddr::V4(Ipv4Addr::from(r.array::<4>("IPv4 address")?)),
-        6 => IpAddr::V6(Ipv6Addr::from(r.array::<16>("IPv6 address")?)),
-        other => return Err(ProtoError::BadFamily(other)),
-    };
-    let port = r.u16("port")?;
-    Ok(SocketAddr::new(ip, port))
-}
-
-fn get_tuple(r: &mut Reader<'_>) -> Result<FourTuple, ProtoError> {
-    let client = get_addr(r)?;
-    let server = get_addr(r)?;
-    if client.is_ipv4() != server.is_ipv4() {
-        return Err(ProtoError::MixedFamilies);
-    }
-    Ok(FourTuple::new(client, server))
-}
-
-fn get_record(r: &mut Reader<'_>) -> Result<Record, ProtoError> {
-    let orig_len = r.u32("record orig_len")?;
-    let hlen = r.u16("record headers length")? as usize;
-    let headers = r.take(hlen, "record headers")?.to_vec();
-    let plen = r.u32("record payload length")? as usize;
-    let payload = r.take(plen, "record payload")?.to_vec();
-    Ok(Record {
-        orig_len,
-        headers,
-        payload,
-        stamp: 0,
-    })
 }
 
 #[cfg(test)]

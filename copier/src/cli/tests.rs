@@ -1,5 +1,9 @@
 //! Tests of the copier's command line: value parsers, cross-flag checks, and what `--help` says.
 
+use std::net::IpAddr;
+
+use crate::engine::EngineConfig;
+
 use super::help;
 use super::*;
 

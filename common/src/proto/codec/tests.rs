@@ -7,6 +7,8 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::wire::{TcpBuilder, TcpOption};
+use super::super::auth::TAG_LEN;
+use super::super::MAX_FRAME;
 
 fn decode_all(bytes: &[u8]) -> Result<Vec<Message>, ProtoError> {
     let mut d = FrameDecoder::new();
