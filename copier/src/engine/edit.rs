@@ -43,6 +43,7 @@ use common::http1::{self, Body, Chunks, Message, Mode as Framing};
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
 use super::h2edit::{Ctx, H2Edit, Malformed};
+pub use super::stats::RequestCounts;
 use super::rules::{HeaderEdit, Req, Rules, Unparsable, Verdict};
 
 /// The longest request head held before it is called malformed.
@@ -50,25 +51,6 @@ pub(crate) const MAX_HEAD: usize = 64 << 10;
 /// Headers per request.
 const MAX_HEADERS: usize = 128;
 
-/// What the editors counted, drained into the engine's stats after each call.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestCounts {
-    /// HTTP requests read (every copy counted).
-    pub http_requests: u64,
-    /// Units of other protocols decided by byte-prefix filters.
-    pub byte_units: u64,
-    /// Requests (or units) not copied.
-    pub dropped: u64,
-    /// Copied requests whose head was changed (dye, header edits, rewrites).
-    pub edited: u64,
-    /// Malformed HTTP: the session passed the rest as captured (or the copy was given up).
-    pub malformed: u64,
-    /// Per rule, in [`Rules::counter_names`] order: requests a filter matched (denied or
-    /// allowed), requests allow-only mode dropped, requests a rewrite changed.
-    pub rules: Vec<u64>,
-    /// The rules' names, in that order (empty without `--rules`).
-    pub names: Vec<String>,
-}
 
 impl RequestCounts {
     /// Add `o` to these counts.
@@ -783,6 +765,27 @@ fn edit_head<'a>(
     }
     out.extend_from_slice(term);
     Some(out)
+}
+
+/// One copy's editor over `input` (client bytes of a connection) cut every `cut` bytes, for
+/// the fuzz target `h2_headers`: what the test side gets, and whether the copy was given up.
+#[doc(hidden)]
+pub fn h2_edit_for_fuzz(rules: &std::sync::Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
+    let meter = Meter::default();
+    let mut e = Editor::new(
+        rules.clone(),
+        0,
+        IpAddr::from([198, 18, 0, 9]),
+        meter.clone(),
+    );
+    let mut q = ByteQueue::new();
+    for part in input.chunks(cut.max(1)) {
+        if let Some(c) = Payload::new(part, &meter).keep(0) {
+            e.feed(c, &mut q);
+        }
+    }
+    e.flush(&mut q);
+    (q.to_vec(), e.failed)
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use common::h2::{self, FrameHeader, Kind, END_HEADERS, HEADER_LEN, MIN_MAX_FRAME
 use common::hpack;
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
-use super::edit::RequestCounts;
+use super::stats::RequestCounts;
 use super::rules::{HeaderEdit, Req, Rules};
 
 /// The largest header block (HEADERS and its CONTINUATIONs) read: beyond it the input is
@@ -431,26 +431,6 @@ pub(crate) fn edit_fields(
     *fields != before
 }
 
-/// One copy's editor over `input` (client bytes of a connection) cut every `cut` bytes, for
-/// the fuzz target `h2_headers`: what the test side gets, and whether the copy was given up.
-#[doc(hidden)]
-pub fn edit_for_fuzz(rules: &std::sync::Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
-    let meter = Meter::default();
-    let mut e = super::edit::Editor::new(
-        rules.clone(),
-        0,
-        IpAddr::from([198, 18, 0, 9]),
-        meter.clone(),
-    );
-    let mut q = ByteQueue::new();
-    for part in input.chunks(cut.max(1)) {
-        if let Some(c) = Payload::new(part, &meter).keep(0) {
-            e.feed(c, &mut q);
-        }
-    }
-    e.flush(&mut q);
-    (q.to_vec(), e.failed)
-}
 
 #[cfg(test)]
 mod tests;

@@ -179,8 +179,8 @@ pub use config::{
     ConfigError, EngineConfig, FleetShare, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW,
     FEW_SHARE_PORTS, GSO_MAX_PAYLOAD, MAX_PACE_WINDOW, MIN_SHARE_PORTS,
 };
-pub use edit::RequestCounts;
-pub use h2edit::edit_for_fuzz as h2_edit_for_fuzz;
+pub use stats::RequestCounts;
+pub use edit::h2_edit_for_fuzz;
 pub use map::PortMap;
 pub use rules::{Rules, RulesError};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};

@@ -361,7 +361,7 @@ pub struct EngineStats {
     pub replay_lag: LagHistogram,
     /// What the request rules did (`--rules`): requests read, dropped, edited, malformed, and
     /// per rule.
-    pub requests: super::edit::RequestCounts,
+    pub requests: RequestCounts,
 }
 
 impl EngineStats {
@@ -433,4 +433,24 @@ impl LagHistogram {
         }
         Some(f64::INFINITY)
     }
+}
+
+/// What the editors counted, drained into the engine's stats after each call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestCounts {
+    /// HTTP requests read (every copy counted).
+    pub http_requests: u64,
+    /// Units of other protocols decided by byte-prefix filters.
+    pub byte_units: u64,
+    /// Requests (or units) not copied.
+    pub dropped: u64,
+    /// Copied requests whose head was changed (dye, header edits, rewrites).
+    pub edited: u64,
+    /// Malformed HTTP: the session passed the rest as captured (or the copy was given up).
+    pub malformed: u64,
+    /// Per rule, in [`Rules::counter_names`] order: requests a filter matched (denied or
+    /// allowed), requests allow-only mode dropped, requests a rewrite changed.
+    pub rules: Vec<u64>,
+    /// The rules' names, in that order (empty without `--rules`).
+    pub names: Vec<String>,
 }
