@@ -380,25 +380,7 @@ fn redis_connections_are_compared_as_bytes() {
     };
     const METRICS: &str = "127.0.0.1:9474";
     for (h, value) in [(Host::Online, "one"), (Host::Test, "two")] {
-        let dir = lab.dir().join(format!("redis-{}", h.name()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let d = dir.to_string_lossy().into_owned();
-        let argv = [
-            "redis-server",
-            "--port",
-            "6379",
-            "--bind",
-            "0.0.0.0",
-            "--protected-mode",
-            "no",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            &d,
-        ];
-        lab.spawn(h, &format!("redis-{}", h.name()), &argv).unwrap();
+        lab::setup::start_redis(&mut lab, h);
         let set = format!("for i in $(seq 1 50); do redis-cli -p 6379 SET same same >/dev/null && redis-cli -p 6379 SET k {value} >/dev/null && exit 0; sleep 0.1; done; exit 1");
         lab.sh(h, &set).unwrap();
     }
