@@ -8,6 +8,8 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::wire::{TcpFlags, TcpSegment};
+
 use super::pace::Accepted;
 
 /// Which sessions of the file the slice keeps (see the module documentation).
@@ -46,14 +48,17 @@ impl Window {
         if self.from.is_none() && self.until.is_none() {
             return true;
         }
-        let flags = pkt.get(acc.tcp_offset + 13).copied().unwrap_or(0);
-        let (syn, ack, rst) = (flags & 0x02 != 0, flags & 0x10 != 0, flags & 0x04 != 0);
+        // `acc` says the packet parsed as TCP: its fixed header is there.
+        let tcp = pkt
+            .get(acc.tcp_offset..)
+            .filter(|b| b.len() >= 20)
+            .map(TcpSegment::new_unchecked);
+        let flags = tcp.as_ref().map_or(TcpFlags::NONE, TcpSegment::flags);
         let key = (acc.client, acc.server);
-        if syn && !ack {
-            let at = acc.tcp_offset + 4;
-            let isn = pkt
-                .get(at..at + 4)
-                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        if let Some(t) =
+            tcp.filter(|_| flags.contains(TcpFlags::SYN) && !flags.contains(TcpFlags::ACK))
+        {
+            let isn = t.seq().0;
             let inside = match self.live.get(&key) {
                 Some(&(i, keep)) if i == isn => keep, // a retransmission: decided already
                 _ => self.from.is_none_or(|f| ts >= f) && self.until.is_none_or(|u| ts < u),
@@ -62,7 +67,7 @@ impl Window {
             return inside;
         }
         let keep = self.live.get(&key).is_some_and(|x| x.1);
-        if rst {
+        if flags.contains(TcpFlags::RST) {
             self.live.remove(&key);
         }
         keep

@@ -2,7 +2,7 @@
 //! the intercept reads from a packet NFQUEUE may have cut short ([`parse_response_headers`]).
 
 use crate::flow::FourTuple;
-use crate::wire::{parse_tcp_headers, WireError};
+use crate::wire::{parse_tcp_headers, TcpFlags, TcpPacketRef, WireError};
 
 use super::super::MAX_FRAME;
 use super::MIN_RECORD;
@@ -63,26 +63,16 @@ impl Record {
     /// ([`Record::urgent`]) whatever they carry.
     #[must_use]
     pub fn opens_or_ends(&self) -> bool {
-        const SYN_FIN_RST: u8 = 0x07;
-        match self.tcp_flags() {
-            Some(flags) => flags & SYN_FIN_RST != 0,
-            None => true,
-        }
+        self.tcp_headers().is_none_or(|t| {
+            t.tcp
+                .flags()
+                .intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+        })
     }
 
-    /// The TCP header's offset byte and flags byte, when the headers parse that far.
-    fn tcp_offset_flags(&self) -> Option<(usize, u8, u8)> {
-        let h = &self.headers;
-        let tcp = match h.first().map(|b| b >> 4) {
-            Some(4) if h[0] & 0x0f >= 5 => usize::from(h[0] & 0x0f) * 4,
-            Some(6) if h.get(6) == Some(&6) => 40,
-            _ => return None,
-        };
-        Some((tcp, *h.get(tcp + 12)?, *h.get(tcp + 13)?))
-    }
-
-    fn tcp_flags(&self) -> Option<u8> {
-        self.tcp_offset_flags().map(|(_, _, f)| f)
+    /// The record's IP and TCP headers, when they parse as IPv4 or IPv6 TCP.
+    fn tcp_headers(&self) -> Option<TcpPacketRef<'_>> {
+        parse_tcp_headers(&self.headers).ok().map(|h| h.packet)
     }
 
     /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
@@ -95,13 +85,14 @@ impl Record {
     /// or IPv6 TCP (the copier counts it; there is nothing to save by holding it).
     #[must_use]
     pub fn urgent(&self) -> bool {
-        const SYN_FIN_RST: u8 = 0x07;
-        const PSH: u8 = 0x08;
-        let Some((tcp, offset, flags)) = self.tcp_offset_flags() else {
+        let Some(t) = self.tcp_headers() else {
             return true;
         };
-        let data = (self.orig_len as usize).saturating_sub(tcp + usize::from(offset >> 4) * 4);
-        flags & SYN_FIN_RST != 0 || (data > 0 && flags & PSH == 0) || data > BULK_BYTES
+        let flags = t.tcp.flags();
+        let data = (self.orig_len as usize).saturating_sub(t.headers_len());
+        flags.intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
+            || (data > 0 && !flags.contains(TcpFlags::PSH))
+            || data > BULK_BYTES
     }
 
     /// Build a record from a server -> client IP packet (possibly cut short after its headers,
