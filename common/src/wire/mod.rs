@@ -189,6 +189,29 @@ pub fn declared_ip_len(ip: &[u8]) -> Option<usize> {
     }
 }
 
+/// The TCP flags of an IPv4 or IPv6 packet and the length of its IP and TCP headers, read
+/// from as few bytes as hold them: the IP header's version and length (the next header for
+/// IPv6, which must be TCP), then the TCP data offset and flags bytes. For the intercept's
+/// records, whose headers may be cut inside the TCP header, where [`parse_tcp_headers`] would
+/// refuse them. `None` when those bytes are not there or the IP header is not one.
+#[must_use]
+pub fn tcp_flags_of(ip: &[u8]) -> Option<(usize, TcpFlags)> {
+    let tcp = match ip.first()? >> 4 {
+        4 => match Ipv4Packet::new_unchecked(ip).header_len() {
+            n if n >= ipv4::MIN_HEADER_LEN => n,
+            _ => return None,
+        },
+        6 if ip.len() >= ipv6::HEADER_LEN
+            && Ipv6Packet::new_unchecked(ip).next_header() == IPPROTO_TCP =>
+        {
+            ipv6::HEADER_LEN
+        }
+        _ => return None,
+    };
+    let (offset, flags) = (*ip.get(tcp + 12)?, *ip.get(tcp + 13)?);
+    Some((tcp + usize::from(offset >> 4) * 4, TcpFlags(flags)))
+}
+
 /// [`parse_tcp_packet`] (`whole`) or [`parse_tcp_headers`].
 fn parse(buf: &[u8], whole: bool) -> Result<TcpPacketRef<'_>, WireError> {
     let Some(&first) = buf.first() else {

@@ -2,7 +2,7 @@
 //! the intercept reads from a packet NFQUEUE may have cut short ([`parse_response_headers`]).
 
 use crate::flow::FourTuple;
-use crate::wire::{parse_tcp_headers, TcpFlags, TcpPacketRef, WireError};
+use crate::wire::{parse_tcp_headers, tcp_flags_of, TcpFlags, WireError};
 
 use super::super::MAX_FRAME;
 use super::MIN_RECORD;
@@ -63,16 +63,8 @@ impl Record {
     /// ([`Record::urgent`]) whatever they carry.
     #[must_use]
     pub fn opens_or_ends(&self) -> bool {
-        self.tcp_headers().is_none_or(|t| {
-            t.tcp
-                .flags()
-                .intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
-        })
-    }
-
-    /// The record's IP and TCP headers, when they parse as IPv4 or IPv6 TCP.
-    fn tcp_headers(&self) -> Option<TcpPacketRef<'_>> {
-        parse_tcp_headers(&self.headers).ok().map(|h| h.packet)
+        tcp_flags_of(&self.headers)
+            .is_none_or(|(_, f)| f.intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST))
     }
 
     /// Whether the record cannot wait: its packet opens, closes or resets a connection (SYN,
@@ -85,11 +77,10 @@ impl Record {
     /// or IPv6 TCP (the copier counts it; there is nothing to save by holding it).
     #[must_use]
     pub fn urgent(&self) -> bool {
-        let Some(t) = self.tcp_headers() else {
+        let Some((headers, flags)) = tcp_flags_of(&self.headers) else {
             return true;
         };
-        let flags = t.tcp.flags();
-        let data = (self.orig_len as usize).saturating_sub(t.headers_len());
+        let data = (self.orig_len as usize).saturating_sub(headers);
         flags.intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
             || (data > 0 && !flags.contains(TcpFlags::PSH))
             || data > BULK_BYTES
