@@ -157,6 +157,18 @@ pub struct Route {
     pub local: bool,
 }
 
+/// `dev IFACE` and, when the destination is not on-link, ` via GATEWAY`: how both doctors
+/// show a route.
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "dev {}", self.dev)?;
+        if let Some(g) = self.gateway {
+            write!(f, " via {g}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Parses the first line (and the `cache` line) of `ip route get` output.
 pub fn parse_route(text: &str) -> Option<Route> {
     let words: Vec<&str> = text.split_whitespace().collect();

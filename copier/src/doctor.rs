@@ -353,17 +353,7 @@ fn target(r: &mut Report, m: &PortMap, mtu: u16) {
         );
         return;
     }
-    r.ok(
-        item,
-        format!(
-            "dev {}{}",
-            route.dev,
-            route
-                .gateway
-                .map(|g| format!(" via {g}"))
-                .unwrap_or_default()
-        ),
-    );
+    r.ok(item, route.to_string());
     let dev_mtu = doctor::link(&route.dev).map(|l| l.mtu).unwrap_or(u32::MAX);
     let path = route.mtu.unwrap_or(u32::MAX).min(dev_mtu);
     let item = format!("MTU toward {t}");

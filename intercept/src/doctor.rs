@@ -247,17 +247,7 @@ fn route_back(r: &mut Report, net: &IpNet, toward_copier: &[(IpAddr, String)]) {
             return;
         }
     };
-    r.ok(
-        item.clone(),
-        format!(
-            "dev {}{}",
-            route.dev,
-            route
-                .gateway
-                .map(|g| format!(" via {g}"))
-                .unwrap_or_default()
-        ),
-    );
+    r.ok(item.clone(), route.to_string());
     for (copier, dev) in toward_copier {
         if route.dev == *dev {
             continue;
