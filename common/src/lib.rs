@@ -11,6 +11,8 @@
 //! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
 //! generated man pages and completions ([`docs`], feature `docs`).
 
+#![warn(missing_docs)]
+
 pub mod checksum;
 #[cfg(feature = "config")]
 pub mod config_file;
