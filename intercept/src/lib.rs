@@ -5,6 +5,8 @@
 //! [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`]
 //! names.
 
+#![warn(missing_docs)]
+
 pub mod allow;
 pub mod config;
 pub mod control;
