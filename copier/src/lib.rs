@@ -20,6 +20,8 @@
 //! Modules import downward only: leaves (`engine`, `routing`), then the taps and system calls,
 //! the I/O, the intercept links, and the command line, `run` and `main` on top.
 
+#![warn(missing_docs)]
+
 pub mod bpf;
 pub mod capture;
 pub mod cli;
@@ -28,9 +30,11 @@ pub mod compare_report;
 pub mod control;
 pub mod doctor;
 pub mod egress;
+#[allow(missing_docs)] // docs after the events rework
 pub mod engine;
 pub mod feed;
 pub mod link;
+#[allow(missing_docs)] // docs after the events rework
 pub mod metrics;
 pub mod mirror;
 pub mod offline;
@@ -38,6 +42,7 @@ pub mod outage;
 pub mod rate;
 pub mod record;
 pub mod routing;
+#[allow(missing_docs)] // docs after the events rework
 pub mod run;
 pub mod send;
 pub mod shadow;
