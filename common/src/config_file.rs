@@ -250,7 +250,7 @@ pub enum Failure {
     Clap(clap::Error, Option<String>),
 }
 
-/// [`matches`] over a given command line, returning the failure.
+/// [`matches()`] over a given command line, returning the failure.
 pub fn matches_from(cmd: clap::Command, argv: Vec<OsString>) -> Result<clap::ArgMatches, Failure> {
     let (argv, origins) = expand(&cmd, argv).map_err(Failure::Config)?;
     cmd.try_get_matches_from(argv).map_err(|e| {

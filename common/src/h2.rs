@@ -22,21 +22,32 @@ pub const HEADER_LEN: usize = 9;
 /// The frame types of RFC 9113 section 6 (others are carried as `Other`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// DATA (type 0): a piece of a stream's body.
     Data,
+    /// HEADERS (type 1): opens a stream; carries the start of a header block.
     Headers,
+    /// PRIORITY (type 2): a stream's priority (deprecated by RFC 9113).
     Priority,
+    /// RST_STREAM (type 3): ends one stream at once, with an error code.
     RstStream,
+    /// SETTINGS (type 4): the connection's parameters, or their acknowledgement.
     Settings,
+    /// PUSH_PROMISE (type 5): a server announces a stream it will push.
     PushPromise,
+    /// PING (type 6): a liveness probe and its echo.
     Ping,
+    /// GOAWAY (type 7): the sender takes no more streams above a given id.
     GoAway,
+    /// WINDOW_UPDATE (type 8): flow-control credit for a stream or the connection.
     WindowUpdate,
+    /// CONTINUATION (type 9): the rest of a header block that did not fit one frame.
     Continuation,
     /// A type this module does not know (extensions; ignored by peers).
     Other(u8),
 }
 
 impl Kind {
+    /// The kind of a frame header's type byte.
     pub fn of(b: u8) -> Kind {
         match b {
             0 => Kind::Data,
@@ -142,7 +153,9 @@ pub fn write_header_block(
 pub struct FrameHeader {
     /// Payload length (24 bits).
     pub len: u32,
+    /// Frame type: how the payload is to be read.
     pub kind: Kind,
+    /// Flag bits (meaning per type: [`END_STREAM`], [`END_HEADERS`], ...).
     pub flags: u8,
     /// Stream identifier (31 bits; the reserved bit is cleared). 0 for connection frames.
     pub stream: u32,

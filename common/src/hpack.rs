@@ -62,6 +62,7 @@ impl Default for Decoder {
 }
 
 impl Decoder {
+    /// A decoder for a new connection's direction (empty dynamic table).
     pub fn new() -> Decoder {
         Decoder::default()
     }
@@ -206,6 +207,7 @@ impl Default for Encoder {
 }
 
 impl Encoder {
+    /// An encoder for a new connection's direction (its first block shrinks the peer's table to 0).
     pub fn new() -> Encoder {
         Encoder::default()
     }

@@ -2,7 +2,7 @@
 //! HTML report): created owner-only, whatever the process's umask.
 //!
 //! Owns: [`create_dir_all`] (missing directories made 0700), [`create`] (truncate or make a
-//! file 0600), [`append`] (open or make a file 0600 for appending) and [`write`] (a whole file,
+//! file 0600), [`append`] (open or make a file 0600 for appending) and [`write()`] (a whole file,
 //! 0600). A file that already exists with bits for group or others is narrowed to 0600 when it
 //! is opened: it is ours, and it is about to receive production data. An existing directory is
 //! left as it is (it may be a shared parent such as `/var/lib`); the files in it are 0600.

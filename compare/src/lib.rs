@@ -15,6 +15,7 @@
 //! `Proxy-Authorization` by default) out of both, and out of the logs.
 //! No clock and no socket: times are passed in; only [`jsonl`] touches files.
 
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod comparator;

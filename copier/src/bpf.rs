@@ -37,32 +37,59 @@ pub struct Insn {
 
 /// Opcode pieces of classic BPF (from `linux/filter.h` / `linux/bpf_common.h`).
 pub mod op {
+    /// Class: load into the accumulator A.
     pub const LD: u16 = 0x00;
+    /// Class: load into the index register X.
     pub const LDX: u16 = 0x01;
+    /// Class: arithmetic and logic on A.
     pub const ALU: u16 = 0x04;
+    /// Class: jumps (offsets `jt`/`jf`, or `k` for [`JA`]).
     pub const JMP: u16 = 0x05;
+    /// Class: end the filter, keeping that many bytes of the packet (0 drops it).
     pub const RET: u16 = 0x06;
+    /// Size: a 32-bit word (network order).
     pub const W: u16 = 0x00;
+    /// Size: a 16-bit half word (network order).
     pub const H: u16 = 0x08;
+    /// Size: one byte.
     pub const B: u16 = 0x10;
+    /// Mode: the constant `k` itself.
     pub const IMM: u16 = 0x00;
+    /// Mode: packet bytes at offset `k`.
     pub const ABS: u16 = 0x20;
+    /// Mode: packet bytes at offset X + `k`.
     pub const IND: u16 = 0x40;
+    /// Mode (LDX only): `4 * (packet[k] & 0xf)`, the length of an IPv4 header.
     pub const MSH: u16 = 0xa0;
+    /// Jump: always, `k` instructions ahead.
     pub const JA: u16 = 0x00;
+    /// Jump: when A equals the operand.
     pub const JEQ: u16 = 0x10;
+    /// Jump: when A is greater than the operand.
     pub const JGT: u16 = 0x20;
+    /// Jump: when A is greater than or equal to the operand.
     pub const JGE: u16 = 0x30;
+    /// Jump: when A AND the operand is not zero.
     pub const JSET: u16 = 0x40;
+    /// ALU: A &= operand.
     pub const AND: u16 = 0x50;
+    /// ALU: A >>= operand.
     pub const RSH: u16 = 0x70;
+    /// ALU: A += operand.
     pub const ADD: u16 = 0x00;
+    /// ALU: A <<= operand.
     pub const LSH: u16 = 0x60;
+    /// Class: moves between the registers ([`TAX`], [`TXA`]).
     pub const MISC: u16 = 0x07;
+    /// Misc: X = A.
     pub const TAX: u16 = 0x00;
+    /// Misc: A = X.
     pub const TXA: u16 = 0x80;
+    /// Operand: the constant `k`.
     pub const K: u16 = 0x00;
+    /// Operand: the index register X.
     pub const X: u16 = 0x08;
+    /// RET operand: return the value of A (not `k`).
     pub const A: u16 = 0x10;
     /// `SKF_AD_OFF`: base of the ancillary "loads".
     pub const AD_OFF: u32 = (-0x1000i32) as u32;

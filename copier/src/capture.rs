@@ -464,7 +464,7 @@ impl Capture {
     }
 
     /// The socket, for `poll`. While a replaced ring is still read, the new ring's socket (the
-    /// caller also waits no longer than [`Capture::retiring_until`]).
+    /// caller also waits no longer than [`Capture::growing_until`]).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.ring.fd()
     }

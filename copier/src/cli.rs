@@ -86,6 +86,7 @@ pub struct CopierArgs {
     /// clients to TARGET4 and IPv6 clients to TARGET6. Several test servers with weights:
     /// `--map 80=T1:80@3,T2:80@1` spreads the copies 3:1 (each copy stays on its server; a
     /// server that stops answering is taken out: see --target-down-after).
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: its [..] are no links
     #[arg(long = "map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]", required = true, value_parser = parse_map_targets)]
     pub maps: Vec<MapTargets>,
 
@@ -449,6 +450,7 @@ pub struct CopierArgs {
     /// second; see "Closed loop" in --help). With --profile the target follows the profile's
     /// phases or curve and this copier holds its [distribution] share of it; without, copies
     /// come from a profile of factor 1. Not with --copies, --sample or --client-ip.
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: its [..] are no links
     #[arg(long, value_name = "RATE", value_parser = parse_rate, conflicts_with_all = ["copies", "sample", "client_ip"])]
     pub target_rate: Option<f64>,
 
@@ -490,6 +492,7 @@ pub struct CopierArgs {
     /// the online version): a field where the baseline's answer differs from online is noise,
     /// learned per endpoint, and is not reported for the candidate (the --map target).
     /// [ONLINE_IP:]PORT=TARGET_IP:PORT as --map; its intercept is one of --intercept.
+    #[allow(rustdoc::broken_intra_doc_links)] // --help text: its [..] are no links
     #[arg(long = "baseline-map", value_name = "[ONLINE_IP:]PORT=TARGET_IP:PORT", value_parser = parse_map, help_heading = "Comparison", requires = "compare")]
     pub baseline_maps: Vec<PortMap>,
 
@@ -557,8 +560,10 @@ pub const MAX_COPIES: i64 = 1000;
 
 mod commands;
 mod help;
+#[allow(missing_docs)] // docs after the events rework
 mod parse;
 mod texts;
+#[allow(missing_docs)] // docs after the events rework
 mod validate;
 
 pub use commands::{Command, DoctorArgs};

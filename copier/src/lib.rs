@@ -14,11 +14,16 @@
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
 //!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`);
 //! - [`record`]: the `--record` archive; [`outage`]: what a file output does when its disk fills;
-//! - [`shadow`]: the comparison thread (`--compare`); [`compare_report`]: `copier compare-report`;
+//! - [`shadow`]: the comparison thread (`--compare`); [`clock`]: the intercepts' and the
+//!   capture's packet times on the copier's clock, which it times answers by;
+//!   [`compare_report`]: `copier compare-report`;
 //! - [`cli`]: the command line (flags and subcommands); [`doctor`]: `copier doctor`.
 //!
-//! Modules import downward only: leaves (`engine`, `routing`), then the taps and system calls,
-//! the I/O, the intercept links, and the command line, `run` and `main` on top.
+//! No import circle: no module imports another that imports it back, directly or through
+//! others. `engine` and `routing` import no other module of this crate; none imports `run` or
+//! `doctor` (`main` does).
+
+#![warn(missing_docs)]
 
 pub mod bpf;
 pub mod capture;
@@ -28,9 +33,11 @@ pub mod compare_report;
 pub mod control;
 pub mod doctor;
 pub mod egress;
+#[allow(missing_docs)] // docs after the events rework
 pub mod engine;
 pub mod feed;
 pub mod link;
+#[allow(missing_docs)] // docs after the events rework
 pub mod metrics;
 pub mod mirror;
 pub mod offline;
@@ -38,6 +45,7 @@ pub mod outage;
 pub mod rate;
 pub mod record;
 pub mod routing;
+#[allow(missing_docs)] // docs after the events rework
 pub mod run;
 pub mod send;
 pub mod shadow;

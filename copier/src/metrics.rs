@@ -1,8 +1,11 @@
 //! The copier's Prometheus metrics: names, descriptions, and the periodic export of the
 //! counters that the engine, the capture and the sender keep as plain numbers.
 //!
-//! Owns: every metric name (all prefixed `copier_`) and the exporter (`--metrics ADDR`). The
-//! engine thread calls [`export`] about once a second with absolute values; nothing on the packet
+//! Owns: the exporter (`--metrics ADDR`) and the names of the engine's, the capture's, the
+//! sender's, the control links' and the file outputs' metrics ([`names`], all prefixed
+//! `copier_`). The comparison ([`crate::shadow`]), the spread maps ([`crate::spread`]), the
+//! shaper ([`crate::shaping`]), the rate loop ([`crate::rate`]) and the mirror input
+//! ([`crate::mirror`]) name and describe theirs in their own modules. The engine thread calls [`export`] about once a second with absolute values; nothing on the packet
 //! path touches the `metrics` crate. Without `--metrics` no recorder is installed and the calls are
 //! no-ops.
 //!
@@ -61,8 +64,8 @@ pub const PROCESS_WIDE: [&str; 2] = [names::INTERCEPTS_CONNECTED, names::REGISTE
 /// The histogram of each request unit's replay lag (capture to first send), in seconds.
 pub const REPLAY_LAG: &str = "copier_replay_lag_seconds";
 
-/// Every metric name of the copier, in one place: the exporter, the control clients and the
-/// worker routes write metrics only under these names.
+/// The names this module exports under, and those the control clients and the worker routes
+/// write (the modules that name their own are listed in this module's doc).
 #[allow(missing_docs)] // each name is described where `describe` registers it
 pub mod names {
     pub const ANSWER_TIMEOUTS_TOTAL: &str = "copier_answer_timeouts_total";

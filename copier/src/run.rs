@@ -11,7 +11,7 @@
 //! second export the counters. Then it sleeps in `ppoll` on the ring socket (if live), the
 //! eventfd that the control clients poke for what cannot wait and the timerfd they arm for
 //! records that can wait a little ([`crate::workers::Wake`]), and the links it reads (unless they
-//! rest after a read, see [`link_rest`]), until the engine's next timer, the sender's back-off,
+//! rest after a read, see `link_rest`), until the engine's next timer, the sender's back-off,
 //! the file's next packet, the links' rest or at most [`MAX_WAIT`].
 //!
 //! Offline, the file's clock starts once an intercept is connected, and the loop ends by itself

@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - at most [`ControlConfig::max_pending`] connections are in their handshake at once, and at
-//!   most [`ControlConfig::max_pending_per_addr`] from one source address ([`Pending`]); a
+//!   most [`ControlConfig::max_pending_per_addr`] from one source address (`Pending`); a
 //!   connection beyond either cap is closed at once, before a byte is read, and counted
 //!   (`intercept_control_refused_total{reason="pending_limit"|"pending_limit_addr"}`), so
 //!   peers that connect and say nothing cannot keep a copier out;
@@ -11,7 +11,7 @@
 //!   their length field (`common::proto::io`);
 //! - a connection that fails the handshake (wrong secret, wrong version, garbage, silence past
 //!   the handshake timeout) is counted and closed; nothing else is touched. Refusals are logged
-//!   with the peer address, at most one line per second per reason ([`LogLimiter`]), the next
+//!   with the peer address, at most one line per second per reason (`LogLimiter`), the next
 //!   line saying how many were not logged;
 //! - after the handshake every frame is authenticated (`common::proto::auth`, per-frame tags);
 //!   a frame whose tag fails, or any malformed or out-of-place message, closes that connection
@@ -34,7 +34,7 @@
 //! - answer payload goes only where it is asked for: a copier whose Hello announces
 //!   `FEATURE_PAYLOAD_REQUEST` gets payload only on the tuples of its RegisterPayload messages
 //!   (its plain Registers get headers only); an older copier (no such feature) gets, as before,
-//!   `--payload-bytes` of payload on every tuple it registers ([`registration`]). Either way a
+//!   `--payload-bytes` of payload on every tuple it registers (`registration`). Either way a
 //!   record never keeps more than `--payload-bytes`, the NFQUEUE copy range;
 //! - when a connection ends, its registrations are removed from the router and its outlet is
 //!   closed, so no later record is queued for it.

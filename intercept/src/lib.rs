@@ -1,9 +1,12 @@
 //! Intercept library: the daemon's [`config`] (checked before anything starts), the routing
 //! decision logic ([`router`], sans-IO, with [`allow`], [`hold`] and [`tombstone`]) and its I/O
-//! layer: [`nfqueue`] workers (over our own [`netlink`] messages), the [`outlet`] queues shared
-//! with the [`control`] connections, the iptables [`rules`] (and what becomes of them at
-//! [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`]
-//! names.
+//! layer: [`nfqueue`] workers (over our own [`netlink`] messages; their unsafe system calls in
+//! [`sys`]) and how long they [`rest`] between reads, the [`outlet`] queues shared with the
+//! [`control`] connections, the iptables [`rules`] (notice of [`ruleset`] changes, and what
+//! becomes of the rules at [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings,
+//! the [`metrics`] names, and `intercept doctor` ([`doctor`]).
+
+#![warn(missing_docs)]
 
 pub mod allow;
 pub mod config;

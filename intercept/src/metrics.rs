@@ -28,7 +28,7 @@ pub const TOMBSTONES_EVICTED: &str = "intercept_tombstones_evicted_total";
 /// NFQUEUE worker threads that died (error or panic), label `queue`; the daemon then exits.
 pub const WORKERS_DIED: &str = "intercept_nfqueue_workers_died_total";
 /// Packets or records that reached no copier, label `reason` (see
-/// [`DropReason`](crate::router::DropReason)).
+/// [`crate::router::DropReason`]).
 pub const PACKETS_DROPPED: &str = "intercept_packets_dropped_total";
 /// Records routed to a copier (directly or after being held).
 pub const RECORDS_ROUTED: &str = "intercept_records_routed_total";

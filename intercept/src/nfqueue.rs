@@ -24,7 +24,7 @@
 //!   written by this thread in one non-blocking send when the copier's connection is idle,
 //!   else queued for its control writer;
 //! - before it writes, the worker looks once more without waiting (`MSG_DONTWAIT`, at most
-//!   [`MAX_RELOOKS`] times) for packets queued while it decided, and handles them (verdicts
+//!   `MAX_RELOOKS` times) for packets queued while it decided, and handles them (verdicts
 //!   included) first, so that an answer's head and body a few µs apart share one write. No
 //!   timer: when nothing more is there, the records go at once;
 //! - after a cycle whose records nothing waits on, the worker may rest before its next receive,

@@ -18,7 +18,7 @@
 //!   free (`try_lock`), the control writer is not writing, nothing waits in the queue and no
 //!   bytes of an earlier write are left over. Otherwise they are queued and the control
 //!   writer (`crate::control`) takes them, as before. What a partial or refused (`EAGAIN`)
-//!   send leaves of the sealed bytes is kept ([`Wire::pending`]) and is the first thing the
+//!   send leaves of the sealed bytes is kept (`Wire::pending`) and is the first thing the
 //!   control writer writes: a frame is never torn, and nothing queued later overtakes it;
 //! - every frame of a connection is sealed under its [`Wire`] lock with the one frame counter,
 //!   by whichever side writes it, in the order it goes on the wire;

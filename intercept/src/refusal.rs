@@ -3,7 +3,8 @@
 //! sessions) would otherwise write one log line per session.
 //!
 //! [`RefusalLog`] is sans-IO (it decides, with `now` passed in, whether a line may be written
-//! and how many were left out since the last one); [`RefusalLog::report`] writes the line.
+//! and how many were left out since the last one): [`RefusalLog::consider`] returns the
+//! [`Warning`] whose line the control connection logs.
 //! The counts per reason are the router's (`intercept_registrations_refused_total{reason}`).
 
 use std::time::{Duration, Instant};

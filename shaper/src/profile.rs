@@ -162,7 +162,7 @@ pub struct OnOffProfile {
     pub alpha_off: f64,
     /// Shortest ON period, seconds (the time of one request/response), > 0. Default 1.
     pub beta_on_s: f64,
-    /// Wanted load ratio E[ON] / (E[ON] + E[OFF]), in (0, 1); beta_off follows. Default 0.5.
+    /// Wanted load ratio E\[ON\] / (E\[ON\] + E\[OFF\]), in (0, 1); beta_off follows. Default 0.5.
     pub rho: f64,
     /// Truncation bound of ON periods, seconds, > beta_on_s. Default 3600.
     pub max_on_s: f64,

@@ -437,12 +437,12 @@ pub enum Message {
     },
     /// Copier -> intercept: every session the copier held when the connection came up is
     /// registered (its snapshot is sent), so a restarted intercept's grace may end for this
-    /// copier. Only to an intercept whose Hello has [`FEATURE_RESTART`](super::FEATURE_RESTART).
+    /// copier. Only to an intercept whose Hello has [`super::FEATURE_RESTART`].
     Synced,
     /// Intercept -> copier: whether the intercept's firewall rules are in force (`false`: they
     /// went missing and the answers of registered sessions could leave the test host, so the
     /// copier sends nothing on them until `true` comes). Only to a copier whose Hello has
-    /// [`FEATURE_RESTART`](super::FEATURE_RESTART).
+    /// [`super::FEATURE_RESTART`].
     Rules {
         /// The rules are in force.
         in_force: bool,

@@ -136,7 +136,7 @@ pub struct EngineConfig {
     /// and `client_ip` must stay at their defaults.
     pub profile: Option<std::sync::Arc<shaper::Profile>>,
     /// Maps with several weighted test servers (`--map 80=T1:80@3,T2:80@1`); a map not named
-    /// here has its one `target`. See [`super::targets`].
+    /// here has its one `target`. See [`MapTargets`](super::MapTargets).
     pub spread: Vec<super::targets::MapTargets>,
     /// When a test server counts as down and how often a down one is probed.
     pub health: super::targets::HealthConfig,

@@ -91,7 +91,7 @@
 //! others); a profile's factor changes in time, so its sample is decided once, in
 //! `on_session_to`. A copy's planner state ends when the engine removes the copy.
 //!
-//! Each copy is a [`session`] of its own with its own test 4-tuple, connections, pacing and
+//! Each copy is a `session` of its own with its own test 4-tuple, connections, pacing and
 //! failures, fed the same captured packets; the copies share the captured bytes (`chunk`: a
 //! 10 MB upload copied 100 times is held once, plus what the slowest copy still needs), so
 //! `max_memory` bounds what is really held while `per_session_cap` bounds each copy's backlog.

@@ -448,7 +448,7 @@ pub struct RequestCounts {
     pub edited: u64,
     /// Malformed HTTP: the session passed the rest as captured (or the copy was given up).
     pub malformed: u64,
-    /// Per rule, in [`Rules::counter_names`] order: requests a filter matched (denied or
+    /// Per rule, in [`Rules::counter_names`](super::Rules::counter_names) order: requests a filter matched (denied or
     /// allowed), requests allow-only mode dropped, requests a rewrite changed.
     pub rules: Vec<u64>,
     /// The rules' names, in that order (empty without `--rules`).

@@ -237,7 +237,7 @@ pub struct TargetStats {
     /// Sum of the answer times counted in `answers`.
     pub answer_sum: Duration,
     /// The answer time smoothed over the last answers (exponential, weight
-    /// [`ANSWER_SMOOTHING`] to the newest); `None` before the first.
+    /// `ANSWER_SMOOTHING` to the newest); `None` before the first.
     pub answer_smoothed: Option<Duration>,
 }
 
