@@ -38,6 +38,13 @@ impl SeqNum {
         self.0.wrapping_sub(other.0) as i32
     }
 
+    /// How far `self` lies after `base` going forward, modulo 2^32: the offset of byte `self`
+    /// in a stream whose byte 0 is `base` (unsigned, unlike [`SeqNum::diff`]).
+    #[must_use]
+    pub const fn offset_from(self, base: SeqNum) -> u32 {
+        self.0.wrapping_sub(base.0)
+    }
+
     /// Whether the two numbers are exactly 2^31 apart, where no order is defined.
     const fn unordered(d: i32) -> bool {
         d == i32::MIN

@@ -54,6 +54,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
 
+use common::seq::SeqNum;
+
 use crate::comparator::Exchange;
 use crate::h2::Reader;
 use crate::pending::Pending;
@@ -168,7 +170,7 @@ pub struct FlowCounts {
 #[derive(Debug, Default)]
 struct Stream {
     /// Sequence number of stream byte 0.
-    base: Option<u32>,
+    base: Option<SeqNum>,
     /// Stream offset of `buf[0]`.
     start: u64,
     buf: Vec<u8>,
@@ -446,7 +448,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
             Some(c) if side == Side::Client && seg.syn => {
                 if c.streams[0]
                     .base
-                    .is_some_and(|b| b != seg.seq.wrapping_add(1))
+                    .is_some_and(|b| b != SeqNum(seg.seq).add(1))
                 {
                     self.new_conn(now, key);
                 }
@@ -497,7 +499,7 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         if seg.syn
             && c.streams[t]
                 .base
-                .is_some_and(|b| b != seg.seq.wrapping_add(1))
+                .is_some_and(|b| b != SeqNum(seg.seq).add(1))
         {
             c.streams[t] = Stream::default();
         }
@@ -521,20 +523,20 @@ impl<K: Hash + Eq + Clone> Flows<K> {
         }
         if st.base.is_none() {
             if seg.syn {
-                st.base = Some(seg.seq.wrapping_add(1));
+                st.base = Some(SeqNum(seg.seq).add(1));
             } else if !seg.payload.is_empty() {
-                st.base = Some(seg.seq);
+                st.base = Some(SeqNum(seg.seq));
             } else {
                 return out;
             }
         }
-        let base = st.base.unwrap_or(0);
+        let base = st.base.unwrap_or_default();
         let data_seq = if seg.syn {
-            seg.seq.wrapping_add(1)
+            SeqNum(seg.seq).add(1)
         } else {
-            seg.seq
+            SeqNum(seg.seq)
         };
-        let off = u64::from(data_seq.wrapping_sub(base));
+        let off = u64::from(data_seq.offset_from(base));
         if off > (1 << 31) {
             return out; // before the start: an old retransmission
         }
@@ -654,7 +656,7 @@ fn note_ack(c: &mut Conn, ti: usize, ack: u32, now: Instant) {
     let Some(base) = c.streams[0].base else {
         return;
     };
-    let acked = u64::from(ack.wrapping_sub(base));
+    let acked = u64::from(SeqNum(ack).offset_from(base));
     let answered = c.streams[2 + ti].n;
     for &(n, _, end, _) in &c.reqs {
         if n >= answered && end <= acked && acked < (1 << 31) {

@@ -5,7 +5,10 @@
 //! table, the reassembly of segments and the bounds are [`super`]'s; what is cut here leaves the
 //! stream's buffer (its `start` moves past it), so each byte is handed on at most once.
 
+use std::collections::VecDeque;
 use std::time::Instant;
+
+use common::seq::SeqNum;
 
 use crate::comparator::Reply;
 use crate::h2::{answer_as_http1, request_as_http1};
@@ -22,12 +25,17 @@ const MAX_SKIP: u64 = 1 << 62;
 /// When the copy first sent the last byte of a request ending at client stream offset `end`:
 /// the earliest mark at or past it.
 fn sent_at(c: &Conn, ti: usize, end: u64) -> Option<Instant> {
-    let base = c.streams[0].base?;
-    c.sent[ti]
+    first_sent_past(&c.sent[ti], c.streams[0].base?, end)
+}
+
+/// The earliest of the copy's send marks (sequence number, time) at or past client stream
+/// offset `end` of a stream whose byte 0 is `base` (marks before `base` are not).
+fn first_sent_past(marks: &VecDeque<(u32, Instant)>, base: SeqNum, end: u64) -> Option<Instant> {
+    marks
         .iter()
         .filter(|(seq, _)| {
-            let off = u64::from(seq.wrapping_sub(base));
-            off >= end && off < (1 << 31)
+            let off = SeqNum(*seq).offset_from(base);
+            u64::from(off) >= end && off < (1 << 31)
         })
         .map(|&(_, t)| t)
         .min()
@@ -162,16 +170,9 @@ fn cut_h2(
                 _ => {
                     // from the copy's send of the request's last byte, else 0
                     let req_end = reqs.iter().find(|r| r.0 == n).map(|r| r.2);
-                    let sent_t = req_end.zip(base).and_then(|(e, b)| {
-                        sent[t - 2]
-                            .iter()
-                            .filter(|(seq, _)| {
-                                let o = u64::from(seq.wrapping_sub(b));
-                                o >= e && o < (1 << 31)
-                            })
-                            .map(|&(_, t)| t)
-                            .min()
-                    });
+                    let sent_t = req_end
+                        .zip(base)
+                        .and_then(|(e, b)| first_sent_past(&sent[t - 2], b, e));
                     sent_t.or(m.first)
                 }
             };
