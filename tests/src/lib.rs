@@ -30,6 +30,7 @@ pub mod bench;
 pub mod capture;
 pub mod fake;
 pub mod fault;
+pub mod grpc;
 pub mod http;
 pub mod leak;
 pub mod mirror;

@@ -16,7 +16,7 @@
 //! Both: no HTTP/2 connection stops (`h2_broken`), nothing waits at the end, 0 leaks.
 
 use lab::setup::{metric_sum, tail, wait_metric, CopyOptions, Copying};
-use lab::{addr, lab_or_skip, Host, NginxOptions};
+use lab::{addr, grpc, lab_or_skip, Host, NginxOptions};
 use std::time::Duration;
 
 const METRICS_HTTP: &str = "127.0.0.1:9481";
@@ -193,7 +193,6 @@ fn h2_streams_are_paired_by_stream_and_the_changed_endpoints_named() {
 }
 
 const GRPC_PORT: u16 = 50051;
-const PYTHON: &str = "/usr/bin/python3";
 /// Calls of each of the four kinds.
 const CALLS: usize = 20;
 
@@ -216,38 +215,8 @@ fn grpc_calls_are_compared_by_status_trailers_and_body() {
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
-    let script = format!("{}/assets/grpc_lab.py", env!("CARGO_MANIFEST_DIR"));
-    let port = GRPC_PORT.to_string();
-    let (ol, tl) = (
-        lab.dir().join("grpc-online.txt"),
-        lab.dir().join("grpc-test.txt"),
-    );
-    let (ol, tl) = (ol.display().to_string(), tl.display().to_string());
-    let _online = lab
-        .spawn(
-            Host::Online,
-            "grpc-online",
-            &[PYTHON, &script, "server", &ol, &port],
-        )
-        .unwrap();
-    let _test = lab
-        .spawn(
-            Host::Test,
-            "grpc-test",
-            &[PYTHON, &script, "server", &tl, &port, "candidate"],
-        )
-        .unwrap();
-    for h in [Host::Online, Host::Test] {
-        let wait = format!("for i in $(seq 100); do ss -ltn | grep -q ':{GRPC_PORT} ' && exit 0; sleep 0.1; done; exit 1");
-        lab.sh(h, &wait).unwrap();
-    }
-    let target = format!("{}:{GRPC_PORT}", addr::ONLINE);
-    let out = lab
-        .exec_ok(
-            Host::Client,
-            &[PYTHON, &script, "client", &target, &CALLS.to_string()],
-        )
-        .unwrap();
+    grpc::start_pair(&mut lab, GRPC_PORT, Some("candidate"));
+    let out = grpc::run_client(&lab, GRPC_PORT, CALLS);
     assert_eq!(out.trim(), format!("ok {}", 4 * CALLS), "the client");
 
     let n = 4 * CALLS;

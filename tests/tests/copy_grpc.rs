@@ -11,7 +11,7 @@
 //! `--compare` the comparison decodes the trailers and counts them: `compare_h2.rs`).
 
 use lab::setup::{metric_sum, scrape_metrics, tail, CopyOptions, Copying};
-use lab::{addr, lab_or_skip, Host};
+use lab::{addr, grpc, lab_or_skip, Host};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,13 +20,6 @@ const PORT: u16 = 50051;
 const COPIER_METRICS: &str = "127.0.0.1:9467";
 /// Calls of each of the four kinds.
 const CALLS: usize = 30;
-/// Debian's python3 (python3-grpcio is installed for it, see scripts/install-deps.sh).
-const PYTHON: &str = "/usr/bin/python3";
-
-fn asset() -> String {
-    format!("{}/assets/grpc_lab.py", env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The calls a server logged: line (`<method> <id> <messages> <status>`) -> times.
 fn calls(log: &Path) -> BTreeMap<String, usize> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -45,8 +38,6 @@ fn grpc_calls_reach_the_test_server_once_per_copy(name: &str, copies: usize) {
     let Some(mut lab) = lab_or_skip(name) else {
         return;
     };
-    let online_log = lab.dir().join("grpc-online.txt");
-    let test_log = lab.dir().join("grpc-test.txt");
     let opts = CopyOptions {
         copier_args: vec![
             "--metrics".into(),
@@ -61,37 +52,8 @@ fn grpc_calls_reach_the_test_server_once_per_copy(name: &str, copies: usize) {
         ..CopyOptions::default()
     };
     let c = Copying::start(&mut lab, opts).unwrap();
-    let (script, port) = (asset(), PORT.to_string());
-    let (ol, tl) = (
-        online_log.display().to_string(),
-        test_log.display().to_string(),
-    );
-    let _online = lab
-        .spawn(
-            Host::Online,
-            "grpc-online",
-            &[PYTHON, &script, "server", &ol, &port],
-        )
-        .unwrap();
-    let _test = lab
-        .spawn(
-            Host::Test,
-            "grpc-test",
-            &[PYTHON, &script, "server", &tl, &port],
-        )
-        .unwrap();
-    for h in [Host::Online, Host::Test] {
-        let wait = format!("for i in $(seq 100); do ss -ltn | grep -q ':{PORT} ' && exit 0; sleep 0.1; done; exit 1");
-        lab.sh(h, &wait).unwrap();
-    }
-
-    let target = format!("{}:{PORT}", addr::ONLINE);
-    let out = lab
-        .exec_ok(
-            Host::Client,
-            &[PYTHON, &script, "client", &target, &CALLS.to_string()],
-        )
-        .unwrap();
+    let (online_log, test_log) = grpc::start_pair(&mut lab, PORT, None);
+    let out = grpc::run_client(&lab, PORT, CALLS);
     assert_eq!(out.trim(), format!("ok {}", 4 * CALLS), "the client");
     let online = calls(&online_log);
     assert_eq!(
