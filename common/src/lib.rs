@@ -10,9 +10,9 @@
 //! ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
-//! `proto::io` (feature `io`), the host checks of the two doctors ([`doctor`], feature `host`) and the
-//! generated man pages and completions ([`docs`], feature `docs`). The `--config FILE` of the
-//! binaries ([`config_file`], feature `config`) reads its TOML file into long flags.
+//! `proto::io` (feature `io`), the host checks of the two doctors (`doctor`, feature `host`) and the
+//! generated man pages and completions (`docs`, feature `docs`). The `--config FILE` of the
+//! binaries (`config_file`, feature `config`) reads its TOML file into long flags.
 
 #![warn(missing_docs)]
 
