@@ -187,6 +187,9 @@ impl Tap for CompareTap {
         // the records of the copies that stand for the captured client (copy 0 and its
         // baseline copy), filed under its address and port
         self.compared.clear();
+        // Only this batch's: a batch the engine panicked in left its copies behind.
+        let stale = self.copies.len().saturating_sub(batch.len());
+        self.copies.drain(..stale);
         for (r, copy) in batch.iter_mut().zip(self.copies.drain(..)) {
             self.compared.push(match copy {
                 None => true,
