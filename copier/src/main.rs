@@ -24,7 +24,7 @@ use copier::engine::{EngineConfig, PortShare};
 use copier::feed::{Feed, FeedConfig};
 use copier::mirror::MirrorInput;
 use copier::offline::Replay;
-use copier::run::{run_engine_loop, LoopIo, RunSummary, Source};
+use copier::run::{run_engine_loop, CompareTap, LoopIo, RunSummary, Source, Tap, Taps};
 use copier::send::RawSender;
 use copier::workers::{Inbox, RecordRouter, Routes, Wake};
 use tokio::sync::{mpsc, watch};
@@ -293,6 +293,23 @@ fn run(args: Args) -> Result<RunSummary> {
             records: records_tx,
             wake: wake.clone(),
         });
+        // The loop's features, in this order (see `copier::run::Tap`).
+        let mut taps: Vec<Box<dyn Tap>> = Vec::new();
+        if let Some(t) = &trace {
+            taps.push(Box::new(copier::trace::TraceSink::new(t.clone())));
+        }
+        if let Some(r) = v.rate {
+            taps.push(Box::new(copier::rate::RateDriver::new(r)));
+        }
+        if let Some(r) = &v.record {
+            taps.push(Box::new(
+                copier::record::Recorder::open(r.clone(), i as u16)
+                    .with_context(|| format!("--record {}", r.dir.display()))?,
+            ));
+        }
+        if let Some(s) = &shadow {
+            taps.push(Box::new(CompareTap::new(s.tap.clone())));
+        }
         let io = LoopIo {
             source,
             sender,
@@ -304,16 +321,7 @@ fn run(args: Args) -> Result<RunSummary> {
             stop: stop.clone(),
             worker: i as u16,
             routes: (workers > 1).then(|| routes.clone()),
-            trace: trace.clone().map(copier::trace::TraceSink::new),
-            rate: v.rate.map(copier::rate::RateDriver::new),
-            recorder: match &v.record {
-                None => None,
-                Some(r) => Some(
-                    copier::record::Recorder::open(r.clone(), i as u16)
-                        .with_context(|| format!("--record {}", r.dir.display()))?,
-                ),
-            },
-            shadow: shadow.as_ref().map(|s| s.tap.clone()),
+            taps: Taps::new(taps),
             desk: desk.clone(),
         };
         let engine_cfg = EngineConfig {

@@ -35,6 +35,7 @@
 mod drain;
 mod overload;
 mod summary;
+mod tap;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -59,6 +60,7 @@ use overload::{log_shedding, overload_turn};
 
 pub use overload::overload_of;
 pub use summary::{RunSummary, Summary};
+pub use tap::{CompareTap, Tap, Taps};
 
 /// Longest sleep of the loop, whatever else it waits for. Every input wakes the loop by itself
 /// (the ring socket when the kernel retires a block, the eventfd and the record timerfd for records and link changes,
@@ -149,14 +151,10 @@ pub struct LoopIo {
     /// With several workers: who owns which registered tuple (this loop adds and removes its
     /// own). `None` with one worker.
     pub routes: Option<Arc<Routes>>,
-    /// The run trace (`--trace`), shared by the workers.
-    pub trace: Option<crate::trace::TraceSink>,
-    /// The closed loop on the rate (`--target-rate`).
-    pub rate: Option<crate::rate::RateDriver>,
-    /// The archive (`--record`), if any.
-    pub recorder: Option<crate::record::Recorder>,
-    /// With `--compare`: where copies of the records go (`crate::shadow`).
-    pub shadow: Option<crate::shadow::Tap>,
+    /// The optional features that tap the loop (the run trace `--trace`, the closed loop on
+    /// the rate `--target-rate`, the archive `--record`, the comparison `--compare`: see
+    /// [`Tap`]).
+    pub taps: Taps,
     /// With one worker: where the control clients hand over their links' read sides, which
     /// this loop then reads itself (`crate::link`); `None`: records come through `records`.
     pub desk: Option<Arc<LinkDesk>>,
@@ -195,8 +193,6 @@ struct State {
     session_timeout: Duration,
     /// Offline: when the file was done.
     offline_done: Option<Instant>,
-    /// `--compare`: which records of a batch go to the comparison (reused).
-    compared: Vec<bool>,
     /// Whether records lately released request units by themselves (see
     /// [`crate::workers::Eagerness`]), and what `io.wake` was last told.
     eagerness: Eagerness,
@@ -242,7 +238,6 @@ pub fn run_engine_loop(
         unregister_since: None,
         session_timeout: config.session_timeout,
         offline_done: None,
-        compared: Vec::new(),
         eagerness: Eagerness::default(),
         eager: false,
         links: Vec::new(),
@@ -329,10 +324,7 @@ pub fn run_engine_loop(
         offline,
     };
     export(&engine, &io, &st);
-    if let Some(t) = io.trace.as_mut() {
-        t.drain(&mut engine);
-        t.flush(true);
-    }
+    io.taps.end(&mut engine);
     (summary, fatal)
 }
 
@@ -356,14 +348,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         match io.records.try_recv() {
             // Each record at the time its link read it: it may have waited for this turn (up to
             // --record-wait), and answer times are measured from it.
-            Ok(inbound) => take_inbound(
-                engine,
-                io.shadow.as_ref(),
-                &mut st.compared,
-                &mut seen,
-                now,
-                inbound,
-            ),
+            Ok(inbound) => take_inbound(engine, &mut io.taps, &mut seen, now, inbound),
             Err(_) => break,
         }
     }
@@ -398,9 +383,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 0
             };
             // --compare: both directions of the file, as read
-            if let Some(tap) = &io.shadow {
-                tap.packets(replay.take_tapped());
-            }
+            io.taps.replayed(replay);
             fed
         }
     };
@@ -422,7 +405,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     if !st.links.is_empty() {
         let waits = eager
             || seen.urgent
-            || io.shadow.is_some()
+            || io.taps.time_answers()
             || st
                 .last_register
                 .is_some_and(|t| now < t + crate::workers::EAGER_HOLD);
@@ -447,14 +430,9 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
                 st.last_kernel_drops = drops;
             }
         }
-        if let Some(r) = io.rate.as_mut() {
-            r.tick(engine, now);
-        }
+        io.taps.tick(engine, now);
         export(engine, io, st);
         log_shedding(engine, st, now);
-        if let Some(t) = &io.trace {
-            t.flush(false);
-        }
     }
 
     if let Source::Offline(replay) = &io.source {
@@ -557,46 +535,19 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
 /// Hand the engine one batch of records or verdicts (from the inbox or a link this loop reads).
 fn take_inbound(
     engine: &mut Engine,
-    shadow: Option<&crate::shadow::Tap>,
-    compared: &mut Vec<bool>,
+    taps: &mut Taps,
     seen: &mut TurnSeen,
     now: Instant,
     inbound: Inbound,
 ) {
     match inbound {
-        Inbound::Records {
-            at,
-            records: mut batch,
-        } => {
+        Inbound::Records { at, records: batch } => {
             seen.records += batch.len();
             seen.urgent |= batch.iter().any(common::proto::Record::urgent);
             seen.opens_or_ends |= batch.iter().any(common::proto::Record::opens_or_ends);
-            match shadow {
-                Some(tap) => {
-                    // --compare: the records of the copies that stand for the captured client
-                    // (copy 0 and its baseline copy), filed under its address and port; asked
-                    // before the engine takes the record, which may end its session
-                    compared.clear();
-                    for r in &mut batch {
-                        let copy = engine.record_copy(r);
-                        engine.handle_record(at, r);
-                        compared.push(match copy {
-                            None => true,
-                            Some((_, None)) => false,
-                            Some((_, Some(client))) => {
-                                crate::shadow::file_under(r, client);
-                                true
-                            }
-                        });
-                    }
-                    tap.records(at, batch, compared);
-                }
-                None => {
-                    for r in &batch {
-                        engine.handle_record(at, r);
-                    }
-                }
-            }
+            // --compare asks the engine about each record before it takes it (which may end
+            // its session)
+            taps.records(engine, at, batch);
         }
         Inbound::Verdicts { from, results } => {
             for (t, v) in results {
@@ -617,7 +568,7 @@ fn take_inbound(
 /// Returns whether it took a record or verdict.
 fn read_links(
     engine: &mut Engine,
-    io: &LoopIo,
+    io: &mut LoopIo,
     st: &mut State,
     seen: &mut TurnSeen,
     now: Instant,
@@ -654,11 +605,10 @@ fn read_links(
             i += 1;
             continue;
         }
-        let (link, buf, compared) = (&mut st.links[i], &mut st.link_buf, &mut st.compared);
-        let shadow = io.shadow.as_ref();
+        let (link, buf, taps) = (&mut st.links[i], &mut st.link_buf, &mut io.taps);
         let take = |inbound| {
             got = true;
-            take_inbound(engine, shadow, compared, seen, now, inbound);
+            take_inbound(engine, taps, seen, now, inbound);
         };
         match link.pump(buf, take) {
             Ok(more) => {

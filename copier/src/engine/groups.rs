@@ -64,9 +64,7 @@ impl Engine {
         let last = members.len().saturating_sub(1);
         for (i, &idx) in members.iter().enumerate() {
             payload.set_last(i == last);
-            self.with_session(idx, now, |s, sh| {
-                s.on_captured(sh, now, c, &mut payload, i == 0)
-            });
+            self.with_session(idx, |s, sh| s.on_captured(sh, now, c, &mut payload, i == 0));
         }
         drop(payload);
         self.payload_meter = Some(meter);

@@ -80,9 +80,7 @@ impl Engine {
                     // A new connection from the same client port while the old one was live:
                     // the old copy ends (its closing connections linger on, detached from the
                     // key).
-                    self.with_session(idx, now, |s, sh| {
-                        s.finish(sh, now, Some(FailReason::Superseded))
-                    });
+                    self.with_session(idx, |s, sh| s.finish(sh, now, Some(FailReason::Superseded)));
                 }
                 // Else the client had closed (FIN or RST) and reuses its port: the old copy
                 // goes on carrying what it captured, detached from the key.
@@ -309,7 +307,7 @@ impl Engine {
                 self.group_join(&c.key, idx);
                 grouped = true;
             }
-            self.after_op(idx, now);
+            self.after_op(idx);
         }
         if self.sh.stats.sessions_started > started {
             self.sh.stats.captured_sessions_started += 1;
@@ -334,10 +332,7 @@ impl Engine {
             Some(slot) if self.live(slot) => {
                 self.targets
                     .on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
-                self.with_session(slot.idx, now, |s, sh| s.on_record(sh, now, &r));
-                if let Some((addr, took)) = self.sh.answered.take() {
-                    self.targets.on_answer_time(now, addr, took);
-                }
+                self.with_session(slot.idx, |s, sh| s.on_record(sh, now, &r));
             }
             _ => self.sh.stats.drops.record_unknown += 1,
         }

@@ -129,7 +129,8 @@
 //!
 //! # Where the engine's code lives
 //! `impl Engine` is split by concern: this file holds the table (slots, `new`, removal,
-//! compaction, `with_session` and `after_op`); `input` the captured packets and records (and
+//! compaction, `with_session` and `after_op`) and passes the sessions' events on
+//! (`drain_events`; the events in `event`); `input` the captured packets and records (and
 //! new sessions), `syn` the SYN table, `groups` the copy groups and the resume points,
 //! `register` the intercepts' links and verdicts, `shed` the overload and the room-making,
 //! `timers` the timer heap, `transmit` the transmit poll and stopping, and `readout` the
@@ -140,6 +141,7 @@ mod chunk;
 mod config;
 mod conn;
 mod edit;
+mod event;
 mod gate;
 mod groups;
 mod h2edit;
@@ -153,6 +155,7 @@ pub mod rules;
 mod session;
 mod shared;
 mod shed;
+mod slot;
 mod stamp;
 mod stats;
 mod stream;
@@ -191,6 +194,7 @@ pub use stats::{
 
 use chunk::Meter;
 use config::Params;
+use event::Event;
 use hash::FastHash;
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
@@ -385,6 +389,9 @@ pub struct Engine {
     /// `(last SYN seen, key)` in arrival order: the expiry queue of `pending` (stale entries,
     /// refreshed or gone, are skipped; compacted when it outgrows `pending`).
     pending_fifo: VecDeque<(Instant, FourTuple)>,
+    /// Registration changes for the intercepts, in order (`poll_control`; from the sessions'
+    /// `Event::Registered` and `Event::Unregistered`).
+    control: VecDeque<RegEvent>,
     /// Intercepts connected now (how many refusals fail a registration).
     intercepts: usize,
     /// Refusals to report, and the (map, verdict) pairs reported already.
@@ -437,14 +444,14 @@ impl Engine {
         }
         // The same seed in every worker: the same sessions get the same copies.
         let plan = Planner::new(config.planner(seed));
-        let mut sh = Shared::new(
+        let sh = Shared::new(
             p,
             stats,
             Tuples::new(hash, seed ^ config.port_salt, config.port_share.clamped()),
             plan,
             meter.clone(),
+            config.trace,
         );
-        sh.trace_units = config.trace.then(Vec::new);
         Engine {
             sh,
             slots: Vec::new(),
@@ -465,6 +472,7 @@ impl Engine {
             pending_fifo: VecDeque::new(),
             resumes: HashMap::with_hasher(hash),
             resume_fifo: VecDeque::new(),
+            control: VecDeque::new(),
             intercepts: 1,
             refusals: VecDeque::new(),
             refusals_seen: Vec::new(),
@@ -529,7 +537,8 @@ impl Engine {
         self.ready.shrink_to_fit();
         self.due = Vec::new();
         self.members = Vec::new();
-        self.sh.control.shrink_to_fit();
+        self.control.shrink_to_fit();
+        self.sh.events.shrink_to_fit();
         self.compact_below = self.session_count() / 2;
     }
 
@@ -539,32 +548,59 @@ impl Engine {
             .is_some_and(|x| x.gen == slot.gen && x.s.is_some())
     }
 
-    fn with_session(&mut self, idx: u32, now: Instant, f: impl FnOnce(&mut Session, &mut Shared)) {
+    fn with_session(&mut self, idx: u32, f: impl FnOnce(&mut Session, &mut Shared)) {
         let Some(s) = self.slots.get_mut(idx as usize).and_then(|x| x.s.as_mut()) else {
             return;
         };
         f(s, &mut self.sh);
-        self.after_op(idx, now);
+        self.after_op(idx);
     }
 
-    /// After any change to a session: drop it when finished, else re-arm and mark it ready.
-    fn after_op(&mut self, idx: u32, now: Instant) {
-        while let Some(k) = self.sh.shed_at_hole.pop() {
-            if !self.shed_keys.contains_key(&k) {
-                self.sh
-                    .stats
-                    .sessions_shed_overload
-                    .add(OverloadReason::Hole, 1);
-            }
-            self.remember_shed(now, k);
+    /// Pass the sessions' events on, in order (see `event`): registrations to the control
+    /// output, answer times to the test servers' figures, units sent to the trace's rows,
+    /// sessions given up at a lost hole to the overload counters and the shed keys.
+    fn drain_events(&mut self) {
+        if self.sh.events.is_empty() {
+            return;
         }
+        let mut q = self.sh.events.take();
+        for e in q.drain(..) {
+            match e {
+                Event::Registered(t) => self.control.push_back(RegEvent::Register(t)),
+                Event::Unregistered(t) => self.control.push_back(RegEvent::Unregister(t)),
+                Event::Ended { at, slot, failed } => {
+                    self.targets.on_outcome(at, slot.idx, failed);
+                }
+                Event::Answered { at, server, took } => {
+                    self.targets.on_answer_time(at, server, took);
+                }
+                Event::UnitSent { at, slot, answer } => {
+                    if let Some(tags) = self.trace.as_mut() {
+                        tags.note(at, slot, answer, &mut self.sh.plan);
+                    }
+                }
+                Event::ShedAtHole { at, key } => {
+                    if !self.shed_keys.contains_key(&key) {
+                        self.sh
+                            .stats
+                            .sessions_shed_overload
+                            .add(OverloadReason::Hole, 1);
+                    }
+                    self.remember_shed(at, key);
+                }
+            }
+        }
+        self.sh.events.restore(q);
+    }
+
+    /// After any change to a session: pass its events on (an outcome before `on_ended`
+    /// forgets which server the copy was on), then drop it when finished, else re-arm and
+    /// mark it ready.
+    fn after_op(&mut self, idx: u32) {
+        self.drain_events();
         let Some(s) = self.slots[idx as usize].s.as_mut() else {
             return;
         };
-        if let Some(failed) = s.outcome.take() {
-            // Before `on_ended` forgets which server the copy was on.
-            self.targets.on_outcome(now, idx, failed);
-        }
         if std::mem::take(&mut s.detach) {
             // Ended idle: the client's next packet starts a new session (see `Session::detach`).
             let (key, started) = (s.key, std::mem::take(&mut s.group_started));
@@ -606,7 +642,7 @@ impl Engine {
 
     fn remove(&mut self, idx: u32) {
         // The rows of this slot's copy are taken before the slot can be reused.
-        self.take_trace_notes();
+        self.drain_events();
         let slot = &mut self.slots[idx as usize];
         let Some(s) = slot.s.take() else { return };
         if !s.proven {
@@ -623,7 +659,7 @@ impl Engine {
         self.targets.on_ended(idx);
         for c in s.cur.iter().chain(s.old.iter()) {
             self.sh.unindex(c.tuple);
-            self.sh.control.push_back(RegEvent::Unregister(c.tuple));
+            self.sh.events.push(Event::Unregistered(c.tuple));
         }
         self.group_leave(&s.key, idx, s.group_started);
     }

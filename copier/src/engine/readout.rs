@@ -22,7 +22,7 @@ impl Engine {
     /// The next request unit sent for the first time, with who sent it (only with
     /// `EngineConfig::trace`; call it until `None` after every `poll_transmit` round).
     pub fn poll_unit(&mut self) -> Option<UnitSent> {
-        self.take_trace_notes();
+        self.drain_events();
         self.trace.as_mut()?.pop()
     }
 
@@ -35,14 +35,6 @@ impl Engine {
             .users()
             .map(|u| u.pool_names().to_vec())
             .unwrap_or_default()
-    }
-
-    pub(super) fn take_trace_notes(&mut self) {
-        if let (Some(tags), Some(notes)) = (self.trace.as_mut(), self.sh.trace_units.as_mut()) {
-            if !notes.is_empty() {
-                tags.take(notes, &mut self.sh.plan);
-            }
-        }
     }
 
     /// The shaper's state at `now`: factor in force, live copies, users active, ON sources,

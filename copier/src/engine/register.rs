@@ -31,7 +31,7 @@ impl Engine {
     /// nothing (`registrations_withdrawn`) and goes on once an acceptance is in force again
     /// (the copier registers every live session again on the new link; the rules come back).
     /// Returns whether the event was of the current link (an event of an older one is ignored).
-    pub fn intercept_link(&mut self, now: Instant, from: u16, gen: u32, event: LinkEvent) -> bool {
+    pub fn intercept_link(&mut self, _now: Instant, from: u16, gen: u32, event: LinkEvent) -> bool {
         let bit = 1u64 << (from % 64);
         let at = self.link_gens.iter().position(|(f, _)| *f == from);
         let current = at.is_some_and(|i| self.link_gens[i].1 == gen);
@@ -66,7 +66,7 @@ impl Engine {
                             continue;
                         };
                         if s.reinstate(&self.sh) {
-                            self.after_op(idx, now);
+                            self.after_op(idx);
                         }
                     }
                 }
@@ -88,7 +88,8 @@ impl Engine {
 
     /// Next change of the registered tuples, for the intercepts.
     pub fn poll_control(&mut self) -> Option<RegEvent> {
-        self.sh.control.pop_front()
+        self.drain_events();
+        self.control.pop_front()
     }
 
     /// An intercept's verdict on a registered test tuple (`Message::Registered`); `from`
@@ -121,7 +122,7 @@ impl Engine {
             return;
         };
         let mut refused = false;
-        self.with_session(slot.idx, now, |s, sh| {
+        self.with_session(slot.idx, |s, sh| {
             refused = s.on_verdict(sh, now, tuple, from, verdict, need)
         });
         if refused {

@@ -230,9 +230,6 @@ pub(crate) struct Session {
     gap: Option<Box<Gap>>,
     /// This copy counts the captured packets' drops for the session (see `on_captured`).
     lead: bool,
-    /// How the copy ended, for its test server's failure share (`Targets::on_outcome`): `true`
-    /// failed by the server's doing, `false` completed, `None` not ended or neither.
-    pub outcome: Option<bool>,
     /// The copy's index among the copies of its captured session (the dye value may carry it).
     pub copy: u16,
     pub armed: Option<Stamp>,
@@ -294,7 +291,6 @@ impl Session {
             reconnects: 0,
             gap: None,
             lead: true,
-            outcome: None,
             copy: 0,
             armed: None,
             in_ready: false,
@@ -847,7 +843,7 @@ impl Session {
         let (tuple, snd_max) = (c.tuple, c.snd_max);
         let sent = sent?;
         if sent.payload > 0 && !sent.retransmit {
-            self.note_sent(sh, now, snd_max);
+            self.note_sent(&mut sh.stats, &mut sh.events, now, snd_max);
         }
         Some((tuple, sent))
     }

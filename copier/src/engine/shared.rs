@@ -6,10 +6,10 @@
 //! Invariants: [`Tuples::by_test`] maps every registered test tuple to the session that owns
 //! it, and [`Tuples`]' per-(client address, target) counts are the number of its tuples with
 //! that client address and target; a tuple enters and leaves `by_test` only through
-//! [`Shared::register`] and [`Shared::unindex`] (each entering tuple queues a `Register`, each
-//! leaving one an `Unregister`, by the caller for `unindex`).
+//! [`Shared::register`] and [`Shared::unindex`] (each entering tuple queues an
+//! `Event::Registered`, each leaving one an `Event::Unregistered`, by the caller for `unindex`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -19,24 +19,19 @@ use rand::SeedableRng;
 
 use super::chunk::Meter;
 use super::config::{Params, PortShare};
+use super::event::{Event, Events};
 use super::hash::{mix, FastHash};
+pub(crate) use super::slot::SlotRef;
 use super::stats::EngineStats;
-use super::RegEvent;
-
-/// A session's place in the engine's slab: index and generation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SlotRef {
-    pub idx: u32,
-    pub gen: u32,
-}
 
 /// What every session call may read or bump.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub p: Params,
     pub stats: EngineStats,
-    /// Registration changes for the intercepts, in order (`Engine::poll_control`).
-    pub control: VecDeque<RegEvent>,
+    /// What the sessions tell the engine, in order (`super::event`; drained by
+    /// `Engine::drain_events`).
+    pub events: Events,
     pub tuples: Tuples,
     pub plan: Planner,
     pub intercept_up: bool,
@@ -47,19 +42,8 @@ pub(crate) struct Shared {
     pub meter: Meter,
     /// Kept between polls so that gathering a segment does not allocate each time.
     pub scratch: Vec<u8>,
-    /// With a run trace (`EngineConfig::trace`): the request units sent for the first time
-    /// since the engine last took them (`Engine::poll_unit`), by session: (sent, slot, answer
-    /// time). A unit whose answer time is measured is noted when its answer comes (or it is
-    /// given up), with its send time.
-    pub trace_units: Option<Vec<(Instant, SlotRef, Option<Duration>)>>,
-    /// The answer time the last record completed (its test server, first answer byte minus
-    /// the unit's send), for the engine to give [`super::Targets`] right after the record.
-    pub answered: Option<(SocketAddr, Duration)>,
     /// When the capture last lost packets (the kernel dropped some: `Engine::note_capture_loss`).
     pub capture_loss_at: Option<Instant>,
-    /// Sessions given up at a hole the capture lost (see `Session::skip_gap`), for the engine to
-    /// count once per captured session and keep out (`Engine::after_op`).
-    pub shed_at_hole: Vec<FourTuple>,
 }
 
 impl Shared {
@@ -69,35 +53,33 @@ impl Shared {
         tuples: Tuples,
         plan: Planner,
         meter: Meter,
+        trace: bool,
     ) -> Shared {
         Shared {
             p,
             stats,
-            control: VecDeque::new(),
+            events: Events::new(trace),
             tuples,
             plan,
             intercept_up: true,
             unguarded: 0,
             meter,
             scratch: Vec::new(),
-            trace_units: None,
-            answered: None,
             capture_loss_at: None,
-            shed_at_hole: Vec::new(),
         }
     }
 
     /// `tuple` is `slot`'s now: indexed, and registered with the intercepts.
     pub(crate) fn register(&mut self, tuple: FourTuple, slot: SlotRef) {
         self.tuples.insert(tuple, slot);
-        self.control.push_back(RegEvent::Register(tuple));
+        self.events.push(Event::Registered(tuple));
         self.stats.connections_opened += 1;
     }
 
     /// `tuple` is dropped: out of the index, and unregistered.
     pub(crate) fn unregister(&mut self, tuple: FourTuple) {
         self.unindex(tuple);
-        self.control.push_back(RegEvent::Unregister(tuple));
+        self.events.push(Event::Unregistered(tuple));
     }
 
     /// Take `tuple` out of the index (the caller tells the intercepts).

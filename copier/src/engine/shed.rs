@@ -54,9 +54,7 @@ impl Engine {
             if let Some(s) = self.slots[i as usize].s.as_ref() {
                 keys.push(s.key);
             }
-            self.with_session(i, now, |s, sh| {
-                s.finish(sh, now, Some(FailReason::Overload))
-            });
+            self.with_session(i, |s, sh| s.finish(sh, now, Some(FailReason::Overload)));
         }
         // Their later packets are dropped as the left-out sessions' are: a session given up
         // and gone from the table must not start again mid-stream, nor be counted twice.
@@ -216,6 +214,6 @@ impl Engine {
     /// End the session of slot `idx` to make room (`sessions_shed`, and failed by `why`).
     fn shed(&mut self, now: Instant, idx: u32, why: FailReason) {
         self.sh.stats.sessions_shed += 1;
-        self.with_session(idx, now, |s, sh| s.finish(sh, now, Some(why)));
+        self.with_session(idx, |s, sh| s.finish(sh, now, Some(why)));
     }
 }

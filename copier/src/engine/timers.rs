@@ -50,7 +50,7 @@ impl Engine {
                 s.armed = None;
             }
             if s.next_deadline(&self.sh.p).is_some_and(|d| d <= now) {
-                self.with_session(idx, now, |s, sh| s.on_timeout(sh, now));
+                self.with_session(idx, |s, sh| s.on_timeout(sh, now));
             } else {
                 self.arm(idx);
             }

@@ -3,10 +3,11 @@
 //! its answer time.
 //!
 //! Owns: [`UnitSent`] (one row of the trace) and [`Tags`] (the copy's identity by session slot,
-//! and the rows not yet taken by `Engine::poll_unit`). Sessions only note `(now, slot)` in
-//! `Shared::trace_units` when a unit's first byte leaves (the unit pacing waits on: when its first
-//! answer byte comes or it is given up, with its send time and answer time); the engine turns those into rows,
-//! always before a slot is freed, so a row is never lost or given to the wrong copy.
+//! and the rows not yet taken by `Engine::poll_unit`). Sessions only queue an `Event::UnitSent`
+//! (`super::event`) when a unit's first byte leaves (the unit pacing waits on: when its first
+//! answer byte comes or it is given up, with its send time and answer time); the engine turns
+//! those into rows as it drains its events, always before a slot is freed, so a row is never
+//! lost or given to the wrong copy.
 //! Nothing is kept when tracing is off.
 
 use std::collections::VecDeque;
@@ -76,29 +77,30 @@ impl Tags {
         });
     }
 
-    /// Turn the sessions' notes into rows (to be called before any slot is freed).
-    pub(crate) fn take(
+    /// Turn a session's note (a unit of the copy in `slot` sent at `at`, answered after
+    /// `answer`: `Event::UnitSent`) into a row (to be called before `slot` is freed).
+    pub(crate) fn note(
         &mut self,
-        notes: &mut Vec<(Instant, SlotRef, Option<Duration>)>,
+        at: Instant,
+        slot: SlotRef,
+        answer: Option<Duration>,
         plan: &mut Planner,
     ) {
-        for (at, slot, answer) in notes.drain(..) {
-            let Some(Some(tag)) = self.by_slot.get(slot.idx as usize) else {
-                continue;
-            };
-            if tag.gen != slot.gen {
-                continue;
-            }
-            self.rows.push_back(UnitSent {
-                t: plan.clock(at),
-                copy: tag.copy,
-                user: tag.user,
-                pool: tag.pool,
-                source: tag.source,
-                target: tag.target,
-                answer,
-            });
+        let Some(Some(tag)) = self.by_slot.get(slot.idx as usize) else {
+            return;
+        };
+        if tag.gen != slot.gen {
+            return;
         }
+        self.rows.push_back(UnitSent {
+            t: plan.clock(at),
+            copy: tag.copy,
+            user: tag.user,
+            pool: tag.pool,
+            source: tag.source,
+            target: tag.target,
+            answer,
+        });
     }
 
     /// The next row.

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{Engine, RegEvent, Transmit};
+use super::{Engine, Event, Transmit};
 
 impl Engine {
     /// Next packet to send: writes a complete IP packet (fresh checksums) into `out` (cleared).
@@ -125,7 +125,7 @@ impl Engine {
 
     fn release_shutdown_unreg(&mut self) {
         for t in self.shutdown_unreg.drain(..) {
-            self.sh.control.push_back(RegEvent::Unregister(t));
+            self.sh.events.push(Event::Unregistered(t));
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The engine's outputs, drained each turn: registration changes to the registry (in an order
-//! that keeps every connection guarded), packets to the sender (and to `--record` and
-//! `--compare`), refusals to the log and counters to the metrics; and the closing of every
+//! that keeps every connection guarded), packets to the sender (and to the loop's features:
+//! `--record`, `--compare`, `--trace`, see [`super::tap`]), refusals to the log and counters to the metrics; and the closing of every
 //! session when the loop ends.
 
 use std::sync::atomic::Ordering;
@@ -17,18 +17,6 @@ use super::{
     LoopIo, State, SEND_HIGH_WATER, SHUTDOWN_FLUSH, TRANSMITS_PER_TURN, UNREGISTER_BATCH,
     UNREGISTER_WAIT,
 };
-
-/// Hand a packet about to be sent to the archive (`--record`); a write that fails (a full disk)
-/// is logged once and counted by the archive, which tries again (copying goes on).
-fn record(io: &mut LoopIo, t: &crate::engine::Transmit, pkt: &[u8]) {
-    if let Some(r) = io.recorder.as_mut() {
-        r.record(t.tuple, t.copy.map(|c| c.0), t.copy.map(|c| c.1), pkt);
-    }
-    // --compare: when the copy's request bytes leave (a test answer time's start)
-    if let Some(tap) = io.shadow.as_mut() {
-        tap.sent(t, pkt);
-    }
-}
 
 /// The loop ends: reset every test connection, send the RSTs (at most [`SHUTDOWN_FLUSH`]), then
 /// unregister the connections (the engine releases the Unregisters once its RSTs were taken).
@@ -50,7 +38,7 @@ pub(super) fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
             match engine.poll_transmit(now, &mut buf) {
                 Some(t) => {
                     buf.truncate(t.len);
-                    record(io, &t, &buf);
+                    io.taps.transmit(&t, &buf);
                     io.sender
                         .enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 }
@@ -61,9 +49,7 @@ pub(super) fn close_all(engine: &mut Engine, io: &mut LoopIo, st: &mut State) {
             }
         }
         io.sender.flush(now);
-        if let Some(tap) = io.shadow.as_mut() {
-            tap.flush_sent();
-        }
+        io.taps.flushed(engine);
         if (engine_empty && io.sender.pending() == 0) || now >= deadline {
             break;
         }
@@ -201,7 +187,7 @@ pub(super) fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State
         match engine.poll_transmit(now, &mut buf) {
             Some(t) => {
                 buf.truncate(t.len);
-                record(io, &t, &buf);
+                io.taps.transmit(&t, &buf);
                 io.sender
                     .enqueue_segment(t.tuple, t.dst, buf, t.gso_size, now);
                 if io.sender.pending() >= sys::MAX_BATCH {
@@ -216,13 +202,9 @@ pub(super) fn drain_outputs(engine: &mut Engine, io: &mut LoopIo, st: &mut State
     }
     // Sending may have produced no new registrations, but a timer or record may have.
     drain_control(engine, io, st, now, false);
-    if let Some(t) = io.trace.as_mut() {
-        t.drain(engine);
-    }
     io.sender.flush(now);
-    if let Some(tap) = io.shadow.as_mut() {
-        tap.flush_sent();
-    }
+    // the run trace's units, --compare's send times
+    io.taps.flushed(engine);
 }
 
 pub(super) fn export(engine: &Engine, io: &LoopIo, st: &State) {

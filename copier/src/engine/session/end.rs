@@ -6,6 +6,7 @@ use std::time::Instant;
 use common::flow::FourTuple;
 
 use super::super::conn::{Conn, TxCtx};
+use super::super::event::Event;
 use super::super::shared::Shared;
 use super::super::stats::{FailReason, UnprovenEnd};
 use super::{End, Phase, Session};
@@ -67,14 +68,16 @@ impl Session {
                 self.resume_after = Some(ack);
             }
         }
-        self.note_answer(sh, now, false);
+        self.note_answer(&mut sh.events, now, false);
         sh.stats.sessions_active = sh.stats.sessions_active.saturating_sub(1);
         match how {
             End::Completed => sh.stats.sessions_completed += 1,
             End::Failed(r) => sh.stats.sessions_failed.bump(r),
             End::LeftOpen => sh.stats.sessions_open_at_end += 1,
         }
-        self.outcome = match why {
+        // For its test server's failure share (`Targets::on_outcome`): failed by the server's
+        // doing, or completed; neither otherwise.
+        let failed = match why {
             None if how == End::LeftOpen => None,
             None => Some(false),
             Some(
@@ -82,6 +85,13 @@ impl Session {
             ) => Some(true),
             Some(_) => None,
         };
+        if let Some(failed) = failed {
+            sh.events.push(Event::Ended {
+                at: now,
+                slot: self.slot,
+                failed,
+            });
+        }
         if why.is_none() && self.stream.has_held() {
             // The client ended with a hole not given up yet: what followed it dies here.
             sh.stats.drops.capture_gap += u64::from(self.lead);
@@ -115,7 +125,7 @@ impl Session {
     /// every test connection it still has send a RST now (again, if it sent one already),
     /// appending the packets to `out`. The connections are dropped and their tuples appended
     /// to `unreg`, for the caller to unregister once the RSTs are on their way (connections
-    /// that never sent anything are unregistered through `Shared::control` at once).
+    /// that never sent anything are unregistered at once, as `Event::Unregistered`).
     /// `at_capture_end`: the capture file is done, so an idle session (every byte sent and
     /// answered) ends as open at the capture's end, not as failed.
     pub(crate) fn shutdown(

@@ -6,6 +6,7 @@ use std::time::Instant;
 use common::seq::SeqNum;
 
 use super::super::answer::Watch;
+use super::super::event::Event;
 use super::super::shared::Shared;
 use super::super::stats::FailReason;
 use super::{Gap, Session, GAP_WAIT, HOLE_RECHECK};
@@ -66,7 +67,10 @@ impl Session {
             // session out (`Engine::note_capture_loss`).
             self.gap = None;
             sh.stats.drops.capture_gap += u64::from(self.lead);
-            sh.shed_at_hole.push(self.key);
+            sh.events.push(Event::ShedAtHole {
+                at: now,
+                key: self.key,
+            });
             self.finish(sh, now, Some(FailReason::Overload));
             return;
         }

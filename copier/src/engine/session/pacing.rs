@@ -158,7 +158,7 @@ impl Session {
         }
         self.stream.trim(acked, p.replay_keep);
         if n > 0 {
-            self.note_answer(sh, now, false); // released with no answer byte
+            self.note_answer(&mut sh.events, now, false); // released with no answer byte
             if by_timeout {
                 sh.stats.answer_timeouts += 1;
             }

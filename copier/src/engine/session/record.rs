@@ -44,7 +44,7 @@ impl Session {
             c.on_record(now, r, &sh.p);
         }
         if answer {
-            self.note_answer(sh, now, true);
+            self.note_answer(&mut sh.events, now, true);
         }
         self.reconcile(sh, now);
         self.sweep(sh);
