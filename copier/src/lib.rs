@@ -12,7 +12,7 @@
 //!   closed loop holding a target rate;
 //! - [`run`]: the engine thread that ties them together; [`workers`]: several engine threads
 //!   (`--workers`), each owning the sessions of its capture ring; [`metrics`]: the exported
-//!   counters; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`);
+//!   counters, [`metrics_table`]: every metric's name, kind, labels and help; [`shaping`]: the shaper's own metrics; [`trace`]: the run trace (`--trace`);
 //! - [`record`]: the `--record` archive; [`outage`]: what a file output does when its disk fills;
 //! - [`shadow`]: the comparison thread (`--compare`); [`compare_report`]: `copier compare-report`;
 //! - [`cli`]: the command line (flags and subcommands); [`doctor`]: `copier doctor`.
@@ -32,6 +32,7 @@ pub mod engine;
 pub mod feed;
 pub mod link;
 pub mod metrics;
+pub mod metrics_table;
 pub mod mirror;
 pub mod offline;
 pub mod outage;

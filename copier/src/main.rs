@@ -160,10 +160,7 @@ fn run(args: Args) -> Result<RunSummary> {
 
     // The comparison thread (--compare): its own capture of both directions, fed the records.
     let shadow = match v.shadow.clone() {
-        Some(cfg) => {
-            copier::shadow::describe();
-            Some(copier::shadow::start(cfg)?)
-        }
+        Some(cfg) => Some(copier::shadow::start(cfg)?),
         None => None,
     };
 

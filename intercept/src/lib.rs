@@ -3,7 +3,7 @@
 //! layer: [`nfqueue`] workers (over our own [`netlink`] messages), the [`outlet`] queues shared
 //! with the [`control`] connections, the iptables [`rules`] (and what becomes of them at
 //! [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings, and the [`metrics`]
-//! names.
+//! (names, kinds, labels and help texts in [`metrics_table`]).
 
 pub mod allow;
 pub mod config;
@@ -13,6 +13,7 @@ pub mod exit;
 pub mod hold;
 pub mod local;
 pub mod metrics;
+pub mod metrics_table;
 pub mod netlink;
 pub mod nfqueue;
 pub mod outlet;
