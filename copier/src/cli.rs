@@ -556,12 +556,14 @@ pub struct CopierArgs {
 pub const MAX_COPIES: i64 = 1000;
 
 mod commands;
+mod error;
 mod help;
 mod parse;
 mod texts;
 mod validate;
 
 pub use commands::{Command, DoctorArgs};
+pub use error::{FlagError, ValueError};
 pub use parse::{fleet_share, parse_fleet, parse_map, parse_map_targets, FleetArg};
 pub use validate::{check_maps, check_targets_not_local, local_addresses, Validated};
 
