@@ -10,8 +10,9 @@
 # - the systemd units of packaging/: UMask=0077 (the archive and comparison files hold production
 #   data), and with ProtectSystem=strict a 0700 StateDirectory that ReadWritePaths names;
 # - the Grafana dashboard: valid JSON, and every metric its queries use is one the daemons
-#   define (copier/src/metrics.rs, intercept/src/metrics.rs). The Prometheus lab test
-#   (tests/tests/prometheus.rs) checks the same names against a live scrape.
+#   define (their metrics tables: copier/src/metrics_table.rs, intercept/src/metrics_table.rs).
+#   The Prometheus lab test (tests/tests/prometheus.rs) checks the same names against a live
+#   scrape.
 # The validator lives in a virtualenv under ~/.cache (made once, reused).
 set -euo pipefail
 # --secret FILE.yaml (repeatable): also refuse a Secret manifest of yours that holds a placeholder
@@ -138,8 +139,8 @@ if secret_problem("REPLACE-ME-with-32-random-bytes-base64") is None or secret_pr
     problems.append("check-deploy: the secret check does not tell a placeholder from a random secret")
 
 defined = set()
-for src in ("copier/src/metrics.rs", "intercept/src/metrics.rs"):
-    defined |= set(re.findall(r'"((?:copier|intercept)_[a-z0-9_]+)"', open(src).read()))
+for src in ("copier/src/metrics_table.rs", "intercept/src/metrics_table.rs"):
+    defined |= set(re.findall(r'"((?:copier|intercept)_[a-z0-9_]+)" \[', open(src).read()))
 dash = json.load(open("deploy/grafana/trafficcopy.json"))
 used = set()
 for p in dash["panels"]:

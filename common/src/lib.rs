@@ -5,7 +5,8 @@
 //! ([`hpack`]), the control protocol spoken between them ([`proto`]), capture files ([`pcap`]:
 //! pcap/pcapng reading, pcap and pcapng writing), the one escape of text put into HTML and SVG
 //! ([`markup`]), the one grammar of durations and sizes on the command
-//! lines of the three binaries ([`units`]), files of production data made owner-only
+//! lines of the three binaries ([`units`]), the shape of the daemons' metrics tables
+//! ([`metrics_table`]) and their reasons tied to labels ([`reasons`]), files of production data made owner-only
 //! ([`private`]) and written in whole units that survive a full disk ([`sink`]); and the sample packets and files that every crate's tests build theirs from
 //! ([`testkit`]).
 //!
@@ -29,9 +30,11 @@ pub mod hash;
 pub mod hpack;
 pub mod http1;
 pub mod markup;
+pub mod metrics_table;
 pub mod pcap;
 pub mod private;
 pub mod proto;
+pub mod reasons;
 pub mod seq;
 pub mod sink;
 pub mod testkit;

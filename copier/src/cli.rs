@@ -559,6 +559,7 @@ pub struct CopierArgs {
 pub const MAX_COPIES: i64 = 1000;
 
 mod commands;
+mod error;
 mod help;
 #[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 mod parse;
@@ -567,6 +568,7 @@ mod texts;
 mod validate;
 
 pub use commands::{Command, DoctorArgs};
+pub use error::{FlagError, ValueError};
 pub use parse::{fleet_share, parse_fleet, parse_map, parse_map_targets, FleetArg};
 pub use validate::{check_maps, check_targets_not_local, local_addresses, Validated};
 

@@ -39,7 +39,11 @@ pub fn run(a: &DoctorArgs) -> Report {
     let mut r = Report::default();
     match a.copier.validate(0) {
         Ok(_) => r.ok("copier flags", "the copier accepts them"),
-        Err(e) => r.fail("copier flags", e, "fix the flag named (copier --help)"),
+        Err(e) => r.fail(
+            "copier flags",
+            e.to_string(),
+            "fix the flag named (copier --help)",
+        ),
     }
     permissions(&mut r);
     // One map per test server.

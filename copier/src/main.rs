@@ -90,7 +90,7 @@ fn random_seed() -> u64 {
 }
 
 fn run(args: Args) -> Result<RunSummary> {
-    let v = args.validate(random_seed()).map_err(|e| anyhow!(e))?;
+    let v = args.validate(random_seed())?;
     if v.offline.is_some() && args.workers > 1 {
         tracing::warn!(
             "--workers {} ignored with --offline: a replay runs on one worker",
@@ -160,10 +160,7 @@ fn run(args: Args) -> Result<RunSummary> {
 
     // The comparison thread (--compare): its own capture of both directions, fed the records.
     let shadow = match v.shadow.clone() {
-        Some(cfg) => {
-            copier::shadow::describe();
-            Some(copier::shadow::start(cfg)?)
-        }
+        Some(cfg) => Some(copier::shadow::start(cfg)?),
         None => None,
     };
 

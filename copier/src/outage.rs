@@ -11,27 +11,40 @@ use std::time::Instant;
 
 use metrics::{counter, gauge};
 
-/// The metric names of this module (listed with the others in `crate::metrics::names`; kept
-/// here so that the outputs do not depend on the exporter's module).
-pub mod names {
-    /// 1 while an output is down.
-    pub const OUTPUT_DOWN: &str = "copier_output_down";
-    /// Items dropped.
-    pub const OUTPUT_DROPPED_TOTAL: &str = "copier_output_dropped_total";
-    /// Failed writes.
-    pub const OUTPUT_ERRORS_TOTAL: &str = "copier_output_errors_total";
+use crate::metrics_table::output as names;
+
+common::reasons! {
+    /// Why a write of a file output failed: the `reason` label of `copier_output_errors_total`.
+    enum WriteError;
+    /// ENOSPC.
+    NoSpace => no_space,
+    /// EDQUOT.
+    Quota => quota,
+    /// EROFS.
+    ReadOnly => read_only,
+    /// EACCES, EPERM.
+    Permission => permission,
+    /// Any other error.
+    Other => other,
+}
+
+impl WriteError {
+    /// The reason of `e`.
+    pub fn of(e: &io::Error) -> WriteError {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) => WriteError::NoSpace,
+            Some(libc::EDQUOT) => WriteError::Quota,
+            Some(libc::EROFS) => WriteError::ReadOnly,
+            Some(libc::EACCES | libc::EPERM) => WriteError::Permission,
+            _ => WriteError::Other,
+        }
+    }
 }
 
 /// The `reason` label of a write error: `no_space` (ENOSPC), `quota` (EDQUOT), `read_only`
-/// (EROFS), `permission` (EACCES, EPERM) or `other`.
+/// (EROFS), `permission` (EACCES, EPERM) or `other` ([`WriteError`]).
 pub fn reason(e: &io::Error) -> &'static str {
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => "no_space",
-        Some(libc::EDQUOT) => "quota",
-        Some(libc::EROFS) => "read_only",
-        Some(libc::EACCES | libc::EPERM) => "permission",
-        _ => "other",
-    }
+    WriteError::of(e).label()
 }
 
 /// One output's state (see the module documentation).

@@ -25,6 +25,8 @@
 //! session: long keep-alive sessions keep their copies, so the loop then reacts only as fast
 //! as sessions turn over.
 
+use crate::metrics_table::rate as names;
+
 /// The most the scale may be multiplied by in a tick while the test side is saturated: it
 /// comes down by 10 % a second (however far below its target the rate is), so the load
 /// resumes from lower when the servers recover.
@@ -297,45 +299,6 @@ mod tests {
         let t = l.tick(22.0, sent, 1.0, 1.0, true).unwrap();
         assert!(t.scale < low * 2.0 * SATURATED_STEP && !t.held, "{t:?}");
     }
-}
-
-/// Metric names.
-pub mod names {
-    /// This engine's target, units per second.
-    pub const TARGET: &str = "copier_rate_target";
-    /// Units per second sent in the last tick.
-    pub const MEASURED: &str = "copier_rate_measured";
-    /// `(measured - target) / target`.
-    pub const ERROR: &str = "copier_rate_error";
-    /// The factor scale the loop set (the factor in force is `copier_shaper_factor`).
-    pub const SCALE: &str = "copier_rate_scale";
-    /// 1 while the scale is held at a bound (the target cannot be reached).
-    pub const BOUNDED: &str = "copier_rate_bounded";
-    /// 1 while the test side is saturated and the loop lowers the factor.
-    pub const HELD: &str = "copier_rate_held";
-}
-
-/// Describe the metrics (once, at start).
-pub fn describe() {
-    use metrics::describe_gauge;
-    describe_gauge!(
-        names::TARGET,
-        "Closed loop (--target-rate): this engine's target, request units per second"
-    );
-    describe_gauge!(
-        names::MEASURED,
-        "Closed loop: request units per second sent to the test side in the last second"
-    );
-    describe_gauge!(names::ERROR, "Closed loop: (measured - target) / target");
-    describe_gauge!(
-        names::SCALE,
-        "Closed loop: the multiplier of the profile's factor it set"
-    );
-    describe_gauge!(
-        names::BOUNDED,
-        "Closed loop: 1 while the factor is held at a bound (target out of reach)"
-    );
-    describe_gauge!(names::HELD, "Closed loop: 1 while the test side is saturated and the loop lowers the factor (10 % a second)");
 }
 
 /// One engine thread's loop: tick once a second with the engine's counters, set the factor,

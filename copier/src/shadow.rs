@@ -50,6 +50,33 @@ use compare::{Comparator, CompareConfig, Exchange, Outcome};
 use crate::bpf::build_answer_filter;
 use crate::capture::{Capture, CaptureConfig};
 use crate::clock::Anchor;
+use crate::metrics_table::compare as names;
+
+common::reasons! {
+    /// Why requests or connections were not compared: the `reason` label of
+    /// `copier_compare_not_compared_total`.
+    enum NotCompared;
+    /// Exchanges that timed out without an online or candidate answer.
+    Expired => expired,
+    /// Exchanges shed to stay within the bounds.
+    Shed => shed,
+    /// Connections whose client bytes were not HTTP/1.x.
+    NotHttp => not_http,
+    /// Streams stopped: bytes lost (cut record, hole) or a message too long to find its end.
+    Unsynced => unsynced,
+    /// Records (and, offline, file packets) dropped because the thread was behind.
+    QueueFull => queue_full,
+    /// Packets the kernel dropped from the comparison's ring.
+    CaptureDrops => capture_drops,
+    /// Connections forgotten to stay within the connection bound.
+    ConnsShed => conns_shed,
+    /// Connections forgotten to stay within the memory bound.
+    MemoryShed => memory_shed,
+    /// Inputs whose handling panicked.
+    Panic => panic,
+    /// HTTP/2 connections whose HPACK state was lost.
+    H2Broken => h2_broken,
+}
 
 /// Record batches waiting for the comparison thread before batches are dropped.
 const TAP_BATCHES: usize = 256;
@@ -615,18 +642,18 @@ impl Thread {
         let c = self.flows.counts();
         let p = self.flows.pending_counts();
         for (reason, v) in [
-            ("expired", p.expired),
-            ("shed", p.shed),
-            ("not_http", c.not_http),
-            ("unsynced", c.unsynced),
-            ("queue_full", self.dropped.load(Ordering::Relaxed)),
-            ("capture_drops", self.capture_drops),
-            ("conns_shed", c.conns_shed),
-            ("memory_shed", c.memory_shed),
-            ("panic", c.panics),
-            ("h2_broken", c.h2_broken),
+            (NotCompared::Expired, p.expired),
+            (NotCompared::Shed, p.shed),
+            (NotCompared::NotHttp, c.not_http),
+            (NotCompared::Unsynced, c.unsynced),
+            (NotCompared::QueueFull, self.dropped.load(Ordering::Relaxed)),
+            (NotCompared::CaptureDrops, self.capture_drops),
+            (NotCompared::ConnsShed, c.conns_shed),
+            (NotCompared::MemoryShed, c.memory_shed),
+            (NotCompared::Panic, c.panics),
+            (NotCompared::H2Broken, c.h2_broken),
         ] {
-            counter!(names::NOT_COMPARED_TOTAL, "reason" => reason).absolute(v);
+            counter!(names::NOT_COMPARED_TOTAL, "reason" => reason.label()).absolute(v);
         }
         counter!(names::MALFORMED_TOTAL).absolute(self.cmp.totals().malformed);
         for (status, n) in &self.cmp.totals().grpc_status {
@@ -638,73 +665,4 @@ impl Thread {
         gauge!(names::PENDING).set(pending as f64);
         gauge!(names::BYTES).set(self.flows.bytes() as f64);
     }
-}
-
-/// Describes the comparison's metrics (after the exporter is installed).
-pub fn describe() {
-    use ::metrics::{describe_counter, describe_gauge};
-    describe_counter!(
-        names::EXCHANGES_TOTAL,
-        "Exchanges compared, by endpoint and result (equal, differ, malformed)"
-    );
-    describe_counter!(
-        names::DIFFERENCES_TOTAL,
-        "Differing exchanges by endpoint and kind of difference (status, header, body_field, body)"
-    );
-    describe_counter!(
-        names::NOISE_LEARNED_TOTAL,
-        "Fields learned as noise, by endpoint"
-    );
-    describe_gauge!(
-        names::TIME_RATIO,
-        "Test answer time over the online one at a quantile, by endpoint"
-    );
-    describe_counter!(
-        names::NOT_COMPARED_TOTAL,
-        "Requests or connections not compared, by reason"
-    );
-    describe_counter!(
-        names::MALFORMED_TOTAL,
-        "Exchanges not compared because an answer is malformed (HTTP/1.x that does not parse or frame, or an HTTP/2 message that does not decode)"
-    );
-    describe_gauge!(names::CONNECTIONS, "Connections the comparison follows");
-    describe_counter!(
-        names::GRPC_STATUS_TOTAL,
-        "Test answers compared, by their grpc-status"
-    );
-    describe_counter!(
-        names::H2_CONNECTIONS_TOTAL,
-        "Connections compared as HTTP/2 (stream by stream)"
-    );
-    describe_gauge!(names::PENDING, "Exchanges waiting for an answer");
-    describe_gauge!(
-        names::BYTES,
-        "Bytes the comparison holds (streams and waiting exchanges)"
-    );
-}
-
-/// The comparison's metric names.
-pub mod names {
-    /// Exchanges compared, by endpoint and result (equal, differ, malformed).
-    pub const EXCHANGES_TOTAL: &str = "copier_compare_exchanges_total";
-    /// Differing exchanges by endpoint and kind (status, header, body_field, body).
-    pub const DIFFERENCES_TOTAL: &str = "copier_compare_differences_total";
-    /// Fields learned as noise, by endpoint.
-    pub const NOISE_LEARNED_TOTAL: &str = "copier_compare_noise_learned_total";
-    /// Test over online answer time, by endpoint and quantile.
-    pub const TIME_RATIO: &str = "copier_compare_answer_time_ratio";
-    /// Requests not compared, by reason.
-    pub const NOT_COMPARED_TOTAL: &str = "copier_compare_not_compared_total";
-    /// Exchanges with an answer that is not HTTP.
-    pub const MALFORMED_TOTAL: &str = "copier_compare_malformed_total";
-    /// Connections followed.
-    pub const CONNECTIONS: &str = "copier_compare_connections";
-    /// Exchanges waiting for an answer.
-    pub const PENDING: &str = "copier_compare_pending";
-    /// Bytes the comparison holds (streams and pending exchanges).
-    pub const BYTES: &str = "copier_compare_bytes";
-    /// Test answers compared, by their `grpc-status`.
-    pub const GRPC_STATUS_TOTAL: &str = "copier_compare_grpc_status_total";
-    /// Connections compared as HTTP/2.
-    pub const H2_CONNECTIONS_TOTAL: &str = "copier_compare_h2_connections_total";
 }

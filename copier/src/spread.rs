@@ -12,113 +12,11 @@
 //! the slow state (`--target-slow-after`): `copier_target_slow`, `copier_target_slow_total`, and
 //! failures (`--target-fail-rate`): `copier_target_failures_total`, `copier_target_failing`.
 
-use metrics::{counter, describe_counter, describe_gauge, gauge};
+use metrics::{counter, gauge};
+
+use crate::metrics_table::spread as names;
 
 use crate::engine::{Engine, TargetEvent};
-
-/// Metric names.
-pub mod names {
-    /// Copies started per test server (probes included).
-    pub const TARGET_SESSIONS_TOTAL: &str = "copier_target_sessions_total";
-    /// Probe copies sent to a server while it was out.
-    pub const TARGET_PROBES_TOTAL: &str = "copier_target_probes_total";
-    /// Times a server was taken out.
-    pub const TARGET_DOWNS_TOTAL: &str = "copier_target_downs_total";
-    /// 1 while a server takes sessions, 0 while it is out.
-    pub const TARGET_UP: &str = "copier_target_up";
-    /// A server's weight.
-    pub const TARGET_WEIGHT: &str = "copier_target_weight";
-    /// Maps whose every server is out (the alert).
-    pub const MAPS_ALL_TARGETS_DOWN: &str = "copier_maps_all_targets_down";
-    /// Copies live on a server.
-    pub const TARGET_LIVE: &str = "copier_target_live_sessions";
-    /// 1 while a server is overloaded.
-    pub const TARGET_OVERLOADED: &str = "copier_target_overloaded";
-    /// Copies not made because every server of the map was overloaded.
-    pub const OVERLOAD_REFUSED_TOTAL: &str = "copier_target_overload_refused_total";
-    /// Maps whose every server that is up is overloaded (the alert).
-    pub const MAPS_ALL_TARGETS_OVERLOADED: &str = "copier_maps_all_targets_overloaded";
-    /// Request units timed on a server that got an answer.
-    pub const TARGET_ANSWERS_TOTAL: &str = "copier_target_answers_total";
-    /// Sum of their answer times.
-    pub const TARGET_ANSWER_SECONDS_TOTAL: &str = "copier_target_answer_seconds_total";
-    /// A server's smoothed answer time.
-    pub const TARGET_ANSWER_SMOOTHED: &str = "copier_target_answer_smoothed_seconds";
-    /// 1 while a server is slow (`--target-slow-after`).
-    pub const TARGET_SLOW: &str = "copier_target_slow";
-    /// Times a server turned slow.
-    pub const TARGET_SLOW_TOTAL: &str = "copier_target_slow_total";
-    /// Copies a server failed (refused, unanswered retransmissions, closed without answers).
-    pub const TARGET_FAILURES_TOTAL: &str = "copier_target_failures_total";
-    /// 1 while a server is failing (`--target-fail-rate`).
-    pub const TARGET_FAILING: &str = "copier_target_failing";
-}
-
-/// Describe the metrics (once, at start).
-pub fn describe() {
-    describe_counter!(
-        names::TARGET_SESSIONS_TOTAL,
-        "Copies started per test server (probes included)"
-    );
-    describe_counter!(
-        names::TARGET_PROBES_TOTAL,
-        "Probe copies sent to a test server while it was taken out"
-    );
-    describe_counter!(
-        names::TARGET_DOWNS_TOTAL,
-        "Times a test server was taken out (no answer for --target-down-after)"
-    );
-    describe_gauge!(
-        names::TARGET_UP,
-        "1 while a test server takes new sessions, 0 while it is taken out"
-    );
-    describe_gauge!(names::TARGET_WEIGHT, "A test server's weight in its map");
-    describe_gauge!(
-        names::MAPS_ALL_TARGETS_DOWN,
-        "Maps whose every test server is taken out (alert)"
-    );
-    describe_gauge!(names::TARGET_LIVE, "Copies live on a test server");
-    describe_gauge!(
-        names::TARGET_OVERLOADED,
-        "1 while a test server holds --target-max-live copies"
-    );
-    describe_counter!(
-        names::OVERLOAD_REFUSED_TOTAL,
-        "Copies not made because every test server of their map was overloaded (on the map's first server)"
-    );
-    describe_gauge!(
-        names::MAPS_ALL_TARGETS_OVERLOADED,
-        "Maps whose every test server that is up is overloaded (alert)"
-    );
-    describe_counter!(
-        names::TARGET_ANSWERS_TOTAL,
-        "Request units timed on a test server that got an answer (the unit pacing waits on; units sent ahead are not timed)"
-    );
-    describe_gauge!(
-        names::TARGET_ANSWER_SECONDS_TOTAL,
-        "Sum of the answer times (unit's first byte sent to the first answer byte) of copier_target_answers_total"
-    );
-    describe_gauge!(
-        names::TARGET_ANSWER_SMOOTHED,
-        "A test server's answer time, smoothed over about its last ten answers (0 before the first)"
-    );
-    describe_gauge!(
-        names::TARGET_SLOW,
-        "1 while a test server's smoothed answer time is above --target-slow-after"
-    );
-    describe_counter!(
-        names::TARGET_SLOW_TOTAL,
-        "Times a test server turned slow (--target-slow-after)"
-    );
-    describe_counter!(
-        names::TARGET_FAILURES_TOTAL,
-        "Copies a test server failed (refused, segments unacknowledged through every retransmission, closed without answers)"
-    );
-    describe_gauge!(
-        names::TARGET_FAILING,
-        "1 while a test server fails more than --target-fail-rate percent of its copies"
-    );
-}
 
 /// Log the health changes the engine reports.
 pub fn log_events(engine: &mut Engine) {

@@ -169,6 +169,15 @@ pub struct Unroutable {
     pub unknown: u64,
 }
 
+common::reasons! {
+    /// Why a record reached no worker: the `reason` label of `copier_records_unroutable_total`.
+    enum UnroutableReason;
+    /// Its headers do not parse.
+    Malformed => malformed,
+    /// No worker owns the record's tuple.
+    UnknownTuple => unknown_tuple,
+}
+
 /// Sort `records` into `out[worker]` by the owner of their test-side tuple; count the rest.
 pub fn route_records(routes: &Routes, records: Vec<Record>, out: &mut [Vec<Record>]) -> Unroutable {
     let mut lost = Unroutable::default();
@@ -505,11 +514,11 @@ impl RecordRouter {
         let mut out: Vec<Vec<Record>> = vec![Vec::new(); self.inboxes.len()];
         let lost = route_records(&self.routes, records, &mut out);
         for (reason, n) in [
-            ("malformed", lost.malformed),
-            ("unknown_tuple", lost.unknown),
+            (UnroutableReason::Malformed, lost.malformed),
+            (UnroutableReason::UnknownTuple, lost.unknown),
         ] {
             if n > 0 {
-                ::metrics::counter!(crate::metrics::names::RECORDS_UNROUTABLE_TOTAL, "reason" => reason)
+                ::metrics::counter!(crate::metrics::names::RECORDS_UNROUTABLE_TOTAL, "reason" => reason.label())
                     .increment(n);
             }
         }

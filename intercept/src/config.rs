@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::allow::{AllowList, IpNet};
 use crate::router::{Guard, RouterConfig};
-use crate::rules::{self, QueueTarget, Rule};
+use crate::rules::{self, FirewallRule, QueueTarget};
 
 /// The longest duration a flag of the intercept takes (`--hold-time`, `--linger`,
 /// `--exit-grace`).
@@ -178,7 +178,7 @@ impl InterceptConfig {
     }
 
     /// The NFQUEUE rules these ports and queues need.
-    pub fn rules(&self) -> Vec<Rule> {
+    pub fn rules(&self) -> Vec<FirewallRule> {
         rules::rules_for(&self.ports, self.queue, self.ipv4_only)
     }
 }

@@ -137,11 +137,11 @@ impl Pending {
     /// reason label).
     pub(crate) fn admit(&mut self, ip: IpAddr) -> Result<(), &'static str> {
         if self.total >= self.max_total {
-            return Err("pending_limit");
+            return Err(RefusalReason::PendingLimit.label());
         }
         let n = self.per_addr.entry(ip).or_insert(0);
         if *n >= self.max_per_addr {
-            return Err("pending_limit_addr");
+            return Err(RefusalReason::PendingLimitAddr.label());
         }
         *n += 1;
         self.total += 1;
@@ -323,30 +323,74 @@ enum End {
     Shutdown,
 }
 
+common::reasons! {
+    /// Why an authenticated copier connection ended: the `reason` label of
+    /// `intercept_control_closed_total`.
+    enum CloseReason;
+    /// The copier closed it.
+    PeerClosed => peer_closed,
+    /// The copier broke the protocol.
+    Protocol => protocol,
+    /// A frame failed its authentication tag.
+    BadTag => bad_tag,
+    /// Nothing came from the copier for the idle timeout.
+    Idle => idle,
+    /// The socket failed.
+    Io => io,
+    /// We are shutting down.
+    Shutdown => shutdown,
+}
+
 impl End {
-    /// Label of `intercept_control_closed_total`.
-    fn reason(&self) -> &'static str {
+    /// Why it ended, as counted.
+    fn reason(&self) -> CloseReason {
         match self {
-            End::PeerClosed => "peer_closed",
-            End::Protocol(_) => "protocol",
-            End::BadTag(_) => "bad_tag",
-            End::Idle(_) => "idle",
-            End::Io(_) => "io",
-            End::Shutdown => "shutdown",
+            End::PeerClosed => CloseReason::PeerClosed,
+            End::Protocol(_) => CloseReason::Protocol,
+            End::BadTag(_) => CloseReason::BadTag,
+            End::Idle(_) => CloseReason::Idle,
+            End::Io(_) => CloseReason::Io,
+            End::Shutdown => CloseReason::Shutdown,
         }
     }
 }
 
-fn refusal_reason(e: &ProtoError) -> &'static str {
+common::reasons! {
+    /// Why a control connection was refused before it was authenticated: the `reason` label of
+    /// `intercept_control_refused_total`.
+    enum RefusalReason;
+    /// Too many connections in their handshake ([`ControlConfig::max_pending`]).
+    PendingLimit => pending_limit,
+    /// Too many from this address in their handshake ([`ControlConfig::max_pending_per_addr`]).
+    PendingLimitAddr => pending_limit_addr,
+    /// The copier's proof of the secret was wrong.
+    AuthFailed => auth_failed,
+    /// One side runs with a secret, the other without.
+    AuthMode => auth_mode,
+    /// Protocol versions differ.
+    Version => version,
+    /// The handshake took too long.
+    Timeout => timeout,
+    /// The socket failed or closed during the handshake.
+    Io => io,
+    /// The peer announced the wrong role.
+    Role => role,
+    /// A frame larger than the protocol allows.
+    FrameTooLarge => frame_too_large,
+    /// Anything else that is not the handshake.
+    Garbage => garbage,
+}
+
+fn refusal_reason(e: &ProtoError) -> RefusalReason {
     match e {
-        ProtoError::AuthFailed => "auth_failed",
-        ProtoError::AuthMode(_) => "auth_mode",
-        ProtoError::VersionMismatch { .. } => "version",
-        ProtoError::Timeout(_) => "timeout",
-        ProtoError::Io(_) | ProtoError::Closed(_) => "io",
-        ProtoError::WrongRole { .. } => "role",
-        ProtoError::FrameTooLarge { .. } => "frame_too_large",
-        _ => "garbage",
+        ProtoError::AuthFailed => RefusalReason::AuthFailed,
+        ProtoError::AuthMode(_) => RefusalReason::AuthMode,
+        ProtoError::VersionMismatch { .. } => RefusalReason::Version,
+        ProtoError::Timeout(_) => RefusalReason::Timeout,
+        ProtoError::Io(_) | ProtoError::Closed(_) => RefusalReason::Io,
+        ProtoError::WrongRole { .. } => RefusalReason::Role,
+        ProtoError::FrameTooLarge { .. } => RefusalReason::FrameTooLarge,
+        _ => RefusalReason::Garbage,
     }
 }
 
@@ -383,7 +427,7 @@ async fn connection(
     let est = match res {
         Ok(e) => e,
         Err(e) => {
-            refused(&adm, refusal_reason(&e), || {
+            refused(&adm, refusal_reason(&e).label(), || {
                 format!("control connection from {peer} refused: {e}")
             });
             return;
@@ -515,7 +559,7 @@ pub(crate) async fn run_copier<S>(
     if !buf.is_empty() {
         let _ = tokio::time::timeout(Duration::from_millis(200), writer.write_all(&buf)).await;
     }
-    counter!(CONTROL_CLOSED, "reason" => end.reason()).increment(1);
+    counter!(CONTROL_CLOSED, "reason" => end.reason().label()).increment(1);
     let _ = tokio::time::timeout(Duration::from_millis(200), writer.shutdown()).await;
 
     let removed = {
@@ -525,7 +569,7 @@ pub(crate) async fn run_copier<S>(
         core.router.handle_copier_gone(id)
     };
     let lost = outlet.close();
-    counter!(PACKETS_DROPPED, "reason" => crate::router::DropReason::CopierGone.as_str())
+    counter!(PACKETS_DROPPED, "reason" => crate::router::DropReason::CopierGone.label())
         .increment(lost as u64);
     gauge!(COPIERS_CONNECTED).decrement(1.0);
     let summary = format!("forgot {removed} registrations, dropped {lost} unsent records");

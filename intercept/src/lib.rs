@@ -4,7 +4,8 @@
 //! [`sys`]) and how long they [`rest`] between reads, the [`outlet`] queues shared with the
 //! [`control`] connections, the iptables [`rules`] (notice of [`ruleset`] changes, and what
 //! becomes of the rules at [`exit`]), this host's [`local`] addresses, the [`refusal`] warnings,
-//! the [`metrics`] names, and `intercept doctor` ([`doctor`]).
+//! the [`metrics`] (names, kinds, labels and help texts in [`metrics_table`]), and `intercept
+//! doctor` ([`doctor`]).
 
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod exit;
 pub mod hold;
 pub mod local;
 pub mod metrics;
+pub mod metrics_table;
 pub mod netlink;
 pub mod nfqueue;
 pub mod outlet;

@@ -686,7 +686,7 @@ async fn serve(
 async fn watch_rules(
     shared: Arc<Shared>,
     install: bool,
-    wanted: Vec<rules::Rule>,
+    wanted: Vec<rules::FirewallRule>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut every = tokio::time::interval(rules::CHECK_EVERY);

@@ -163,7 +163,7 @@ impl Delivery {
                 o.deliver(vec![self.record]);
             }
             None => {
-                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str()).increment(1);
+                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.label()).increment(1);
                 tracing::debug!(copier = %self.copier, "record for a copier that just left: dropped");
             }
         }
@@ -203,7 +203,7 @@ pub fn push_all(deliveries: &mut Vec<Delivery>) {
                 o.deliver(records);
             }
             None => {
-                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str())
+                counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.label())
                     .increment(records.len() as u64);
                 tracing::debug!(%copier, n = records.len(), "records for a copier that just left: dropped");
             }
@@ -513,7 +513,7 @@ impl Outlet {
     pub fn push(&self, records: impl IntoIterator<Item = Record>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             let n = records.into_iter().count();
-            counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.as_str())
+            counter!(PACKETS_DROPPED, "reason" => DropReason::CopierGone.label())
                 .increment(n as u64);
             return 0;
         }
@@ -539,11 +539,11 @@ impl Outlet {
             }
         }
         if by_count > 0 {
-            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.as_str())
+            counter!(RECORDS_DROPPED, "reason" => DropReason::CopierSlow.label())
                 .increment(by_count as u64);
         }
         if by_bytes > 0 {
-            counter!(RECORDS_DROPPED, "reason" => DropReason::QueueBytes.as_str())
+            counter!(RECORDS_DROPPED, "reason" => DropReason::QueueBytes.label())
                 .increment(by_bytes as u64);
         }
         let dropped = by_count + by_bytes;

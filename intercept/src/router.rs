@@ -82,43 +82,29 @@ impl fmt::Display for CopierId {
     }
 }
 
-/// Why a packet (or its record) was dropped without reaching a copier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DropReason {
+common::reasons! {
+    /// Why a packet (or its record) was dropped without reaching a copier; [`DropReason::label`]
+    /// is its `reason` label.
+    #[derive(Hash)]
+    enum DropReason;
     /// Not an IPv4/IPv6 TCP packet with whole headers.
-    Malformed,
+    Malformed => malformed,
     /// Held, but no copier registered its session in time.
-    Unregistered,
+    Unregistered => unregistered,
     /// Evicted from a full hold buffer (`--hold-capacity` records).
-    HoldOverflow,
+    HoldOverflow => hold_overflow,
     /// Evicted from a hold buffer that held `--hold-bytes` bytes.
-    HoldBytes,
+    HoldBytes => hold_bytes,
     /// Its tuple was unregistered within the linger time (a tombstone).
-    RecentlyUnregistered,
+    RecentlyUnregistered => recently_unregistered,
     /// The copier's outgoing queue was full (`--copier-queue` records; decided by the I/O
     /// layer).
-    CopierSlow,
+    CopierSlow => copier_slow,
     /// The copier's outgoing queue held `--copier-queue-bytes` bytes (decided by the I/O
     /// layer).
-    QueueBytes,
+    QueueBytes => queue_bytes,
     /// The copier went away between the decision and the delivery (decided by the I/O layer).
-    CopierGone,
-}
-
-impl DropReason {
-    /// The metric label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::Malformed => "malformed",
-            DropReason::Unregistered => "unregistered",
-            DropReason::HoldOverflow => "hold_overflow",
-            DropReason::HoldBytes => "hold_bytes",
-            DropReason::RecentlyUnregistered => "recently_unregistered",
-            DropReason::CopierSlow => "copier_slow",
-            DropReason::QueueBytes => "queue_bytes",
-            DropReason::CopierGone => "copier_gone",
-        }
-    }
+    CopierGone => copier_gone,
 }
 
 /// What to do with one packet.

@@ -65,7 +65,7 @@ impl QueueTarget {
 
 /// One rule of one family for one port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
+pub struct FirewallRule {
     /// iptables or ip6tables.
     pub family: Family,
     /// The test service's port (`--sport`).
@@ -74,7 +74,7 @@ pub struct Rule {
     pub target: QueueTarget,
 }
 
-impl Rule {
+impl FirewallRule {
     /// The rule specification after the chain name.
     pub fn spec(&self) -> Vec<String> {
         let mut v: Vec<String> = [
@@ -105,23 +105,23 @@ impl Rule {
     }
 }
 
-impl fmt::Display for Rule {
+impl fmt::Display for FirewallRule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} OUTPUT {}", self.family.tool(), self.spec().join(" "))
     }
 }
 
 /// The rules for these ports, IPv4 and (unless `ipv4_only`) IPv6.
-pub fn rules_for(ports: &[u16], target: QueueTarget, ipv4_only: bool) -> Vec<Rule> {
+pub fn rules_for(ports: &[u16], target: QueueTarget, ipv4_only: bool) -> Vec<FirewallRule> {
     let mut v = Vec::new();
     for &port in ports {
-        v.push(Rule {
+        v.push(FirewallRule {
             family: Family::V4,
             port,
             target,
         });
         if !ipv4_only {
-            v.push(Rule {
+            v.push(FirewallRule {
                 family: Family::V6,
                 port,
                 target,
@@ -173,13 +173,13 @@ impl Runner for SystemRunner {
 #[derive(Debug)]
 pub struct Installed<R: Runner> {
     runner: R,
-    rules: Vec<Rule>,
+    rules: Vec<FirewallRule>,
     adopted: usize,
 }
 
 impl<R: Runner> Installed<R> {
     /// The rules still installed by us.
-    pub fn rules(&self) -> &[Rule] {
+    pub fn rules(&self) -> &[FirewallRule] {
         &self.rules
     }
 
@@ -272,7 +272,7 @@ impl Listings {
 /// top anyway); adopted rules are removed at exit like added ones. A rule for our port with
 /// `--queue-bypass` is an error (it fails open whenever no intercept runs). On failure, the
 /// rules already added are removed again and the error names the command that failed.
-pub fn install<R: Runner>(runner: R, rules: &[Rule]) -> Result<Installed<R>> {
+pub fn install<R: Runner>(runner: R, rules: &[FirewallRule]) -> Result<Installed<R>> {
     let mut guard = Installed {
         runner,
         rules: Vec::new(),
@@ -334,7 +334,7 @@ pub const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Put back every rule of `rules` that is gone (`-C` fails: a flush, a firewall reload), at
 /// the top of OUTPUT. Returns the rules put back, and an error naming the first command that
 /// failed.
-pub fn restore(runner: &mut impl Runner, rules: &[Rule]) -> Result<Vec<Rule>> {
+pub fn restore(runner: &mut impl Runner, rules: &[FirewallRule]) -> Result<Vec<FirewallRule>> {
     let mut back = Vec::new();
     for rule in rules {
         if runner.run(rule.family.tool(), &rule.args("-C")).ok {
@@ -363,7 +363,7 @@ pub struct CheckReport {
 /// rule that could take the same packets (ACCEPT, RETURN, DROP/REJECT, a jump, another queue;
 /// a rule for another protocol or source port cannot). Otherwise fail, naming each offending
 /// line and the exact commands that fix it (or the advice to use `--install-rules`).
-pub fn check<R: Runner>(runner: &mut R, rules: &[Rule]) -> Result<CheckReport> {
+pub fn check<R: Runner>(runner: &mut R, rules: &[FirewallRule]) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let mut problems = Vec::new();
     let mut listings = Listings::default();

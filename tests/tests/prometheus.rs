@@ -228,8 +228,8 @@ fn prometheus_scrapes_both_daemons_and_answers_promql() {
     // copier): they must be defined in the source, as scripts/check-deploy.sh also checks.
     let lazy = ["intercept_records_dropped_total"];
     let sources = [
-        include_str!("../../intercept/src/metrics.rs"),
-        include_str!("../../copier/src/metrics.rs"),
+        include_str!("../../intercept/src/metrics_table.rs"),
+        include_str!("../../copier/src/metrics_table.rs"),
     ]
     .concat();
     let mut checked = 0;

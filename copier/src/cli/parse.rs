@@ -8,6 +8,8 @@ use crate::engine::{MapTargets, PortMap};
 use crate::offline::Speed;
 use crate::routing::InterceptAddr;
 
+use super::error::ValueError;
+
 /// `--fleet`: the copier's index (`None`: from the host name) and the fleet's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FleetArg {
@@ -18,28 +20,30 @@ pub struct FleetArg {
 }
 
 /// Parse `I/N` or `host/N`.
-pub fn parse_fleet(s: &str) -> Result<FleetArg, String> {
+pub fn parse_fleet(s: &str) -> Result<FleetArg, ValueError> {
     let (i, n) = s
         .split_once('/')
-        .ok_or_else(|| format!("{s:?}: expected I/N (copier I of N, from 0) or host/N"))?;
-    let size: u16 = n
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?}: the fleet size {n:?} is not a number from 1 to 65535"))?;
+        .ok_or_else(|| ValueError::FleetForm(s.to_string()))?;
+    let size: u16 = n.trim().parse().map_err(|_| ValueError::FleetSize {
+        value: s.to_string(),
+        size: n.to_string(),
+    })?;
     if size == 0 {
-        return Err(format!("{s:?}: a fleet has at least one copier"));
+        return Err(ValueError::FleetEmpty(s.to_string()));
     }
     let index = match i.trim() {
         "host" => None,
         i => {
-            let i: u16 = i
-                .parse()
-                .map_err(|_| format!("{s:?}: the copier {i:?} is neither a number nor `host`"))?;
+            let i: u16 = i.parse().map_err(|_| ValueError::FleetIndex {
+                value: s.to_string(),
+                index: i.to_string(),
+            })?;
             if i >= size {
-                return Err(format!(
-                    "{s:?}: copier {i} does not exist in a fleet of {size} (0 to {})",
-                    size - 1
-                ));
+                return Err(ValueError::FleetIndexOutside {
+                    value: s.to_string(),
+                    index: i,
+                    size,
+                });
             }
             Some(i)
         }
@@ -62,47 +66,55 @@ pub fn fleet_share(arg: FleetArg, host: &str) -> crate::engine::FleetShare {
 
 /// Parse `--map`: `[ONLINE_IP:]PORT=` and one target `IP:PORT` or weighted ones
 /// `IP:PORT@W,IP:PORT@W` (see [`crate::engine::parse_targets`]).
-pub fn parse_map_targets(s: &str) -> Result<MapTargets, String> {
-    let (online, targets) = s.split_once('=').ok_or_else(|| {
-        format!("{s:?}: no '=': expected [ONLINE_IP:]PORT=TARGET_IP:PORT[@W][,...]")
+pub fn parse_map_targets(s: &str) -> Result<MapTargets, ValueError> {
+    let (online, targets) = s
+        .split_once('=')
+        .ok_or_else(|| ValueError::MapTargetsForm(s.to_string()))?;
+    let targets = crate::engine::parse_targets(targets).map_err(|e| ValueError::MapTargets {
+        value: s.to_string(),
+        reason: e.to_string(),
     })?;
-    let targets = crate::engine::parse_targets(targets).map_err(|e| format!("{s:?}: {e}"))?;
     let map = parse_map(&format!("{online}={}", targets[0].addr))?;
     Ok(MapTargets { map, targets })
 }
 
 /// Parse `[ONLINE_IP:]PORT=TARGET_IP:PORT` (IPv6 in brackets: `[2001:db8::1]:80=[2001:db8::2]:80`).
-pub fn parse_map(s: &str) -> Result<PortMap, String> {
-    let form = "expected [ONLINE_IP:]PORT=TARGET_IP:PORT, e.g. 80=198.18.1.2:8080";
+pub fn parse_map(s: &str) -> Result<PortMap, ValueError> {
     let (online, target) = s
         .split_once('=')
-        .ok_or_else(|| format!("{s:?}: no '=': {form}"))?;
+        .ok_or_else(|| ValueError::MapForm(s.to_string()))?;
     let (online_ip, online_port) = match online.trim().parse::<u16>() {
         Ok(p) => (None, p),
         Err(_) => match online.trim().parse::<SocketAddr>() {
             Ok(sa) => (Some(sa.ip()), sa.port()),
             Err(_) => {
-                return Err(format!(
-                    "{s:?}: online part {online:?} is neither PORT nor IP:PORT (IPv6 as [ADDR]:PORT): {form}"
-                ))
+                return Err(ValueError::MapOnline {
+                    value: s.to_string(),
+                    online: online.to_string(),
+                })
             }
         },
     };
     if online_port == 0 {
-        return Err(format!("{s:?}: online port 0 cannot be copied"));
+        return Err(ValueError::MapPortZero(s.to_string()));
     }
     if let Some(ip) = online_ip {
         if ip.is_unspecified() || ip.is_multicast() {
-            return Err(format!("{s:?}: online address {ip} cannot be a service address; leave it out to copy any address"));
+            return Err(ValueError::MapOnlineAddress {
+                value: s.to_string(),
+                ip,
+            });
         }
     }
-    let target: SocketAddr = target.trim().parse().map_err(|_| {
-        format!("{s:?}: target {target:?} is not IP:PORT (IPv6 as [ADDR]:PORT; host names are not resolved): {form}")
+    let target: SocketAddr = target.trim().parse().map_err(|_| ValueError::MapTarget {
+        value: s.to_string(),
+        target: target.to_string(),
     })?;
     if target.port() == 0 || target.ip().is_unspecified() || target.ip().is_multicast() {
-        return Err(format!(
-            "{s:?}: target {target} needs a unicast address and a port from 1 to 65535"
-        ));
+        return Err(ValueError::MapTargetUnicast {
+            value: s.to_string(),
+            target,
+        });
     }
     Ok(PortMap {
         online_ip,
@@ -112,24 +124,24 @@ pub fn parse_map(s: &str) -> Result<PortMap, String> {
 }
 
 /// Parse a rate or factor: a finite number above 0 (`--target-rate`, `--max-factor`).
-pub(super) fn parse_rate(s: &str) -> Result<f64, String> {
+pub(super) fn parse_rate(s: &str) -> Result<f64, ValueError> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number above 0")),
+        _ => Err(ValueError::Rate(s.to_string())),
     }
 }
 
 /// Parse a percentage above 0 and at most 100 (`--sample`).
-pub(super) fn parse_percent(s: &str) -> Result<f64, String> {
+pub(super) fn parse_percent(s: &str) -> Result<f64, ValueError> {
     let v: f64 = s
         .trim()
         .trim_end_matches('%')
         .parse()
-        .map_err(|_| format!("{s:?} is not a number (e.g. 50 or 12.5)"))?;
+        .map_err(|_| ValueError::PercentNumber(s.to_string()))?;
     if v > 0.0 && v <= 100.0 {
         Ok(v)
     } else {
-        Err(format!("{s:?} is not above 0 and at most 100"))
+        Err(ValueError::PercentRange(s.to_string()))
     }
 }
 
@@ -138,13 +150,13 @@ pub(super) fn parse_speed(s: &str) -> Result<Speed, String> {
 }
 
 /// A Unix time in seconds, a fraction allowed (`--from`, `--until`).
-pub(super) fn parse_unix_time(s: &str) -> Result<Duration, String> {
+pub(super) fn parse_unix_time(s: &str) -> Result<Duration, ValueError> {
     let v: f64 = s
         .trim()
         .parse()
-        .map_err(|_| format!("{s:?} is not a Unix time in seconds (e.g. 1764480000.5)"))?;
+        .map_err(|_| ValueError::UnixTimeNumber(s.to_string()))?;
     if !(0.0..=1e11).contains(&v) {
-        return Err(format!("{s:?} is not a Unix time in seconds"));
+        return Err(ValueError::UnixTimeRange(s.to_string()));
     }
     Ok(Duration::from_secs_f64(v))
 }

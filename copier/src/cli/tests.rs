@@ -44,7 +44,7 @@ fn bad_maps_name_the_value() {
         ("80=0.0.0.0:80", "unicast"),
         ("0.0.0.0:80=198.18.1.2:80", "cannot be a service address"),
     ] {
-        let e = parse_map(bad).unwrap_err();
+        let e = parse_map(bad).unwrap_err().to_string();
         assert!(
             e.contains(bad.trim()) && e.contains(needle),
             "{bad:?} -> {e}"
@@ -59,9 +59,10 @@ fn map_cross_checks() {
     let dup = [map("80=198.18.1.2:80"), map("80=198.18.1.3:80")];
     assert!(check_maps(&dup, None)
         .unwrap_err()
+        .to_string()
         .contains("same online port 80"));
     let dup6 = [map("80=[2001:db8::2]:80"), map("80=[2001:db8::3]:80")];
-    let e = check_maps(&dup6, None).unwrap_err();
+    let e = check_maps(&dup6, None).unwrap_err().to_string();
     assert!(
         e.contains("same online port 80") && e.contains("IPv6"),
         "{e}"
@@ -72,15 +73,20 @@ fn map_cross_checks() {
     ];
     assert!(check_maps(&dup_addr, None)
         .unwrap_err()
+        .to_string()
         .contains("same online port 80"));
     let overlap = [map("80=198.18.1.2:80"), map("10.0.0.5:80=198.18.1.3:80")];
-    assert!(check_maps(&overlap, None).unwrap_err().contains("overlaps"));
+    assert!(check_maps(&overlap, None)
+        .unwrap_err()
+        .to_string()
+        .contains("overlaps"));
     let overlap6 = [
         map("80=[2001:db8::2]:80"),
         map("[2001:db8::1]:80=[2001:db8::3]:80"),
     ];
     assert!(check_maps(&overlap6, None)
         .unwrap_err()
+        .to_string()
         .contains("overlaps"));
     let two_addrs = [
         map("10.0.0.5:80=198.18.1.2:80"),
@@ -90,12 +96,14 @@ fn map_cross_checks() {
     let fam = [map("[2001:db8::1]:80=198.18.1.2:80")];
     assert!(check_maps(&fam, None)
         .unwrap_err()
+        .to_string()
         .contains("different IP families"));
     let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
     check_maps(&fam, Some(&pool)).unwrap();
     let pool6: ClientIpPool = "2001:db8:ff::/48".parse().unwrap();
     assert!(check_maps(&ok, Some(&pool6))
         .unwrap_err()
+        .to_string()
         .contains("--client-ip"));
 }
 
@@ -110,6 +118,7 @@ fn one_map_per_family_on_a_port() {
     let pool: ClientIpPool = "198.19.0.0/16".parse().unwrap();
     assert!(check_maps(&both, Some(&pool))
         .unwrap_err()
+        .to_string()
         .contains("different IP families"));
     // the engine's own checks accept them; the flags parse into both maps
     let cfg = EngineConfig {
@@ -131,7 +140,8 @@ fn one_map_per_family_on_a_port() {
     ])
     .unwrap()
     .validate(1)
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(three.contains("one map per family"), "{three}");
 }
 
@@ -147,7 +157,8 @@ fn the_idle_timeout_is_off_by_default_and_at_least_a_second() {
     let e = args(&["--no-secret", "--idle-timeout", "100ms"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--idle-timeout"), "{e}");
 }
 
@@ -163,7 +174,8 @@ fn the_unproven_timeout_is_10s_by_default_and_at_least_a_second() {
     let e = args(&["--no-secret", "--unproven-timeout", "100ms"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--unproven-timeout"), "{e}");
 }
 
@@ -214,7 +226,9 @@ fn a_map_to_this_host_is_refused() {
         "[::ffff:198.18.1.2]:80",
     ] {
         let m = map(&format!("80={target}"));
-        let e = check_targets_not_local(&[map("81=198.18.2.2:81"), m], &local).unwrap_err();
+        let e = check_targets_not_local(&[map("81=198.18.2.2:81"), m], &local)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(&format!("--map {}", m)) && e.contains("this host"),
             "{target}: {e}"
@@ -227,7 +241,8 @@ fn a_map_to_this_host_is_refused() {
     let e = args(&["--no-secret", "--map", "81=127.0.0.1:80"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("--map 81=127.0.0.1:80"), "{e}");
     if let Some(a) = mine.iter().find(|a| !a.is_loopback()) {
         let target = SocketAddr::new(*a, 80);
@@ -235,7 +250,8 @@ fn a_map_to_this_host_is_refused() {
         let e = args(&["--no-secret", "--map", &flag])
             .unwrap()
             .validate(1)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("this host"), "{e}");
     }
 }
@@ -357,17 +373,20 @@ fn command_line() {
     let missing = args(&["--secret-file", "/nonexistent/secret"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(missing.contains("/nonexistent/secret"), "{missing}");
     let twice = args(&["--no-secret", "--intercept", "198.18.1.2:36524"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(twice.contains("twice"), "{twice}");
     let ring = args(&["--no-secret", "--ring-block-size", "1000"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(ring.contains("--ring-block-size"), "{ring}");
 }
 
@@ -388,14 +407,16 @@ fn secret_file_is_read() {
     let e = args(&["--secret-file", f.to_str().unwrap()])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("empty"), "{e}");
     // the value of deploy/k8s/secret.yaml
     std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();
     let e = args(&["--secret-file", f.to_str().unwrap()])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("--secret-file") && e.contains("placeholder"),
         "{e}"
@@ -533,12 +554,14 @@ fn amplification_flags() {
     ])
     .unwrap()
     .validate(1)
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("--client-ip") && e.contains("overlap"), "{e}");
     let e = args(&["--no-secret", "--client-ip", "fd00:198:19::/48"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("different IP families"), "{e}");
     // One pool for both families when both are mapped.
     let v = args(&[
@@ -600,7 +623,8 @@ fn profile_flag() {
     let e = args(&["--no-secret", "--profile", bad.to_str().unwrap()])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("--profile") && e.contains("multiplication.factor"),
         "{e}"
@@ -609,7 +633,8 @@ fn profile_flag() {
     let e = args(&["--no-secret", "--profile", missing.to_str().unwrap()])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("none.toml"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
     use clap::CommandFactory;
@@ -685,14 +710,15 @@ fn weighted_maps_and_intercept_routing() {
         ("80=198.18.1.2:80@0", "not from 1"),
         ("80=198.18.1.2:80,198.18.1.2:80", "given twice"),
     ] {
-        let e = parse_map_targets(bad).unwrap_err();
+        let e = parse_map_targets(bad).unwrap_err().to_string();
         assert!(e.contains(says) && e.contains(bad), "{bad}: {e}");
     }
     // Every server of a spread map is checked against this host's addresses.
     let e = args(&["--no-secret", "--map", "81=198.18.1.2:80,127.0.0.1:80"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("127.0.0.1"), "{e}");
 }
 
@@ -720,7 +746,8 @@ fn rules_and_record_flags() {
     let e = args(&["--no-secret", "--rules", bad.to_str().unwrap()])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         e.starts_with("--rules")
             && e.contains("bad.toml")
@@ -730,7 +757,8 @@ fn rules_and_record_flags() {
     let e = args(&["--no-secret", "--rules", "/nonexistent/rules.toml"])
         .unwrap()
         .validate(1)
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/nonexistent/rules.toml"), "{e}");
     // The archive: size split over the files; too small refused; sizes need --record.
     let rec = dir.join("archive");
@@ -760,7 +788,8 @@ fn rules_and_record_flags() {
     ])
     .unwrap()
     .validate(1)
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("--record-size"), "{e}");
     assert!(args(&["--no-secret", "--record-size", "1G"]).is_err());
     // The time slice of a replay.
@@ -889,7 +918,7 @@ fn compare_flags() {
         a.extend_from_slice(extra);
         match args(&a) {
             Err(e) => e.to_string(),
-            Ok(a) => a.validate(1).unwrap_err(),
+            Ok(a) => a.validate(1).unwrap_err().to_string(),
         }
     };
     assert!(err(&["--compare", "--client-ip", "198.18.9.0/24"]).contains("--client-ip"));
@@ -928,7 +957,7 @@ fn fleet_shares_parse_and_are_checked_against_the_workers() {
         ("3", "expected I/N"),
         ("x/2", "neither a number"),
     ] {
-        let e = parse_fleet(bad).unwrap_err();
+        let e = parse_fleet(bad).unwrap_err().to_string();
         assert!(e.contains(needle), "{bad}: {e}");
     }
     // host/N: the same host always gets the same copier, and copier indices stay in the fleet.
@@ -961,7 +990,9 @@ fn fleet_shares_parse_and_are_checked_against_the_workers() {
         fleet(&[]).unwrap().fleet,
         crate::engine::FleetShare::default()
     );
-    let e = fleet(&["--fleet", "0/2000", "--workers", "64"]).unwrap_err();
+    let e = fleet(&["--fleet", "0/2000", "--workers", "64"])
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("--fleet 0/2000") && e.contains("--workers 64"),
         "{e}"

@@ -1,6 +1,6 @@
 //! The checks that run before anything starts: [`CopierArgs::validate`] turns the flags into
 //! the configurations of the engine, capture, sender and control clients (or says which flag is
-//! wrong), and the cross-checks of the maps and of the test servers' addresses.
+//! wrong: a [`FlagError`]), and the cross-checks of the maps and of the test servers' addresses.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +13,7 @@ use crate::offline::OfflineConfig;
 use crate::routing::InterceptAddr;
 use crate::send::SendConfig;
 
+use super::error::FlagError;
 use super::parse::fleet_share;
 use super::{CopierArgs, GsoMode, PacingMode};
 
@@ -54,12 +55,11 @@ pub struct Validated {
 impl CopierArgs {
     /// Check every flag and build the configurations; `seed` is used when `--seed` is absent.
     /// Reads the secret file; opens nothing else.
-    pub fn validate(&self, seed: u64) -> Result<Validated, String> {
+    pub fn validate(&self, seed: u64) -> Result<Validated, FlagError> {
         let client_ip = match self.client_ip.len() {
             0 => None,
             _ => Some(
-                ClientIpPool::join(self.client_ip.iter().cloned())
-                    .map_err(|e| format!("--client-ip: {e}"))?,
+                ClientIpPool::join(self.client_ip.iter().cloned()).map_err(FlagError::ClientIp)?,
             ),
         };
         let maps: Vec<PortMap> = self.maps.iter().map(|m| m.map).collect();
@@ -79,7 +79,10 @@ impl CopierArgs {
         let profile = match &self.profile {
             None => None,
             Some(path) => {
-                let ctx = |e: &dyn std::fmt::Display| format!("--profile {}: {e}", path.display());
+                let ctx = |e: &dyn std::fmt::Display| FlagError::Profile {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                };
                 let p = shaper::Profile::load(path).map_err(|e| ctx(&e))?;
                 p.validate().map_err(|e| ctx(&e))?;
                 // Builds the plan and the users once, so that a profile the engine cannot
@@ -96,7 +99,7 @@ impl CopierArgs {
         let rules = match &self.rules {
             None => None,
             Some(path) => Some(Arc::new(
-                crate::engine::Rules::load(path).map_err(|e| format!("--rules: {e}"))?,
+                crate::engine::Rules::load(path).map_err(FlagError::Rules)?,
             )),
         };
         let engine = EngineConfig {
@@ -128,9 +131,8 @@ impl CopierArgs {
                 .max(64 << 10),
             idle_timeout: self.idle_timeout,
             unproven_timeout: self.unproven_timeout,
-            max_memory: usize::try_from(self.max_memory).map_err(|_| {
-                "--max-memory is larger than this machine's address space".to_string()
-            })?,
+            max_memory: usize::try_from(self.max_memory)
+                .map_err(|_| FlagError::MaxMemoryTooLarge)?,
             pace_requests: !self.no_pacing && self.pacing != PacingMode::Off,
             pace_window: if self.pacing == PacingMode::Strict {
                 1
@@ -147,28 +149,19 @@ impl CopierArgs {
         if self.target_down_after < Duration::from_millis(100)
             || self.target_retry < Duration::from_millis(100)
         {
-            return Err("--target-down-after and --target-retry must be at least 100ms".into());
+            return Err(FlagError::HealthTooFast);
         }
         if self.session_timeout < Duration::from_secs(1) {
-            return Err(format!(
-                "--session-timeout {:?} is too short (at least 1s)",
-                self.session_timeout
-            ));
+            return Err(FlagError::SessionTimeout(self.session_timeout));
         }
         if let Some(t) = self.idle_timeout.filter(|t| *t < Duration::from_secs(1)) {
-            return Err(format!("--idle-timeout {t:?} is too short (at least 1s)"));
+            return Err(FlagError::IdleTimeout(t));
         }
         if self.unproven_timeout < Duration::from_secs(1) {
-            return Err(format!(
-                "--unproven-timeout {:?} is too short (at least 1s)",
-                self.unproven_timeout
-            ));
+            return Err(FlagError::UnprovenTimeout(self.unproven_timeout));
         }
         if engine.max_memory < 1 << 20 {
-            return Err(format!(
-                "--max-memory {} is too small (at least 1M)",
-                engine.max_memory
-            ));
+            return Err(FlagError::MaxMemoryTooSmall(engine.max_memory));
         }
         let one_worker = self.offline.is_some() || self.mirror.is_some();
         let workers = if one_worker { 1 } else { self.workers.max(1) };
@@ -196,9 +189,7 @@ impl CopierArgs {
             },
             ..engine
         };
-        engine
-            .validate()
-            .map_err(|e| format!("invalid configuration: {e}"))?;
+        engine.validate().map_err(FlagError::Engine)?;
         if fleet.is_split() {
             let (first, last) = fleet.ports();
             let each = engine.port_share.size();
@@ -217,16 +208,11 @@ impl CopierArgs {
             || self.ring_block_size % page != 0
             || self.ring_block_size > 1 << 30
         {
-            return Err(format!(
-                "--ring-block-size {} must be a multiple of 4K between 64K and 1G",
-                self.ring_block_size
-            ));
+            return Err(FlagError::RingBlockSize(self.ring_block_size));
         }
         if let Some(name) = &self.interface {
             if name.is_empty() || name.len() >= 16 || name.contains(['/', ' ', '\0']) {
-                return Err(format!(
-                    "--interface {name:?} is not a valid interface name"
-                ));
+                return Err(FlagError::Interface(name.clone()));
             }
         }
         let capture = CaptureConfig {
@@ -239,29 +225,27 @@ impl CopierArgs {
         let secret = match (&self.secret_file, self.no_secret) {
             (_, true) => None,
             (Some(path), false) => {
-                let s = common::proto::auth::load_secret(path)
-                    .map_err(|e| format!("--secret-file: {e}"))?;
+                let s = common::proto::auth::load_secret(path).map_err(FlagError::SecretFile)?;
                 warn_if_readable_by_others(path);
                 Some(Arc::from(s))
             }
-            (None, false) => {
-                return Err("give --secret-file FILE, or --no-secret to run without one".into())
-            }
+            (None, false) => return Err(FlagError::NoSecret),
         };
         let mut intercepts = Vec::new();
         for i in &self.intercepts {
             if intercepts.contains(i) {
-                return Err(format!("--intercept {i} is given twice"));
+                return Err(FlagError::InterceptTwice(i.clone()));
             }
             intercepts.push(i.clone());
         }
         let target_ips: Vec<IpAddr> = every_target.iter().map(|m| m.target.ip()).collect();
-        let intercept_serves = crate::routing::plan(&intercepts, &self.intercept_for, &target_ips)?;
+        let intercept_serves = crate::routing::plan(&intercepts, &self.intercept_for, &target_ips)
+            .map_err(FlagError::InterceptFor)?;
         if self
             .trace_every
             .is_some_and(|d| d < Duration::from_millis(10))
         {
-            return Err("--trace-every must be at least 10ms".into());
+            return Err(FlagError::TraceEvery);
         }
         let trace = self.trace.as_ref().map(|path| crate::trace::TraceConfig {
             path: path.clone(),
@@ -276,14 +260,16 @@ impl CopierArgs {
         let record = match &self.record {
             None => None,
             Some(dir) => {
-                common::private::create_dir_all(dir)
-                    .map_err(|e| format!("--record {}: {e}", dir.display()))?;
+                common::private::create_dir_all(dir).map_err(|error| FlagError::RecordDir {
+                    dir: dir.clone(),
+                    error,
+                })?;
                 let max_file = self.record_size / u64::from(self.record_files);
                 if max_file < 1 << 16 {
-                    return Err(format!(
-                        "--record-size {} over {} files is under 64K a file",
-                        self.record_size, self.record_files
-                    ));
+                    return Err(FlagError::RecordSize {
+                        size: self.record_size,
+                        files: self.record_files,
+                    });
                 }
                 Some(crate::record::RecordConfig {
                     dir: dir.clone(),
@@ -338,21 +324,18 @@ impl CopierArgs {
     fn shadow_config(
         &self,
         capture: &CaptureConfig,
-    ) -> Result<Option<crate::shadow::ShadowConfig>, String> {
+    ) -> Result<Option<crate::shadow::ShadowConfig>, FlagError> {
         use crate::shadow::{LogConfig, ShadowConfig, ShadowMap};
         if !self.compare {
             if !self.baseline_maps.is_empty() {
-                return Err("--baseline-map needs --compare".into());
+                return Err(FlagError::BaselineWithoutCompare);
             }
             return Ok(None);
         }
         let mut maps = Vec::new();
         for m in &self.maps {
             if m.targets.len() > 1 {
-                return Err(format!(
-                    "--compare with --map {}: a compared map has one candidate test server (several weighted ones are not compared)",
-                    m.map
-                ));
+                return Err(FlagError::CompareSpread(m.map));
             }
             let m = &m.map;
             let baseline = self
@@ -361,11 +344,10 @@ impl CopierArgs {
                 .find(|b| b.online_port == m.online_port && b.online_ip == m.online_ip);
             if let Some(b) = baseline {
                 if b.target.is_ipv4() != m.target.is_ipv4() || b.target == m.target {
-                    return Err(format!(
-                        "--baseline-map {}: its target must differ from the --map target {} and be of its family",
-                        b,
-                        m.target
-                    ));
+                    return Err(FlagError::BaselineTarget {
+                        baseline: *b,
+                        candidate: m.target,
+                    });
                 }
             }
             maps.push(ShadowMap {
@@ -380,18 +362,12 @@ impl CopierArgs {
                 .iter()
                 .any(|m| m.port == b.online_port && m.online == b.online_ip)
             {
-                return Err(format!(
-                    "--baseline-map {}: no --map for that online port and address",
-                    b
-                ));
+                return Err(FlagError::BaselineWithoutMap(*b));
             }
         }
         let max_message = usize::try_from(self.compare_bytes).unwrap_or(usize::MAX);
         if max_message < 1024 {
-            return Err(format!(
-                "--compare-bytes {} is too small (at least 1K)",
-                self.compare_bytes
-            ));
+            return Err(FlagError::CompareBytes(self.compare_bytes));
         }
         let compare = compare::CompareConfig {
             ignore: self
@@ -463,7 +439,7 @@ fn warn_if_readable_by_others(path: &std::path::Path) {
 /// A port without an online address may have one map per target family: the engine sends a
 /// client to the map of its own family (`--map 80=198.18.2.2:80 --map 80=[fd00::2]:80`), and
 /// to the other one only through a `--client-ip` range, which every target must share anyway.
-pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), String> {
+pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), FlagError> {
     // Key: port, online address, and for maps of any address the target's family.
     type Key = (u16, Option<IpAddr>, Option<bool>);
     let key = |m: &PortMap| -> Key {
@@ -473,16 +449,12 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
     let mut seen: BTreeMap<Key, &PortMap> = BTreeMap::new();
     for m in maps {
         if let Some(prev) = seen.get(&key(m)) {
-            let what = if m.online_ip.is_none() {
-                format!(
-                    "copy the same online port {} to the same family ({}); one map per family",
-                    m.online_port,
-                    if m.target.is_ipv6() { "IPv6" } else { "IPv4" }
-                )
+            let (first, second) = (**prev, *m);
+            return Err(if m.online_ip.is_none() {
+                FlagError::SamePortAndFamily { first, second }
             } else {
-                format!("copy the same online port {}", m.online_port)
-            };
-            return Err(format!("--map {} and --map {} {what}", prev, m));
+                FlagError::SamePort { first, second }
+            });
         }
         seen.insert(key(m), m);
     }
@@ -492,27 +464,21 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
                 .into_iter()
                 .find_map(|v6| seen.get(&(m.online_port, None, Some(v6))));
             if let Some(any) = any {
-                return Err(format!(
-                    "--map {} (any address) overlaps --map {}: give addresses to both or to neither",
-                    any,
-                    m
-                ));
+                return Err(FlagError::AnyOverlaps {
+                    any: **any,
+                    given: *m,
+                });
             }
         }
         match (m.online_ip, pool) {
             (_, Some(p)) if !p.serves(m.target.is_ipv6()) => {
-                return Err(format!(
-                    "--client-ip {p} has no range of the IP family of the target of --map {} \
-                     (different IP families)",
-                    m
-                ));
+                return Err(FlagError::PoolFamily {
+                    pool: p.clone(),
+                    map: *m,
+                });
             }
             (Some(ip), None) if ip.is_ipv6() != m.target.is_ipv6() => {
-                return Err(format!(
-                    "--map {}: the online address and the target are of different IP families; \
-                     add --client-ip with a range of the target's family",
-                    m
-                ));
+                return Err(FlagError::MapFamilies(*m));
             }
             _ => {}
         }
@@ -521,9 +487,8 @@ pub fn check_maps(maps: &[PortMap], pool: Option<&ClientIpPool>) -> Result<(), S
 }
 
 /// The addresses of this host's interfaces (loopback included).
-pub fn local_addresses() -> Result<Vec<IpAddr>, String> {
-    let addrs = nix::ifaddrs::getifaddrs()
-        .map_err(|e| format!("cannot list this host's addresses (getifaddrs): {e}"))?;
+pub fn local_addresses() -> Result<Vec<IpAddr>, FlagError> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(FlagError::LocalAddresses)?;
     Ok(addrs
         .filter_map(|a| a.address)
         .filter_map(|sa| {
@@ -536,7 +501,7 @@ pub fn local_addresses() -> Result<Vec<IpAddr>, String> {
 
 /// Refuse a map whose target is this host itself (one of `local`, any loopback or the
 /// unspecified address): the copies would go to the production host.
-pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(), String> {
+pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(), FlagError> {
     for m in maps {
         let ip = m.target.ip();
         let ip = match ip {
@@ -544,12 +509,10 @@ pub fn check_targets_not_local(maps: &[PortMap], local: &[IpAddr]) -> Result<(),
             v4 => v4,
         };
         if ip.is_loopback() || ip.is_unspecified() || local.contains(&ip) {
-            return Err(format!(
-                "--map {}: the target {} is an address of this host (the production host): the copies \
-                 would be sent here; give the test server's address",
-                m,
-                m.target.ip()
-            ));
+            return Err(FlagError::TargetIsLocal {
+                map: *m,
+                ip: m.target.ip(),
+            });
         }
     }
     Ok(())

@@ -14,67 +14,7 @@
 //! `sessions_started / captured_sessions_started` is the multiplier achieved
 //! ([`EngineStats::copy_multiplier`]), to compare with `copies_requested`.
 
-/// Declares a reason enum and its counts struct from one list, so that every reason has a
-/// counter and a label and every counter is exported under its label: `ALL` lists the reasons,
-/// `label` is the field's name, `iter` gives `(label, count)` for each.
-macro_rules! reasons {
-    (
-        $(#[$em:meta])* enum $enum:ident;
-        $(#[$cm:meta])* struct $counts:ident;
-        $( $(#[$fm:meta])* $variant:ident => $field:ident, )*
-    ) => {
-        $(#[$em])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum $enum {
-            $( $(#[$fm])* $variant, )*
-        }
-
-        impl $enum {
-            /// Every reason, in export order.
-            pub const ALL: &'static [$enum] = &[$($enum::$variant),*];
-
-            /// The metric label.
-            #[must_use]
-            pub fn label(self) -> &'static str {
-                match self {
-                    $($enum::$variant => stringify!($field),)*
-                }
-            }
-        }
-
-        $(#[$cm])*
-        #[derive(Debug, Clone, Default, PartialEq, Eq)]
-        pub struct $counts {
-            $( $(#[$fm])* pub $field: u64, )*
-        }
-
-        impl $counts {
-            /// Count `n` more for `r`.
-            pub fn add(&mut self, r: $enum, n: u64) {
-                *self.get_mut(r) += n;
-            }
-
-            /// The count of `r`.
-            #[must_use]
-            pub fn get(&self, r: $enum) -> u64 {
-                match r {
-                    $($enum::$variant => self.$field,)*
-                }
-            }
-
-            fn get_mut(&mut self, r: $enum) -> &mut u64 {
-                match r {
-                    $($enum::$variant => &mut self.$field,)*
-                }
-            }
-
-            /// `(reason label, count)` pairs, every reason.
-            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-                $enum::ALL.iter().map(move |&r| (r.label(), self.get(r)))
-            }
-        }
-    };
-}
+use common::reasons;
 
 reasons! {
     /// Why a session ended without completing.

@@ -37,7 +37,9 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ::metrics::{counter, describe_counter, describe_gauge, gauge};
+use ::metrics::{counter, gauge};
+
+use crate::metrics_table::mirror as names;
 use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders};
 use socket2::{Domain, Protocol, Socket, Type};
 
@@ -156,50 +158,41 @@ pub fn parse_vnis(s: &str) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
-macro_rules! drops {
-    ($( $(#[$m:meta])* $field:ident, )*) => {
-        /// Datagrams or inner packets the mirror input did not deliver, by reason.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct MirrorDrops {
-            $( $(#[$m])* pub $field: u64, )*
-        }
-
-        impl MirrorDrops {
-            /// `(reason label, count)` for every reason.
-            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-                [$((stringify!($field), self.$field)),*].into_iter()
-            }
-
-            fn count(&mut self, label: &str) {
-                match label {
-                    $(stringify!($field) => self.$field += 1,)*
-                    _ => {}
-                }
-            }
-        }
-    };
-}
-
-drops! {
+common::reasons! {
+    /// Why the mirror input did not deliver a datagram or an inner packet: the `reason` label of
+    /// `copier_mirror_dropped_total`.
+    enum MirrorDrop;
+    /// Datagrams or inner packets the mirror input did not deliver, by reason.
+    #[derive(Copy)]
+    struct MirrorDrops;
     /// Shorter than the encapsulation header.
-    short,
+    Short => short,
     /// VXLAN without the I flag, GENEVE of another version.
-    bad_header,
+    BadHeader => bad_header,
     /// GENEVE control packets.
-    control,
+    Control => control,
     /// Inner frames that are not IP.
-    not_ip,
+    NotIp => not_ip,
     /// Inner packets with a bad IP version.
-    bad_version,
+    BadVersion => bad_version,
     /// Inner packets shorter than their IP length (the mirror cut them), or datagrams larger
     /// than the socket buffer: never delivered as whole.
-    truncated,
+    Truncated => truncated,
     /// Mirror sessions not selected by `--vni`.
-    vni,
+    Vni => vni,
     /// Inner packets to or from no mapped service (or not TCP).
-    unselected,
+    Unselected => unselected,
     /// Inner packets seen a moment before (a duplicating mirror): delivered once.
-    duplicate,
+    Duplicate => duplicate,
+}
+
+impl MirrorDrops {
+    /// Count one more under the reason labelled `label` (none: nothing).
+    fn count(&mut self, label: &str) {
+        if let Some(&r) = MirrorDrop::ALL.iter().find(|r| r.label() == label) {
+            self.add(r, 1);
+        }
+    }
 }
 
 /// The mirror's counters, cumulative.
@@ -481,7 +474,6 @@ impl MirrorInput {
             }
             None => tracing::info!("mirror socket: too many ports for a kernel filter: every datagram is read and selected here"),
         }
-        describe();
         Ok(MirrorInput {
             sock,
             selector: Selector::new(&cfg, maps),
@@ -708,36 +700,6 @@ pub fn udp_rcvbuf_errors() -> Option<u64> {
         }
     }
     Some(total)
-}
-
-/// Metric names.
-pub mod names {
-    /// Datagrams read from the mirror.
-    pub const DATAGRAMS: &str = "copier_mirror_datagrams_total";
-    /// Inner packets delivered, by direction.
-    pub const PACKETS: &str = "copier_mirror_packets_total";
-    /// Datagrams or inner packets dropped, by reason.
-    pub const DROPPED: &str = "copier_mirror_dropped_total";
-    /// VNIs seen.
-    pub const VNIS: &str = "copier_mirror_vnis_seen";
-}
-
-/// Describe the mirror's metrics.
-pub fn describe() {
-    describe_counter!(
-        names::DATAGRAMS,
-        "Datagrams read from the mirror's UDP port"
-    );
-    describe_counter!(
-        names::PACKETS,
-        "Inner packets of the mirror taken, by direction (client: copied; server: the online answers, compared with --compare)"
-    );
-    describe_counter!(
-        names::DROPPED,
-        "Datagrams or inner packets of the mirror not taken, by reason (short, bad_header, control, not_ip, bad_version, \
-         truncated, vni, unselected, duplicate, socket_buffer; kernel_filter: by the socket's filter in the kernel, never read)"
-    );
-    describe_gauge!(names::VNIS, "Mirror sessions (VNIs) seen so far");
 }
 
 fn export(s: &MirrorStats) {

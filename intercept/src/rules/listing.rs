@@ -4,9 +4,9 @@
 //!
 //! Pure text analysis: the commands that produce the listing run in the parent module.
 
-use super::{Family, QueueTarget, Rule};
+use super::{Family, FirewallRule, QueueTarget};
 
-impl Rule {
+impl FirewallRule {
     /// Whether a line of `iptables -S OUTPUT` is exactly this rule: `-A OUTPUT -p tcp [-m tcp]
     /// --sport PORT -j NFQUEUE` with our queue(s), no other match, no `--queue-bypass`.
     pub fn matches_listing(&self, line: &str) -> bool {
@@ -251,7 +251,7 @@ pub(super) enum Finding {
     Shadowed(String),
 }
 
-pub(super) fn analyze(listing: &str, rule: &Rule) -> Finding {
+pub(super) fn analyze(listing: &str, rule: &FirewallRule) -> Finding {
     let mut narrowed = None;
     for line in listing.lines() {
         let l = Line::parse(line);

@@ -69,7 +69,7 @@ fn commands() {
 
 #[test]
 fn listing_match() {
-    let r = Rule {
+    let r = FirewallRule {
         family: Family::V4,
         port: 80,
         target: QueueTarget::Num(0),
@@ -92,7 +92,7 @@ fn listing_match() {
     assert!(!r.matches_listing("-A INPUT -p tcp -m tcp --sport 80 -j NFQUEUE --queue-num 0"));
     assert!(!r.matches_listing("-A OUTPUT -p tcp -m tcp --sport 80 -j ACCEPT"));
     assert!(!r.matches_listing("-P OUTPUT ACCEPT"));
-    let b = Rule {
+    let b = FirewallRule {
         family: Family::V4,
         port: 80,
         target: QueueTarget::Balance(0, 1),
