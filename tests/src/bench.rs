@@ -8,6 +8,7 @@
 //! Everything here is a plain function of what it is given (files of `/proc`, log entries, an
 //! instant), so the figures can be checked by unit tests without a lab.
 
+pub mod peer;
 pub mod perf;
 
 use crate::{Host, Lab, LogEntry};

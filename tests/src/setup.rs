@@ -69,6 +69,8 @@ pub struct Copying {
     secret: PathBuf,
     opts: CopyOptions,
     intercept_runs: u32,
+    /// Set by [`Copying::stop_ours`]: the copier and the intercept were stopped on purpose.
+    stopped: bool,
 }
 
 impl Copying {
@@ -105,6 +107,7 @@ impl Copying {
             secret,
             opts,
             intercept_runs: 1,
+            stopped: false,
         };
         if c.opts.start_copier {
             c.start_copier(lab)?;
@@ -268,8 +271,44 @@ impl Copying {
             .unwrap_or(0)
     }
 
+    /// Stops the copier and the intercept and removes the NFQUEUE rules of the test host's
+    /// OUTPUT chain (the intercept leaves them while sessions are open), so that another tool
+    /// can copy in the same lab; [`Copying::check_alive`] no longer checks them.
+    pub fn stop_ours(&mut self, lab: &Lab) -> Result<()> {
+        if let Some(c) = self.copier.take() {
+            c.stop();
+        }
+        self.intercept.stop();
+        self.stopped = true;
+        // the intercept keeps its rules at exit while sessions were open (fail closed)
+        for cmd in ["iptables", "ip6tables"] {
+            let rules = lab.exec_ok(Host::Test, &[cmd, "-S", "OUTPUT"])?;
+            for rule in rules.lines().filter(|l| l.contains("NFQUEUE")) {
+                let Some(spec) = rule.strip_prefix("-A ") else {
+                    continue;
+                };
+                let mut argv = vec![cmd, "-D"];
+                argv.extend(spec.split_whitespace());
+                lab.exec_ok(Host::Test, &argv)?;
+            }
+        }
+        let rules = lab.sh(Host::Test, "iptables -S OUTPUT; ip6tables -S OUTPUT")?;
+        if rules.contains("NFQUEUE") {
+            bail!("NFQUEUE rules left on test:\n{rules}");
+        }
+        Ok(())
+    }
+
+    /// Whether [`Copying::stop_ours`] stopped the copier and the intercept.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
     /// Checks that the process is still running; fails with its log otherwise.
     pub fn check_alive(&self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
         for p in [Some(&self.intercept), self.copier.as_ref()]
             .into_iter()
             .flatten()

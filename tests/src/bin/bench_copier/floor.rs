@@ -9,7 +9,9 @@
 //! answers); with `--floor-drop` the test host drops them in raw PREROUTING instead. It sends
 //! every captured segment, the clients' bare ACKs too (the copier makes its own ACKs and copies
 //! none of those); `--floor-data-only` leaves them out (`copier-floor --data-only`). It starts
-//! once the scenario's connections are warm, just before the step's counters are read. Its CPU
+//! once the scenario's connections are warm, just before the step's counters are read. It runs
+//! in think-ka, think-close, think-100k, full16 and full100k (at full speed it takes CPU from the
+//! copier on a 2-core machine: `--no-floor` for full100k's real-time figures alone). Its CPU
 //! (all its threads, from `/proc/PID/task/*/schedstat`, over the same window as the copier's)
 //! per 1,000 copied requests is the floor; the copier's over it the ratio (target 1.25). The
 //! intercept's floor is not run here: `bench_intercept`'s bare NFQUEUE reader is it.
@@ -26,7 +28,11 @@ pub(super) const FLOOR_TARGET: f64 = 1.25;
 pub(super) fn measured(sc: Scenario) -> bool {
     matches!(
         sc,
-        Scenario::ThinkKeepAlive | Scenario::ThinkClose | Scenario::Think100k | Scenario::Full16
+        Scenario::ThinkKeepAlive
+            | Scenario::ThinkClose
+            | Scenario::Think100k
+            | Scenario::Full16
+            | Scenario::Full100k
     )
 }
 
@@ -186,8 +192,8 @@ pub(super) fn print_floor(rows: &[Row], dropped: bool, data_only: bool) {
     println!("intercept's floor is bench_intercept's bare NFQUEUE reader.)");
 }
 
-/// The copier's CPU over its floor's in `r`, if the floor ran and used any.
+/// The copier's CPU over its floor's in `r`, if the floor ran and used any and copies came.
 pub(super) fn floor_ratio(r: &Row) -> Option<f64> {
     let f = r.floor.as_ref()?.secs();
-    (f > 0.0).then(|| r.copier.secs() / f)
+    (f > 0.0 && r.rt.copied > 0).then(|| r.copier.secs() / f)
 }

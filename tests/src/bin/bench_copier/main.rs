@@ -47,10 +47,13 @@
 //! logs), HTTP keep-alive at full speed on 16 and on 1 connection, and with 100 KB answers on 16
 //! (`full100k`, issue 32 item 2: its share at the test server by the load's end). Each scenario waits
 //! for its copies until the test server has them all, none came for 3 s, or `--final-wait` passed.
-//! In the CPU scenarios (think-ka, think-close, think-100k, full16) the copier's floor runs
+//! In the CPU scenarios (think-ka, think-close, think-100k, full16, full100k) the copier's floor runs
 //! beside the copier on the same load (`floor.rs`, issue 32; `--no-floor` leaves it out): a table
 //! gives both CPUs per 1,000 copied requests and their ratio.
 //! A last table prints the figures against the issue's targets, PASS/FAIL (informative only).
+//! `--report` runs only issue 32's four scenarios and ends with the glance table of
+//! BENCHMARKS.md (`report.rs`); `--peer DIR` runs the same scenarios again with the C tool's
+//! `tcpcopy` and `intercept` from DIR in place of ours (`lab::bench::peer`).
 //!
 //! CPU % is CPU time over the step's sending time, the drain after it included (the copier works
 //! until the test server has everything); CPU s per 1000 copied requests divides the same CPU time
@@ -65,6 +68,7 @@
 //!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60] [--no-floor] [--floor-drop] [--floor-data-only]
+//! target/release/bench_copier --report [--peer DIR]   # the glance table (report.rs)
 //! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
@@ -108,6 +112,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod bulk;
 mod floor;
 mod load;
+mod report;
 mod scenarios;
 mod steps;
 
@@ -198,6 +203,10 @@ struct Args {
     floor_drop: bool,
     /// The floor sends only segments with data or SYN/FIN/RST (`copier-floor --data-only`).
     floor_data_only: bool,
+    /// Only issue 32's four scenarios, then the glance table (`report.rs`).
+    report: bool,
+    /// The C tool's binaries (`tcpcopy`, `intercept`): its run of the same scenarios after ours.
+    peer: Option<std::path::PathBuf>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -223,6 +232,12 @@ fn parse_args() -> Result<Args> {
     let mut no_floor = env("BENCH_NO_FLOOR").is_some();
     let mut floor_drop = env("BENCH_FLOOR_DROP").is_some();
     let mut floor_data_only = env("BENCH_FLOOR_DATA_ONLY").is_some();
+    let mut report = env("BENCH_REPORT").is_some();
+    let mut peer = env("BENCH_PEER");
+    let (mut secs_given, mut wait_given) = (
+        env("BENCH_SCENARIO_SECS").is_some(),
+        env("BENCH_FINAL_WAIT").is_some(),
+    );
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -240,24 +255,44 @@ fn parse_args() -> Result<Args> {
             "--copier-args" => copier_args = val("--copier-args")?,
             "--nginx-extra" => nginx_extra = val("--nginx-extra")?,
             "--scenarios" => scenarios = val("--scenarios")?,
-            "--scenario-secs" => scenario_step = val("--scenario-secs")?,
+            "--scenario-secs" => {
+                scenario_step = val("--scenario-secs")?;
+                secs_given = true;
+            }
             "--redis-requests" => redis_requests = val("--redis-requests")?,
-            "--final-wait" => final_wait = val("--final-wait")?,
+            "--final-wait" => {
+                final_wait = val("--final-wait")?;
+                wait_given = true;
+            }
             "--mirror" => mirror = true,
             "--bulk" => bulk = true,
             "--no-floor" => no_floor = true,
             "--floor-drop" => floor_drop = true,
             "--floor-data-only" => floor_data_only = true,
+            "--report" => report = true,
+            "--peer" => peer = Some(val("--peer")?),
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report] [--peer DIR]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_PEER)\n\n\
+                     --report: the \"At a glance\" table of BENCHMARKS.md in one run (issue 32): only the scenarios \
+                     think-ka, think-close, full16 and full100k (5 s of load each unless --scenario-secs, copies awaited \
+                     at most 20 s unless --final-wait; about 70 s in all, 140 s with --peer), each with the copier's floor, \
+                     then one markdown table: copier / intercept CPU per 1,000 requests, fidelity, share at the test \
+                     server by the load's end, the floor and the copier's ratio to it, with the machine and the date; \
+                     then bench_intercept (next to this binary, about 30 s of it) at the NFQUEUE packet rates of those \
+                     scenarios gives the intercept's CPU per packet against its floor, the bare NFQUEUE reader.\n\n\
+                     --peer DIR: DIR holds the C tool's tcpcopy and intercept as its public sources build them (not \
+                     downloaded by this project). After our run of the scenarios, the copier and the intercept stop, and \
+                     `DIR/intercept -i to-online -F 'tcp and src port 80'` on test and `DIR/tcpcopy -x 80-198.18.2.2:80 \
+                     -s 198.18.2.2` on online copy the same scenarios again in the same lab; their columns join the tables \
+                     (with --report: the glance table's C tool columns).\n\n\
                      --bulk: only the bulk steps (issue 34): 4 parallel 20 MB uploads at 5, 10, 25 MB/s each and \
                      unlimited, 4 x 50 MB, then 4 and 8 parallel GETs of a 10 MB file; per step the online and test \
                      throughput, whole copies (length and SHA-256), kernel drops, sessions shed and copier CPU per MB \
@@ -265,7 +300,7 @@ fn parse_args() -> Result<Args> {
                      --no-floor: do not run the copier's floor (issue 32). By default copier-floor, a measuring tool (the \
                      copier's capture ring, filter and sender with a stateless destination rewrite in between, its copies to \
                      the test host's port 9 where nothing listens), runs beside the copier on the same load in think-ka, \
-                     think-close, think-100k and full16, and a table gives the copier's CPU over the floor's (target 1.25x; \
+                     think-close, think-100k, full16 and full100k, and a table gives the copier's CPU over the floor's (target 1.25x; \
                      not with --mirror). --floor-drop: the test host drops the floor's copies in raw PREROUTING \
                      instead of answering each with a reset (the floor without the test host's TCP). --floor-data-only: \
                      the floor leaves out the clients' bare ACKs (copier-floor --data-only), as the copier does not copy them.\n\n\
@@ -288,6 +323,21 @@ fn parse_args() -> Result<Args> {
                 std::process::exit(0);
             }
             other => bail!("unknown argument {other:?} (try --help)"),
+        }
+    }
+    if report {
+        rates = "none".into();
+        short = "none".into();
+        scenarios = report::SCENARIOS
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(",");
+        if !secs_given {
+            scenario_step = report::SECS.to_string();
+        }
+        if !wait_given {
+            final_wait = report::FINAL_WAIT.to_string();
         }
     }
     let step: f64 = step.parse().context("--step is seconds, e.g. 4 or 1.5")?;
@@ -352,7 +402,28 @@ fn parse_args() -> Result<Args> {
         no_floor,
         floor_drop,
         floor_data_only,
+        report,
+        peer: peer.map(std::path::PathBuf::from),
     };
+    if let Some(dir) = &args.peer {
+        lab::bench::peer::Peer::check_dir(dir)?;
+        if args.mirror {
+            bail!("--peer does not go with --mirror");
+        }
+        for sc in &args.scenarios {
+            if !matches!(
+                sc,
+                Scenario::ThinkKeepAlive
+                    | Scenario::ThinkClose
+                    | Scenario::Think100k
+                    | Scenario::Full16
+                    | Scenario::Full100k
+                    | Scenario::Full1
+            ) {
+                bail!("--peer runs only the HTTP port-80 scenarios, not {} (leave it out of --scenarios)", sc.name());
+            }
+        }
+    }
     if args.conns == 0 || args.conns > 4000 {
         bail!("--conns must be 1..=4000");
     }
@@ -462,6 +533,7 @@ fn run() -> Result<()> {
         bail!("the h2 scenario needs `h2load` (package nghttp2-client; scripts/install-deps.sh installs it), or leave it out of --scenarios");
     }
     let started = Instant::now();
+    let machine = report::machine();
     let mut lab = Lab::with(LabOptions {
         offloads: true,
         capture_test_link: args.pcap,
@@ -538,7 +610,7 @@ fn run() -> Result<()> {
                 .context("start the mirror copier")?,
         );
     }
-    let c = c;
+    let mut c = c;
     if args.floor_drop {
         let port = FLOOR_PORT.to_string();
         lab.exec_ok(
@@ -589,6 +661,7 @@ fn run() -> Result<()> {
         } else {
             Vec::new()
         },
+        tag_prefix: String::new(),
     };
     if h2 {
         let o = NginxOptions {
@@ -696,11 +769,49 @@ fn run() -> Result<()> {
             &mut scen,
         )?);
     }
+    // The C tool's run of the same scenarios (`--peer`), once ours stopped.
+    let mut peer = None;
+    if let Some(dir) = &args.peer {
+        c.stop_ours(&lab)
+            .context("stop the copier and the intercept for the peer")?;
+        let p = lab::bench::peer::Peer::start(&mut lab, dir, Duration::from_secs(1))
+            .context("start the C tool (--peer)")?;
+        let ppids = Pids {
+            copier: p.tcpcopy.pid(),
+            intercept: p.intercept.pid(),
+        };
+        println!(
+            "peer: the C tool from {}: tcpcopy pid {}, intercept pid {}",
+            dir.display(),
+            ppids.copier,
+            ppids.intercept
+        );
+        let pctx = Ctx {
+            lab: &lab,
+            c: &c,
+            pids: &ppids,
+        };
+        scen.tag_prefix = "p".into();
+        for &sc in &args.scenarios {
+            eprintln!("scenario {} with the C tool ...", sc.name());
+            let mut row = run_scenario(pctx, &mut gen, sc, args.scenario_step, &mut scen)?;
+            p.check_alive()?;
+            row.peer = true;
+            rows.push(row);
+        }
+        peer = Some(p);
+    }
+    let ctx = Ctx {
+        lab: &lab,
+        c: &c,
+        pids: &pids,
+    };
     // Every step's fidelity from the final logs.
     c.test()
         .wait_settled(Duration::from_millis(500), Duration::from_secs(3));
     let (online_log, test_log) = (c.online.requests()?, c.test().requests()?);
     let foreign = match_logs(&mut rows, &online_log, &test_log);
+    let (peer_rows, rows): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.peer);
 
     println!();
     println!("## keep-alive: {} connections, one request outstanding each, open-loop pacing per connection", args.conns);
@@ -746,6 +857,19 @@ fn run() -> Result<()> {
             print_floor(&scenarios, args.floor_drop, args.floor_data_only);
         }
     }
+    if !peer_rows.is_empty() {
+        println!();
+        println!(
+            "## the C tool (--peer {}): the same scenarios, its tcpcopy and intercept in place of ours",
+            args.peer.as_deref().unwrap_or(std::path::Path::new("")).display()
+        );
+        println!();
+        print_scenarios(&peer_rows);
+        if peer_rows.iter().any(|r| r.floor.is_some()) {
+            println!();
+            print_floor(&peer_rows, args.floor_drop, args.floor_data_only);
+        }
+    }
     let all: Vec<&Row> = ka
         .iter()
         .chain(short.iter())
@@ -773,7 +897,9 @@ fn run() -> Result<()> {
         }
     }
 
-    if args.perf {
+    if args.perf && peer.is_some() {
+        println!("\n(no perf step with --peer: the copier was stopped for the C tool)");
+    } else if args.perf {
         if perf::works() {
             let dur = args.step.max(Duration::from_secs(3));
             perf_step(ctx, &mut gen, args.perf_short, args.perf_rate, dur)?;
@@ -864,6 +990,24 @@ fn run() -> Result<()> {
         println!("## issue 10: the targets");
         println!();
         print_targets(&scenarios);
+    }
+    if args.report {
+        let cmd = std::env::args()
+            .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let icpt = report::intercept_floor(&scenarios);
+        report::print(
+            &machine,
+            &cmd,
+            args.scenario_step.as_secs_f64(),
+            &scenarios,
+            &peer_rows,
+            &icpt,
+        );
+    }
+    if let Some(p) = &peer {
+        p.stop();
     }
     let leaks: u64 = all.iter().map(|r| r.leaks).sum();
     let extra: u64 = all.iter().map(|r| r.extra).sum();

@@ -220,6 +220,8 @@ pub(super) struct ScenarioState {
     pub(super) floor: bool,
     /// Extra flags of `copier-floor` (`--floor-data-only`).
     pub(super) floor_args: Vec<String>,
+    /// Put before each scenario's tag in the URIs (`p` in the peer's run, `--peer`).
+    pub(super) tag_prefix: String,
 }
 
 pub(super) fn run_scenario(
@@ -263,15 +265,17 @@ pub(super) fn run_scenario(
         test.wait_settled(Duration::from_millis(300), Duration::from_secs(3));
         set = Some(conns);
     }
+    // the step tag in the URIs: the peer's run of a scenario (`--peer`) has its own
+    let tag_s = format!("{}{}", st.tag_prefix, sc.tag());
     // the floor from here on: its counters cover the step's window and nothing before
     let mut floor = if st.floor && floor::measured(sc) {
-        Some(Floor::start(lab, sc.tag(), &st.floor_args)?)
+        Some(Floor::start(lab, &tag_s, &st.floor_args)?)
     } else {
         None
     };
     let before = Before::take(ctx)?;
     let floor0 = floor.as_ref().map(Floor::cpu).transpose()?;
-    let tag = sc.tag();
+    let tag = tag_s.as_str();
     let load = match set.take() {
         None => {
             let mut next = st.close_next;

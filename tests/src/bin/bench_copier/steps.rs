@@ -62,6 +62,15 @@ pub(super) fn nfqueue_drops(lab: &Lab) -> Result<u64> {
     bail!("queue 0 is not bound in the test namespace:\n{text}")
 }
 
+/// [`nfqueue_drops`], or 0 once our intercept stopped for the C tool (`--peer`: its intercept
+/// captures with pcap, no queue).
+fn nfq_drops(ctx: Ctx<'_>) -> Result<u64> {
+    if ctx.c.stopped() {
+        return Ok(0);
+    }
+    nfqueue_drops(ctx.lab)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Steps.
 
@@ -129,6 +138,8 @@ pub(super) struct Row {
     pub(super) failed: u64,
     /// What the load generator said (redis-benchmark's summary).
     pub(super) note: String,
+    /// Measured with the C tool (`--peer`) instead of the copier and the intercept.
+    pub(super) peer: bool,
 }
 
 /// What a step reads before its load, to subtract.
@@ -154,7 +165,7 @@ impl Before {
             test: c.test().request_count() as u64,
             leaks: c.leaks.count(lab)?,
             copier_m: copier_metrics(lab),
-            nfq: nfqueue_drops(lab)?,
+            nfq: nfq_drops(ctx)?,
             icpt: intercept_counters(lab),
             copier: Cpu::read(pids.copier, None)?,
             intercept: Cpu::read(pids.intercept, None)?,
@@ -191,7 +202,7 @@ impl Before {
         let (l1, m1, q1, i1) = (
             c.leaks.count(lab)?,
             copier_metrics(lab),
-            nfqueue_drops(lab)?,
+            nfq_drops(ctx)?,
             intercept_counters(lab),
         );
         let drops = |m: &BTreeMap<String, f64>| metric(m, "copier_kernel_drops_total");
@@ -239,6 +250,7 @@ impl Before {
             failed: metric(&m1, "copier_sessions_failed_total")
                 .saturating_sub(metric(&self.copier_m, "copier_sessions_failed_total")),
             note: String::new(),
+            peer: false,
         })
     }
 }
