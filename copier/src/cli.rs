@@ -561,10 +561,8 @@ pub const MAX_COPIES: i64 = 1000;
 mod commands;
 mod error;
 mod help;
-#[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 mod parse;
 mod texts;
-#[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 mod validate;
 
 pub use commands::{Command, DoctorArgs};

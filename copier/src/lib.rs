@@ -33,11 +33,9 @@ pub mod compare_report;
 pub mod control;
 pub mod doctor;
 pub mod egress;
-#[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 pub mod engine;
 pub mod feed;
 pub mod link;
-#[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 pub mod metrics;
 pub mod metrics_table;
 pub mod mirror;
@@ -46,7 +44,6 @@ pub mod outage;
 pub mod rate;
 pub mod record;
 pub mod routing;
-#[allow(missing_docs)] // all documented today; allowed while the events/tables rework lands
 pub mod run;
 pub mod send;
 pub mod shadow;
