@@ -330,8 +330,14 @@ impl Engine {
         };
         match self.sh.tuples.get(&r.tuple) {
             Some(slot) if self.live(slot) => {
-                self.targets
-                    .on_answer(now, r.tuple.server.into(), r.hdr.has(TcpFlags::RST));
+                let (server, h) = (r.tuple.server.into(), &r.hdr);
+                if h.has(TcpFlags::SYN) || h.has(TcpFlags::FIN) || r.data_len > 0 {
+                    self.targets.on_answer(now, server, h.has(TcpFlags::RST));
+                } else if h.has(TcpFlags::RST) {
+                    self.targets.on_answer(now, server, true);
+                } else {
+                    self.targets.on_bare_ack(now, server);
+                }
                 self.with_session(slot.idx, |s, sh| s.on_record(sh, now, &r));
             }
             _ => self.sh.stats.drops.record_unknown += 1,

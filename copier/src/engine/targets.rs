@@ -502,6 +502,19 @@ impl Targets {
         }
     }
 
+    /// A bare ACK (no SYN, FIN or data) of `addr` came back. It keeps a server that is in as
+    /// heard from (a long upload's server sends nothing else), but it does not bring one that
+    /// was taken out back in: a stopped server's host answers a SYN that meets one of its
+    /// TIME_WAIT connections with a bare ACK, which proves nothing, as a reset proves nothing.
+    pub fn on_bare_ack(&mut self, now: Instant, addr: SocketAddr) {
+        let up = self
+            .server_index(addr)
+            .is_some_and(|i| self.servers[i].stats.up);
+        if up {
+            self.on_answer(now, addr, false);
+        }
+    }
+
     /// A request unit timed on `addr` got its first answer byte `took` after it was sent
     /// (at `now`): the smoothed answer time, and with `slow_after` the slow state: slow when
     /// the smoothed time passes it, fast again at the first answer within 3/4 of it (the

@@ -370,3 +370,28 @@ fn without_a_fail_rate_failures_are_counted_only() {
     assert!(t.stats().all(|x| !x.failing && x.failures == 10));
     assert_eq!(t.poll_event(), None);
 }
+
+#[test]
+fn a_bare_ack_keeps_a_server_in_but_brings_none_back() {
+    let mut t = two(1, 1);
+    let t0 = Instant::now();
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    t.on_started(t0, s1, 1);
+    t.on_started(t0, s2, 2);
+    // s1 acknowledges only (an upload): heard from. s2 is silent: taken out.
+    t.on_bare_ack(t0 + Duration::from_millis(10), s1);
+    t.check(t0 + Duration::from_secs(3));
+    assert!(matches!(t.poll_event(), Some(TargetEvent::Down { addr, .. }) if addr == s2));
+    assert!(t.poll_event().is_none(), "s1 stays in");
+    // A TIME_WAIT's bare ACK to a probe of the stopped s2: still out.
+    let t1 = t0 + Duration::from_secs(8);
+    assert_eq!(t.pick(t1, &map()).unwrap(), s2, "the probe");
+    t.on_started(t1, s2, 3);
+    t.on_bare_ack(t1 + Duration::from_millis(1), s2);
+    assert!(t.poll_event().is_none());
+    let st = t.stats().find(|s| s.addr == s2).copied().unwrap();
+    assert!(!st.up, "a bare ACK brought a stopped server back");
+    // Its SYN-ACK does.
+    t.on_answer(t1 + Duration::from_millis(2), s2, false);
+    assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
+}
