@@ -78,7 +78,7 @@ pub(super) fn overload_turn(engine: &mut Engine, io: &LoopIo, st: &mut State, no
                 }
             };
             tracing::warn!(
-                "the copier is behind ({what}): new sessions are not copied until it catches up, so the ones it copies                  stay whole (copier_sessions_shed_overload_total; {} left out so far)",
+                "the copier is behind ({what}): new sessions are not copied until it catches up, so the ones it copies stay whole (copier_sessions_shed_overload_total; {} left out so far)",
                 shed.total()
             );
         }
