@@ -33,9 +33,13 @@ fn api(lab: &Lab, path: &str, params: &[(&str, &str)]) -> Value {
     }
     let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
     let text = lab.exec_ok(Host::Online, &refs).unwrap_or_default();
-    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    // Not JSON (empty, or "Service Unavailable" while Prometheus starts): no answer yet; the
+    // callers retry until their deadline.
+    let Ok(v) = serde_json::from_str::<Value>(&text) else {
+        return Value::Null;
+    };
     assert!(
-        v["status"] == "success" || text.is_empty(),
+        v["status"] == "success",
         "Prometheus refused {path} {params:?}: {text}"
     );
     v["data"].clone()
@@ -156,19 +160,29 @@ fn prometheus_scrapes_both_daemons_and_answers_promql() {
         captured <= REQUESTS as f64 + 1.0,
         "captured {captured} sessions for {REQUESTS} connections"
     );
-    // every copied session's SYN-ACK at least came back from the intercept as a record
-    let records = wait_for(
-        &lab,
-        "sum(intercept_records_sent_total)",
-        |v| v >= REQUESTS as f64,
-        Duration::from_secs(10),
-    );
-    let received = wait_for(
-        &lab,
-        "sum(copier_records_received_total)",
-        |v| v >= REQUESTS as f64,
-        Duration::from_secs(10),
-    );
+    // every copied session's SYN-ACK at least came back from the intercept as a record; the
+    // two daemons are scraped at different instants while records still flow (answers, FINs),
+    // so the pair is read again until the copier's count is not ahead of the intercept's
+    // older sample (at most 10 s: then the last pair is what the assertion reports)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (records, received) = loop {
+        let received = wait_for(
+            &lab,
+            "sum(copier_records_received_total)",
+            |v| v >= REQUESTS as f64,
+            Duration::from_secs(10),
+        );
+        let records = wait_for(
+            &lab,
+            "sum(intercept_records_sent_total)",
+            |v| v >= REQUESTS as f64,
+            Duration::from_secs(10),
+        );
+        if received <= records || Instant::now() >= deadline {
+            break (records, received);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     assert!(
         received <= records,
         "the copier received {received} records, the intercept sent {records}"
