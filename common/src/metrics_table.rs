@@ -187,6 +187,54 @@ pub fn unknown_names(
     out
 }
 
+/// The files of the repository at `repo` that may name metrics, each as `(path, text)`:
+/// README.md, BENCHMARKS.md, every `docs/*.md` and the Grafana dashboard (what
+/// [`unknown_names`] reads in each daemon's tests).
+///
+/// # Errors
+/// A file or the `docs` folder cannot be read.
+pub fn repo_docs(repo: &std::path::Path) -> Result<Vec<(String, String)>, String> {
+    let mut paths = vec![
+        repo.join("README.md"),
+        repo.join("BENCHMARKS.md"),
+        repo.join("deploy/grafana/trafficcopy.json"),
+    ];
+    let docs = repo.join("docs");
+    let dir = std::fs::read_dir(&docs).map_err(|e| format!("{}: {e}", docs.display()))?;
+    for e in dir {
+        let p = e.map_err(|e| format!("{}: {e}", docs.display()))?.path();
+        if p.extension().is_some_and(|x| x == "md") {
+            paths.push(p);
+        }
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            Ok((p.display().to_string(), text))
+        })
+        .collect()
+}
+
+/// What is wrong with a daemon's `table` itself: a name without `prefix`, an empty help text,
+/// a name declared twice (one line each; empty when nothing is).
+#[must_use]
+pub fn table_problems(table: &[MetricDef], prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, d) in table.iter().enumerate() {
+        if !d.name.starts_with(prefix) {
+            out.push(format!("{}: not {prefix}*", d.name));
+        }
+        if d.help.is_empty() {
+            out.push(format!("{}: no help text", d.name));
+        }
+        if table[i + 1..].iter().any(|o| o.name == d.name) {
+            out.push(format!("{} twice", d.name));
+        }
+    }
+    out
+}
+
 /// Check that the Markdown file at `path` holds `table` (as [`markdown`]) between the lines
 /// `<!-- metrics table: DAEMON -->` and `<!-- end of the metrics table: DAEMON -->`. With
 /// `TRAFFICCOPY_WRITE_METRICS_DOC=1` in the environment a stale list is rewritten instead.

@@ -88,46 +88,16 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
     }
 
-    /// README.md, BENCHMARKS.md, docs/*.md and the Grafana dashboard.
-    fn docs() -> Vec<(String, String)> {
-        let mut paths = vec![
-            repo().join("README.md"),
-            repo().join("BENCHMARKS.md"),
-            repo().join("deploy/grafana/trafficcopy.json"),
-        ];
-        for e in std::fs::read_dir(repo().join("docs")).unwrap() {
-            let p = e.unwrap().path();
-            if p.extension().is_some_and(|x| x == "md") {
-                paths.push(p);
-            }
-        }
-        paths
-            .into_iter()
-            .map(|p| {
-                (
-                    p.display().to_string(),
-                    std::fs::read_to_string(&p).unwrap(),
-                )
-            })
-            .collect()
-    }
-
     #[test]
     fn every_name_is_in_the_table_once() {
-        for (i, d) in TABLE.iter().enumerate() {
-            assert!(d.name.starts_with("intercept_"), "{}", d.name);
-            assert!(
-                TABLE[i + 1..].iter().all(|o| o.name != d.name),
-                "{} twice",
-                d.name
-            );
-        }
+        let problems = common::metrics_table::table_problems(TABLE, "intercept_");
+        assert!(problems.is_empty(), "{problems:#?}");
     }
 
     #[test]
     fn the_docs_and_the_dashboard_name_only_metrics_of_the_table() {
-        let unknown =
-            common::metrics_table::unknown_names(TABLE, "intercept_", NOT_METRICS, &docs());
+        let docs = common::metrics_table::repo_docs(&repo()).unwrap();
+        let unknown = common::metrics_table::unknown_names(TABLE, "intercept_", NOT_METRICS, &docs);
         assert!(
             unknown.is_empty(),
             "not in intercept/src/metrics_table.rs: {unknown:#?}"
