@@ -112,14 +112,7 @@ impl Stream {
         if let (Some(k), Some((ack, t))) = (fed.first_start, h.pending) {
             h.pending = None;
             let at = at.add((took + k) as u32);
-            if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
-                self.bounds.push_back(Bound {
-                    at,
-                    ack: Some(ack),
-                    end: Some(ack),
-                    t: Some(t),
-                });
-            }
+            self.push_frame_bound(at, ack, t);
         }
     }
 
@@ -133,7 +126,12 @@ impl Stream {
         let Some((ack, t)) = self.h2.as_mut().and_then(|h| h.pending.take()) else {
             return;
         };
-        let at = self.next;
+        self.push_frame_bound(self.next, ack, t);
+    }
+
+    /// A unit boundary an ACK (`ack`, seen at `t`) asked for inside a frame, placed at `at`, the
+    /// next frame start: kept when it lies after the current unit's start and the last boundary.
+    fn push_frame_bound(&mut self, at: SeqNum, ack: SeqNum, t: Stamp) {
         if at.gt(self.cur_start) && self.bounds.back().is_none_or(|x| at.gt(x.at)) {
             self.bounds.push_back(Bound {
                 at,
