@@ -336,7 +336,7 @@ impl Engine {
                 } else if h.has(TcpFlags::RST) {
                     self.targets.on_answer(now, server, true);
                 } else {
-                    self.targets.on_bare_ack(now, server);
+                    self.targets.on_bare_ack(server);
                 }
                 self.with_session(slot.idx, |s, sh| s.on_record(sh, now, &r));
             }

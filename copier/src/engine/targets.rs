@@ -506,12 +506,12 @@ impl Targets {
     /// heard from (a long upload's server sends nothing else), but it does not bring one that
     /// was taken out back in: a stopped server's host answers a SYN that meets one of its
     /// TIME_WAIT connections with a bare ACK, which proves nothing, as a reset proves nothing.
-    pub fn on_bare_ack(&mut self, now: Instant, addr: SocketAddr) {
-        let up = self
-            .server_index(addr)
-            .is_some_and(|i| self.servers[i].stats.up);
-        if up {
-            self.on_answer(now, addr, false);
+    pub fn on_bare_ack(&mut self, addr: SocketAddr) {
+        if let Some(i) = self.server_index(addr) {
+            let s = &mut self.servers[i];
+            if s.stats.up {
+                s.waiting_since = None;
+            }
         }
     }
 
