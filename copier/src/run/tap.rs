@@ -49,6 +49,8 @@ pub struct Taps {
     all: Vec<Box<dyn Tap>>,
     /// Whether any wants the records.
     records: bool,
+    /// Whether any times the answers.
+    answers: bool,
 }
 
 impl Taps {
@@ -56,13 +58,18 @@ impl Taps {
     #[must_use]
     pub fn new(all: Vec<Box<dyn Tap>>) -> Taps {
         let records = all.iter().any(|t| t.wants_records());
-        Taps { all, records }
+        let answers = all.iter().any(|t| t.times_answers());
+        Taps {
+            all,
+            records,
+            answers,
+        }
     }
 
     /// Whether any feature times the answers ([`Tap::times_answers`]).
     #[must_use]
     pub fn time_answers(&self) -> bool {
-        self.all.iter().any(|t| t.times_answers())
+        self.answers
     }
 
     #[inline]
