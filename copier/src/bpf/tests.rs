@@ -427,8 +427,7 @@ fn mirror_filter_keeps_the_clients_packets_of_the_sessions_taken() {
     ] {
         for tags in [&[][..], &[0x8100], &[0x88a8, 0x8100]] {
             let prog =
-                build_mirror_filter(geneve.is_some(), &[42, 7, 8, 9], &[80, 8080], false)
-                    .unwrap();
+                build_mirror_filter(geneve.is_some(), &[42, 7, 8, 9], &[80, 8080], false).unwrap();
             let with = build_mirror_filter(geneve.is_some(), &[], &[8080, 80], true).unwrap();
             let go = |prog: &[Insn], vni: u32, ip: &[u8]| {
                 run(prog, &mirror_dgram(geneve, vni, tags, ip), 0, 0) != 0

@@ -1,8 +1,8 @@
+use super::registry::{BROADCAST_CAPACITY, TUPLES_PER_MESSAGE};
 use super::*;
 use crate::workers::{Inbound, Inbox, Routes, Wake};
 use common::proto::{Record, RegVerdict};
 use tokio::sync::mpsc;
-use super::registry::{BROADCAST_CAPACITY, TUPLES_PER_MESSAGE};
 
 fn t(c: u16) -> FourTuple {
     FourTuple::new(

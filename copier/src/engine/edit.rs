@@ -43,14 +43,13 @@ use common::http1::{self, Body, Chunks, Message, Mode as Framing};
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
 use super::h2edit::{Ctx, H2Edit, Malformed};
-pub use super::stats::RequestCounts;
 use super::rules::{HeaderEdit, Req, Rules, Unparsable, Verdict};
+pub use super::stats::RequestCounts;
 
 /// The longest request head held before it is called malformed.
 pub(crate) const MAX_HEAD: usize = 64 << 10;
 /// Headers per request.
 const MAX_HEADERS: usize = 128;
-
 
 impl RequestCounts {
     /// Add `o` to these counts.
@@ -770,7 +769,11 @@ fn edit_head<'a>(
 /// One copy's editor over `input` (client bytes of a connection) cut every `cut` bytes, for
 /// the fuzz target `h2_headers`: what the test side gets, and whether the copy was given up.
 #[doc(hidden)]
-pub fn h2_edit_for_fuzz(rules: &std::sync::Arc<Rules>, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
+pub fn h2_edit_for_fuzz(
+    rules: &std::sync::Arc<Rules>,
+    input: &[u8],
+    cut: usize,
+) -> (Vec<u8>, bool) {
     let meter = Meter::default();
     let mut e = Editor::new(
         rules.clone(),

@@ -42,8 +42,8 @@ use common::h2::{self, FrameHeader, Kind, END_HEADERS, HEADER_LEN, MIN_MAX_FRAME
 use common::hpack;
 
 use super::chunk::{ByteQueue, Chunk, Meter, Payload};
-use super::stats::RequestCounts;
 use super::rules::{HeaderEdit, Req, Rules};
+use super::stats::RequestCounts;
 
 /// The largest header block (HEADERS and its CONTINUATIONs) read: beyond it the input is
 /// malformed (a server's `SETTINGS_MAX_HEADER_LIST_SIZE` is usually far smaller).
@@ -430,7 +430,6 @@ pub(crate) fn edit_fields(
     }
     *fields != before
 }
-
 
 #[cfg(test)]
 mod tests;

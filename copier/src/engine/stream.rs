@@ -53,8 +53,8 @@ use super::chunk::{ByteQueue, Chunk, Payload};
 use super::edit::Editor;
 
 mod proto;
-pub(crate) use proto::{is_ws_upgrade, H2};
 use proto::SNIFF_UNITS;
+pub(crate) use proto::{is_ws_upgrade, H2};
 
 /// Beyond this distance ahead of `next`, a segment is not held but dropped.
 const MAX_AHEAD: u32 = 1 << 24;

@@ -92,14 +92,15 @@ impl std::str::FromStr for MirrorConfig {
             Some((n, p)) => (n, Some(p)),
             None => (s, None),
         };
-        let encap =
-            match name.to_ascii_lowercase().as_str() {
-                "vxlan" => Encap::Vxlan,
-                "geneve" => Encap::Geneve,
-                other => return Err(format!(
+        let encap = match name.to_ascii_lowercase().as_str() {
+            "vxlan" => Encap::Vxlan,
+            "geneve" => Encap::Geneve,
+            other => {
+                return Err(format!(
                     "unknown encapsulation {other:?} (expected vxlan or geneve, optionally :PORT)"
-                )),
-            };
+                ))
+            }
+        };
         let port = match port {
             None => encap.default_port(),
             Some(p) => match p.parse::<u16>() {

@@ -98,7 +98,9 @@ fn malformed_http_passes_the_rest_as_captured() {
     );
     // What follows an upgrade goes with it: passed when it is copied, dropped when not.
     let ws = |p: &str| {
-        format!("GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /")
+        format!(
+            "GET {p} HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x01\x05GET /"
+        )
     };
     let (out, _) = run(&r, ws("/pay/ws").as_bytes(), 5);
     assert!(out.is_empty());
@@ -147,11 +149,7 @@ fn other_protocols_pass_or_are_cut_by_units() {
 }
 
 /// A request as the property test builds it: (dropped, raw bytes, bytes the test side gets).
-fn build_req(
-    pay: bool,
-    body: Option<(bool, Vec<usize>)>,
-    dye: bool,
-) -> (bool, Vec<u8>, Vec<u8>) {
+fn build_req(pay: bool, body: Option<(bool, Vec<usize>)>, dye: bool) -> (bool, Vec<u8>, Vec<u8>) {
     let path = if pay { "/pay/x" } else { "/a?b=c" };
     let (method, framing, body_bytes) = match &body {
         None => ("GET", String::new(), Vec::new()),

@@ -10,15 +10,10 @@ fn err(t: &str) -> String {
 fn errors_name_the_rule() {
     assert!(err("[[filter]]\nname = \"a\"\npath = \"x\"")
         .contains("rule \"a\": path \"x\" must start with /"));
+    assert!(err("[[filter]]\nname = \"b\"\npath_regex = \"(\"").contains("rule \"b\": path_regex"));
+    assert!(err("[[filter]]\nname = \"c\"\nclient = \"1.2.3.4/40\"").contains("rule \"c\": client"));
     assert!(
-        err("[[filter]]\nname = \"b\"\npath_regex = \"(\"").contains("rule \"b\": path_regex")
-    );
-    assert!(
-        err("[[filter]]\nname = \"c\"\nclient = \"1.2.3.4/40\"").contains("rule \"c\": client")
-    );
-    assert!(
-        err("[[filter]]\nname = \"d\"\nprefix = \"Q\"\nmethods = [\"GET\"]")
-            .contains("rule \"d\"")
+        err("[[filter]]\nname = \"d\"\nprefix = \"Q\"\nmethods = [\"GET\"]").contains("rule \"d\"")
     );
     assert!(err("[[filter]]\nname = \"e\"\n[[filter]]\nname = \"e\"")
         .contains("rule \"e\": the name is taken"));
@@ -28,9 +23,7 @@ fn errors_name_the_rule() {
             .contains("rule \"header Host\"")
     );
     assert!(err("[[header]]\nname = \"Bad Name\"\ndelete = true").contains("not a header name"));
-    assert!(
-        err("[[header]]\nname = \"A\"\nfile = \"/nonexistent/x\"").contains("/nonexistent/x")
-    );
+    assert!(err("[[header]]\nname = \"A\"\nfile = \"/nonexistent/x\"").contains("/nonexistent/x"));
     assert!(
         err("[[rewrite]]\nname = \"r\"\nregex = \"[\"\nreplace = \"\"")
             .contains("rule \"r\": regex")
@@ -117,9 +110,8 @@ fn the_readme_and_module_examples_are_valid() {
         .collect();
     let token = std::env::temp_dir().join(format!("rules-readme-{}", std::process::id()));
     std::fs::write(&token, "Bearer t\n").unwrap();
-    let r = Rules::from_toml_str(
-        &text.replace("/etc/tcopy/test-token", &token.display().to_string()),
-    );
+    let r =
+        Rules::from_toml_str(&text.replace("/etc/tcopy/test-token", &token.display().to_string()));
     std::fs::remove_file(&token).unwrap();
     let r = r.unwrap();
     assert_eq!(
