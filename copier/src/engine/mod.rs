@@ -182,11 +182,11 @@ pub use config::{
     ConfigError, EngineConfig, FleetShare, PortShare, DEFAULT_MAX_SESSIONS, DEFAULT_PACE_WINDOW,
     FEW_SHARE_PORTS, GSO_MAX_PAYLOAD, MAX_PACE_WINDOW, MIN_SHARE_PORTS,
 };
-pub use stats::RequestCounts;
 pub use edit::h2_edit_for_fuzz;
 pub use map::PortMap;
 pub use rules::{Rules, RulesError};
 pub use shaper::{ClientIpPool, IpRange, PoolParseError};
+pub use stats::RequestCounts;
 pub use stats::{
     DropCounts, DropReason, EngineStats, FailCounts, FailReason, LagHistogram, OverloadReason,
     ShedCounts, SynCounts, SynEnd, UnprovenCounts, UnprovenEnd, LAG_BOUNDS,
@@ -359,6 +359,9 @@ pub struct Engine {
     /// The hasher of `by_key`.
     key_hash: FastHash,
     timers: BinaryHeap<Reverse<(Stamp, u32, u32)>>,
+    /// `timers` is purged of entries nothing needs when it grows past this (see
+    /// `Engine::purge_timers`).
+    purge_timers_at: usize,
     ready: VecDeque<SlotRef>,
     due: Vec<(Stamp, u32, u32)>,
     /// The members of a group while a captured packet goes to each.
@@ -459,6 +462,7 @@ impl Engine {
             by_key: hashbrown::HashTable::new(),
             key_hash: hash,
             timers: BinaryHeap::new(),
+            purge_timers_at: timers::PURGE_MIN,
             ready: VecDeque::new(),
             due: Vec::new(),
             members: Vec::new(),
@@ -663,7 +667,6 @@ impl Engine {
         }
         self.group_leave(&s.key, idx, s.group_started);
     }
-
 }
 
 /// The `by_key` hash of the entry led by slot `i` (its session's key; never asked of an empty

@@ -303,6 +303,72 @@ fn tables_shrink_after_a_peak_of_sessions() {
     }
 }
 
+/// Sessions that come and go at a steady count (no peak to compact after) do not leave the
+/// timer heap holding the entries they no longer need: it is purged of them, and stays within
+/// about twice the sessions; the sessions still time out as before.
+#[test]
+fn timer_heap_stays_near_the_sessions_while_they_come_and_go() {
+    const FA: TcpFlags = TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0);
+    let mut h = H::default();
+    let (mut most_timers, mut most_sessions) = (0, 0);
+    for i in 0..20_000u32 {
+        let port = 10_000 + i as u16;
+        let (src, t) = (
+            from_port(port),
+            FourTuple::new(from_port(port).unwrap(), target()),
+        );
+        h.at(u64::from(i));
+        h.e.handle_timeout(h.now);
+        h.cap(Seg { src, ..SYN });
+        h.cap(Seg { src, ..HS_ACK });
+        let _ = h.out();
+        h.rec_to(t, SYN_ACK);
+        h.cap(Seg {
+            src,
+            ..data(0, 0, b"req")
+        });
+        let _ = h.out();
+        h.rec_to(t, resp(0, 3, 10));
+        h.rec_to(
+            t,
+            Seg {
+                seq: TISN + 11,
+                ack: CISN + 4,
+                flags: FA,
+                ..BASE
+            },
+        );
+        h.cap(Seg {
+            src,
+            seq: CISN + 4,
+            ack: OISN + 11,
+            flags: FA,
+            ..BASE
+        });
+        let _ = h.out();
+        h.rec_to(
+            t,
+            Seg {
+                seq: TISN + 12,
+                ack: CISN + 5,
+                flags: A,
+                ..BASE
+            },
+        );
+        let _ = h.out();
+        most_timers = most_timers.max(h.e.timers.len());
+        most_sessions = most_sessions.max(h.e.session_count());
+    }
+    assert_eq!(h.e.stats().sessions_completed, 20_000);
+    assert!(
+        most_timers <= 2 * most_sessions + crate::engine::timers::PURGE_MIN,
+        "the heap held {most_timers} entries at most, for {most_sessions} sessions at most"
+    );
+    // Every one of them still ends: lingering, then unregistered by its timer.
+    let _ = h.run_timers(120_000);
+    assert_eq!(h.e.session_count(), 0);
+}
+
 #[test]
 fn behind_no_session_starts_and_a_left_out_one_stays_out_whole() {
     use crate::engine::OverloadReason;

@@ -146,22 +146,32 @@ pub(super) fn print(
     println!("takes CPU the copier would have had.)");
     if !icpt.is_empty() {
         println!();
-        println!("The intercept against its floor, the bare NFQUEUE reader (NFQUEUE gives each packet to one reader, so not");
-        println!("beside it in the run above: `{ICPT_CMD} RATES` right after it, RATES the NFQUEUE packet rates the");
-        println!("intercept had in the scenarios above; CPU µs per packet, the intercept's per record, one per packet there):");
+        println!("The intercept against its floor, the bare NFQUEUE reader (recv + DROP verdict per packet, nothing else).");
+        println!("NFQUEUE gives each packet to one reader, so the reader cannot run beside the intercept: `{ICPT_CMD} RATES`");
+        println!("runs right after the scenarios, RATES the NFQUEUE packet rates the intercept had in them, and gives the");
+        println!("reader's CPU per packet at each. The intercept's figure is its own CPU in the scenario (all threads, over the");
+        println!("same window as the table above) per NFQUEUE packet it handled there; both are µs per packet, so the ratio");
+        println!("is the intercept's cost over the floor's on the same packets per request. The last column is the intercept");
+        println!("under bench_intercept's synthetic load (raw segments at an even rate, a fake copier that never lets it rest:");
+        println!("one record write per packet), for reference, not the scenario's cost):");
         println!();
-        println!("| scenario | NFQUEUE packets/s | bare reader µs/packet | intercept µs/record | intercept / bare reader |");
-        println!("|---|---:|---:|---:|---:|");
-        for (sc, rate, m) in icpt {
+        println!("| scenario | NFQUEUE packets/s | NFQUEUE packets/req | bare reader µs/packet | intercept µs/packet in the scenario | intercept / bare reader | bench_intercept's intercept µs/record |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for f in icpt {
             let cell = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "-".into());
-            let (bare, ours) = (m.map(|m| m.0), m.map(|m| m.1));
-            let ratio = m.and_then(|(b, o)| (b > 0.0).then(|| o / b));
+            let ratio = match (f.scenario_us, f.bare_us) {
+                (Some(o), Some(b)) if b > 0.0 => Some(o / b),
+                _ => None,
+            };
             println!(
-                "| {} | {rate} | {} | {} | {} |",
-                what(*sc),
-                cell(bare),
-                cell(ours),
-                cell(ratio)
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                what(f.scenario),
+                f.rate,
+                cell(f.per_req),
+                cell(f.bare_us),
+                cell(f.scenario_us),
+                cell(ratio),
+                cell(f.synthetic_us)
             );
         }
     }
@@ -176,30 +186,47 @@ pub(super) fn print(
 /// `bench_intercept`'s command for the intercept's floor (its `--rates` follow).
 const ICPT_CMD: &str = "bench_intercept --step 3 --no-perf --rates";
 
-/// A scenario, its NFQUEUE packet rate, and at that rate (bare reader µs per packet, intercept
-/// µs per record) from `bench_intercept`, if it ran.
-pub(super) type IcptFloor = (Scenario, u64, Option<(f64, f64)>);
+/// The intercept against its floor in one scenario.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct IcptFloor {
+    scenario: Scenario,
+    /// NFQUEUE packets per second the intercept had in the scenario.
+    rate: u64,
+    /// NFQUEUE packets per copied request there.
+    per_req: Option<f64>,
+    /// The intercept's CPU in the scenario per NFQUEUE packet, µs.
+    scenario_us: Option<f64>,
+    /// The bare reader's CPU per packet at `rate`, µs (from `bench_intercept`, if it ran).
+    bare_us: Option<f64>,
+    /// `bench_intercept`'s own intercept at `rate`, µs per record (synthetic load).
+    synthetic_us: Option<f64>,
+}
 
 /// Runs `bench_intercept` (next to this binary) at the NFQUEUE packet rates our intercept had in
-/// `ours`' scenarios, and reads its bare reader's and its intercept's CPU per packet at each.
+/// `ours`' scenarios, and reads its bare reader's CPU per packet at each (and its synthetic
+/// intercept's per record), beside the intercept's own CPU per packet in each scenario.
 pub(super) fn intercept_floor(ours: &[Row]) -> Vec<IcptFloor> {
     let mut out: Vec<IcptFloor> = SCENARIOS
         .iter()
         .filter_map(|&sc| ours.iter().find(|r| r.kind == Kind::Scenario(sc)))
         .filter_map(|r| match r.kind {
-            Kind::Scenario(sc) => Some((
-                sc,
-                (r.queued as f64 / r.window_secs.max(1e-9)).round() as u64,
-                None,
-            )),
+            Kind::Scenario(sc) => Some(IcptFloor {
+                scenario: sc,
+                rate: (r.queued as f64 / r.window_secs.max(1e-9)).round() as u64,
+                per_req: (r.rt.copied > 0).then(|| r.queued as f64 / r.rt.copied as f64),
+                // seconds per 1,000 packets, times 1,000: µs per packet.
+                scenario_us: per_thousand(&r.intercept, r.queued).map(|v| v * 1000.0),
+                bare_us: None,
+                synthetic_us: None,
+            }),
             _ => None,
         })
-        .filter(|(_, rate, _)| *rate > 0)
+        .filter(|f| f.rate > 0)
         .collect();
     if out.is_empty() {
         return out;
     }
-    let mut rates: Vec<u64> = out.iter().map(|(_, r, _)| *r).collect();
+    let mut rates: Vec<u64> = out.iter().map(|f| f.rate).collect();
     rates.sort_unstable();
     rates.dedup();
     let list = rates
@@ -239,11 +266,10 @@ pub(super) fn intercept_floor(ours: &[Row]) -> Vec<IcptFloor> {
     };
     let bare = table_column(&text, "## the floor: a bare NFQUEUE reader", 1);
     let icpt = table_column(&text, "## the intercept:", 2);
-    for (_, rate, m) in &mut out {
-        let label = format!("{rate} pps");
-        if let (Some(b), Some(i)) = (bare.get(&label), icpt.get(&label)) {
-            *m = Some((*b, *i));
-        }
+    for f in &mut out {
+        let label = format!("{} pps", f.rate);
+        f.bare_us = bare.get(&label).copied();
+        f.synthetic_us = icpt.get(&label).copied();
     }
     out
 }
