@@ -111,8 +111,7 @@ fn huge_durations_and_port_zero_are_refused_clearly() {
 
 #[test]
 fn the_manifests_placeholder_secret_is_refused_at_start() {
-    let dir =
-        std::env::temp_dir().join(format!("intercept-placeholder-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("intercept-placeholder-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("secret");
     std::fs::write(&f, "REPLACE-ME-with-32-random-bytes-base64\n").unwrap();

@@ -25,7 +25,6 @@
 //! - [`plot`]: pictures (SVG, PNG) of a plan, a trace or a capture.
 
 #![warn(missing_docs)]
-
 // Comparisons are written `!(x > 0.0)` on purpose all over this crate: unlike `x <= 0.0`, they
 // also reject NaN.
 #![allow(clippy::neg_cmp_op_on_partial_ord)]

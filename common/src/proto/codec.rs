@@ -60,13 +60,13 @@ use std::net::{IpAddr, SocketAddr};
 use crate::flow::{Endpoint, FourTuple};
 
 use super::{ProtoError, FEATURES, MAGIC, VERSION};
-use body::{
-    addr_len, begin_frame, encode_list, end_frame, get_addr, get_record, get_tuple, put_addr,
-    put_record, put_record_clipped, put_str, put_tuple, tuple_len, Reader,
-};
 pub use super::{
     FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES,
     FEATURE_STAMPS,
+};
+use body::{
+    addr_len, begin_frame, encode_list, end_frame, get_addr, get_record, get_tuple, put_addr,
+    put_record, put_record_clipped, put_str, put_tuple, tuple_len, Reader,
 };
 pub use frame::{seal_frames, FrameDecoder};
 pub use record::{parse_response_headers, Record, ResponseHeaders, BULK_BYTES};

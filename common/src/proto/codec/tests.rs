@@ -5,10 +5,10 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 
 use proptest::prelude::*;
 
-use super::*;
-use crate::wire::{TcpBuilder, TcpOption};
 use super::super::auth::TAG_LEN;
 use super::super::MAX_FRAME;
+use super::*;
+use crate::wire::{TcpBuilder, TcpOption};
 
 fn decode_all(bytes: &[u8]) -> Result<Vec<Message>, ProtoError> {
     let mut d = FrameDecoder::new();

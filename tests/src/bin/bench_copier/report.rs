@@ -153,7 +153,9 @@ pub(super) fn print(
         println!("same window as the table above) per NFQUEUE packet it handled there; both are µs per packet, so the ratio");
         println!("is the intercept's cost over the floor's on the same packets per request. The last column is the intercept");
         println!("under bench_intercept's synthetic load (raw segments at an even rate to a fake copier that never lets it");
-        println!("rest, so its records go out as they come), for reference, not the scenario's cost):");
+        println!(
+            "rest, so its records go out as they come), for reference, not the scenario's cost):"
+        );
         println!();
         println!("| scenario | NFQUEUE packets/s | NFQUEUE packets/req | bare reader µs/packet | intercept µs/packet in the scenario | intercept / bare reader | bench_intercept's intercept µs/record |");
         println!("|---|---:|---:|---:|---:|---:|---:|");
