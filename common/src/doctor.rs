@@ -403,7 +403,7 @@ pub fn clock_offset(peer: Ipv4Addr, timeout: Duration) -> Result<i64, String> {
             };
             let off = icmp_offset_ms(orig, be(12), be(16), back);
             let rtt = sent.elapsed();
-            if best.map_or(true, |(b, _)| rtt < b) {
+            if best.is_none_or(|(b, _)| rtt < b) {
                 best = Some((rtt, off));
             }
             break;

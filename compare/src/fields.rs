@@ -81,9 +81,8 @@ impl Fields {
                 continue;
             }
             let key = format!("header:{n}");
-            if !map.contains_key(&key) {
-                map.insert(key, short(&a.header(n).unwrap_or_default()));
-            }
+            map.entry(key)
+                .or_insert_with(|| short(&a.header(n).unwrap_or_default()));
         }
         let mut f = Fields {
             map,

@@ -179,7 +179,7 @@ impl<K: Hash + Eq + Clone> Pending<K> {
                 break;
             }
             self.order.pop_front();
-            if !self.map.get(&k).is_some_and(|e| e.born == born) {
+            if self.map.get(&k).is_none_or(|e| e.born != born) {
                 continue;
             }
             let have = self.map[&k].have;

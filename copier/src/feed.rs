@@ -328,7 +328,7 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
             {
                 // POLLERR without data: read the error, or poll would return at once forever.
                 if let Some(e) = capture.take_error() {
-                    if last_error_log.map_or(true, |t| now >= t + Duration::from_secs(1)) {
+                    if last_error_log.is_none_or(|t| now >= t + Duration::from_secs(1)) {
                         last_error_log = Some(now);
                         tracing::warn!(
                             "capture socket: {e} (interface down? capture resumes when it is up)"
@@ -338,7 +338,7 @@ fn read_ring(mut capture: impl Ring, shared: &Shared) {
             }
             Ok(_) => {}
             Err(e) => {
-                if last_error_log.map_or(true, |t| now >= t + Duration::from_secs(1)) {
+                if last_error_log.is_none_or(|t| now >= t + Duration::from_secs(1)) {
                     last_error_log = Some(now);
                     tracing::warn!("capture thread: poll: {e}");
                 }

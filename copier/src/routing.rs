@@ -288,10 +288,15 @@ mod tests {
         let t = [ip("198.18.1.2"), ip("198.18.3.2"), ip("198.18.5.2")];
         let f = parse_intercept_for("198.18.9.1:36524=198.18.1.2, 198.18.3.2").unwrap();
         assert_eq!(f.targets, vec![t[0], t[1]]);
-        let p = plan(&[i("198.18.9.1:36524"), i("198.18.9.2")], &[f.clone()], &t).unwrap();
+        let p = plan(
+            &[i("198.18.9.1:36524"), i("198.18.9.2")],
+            std::slice::from_ref(&f),
+            &t,
+        )
+        .unwrap();
         assert_eq!(p, vec![Some(vec![t[0], t[1]]), Some(vec![t[2]])]);
         // Nobody left for 198.18.5.2: the intercepts that claim take it too.
-        let p = plan(&[i("198.18.9.1:36524")], &[f.clone()], &t).unwrap();
+        let p = plan(&[i("198.18.9.1:36524")], std::slice::from_ref(&f), &t).unwrap();
         assert_eq!(p, vec![Some(t.to_vec())]);
         let dual = plan(&[i("198.18.1.2")], &[], &[t[0], ip("fd00::2")]).unwrap();
         assert_eq!(dual, vec![Some(vec![t[0], ip("fd00::2")])]);

@@ -394,16 +394,16 @@ impl Trace {
                     msg: format!("count: {e}"),
                 })?,
             };
-            tr.times.extend(std::iter::repeat(t).take(n));
+            tr.times.extend(std::iter::repeat_n(t, n));
             if let (Some(c), Some(v)) = (s_col, tr.sources.as_mut()) {
                 let src: u32 = f[c].parse().map_err(|e| TraceError::Row {
                     line,
                     msg: format!("source: {e}"),
                 })?;
-                v.extend(std::iter::repeat(src).take(n));
+                v.extend(std::iter::repeat_n(src, n));
             }
             if let (Some(c), Some(v)) = (p_col, tr.pools.as_mut()) {
-                v.extend(std::iter::repeat(f[c].to_string()).take(n));
+                v.extend(std::iter::repeat_n(f[c].to_string(), n));
             }
             if let Some(c) = a_col.filter(|&c| f[c] != "-") {
                 let a: f64 = f[c].parse().map_err(|e| TraceError::Row {

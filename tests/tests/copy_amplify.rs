@@ -287,7 +287,7 @@ fn copies_from_a_pool_of_two_ranges() {
     );
     let third: BTreeSet<&str> = at_test
         .iter()
-        .map(|a| a.rsplitn(2, '.').nth(1).unwrap())
+        .map(|a| a.rsplit_once('.').unwrap().0)
         .collect();
     assert_eq!(
         third,

@@ -21,7 +21,7 @@ fn profile_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
-fn opts(profile: &PathBuf) -> CopyOptions {
+fn opts(profile: &std::path::Path) -> CopyOptions {
     let copier_args = [
         "--metrics",
         COPIER_METRICS,

@@ -462,7 +462,7 @@ impl Conn {
                 self.rcv_nxt = end;
             }
             // One segment at most (the intercept may hand over a super-segment of several).
-            let one = r.data_len as u32 <= self.mss + TS_LEN;
+            let one = r.data_len <= self.mss + TS_LEN;
             self.ack_or_defer(now, p, advanced && one && !gap && !fin);
             if h.has(TcpFlags::ACK) && (r.data_len > 0 || (fin && gap)) {
                 // A FIN after bytes whose records we have not seen: they answered too.
