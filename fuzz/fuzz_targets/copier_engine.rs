@@ -5,7 +5,12 @@
 //! garbage, clock steps, intercept links going up and down, and a stop. With `rules`, the
 //! engine has request rules (a filter, a dye, header edits, a rewrite) and the clients send
 //! pipelined HTTP (bytes by their position in the stream, so retransmissions agree), which the
-//! editor of each copy parses wherever the segments cut it.
+//! editor of each copy parses wherever the segments cut it. With `rules` and `h2`, the clients
+//! speak HTTP/2 instead (the preface, then streams of requests: HPACK with static, dynamic and
+//! literal fields, a filtered POST with its DATA and a late WINDOW_UPDATE, a block cut into
+//! HEADERS and CONTINUATION, padding and priority, trailers, PING, SETTINGS, PRIORITY and
+//! RST_STREAM frames), so the HTTP/2 editor decodes, filters and encodes again wherever the
+//! segments cut the frames, and loses its place where they skip or overlap.
 //!
 //! Checked after every step:
 //! - no panic;
@@ -52,6 +57,8 @@ struct Input {
     two_intercepts: bool,
     /// Request rules on, and the clients send HTTP.
     rules: bool,
+    /// With `rules`: the clients send HTTP/2 rather than HTTP/1.1.
+    h2: bool,
     ops: Vec<Op>,
 }
 
@@ -63,6 +70,10 @@ enum Op {
     Server { conn: u8, flags: u8, seq_off: u16, ack_delta: i16, len: u16, window: u16 },
     /// An intercept's verdict on the `conn`-th registration not yet answered.
     Verdict { conn: u8, from: u8, code: u8 },
+    /// Client `who` opens a connection in one step: its SYN and handshake ACK, the test
+    /// server's SYN-ACK on the tuple the engine registered for it (once accepted), and its
+    /// first `len` bytes (so the editors are reached without the fuzzer finding each step).
+    Open { who: u8, len: u16 },
     /// Raw bytes as a captured packet.
     Raw(Vec<u8>),
     /// Raw bytes as a record.
@@ -110,6 +121,104 @@ GET /c HTTP/1.1\r\nCookie: a\r\n\r\n";
 
 fn http_payload(off: usize, len: usize) -> Vec<u8> {
     (off..off + len).map(|i| HTTP[i % HTTP.len()]).collect()
+}
+
+/// One HTTP/2 frame: header (length, type, flags, stream) and payload.
+fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let n = payload.len() as u32;
+    out.extend_from_slice(&n.to_be_bytes()[1..]);
+    out.push(kind);
+    out.push(flags);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// An HPACK string (no Huffman; lengths below 127).
+fn hstr(out: &mut Vec<u8>, s: &str) {
+    out.push(s.len() as u8);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A client's HTTP/2 bytes: the preface, a SETTINGS, then request streams 1, 3, 5... of five
+/// kinds in turn, with connection-level frames between them, about 160 KiB (positions beyond
+/// it wrap, which the editor then reads as malformed).
+fn h2_stream() -> Vec<u8> {
+    const DATA: u8 = 0;
+    const HEADERS: u8 = 1;
+    const PRIORITY: u8 = 2;
+    const RST: u8 = 3;
+    const SETTINGS: u8 = 4;
+    const PING: u8 = 6;
+    const WINDOW: u8 = 8;
+    const CONT: u8 = 9;
+    const ES: u8 = 0x1;
+    const EH: u8 = 0x4;
+    let mut v = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frame(&mut v, SETTINGS, 0, 0, &[0, 4, 0, 0, 0xff, 0xff]);
+    let mut k = 0u32;
+    while v.len() < 160 << 10 {
+        let id = 1 + 2 * k;
+        let mut b = Vec::new();
+        match k % 5 {
+            0 => {
+                // GET /a: :method GET and :scheme http indexed, :path "/a" and :authority
+                // literal with incremental indexing (into the dynamic table).
+                b.extend_from_slice(&[0x82, 0x86, 0x44]);
+                hstr(&mut b, "/a");
+                b.push(0x41);
+                hstr(&mut b, "x");
+                frame(&mut v, HEADERS, EH | ES, id, &b);
+            }
+            1 => {
+                // POST /pay/N (filtered out): literal without indexing, a body, then a
+                // WINDOW_UPDATE on the dropped stream.
+                b.extend_from_slice(&[0x83, 0x86, 0x04]);
+                hstr(&mut b, &format!("/pay/{k}"));
+                b.push(0xbe); // dynamic index 62: the latest :authority
+                frame(&mut v, HEADERS, EH, id, &b);
+                frame(&mut v, DATA, ES, id, b"hello");
+                frame(&mut v, WINDOW, 0, id, &[0, 0, 0x10, 0]);
+            }
+            2 => {
+                // A block cut into HEADERS and CONTINUATION, with a cookie (deleted by the
+                // rules) as a new literal name.
+                b.extend_from_slice(&[0x82, 0x86, 0x84, 0x40]);
+                hstr(&mut b, "cookie");
+                hstr(&mut b, "a=1");
+                b.push(0xbf); // dynamic index 63
+                let (a, c) = b.split_at(3);
+                frame(&mut v, HEADERS, ES, id, a);
+                frame(&mut v, CONT, EH, id, c);
+            }
+            3 => {
+                // Padding and priority.
+                let mut p = vec![3, 0, 0, 0, 1, 16];
+                p.extend_from_slice(&[0x83, 0x86, 0x84, 0x0f, 0x11]);
+                hstr(&mut p, "0");
+                p.extend_from_slice(&[0, 0, 0]);
+                frame(&mut v, HEADERS, EH | 0x8 | 0x20, id, &p);
+                frame(&mut v, DATA, ES | 0x8, id, &[2, b'h', b'i', 0, 0]);
+            }
+            _ => {
+                // A request with trailers, then connection-level frames.
+                b.extend_from_slice(&[0x82, 0x86, 0x44]);
+                hstr(&mut b, "/a?t");
+                frame(&mut v, HEADERS, EH, id, &b);
+                frame(&mut v, DATA, 0, id, b"body");
+                let mut t = vec![0x40];
+                hstr(&mut t, "t");
+                hstr(&mut t, "1");
+                frame(&mut v, HEADERS, EH | ES, id, &t);
+                frame(&mut v, PING, 0, 0, &[1, 2, 3, 4, 5, 6, 7, 8]);
+                frame(&mut v, PRIORITY, 0, id, &[0, 0, 0, 1, 9]);
+                frame(&mut v, RST, 0, id.saturating_sub(2).max(1), &[0, 0, 0, 8]);
+                frame(&mut v, WINDOW, 0, 0, &[0, 1, 0, 0]);
+                frame(&mut v, SETTINGS, 1, 0, &[]);
+            }
+        }
+        k += 1;
+    }
+    v
 }
 
 const RULES: &str = "[[filter]]\nname = \"pay\"\npath = \"/pay/**\"\n[[filter]]\nname = \"q\"\nprefix = \"QU\"\n\
@@ -214,6 +323,23 @@ impl Harness {
     }
 }
 
+/// A captured segment of client `c` toward the online server.
+fn client_segment(pkt: &mut Vec<u8>, c: &Client, seq: u32, ack: u32, flags: u8, opts: &[TcpOption<'_>], data: &[u8]) {
+    TcpBuilder {
+        src: c.addr,
+        dst: online_for(c.addr),
+        seq: SeqNum(seq),
+        ack: SeqNum(ack),
+        flags: TcpFlags(flags),
+        window: 65535,
+        options: opts,
+        payload: data,
+        ttl: 64,
+        ident: 1,
+    }
+    .emit(pkt);
+}
+
 fn options(bits: u8) -> Vec<TcpOption<'static>> {
     let mut o = Vec::new();
     if bits & 1 != 0 {
@@ -263,6 +389,7 @@ fuzz_target!(|input: Input| {
         h.engine.set_intercept_count(h.now, 2);
     }
     let clients = clients();
+    let h2 = (input.rules && input.h2).then(h2_stream);
     let mut pkt = Vec::new();
     for op in input.ops.into_iter().take(400) {
         match op {
@@ -271,24 +398,57 @@ fuzz_target!(|input: Input| {
                 let seq = if far { c.isn.wrapping_add(u32::from(seq_off) << 12) } else { c.isn.wrapping_add(u32::from(seq_off)) };
                 let opts = options(bits);
                 let n = usize::from(len) % (MAX_SEGMENT - 200);
-                let data = if input.rules {
-                    http_payload(seq.wrapping_sub(c.isn.wrapping_add(1)) as usize, n)
+                let off = seq.wrapping_sub(c.isn.wrapping_add(1)) as usize;
+                let data = if let Some(h2) = &h2 {
+                    (off..off + n).map(|i| h2[i % h2.len()]).collect()
+                } else if input.rules {
+                    http_payload(off, n)
                 } else {
                     payload(n)
                 };
-                TcpBuilder {
-                    src: c.addr,
-                    dst: online_for(c.addr),
-                    seq: SeqNum(seq),
-                    ack: SeqNum(7_000_000u32.wrapping_add(u32::from(ack_off))),
-                    flags: TcpFlags(flags),
-                    window: 65535,
-                    options: &opts,
-                    payload: &data,
-                    ttl: 64,
-                    ident: 1,
+                client_segment(&mut pkt, c, seq, 7_000_000u32.wrapping_add(u32::from(ack_off)), flags, &opts, &data);
+                h.engine.handle_captured(h.now, &pkt);
+            }
+            Op::Open { who, len } => {
+                let c = &clients[usize::from(who) % clients.len()];
+                let syn = TcpFlags::SYN.0;
+                let ack = TcpFlags::ACK.0;
+                let before = h.registered.clone();
+                client_segment(&mut pkt, c, c.isn, 0, syn, &options(0x0f), &[]);
+                h.engine.handle_captured(h.now, &pkt);
+                client_segment(&mut pkt, c, c.isn.wrapping_add(1), 7_000_001, ack, &[], &[]);
+                h.engine.handle_captured(h.now, &pkt);
+                h.drain();
+                // The test server's SYN-ACK on each tuple registered for it (one per copy).
+                let mut fresh: Vec<FourTuple> = h.registered.difference(&before).copied().collect();
+                fresh.sort();
+                for t in fresh {
+                    let next = h.sent.get(&t).copied().unwrap_or(0);
+                    TcpBuilder {
+                        src: t.server.socket(),
+                        dst: t.client.socket(),
+                        seq: SeqNum(50_000),
+                        ack: SeqNum(next),
+                        flags: TcpFlags(syn | ack),
+                        window: 65535,
+                        options: &options(0x0f),
+                        payload: &[],
+                        ttl: 64,
+                        ident: 1,
+                    }
+                    .emit(&mut pkt);
+                    if let Ok((_, r)) = Record::from_packet(&pkt, 0) {
+                        h.engine.handle_record(h.now, &r);
+                    }
+                    h.drain();
                 }
-                .emit(&mut pkt);
+                let n = usize::from(len) % (MAX_SEGMENT - 200);
+                let data: Vec<u8> = match &h2 {
+                    Some(h2) => h2[..n.min(h2.len())].to_vec(),
+                    None if input.rules => http_payload(0, n),
+                    None => payload(n),
+                };
+                client_segment(&mut pkt, c, c.isn.wrapping_add(1), 7_000_001, ack | TcpFlags::PSH.0, &[], &data);
                 h.engine.handle_captured(h.now, &pkt);
             }
             Op::Server { conn, flags, seq_off, ack_delta, len, window } => {
