@@ -148,8 +148,13 @@ const GAP_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 /// late gives its session up: see `skip_gap`).
 const HOLE_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Answer timeouts after which a session's pacing stays lock-step (window 1).
+/// Strikes (answers that timed out, came shorter or longer than the online ones) from which a
+/// session's pacing is lock-step (window 1), until answers that match forgive them.
 const STRIKES_LOCKSTEP: u8 = 3;
+
+/// `Session::strikes` of a session that stays lock-step for good (the test server closed a
+/// connection with requests left): nothing forgives it.
+const STRIKES_FOR_GOOD: u8 = u8::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -217,8 +222,10 @@ pub(crate) struct Session {
     /// Request units the current connection may have in flight (windowed pacing: see
     /// [`Session::window`]).
     win: u32,
-    /// Answers that timed out with pacing; from [`STRIKES_LOCKSTEP`] on the session stays
-    /// lock-step (set at once when the test server closes a connection with requests left).
+    /// Answers that timed out, or whose size differed from the online one, less the answers
+    /// that matched since (see `Session::strike`); from [`STRIKES_LOCKSTEP`] on the session is
+    /// lock-step, and [`STRIKES_FOR_GOOD`] (the test server closed a connection with requests
+    /// left) keeps it so.
     strikes: u8,
     /// The start of the last request unit whose replay lag was counted.
     lag_done: Option<SeqNum>,

@@ -4,10 +4,15 @@
 //! (`pace_window` > 1) a connection may have up to `win` whole units in flight, all within
 //! `replay_keep` of the first unanswered byte (so they can go again on a new connection):
 //! `win` starts at 1 and opens by one with each unit answered; answers are matched to units
-//! in order by the online sizes (`Watch::carry`). Lock-step (window 1) for the rest of the
-//! session once a test answer's size differed from the online one, the test server closed a
-//! connection with requests left, or `STRIKES_LOCKSTEP` answers timed out; always for
-//! server-speaks-first sessions and shaped ones.
+//! in order by the online sizes (`Watch::carry`). An answer that timed out, or whose size
+//! differed from the online one, is a strike: the window closes to one and opens again by one
+//! with each unit answered; from `STRIKES_LOCKSTEP` strikes the session is lock-step (window 1),
+//! and each answer that matches the online size forgives one, so a session whose test answers
+//! keep differing stays lock-step while one hit by a pause of the test server (a unit released
+//! by the quiet rule in the middle of its answer, whose tail then counts for the next unit:
+//! two strikes) opens its window again. Lock-step for the rest of the session once the test
+//! server closed a connection with requests left; always for server-speaks-first sessions and
+//! shaped ones.
 //!
 
 use crate::engine::stamp::Stamp;
@@ -19,7 +24,7 @@ use common::seq::SeqNum;
 use super::super::config::Params;
 use super::super::shared::Shared;
 use super::super::stream::Stream;
-use super::{Session, STRIKES_LOCKSTEP};
+use super::{Session, STRIKES_FOR_GOOD, STRIKES_LOCKSTEP};
 
 /// Answer bytes an HTTP/2 copy may run ahead of the test server beyond what the online server
 /// had sent (`Session::h2_gate`): a few dozen small answers (about 50 of 80 bytes: with the
@@ -96,8 +101,8 @@ impl Session {
     /// Request units the current connection may have in flight: 1 (lock-step) without a
     /// window, for server-speaks-first protocols (their exchanges are usually lock-step), for
     /// shaped sessions (think time and ON/OFF gating count from each answer), and once
-    /// [`STRIKES_LOCKSTEP`] answers timed out; otherwise the adaptive window, at most
-    /// `pace_window`.
+    /// [`STRIKES_LOCKSTEP`] strikes (see [`Session::strike`]); otherwise the adaptive window,
+    /// at most `pace_window`.
     pub(super) fn window(&self, p: &Params) -> u32 {
         if !self.paced(p)
             || self.gate.is_some()
@@ -275,7 +280,8 @@ impl Session {
     /// which may then be answered at once. A unit answered by quiet (a shorter answer) also
     /// releases the later units the test server had received before its last answer bytes and
     /// then went quiet on: it answered them too. Each unit answered opens the window by one;
-    /// a timeout closes it to one (and counts a strike).
+    /// a timeout or a size that differs from the online one closes it to one (a strike), an
+    /// answer of the online size forgives a strike.
     pub(super) fn release_watched(
         &mut self,
         now: Instant,
@@ -315,7 +321,9 @@ impl Session {
                 match self.stream.waiting_end() {
                     Some(next) => {
                         if self.watch.carry(tuple, next, used) {
-                            self.lock_step();
+                            self.strike(); // longer than online
+                        } else {
+                            self.forgive();
                         }
                     }
                     None => return (n, false),
@@ -326,7 +334,7 @@ impl Session {
                 self.stream.release_one();
                 n += 1;
                 if need.is_some() && !self.watch.closed() {
-                    self.lock_step(); // shorter than online
+                    self.strike(); // shorter than online, or a pause in the middle
                 }
                 if !self.watch.closed() {
                     let upto = self.watch.max_ack().map_or(acked, |a| a.min(acked));
@@ -342,21 +350,38 @@ impl Session {
             }
             if timed_out && n == 0 && (!open || closing) {
                 self.stream.release_one();
-                self.win = 1;
-                self.strikes = self.strikes.saturating_add(1);
+                self.strike();
                 return (1, true);
             }
             return (n, false);
         }
     }
 
-    /// The rest of the session goes lock-step: a test answer was shorter or longer than the
-    /// online one (with several units in flight the online sizes would no longer tell where one
-    /// test answer ends and the next begins), or the test server closed a connection with
+    /// The rest of the session goes lock-step: the test server closed a connection with
     /// requests left (one that ends connections may reset one with unread requests in it).
     pub(super) fn lock_step(&mut self) {
         self.win = 1;
-        self.strikes = STRIKES_LOCKSTEP;
+        self.strikes = STRIKES_FOR_GOOD;
+    }
+
+    /// An answer timed out, or its size differed from the online one (with several units in
+    /// flight the online sizes would then no longer tell where one test answer ends and the
+    /// next begins): the window closes to one, and from [`STRIKES_LOCKSTEP`] strikes the
+    /// session is lock-step until answers that match forgive them. Strikes count up to twice
+    /// that, so a session whose answers kept differing needs a few matching ones in a row.
+    pub(super) fn strike(&mut self) {
+        self.win = 1;
+        if self.strikes != STRIKES_FOR_GOOD {
+            self.strikes = (self.strikes + 1).min(2 * STRIKES_LOCKSTEP);
+        }
+    }
+
+    /// An answer matched the online size: one strike fewer (none for a session lock-step for
+    /// good).
+    fn forgive(&mut self) {
+        if self.strikes != STRIKES_FOR_GOOD {
+            self.strikes = self.strikes.saturating_sub(1);
+        }
     }
 
     /// A unit was answered: one more may be in flight (up to `pace_window`).

@@ -1,19 +1,27 @@
 //! Windowed pacing: while the test server's answers match the online sizes, a connection may
 //! have several request units in flight (the window opens by one with each unit answered, up
-//! to `pace_window`); answers that come together release the units in order; a size mismatch,
-//! a server close with requests left or a timeout makes the session lock-step.
+//! to `pace_window`); answers that come together release the units in order; a size mismatch
+//! or a timeout closes the window to one (a strike), answers that keep differing make the
+//! session lock-step until matching ones forgive them, and a server close with requests left
+//! makes it lock-step for good.
 
 use super::*;
 
 /// Six requests of 4 bytes captured at once, each answered online with 100 bytes; the first
 /// sent and acked. `win`: the pacing window.
 fn backlog(win: u32) -> H {
+    backlog_of(win, 6)
+}
+
+/// `n` requests (`req0`, `req1`...) of 4 bytes captured at once, each answered online with
+/// 100 bytes; the first sent and acked.
+fn backlog_of(win: u32, n: u32) -> H {
     let mut h = H::new(EngineConfig {
         pace_window: win,
         ..cfg()
     });
     h.establish();
-    for i in 0..6u32 {
+    for i in 0..n {
         h.cap(data(4 * i, 100 * i, format!("req{i}").as_bytes()));
     }
     let out = h.out();
@@ -75,19 +83,72 @@ fn strict_pacing_keeps_one_unit_in_flight() {
 }
 
 #[test]
-fn a_shorter_answer_makes_the_session_lock_step() {
+fn a_shorter_answer_closes_the_window_and_matching_answers_open_it_again() {
     let mut h = backlog(8);
     h.rec(resp(0, 4, 10)); // 10 of 100 bytes
-    assert!(
-        h.fire_until_output(100)
-            .iter()
-            .any(|o| o.payload == b"req1"),
-        "released by the quiet"
-    );
+    let out = h.fire_until_output(100);
+    assert_eq!(payloads(&out), "req1", "released by the quiet, one unit in flight");
     h.rec(resp(10, 8, 100));
-    assert_eq!(payloads(&h.out()), "req2", "one at a time from now on");
-    h.rec(resp(110, 12, 100));
-    assert_eq!(payloads(&h.out()), "req3");
+    assert_eq!(
+        payloads(&h.out()),
+        "req2req3",
+        "req1 answered with the online size: the window opens again"
+    );
+}
+
+#[test]
+fn answers_that_keep_differing_keep_the_session_lock_step_until_matching_ones_forgive() {
+    let mut h = backlog_of(8, 10);
+    // Five answers of 10 bytes where the online ones had 100: five strikes, lock-step.
+    let mut at = 0;
+    for i in 0..5u32 {
+        h.rec(resp(at, 4 * (i + 1), 10));
+        at += 10;
+        let mut sent = String::new();
+        while sent.is_empty() {
+            let out = h.fire_until_output(10_000);
+            assert!(!out.is_empty(), "the quiet rule releases req{i}");
+            sent = payloads(&out);
+        }
+        assert_eq!(sent, format!("req{}", i + 1), "one at a time");
+    }
+    // Matching answers forgive one strike each: lock-step still after two of them...
+    for i in 5..7u32 {
+        h.rec(resp(at, 4 * (i + 1), 100));
+        at += 100;
+        assert_eq!(payloads(&h.out()), format!("req{}", i + 1), "still lock-step");
+    }
+    // ...and the window opens again after the third.
+    h.rec(resp(at, 32, 100));
+    assert_eq!(payloads(&h.out()), "req8req9");
+}
+
+/// The test server pauses in the middle of an answer for longer than the quiet rule waits (a
+/// busy test host): the unit is released early, and the tail of its answer then counts for the
+/// next one. Two strikes, then answers of the online size: the window opens again (it used to
+/// stay at one for the rest of the session).
+#[test]
+fn a_pause_in_the_middle_of_an_answer_costs_the_window_for_a_while_only() {
+    let mut h = backlog(8);
+    h.rec(resp(0, 4, 60)); // 60 of req0's 100 bytes, then a pause
+    let out = h.fire_until_output(1000);
+    assert_eq!(payloads(&out), "req1", "released by the quiet");
+    // The rest of req0's answer (sent after the server had req1), then req1's answer.
+    h.rec(resp(60, 8, 40));
+    h.rec(resp(100, 8, 100));
+    assert_eq!(
+        payloads(&h.out()),
+        "req2",
+        "req1 released; the 40 bytes beyond its online size: a second strike, window one"
+    );
+    h.rec(resp(200, 12, 100));
+    assert_eq!(
+        payloads(&h.out()),
+        "req3req4",
+        "req2 answered with the online size: the window opens by one"
+    );
+    h.rec(resp(300, 20, 200));
+    assert_eq!(payloads(&h.out()), "req5", "both answered, the last request goes");
 }
 
 #[test]
