@@ -340,6 +340,27 @@ fn client_segment(pkt: &mut Vec<u8>, c: &Client, seq: u32, ack: u32, flags: u8, 
     .emit(pkt);
 }
 
+/// The test server's segment on tuple `t`, handed to the engine as the intercept's record.
+#[allow(clippy::too_many_arguments)]
+fn server_record(h: &mut Harness, pkt: &mut Vec<u8>, t: FourTuple, seq: u32, ack: u32, flags: u8, window: u16, opts: &[TcpOption<'_>], data: &[u8]) {
+    TcpBuilder {
+        src: t.server.socket(),
+        dst: t.client.socket(),
+        seq: SeqNum(seq),
+        ack: SeqNum(ack),
+        flags: TcpFlags(flags),
+        window,
+        options: opts,
+        payload: data,
+        ttl: 64,
+        ident: 1,
+    }
+    .emit(pkt);
+    if let Ok((_, r)) = Record::from_packet(pkt, 0) {
+        h.engine.handle_record(h.now, &r);
+    }
+}
+
 fn options(bits: u8) -> Vec<TcpOption<'static>> {
     let mut o = Vec::new();
     if bits & 1 != 0 {
@@ -424,22 +445,7 @@ fuzz_target!(|input: Input| {
                 fresh.sort();
                 for t in fresh {
                     let next = h.sent.get(&t).copied().unwrap_or(0);
-                    TcpBuilder {
-                        src: t.server.socket(),
-                        dst: t.client.socket(),
-                        seq: SeqNum(50_000),
-                        ack: SeqNum(next),
-                        flags: TcpFlags(syn | ack),
-                        window: 65535,
-                        options: &options(0x0f),
-                        payload: &[],
-                        ttl: 64,
-                        ident: 1,
-                    }
-                    .emit(&mut pkt);
-                    if let Ok((_, r)) = Record::from_packet(&pkt, 0) {
-                        h.engine.handle_record(h.now, &r);
-                    }
+                    server_record(&mut h, &mut pkt, t, 50_000, next, syn | ack, 65535, &options(0x0f), &[]);
                     h.drain();
                 }
                 let n = usize::from(len) % (MAX_SEGMENT - 200);
@@ -458,22 +464,8 @@ fuzz_target!(|input: Input| {
                 let t = h.order[usize::from(conn) % h.order.len()];
                 let next = h.sent.get(&t).copied().unwrap_or(0);
                 let data = payload(usize::from(len) % 3000);
-                TcpBuilder {
-                    src: t.server.socket(),
-                    dst: t.client.socket(),
-                    seq: SeqNum(50_000u32.wrapping_add(u32::from(seq_off))),
-                    ack: SeqNum(next.wrapping_add(ack_delta as i32 as u32)),
-                    flags: TcpFlags(flags),
-                    window,
-                    options: &[],
-                    payload: &data,
-                    ttl: 64,
-                    ident: 1,
-                }
-                .emit(&mut pkt);
-                if let Ok((_, r)) = Record::from_packet(&pkt, 0) {
-                    h.engine.handle_record(h.now, &r);
-                }
+                let (seq, ack) = (50_000u32.wrapping_add(u32::from(seq_off)), next.wrapping_add(ack_delta as i32 as u32));
+                server_record(&mut h, &mut pkt, t, seq, ack, flags, window, &[], &data);
             }
             Op::Verdict { conn, from, code } => {
                 if h.unanswered.is_empty() {

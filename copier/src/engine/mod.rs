@@ -528,15 +528,7 @@ impl Engine {
         self.resumes.shrink_to_fit();
         self.resume_fifo.shrink_to_fit();
         self.pending_fifo.shrink_to_fit();
-        let live: Vec<Reverse<(Stamp, u32, u32)>> = std::mem::take(&mut self.timers)
-            .into_iter()
-            .filter(|Reverse((_, idx, gen))| {
-                self.slots
-                    .get(*idx as usize)
-                    .is_some_and(|x| x.gen == *gen && x.s.is_some())
-            })
-            .collect();
-        self.timers = BinaryHeap::from(live);
+        self.purge_timers();
         self.timers.shrink_to_fit();
         self.ready.shrink_to_fit();
         self.due = Vec::new();
