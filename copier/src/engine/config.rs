@@ -94,8 +94,9 @@ pub struct EngineConfig {
     pub max_rto: Duration,
     /// Retransmissions of the same data (or SYN) before the session fails (`retransmit_limit`).
     pub max_retries: u32,
-    /// How long a closed or reset test connection stays registered, to answer the test server's
-    /// retransmitted FIN or challenge ACK.
+    /// How long a test connection we reset, or closed first, stays registered, to answer the
+    /// test server's retransmitted FIN or challenge ACK (one the test server closed first ends
+    /// when our FIN is acknowledged: nothing of the test server's needs an answer after that).
     pub close_linger: Duration,
     /// Most sessions in the table (including ones waiting to synchronise; not those done and
     /// only lingering); when full, room for a new one is made in this order: unproven

@@ -171,6 +171,10 @@ pub(crate) struct Conn {
     probe_due: bool,
     /// FINs of the test server seen again while lingering.
     fin_repeats: u8,
+    /// Our FIN first left after the test server's: it carried the ACK of theirs (a passive
+    /// close), so once it is acknowledged nothing of the test server's can come that needs an
+    /// answer of ours, and the connection ends without lingering.
+    fin_acks_peer: bool,
     /// Duplicate ACKs in a row (same ACK number and window, nothing new).
     dupacks: u8,
     /// Three duplicate ACKs: resend the first unacknowledged segment now.
@@ -251,6 +255,7 @@ impl Conn {
             syn_due: true,
             probe_due: false,
             fin_repeats: 0,
+            fin_acks_peer: false,
             dupacks: 0,
             fast_rexmit: false,
             recovery_wnd: 0,
@@ -477,6 +482,15 @@ impl Conn {
         }
         if self.state == State::Established && self.peer_fin && self.fin_acked {
             self.enter_linger(now, p);
+            if self.fin_acks_peer {
+                // A passive close (the test server closed first, and our FIN acknowledged its
+                // FIN): the test server keeps the TIME_WAIT, and having had its FIN
+                // acknowledged it sends nothing more that needs an answer, as TCP's LAST_ACK
+                // goes to CLOSED on this ACK. So no `--close-linger` wait: the connection is
+                // done, and its tuple is unregistered and free now.
+                self.linger_until = None;
+                self.dead = true;
+            }
         }
     }
 

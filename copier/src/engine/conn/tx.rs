@@ -171,6 +171,9 @@ impl Conn {
         if let Some(f) = tx.fin {
             if self.snd_nxt == f && !self.fin_acked {
                 let retransmit = self.fin_sent.is_some();
+                if !retransmit {
+                    self.fin_acks_peer = self.peer_fin;
+                }
                 self.emit(p, f, TcpFlags::FIN | TcpFlags::ACK, &[], tx.tsval, out);
                 self.fin_sent = Some(f);
                 self.snd_nxt = f.add(1);

@@ -105,8 +105,48 @@ fn server_fin_then_client_fin() {
         flags: A,
         ..BASE
     });
-    assert!(h.out().is_empty());
+    assert!(h.packets().is_empty());
     assert_eq!(h.e.stats().sessions_completed, 1);
+    // A passive close: our FIN carried the ACK of theirs and is acknowledged, so the test
+    // server holds the TIME_WAIT and has nothing left that needs an answer. No linger: the
+    // tuple is unregistered and the session gone at once.
+    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
+    assert_eq!(h.e.session_count(), 0);
+}
+
+#[test]
+fn server_fin_while_our_fin_is_out_still_lingers() {
+    // Our FIN leaves first and the test server's crosses it: the last ACK is ours (theirs
+    // acknowledged by a bare ACK that can be lost), so the connection lingers as after an
+    // active close.
+    let mut h = answered();
+    h.cap(Seg {
+        seq: CISN + 4,
+        ack: OISN + 11,
+        flags: FA,
+        ..BASE
+    });
+    let out = h.out();
+    assert_eq!((out.len(), out[0].flags), (1, FA));
+    h.rec(Seg {
+        seq: TISN + 11,
+        ack: CISN + 4,
+        flags: FA,
+        ..BASE
+    });
+    let out = h.out();
+    assert_eq!((out.len(), out[0].flags, out[0].ack), (1, A, TISN + 12));
+    h.rec(Seg {
+        seq: TISN + 12,
+        ack: CISN + 5,
+        flags: A,
+        ..BASE
+    });
+    assert_eq!(h.e.stats().sessions_completed, 1);
+    assert!(h.control().is_empty(), "still registered while lingering");
+    let (_, ctl) = h.run_timers(60_000);
+    assert_eq!(ctl, vec![RegEvent::Unregister(test_tuple())]);
+    assert_eq!(h.e.session_count(), 0);
 }
 
 #[test]
