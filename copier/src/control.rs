@@ -39,7 +39,6 @@
 mod loops;
 mod registry;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -345,7 +344,7 @@ async fn send_snapshot<W: AsyncWrite + Unpin>(
     ask: Option<&PayloadAsk>,
     peer: &common::proto::Hello,
     writer: &mut FrameWriter<W>,
-) -> Result<(HashSet<FourTuple>, broadcast::Receiver<RegEvent>), LinkError> {
+) -> Result<(registry::TupleSet, broadcast::Receiver<registry::RegBatch>), LinkError> {
     let (mut snapshot, rx) = links.registry.subscribe();
     snapshot.retain(|t| cfg.guards(t));
     let mut msgs = Vec::new();

@@ -2,10 +2,8 @@
 //! engines) and the write loop (the registry's changes, pings and the record hold to the
 //! intercept).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use common::flow::FourTuple;
 use common::proto::io::{FrameReader, FrameWriter};
 use common::proto::{Message, ProtoError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
@@ -14,7 +12,9 @@ use tokio::sync::{broadcast, watch};
 use crate::engine::{LinkEvent, RegEvent};
 use crate::link::{log_rules, LinkError};
 
-use super::registry::{messages_for, shrink_if_sparse, PayloadAsk, TUPLES_PER_MESSAGE};
+use super::registry::{
+    messages_for, shrink_if_sparse, PayloadAsk, RegBatch, TupleSet, TUPLES_PER_MESSAGE,
+};
 use super::{ClientConfig, Links};
 
 /// The next record hold to tell the intercept; never ready for a link without one.
@@ -112,8 +112,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     mut hold: Option<watch::Receiver<u32>>,
     links: &Links,
     writer: &mut FrameWriter<W>,
-    mut sent: HashSet<FourTuple>,
-    mut rx: broadcast::Receiver<RegEvent>,
+    mut sent: TupleSet,
+    mut rx: broadcast::Receiver<RegBatch>,
     stamps: bool,
 ) -> Result<(), LinkError> {
     let limit = cfg.ping_interval * 3;
@@ -142,11 +142,11 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         let mut lagged = false;
         tokio::select! {
             r = rx.recv() => match r {
-                Ok(ev) => {
-                    events.push(ev);
+                Ok(batch) => {
+                    events.extend_from_slice(&batch);
                     loop {
                         match rx.try_recv() {
-                            Ok(ev) => events.push(ev),
+                            Ok(batch) => events.extend_from_slice(&batch),
                             Err(broadcast::error::TryRecvError::Lagged(_)) => { lagged = true; break }
                             Err(_) => break,
                         }

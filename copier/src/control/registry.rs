@@ -2,7 +2,7 @@
 //! forwards to its intercept (see [`Registry`]), and the messages a batch of its changes makes.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use common::flow::FourTuple;
 use common::proto::Message;
@@ -13,16 +13,28 @@ use crate::engine::RegEvent;
 /// Most tuples put in one Register/Unregister message.
 pub(super) const TUPLES_PER_MESSAGE: usize = 8192;
 
-/// Capacity of the registration broadcast; a client further behind resynchronises (by
-/// difference against a copy of the registry: a burst of more changes than this between two
+/// Capacity of the registration broadcast, in batches (one per [`Registry::apply`] that
+/// changed something: an engine turn's changes); a client further behind resynchronises (by
+/// difference against a copy of the registry: a burst of more batches than this between two
 /// writes of a link costs that copy). Its slots are allocated and written when the registry is
 /// made, about 100 bytes each: 16,384 of them were 1.6 MiB of the idle copier's RSS.
 pub(super) const BROADCAST_CAPACITY: usize = 4096;
 
+/// A set of test tuples: the registry's, and each link's copy of what it told its intercept.
+/// Keyed with the engine's fast hasher (a seed per registry, so that clients cannot aim
+/// collisions at it): every session adds and removes its tuple in both, and SipHash's cost
+/// showed in profiles of one request per connection.
+pub type TupleSet = HashSet<FourTuple, crate::engine::FastHash>;
+
+/// One batch of the registry's changes, as broadcast to the links.
+pub type RegBatch = Arc<[RegEvent]>;
+
 #[derive(Debug)]
 struct RegistryInner {
-    set: HashSet<FourTuple>,
-    tx: broadcast::Sender<RegEvent>,
+    set: TupleSet,
+    tx: broadcast::Sender<RegBatch>,
+    /// Kept between calls: the changes of one [`Registry::apply`].
+    changed: Vec<RegEvent>,
 }
 
 /// The sessions registered with the intercepts (see the module doc).
@@ -43,8 +55,9 @@ impl Registry {
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         Registry {
             inner: Mutex::new(RegistryInner {
-                set: HashSet::new(),
+                set: TupleSet::with_hasher(crate::engine::FastHash::new(rand::random())),
                 tx,
+                changed: Vec::new(),
             }),
         }
     }
@@ -55,22 +68,28 @@ impl Registry {
     }
 
     /// Apply changes in order; repeated registrations and unknown unregistrations are ignored.
+    /// What changed goes to the links as one batch (one wake-up of each, not one per change).
     pub fn apply(&self, events: &[RegEvent]) {
         let mut g = self.lock();
+        let RegistryInner { set, tx, changed } = &mut *g;
+        changed.clear();
         for &ev in events {
-            let changed = match ev {
-                RegEvent::Register(t) => g.set.insert(t),
-                RegEvent::Unregister(t) => g.set.remove(&t),
+            let is_new = match ev {
+                RegEvent::Register(t) => set.insert(t),
+                RegEvent::Unregister(t) => set.remove(&t),
             };
-            if changed {
-                // No receiver (no intercept connected) is fine: the snapshot covers it later.
-                let _ = g.tx.send(ev);
+            if is_new {
+                changed.push(ev);
             }
         }
-        shrink_if_sparse(&mut g.set);
+        if !changed.is_empty() {
+            // No receiver (no intercept connected) is fine: the snapshot covers it later.
+            let _ = tx.send(RegBatch::from(changed.as_slice()));
+        }
+        shrink_if_sparse(set);
     }
 
-    /// Changes not yet seen by every client that was subscribed when they were made (to let
+    /// Batches of changes not yet seen by every client that was subscribed when they were made (to let
     /// the clients pass the last changes on before the copier exits).
     pub fn unsent(&self) -> usize {
         self.lock().tx.len()
@@ -98,7 +117,7 @@ impl Registry {
     }
 
     /// The current set and a receiver of every change after it.
-    pub fn subscribe(&self) -> (HashSet<FourTuple>, broadcast::Receiver<RegEvent>) {
+    pub fn subscribe(&self) -> (TupleSet, broadcast::Receiver<RegBatch>) {
         let g = self.lock();
         (g.set.clone(), g.tx.subscribe())
     }
@@ -106,7 +125,7 @@ impl Registry {
 
 /// Give back a set's room once it holds under a quarter of it (after a peak of sessions), so
 /// that the memory comes down with them; amortised O(1) per removal.
-pub(super) fn shrink_if_sparse(set: &mut HashSet<FourTuple>) {
+pub(super) fn shrink_if_sparse(set: &mut TupleSet) {
     if set.capacity() > 1024 && set.len() * 4 < set.capacity() {
         set.shrink_to_fit();
     }

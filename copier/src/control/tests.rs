@@ -1,3 +1,5 @@
+use std::collections::HashSet;
+
 use super::registry::{BROADCAST_CAPACITY, TUPLES_PER_MESSAGE};
 use super::*;
 use crate::workers::{Inbound, Inbox, Routes, Wake};
@@ -541,14 +543,14 @@ async fn a_link_that_fell_behind_resynchronises_by_difference() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let n = 3 * BROADCAST_CAPACITY as u16;
-        let regs: Vec<RegEvent> = (0..n).map(|i| RegEvent::Register(t(i))).collect();
-        links.registry.apply(&regs);
+        // One change per apply: a batch each, three times what the broadcast holds.
+        for i in 0..n {
+            links.registry.apply(&[RegEvent::Register(t(i))]);
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let unregs: Vec<RegEvent> = (0..n)
-            .filter(|i| i % 2 == 0)
-            .map(|i| RegEvent::Unregister(t(i)))
-            .collect();
-        links.registry.apply(&unregs);
+        for i in (0..n).filter(|i| i % 2 == 0) {
+            links.registry.apply(&[RegEvent::Unregister(t(i))]);
+        }
         let want: HashSet<FourTuple> = (0..n).filter(|i| i % 2 == 1).map(t).collect();
         let mut have = HashSet::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -581,12 +583,15 @@ fn registry_snapshot_then_changes_exactly_once() {
         RegEvent::Unregister(t(1)),
         RegEvent::Unregister(t(9)),
     ]);
-    assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(1)));
-    assert!(
-        rx.try_recv().is_err(),
-        "duplicates and unknown tuples are not broadcast"
+    assert_eq!(
+        &rx.try_recv().unwrap()[..],
+        &[RegEvent::Unregister(t(1))],
+        "one batch, without the duplicate and the unknown tuple"
     );
+    assert!(rx.try_recv().is_err(), "one batch per apply");
+    r.apply(&[RegEvent::Register(t(2))]);
+    assert!(rx.try_recv().is_err(), "nothing changed: nothing broadcast");
     r.clear();
-    assert_eq!(rx.try_recv().unwrap(), RegEvent::Unregister(t(2)));
+    assert_eq!(&rx.try_recv().unwrap()[..], &[RegEvent::Unregister(t(2))]);
     assert!(r.is_empty());
 }

@@ -8,13 +8,13 @@ use std::hash::{BuildHasher, Hasher};
 /// given engine seed (so runs repeat), and keyed so that outsiders cannot aim collisions at it
 /// without knowing the seed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct FastHash {
+pub struct FastHash {
     seed: u64,
 }
 
 impl FastHash {
     /// The hasher of an engine with this seed.
-    pub(crate) fn new(seed: u64) -> FastHash {
+    pub fn new(seed: u64) -> FastHash {
         FastHash {
             seed: mix(seed ^ 0x5eed),
         }
@@ -29,7 +29,7 @@ impl BuildHasher for FastHash {
 }
 
 #[derive(Debug)]
-pub(crate) struct FxHasher {
+pub struct FxHasher {
     h: u64,
 }
 

@@ -195,7 +195,7 @@ pub use stats::{
 use chunk::Meter;
 use config::Params;
 use event::Event;
-use hash::FastHash;
+pub use hash::FastHash;
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
 use stamp::Stamp;

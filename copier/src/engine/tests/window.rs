@@ -87,7 +87,11 @@ fn a_shorter_answer_closes_the_window_and_matching_answers_open_it_again() {
     let mut h = backlog(8);
     h.rec(resp(0, 4, 10)); // 10 of 100 bytes
     let out = h.fire_until_output(100);
-    assert_eq!(payloads(&out), "req1", "released by the quiet, one unit in flight");
+    assert_eq!(
+        payloads(&out),
+        "req1",
+        "released by the quiet, one unit in flight"
+    );
     h.rec(resp(10, 8, 100));
     assert_eq!(
         payloads(&h.out()),
@@ -116,7 +120,11 @@ fn answers_that_keep_differing_keep_the_session_lock_step_until_matching_ones_fo
     for i in 5..7u32 {
         h.rec(resp(at, 4 * (i + 1), 100));
         at += 100;
-        assert_eq!(payloads(&h.out()), format!("req{}", i + 1), "still lock-step");
+        assert_eq!(
+            payloads(&h.out()),
+            format!("req{}", i + 1),
+            "still lock-step"
+        );
     }
     // ...and the window opens again after the third.
     h.rec(resp(at, 32, 100));
@@ -148,7 +156,11 @@ fn a_pause_in_the_middle_of_an_answer_costs_the_window_for_a_while_only() {
         "req2 answered with the online size: the window opens by one"
     );
     h.rec(resp(300, 20, 200));
-    assert_eq!(payloads(&h.out()), "req5", "both answered, the last request goes");
+    assert_eq!(
+        payloads(&h.out()),
+        "req5",
+        "both answered, the last request goes"
+    );
 }
 
 #[test]
