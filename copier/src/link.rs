@@ -213,7 +213,8 @@ impl EngineLink {
 
     /// Read what the link holds, at most [`READS_PER_TURN`] reads of `buf`, and hand each
     /// Records and Registered message to `f` (records stamped with the instant of the read that
-    /// completed them). `Ok(true)`: more may be waiting; `Ok(false)`: the socket would block.
+    /// completed them). `Ok(true)`: more may be waiting; `Ok(false)`: the socket would block, or
+    /// a read came back short (it took all the socket held).
     /// An error ends the link: give it to [`fail`](Self::fail).
     pub fn pump(&mut self, buf: &mut [u8], mut f: impl FnMut(Inbound)) -> Result<bool, LinkError> {
         for _ in 0..READS_PER_TURN {
@@ -264,6 +265,12 @@ impl EngineLink {
                     }
                     other => return Err(LinkError::Unexpected(other.name())),
                 }
+            }
+            if n < buf.len() {
+                // A short read emptied the socket: another read now would only say it would
+                // block (a system call per turn). What comes after it makes the socket readable
+                // again, as after that answer, so nothing waits longer for this.
+                return Ok(false);
             }
         }
         Ok(true)
@@ -457,6 +464,42 @@ mod tests {
             }
         }
         Ok(got)
+    }
+
+    #[test]
+    fn a_short_read_ends_the_pump_and_full_reads_go_on() {
+        let (a, mut b) = pair();
+        let shared = Arc::new(LinkShared::new());
+        let mut l = link(a, &shared);
+        let mut n = 0;
+        let bytes = sealed(
+            &[Message::Records {
+                records: vec![rec(1)],
+            }],
+            &mut n,
+        );
+        b.write_all(&bytes).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        // A buffer larger than what came: one read takes it all, and the pump says the
+        // socket is empty without reading again.
+        let mut big = vec![0u8; 4096];
+        let mut got = Vec::new();
+        assert!(!l.pump(&mut big, |i| got.push(i)).unwrap());
+        assert_eq!(got.len(), 1);
+        // Reads that fill the buffer: more may wait, and every one of them is read.
+        b.write_all(&sealed(
+            &[Message::Records {
+                records: vec![rec(2)],
+            }],
+            &mut n,
+        ))
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut small = vec![0u8; 1];
+        got.clear();
+        assert!(l.pump(&mut small, |i| got.push(i)).unwrap(), "a full read");
+        while l.pump(&mut small, |i| got.push(i)).unwrap() {}
+        assert_eq!(got.len(), 1);
     }
 
     #[test]
