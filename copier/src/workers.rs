@@ -270,6 +270,9 @@ fn filling(tx: &mpsc::Sender<Inbound>) -> bool {
 #[derive(Debug)]
 pub struct Wake {
     event: EventFd,
+    /// Set after each write of `event`: the engine reads it (a system call) only then, not at
+    /// every turn (with one worker, nothing writes it for most of them).
+    poked: AtomicBool,
     timer: TimerFd,
     /// Set by the engine: every record is worth a wake-up now.
     eager: AtomicBool,
@@ -293,6 +296,7 @@ impl Wake {
     pub fn with_delay(delay: Duration) -> std::io::Result<Wake> {
         Ok(Wake {
             event: EventFd::new()?,
+            poked: AtomicBool::new(false),
             timer: TimerFd::new()?,
             eager: AtomicBool::new(false),
             armed: AtomicBool::new(false),
@@ -303,7 +307,10 @@ impl Wake {
 
     /// Wake the engine thread now (a verdict, a link change, a stop).
     pub fn notify(&self) {
+        // The write first, then the flag: an engine that finds the flag set reads the write;
+        // one that looks between the two finds the eventfd readable and looks again.
         self.event.notify();
+        self.poked.store(true, Ordering::SeqCst);
     }
 
     /// Control side, after `n` records were put in the inbox (`urgent`: one of them cannot
@@ -316,7 +323,7 @@ impl Wake {
             || filling
             || wake_now(self.eager.load(Ordering::Relaxed), urgent, pending)
         {
-            self.event.notify();
+            self.notify();
         } else if !self.armed.swap(true, Ordering::SeqCst) {
             self.timer.set(self.delay);
         }
@@ -331,7 +338,9 @@ impl Wake {
             // swap put its records in the inbox before, so the engine takes them now.
             self.timer.set(Duration::ZERO);
         }
-        self.event.drain();
+        if self.poked.swap(false, Ordering::SeqCst) {
+            self.event.drain();
+        }
     }
 
     /// Engine side, after `poll` said the timer is readable: make it not readable, without

@@ -514,3 +514,20 @@ async fn a_record_that_can_wait_arms_the_timer_once_and_the_engine_disarms_it() 
     router.deliver(at, vec![answer()]).await.unwrap();
     assert_eq!(ready(Duration::ZERO), 1);
 }
+
+#[test]
+fn a_poke_is_taken_by_the_next_turn_and_only_a_poke_is_read() {
+    let wake = Wake::new().unwrap();
+    let readable = |w: &Wake| crate::sys::poll_readable(&w.fds()[..1], Duration::ZERO).unwrap();
+    wake.taking();
+    assert_eq!(readable(&wake), 0, "nothing poked: nothing to read");
+    wake.notify();
+    wake.notify();
+    assert_eq!(readable(&wake), 1);
+    wake.taking();
+    assert_eq!(readable(&wake), 0, "both pokes taken by one turn");
+    wake.notify();
+    assert_eq!(readable(&wake), 1, "a poke after the turn wakes the next");
+    wake.taking();
+    assert_eq!(readable(&wake), 0);
+}
