@@ -87,7 +87,17 @@ impl Engine {
             }
             self.group_detach(&c.key);
         }
-        if self.shed_keys.contains_key(&c.key) {
+        if self.closed_keys.holds(now, &c.key) {
+            if syn {
+                // A new connection on the port of one that ended.
+                self.closed_keys.remove(&c.key);
+            } else {
+                // A late segment of a connection whose copy ended (see `closed_keys`).
+                self.sh.stats.drops.after_close += 1;
+                return;
+            }
+        }
+        if self.shed_keys.holds(now, &c.key) {
             if syn {
                 // The client starts over on this port: a new session, copied if the copier
                 // keeps up by the end of its handshake.

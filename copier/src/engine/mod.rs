@@ -147,6 +147,7 @@ mod groups;
 mod h2edit;
 mod hash;
 mod input;
+mod keymemo;
 mod map;
 mod pkt;
 mod readout;
@@ -196,6 +197,7 @@ use chunk::Meter;
 use config::Params;
 use event::Event;
 pub use hash::FastHash;
+use keymemo::KeyMemo;
 use session::{Phase, Session};
 use shared::{Planner, Shared, SlotRef, Tuples};
 use stamp::Stamp;
@@ -262,6 +264,10 @@ pub const SESSION_COST: usize = std::mem::size_of::<Slot>()
 /// it the oldest is forgotten, and its later packets could start a mid-stream session (which
 /// copies only whole requests after a request boundary).
 pub const MAX_SHED_KEYS: usize = 65_536;
+
+/// Most sessions remembered as ended after the client's FIN (`Engine::closed_keys`); past it
+/// the oldest is forgotten, and a late segment of its client could start a mid-stream session.
+pub const MAX_CLOSED_KEYS: usize = 65_536;
 
 /// How long before a hole showed in a session's stream a capture loss may have been noticed
 /// for the hole to count as lost by the capture (`Engine::note_capture_loss`): the loss is
@@ -380,9 +386,14 @@ pub struct Engine {
     /// Captured sessions left out because the copier was behind when they started: their later
     /// packets are dropped too (`drops.overload`), so a session is copied whole or not at all.
     /// Forgotten at a new SYN on the tuple, after `session_timeout`, or past [`MAX_SHED_KEYS`]
-    /// (oldest first; with the FIFO of when each was left out).
-    shed_keys: HashMap<FourTuple, Instant, FastHash>,
-    shed_fifo: VecDeque<(Instant, FourTuple)>,
+    /// (oldest first).
+    shed_keys: KeyMemo,
+    /// Captured sessions that ended after the client's FIN, for `close_linger`: a segment of
+    /// the client's after the copy ended (its ACK of the online server's FIN, a FIN sent
+    /// again) is dropped as `after_close` instead of starting a mid-stream session, which would
+    /// wait to synchronise and count as live on its test server until it timed out. Forgotten
+    /// at a new SYN on the tuple, or past [`MAX_CLOSED_KEYS`] (oldest first).
+    closed_keys: KeyMemo,
     /// Where the client stream of each captured session that ended idle stood (its next
     /// sequence number), so that its next request starts a session at once (see "Idle
     /// sessions"); at most `max_sessions`, the oldest forgotten first (`resume_fifo`, stale
@@ -471,8 +482,8 @@ impl Engine {
             shutdown_unreg: Vec::new(),
             pending: HashMap::with_hasher(hash),
             overload: None,
-            shed_keys: HashMap::with_hasher(hash),
-            shed_fifo: VecDeque::new(),
+            shed_keys: KeyMemo::new(hash, MAX_SHED_KEYS, config.session_timeout),
+            closed_keys: KeyMemo::new(hash, MAX_CLOSED_KEYS, config.close_linger),
             pending_fifo: VecDeque::new(),
             resumes: HashMap::with_hasher(hash),
             resume_fifo: VecDeque::new(),
@@ -576,7 +587,7 @@ impl Engine {
                     }
                 }
                 Event::ShedAtHole { at, key } => {
-                    if !self.shed_keys.contains_key(&key) {
+                    if !self.shed_keys.holds(at, &key) {
                         self.sh
                             .stats
                             .sessions_shed_overload
@@ -658,6 +669,11 @@ impl Engine {
             self.sh.events.push(Event::Unregistered(c.tuple));
         }
         self.group_leave(&s.key, idx, s.group_started);
+        if s.client_closed() && self.group_of(&s.key).is_none() {
+            // The last copy of a session the client closed: its late segments start nothing
+            // (for `close_linger` after the session's last segment).
+            self.closed_keys.insert(s.last_activity.at(), s.key);
+        }
     }
 }
 

@@ -2,7 +2,6 @@
 //! and the sessions shed when `max_memory` or `max_sessions` is reached, in the order of
 //! "Unproven sessions" in the module documentation.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
 use common::flow::FourTuple;
@@ -10,7 +9,7 @@ use common::flow::FourTuple;
 use super::session::{Phase, Session};
 use super::stamp::Stamp;
 use super::stats::{FailReason, OverloadReason};
-use super::{Engine, MAX_SHED_KEYS, SESSION_COST};
+use super::{Engine, SESSION_COST};
 
 /// Why a session of `Session::shed_rank` `rank` is shed: `unproven_shed` for the unproven,
 /// `idle_shed` for the idle proven, `busy` for the busy proven.
@@ -31,7 +30,8 @@ impl Engine {
     /// sessions already being copied go on, so the capacity left goes to them.
     pub fn set_overload(&mut self, now: Instant, why: Option<OverloadReason>) {
         self.overload = why;
-        self.expire_shed(now);
+        self.shed_keys.expire(now);
+        self.closed_keys.expire(now);
     }
 
     /// The copier is far behind: give up every session none of whose bytes has left yet
@@ -92,34 +92,7 @@ impl Engine {
 
     /// Remember `key` as left out (see `shed_keys`).
     pub(super) fn remember_shed(&mut self, now: Instant, key: FourTuple) {
-        self.expire_shed(now);
-        while self.shed_keys.len() >= MAX_SHED_KEYS {
-            let Some((_, k)) = self.shed_fifo.pop_front() else {
-                break;
-            };
-            self.shed_keys.remove(&k);
-        }
-        self.shed_keys.insert(key, now);
-        self.shed_fifo.push_back((now, key));
-    }
-
-    /// Forget the sessions left out longer than `session_timeout` ago (entries of keys
-    /// forgotten or left out again since are skipped).
-    fn expire_shed(&mut self, now: Instant) {
-        let timeout = self.sh.p.session_timeout;
-        while let Some(&(at, k)) = self.shed_fifo.front() {
-            if now.saturating_duration_since(at) < timeout {
-                break;
-            }
-            self.shed_fifo.pop_front();
-            if self.shed_keys.get(&k) == Some(&at) {
-                self.shed_keys.remove(&k);
-            }
-        }
-        if self.shed_keys.is_empty() && self.shed_fifo.capacity() > 1024 {
-            self.shed_fifo = VecDeque::new();
-            self.shed_keys.shrink_to_fit();
-        }
+        self.shed_keys.insert(now, key);
     }
 
     /// What shedding can free: [`Engine::memory_used`] but for the sessions that are done

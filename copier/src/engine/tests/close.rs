@@ -115,6 +115,57 @@ fn server_fin_then_client_fin() {
 }
 
 #[test]
+fn a_client_segment_after_its_session_ended_starts_nothing() {
+    // As above, the copy ends at once by a passive close. The client's ACK of the online
+    // server's FIN comes after that (the client closed first online): it belongs to the
+    // session that ended, not to a connection caught mid-stream, so it starts no session
+    // (one waiting to synchronise would count as live on its test server until it timed out).
+    let mut h = answered();
+    h.rec(Seg {
+        seq: TISN + 11,
+        ack: CISN + 4,
+        flags: FA,
+        ..BASE
+    });
+    let _ = h.out();
+    h.cap(Seg {
+        seq: CISN + 4,
+        ack: OISN + 11,
+        flags: FA,
+        ..BASE
+    });
+    let out = h.out();
+    assert_eq!((out.len(), out[0].flags), (1, FA));
+    h.rec(Seg {
+        seq: TISN + 12,
+        ack: CISN + 5,
+        flags: A,
+        ..BASE
+    });
+    assert!(h.packets().is_empty());
+    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
+    assert_eq!(h.e.session_count(), 0);
+    h.at(50);
+    h.cap(Seg {
+        seq: CISN + 5,
+        ack: OISN + 12,
+        flags: A,
+        ..BASE
+    });
+    assert!(h.packets().is_empty());
+    assert_eq!(
+        h.e.session_count(),
+        0,
+        "no session for a closed connection's segment"
+    );
+    assert_eq!(h.e.stats().drops.after_close, 1);
+    // A new connection on the same client port is a new session.
+    h.at(100);
+    h.establish();
+    assert_eq!(h.e.session_count(), 1);
+}
+
+#[test]
 fn server_fin_while_our_fin_is_out_still_lingers() {
     // Our FIN leaves first and the test server's crosses it: the last ACK is ours (theirs
     // acknowledged by a bare ACK that can be lost), so the connection lingers as after an
