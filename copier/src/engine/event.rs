@@ -27,6 +27,14 @@ pub(crate) enum Event {
     Registered(FourTuple),
     /// A test tuple was dropped (out of the index): the intercepts may forget it.
     Unregistered(FourTuple),
+    /// The planned copy in `slot`, caught mid-stream, synchronised at `at` and started on its
+    /// test server `server` (`Targets::on_started`: from now on it is live there and an answer
+    /// is expected; not before, as it sent nothing while it waited).
+    Started {
+        at: Instant,
+        slot: SlotRef,
+        server: SocketAddr,
+    },
     /// The copy in `slot` ended at `at`: `failed` by its test server's doing (refused,
     /// retransmit or reconnect limit), or completed (`Targets::on_outcome`: the server's
     /// failure share). Not sent for other ends.

@@ -290,7 +290,11 @@ impl Engine {
                 },
             };
             if let Some(plan) = plan {
-                self.targets.on_started(now, target, idx);
+                if !matches!(how, Start::Midstream) {
+                    // Live on its server from now on (one caught mid-stream once it
+                    // synchronises: `Event::Started`).
+                    self.targets.on_started(now, target, idx);
+                }
                 if let Some(tags) = self.trace.as_mut() {
                     let pool = plan
                         .user

@@ -575,6 +575,9 @@ impl Engine {
             match e {
                 Event::Registered(t) => self.control.push_back(RegEvent::Register(t)),
                 Event::Unregistered(t) => self.control.push_back(RegEvent::Unregister(t)),
+                Event::Started { at, slot, server } => {
+                    self.targets.on_started(at, server, slot.idx);
+                }
                 Event::Ended { at, slot, failed } => {
                     self.targets.on_outcome(at, slot.idx, failed);
                 }

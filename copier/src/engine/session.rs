@@ -56,6 +56,7 @@ use super::chunk::Payload;
 use super::config::Params;
 use super::conn::{Conn, Expiry, Sent, State, TxCtx};
 use super::edit::Editor;
+use super::event::Event;
 use super::gate::Gate;
 use super::pkt::Captured;
 use super::shared::{Shared, SlotRef};
@@ -578,6 +579,13 @@ impl Session {
                 self.start(sh, now);
                 if self.phase != Phase::Active {
                     return;
+                }
+                if self.plan_id.get().is_some() {
+                    sh.events.push(Event::Started {
+                        at: now,
+                        slot: self.slot,
+                        server: self.target.into(),
+                    });
                 }
             }
             Phase::Active => {}

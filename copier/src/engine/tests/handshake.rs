@@ -188,6 +188,12 @@ fn mid_stream_session_starts_at_the_next_request() {
     assert!(h.out().is_empty());
     assert_eq!(h.e.stats().drops.midstream_skip, 2);
     assert_eq!(h.e.stats().sessions_started, 0);
+    let live = |h: &H| h.e.target_stats().map(|t| t.live).sum::<usize>();
+    assert_eq!(
+        live(&h),
+        0,
+        "waiting to synchronise: no load on the test server yet"
+    );
     // The client acks the response: the next data starts a request.
     h.cap(Seg {
         seq: 5_000_032,
@@ -195,6 +201,7 @@ fn mid_stream_session_starts_at_the_next_request() {
         ..BASE
     });
     assert_eq!(h.control(), vec![RegEvent::Register(test_tuple())]);
+    assert_eq!(live(&h), 1, "started: live on its test server");
     let out = h.packets();
     assert_eq!(out.len(), 1);
     assert_eq!(
