@@ -42,15 +42,23 @@ fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
         },
     )
     .unwrap();
-    // The loop's metrics are read near the end, while the traffic still flows.
-    let m = std::thread::scope(|sc| {
+    // The loop's metrics are read three times near the end, while the traffic still flows
+    // (each scrape waits 1.5 s first: at about 36.5, 39.5 and 42.5 s; the last one, read when
+    // the loop has long settled, gives the other figures).
+    let scrapes = std::thread::scope(|sc| {
         let scrape = sc.spawn(|| {
-            std::thread::sleep(Duration::from_secs(41));
-            scrape_metrics(&lab, Host::Online, METRICS)
+            std::thread::sleep(Duration::from_secs(35));
+            let mut v = Vec::new();
+            for _ in 0..3 {
+                v.push(scrape_metrics(&lab, Host::Online, METRICS));
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            v
         });
         paced_sessions(&lab, |t| if t < 25.0 { 50.0 } else { 100.0 }, 45.0);
         scrape.join().unwrap()
     });
+    let m = scrapes[2].clone();
     c.settle(Duration::from_secs(2), Duration::from_secs(30));
     c.check_alive().unwrap();
     let online = c.online.requests().unwrap();
@@ -90,8 +98,17 @@ fn a_target_rate_is_reached_held_and_followed_when_the_online_rate_doubles() {
         (factor - 1.5).abs() <= 0.15,
         "factor in force {factor}, want about 1.5:\n{m}"
     );
-    let err = metric_sum(&m, "copier_rate_error", &[]);
-    assert!(err.abs() <= 0.1, "the loop's error {err}:\n{m}");
+    // The error is the last second's count against the target: one second can dip (a CI
+    // machine running other tests), so the middle of three readings 3 s apart is judged.
+    let mut errs: Vec<f64> = scrapes
+        .iter()
+        .map(|m| metric_sum(m, "copier_rate_error", &[]))
+        .collect();
+    errs.sort_by(f64::total_cmp);
+    assert!(
+        errs[1].abs() <= 0.1,
+        "the loop's error, three readings {errs:?}:\n{m}"
+    );
     assert_eq!(metric_sum(&m, "copier_rate_target", &[]), 150.0, "{m}");
     c.assert_no_leak(&mut lab);
 }
