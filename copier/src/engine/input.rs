@@ -87,25 +87,16 @@ impl Engine {
             }
             self.group_detach(&c.key);
         }
-        if self.closed_keys.holds(now, &c.key) {
-            if syn {
-                // A new connection on the port of one that ended.
-                self.closed_keys.remove(&c.key);
-            } else {
-                // A late segment of a connection whose copy ended (see `closed_keys`).
-                self.sh.stats.drops.after_close += 1;
-                return;
-            }
+        // A SYN on a remembered key is a new connection on its port (after a shed session,
+        // copied if the copier keeps up by the end of its handshake); any other segment is
+        // a late one of a connection whose copy ended, or of a session left out.
+        if self.closed_keys.keeps_out(now, &c.key, syn) {
+            self.sh.stats.drops.after_close += 1;
+            return;
         }
-        if self.shed_keys.holds(now, &c.key) {
-            if syn {
-                // The client starts over on this port: a new session, copied if the copier
-                // keeps up by the end of its handshake.
-                self.shed_keys.remove(&c.key);
-            } else {
-                self.sh.stats.drops.overload += 1;
-                return;
-            }
+        if self.shed_keys.keeps_out(now, &c.key, syn) {
+            self.sh.stats.drops.overload += 1;
+            return;
         }
         if syn {
             self.hold_syn(now, &c);

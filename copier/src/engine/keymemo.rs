@@ -54,7 +54,20 @@ impl KeyMemo {
             .is_some_and(|&at| now.saturating_duration_since(at) < self.ttl)
     }
 
+    /// Whether a captured segment of `key` is kept out at `now`: `key` is remembered and the
+    /// segment is no SYN. A SYN (a new connection on the port) forgets it.
+    pub(crate) fn keeps_out(&mut self, now: Instant, key: &FourTuple, syn: bool) -> bool {
+        if !self.holds(now, key) {
+            return false;
+        }
+        if syn {
+            self.keys.remove(key);
+        }
+        !syn
+    }
+
     /// Forget `key`; whether it was remembered.
+    #[cfg(test)]
     pub(crate) fn remove(&mut self, key: &FourTuple) -> bool {
         self.keys.remove(key).is_some()
     }
@@ -116,7 +129,9 @@ mod tests {
         assert_eq!(m.len(), 1);
         assert!(m.holds(t0 + 7 * s, &key(2)));
         assert!(!m.holds(t0 + 7 * s, &key(3)));
-        assert!(m.remove(&key(2)));
+        assert!(m.keeps_out(t0 + 7 * s, &key(2), false));
+        assert!(!m.keeps_out(t0 + 7 * s, &key(2), true), "a SYN forgets it");
+        assert!(!m.keeps_out(t0 + 7 * s, &key(2), false));
         assert!(!m.remove(&key(2)));
         assert_eq!(m.len(), 0);
     }

@@ -75,6 +75,14 @@ fn client_fin_then_server_fin() {
 #[test]
 fn server_fin_then_client_fin() {
     let mut h = answered();
+    passive_close(&mut h);
+}
+
+/// On [`answered`]: the test server's FIN, then the client's, ours acknowledged. A passive
+/// close: our FIN carried the ACK of theirs and is acknowledged, so the test server holds the
+/// TIME_WAIT and has nothing left that needs an answer. No linger: the tuple is unregistered
+/// and the session gone at once.
+fn passive_close(h: &mut H) {
     h.rec(Seg {
         seq: TISN + 11,
         ack: CISN + 4,
@@ -107,44 +115,18 @@ fn server_fin_then_client_fin() {
     });
     assert!(h.packets().is_empty());
     assert_eq!(h.e.stats().sessions_completed, 1);
-    // A passive close: our FIN carried the ACK of theirs and is acknowledged, so the test
-    // server holds the TIME_WAIT and has nothing left that needs an answer. No linger: the
-    // tuple is unregistered and the session gone at once.
     assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
     assert_eq!(h.e.session_count(), 0);
 }
 
 #[test]
 fn a_client_segment_after_its_session_ended_starts_nothing() {
-    // As above, the copy ends at once by a passive close. The client's ACK of the online
-    // server's FIN comes after that (the client closed first online): it belongs to the
-    // session that ended, not to a connection caught mid-stream, so it starts no session
-    // (one waiting to synchronise would count as live on its test server until it timed out).
+    // The copy ends at once by a passive close. The client's ACK of the online server's FIN
+    // comes after that (the client closed first online): it belongs to the session that
+    // ended, not to a connection caught mid-stream, so it starts no session (one waiting to
+    // synchronise would count as live on its test server until it timed out).
     let mut h = answered();
-    h.rec(Seg {
-        seq: TISN + 11,
-        ack: CISN + 4,
-        flags: FA,
-        ..BASE
-    });
-    let _ = h.out();
-    h.cap(Seg {
-        seq: CISN + 4,
-        ack: OISN + 11,
-        flags: FA,
-        ..BASE
-    });
-    let out = h.out();
-    assert_eq!((out.len(), out[0].flags), (1, FA));
-    h.rec(Seg {
-        seq: TISN + 12,
-        ack: CISN + 5,
-        flags: A,
-        ..BASE
-    });
-    assert!(h.packets().is_empty());
-    assert_eq!(h.control(), vec![RegEvent::Unregister(test_tuple())]);
-    assert_eq!(h.e.session_count(), 0);
+    passive_close(&mut h);
     h.at(50);
     h.cap(Seg {
         seq: CISN + 5,
