@@ -170,6 +170,9 @@ pub(crate) struct Stream {
     last_ack: Option<SeqNum>,
     /// The highest ACK number the client sent (data, pure ACKs, FIN).
     max_ack: Option<SeqNum>,
+    /// The client's first ACK number before any data (the handshake's: the online server's
+    /// first byte), for a stream that began with its handshake.
+    first_ack: Option<SeqNum>,
     /// Starts of the request units after the current one.
     pub bounds: Bounds,
     /// Start of the first request unit not yet answered.
@@ -209,6 +212,7 @@ impl Stream {
             fin: None,
             last_ack: None,
             max_ack: None,
+            first_ack: None,
             bounds: Bounds::default(),
             cur_start: start,
             cur_ack: None,
@@ -296,6 +300,7 @@ impl Stream {
         if !self.seen_data && self.last_ack.is_none() {
             self.last_ack = Some(ack);
             self.cur_ack = Some(ack);
+            self.first_ack = Some(ack);
         }
     }
 
@@ -534,6 +539,9 @@ impl Stream {
                     None => {
                         self.last_ack = Some(a);
                         self.cur_ack.get_or_insert(a);
+                        if !self.seen_data {
+                            self.first_ack.get_or_insert(a);
+                        }
                     }
                 }
             }

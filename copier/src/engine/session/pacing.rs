@@ -145,7 +145,7 @@ impl Session {
                 .stream
                 .release(acked, answered, timed_out, self.stream.in_h2());
         }
-        if n == 0 && self.h2_done(acked) {
+        if n == 0 && self.h2_done(now, p, acked) {
             self.stream.release_one();
             n = 1;
         }
@@ -229,8 +229,14 @@ impl Session {
         }
     }
 
-    /// When the HTTP/2 gate gives up waiting for answer bytes (see `h2_unstall`).
+    /// When the HTTP/2 gate gives up waiting for answer bytes (see `h2_unstall`), or the
+    /// client's FIN goes after the online total (see `h2_done`).
     pub(super) fn h2_deadline(&self, p: &Params) -> Option<Instant> {
+        if let Some(c) = self.cur.as_ref() {
+            if let Some(t) = self.h2_done_at(p, c.acked()) {
+                return Some(t);
+            }
+        }
         let (at, _) = self.h2_gate()?;
         if !self.cur.as_ref()?.acked().ge(at) {
             return None;
@@ -257,19 +263,33 @@ impl Session {
     }
 
     /// An HTTP/2 session's last unit before the client's FIN is answered by size: the test
-    /// server took every byte and sent at least as many as the online server did on the whole
-    /// connection (known when the preface opened it).
-    fn h2_done(&self, acked: SeqNum) -> bool {
-        let Some(c) = self.cur.as_ref() else {
-            return false;
-        };
-        self.stream.in_h2()
+    /// server took every byte, sent at least as many as the online server did on the whole
+    /// connection (known when the preface opened it), and then was quiet for `answer_quiet`.
+    /// The total alone is not enough: the two servers' own frames (a gRPC server's PINGs and
+    /// WINDOW_UPDATEs, sent as its timers and flow control decide) differ in number, so a test
+    /// server can reach the online total while it still answers the last calls, which the FIN
+    /// would cancel.
+    fn h2_done(&self, now: Instant, p: &Params, acked: SeqNum) -> bool {
+        self.h2_done_at(p, acked).is_some_and(|t| t <= now)
+    }
+
+    /// When `h2_done` will hold (the quiet after the total), once the total was reached.
+    fn h2_done_at(&self, p: &Params, acked: SeqNum) -> Option<Instant> {
+        let c = self.cur.as_ref()?;
+        let total = self.stream.h2_online_total()?;
+        if !(self.stream.in_h2()
             && self.stream.before_fin()
             && acked.ge(self.stream.next)
-            && self
-                .stream
-                .h2_online_total()
-                .is_some_and(|t| c.received() >= t)
+            && c.received() >= total)
+        {
+            return None;
+        }
+        let last = self
+            .stream
+            .h2_ref()
+            .and_then(|h| h.rx_at)
+            .unwrap_or(self.last_activity);
+        Some(last.at() + p.answer_quiet)
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by

@@ -85,10 +85,15 @@ impl Stream {
                 return;
             }
             took = n;
+            // The preface opens the stream (the first unit sniffed): the online server's
+            // answers count from its first byte, the handshake's ACK, even when it spoke
+            // first (an HTTP/2 server sends its SETTINGS as it accepts: a client slower than
+            // that sends its preface acking them, and the greeting is a unit of its own).
+            let opens = self.sniffs_left == SNIFF_UNITS - 1;
             self.sniffs_left = 0;
             let start = at.sub(u32::try_from(PREFACE.len() - n).unwrap_or(0));
-            let online_from = if start == self.cur_start && self.bounds.is_empty() {
-                self.cur_ack
+            let online_from = if opens && self.bounds.iter().all(|b| b.at == start) {
+                self.first_ack
             } else {
                 None
             };

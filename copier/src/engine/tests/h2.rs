@@ -62,6 +62,21 @@ fn close_ends(h: &mut H, rec: Seg) -> u64 {
     h.e.stats().sessions_failed.h2_closed
 }
 
+/// The test server just sent as much as the online one did: the FIN goes once it has been
+/// quiet for `answer_quiet` after that (it may still be answering the last streams), long
+/// before `answer_timeout`.
+fn fin_after_quiet(h: &mut H) {
+    let at = h.ms();
+    assert!(
+        !h.out().iter().any(|o| o.has(TcpFlags::FIN)),
+        "the online total reached: the FIN waits for the quiet after it"
+    );
+    let out = h.fire_until_output(10_000);
+    assert!(out.iter().any(|o| o.has(TcpFlags::FIN)), "{out:?}");
+    let quiet = cfg().answer_quiet.as_millis() as u64;
+    assert_eq!(h.ms(), at + quiet, "the FIN goes after the quiet");
+}
+
 fn sent(out: &[Out]) -> usize {
     out.iter().map(|o| o.payload.len()).sum()
 }
@@ -207,11 +222,7 @@ fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
     );
     h.at(2);
     h.rec(resp(200, n + 29, 300));
-    let out = h.out();
-    assert!(
-        out.iter().any(|o| o.has(TcpFlags::FIN)),
-        "all 500 answered: the FIN goes: {out:?}"
-    );
+    fin_after_quiet(&mut h);
 }
 
 #[test]
@@ -238,10 +249,7 @@ fn a_fin_after_every_stream_was_released_still_waits_for_the_answers() {
     );
     h.at(3);
     h.rec(resp(200, n + 29, 300));
-    assert!(
-        h.out().iter().any(|o| o.has(TcpFlags::FIN)),
-        "all 500 answered: the FIN goes"
-    );
+    fin_after_quiet(&mut h);
 }
 
 #[test]
@@ -348,4 +356,51 @@ fn a_quiet_test_server_with_smaller_answers_does_not_hold_the_streams() {
     );
     let out = h.fire_until_output(1000);
     assert_eq!(sent(&out), 29);
+}
+
+#[test]
+fn the_fin_waits_for_the_online_total_when_the_server_spoke_first() {
+    // An HTTP/2 server sends its SETTINGS as soon as it accepts (a gRPC server does): a client
+    // slower than that sends its preface acking them, a greeting. The online total still
+    // counts from the handshake, and the FIN waits for it.
+    let mut h = H::new(cfg());
+    h.establish();
+    let first = opening();
+    let n = first.len() as u32;
+    h.cap(data(0, 30, &first));
+    assert_eq!(
+        sent(&h.out()),
+        0,
+        "the preface waits for the test server's greeting"
+    );
+    h.rec(resp(0, 0, 30));
+    assert_eq!(sent(&h.out()), n as usize, "then it goes");
+    h.cap(data(n, 100, &get(3)));
+    h.cap(Seg {
+        seq: CISN + 1 + n + 29,
+        ack: OISN + 1 + 500,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    });
+    assert_eq!(sent(&h.out()), 29);
+    h.at(1);
+    h.rec(resp(30, n + 29, 270));
+    assert!(
+        !h.out().iter().any(|o| o.has(TcpFlags::FIN)),
+        "300 of 500 bytes: the server still answers"
+    );
+    // Quiet for longer than answer_quiet: a gRPC server working on a call may be.
+    let (outs, _) = h.run_timers(200);
+    assert!(
+        !outs.iter().any(|(_, o)| o.has(TcpFlags::FIN)),
+        "300 of 500 bytes after a pause: the FIN still waits"
+    );
+    h.at(201);
+    h.rec(resp(300, n + 29, 200));
+    assert!(!h.out().iter().any(|o| o.has(TcpFlags::FIN)));
+    // The test server's frames outnumber the online one's (its PINGs): it reached the online
+    // total with the last answers still to come. They restart the quiet.
+    h.at(231);
+    h.rec(resp(500, n + 29, 60));
+    fin_after_quiet(&mut h);
 }
