@@ -475,6 +475,29 @@ impl Lab {
         self.exec_ok(h, &["sh", "-c", script])
     }
 
+    /// Gives both ends of a veth link (`ifn` on `h`, `peer_if` on `peer`) a receive thread of
+    /// their own, as two hosts have: each end gets GRO on and threaded NAPI
+    /// (`/sys/class/net/IF/threaded`) and TSO off (veth hands a TCP packet to the receiver's
+    /// NAPI only when the sending device has no TSO; with it, it runs the receiver's IP and TCP
+    /// inside the sender's system call and charges them to the sender). What arrives is then
+    /// processed by a kernel thread (`napi/IF-N`). The sender segments its own large packets
+    /// (GSO in software) instead.
+    pub fn thread_link(&self, h: Host, ifn: &str, peer: Host, peer_if: &str) -> Result<()> {
+        for (h, ifn) in [(h, ifn), (peer, peer_if)] {
+            self.exec_ok(h, &["ethtool", "-K", ifn, "gro", "on", "tso", "off"])?;
+            self.sh(h, &format!("echo 1 > /sys/class/net/{ifn}/threaded"))?;
+            let t = self.sh(h, &format!("cat /sys/class/net/{ifn}/threaded"))?;
+            if t.trim() != "1" {
+                bail!(
+                    "{ifn} in {}: threaded NAPI did not take ({})",
+                    self.ns(h),
+                    t.trim()
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Starts a long-running process in a host. Its stdout and stderr go to `<dir>/<name>.log`;
     /// the lab stops it (SIGTERM, then SIGKILL) when dropped, if it still runs.
     pub fn spawn(&mut self, h: Host, name: &str, argv: &[&str]) -> Result<Proc> {

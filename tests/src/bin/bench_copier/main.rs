@@ -68,7 +68,7 @@
 //!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60] [--no-floor] [--floor-drop] [--floor-data-only]
-//! target/release/bench_copier --report [--peer DIR]   # the glance table (report.rs)
+//! target/release/bench_copier --report [--peer DIR] [--threaded-link]   # the glance table (report.rs)
 //! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
@@ -82,7 +82,9 @@
 //! answer one segment instead of a head and a body). The same
 //! from `BENCH_RATES`, `BENCH_SHORT_RATES`, `BENCH_STEP`, `BENCH_CONNS`, `BENCH_PERF=1`,
 //! `BENCH_PERF_SHORT=1`, `BENCH_PERF_RATE`, `BENCH_KEEP_DIR=1`, `BENCH_PCAP=1`,
-//! `BENCH_KERNEL_PORTS=1`, `BENCH_COPIER_ARGS`, `BENCH_NGINX_EXTRA`; flags win.
+//! `BENCH_KERNEL_PORTS=1`, `BENCH_COPIER_ARGS`, `BENCH_NGINX_EXTRA`; flags win. `--threaded-link`
+//! (`BENCH_THREADED_LINK=1`): both ends of the online-test link receive in a kernel thread of
+//! their own (`Lab::thread_link`), so neither sender is charged the other host's receive path.
 //!
 //! Client ports: the short connections walk through ports 1024..=59999 in order (the kernel picks
 //! the keep-alive ones from 60000..=65535), so no client port comes back within a run of up to
@@ -207,6 +209,9 @@ struct Args {
     report: bool,
     /// The C tool's binaries (`tcpcopy`, `intercept`): its run of the same scenarios after ours.
     peer: Option<std::path::PathBuf>,
+    /// Both ends of the `online`-`test` link receive in a kernel thread of their own
+    /// (`Lab::thread_link`), as two hosts would.
+    threaded_link: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -234,6 +239,7 @@ fn parse_args() -> Result<Args> {
     let mut floor_data_only = env("BENCH_FLOOR_DATA_ONLY").is_some();
     let mut report = env("BENCH_REPORT").is_some();
     let mut peer = env("BENCH_PEER");
+    let mut threaded_link = env("BENCH_THREADED_LINK").is_some();
     let (mut secs_given, mut wait_given) = (
         env("BENCH_SCENARIO_SECS").is_some(),
         env("BENCH_FINAL_WAIT").is_some(),
@@ -271,16 +277,17 @@ fn parse_args() -> Result<Args> {
             "--floor-data-only" => floor_data_only = true,
             "--report" => report = true,
             "--peer" => peer = Some(val("--peer")?),
+            "--threaded-link" => threaded_link = true,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report] [--peer DIR]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report] [--peer DIR] [--threaded-link]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_PEER)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_PEER, BENCH_THREADED_LINK=1)\n\n\
                      --report: the \"At a glance\" table of BENCHMARKS.md in one run (issue 32): only the scenarios \
                      think-ka, think-close, full16 and full100k (5 s of load each unless --scenario-secs, copies awaited \
                      at most 20 s unless --final-wait; about 70 s in all, 140 s with --peer), each with the copier's floor, \
@@ -304,6 +311,11 @@ fn parse_args() -> Result<Args> {
                      not with --mirror). --floor-drop: the test host drops the floor's copies in raw PREROUTING \
                      instead of answering each with a reset (the floor without the test host's TCP). --floor-data-only: \
                      the floor leaves out the clients' bare ACKs (copier-floor --data-only), as the copier does not copy them.\n\n\
+                     --threaded-link: both ends of the online-test link (the copies, the records) receive in a kernel \
+                     thread of their own (GRO on, threaded NAPI, TSO off: the senders segment in software), as on two hosts. Without it veth runs the test host's \
+                     IP and TCP for each copy inside the copier's (or the floor's) send call and charges it to the sender; \
+                     a copy that opens a real connection costs the test host more than the floor's, which meets a closed \
+                     port.\n\n\
                      --mirror: the copier runs on test2 with --mirror vxlan, fed by a tc mirred VXLAN mirror of online's \
                      client link (both directions), instead of capturing on online.\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
@@ -404,6 +416,7 @@ fn parse_args() -> Result<Args> {
         floor_data_only,
         report,
         peer: peer.map(std::path::PathBuf::from),
+        threaded_link,
     };
     if let Some(dir) = &args.peer {
         lab::bench::peer::Peer::check_dir(dir)?;
@@ -533,13 +546,29 @@ fn run() -> Result<()> {
         bail!("the h2 scenario needs `h2load` (package nghttp2-client; scripts/install-deps.sh installs it), or leave it out of --scenarios");
     }
     let started = Instant::now();
-    let machine = report::machine();
+    let machine = format!(
+        "{}; online-test link: {}",
+        report::machine(),
+        if args.threaded_link {
+            "each end receives in a thread of its own (--threaded-link)"
+        } else {
+            "veth, the receiver's TCP run in the sender's call"
+        }
+    );
     let mut lab = Lab::with(LabOptions {
         offloads: true,
         capture_test_link: args.pcap,
     })?;
     if args.keep_dir {
         lab.keep_dir();
+    }
+    if args.threaded_link {
+        lab.thread_link(
+            Host::Online,
+            lab::ifname::ONLINE_TO_TEST,
+            Host::Test,
+            lab::ifname::TEST_TO_ONLINE,
+        )?;
     }
     // Short connections: the server closes first, so the client keeps no TIME_WAIT, but the test
     // server does (60 s) for the copies. The generator walks through the client ports so that none
