@@ -284,7 +284,7 @@ impl Engine {
                 if !matches!(how, Start::Midstream) {
                     // Live on its server from now on (one caught mid-stream once it
                     // synchronises: `Event::Started`).
-                    self.targets.on_started(now, target, idx);
+                    self.targets.on_started(now, target, slot);
                 }
                 if let Some(tags) = self.trace.as_mut() {
                     let pool = plan

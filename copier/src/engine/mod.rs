@@ -576,10 +576,10 @@ impl Engine {
                 Event::Registered(t) => self.control.push_back(RegEvent::Register(t)),
                 Event::Unregistered(t) => self.control.push_back(RegEvent::Unregister(t)),
                 Event::Started { at, slot, server } => {
-                    self.targets.on_started(at, server, slot.idx);
+                    self.targets.on_started(at, server, slot);
                 }
                 Event::Ended { at, slot, failed } => {
-                    self.targets.on_outcome(at, slot.idx, failed);
+                    self.targets.on_outcome(at, slot, failed);
                 }
                 Event::Answered { at, server, took } => {
                     self.targets.on_answer_time(at, server, took);
@@ -634,7 +634,8 @@ impl Engine {
             s.closing_counted = true;
             self.closing += 1;
             // Done: no longer a load on its test server (it only lingers).
-            self.targets.on_ended(idx);
+            let slot = s.slot;
+            self.targets.on_ended(slot);
         }
         if !s.in_ready {
             s.in_ready = true;
@@ -666,7 +667,7 @@ impl Engine {
         }
         slot.gen = slot.gen.wrapping_add(1);
         self.free.push(idx);
-        self.targets.on_ended(idx);
+        self.targets.on_ended(s.slot);
         for c in s.cur.iter().chain(s.old.iter()) {
             self.sh.unindex(c.tuple);
             self.sh.events.push(Event::Unregistered(c.tuple));

@@ -55,6 +55,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::map::PortMap;
+use super::slot::SlotRef;
 
 /// One test server of a map and its share of the sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,8 +294,10 @@ pub struct Targets {
     servers: Vec<Server>,
     groups: Vec<Group>,
     events: VecDeque<TargetEvent>,
-    /// The server of the copy in each slot (`usize::MAX`: none), to count live copies.
-    by_slot: Vec<usize>,
+    /// The server of the copy in each slot (`usize::MAX`: none) and that copy's slot
+    /// generation, to count live copies: an outcome or an end that names a slot's earlier
+    /// occupant (an event drained after the slot was reused) is not charged to the new one.
+    by_slot: Vec<(usize, u32)>,
 }
 
 impl Targets {
@@ -440,7 +443,7 @@ impl Targets {
 
     /// A copy started on `addr` in session slot `slot`: an answer from it is now expected,
     /// and it counts as live there until [`Targets::on_ended`].
-    pub fn on_started(&mut self, now: Instant, addr: SocketAddr, slot: u32) {
+    pub(crate) fn on_started(&mut self, now: Instant, addr: SocketAddr, slot: SlotRef) {
         let Some(i) = self.server_index(addr) else {
             return;
         };
@@ -452,26 +455,28 @@ impl Targets {
             s.stats.overloaded = true;
             push(&mut self.events, TargetEvent::Overloaded(addr));
         }
-        let k = slot as usize;
+        let k = slot.idx as usize;
         if self.by_slot.len() <= k {
-            self.by_slot.resize(k + 1, usize::MAX);
+            self.by_slot.resize(k + 1, (usize::MAX, 0));
         }
-        if self.by_slot[k] != usize::MAX {
-            self.on_ended(slot);
+        let (held, gen) = self.by_slot[k];
+        if held != usize::MAX {
+            self.on_ended(SlotRef { idx: slot.idx, gen });
         }
-        self.by_slot[k] = i;
+        self.by_slot[k] = (i, slot.gen);
     }
 
     /// The copy in session slot `slot` is done (it may still linger; again when its slot is
     /// freed: counted once).
-    pub fn on_ended(&mut self, slot: u32) {
-        let Some(i) = self
+    pub(crate) fn on_ended(&mut self, slot: SlotRef) {
+        let Some(x) = self
             .by_slot
-            .get_mut(slot as usize)
-            .map(|x| std::mem::replace(x, usize::MAX))
+            .get_mut(slot.idx as usize)
+            .filter(|x| x.0 != usize::MAX && x.1 == slot.gen)
         else {
             return;
         };
+        let i = std::mem::replace(&mut x.0, usize::MAX);
         let Some(s) = self.servers.get_mut(i) else {
             return;
         };
@@ -564,8 +569,12 @@ impl Targets {
     /// `fail_percent`, a server whose smoothed share of failed copies passes it is failing: like
     /// a slow one it takes no new sessions while another server of its map can, but for one
     /// probe every `retry`; it takes sessions again when the share falls below half of it.
-    pub fn on_outcome(&mut self, now: Instant, slot: u32, failed: bool) {
-        let Some(&i) = self.by_slot.get(slot as usize) else {
+    pub(crate) fn on_outcome(&mut self, now: Instant, slot: SlotRef, failed: bool) {
+        let Some(&(i, _)) = self
+            .by_slot
+            .get(slot.idx as usize)
+            .filter(|x| x.1 == slot.gen)
+        else {
             return;
         };
         let Some(srv) = self.servers.get_mut(i) else {

@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// Slot `idx`, its first occupant.
+fn sl(idx: u32) -> SlotRef {
+    SlotRef { idx, gen: 0 }
+}
+
 fn a(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
@@ -105,8 +110,8 @@ fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
     let mut t = two(1, 1);
     let t0 = Instant::now();
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
-    t.on_started(t0, s1, 1);
-    t.on_started(t0, s2, 2);
+    t.on_started(t0, s1, sl(1));
+    t.on_started(t0, s2, sl(2));
     // s1 answers (resets prove nothing), s2 does not.
     t.on_answer(t0 + Duration::from_millis(10), s1, false);
     t.on_answer(t0 + Duration::from_millis(10), s2, true);
@@ -134,7 +139,7 @@ fn a_silent_server_goes_out_after_down_after_and_back_when_it_answers() {
     let st = t.stats().find(|s| s.addr == s2).copied().unwrap();
     assert_eq!((st.up, st.probes, st.downs), (false, 1, 1));
     // It answers the probe: back in, and the spread is even again.
-    t.on_started(t2, s2, 3);
+    t.on_started(t2, s2, sl(3));
     t.on_answer(t2 + Duration::from_millis(1), s2, false);
     assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
     let picks: Vec<_> = (0..10).map(|_| t.pick(t2, &map()).unwrap()).collect();
@@ -148,7 +153,7 @@ fn a_busy_server_that_answers_stays_in() {
     let s1 = a("198.18.1.2:80");
     for k in 0..100u64 {
         let now = t0 + Duration::from_millis(100 * k);
-        t.on_started(now, s1, 4);
+        t.on_started(now, s1, sl(4));
         t.on_answer(now + Duration::from_millis(50), s1, false);
         t.check(now + Duration::from_millis(60));
     }
@@ -163,8 +168,8 @@ fn all_servers_down_raises_one_alert_and_keeps_the_weights() {
     let mut t = two(3, 1);
     let t0 = Instant::now();
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
-    t.on_started(t0, s1, 5);
-    t.on_started(t0, s2, 6);
+    t.on_started(t0, s1, sl(5));
+    t.on_started(t0, s2, sl(6));
     t.check(t0 + Duration::from_secs(3));
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
     assert_eq!(evs.len(), 3, "{evs:?}");
@@ -199,11 +204,11 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
     for _ in 0..40 {
         let p = t.pick(now, &m).unwrap();
         slot += 1;
-        t.on_started(now, p, slot);
+        t.on_started(now, p, sl(slot));
         t.on_answer(now, p, false);
         if p == s2 {
             to_s2 += 1;
-            t.on_ended(slot);
+            t.on_ended(sl(slot));
         }
     }
     assert_eq!(
@@ -215,7 +220,7 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
     assert_eq!(t.poll_event(), Some(TargetEvent::Overloaded(s1)));
     // s2 fills up too: every server overloaded, new copies are refused, once alerted.
     for k in 0..4 {
-        t.on_started(now, s2, 100 + k);
+        t.on_started(now, s2, sl(100 + k));
     }
     assert_eq!(t.pick(now, &m), None);
     assert_eq!(t.pick(now, &m), None);
@@ -226,8 +231,8 @@ fn an_overloaded_server_sheds_new_sessions_to_the_other_and_all_overloaded_refus
     );
     assert_eq!(t.stats().next().unwrap().refused, 2);
     // s1's copies end: relieved at 3 of 4, takes sessions again.
-    t.on_ended(1);
-    t.on_ended(2);
+    t.on_ended(sl(1));
+    t.on_ended(sl(2));
     assert_eq!(t.pick(now, &m), Some(s1));
     let evs: Vec<_> = std::iter::from_fn(|| t.poll_event()).collect();
     assert_eq!(
@@ -304,10 +309,10 @@ fn a_failing_server_gets_no_new_sessions_but_probes_and_is_back_when_sound() {
     let mut slot = 0u32;
     let mut end = |t: &mut Targets, at: Instant, failed_on_s2: bool| -> SocketAddr {
         let to = t.pick(at, &m).unwrap();
-        t.on_started(at, to, slot);
+        t.on_started(at, to, sl(slot));
         t.on_answer(at, to, false); // it answers (failing is not down)
-        t.on_outcome(at, slot, to == s2 && failed_on_s2);
-        t.on_ended(slot);
+        t.on_outcome(at, sl(slot), to == s2 && failed_on_s2);
+        t.on_ended(sl(slot));
         slot += 1;
         to
     };
@@ -363,9 +368,9 @@ fn without_a_fail_rate_failures_are_counted_only() {
     let now = Instant::now();
     for slot in 0..20 {
         let to = t.pick(now, &m).unwrap();
-        t.on_started(now, to, slot);
-        t.on_outcome(now, slot, true);
-        t.on_ended(slot);
+        t.on_started(now, to, sl(slot));
+        t.on_outcome(now, sl(slot), true);
+        t.on_ended(sl(slot));
     }
     assert!(t.stats().all(|x| !x.failing && x.failures == 10));
     assert_eq!(t.poll_event(), None);
@@ -376,8 +381,8 @@ fn a_bare_ack_keeps_a_server_in_but_brings_none_back() {
     let mut t = two(1, 1);
     let t0 = Instant::now();
     let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
-    t.on_started(t0, s1, 1);
-    t.on_started(t0, s2, 2);
+    t.on_started(t0, s1, sl(1));
+    t.on_started(t0, s2, sl(2));
     // s1 acknowledges only (an upload): heard from. s2 is silent: taken out.
     t.on_bare_ack(s1);
     t.check(t0 + Duration::from_secs(3));
@@ -386,7 +391,7 @@ fn a_bare_ack_keeps_a_server_in_but_brings_none_back() {
     // A TIME_WAIT's bare ACK to a probe of the stopped s2: still out.
     let t1 = t0 + Duration::from_secs(8);
     assert_eq!(t.pick(t1, &map()).unwrap(), s2, "the probe");
-    t.on_started(t1, s2, 3);
+    t.on_started(t1, s2, sl(3));
     t.on_bare_ack(s2);
     assert!(t.poll_event().is_none());
     let st = t.stats().find(|s| s.addr == s2).copied().unwrap();
@@ -394,4 +399,37 @@ fn a_bare_ack_keeps_a_server_in_but_brings_none_back() {
     // Its SYN-ACK does.
     t.on_answer(t1 + Duration::from_millis(2), s2, false);
     assert_eq!(t.poll_event(), Some(TargetEvent::Up(s2)));
+}
+
+#[test]
+fn an_outcome_of_a_slots_earlier_copy_is_not_charged_to_the_next() {
+    let cfg = HealthConfig {
+        fail_percent: 50,
+        ..HealthConfig::default()
+    };
+    let mut t = two_with(1, 1, cfg);
+    let (s1, s2) = (a("198.18.1.2:80"), a("198.18.3.2:80"));
+    let now = Instant::now();
+    // Slot 1 held a copy on s1, then (its events not yet drained) a copy on s2.
+    let old = SlotRef { idx: 1, gen: 0 };
+    let new = SlotRef { idx: 1, gen: 1 };
+    t.on_started(now, s1, old);
+    t.on_started(now, s2, new);
+    for _ in 0..3 * FAIL_MIN_OUTCOMES {
+        t.on_outcome(now, old, true);
+        t.on_ended(old);
+    }
+    let failures = |t: &Targets, x: SocketAddr| {
+        t.stats()
+            .find(|s| s.addr == x)
+            .map(|s| (s.failures, s.live))
+    };
+    assert_eq!(
+        failures(&t, s2),
+        Some((0, 1)),
+        "s2 charged with s1's failures"
+    );
+    t.on_outcome(now, new, true);
+    t.on_ended(new);
+    assert_eq!(failures(&t, s2), Some((1, 0)));
 }
