@@ -145,7 +145,7 @@ impl Session {
                 .stream
                 .release(acked, answered, timed_out, self.stream.in_h2());
         }
-        if n == 0 && self.h2_done(now, p, acked) {
+        if n == 0 && self.h2_done(now, p) {
             self.stream.release_one();
             n = 1;
         }
@@ -216,12 +216,7 @@ impl Session {
             return;
         }
         let got = c.received();
-        let last = self
-            .stream
-            .h2_ref()
-            .and_then(|h| h.rx_at)
-            .unwrap_or(self.last_activity);
-        if last.at() + p.answer_quiet > now {
+        if self.h2_quiet_at(p) > now {
             return;
         }
         if let Some(h) = self.stream.h2_mut() {
@@ -232,21 +227,25 @@ impl Session {
     /// When the HTTP/2 gate gives up waiting for answer bytes (see `h2_unstall`), or the
     /// client's FIN goes after the online total (see `h2_done`).
     pub(super) fn h2_deadline(&self, p: &Params) -> Option<Instant> {
-        if let Some(c) = self.cur.as_ref() {
-            if let Some(t) = self.h2_done_at(p, c.acked()) {
-                return Some(t);
-            }
+        if let Some(t) = self.h2_done_at(p) {
+            return Some(t);
         }
         let (at, _) = self.h2_gate()?;
         if !self.cur.as_ref()?.acked().ge(at) {
             return None;
         }
+        Some(self.h2_quiet_at(p))
+    }
+
+    /// When the test server will have been quiet for `answer_quiet` on this HTTP/2
+    /// connection: from the last record that brought more answer bytes (`h2_note_rx`).
+    fn h2_quiet_at(&self, p: &Params) -> Instant {
         let last = self
             .stream
             .h2_ref()
             .and_then(|h| h.rx_at)
             .unwrap_or(self.last_activity);
-        Some(last.at() + p.answer_quiet)
+        last.at() + p.answer_quiet
     }
 
     /// A record on the current connection: note when the test server last sent more.
@@ -269,27 +268,19 @@ impl Session {
     /// WINDOW_UPDATEs, sent as its timers and flow control decide) differ in number, so a test
     /// server can reach the online total while it still answers the last calls, which the FIN
     /// would cancel.
-    fn h2_done(&self, now: Instant, p: &Params, acked: SeqNum) -> bool {
-        self.h2_done_at(p, acked).is_some_and(|t| t <= now)
+    fn h2_done(&self, now: Instant, p: &Params) -> bool {
+        self.h2_done_at(p).is_some_and(|t| t <= now)
     }
 
     /// When `h2_done` will hold (the quiet after the total), once the total was reached.
-    fn h2_done_at(&self, p: &Params, acked: SeqNum) -> Option<Instant> {
+    fn h2_done_at(&self, p: &Params) -> Option<Instant> {
         let c = self.cur.as_ref()?;
         let total = self.stream.h2_online_total()?;
-        if !(self.stream.in_h2()
+        (self.stream.in_h2()
             && self.stream.before_fin()
-            && acked.ge(self.stream.next)
+            && c.acked().ge(self.stream.next)
             && c.received() >= total)
-        {
-            return None;
-        }
-        let last = self
-            .stream
-            .h2_ref()
-            .and_then(|h| h.rx_at)
-            .unwrap_or(self.last_activity);
-        Some(last.at() + p.answer_quiet)
+            .then(|| self.h2_quiet_at(p))
     }
 
     /// Release the unanswered units the [`Watch`] rule says are answered, or the first by

@@ -50,6 +50,16 @@ fn server_fin(off: u32, cack: u32) -> Seg {
     }
 }
 
+/// The client's FIN at its offset `off`, acking `oack` bytes of the online answers.
+fn client_fin(off: u32, oack: u32) -> Seg {
+    Seg {
+        seq: CISN + 1 + off,
+        ack: OISN + 1 + oack,
+        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
+        ..BASE
+    }
+}
+
 /// The close that follows `rec`: no new connection; the session's `h2_closed` count.
 fn close_ends(h: &mut H, rec: Seg) -> u64 {
     h.rec(rec);
@@ -206,12 +216,7 @@ fn the_fin_waits_until_the_test_server_answered_as_much_as_online() {
     let (mut h, n) = opened();
     h.cap(data(n, 100, &get(3)));
     // The client read 500 bytes of answers online, then closed.
-    h.cap(Seg {
-        seq: CISN + 1 + n + 29,
-        ack: OISN + 1 + 500,
-        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
-        ..BASE
-    });
+    h.cap(client_fin(n + 29, 500));
     assert_eq!(sent(&h.out()), n as usize + 29);
     h.at(1);
     h.rec(resp(0, n + 29, 200));
@@ -237,12 +242,7 @@ fn a_fin_after_every_stream_was_released_still_waits_for_the_answers() {
     // Only now the client's FIN (it had read 500 bytes online): the test server is still
     // answering (a gRPC server would cancel the calls still running if the FIN went now).
     h.at(2);
-    h.cap(Seg {
-        seq: CISN + 1 + n + 29,
-        ack: OISN + 1 + 500,
-        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
-        ..BASE
-    });
+    h.cap(client_fin(n + 29, 500));
     assert!(
         !h.out().iter().any(|o| o.has(TcpFlags::FIN)),
         "200 of 500 bytes answered"
@@ -256,12 +256,7 @@ fn a_fin_after_every_stream_was_released_still_waits_for_the_answers() {
 fn a_quiet_pause_of_the_test_server_does_not_close_an_h2_connection_early() {
     let (mut h, n) = opened();
     h.cap(data(n, 100, &get(3)));
-    h.cap(Seg {
-        seq: CISN + 1 + n + 29,
-        ack: OISN + 1 + 500,
-        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
-        ..BASE
-    });
+    h.cap(client_fin(n + 29, 500));
     let _ = h.out();
     h.at(1);
     h.rec(resp(0, n + 29, 200));
@@ -293,12 +288,7 @@ fn the_fin_goes_once_the_test_server_is_quiet() {
     rest.extend(get(3));
     h.cap(data(n, 100, &rest));
     let m = n + rest.len() as u32;
-    h.cap(Seg {
-        seq: CISN + 1 + m,
-        ack: OISN + 1 + 300,
-        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
-        ..BASE
-    });
+    h.cap(client_fin(m, 300));
     let _ = h.out();
     h.at(1);
     h.rec(resp(0, n, 100));
@@ -376,12 +366,7 @@ fn the_fin_waits_for_the_online_total_when_the_server_spoke_first() {
     h.rec(resp(0, 0, 30));
     assert_eq!(sent(&h.out()), n as usize, "then it goes");
     h.cap(data(n, 100, &get(3)));
-    h.cap(Seg {
-        seq: CISN + 1 + n + 29,
-        ack: OISN + 1 + 500,
-        flags: TcpFlags(TcpFlags::FIN.0 | TcpFlags::ACK.0),
-        ..BASE
-    });
+    h.cap(client_fin(n + 29, 500));
     assert_eq!(sent(&h.out()), 29);
     h.at(1);
     h.rec(resp(30, n + 29, 270));
