@@ -195,7 +195,10 @@ fn vxlan_mirror_with_one_percent_loss() {
     };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
-    // Every mirror datagram is counted as it arrives, then 1 % are dropped.
+    let p = mirror_copier(&c, &mut lab, "vxlan");
+    c.copier = Some(p.clone());
+    // Every mirror datagram is counted as it arrives, then 1 % are dropped; from when the
+    // copier's socket is bound, so the firewall counts none the copier could not read.
     lab.sh(
         Host::Test2,
         &format!(
@@ -205,8 +208,6 @@ fn vxlan_mirror_with_one_percent_loss() {
         ),
     )
     .unwrap();
-    let p = mirror_copier(&c, &mut lab, "vxlan");
-    c.copier = Some(p.clone());
     traffic(&lab, "loss", 40, 4 << 20);
     c.settle(Duration::from_secs(3), Duration::from_secs(60));
     // The firewall counts a datagram before the copier reads it, and the copier exports its
@@ -287,9 +288,9 @@ fn vxlan_mirror_kernel_filter_drops_other_vnis_and_the_answers() {
     };
     let mut c = Copying::start(&mut lab, options()).unwrap();
     mirror::build(&lab, true).unwrap();
-    lab.sh(Host::Test2, &format!("iptables -w -A INPUT -i {MIRROR_IF} -p udp --dport 4789 -m comment --comment mirror-in")).unwrap();
     let p = mirror_copier_with(&c, &mut lab, "vxlan", &["--vni", "42"]);
     c.copier = Some(p);
+    lab.sh(Host::Test2, &format!("iptables -w -A INPUT -i {MIRROR_IF} -p udp --dport 4789 -m comment --comment mirror-in")).unwrap();
     let script = lab.dir().join("foreign_vni.py");
     std::fs::write(&script, FOREIGN_VNI).unwrap();
     let (s, client, online) = (
