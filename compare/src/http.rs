@@ -165,7 +165,10 @@ pub fn parse_answer(bytes: &[u8], head_request: bool, limits: Limits) -> Result<
     }
 }
 
-fn parse_head(bytes: &[u8]) -> Result<(u16, Vec<(String, String)>, usize), HttpError> {
+/// An answer's head: its status, its header lines and its length in bytes.
+type Head = (u16, Vec<(String, String)>, usize);
+
+fn parse_head(bytes: &[u8]) -> Result<Head, HttpError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(bytes) {

@@ -41,6 +41,7 @@ fn msec(e: &LogEntry) -> f64 {
 /// online request) is what the schedule asks (each online request weighted by its factor) within
 /// 5 % or 3 sigma, that the copier's trace has a row per request the test server got, and that
 /// `shaper check PROFILE --trace` passes it with a rate line per stretch, named by `lines`.
+#[allow(clippy::too_many_arguments)]
 fn shaped_run(
     test: &str,
     name: &str,

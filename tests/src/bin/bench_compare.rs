@@ -173,8 +173,13 @@ fn run() -> Result<()> {
             }
         };
         let n = requests as f64;
+        let not_compared = if compare {
+            format!("; not compared: {}", lost.join(", "))
+        } else {
+            String::new()
+        };
         println!(
-            "{:<26} {:>9} {:>9} {:>13} {:>15} {:>14} {:>13} {:>15.0}   {}",
+            "{:<26} {:>9} {:>9} {:>13} {:>15} {:>14} {:>13} {:>15.0}   test server got {test_n} of {online_n}{not_compared}",
             name,
             requests,
             compared as u64,
@@ -183,14 +188,6 @@ fn run() -> Result<()> {
             us(cc.threads("compare"), compared),
             us(ic.total(), n),
             (b1.saturating_sub(b0)) as f64 / n,
-            format!(
-                "test server got {test_n} of {online_n}{}",
-                if compare {
-                    format!("; not compared: {}", lost.join(", "))
-                } else {
-                    String::new()
-                }
-            ),
         );
         drop(c);
         drop(lab);

@@ -130,7 +130,9 @@ fn run() -> Result<()> {
     let avg =
         |v: &[Sample], f: &dyn Fn(&Sample) -> f64| v.iter().map(f).sum::<f64>() / v.len() as f64;
     let mut ok = true;
-    let checks: [(&str, &dyn Fn(&Sample) -> f64, f64); 4] = [
+    // (what, its value in a sample, the growth allowed)
+    type Check<'a> = (&'a str, &'a dyn Fn(&Sample) -> f64, f64);
+    let checks: [Check<'_>; 4] = [
         ("copier RSS KiB", &|s| s.copier_rss as f64, 0.0),
         ("copier fds", &|s| s.copier_fds as f64, 2.0),
         ("intercept RSS KiB", &|s| s.intercept_rss as f64, 0.0),
