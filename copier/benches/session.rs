@@ -15,13 +15,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::proto::{Record, RegVerdict};
-use common::seq::SeqNum;
-use common::wire::{TcpBuilder, TcpFlags, TcpOption};
+use common::wire::{TcpFlags, TcpOption};
 use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use support::{ONLINE, TARGET};
 
-const ONLINE: &str = "192.0.2.1:80";
-const TARGET: &str = "198.18.0.2:8080";
+mod support;
+
 const REQUEST: &[u8] =
     b"GET /index.html HTTP/1.1\r\nHost: bench\r\nUser-Agent: wrk\r\nConnection: close\r\n\r\n";
 const ANSWER: usize = 850;
@@ -29,33 +29,6 @@ const ANSWER: usize = 850;
 /// think-close's rate (what the engine remembers for a while, such as the keys of closed
 /// sessions for `close_linger`, is then as large as there).
 const STEP: Duration = Duration::from_micros(69);
-
-#[allow(clippy::too_many_arguments)]
-fn packet(
-    src: SocketAddr,
-    dst: SocketAddr,
-    seq: u32,
-    ack: u32,
-    flags: TcpFlags,
-    opts: &[TcpOption],
-    payload: &[u8],
-    out: &mut Vec<u8>,
-) {
-    out.clear();
-    TcpBuilder {
-        src,
-        dst,
-        seq: SeqNum(seq),
-        ack: SeqNum(ack),
-        flags,
-        window: 502,
-        options: opts,
-        payload,
-        ttl: 64,
-        ident: 0,
-    }
-    .emit(out);
-}
 
 /// The connections in flight, each at one step of its life.
 struct Run {
@@ -138,30 +111,40 @@ impl Run {
         }
     }
 
-    fn captured(&mut self, c: SocketAddr, seq: u32, ack: u32, flags: TcpFlags, data: &[u8]) {
-        let online = self.online;
-        let ts = [TcpOption::Timestamps { tsval: 7, tsecr: 5 }];
-        let syn = [TcpOption::Mss(1460), TcpOption::WindowScale(7), ts[0]];
-        let opts: &[TcpOption] = if flags.contains(TcpFlags::SYN) {
-            &syn
+    /// Builds a segment into `self.pkt`, with timestamps (and on a SYN the options a client's
+    /// SYN carries).
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        seq: u32,
+        ack: u32,
+        flags: TcpFlags,
+        data: &[u8],
+        (tsval, tsecr): (u32, u32),
+    ) {
+        let opts = [
+            TcpOption::Mss(1460),
+            TcpOption::WindowScale(7),
+            TcpOption::Timestamps { tsval, tsecr },
+        ];
+        let opts = if flags.contains(TcpFlags::SYN) {
+            &opts[..]
         } else {
-            &ts
+            &opts[2..]
         };
-        packet(c, online, seq, ack, flags, opts, data, &mut self.pkt);
+        support::builder(src, dst, seq, ack, flags, 502, opts, data).emit(&mut self.pkt);
+    }
+
+    fn captured(&mut self, c: SocketAddr, seq: u32, ack: u32, flags: TcpFlags, data: &[u8]) {
+        self.build(c, self.online, seq, ack, flags, data, (7, 5));
         self.e.handle_captured(self.now, &self.pkt);
     }
 
     fn record(&mut self, seq: u32, ack: u32, flags: TcpFlags, data: &[u8]) {
-        let target = self.target;
         let c = self.test[self.slot].0;
-        let ts = [TcpOption::Timestamps { tsval: 9, tsecr: 7 }];
-        let syn = [TcpOption::Mss(1460), TcpOption::WindowScale(7), ts[0]];
-        let opts: &[TcpOption] = if flags.contains(TcpFlags::SYN) {
-            &syn
-        } else {
-            &ts
-        };
-        packet(target, c, seq, ack, flags, opts, data, &mut self.pkt);
+        self.build(self.target, c, seq, ack, flags, data, (9, 7));
         let (_, r) = Record::from_packet(&self.pkt, 0).unwrap();
         self.e.handle_record(self.now, &r);
     }

@@ -12,8 +12,9 @@ use common::seq::SeqNum;
 use common::wire::{TcpBuilder, TcpFlags, TcpOption};
 use copier::engine::{Engine, EngineConfig, PortMap, RegEvent};
 
-const ONLINE: &str = "192.0.2.1:80";
-const TARGET: &str = "198.18.0.2:8080";
+/// The online service the benches' clients talk to, and the test server their copies go to.
+pub const ONLINE: &str = "192.0.2.1:80";
+pub const TARGET: &str = "198.18.0.2:8080";
 const ISN: u32 = 1_000;
 const TISN: u32 = 5_000_000;
 
@@ -24,17 +25,18 @@ fn client(i: u32) -> SocketAddr {
     ))
 }
 
-fn packet(
+/// A segment's builder (`emit` it into a buffer of one's own to build without allocating).
+#[allow(clippy::too_many_arguments)]
+pub fn builder<'a>(
     src: SocketAddr,
     dst: SocketAddr,
     seq: u32,
     ack: u32,
     flags: TcpFlags,
     window: u16,
-    opts: &[TcpOption],
-    payload: &[u8],
-) -> Vec<u8> {
-    let mut out = Vec::new();
+    opts: &'a [TcpOption],
+    payload: &'a [u8],
+) -> TcpBuilder<'a> {
     TcpBuilder {
         src,
         dst,
@@ -47,7 +49,21 @@ fn packet(
         ttl: 64,
         ident: 0,
     }
-    .emit(&mut out);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn packet(
+    src: SocketAddr,
+    dst: SocketAddr,
+    seq: u32,
+    ack: u32,
+    flags: TcpFlags,
+    window: u16,
+    opts: &[TcpOption],
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    builder(src, dst, seq, ack, flags, window, opts, payload).emit(&mut out);
     out
 }
 
