@@ -538,23 +538,24 @@ impl Lab {
         let pcap = self.dir.join(format!("{name}.pcap"));
         let pcap_s = pcap.to_string_lossy().into_owned();
         let snap = snaplen.to_string();
-        let proc = self.spawn(
-            h,
-            &format!("tcpdump-{name}"),
-            &[
-                "tcpdump",
-                "-i",
-                iface,
-                "-n",
-                "-U",
-                "--immediate-mode",
-                "-s",
-                &snap,
-                "-w",
-                &pcap_s,
-                filter,
-            ],
-        )?;
+        let mut argv = vec![
+            "tcpdump",
+            "-i",
+            iface,
+            "-n",
+            "-U",
+            "--immediate-mode",
+            "-s",
+            &snap,
+        ];
+        if snaplen == 0 {
+            // Whole packets: libpcap's ring (2 MiB by default) holds few frames of a whole
+            // snapshot, and a burst on a loaded machine overflowed it (CI: "20 packets dropped
+            // by kernel" of a page load's 66, so a replay test lost 4 of 9 requests). 64 MiB.
+            argv.extend(["-B", "65536"]);
+        }
+        argv.extend(["-w", &pcap_s, filter]);
+        let proc = self.spawn(h, &format!("tcpdump-{name}"), &argv)?;
         Capture::started(proc, pcap)
     }
 
