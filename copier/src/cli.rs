@@ -255,15 +255,24 @@ pub struct CopierArgs {
     /// small answer: it only moves a test connection's ACK and window) may wait for its engine
     /// thread, so that records share its wake-ups; 0 wakes it for every record (at most 20ms is
     /// used). With one worker, after the engine read records from the links it leaves them
-    /// unpolled this long and reads them at its next wake-up, unless a connection is opening (a
-    /// Register lately, a SYN, FIN or RST record), a record is part of a large answer or of one
-    /// the test server is still writing (more than 4 KiB, or data without PSH), --compare times
-    /// the answers, or a copy runs behind. With --workers above 1, those records, registration
+    /// unpolled this long (--open-wait while a connection opens or ends: a Register lately, a
+    /// SYN, FIN or RST record) and reads them at its next wake-up, unless a record is part of a
+    /// large answer or of one the test server is still writing (more than 4 KiB, or data
+    /// without PSH), --compare times the answers, or a copy runs behind. With --workers above 1, those records, registration
     /// verdicts, a filling inbox and a copy running behind wake it at once. The intercepts are
     /// told the same wait (except with --compare, or while a copy runs behind: then 0): theirs
     /// rest between batches of such records that long.
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_duration)]
     pub record_wait: Duration,
+
+    /// With one worker: how long the intercept links' records and verdicts of a connection that
+    /// opens or ends (a registration verdict, a SYN-ACK, a FIN or RST of the test server) may
+    /// wait to share the engine thread's next wake-up (at most --record-wait). They delay only
+    /// the start or the end of their own copied connection, never another one's requests; with
+    /// many short connections (one request each) their round trips otherwise wake the engine
+    /// one by one. 0: they wake it at once.
+    #[arg(long, value_name = "DURATION", default_value = "3ms", value_parser = parse_duration)]
+    pub open_wait: Duration,
 
     /// Request rules (TOML): filters, a dye header, header edits and request-line rewrites
     /// (see "Request rules" in --help). Header values read from files are re-read on SIGHUP.

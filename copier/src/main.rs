@@ -282,7 +282,10 @@ fn run(args: Args) -> Result<RunSummary> {
     let hold = Arc::new(copier::workers::InterceptHold::new(calm));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
         let wake = Arc::new(
-            Wake::with_delay(args.record_wait.min(copier::workers::MAX_RECORD_WAIT))
+            Wake::with_delays(
+                args.record_wait.min(copier::workers::MAX_RECORD_WAIT),
+                args.open_wait,
+            )
                 .context("eventfd and timerfd")?,
         );
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);

@@ -403,13 +403,17 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
         io.hold.engine_eager(eager);
     }
     if !st.links.is_empty() {
-        let waits = eager
-            || seen.urgent
-            || io.taps.time_answers()
+        let opening = seen.opens_or_ends
             || st
                 .last_register
                 .is_some_and(|t| now < t + crate::workers::EAGER_HOLD);
-        st.link_rest = link_rest(io.wake.delay(), waits, linked, st.link_rest, now);
+        let rest = if opening {
+            io.wake.open_delay()
+        } else {
+            io.wake.delay()
+        };
+        let waits = eager || seen.pressing || io.taps.time_answers();
+        st.link_rest = link_rest(rest, waits, linked, st.link_rest, now);
     } else {
         st.link_rest = None;
     }
@@ -542,9 +546,7 @@ fn take_inbound(
 ) {
     match inbound {
         Inbound::Records { at, records: batch } => {
-            seen.records += batch.len();
-            seen.urgent |= batch.iter().any(common::proto::Record::urgent);
-            seen.opens_or_ends |= batch.iter().any(common::proto::Record::opens_or_ends);
+            batch.iter().for_each(|r| seen.note(r));
             // --compare asks the engine about each record before it takes it (which may end
             // its session)
             taps.records(engine, at, batch);
@@ -627,14 +629,18 @@ fn read_links(
 }
 
 /// Until when the links the engine reads itself rest after a turn at `now` (`None`: they are
-/// polled, and a record wakes the engine at once). Links rest for `rest` (`--record-wait`)
-/// after a turn that read something from them, unless something `waits` on the records (the
-/// engine is eager, a record was urgent (it opened or closed a connection, or is part of a
-/// large or unfinished answer: `Record::urgent`), a Register was given lately, or
+/// polled, and a record wakes the engine at once). Links rest for `rest` after a turn that read
+/// something from them, unless something `waits` on the records (the engine is eager, a record
+/// is part of a large or unfinished answer (`Record::urgent` for what it carries), or
 /// `--compare` times the answers), so that records that come in a stream are taken a batch per
 /// wake-up, or by a wake-up that came anyway (a captured block, a timer), instead of one
-/// wake-up per frame. A rest that read nothing ends at its deadline (or at once when `waits`).
-/// No record waits longer than `rest` after its arrival.
+/// wake-up per frame. `rest` is `--record-wait`, or the shorter `--open-wait` while a
+/// connection opens or ends (a Register was given lately, a record was a SYN, FIN or RST): a
+/// verdict, a SYN-ACK or a FIN that waits delays only the start or the end of its own copied
+/// connection, never another's requests, and with many short connections the round trips of
+/// each (verdict, handshake, answer, close) otherwise wake the engine one by one. A rest that
+/// read nothing ends at its deadline, or sooner when `rest` became shorter (at once when
+/// `waits`). No record waits longer than `rest` after its arrival.
 fn link_rest(
     rest: Duration,
     waits: bool,
@@ -648,7 +654,7 @@ fn link_rest(
     if got {
         return Some(now + rest);
     }
-    until.filter(|&t| now < t)
+    until.filter(|&t| now < t).map(|t| t.min(now + rest))
 }
 
 /// Request units sent so far that had waited over [`crate::workers::HELD`] since their capture.

@@ -283,6 +283,9 @@ pub struct Wake {
     /// How long a record nothing waits on may wait for the engine (`--record-wait`); zero: every
     /// delivery wakes the engine at once.
     delay: Duration,
+    /// With one worker: how long the records and verdicts of a connection opening or ending may
+    /// wait for the engine (`--open-wait`, at most `delay`; see `run::link_rest`).
+    open_delay: Duration,
 }
 
 impl Wake {
@@ -294,6 +297,12 @@ impl Wake {
     /// A worker's wake-up whose records nothing waits on may wait up to `delay` (zero: none
     /// waits; every delivery wakes the engine).
     pub fn with_delay(delay: Duration) -> std::io::Result<Wake> {
+        Wake::with_delays(delay, Duration::ZERO)
+    }
+
+    /// [`Wake::with_delay`], and with one worker the records and verdicts of a connection
+    /// opening or ending may wait up to `open_delay` (at most `delay`; zero: none waits).
+    pub fn with_delays(delay: Duration, open_delay: Duration) -> std::io::Result<Wake> {
         Ok(Wake {
             event: EventFd::new()?,
             poked: AtomicBool::new(false),
@@ -302,6 +311,7 @@ impl Wake {
             armed: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             delay,
+            open_delay: open_delay.min(delay),
         })
     }
 
@@ -357,6 +367,12 @@ impl Wake {
     /// How long a record nothing waits on may wait for the engine (`--record-wait`).
     pub fn delay(&self) -> Duration {
         self.delay
+    }
+
+    /// How long the records and verdicts of a connection opening or ending may wait for the
+    /// engine, with one worker (`--open-wait`, at most [`Wake::delay`]).
+    pub fn open_delay(&self) -> Duration {
+        self.open_delay
     }
 
     /// Whether the engine said it is eager.
@@ -451,9 +467,24 @@ pub struct TurnSeen {
     pub urgent: bool,
     /// One of them opened, closed or reset a connection ([`Record::opens_or_ends`]).
     pub opens_or_ends: bool,
+    /// One of them was urgent for what it carries, not for opening or ending a connection:
+    /// part of a large answer or of one the test server is still writing.
+    pub pressing: bool,
     /// Request units sent for the first time that had waited over [`HELD`] since their
     /// capture.
     pub held_units: u64,
+}
+
+impl TurnSeen {
+    /// Note one record handled (its count and what it is).
+    pub fn note(&mut self, r: &Record) {
+        let opens_or_ends = r.opens_or_ends();
+        let urgent = opens_or_ends || r.urgent();
+        self.records += 1;
+        self.urgent |= urgent;
+        self.opens_or_ends |= opens_or_ends;
+        self.pressing |= urgent && !opens_or_ends;
+    }
 }
 
 impl Eagerness {

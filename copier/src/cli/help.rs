@@ -64,6 +64,7 @@ pub const HEADINGS: &[(&str, &[&str])] = &[
             "pace_window",
             "ack_delay",
             "record_wait",
+            "open_wait",
         ],
     ),
     (

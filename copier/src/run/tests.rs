@@ -90,6 +90,15 @@ fn links_rest_after_a_read_unless_something_waits_on_the_records() {
         None
     );
     assert_eq!(link_rest(rest, false, false, None, t0), None);
+    // A rest that became shorter (a connection opens: --open-wait) ends that soon.
+    assert_eq!(
+        link_rest(ms(1), false, false, Some(t0 + ms(20)), t0 + ms(5)),
+        Some(t0 + ms(6))
+    );
+    assert_eq!(
+        link_rest(ms(1), false, true, Some(t0 + ms(20)), t0 + ms(5)),
+        Some(t0 + ms(6))
+    );
     // Something waits on the records, or --record-wait 0: no rest, even one under way.
     assert_eq!(link_rest(rest, true, true, Some(t0 + rest), t0), None);
     assert_eq!(link_rest(Duration::ZERO, false, true, None, t0), None);

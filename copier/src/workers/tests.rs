@@ -284,6 +284,32 @@ fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
 }
 
 #[test]
+fn a_turn_presses_only_for_records_urgent_for_what_they_carry() {
+    let bigger = vec![b'x'; common::proto::BULK_BYTES + 1];
+    let syn_ack = record_with(t(1), TcpFlags::SYN | TcpFlags::ACK, b"");
+    let fin = record_with(t(1), TcpFlags::FIN | TcpFlags::ACK, b"");
+    let answer = record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK");
+    let mid_write = record_with(t(1), TcpFlags::ACK, b"HTTP/1.1 200 OK");
+    let bulk = record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger);
+    let mut seen = TurnSeen::default();
+    for r in [&syn_ack, &fin, &answer] {
+        seen.note(r);
+    }
+    assert_eq!(seen.records, 3);
+    assert!(seen.urgent && seen.opens_or_ends, "a handshake and a close");
+    assert!(
+        !seen.pressing,
+        "they may wait --open-wait: nothing but their own connection waits on them"
+    );
+    for r in [&mid_write, &bulk] {
+        let mut seen = TurnSeen::default();
+        seen.note(&answer);
+        seen.note(r);
+        assert!(seen.urgent && seen.pressing && !seen.opens_or_ends);
+    }
+}
+
+#[test]
 fn intercepts_may_hold_records_only_while_no_engine_is_eager() {
     let h = InterceptHold::new(Duration::from_millis(2));
     let mut rx = h.watch();
