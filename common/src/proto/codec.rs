@@ -13,7 +13,7 @@
 //!
 //! | type | message    | body |
 //! |------|------------|------|
-//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features [| u64 instance | u16 fleet_index | u16 fleet_size]]` (+ fields of later versions, ignored) |
+//! | 1    | Hello      | `"TCPY" | u16 version | u8 role | u8 auth_required | [32] nonce | str software [| u32 features [| u64 instance | u16 fleet_index | u16 fleet_size]]` (+ fields of later versions, ignored; instance 0: no identity, its fleet share ignored) |
 //! | 2    | Auth       | `[32] mac` |
 //! | 3    | AuthOk     | `[32] mac` |
 //! | 4    | Error      | `u16 code | str message` |
@@ -638,11 +638,19 @@ impl Message {
                     0
                 };
                 let (instance, fleet_index, fleet_size) = if r.buf.len() >= 12 {
-                    (
+                    let identity = (
                         r.u64("instance")?,
                         r.u16("fleet_index")?,
                         r.u16("fleet_size")?,
-                    )
+                    );
+                    // Instance 0 is "not announced", and the encoder leaves such an identity
+                    // out: a fleet share sent beside it means nothing (found by fuzzing: it
+                    // decoded, and its re-encoding did not say it).
+                    if identity.0 == 0 {
+                        (0, 0, 0)
+                    } else {
+                        identity
+                    }
                 } else {
                     (0, 0, 0)
                 };

@@ -108,6 +108,18 @@ fn hello_with_a_copier_identity_round_trips_and_old_builds_read_up_to_features()
         panic!()
     };
     assert_eq!((d.instance, d.fleet_index, d.fleet_size), (0, 0, 0));
+    // Nor does one whose instance is 0 (not announced), whatever fleet share it carries: it
+    // decodes as the Hello its encoding says, so it round-trips.
+    let mut zero = plain.clone();
+    zero.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0x58, 0x50, 0x43, 0x54]);
+    let len = u32::try_from(zero.len() - 4).unwrap();
+    zero[..4].copy_from_slice(&len.to_be_bytes());
+    let decoded = decode_all(&zero).unwrap();
+    let Message::Hello(d) = &decoded[0] else {
+        panic!()
+    };
+    assert_eq!((d.instance, d.fleet_index, d.fleet_size), (0, 0, 0));
+    assert_eq!(encoded(&decoded[0]), plain);
     assert_eq!(RegVerdict::from_code(4), RegVerdict::HeldByOther);
     assert_eq!(RegVerdict::HeldByOther.code(), 4);
     assert_eq!(RegVerdict::from_code(5), RegVerdict::ServerNotLocal);
