@@ -286,7 +286,7 @@ fn run(args: Args) -> Result<RunSummary> {
                 args.record_wait.min(copier::workers::MAX_RECORD_WAIT),
                 args.open_wait,
             )
-                .context("eventfd and timerfd")?,
+            .context("eventfd and timerfd")?,
         );
         let (records_tx, records_rx) = mpsc::channel(RECORD_CHANNEL);
         inboxes.push(Inbox {

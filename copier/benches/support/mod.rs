@@ -51,19 +51,10 @@ pub fn builder<'a>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn packet(
-    src: SocketAddr,
-    dst: SocketAddr,
-    seq: u32,
-    ack: u32,
-    flags: TcpFlags,
-    window: u16,
-    opts: &[TcpOption],
-    payload: &[u8],
-) -> Vec<u8> {
+/// The bytes of a segment that [`builder`] describes.
+fn packet(b: TcpBuilder<'_>) -> Vec<u8> {
     let mut out = Vec::new();
-    builder(src, dst, seq, ack, flags, window, opts, payload).emit(&mut out);
+    b.emit(&mut out);
     out
 }
 
@@ -140,11 +131,29 @@ impl Bench {
             let syn_opts = [TcpOption::Mss(1460), TcpOption::WindowScale(7), ts[0]];
             e.handle_captured(
                 now,
-                &packet(c, online, ISN, 0, TcpFlags::SYN, 65535, &syn_opts, &[]),
+                &packet(builder(
+                    c,
+                    online,
+                    ISN,
+                    0,
+                    TcpFlags::SYN,
+                    65535,
+                    &syn_opts,
+                    &[],
+                )),
             );
             e.handle_captured(
                 now,
-                &packet(c, online, ISN + 1, 9, TcpFlags::ACK, 1024, &ts, &[]),
+                &packet(builder(
+                    c,
+                    online,
+                    ISN + 1,
+                    9,
+                    TcpFlags::ACK,
+                    1024,
+                    &ts,
+                    &[],
+                )),
             );
             while let Some(ev) = e.poll_control() {
                 let RegEvent::Register(t) = ev else {
@@ -154,7 +163,7 @@ impl Bench {
                 e.handle_registered(now, 0, t, common::proto::RegVerdict::Accepted);
             }
             while e.poll_transmit(now, &mut out).is_some() {}
-            let sa = packet(
+            let sa = packet(builder(
                 target,
                 c,
                 TISN,
@@ -163,12 +172,12 @@ impl Bench {
                 65535,
                 &syn_opts,
                 &[],
-            );
+            ));
             let (t, r) = Record::from_packet(&sa, 0).unwrap();
             assert_eq!(t, FourTuple::new(c, target));
             e.handle_record(now, &r);
             while e.poll_transmit(now, &mut out).is_some() {}
-            data.push(packet(
+            data.push(packet(builder(
                 c,
                 online,
                 ISN + 1,
@@ -177,8 +186,8 @@ impl Bench {
                 1024,
                 &ts,
                 &payload,
-            ));
-            let ack = packet(
+            )));
+            let ack = packet(builder(
                 target,
                 c,
                 TISN + 1,
@@ -187,7 +196,7 @@ impl Bench {
                 20_000,
                 &ts,
                 &[],
-            );
+            ));
             acks.push(Record::from_packet(&ack, 0).unwrap().1);
         }
         assert_eq!(e.stats().sessions_active, u64::from(sessions));
@@ -225,7 +234,7 @@ impl Bench {
         self.next[i] = seq.wrapping_add(len);
         self.sent[i] = self.sent[i].wrapping_add(len + self.grow);
         self.now += Duration::from_micros(50);
-        let req = packet(
+        let req = packet(builder(
             c,
             online,
             seq,
@@ -234,13 +243,13 @@ impl Bench {
             1024,
             &ts,
             &vec![0x61; len as usize],
-        );
+        ));
         self.e.handle_captured(self.now, &req);
         let mut sent = 0;
         while self.e.poll_transmit(self.now, &mut self.out).is_some() {
             sent += 1;
         }
-        let ans = packet(
+        let ans = packet(builder(
             target,
             c,
             TISN + 1 + answer * r,
@@ -249,7 +258,7 @@ impl Bench {
             20_000,
             &ts,
             &vec![0x62; answer as usize],
-        );
+        ));
         let (_, rec) = Record::from_packet(&ans, 0).unwrap();
         self.now += Duration::from_micros(50);
         self.e.handle_record(self.now, &rec);
