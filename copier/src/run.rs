@@ -336,6 +336,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     io.wake.taking();
     let now = Instant::now();
     let mut seen = TurnSeen::default();
+    let releases_before = engine.stats().window_releases;
 
     let n = io.connected.load(Ordering::SeqCst);
     let up = n > 0;
@@ -396,6 +397,7 @@ fn turn(engine: &mut Engine, io: &mut LoopIo, st: &mut State) -> Result<bool, Lo
     let held_before = held_units(engine.stats());
     drain_outputs(engine, io, st, now);
     seen.held_units = held_units(engine.stats()) - held_before;
+    seen.window_releases = engine.stats().window_releases - releases_before;
     let eager = st.eagerness.turn(now, seen);
     if eager != st.eager {
         st.eager = eager;

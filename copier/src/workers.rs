@@ -447,7 +447,9 @@ pub const HELD: Duration = Duration::from_millis(1);
 /// records, none of them opening, closing or resetting a connection
 /// ([`Record::opens_or_ends`]: a SYN-ACK releases the requests that waited for the handshake,
 /// and such records wake the engine anyway), and sent request units that had waited over
-/// [`HELD`] since their capture; it holds for [`EAGER_HOLD`]. Records that are urgent for
+/// [`HELD`] since their capture, or records that opened the test server's window for bytes
+/// that waited for room in it (a large upload whose copy runs behind: at a rest per window it
+/// crawled); it holds for [`EAGER_HOLD`]. Records that are urgent for
 /// their size (part of a large answer, [`Record::urgent`]) do not stop it: a copy of 100 KB
 /// answers running behind is released by such records, and without eagerness the tails of
 /// its answers waited for the intercept's and the links' rests (issue 32 item 2). Liberal on purpose: a timer or
@@ -473,6 +475,10 @@ pub struct TurnSeen {
     /// Request units sent for the first time that had waited over [`HELD`] since their
     /// capture.
     pub held_units: u64,
+    /// Records that opened the test server's window for bytes that waited for room in it
+    /// (`EngineStats::window_releases`): a copy that outruns that window (a large upload
+    /// running behind) sends its next bytes as each such record comes.
+    pub window_releases: u64,
 }
 
 impl TurnSeen {
@@ -490,7 +496,9 @@ impl TurnSeen {
 impl Eagerness {
     /// Note a turn at `now`; returns whether the engine is eager now.
     pub fn turn(&mut self, now: Instant, seen: TurnSeen) -> bool {
-        if seen.records > 0 && !seen.opens_or_ends && seen.held_units > 0 {
+        if seen.window_releases > 0
+            || (seen.records > 0 && !seen.opens_or_ends && seen.held_units > 0)
+        {
             self.until = Some(now + EAGER_HOLD);
         }
         self.eager(now)

@@ -133,6 +133,10 @@ pub(crate) struct Conn {
     pub snd_nxt: SeqNum,
     pub snd_max: SeqNum,
     snd_wnd: u32,
+    /// The last send attempt had bytes to send and no room in the test server's window (or
+    /// the recovery window) for them: a record that opens it releases bytes that waited
+    /// ([`Conn::window_released`]).
+    win_full: bool,
     wl1: SeqNum,
     wl2: SeqNum,
     peer_wscale: u8,
@@ -229,6 +233,7 @@ impl Conn {
             snd_nxt: iss,
             snd_max: iss,
             snd_wnd: 0,
+            win_full: false,
             wl1: SeqNum(0),
             wl2: SeqNum(0),
             peer_wscale: 0,
@@ -278,6 +283,23 @@ impl Conn {
     /// Client bytes the test server has acknowledged on this connection: below the return
     /// value. Before the handshake, `start - 1` (nothing).
     /// Whether nothing was ever sent on it (not even the SYN).
+    /// Whether bytes waited for room in the test server's window at the last send attempt and
+    /// there is room now (a record opened it); forgets the wait, so each opening counts once.
+    pub(crate) fn window_released(&mut self) -> bool {
+        let released = self.win_full && self.window_room() > 0;
+        self.win_full &= !released;
+        released
+    }
+
+    /// Bytes the window lets us send beyond `snd_nxt` now (0 when it is full or shut).
+    fn window_room(&self) -> i32 {
+        let mut wnd = self.snd_wnd;
+        if self.snd_nxt.lt(self.snd_max) {
+            wnd = wnd.min(self.recovery_wnd.max(self.mss));
+        }
+        self.snd_una.add(wnd).diff(self.snd_nxt)
+    }
+
     pub(crate) fn sent_nothing(&self) -> bool {
         self.snd_max == self.iss
     }

@@ -295,6 +295,10 @@ pub struct EngineStats {
     pub syns_incomplete: SynCounts,
     /// Packets and records dropped, by reason.
     pub drops: DropCounts,
+    /// Records that opened the test server's window (or ours after a timeout) for bytes of
+    /// the current connection that waited for room in it: a copy that outruns the test server's
+    /// window, such as a large upload running behind, waits on these records.
+    pub window_releases: u64,
     /// Replay lag of every request unit sent: from the engine's receipt of the captured
     /// segment with its first byte (the `now` of `handle_captured`) to the first send of that
     /// byte toward the test server.

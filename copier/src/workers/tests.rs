@@ -557,3 +557,33 @@ fn a_poke_is_taken_by_the_next_turn_and_only_a_poke_is_read() {
     wake.taking();
     assert_eq!(readable(&wake), 0);
 }
+
+#[test]
+fn records_that_open_the_test_servers_window_for_waiting_bytes_make_the_engine_eager() {
+    let t0 = Instant::now();
+    let mut e = Eagerness::default();
+    let acks = TurnSeen {
+        records: 3,
+        ..TurnSeen::default()
+    };
+    assert!(!e.turn(t0, acks), "ACKs that released nothing");
+    let released = TurnSeen {
+        window_releases: 1,
+        ..acks
+    };
+    assert!(e.turn(t0, released), "an upload outran the window");
+    let mut e = Eagerness::default();
+    assert!(
+        e.turn(
+            t0,
+            TurnSeen {
+                opens_or_ends: true,
+                urgent: true,
+                ..released
+            }
+        ),
+        "even in a turn where a connection opened or ended"
+    );
+    assert!(e.eager(t0 + EAGER_HOLD / 2));
+    assert!(!e.eager(t0 + EAGER_HOLD * 3 / 2));
+}

@@ -128,11 +128,8 @@ impl Conn {
         }
         let seq = self.snd_nxt;
         if seq.lt(tx.limit) && seq.ge(tx.base) {
-            let mut wnd = self.snd_wnd;
-            if seq.lt(self.snd_max) {
-                wnd = wnd.min(self.recovery_wnd.max(self.mss));
-            }
-            let room = self.snd_una.add(wnd).diff(seq);
+            let room = self.window_room();
+            self.win_full = room <= 0;
             if room > 0 {
                 let avail = tx.limit.diff(seq) as u32;
                 let n = avail.min(room as u32).min(self.max_payload(p)) as usize;

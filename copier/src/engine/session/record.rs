@@ -32,6 +32,9 @@ impl Session {
             }
             let tw = c.tw_acks;
             c.on_record(now, r, &sh.p);
+            if c.window_released() {
+                sh.stats.window_releases += 1;
+            }
             if c.tw_acks > tw {
                 if c.port_busy {
                     self.move_port(sh, now);

@@ -134,12 +134,22 @@ fn the_test_servers_window_is_respected() {
         (CISN + 1001, 1000),
         "up to acked + window"
     );
+    assert_eq!(
+        h.e.stats().window_releases,
+        1,
+        "the record opened the full window for bytes that waited"
+    );
     // Zero window: nothing goes, a probe after the RTO, data once it opens.
     h.rec(Seg {
         window: 0,
         ..resp(0, 2000, 0)
     });
     assert!(h.out().is_empty());
+    assert_eq!(
+        h.e.stats().window_releases,
+        1,
+        "a shut window releases nothing"
+    );
     let out = h.fire_until_output(10_000);
     assert_eq!(out.len(), 1);
     assert!(out[0].payload.is_empty());
@@ -155,6 +165,17 @@ fn the_test_servers_window_is_respected() {
     });
     let out = h.out();
     assert_eq!(stream_of(&out, CISN + 2001), vec![1u8; 1000]);
+    assert_eq!(h.e.stats().window_releases, 2);
+    h.rec(Seg {
+        window: 4000,
+        ..resp(0, 3000, 0)
+    });
+    assert!(h.out().is_empty());
+    assert_eq!(
+        h.e.stats().window_releases,
+        2,
+        "an ACK with nothing left to send releases nothing"
+    );
 }
 
 #[test]
