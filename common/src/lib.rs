@@ -11,8 +11,9 @@
 //! ([`testkit`]).
 //!
 //! Nothing here touches a socket or reads the clock, except the optional async helpers in
-//! `proto::io` (feature `io`), the host checks of the two doctors (`doctor`, feature `host`) and the
-//! generated man pages and completions (`docs`, feature `docs`). The `--config FILE` of the
+//! `proto::io` (feature `io`), the host checks of the two doctors (`doctor`, feature `host`), the
+//! control connection's socket settings (`control_socket`, feature `host`) and the generated man
+//! pages and completions (`docs`, feature `docs`). The `--config FILE` of the
 //! binaries (`config_file`, feature `config`) reads its TOML file into long flags.
 
 #![warn(missing_docs)]
@@ -20,6 +21,8 @@
 pub mod checksum;
 #[cfg(feature = "config")]
 pub mod config_file;
+#[cfg(feature = "host")]
+pub mod control_socket;
 #[cfg(feature = "docs")]
 pub mod docs;
 #[cfg(feature = "host")]

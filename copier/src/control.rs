@@ -287,7 +287,7 @@ pub async fn run_client(cfg: ClientConfig, links: Links, mut shutdown: watch::Re
 }
 
 async fn connect(cfg: &ClientConfig) -> Result<TcpStream, LinkError> {
-    let fut = TcpStream::connect((cfg.addr.host.as_str(), cfg.addr.port));
+    let fut = connect_unpaced(cfg.addr.host.as_str(), cfg.addr.port);
     let stream = tokio::time::timeout(cfg.connect_timeout, fut)
         .await
         .map_err(|_| LinkError::ConnectTimeout(cfg.connect_timeout))?
@@ -295,6 +295,35 @@ async fn connect(cfg: &ClientConfig) -> Result<TcpStream, LinkError> {
     // Registrations are small and urgent: they race the test server's SYN-ACK.
     let _ = stream.set_nodelay(true);
     Ok(stream)
+}
+
+/// Connect to the first address of `host` that answers, each socket asking before it connects
+/// for a congestion control that does not pace (common::control_socket): a registration goes
+/// out from the write that makes it, not from a pacing timer.
+async fn connect_unpaced(host: &str, port: u16) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((host, port)).await? {
+        let sock = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        if let Err(e) =
+            common::control_socket::set_control_congestion(socket2::SockRef::from(&sock))
+        {
+            tracing::debug!("the link to {addr} keeps the host's congestion control: {e}");
+        }
+        match sock.connect(addr).await {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{host} has no address"),
+        )
+    }))
 }
 
 /// Run one established link until it fails: send the registry, then forward changes and pings

@@ -577,6 +577,15 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(cli.listen)
         .await
         .with_context(|| format!("listen for copiers on {} (--listen)", cli.listen))?;
+    // The copiers' connections inherit it: records go out from this thread's write, not from
+    // a pacing timer (common::control_socket).
+    if let Err(e) =
+        common::control_socket::set_control_congestion(socket2::SockRef::from(&listener))
+    {
+        tracing::warn!(
+            "control connections keep the host's congestion control (it may pace records): {e}"
+        );
+    }
 
     // Workers are plain threads blocked in recvmmsg(); at exit the process ends them (the kernel
     // then drops whatever is still queued: fail closed). A worker that ends or panics is
