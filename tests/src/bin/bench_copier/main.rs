@@ -53,7 +53,9 @@
 //! A last table prints the figures against the issue's targets, PASS/FAIL (informative only).
 //! `--report` runs only issue 32's four scenarios and ends with the glance table of
 //! BENCHMARKS.md (`report.rs`); `--peer DIR` runs the same scenarios again with the C tool's
-//! `tcpcopy` and `intercept` from DIR in place of ours (`lab::bench::peer`).
+//! `tcpcopy` and `intercept` from DIR in place of ours (`lab::bench::peer`); `--report --repeat N`
+//! runs it N times, each a process with a lab of its own, and ends with the medians and ranges of
+//! the N glance tables (`repeat.rs`).
 //!
 //! CPU % is CPU time over the step's sending time, the drain after it included (the copier works
 //! until the test server has everything); CPU s per 1000 copied requests divides the same CPU time
@@ -69,6 +71,7 @@
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60] [--no-floor] [--floor-drop] [--floor-data-only]
 //! target/release/bench_copier --report [--peer DIR] [--threaded-link]   # the glance table (report.rs)
+//! target/release/bench_copier --report --repeat 3   # three runs and their medians (repeat.rs)
 //! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
 //! Options: `--rates` (keep-alive requests/s, `max` = as fast as answers come), `--short-rates`
@@ -114,6 +117,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod bulk;
 mod floor;
 mod load;
+mod repeat;
 mod report;
 mod scenarios;
 mod steps;
@@ -212,6 +216,9 @@ struct Args {
     /// Both ends of the `online`-`test` link receive in a kernel thread of their own
     /// (`Lab::thread_link`), as two hosts would.
     threaded_link: bool,
+    /// With `--report`: this many runs, each a child process with a lab of its own, then the
+    /// median table (`repeat.rs`).
+    repeat: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -240,6 +247,7 @@ fn parse_args() -> Result<Args> {
     let mut report = env("BENCH_REPORT").is_some();
     let mut peer = env("BENCH_PEER");
     let mut threaded_link = env("BENCH_THREADED_LINK").is_some();
+    let mut repeat = env("BENCH_REPEAT").unwrap_or_else(|| "1".into());
     let (mut secs_given, mut wait_given) = (
         env("BENCH_SCENARIO_SECS").is_some(),
         env("BENCH_FINAL_WAIT").is_some(),
@@ -278,16 +286,17 @@ fn parse_args() -> Result<Args> {
             "--report" => report = true,
             "--peer" => peer = Some(val("--peer")?),
             "--threaded-link" => threaded_link = true,
+            "--repeat" => repeat = val("--repeat")?,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report] [--peer DIR] [--threaded-link]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report [--repeat N]] [--peer DIR] [--threaded-link]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_PEER, BENCH_THREADED_LINK=1)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_REPEAT, BENCH_PEER, BENCH_THREADED_LINK=1)\n\n\
                      --report: the \"At a glance\" table of BENCHMARKS.md in one run (issue 32): only the scenarios \
                      think-ka, think-close, full16 and full100k (5 s of load each unless --scenario-secs, copies awaited \
                      at most 20 s unless --final-wait; about 70 s in all, 140 s with --peer), each with the copier's floor, \
@@ -295,6 +304,11 @@ fn parse_args() -> Result<Args> {
                      server by the load's end, the floor and the copier's ratio to it, with the machine and the date; \
                      then bench_intercept (next to this binary, about 30 s of it) at the NFQUEUE packet rates of those \
                      scenarios gives the intercept's CPU per packet against its floor, the bare NFQUEUE reader.\n\n\
+                     --repeat N (with --report): N such runs, one after the other, each a process of its own with a lab \
+                     of its own, each one's output passed through; then one table: per scenario the median of the copier's \
+                     ratio to its floor and of the intercept's to the bare reader, with their ranges, in how many runs each \
+                     met its target (1.25x, 1.5x), the median CPU per 1,000 requests and the lowest fidelity and share by \
+                     the load's end. Exit status non-zero when a run failed.\n\n\
                      --peer DIR: DIR holds the C tool's tcpcopy and intercept as its public sources build them (not \
                      downloaded by this project). After our run of the scenarios, the copier and the intercept stop, and \
                      `DIR/intercept -i to-online -F 'tcp and src port 80'` on test and `DIR/tcpcopy -x 80-198.18.2.2:80 \
@@ -336,6 +350,14 @@ fn parse_args() -> Result<Args> {
             }
             other => bail!("unknown argument {other:?} (try --help)"),
         }
+    }
+    let repeat: usize = repeat
+        .parse()
+        .ok()
+        .filter(|&n| (1..=100).contains(&n))
+        .context("--repeat is a number of runs, 1 to 100")?;
+    if repeat > 1 && !report {
+        bail!("--repeat goes with --report");
     }
     if report {
         rates = "none".into();
@@ -417,6 +439,7 @@ fn parse_args() -> Result<Args> {
         report,
         peer: peer.map(std::path::PathBuf::from),
         threaded_link,
+        repeat,
     };
     if let Some(dir) = &args.peer {
         lab::bench::peer::Peer::check_dir(dir)?;
@@ -530,6 +553,20 @@ fn proc_comm(pid: u32) -> String {
 fn run() -> Result<()> {
     let args = parse_args()?;
     lab::available().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if args.repeat > 1 {
+        // the same command line, less --repeat N, for each run
+        let mut child_args = Vec::new();
+        let mut it = std::env::args().skip(1);
+        while let Some(a) = it.next() {
+            if a == "--repeat" {
+                it.next();
+            } else {
+                child_args.push(a);
+            }
+        }
+        let order: Vec<&str> = report::SCENARIOS.iter().map(|&s| report::what(s)).collect();
+        return repeat::run(args.repeat, &child_args, &order);
+    }
     if args.bulk {
         return bulk::run_bulk(&args);
     }

@@ -19,7 +19,7 @@ pub(super) const SECS: f64 = 5.0;
 /// Longest wait for a scenario's copies with `--report` (unless `--final-wait`).
 pub(super) const FINAL_WAIT: f64 = 20.0;
 
-fn what(sc: Scenario) -> &'static str {
+pub(super) fn what(sc: Scenario) -> &'static str {
     match sc {
         Scenario::ThinkKeepAlive => "keep-alive, 4 ms think",
         Scenario::ThinkClose => "one request per connection, 4 ms think",
@@ -93,9 +93,12 @@ pub(super) fn print(
     fn find(rows: &[Row], sc: Scenario) -> Option<&Row> {
         rows.iter().find(|r| r.kind == Kind::Scenario(sc))
     }
-    let build = match std::env::current_exe() {
-        Ok(p) if p.to_string_lossy().contains("/release/") => "release build",
-        _ => "debug build",
+    // The bench's own profile: `cargo build --release -p lab -p copier -p intercept --bins`
+    // builds the three in one. (Its path said nothing once the binaries were copied elsewhere.)
+    let build = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
     };
     println!();
     println!("## At a glance (`{cmd}`)");
@@ -183,6 +186,15 @@ pub(super) fn print(
         println!("its intercept captures with pcap and drops nothing: the test server's answers reach online, which drops");
         println!("them, so they are not counted as leaks.)");
     }
+}
+
+/// The trimmed cells of one markdown table row (`| a | b |` gives `["a", "b"]`).
+pub(super) fn cells_of(line: &str) -> Vec<&str> {
+    line.trim()
+        .trim_matches('|')
+        .split('|')
+        .map(str::trim)
+        .collect()
 }
 
 /// `bench_intercept`'s command for the intercept's floor (its `--rates` follow).
@@ -289,12 +301,7 @@ fn table_column(text: &str, heading: &str, from_end: usize) -> BTreeMap<String, 
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'));
     for l in rows {
-        let cells: Vec<&str> = l
-            .trim()
-            .trim_matches('|')
-            .split('|')
-            .map(str::trim)
-            .collect();
+        let cells = cells_of(l);
         if cells.len() < from_end + 1 {
             continue;
         }
