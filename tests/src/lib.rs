@@ -209,6 +209,14 @@ pub fn lab_or_skip_with(test: &str, opts: LabOptions) -> Option<Lab> {
     Some(Lab::with(opts).unwrap_or_else(|e| panic!("{test}: building the lab failed: {e:#}")))
 }
 
+/// The machine's TCP congestion control (what a lab host has unless
+/// [`Lab::set_congestion`] changes it), or `?` when unreadable.
+pub fn default_congestion() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "?".into())
+}
+
 /// Finds a program on PATH (and in the sbin directories, which a non-login root shell may lack).
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_default();
@@ -494,6 +502,19 @@ impl Lab {
                     t.trim()
                 );
             }
+        }
+        Ok(())
+    }
+
+    /// Sets the TCP congestion control of every host (its namespace's
+    /// `net.ipv4.tcp_congestion_control`) for the sockets made afterwards: start the servers
+    /// after it. A namespace may take only the names of
+    /// `/proc/sys/net/ipv4/tcp_allowed_congestion_control`.
+    pub fn set_congestion(&self, name: &str) -> Result<()> {
+        let setting = format!("net.ipv4.tcp_congestion_control={name}");
+        for h in Host::ALL {
+            self.exec_ok(h, &["sysctl", "-qw", &setting])
+                .with_context(|| format!("congestion control {name:?} in {}", self.ns(h)))?;
         }
         Ok(())
     }

@@ -118,6 +118,10 @@ mod bulk;
 mod floor;
 mod load;
 mod repeat;
+
+/// The lab hosts' congestion control unless `--lab-cc` says otherwise: one that does not pace,
+/// and that a network namespace may take on any Linux (`--help`, "--lab-cc").
+const DEFAULT_LAB_CC: &str = "reno";
 mod report;
 mod scenarios;
 mod steps;
@@ -219,6 +223,9 @@ struct Args {
     /// With `--report`: this many runs, each a child process with a lab of its own, then the
     /// median table (`repeat.rs`).
     repeat: usize,
+    /// The TCP congestion control of every lab host (`Lab::set_congestion`); `None` keeps the
+    /// machine's default.
+    lab_cc: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -248,6 +255,7 @@ fn parse_args() -> Result<Args> {
     let mut peer = env("BENCH_PEER");
     let mut threaded_link = env("BENCH_THREADED_LINK").is_some();
     let mut repeat = env("BENCH_REPEAT").unwrap_or_else(|| "1".into());
+    let mut lab_cc = env("BENCH_LAB_CC").unwrap_or_else(|| DEFAULT_LAB_CC.into());
     let (mut secs_given, mut wait_given) = (
         env("BENCH_SCENARIO_SECS").is_some(),
         env("BENCH_FINAL_WAIT").is_some(),
@@ -287,16 +295,17 @@ fn parse_args() -> Result<Args> {
             "--peer" => peer = Some(val("--peer")?),
             "--threaded-link" => threaded_link = true,
             "--repeat" => repeat = val("--repeat")?,
+            "--lab-cc" => lab_cc = val("--lab-cc")?,
             "-h" | "--help" => {
                 println!(
                     "bench_copier [--rates 1000,2000,4300,8000,16000,max] [--short-rates 500,1000,2000,4300|none] \
                      [--step SECS] [--conns N] [--perf] [--perf-short] [--perf-rate REQS] [--keep-dir] \
                      [--pcap] \
                      [--kernel-ports] [--copier-args 'ARGS'] [--nginx-extra 'DIRECTIVES'] [--scenarios all|none|LIST] [--scenario-secs 8] \
-                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report [--repeat N]] [--peer DIR] [--threaded-link]\n\
+                     [--redis-requests 200000] [--final-wait 60] [--mirror] [--bulk] [--no-floor] [--floor-drop] [--floor-data-only] [--report [--repeat N]] [--peer DIR] [--threaded-link] [--lab-cc reno|host|NAME]\n\
                      (or BENCH_RATES, BENCH_SHORT_RATES, BENCH_STEP, BENCH_CONNS, BENCH_PERF=1, BENCH_PERF_SHORT=1, BENCH_PERF_RATE, \
                      BENCH_KEEP_DIR=1, BENCH_PCAP=1, BENCH_KERNEL_PORTS=1, BENCH_COPIER_ARGS, BENCH_NGINX_EXTRA, BENCH_SCENARIOS, BENCH_SCENARIO_SECS, \
-                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_REPEAT, BENCH_PEER, BENCH_THREADED_LINK=1)\n\n\
+                     BENCH_REDIS_REQUESTS, BENCH_FINAL_WAIT, BENCH_MIRROR=1, BENCH_BULK=1, BENCH_NO_FLOOR=1, BENCH_FLOOR_DROP=1, BENCH_FLOOR_DATA_ONLY=1, BENCH_REPORT=1, BENCH_REPEAT, BENCH_PEER, BENCH_THREADED_LINK=1, BENCH_LAB_CC)\n\n\
                      --report: the \"At a glance\" table of BENCHMARKS.md in one run (issue 32): only the scenarios \
                      think-ka, think-close, full16 and full100k (5 s of load each unless --scenario-secs, copies awaited \
                      at most 20 s unless --final-wait; about 70 s in all, 140 s with --peer), each with the copier's floor, \
@@ -330,6 +339,12 @@ fn parse_args() -> Result<Args> {
                      IP and TCP for each copy inside the copier's (or the floor's) send call and charges it to the sender; \
                      a copy that opens a real connection costs the test host more than the floor's, which meets a closed \
                      port.\n\n\
+                     --lab-cc NAME (default reno): the TCP congestion control of every lab host (the servers', the \
+                     clients', ours; a network namespace may take only those of \
+                     /proc/sys/net/ipv4/tcp_allowed_congestion_control); host: the machine's default. A pacing one \
+                     (BBR) without an fq qdisc paces each connection with a timer of its own, and the kernel (without \
+                     IRQ time accounting) charges the work of that timer's interrupt, the test server sending the next \
+                     part of an answer, to whatever process runs when it fires, most often the copier or the intercept.\n\n\
                      --mirror: the copier runs on test2 with --mirror vxlan, fed by a tc mirred VXLAN mirror of online's \
                      client link (both directions), instead of capturing on online.\n\n\
                      Every step also prints how close to real time the copy was: the share of its online requests the test \
@@ -440,6 +455,7 @@ fn parse_args() -> Result<Args> {
         peer: peer.map(std::path::PathBuf::from),
         threaded_link,
         repeat,
+        lab_cc: (lab_cc != "host").then_some(lab_cc),
     };
     if let Some(dir) = &args.peer {
         lab::bench::peer::Peer::check_dir(dir)?;
@@ -584,13 +600,16 @@ fn run() -> Result<()> {
     }
     let started = Instant::now();
     let machine = format!(
-        "{}; online-test link: {}",
+        "{}; online-test link: {}; the hosts' TCP congestion control: {}",
         report::machine(),
         if args.threaded_link {
             "each end receives in a thread of its own (--threaded-link)"
         } else {
             "veth, the receiver's TCP run in the sender's call"
-        }
+        },
+        args.lab_cc
+            .clone()
+            .unwrap_or_else(|| format!("{} (the machine's)", lab::default_congestion())),
     );
     let mut lab = Lab::with(LabOptions {
         offloads: true,
@@ -598,6 +617,9 @@ fn run() -> Result<()> {
     })?;
     if args.keep_dir {
         lab.keep_dir();
+    }
+    if let Some(cc) = &args.lab_cc {
+        lab.set_congestion(cc)?;
     }
     if args.threaded_link {
         lab.thread_link(
