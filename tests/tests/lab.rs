@@ -266,3 +266,28 @@ fn leak_counter_counts_what_leaves_the_test_host() {
         "three packets from port 80 toward a client range left"
     );
 }
+
+#[test]
+fn congestion_control_is_set_in_every_host_and_only_there() {
+    let Some(lab) = lab_or_skip("congestion_control_is_set_in_every_host_and_only_there") else {
+        return;
+    };
+    let machine = lab::default_congestion();
+    lab.set_congestion("reno").unwrap();
+    for h in Host::ALL {
+        let cc = lab
+            .exec_ok(h, &["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])
+            .unwrap();
+        assert_eq!(cc.trim(), "reno", "{}", lab.ns(h));
+    }
+    assert_eq!(
+        lab::default_congestion(),
+        machine,
+        "the machine's own setting is left alone"
+    );
+    let err = format!("{:#}", lab.set_congestion("no-such-cc").unwrap_err());
+    assert!(
+        err.contains("no-such-cc") && err.contains(&lab.ns(Host::Client)),
+        "{err}"
+    );
+}
