@@ -70,7 +70,7 @@
 //!                             [--nginx-extra 'DIRECTIVES']
 //!                             [--scenarios all|none|LIST] [--scenario-secs 8] [--redis-requests 200000]
 //!                             [--final-wait 60] [--no-floor] [--floor-drop] [--floor-data-only]
-//! target/release/bench_copier --report [--peer DIR] [--threaded-link]   # the glance table (report.rs)
+//! target/release/bench_copier --report [--peer DIR] [--threaded-link] [--lab-cc host]   # the glance table (report.rs)
 //! target/release/bench_copier --report --repeat 3   # three runs and their medians (repeat.rs)
 //! target/release/bench_copier --bulk [--copier-args '--gso off']   # only the bulk steps (bulk.rs)
 //! ```
@@ -88,6 +88,9 @@
 //! `BENCH_KERNEL_PORTS=1`, `BENCH_COPIER_ARGS`, `BENCH_NGINX_EXTRA`; flags win. `--threaded-link`
 //! (`BENCH_THREADED_LINK=1`): both ends of the online-test link receive in a kernel thread of
 //! their own (`Lab::thread_link`), so neither sender is charged the other host's receive path.
+//! `--lab-cc NAME` (`BENCH_LAB_CC`, default reno; `host` keeps the machine's): every lab host's
+//! TCP congestion control (`Lab::set_congestion`), set before any server starts: a pacing one
+//! without fq charges the test server's paced sends to whatever process its timer interrupts.
 //!
 //! Client ports: the short connections walk through ports 1024..=59999 in order (the kernel picks
 //! the keep-alive ones from 60000..=65535), so no client port comes back within a run of up to
