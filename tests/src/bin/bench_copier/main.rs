@@ -121,13 +121,13 @@ mod bulk;
 mod floor;
 mod load;
 mod repeat;
+mod report;
+mod scenarios;
+mod steps;
 
 /// The lab hosts' congestion control unless `--lab-cc` says otherwise: one that does not pace,
 /// and that a network namespace may take on any Linux (`--help`, "--lab-cc").
 const DEFAULT_LAB_CC: &str = "reno";
-mod report;
-mod scenarios;
-mod steps;
 
 use floor::*;
 use load::*;
