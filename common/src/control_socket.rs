@@ -29,6 +29,14 @@ pub fn set_control_congestion(sock: SockRef<'_>) -> std::io::Result<&'static str
     Err(last.expect("CONTROL_CONGESTION is not empty"))
 }
 
+/// The congestion control a socket has, by name (the kernel pads it with NULs).
+pub fn congestion_of(sock: SockRef<'_>) -> std::io::Result<String> {
+    let name = sock.tcp_congestion()?;
+    Ok(String::from_utf8_lossy(&name)
+        .trim_end_matches('\0')
+        .to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -40,10 +48,8 @@ mod tests {
         assert!(CONTROL_CONGESTION.contains(&name));
         let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (accepted, _) = listener.accept().unwrap();
-        let got = SockRef::from(&accepted).tcp_congestion().unwrap();
-        let got = String::from_utf8_lossy(&got);
         assert_eq!(
-            got.trim_end_matches('\0'),
+            congestion_of(SockRef::from(&accepted)).unwrap(),
             name,
             "the accepted connection inherits it"
         );
@@ -58,7 +64,6 @@ mod tests {
         let name = set_control_congestion(SockRef::from(&sock)).unwrap();
         sock.connect(&listener.local_addr().unwrap().into())
             .unwrap();
-        let got = sock.tcp_congestion().unwrap();
-        assert_eq!(String::from_utf8_lossy(&got).trim_end_matches('\0'), name);
+        assert_eq!(congestion_of(SockRef::from(&sock)).unwrap(), name);
     }
 }
