@@ -489,9 +489,31 @@ fn payload_ask(cfg: &ClientConfig, peer: &common::proto::Hello) -> Option<Payloa
 
 /// The record hold this link follows: `None` with an intercept that predates
 /// `Message::RecordWait` (it sends every record at once).
-fn hold_watch(links: &Links, peer: &common::proto::Hello) -> Option<watch::Receiver<u32>> {
+fn hold_watch(links: &Links, peer: &common::proto::Hello) -> Option<HoldLink> {
     peer.has(common::proto::FEATURE_RECORD_WAIT)
-        .then(|| links.hold.watch())
+        .then(|| HoldLink {
+            rx: links.hold.watch(),
+            open: peer.has(common::proto::FEATURE_OPEN_WAIT),
+        })
+}
+
+/// A link's record hold: its changes, and whether the intercept takes `Message::OpenWait`.
+pub(super) struct HoldLink {
+    rx: watch::Receiver<crate::workers::Hold>,
+    open: bool,
+}
+
+impl HoldLink {
+    /// The messages that tell the intercept `hold`.
+    fn messages(&self, hold: crate::workers::Hold) -> Vec<Message> {
+        let mut v = vec![Message::RecordWait {
+            micros: hold.record,
+        }];
+        if self.open {
+            v.push(Message::OpenWait { micros: hold.open });
+        }
+        v
+    }
 }
 
 #[cfg(test)]

@@ -279,7 +279,7 @@ fn run(args: Args) -> Result<RunSummary> {
     } else {
         args.record_wait
     };
-    let hold = Arc::new(copier::workers::InterceptHold::new(calm));
+    let hold = Arc::new(copier::workers::InterceptHold::new(calm, args.open_wait));
     for (i, (source, sender)) in sources.into_iter().zip(senders).enumerate() {
         let wake = Arc::new(
             Wake::with_delays(

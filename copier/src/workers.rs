@@ -48,10 +48,12 @@
 //!
 //! - [`InterceptHold`]: what the copier lets its intercepts do with the same records before
 //!   they leave the test host: hold them up to `--record-wait` (an intercept whose Hello has
-//!   `FEATURE_RECORD_WAIT` then rests its NFQUEUE reads, and its writes, between batches), or
-//!   not at all while any engine is eager or with `--compare` (records are timed at their
-//!   read). Each engine says when its eagerness changes; each control client tells its
-//!   intercept every change (`Message::RecordWait`).
+//!   `FEATURE_RECORD_WAIT` then rests its NFQUEUE reads, and its writes, between batches), and
+//!   those of a connection opening or ending (SYN, FIN, RST) up to `--open-wait` (an
+//!   intercept whose Hello has `FEATURE_OPEN_WAIT`), or none at all while any engine is eager
+//!   or with `--compare` (records are timed at their read). Each engine says when its
+//!   eagerness changes; each control client tells its intercept every change
+//!   (`Message::RecordWait`, `Message::OpenWait`).
 //!
 //! Invariants: a route names the worker whose engine registered the tuple; a worker only
 //! removes its own routes. Every inbox is bounded (the control client waits on a full one,
@@ -386,21 +388,38 @@ impl Wake {
     }
 }
 
-/// What the copier tells its intercepts about holding records that nothing waits on (see the
-/// module doc): `calm` while no engine is eager, zero (send every record at once) while one
-/// is.
+/// How long an intercept may hold this copier's records, in microseconds: those that nothing
+/// waits on (`Message::RecordWait`) and those that open or end a connection
+/// (`Message::OpenWait`, to an intercept with `FEATURE_OPEN_WAIT`). Zero: not at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hold {
+    /// Records that nothing waits on (`--record-wait`).
+    pub record: u32,
+    /// Records of a connection opening or ending, SYN, FIN or RST (`--open-wait`, at most
+    /// `record`).
+    pub open: u32,
+}
+
+/// What the copier tells its intercepts about holding records (see the module doc): `calm`
+/// while no engine is eager, zero (send every record at once) while one is.
 #[derive(Debug)]
 pub struct InterceptHold {
-    calm: u32,
+    calm: Hold,
     eager: AtomicUsize,
-    tx: watch::Sender<u32>,
+    tx: watch::Sender<Hold>,
 }
 
 impl InterceptHold {
     /// Records may wait up to `calm` (capped at [`MAX_RECORD_WAIT`]; zero: never) while no
     /// engine is eager.
-    pub fn new(calm: Duration) -> InterceptHold {
-        let calm = u32::try_from(calm.min(MAX_RECORD_WAIT).as_micros()).unwrap_or(0);
+    /// The records of a connection opening or ending may wait up to `open` (at most `calm`).
+    pub fn new(calm: Duration, open: Duration) -> InterceptHold {
+        let calm = calm.min(MAX_RECORD_WAIT);
+        let micros = |d: Duration| u32::try_from(d.as_micros()).unwrap_or(0);
+        let calm = Hold {
+            record: micros(calm),
+            open: micros(open.min(calm)),
+        };
         InterceptHold {
             calm,
             eager: AtomicUsize::new(0),
@@ -419,7 +438,7 @@ impl InterceptHold {
         // Under the channel's lock, so the last change of several engines' wins.
         self.tx.send_if_modified(|v| {
             let want = if self.eager.load(Ordering::SeqCst) > 0 {
-                0
+                Hold::default()
             } else {
                 self.calm
             };
@@ -427,8 +446,8 @@ impl InterceptHold {
         });
     }
 
-    /// How long the intercepts may hold records now (microseconds), and every change of it.
-    pub fn watch(&self) -> watch::Receiver<u32> {
+    /// How long the intercepts may hold records now, and every change of it.
+    pub fn watch(&self) -> watch::Receiver<Hold> {
         self.tx.subscribe()
     }
 }

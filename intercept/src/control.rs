@@ -667,6 +667,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 shared.lock().router.handle_unregister(id, &tuples);
             }
             Message::RecordWait { micros } => shared.rest.set_wait(id, micros),
+            Message::OpenWait { micros } => shared.rest.set_open_wait(id, micros),
             Message::Synced => {
                 let mut core = shared.lock();
                 core.router.handle_synced(Instant::now(), id);

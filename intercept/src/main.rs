@@ -236,8 +236,9 @@ struct Cli {
 
     /// The longest an NFQUEUE worker rests between batches of records that nothing waits on,
     /// whatever the copiers allow (a copier tells its --record-wait, 20ms by default, while no
-    /// copy of it waits on records; see README). Resting reads, gives verdicts and writes
-    /// records in batches; an allow-listed answer that comes during a rest waits for its end.
+    /// copy of it waits on records, and its --open-wait, 3ms by default, for the SYN-ACKs,
+    /// FINs and RSTs; see README). Resting reads, gives verdicts and writes records in
+    /// batches; an allow-listed answer that comes during a rest waits for its end.
     /// 0: never rest (every packet at the kernel's pace). At most 20ms.
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_max_rest)]
     max_rest: Duration,

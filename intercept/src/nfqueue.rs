@@ -307,14 +307,11 @@ pub fn run(bound: BoundQueue, shared: Arc<Shared>) -> Result<()> {
             }
         }
         ctx.seen.records = ctx.deliveries.len();
-        ctx.seen.urgent = ctx.deliveries.iter().any(|d| d.record.urgent());
+        ctx.seen.urgent = ctx.deliveries.iter().any(|d| d.record.urgent_for_flow());
+        ctx.seen.opening = ctx.deliveries.iter().any(|d| d.record.opens_or_ends());
         push_all(ctx.deliveries);
-        if rests_after(ctx.seen) {
-            let rest = shared.rest.length(Instant::now());
-            if !rest.is_zero() {
-                rests.increment(1);
-                std::thread::park_timeout(rest);
-            }
+        if rests_after(ctx.seen) && shared.rest.rest(ctx.seen) {
+            rests.increment(1);
         }
     }
 }

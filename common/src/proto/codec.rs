@@ -32,6 +32,7 @@
 //! | 17   | RouteQuery | `list of (address | u8 prefix)`: copier -> intercept (`copier doctor`), does the intercept's host route these client ranges back through the asking copier's host; sent only to a peer whose Hello has [`FEATURE_ROUTES`] |
 //! | 18   | RouteAnswer | `list of (address | u8 prefix | u8 status | str item | str detail | str fix)`: intercept -> copier, the answer to a RouteQuery: its findings per range (status 0 ok, 1 warning, 2 failure) |
 //! | 19   | StampedRecords | `list of (u64 stamp_ns | record as in Records)`: intercept -> copier, Records with the time the intercept read each packet from NFQUEUE ([`Record::stamp`], 0 unknown); sent instead of Records only to a copier whose Hello has [`FEATURE_STAMPS`] |
+//! | 20   | OpenWait   | `u32 micros`: copier -> intercept, how long the intercept may hold this copier's records that open, close or reset a connection (SYN, FIN, RST) and how long a registration's SYN-ACK may wait for a resting NFQUEUE reader (0: send them at once, the default of a connection); sent only to a peer whose Hello has [`FEATURE_OPEN_WAIT`] |
 //!
 //! `features` (a bit set, [`super::FEATURES`] for this build) was appended to the Hello within
 //! version 2: a Hello without it (an older build) decodes with `features` 0, and an older
@@ -61,8 +62,8 @@ use crate::flow::{Endpoint, FourTuple};
 
 use super::{ProtoError, FEATURES, MAGIC, VERSION};
 pub use super::{
-    FEATURE_FLEET, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT, FEATURE_RESTART, FEATURE_ROUTES,
-    FEATURE_STAMPS,
+    FEATURE_FLEET, FEATURE_OPEN_WAIT, FEATURE_PAYLOAD_REQUEST, FEATURE_RECORD_WAIT,
+    FEATURE_RESTART, FEATURE_ROUTES, FEATURE_STAMPS,
 };
 use body::{
     addr_len, begin_frame, encode_list, end_frame, get_addr, get_record, get_tuple, put_addr,
@@ -90,6 +91,7 @@ const T_RULES: u8 = 16;
 const T_ROUTE_QUERY: u8 = 17;
 const T_ROUTE_ANSWER: u8 = 18;
 const T_STAMPED_RECORDS: u8 = 19;
+const T_OPEN_WAIT: u8 = 20;
 
 /// Smallest encoded 4-tuple (two IPv4 addresses with ports).
 const MIN_TUPLE: usize = 2 * (1 + 4 + 2);
@@ -435,6 +437,16 @@ pub enum Message {
         /// Microseconds.
         micros: u32,
     },
+    /// Copier -> intercept: how long the intercept may hold this copier's records that open,
+    /// close or reset a connection (SYN, FIN, RST: [`Record::opens_or_ends`]), and how long the
+    /// SYN-ACK of a connection it registers may wait for a resting NFQUEUE reader; 0, the
+    /// default of a connection: not at all (they go at once, and every registration wakes a
+    /// resting reader). The copier says its `--open-wait` while it says a [`Message::RecordWait`]
+    /// above 0, and 0 with it. Only to an intercept whose Hello has [`FEATURE_OPEN_WAIT`].
+    OpenWait {
+        /// Microseconds.
+        micros: u32,
+    },
     /// Copier -> intercept: every session the copier held when the connection came up is
     /// registered (its snapshot is sent), so a restarted intercept's grace may end for this
     /// copier. Only to an intercept whose Hello has [`super::FEATURE_RESTART`].
@@ -465,6 +477,7 @@ impl Message {
             Message::Registered { .. } => "Registered",
             Message::RegisterPayload { .. } => "RegisterPayload",
             Message::RecordWait { .. } => "RecordWait",
+            Message::OpenWait { .. } => "OpenWait",
             Message::FleetQuery => "FleetQuery",
             Message::RouteQuery { .. } => "RouteQuery",
             Message::RouteAnswer { .. } => "RouteAnswer",
@@ -597,6 +610,11 @@ impl Message {
             }
             Message::RecordWait { micros } => {
                 let start = begin_frame(out, T_RECORD_WAIT);
+                out.extend_from_slice(&micros.to_be_bytes());
+                end_frame(out, start);
+            }
+            Message::OpenWait { micros } => {
+                let start = begin_frame(out, T_OPEN_WAIT);
                 out.extend_from_slice(&micros.to_be_bytes());
                 end_frame(out, start);
             }
@@ -745,6 +763,12 @@ impl Message {
                     micros: r.u32("record wait")?,
                 },
                 "RecordWait",
+            ),
+            T_OPEN_WAIT => (
+                Message::OpenWait {
+                    micros: r.u32("open wait")?,
+                },
+                "OpenWait",
             ),
             T_FLEET_QUERY => (Message::FleetQuery, "FleetQuery"),
             T_SYNCED => (Message::Synced, "Synced"),

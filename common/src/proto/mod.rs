@@ -62,13 +62,19 @@ pub const FEATURE_ROUTES: u32 = 16;
 /// instead of Records and its clock in each Pong; a copier that announces it takes both and
 /// measures the offset between its clock and the intercept's from its Pings (NTP-style).
 pub const FEATURE_STAMPS: u32 = 32;
+/// Hello feature bit: the sender understands [`Message::OpenWait`] (an intercept: it may then
+/// hold a copier's records that open or end a connection, SYN, FIN or RST, for as long as the
+/// copier says, and need not wake its resting NFQUEUE readers for that copier's registrations
+/// before then).
+pub const FEATURE_OPEN_WAIT: u32 = 64;
 /// The features this build announces in its Hello.
 pub const FEATURES: u32 = FEATURE_PAYLOAD_REQUEST
     | FEATURE_RECORD_WAIT
     | FEATURE_FLEET
     | FEATURE_RESTART
     | FEATURE_ROUTES
-    | FEATURE_STAMPS;
+    | FEATURE_STAMPS
+    | FEATURE_OPEN_WAIT;
 /// Default TCP port of the intercept's control listener.
 pub const DEFAULT_PORT: u16 = 36524;
 /// Largest frame length (the value of the length field: type byte and body) either end accepts;

@@ -119,7 +119,8 @@ for the next request to carry it, as a client's delayed ACK does. With one worke
 thread reads the intercept links itself; records that nothing waits on wait up to --record-wait
 (20ms) to share the engine's next wake-up, and the intercepts may hold them as long to read and
 send them in batches (0: every record goes and wakes at once); those of a connection opening or
-ending (a verdict, a SYN-ACK, a FIN) wait up to --open-wait (3ms) there. copier_replay_lag_seconds
+ending (a verdict, a SYN-ACK, a FIN) wait up to --open-wait (3ms) there, and the intercepts may
+hold the SYN-ACKs, FINs and RSTs as long. copier_replay_lag_seconds
 tells how far behind production the copies run; copier_units_ahead_total counts requests sent
 ahead of an answer.
 

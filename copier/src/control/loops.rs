@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::proto::io::{FrameReader, FrameWriter};
 use common::proto::{Message, ProtoError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast;
 
 use crate::engine::{LinkEvent, RegEvent};
 use crate::link::{log_rules, LinkError};
@@ -15,13 +15,15 @@ use crate::link::{log_rules, LinkError};
 use super::registry::{
     messages_for, shrink_if_sparse, PayloadAsk, RegBatch, TupleSet, TUPLES_PER_MESSAGE,
 };
-use super::{ClientConfig, Links};
+use super::{ClientConfig, HoldLink, Links};
 
-/// The next record hold to tell the intercept; never ready for a link without one.
-async fn hold_changed(hold: &mut Option<watch::Receiver<u32>>) -> u32 {
-    if let Some(rx) = hold {
-        if rx.changed().await.is_ok() {
-            return *rx.borrow_and_update();
+/// The messages that tell the intercept the next record hold; never ready for a link without
+/// one.
+async fn hold_changed(hold: &mut Option<HoldLink>) -> Vec<Message> {
+    if let Some(h) = hold {
+        if h.rx.changed().await.is_ok() {
+            let now = *h.rx.borrow_and_update();
+            return h.messages(now);
         }
     }
     // No hold to follow (or the engines are gone): nothing more to tell.
@@ -109,7 +111,7 @@ const CLOCK_PING_INTERVAL: Duration = Duration::from_millis(50);
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     cfg: &ClientConfig,
     ask: Option<PayloadAsk>,
-    mut hold: Option<watch::Receiver<u32>>,
+    mut hold: Option<HoldLink>,
     links: &Links,
     writer: &mut FrameWriter<W>,
     mut sent: TupleSet,
@@ -130,10 +132,10 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     let mut events = Vec::new();
     let mut msgs = Vec::new();
     // A connection starts with no hold: say ours if we have one.
-    if let Some(rx) = hold.as_mut() {
-        let micros = *rx.borrow_and_update();
-        if micros > 0 {
-            write(writer, &[Message::RecordWait { micros }], limit).await?;
+    if let Some(h) = hold.as_mut() {
+        let now = *h.rx.borrow_and_update();
+        if now != crate::workers::Hold::default() {
+            write(writer, &h.messages(now), limit).await?;
         }
     }
     loop {
@@ -171,8 +173,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
                 write(writer, &[Message::Ping { token }], limit).await?;
                 continue;
             }
-            micros = hold_changed(&mut hold) => {
-                write(writer, &[Message::RecordWait { micros }], limit).await?;
+            tell = hold_changed(&mut hold) => {
+                write(writer, &tell, limit).await?;
                 continue;
             }
         }

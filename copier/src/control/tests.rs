@@ -54,7 +54,10 @@ fn links() -> (Links, mpsc::Receiver<Inbound>) {
         ),
         connected: Arc::new(AtomicUsize::new(0)),
         desk: None,
-        hold: Arc::new(crate::workers::InterceptHold::new(Duration::ZERO)),
+        hold: Arc::new(crate::workers::InterceptHold::new(
+            Duration::ZERO,
+            Duration::ZERO,
+        )),
         gens: Arc::new(LinkGens::new()),
     };
     (links, rx)
@@ -80,7 +83,8 @@ async fn next_reg<S: AsyncRead + AsyncWrite + Unpin>(est: &mut Established<S>) -
             m @ (Message::Register { .. }
             | Message::Unregister { .. }
             | Message::RegisterPayload { .. }
-            | Message::RecordWait { .. }) => return m,
+            | Message::RecordWait { .. }
+            | Message::OpenWait { .. }) => return m,
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -472,13 +476,17 @@ async fn payload_is_asked_per_session_only_of_an_intercept_that_understands_it()
     );
 }
 
-/// What a fake intercept announcing `features` reads from a link whose record hold is 2 ms,
-/// while the engine turns eager and calm again and then a session registers.
+/// What a fake intercept announcing `features` reads from a link whose record hold is 2 ms
+/// (1 ms for a connection opening or ending), while the engine turns eager and calm again and
+/// then a session registers.
 async fn holds_told(features: u32) -> Vec<Message> {
     use common::proto::io::{client_handshake, handshake_with_features};
     use common::proto::Role;
     let (mut links, _records) = links();
-    links.hold = Arc::new(crate::workers::InterceptHold::new(Duration::from_millis(2)));
+    links.hold = Arc::new(crate::workers::InterceptHold::new(
+        Duration::from_millis(2),
+        Duration::from_millis(1),
+    ));
     let hold = links.hold.clone();
     let cfg = ClientConfig::new("fake:1".parse().unwrap(), None, 1);
     let (a, b) = tokio::io::duplex(64 * 1024);
@@ -491,12 +499,24 @@ async fn holds_told(features: u32) -> Vec<Message> {
             .await
             .unwrap();
         let mut got = Vec::new();
+        // Each change is one message, or two to an intercept that takes OpenWait.
+        let per = if features & common::proto::FEATURE_OPEN_WAIT != 0 {
+            2
+        } else {
+            1
+        };
         if features & common::proto::FEATURE_RECORD_WAIT != 0 {
-            got.push(next_reg(&mut est).await);
+            for _ in 0..per {
+                got.push(next_reg(&mut est).await);
+            }
             hold.engine_eager(true);
-            got.push(next_reg(&mut est).await);
+            for _ in 0..per {
+                got.push(next_reg(&mut est).await);
+            }
             hold.engine_eager(false);
-            got.push(next_reg(&mut est).await);
+            for _ in 0..per {
+                got.push(next_reg(&mut est).await);
+            }
         } else {
             hold.engine_eager(true);
             hold.engine_eager(false);
@@ -514,9 +534,23 @@ async fn holds_told(features: u32) -> Vec<Message> {
 #[tokio::test]
 async fn the_intercept_is_told_how_long_it_may_hold_records_if_it_understands() {
     let wait = |micros| Message::RecordWait { micros };
+    let open = |micros| Message::OpenWait { micros };
     let reg = Message::Register { tuples: vec![t(1)] };
     assert_eq!(
         holds_told(common::proto::FEATURES).await,
+        vec![
+            wait(2000),
+            open(1000),
+            wait(0),
+            open(0),
+            wait(2000),
+            open(1000),
+            reg.clone()
+        ]
+    );
+    // An intercept that holds records but predates OpenWait: never sent one.
+    assert_eq!(
+        holds_told(common::proto::FEATURE_RECORD_WAIT).await,
         vec![wait(2000), wait(0), wait(2000), reg.clone()]
     );
     // An older intercept would refuse the message: it is never sent one.

@@ -239,7 +239,24 @@ fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
                 record_with(tuple, f, b"").opens_or_ends(),
                 "{f:?} opens or ends"
             );
+            assert!(
+                !record_with(tuple, f, b"").urgent_for_flow(),
+                "{f:?}: no answer's flow waits on it (an intercept may hold it for --open-wait)"
+            );
         }
+        assert!(
+            record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").urgent_for_flow(),
+            "data without PSH: the rest of the write may wait on it"
+        );
+        assert!(
+            record_with(tuple, TcpFlags::FIN | TcpFlags::ACK, b"HTTP/1.1 200 OK").urgent_for_flow(),
+            "a FIN in the middle of a write counts for its data too"
+        );
+        assert!(
+            !record_with(tuple, TcpFlags::ACK | TcpFlags::PSH, b"HTTP/1.1 200 OK")
+                .urgent_for_flow(),
+            "the end of a small answer"
+        );
         assert!(
             !record_with(tuple, TcpFlags::ACK, b"HTTP/1.1 200 OK").opens_or_ends(),
             "data opens and ends nothing"
@@ -257,7 +274,7 @@ fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
         ..cut(34)
     };
     assert!(
-        mid_write.urgent(),
+        mid_write.urgent() && mid_write.urgent_for_flow(),
         "the IP length says data follows the headers, and no PSH"
     );
     let big = vec![b'x'; common::proto::BULK_BYTES];
@@ -271,8 +288,9 @@ fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
         "a larger one is part of a large answer"
     );
     assert!(
-        !record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).opens_or_ends(),
-        "and opens or ends nothing"
+        !record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).opens_or_ends()
+            && record_with(t(1), TcpFlags::ACK | TcpFlags::PSH, &bigger).urgent_for_flow(),
+        "and opens or ends nothing: urgent for the flow"
     );
     assert!(
         cut(20).opens_or_ends(),
@@ -280,6 +298,10 @@ fn only_opening_closing_mid_write_and_broken_records_are_urgent() {
     );
     for n in [0, 1, 20, 33] {
         assert!(cut(n).urgent(), "{n} bytes: the engine counts it, at once");
+        assert!(
+            !cut(n).urgent_for_flow(),
+            "{n} bytes: no flow to speak of (it counts as opening or ending)"
+        );
     }
 }
 
@@ -311,14 +333,18 @@ fn a_turn_presses_only_for_records_urgent_for_what_they_carry() {
 
 #[test]
 fn intercepts_may_hold_records_only_while_no_engine_is_eager() {
-    let h = InterceptHold::new(Duration::from_millis(2));
+    let calm = Hold {
+        record: 2000,
+        open: 1000,
+    };
+    let h = InterceptHold::new(Duration::from_millis(2), Duration::from_millis(1));
     let mut rx = h.watch();
-    assert_eq!(*rx.borrow(), 2000, "calm at the start");
+    assert_eq!(*rx.borrow(), calm, "calm at the start");
     h.engine_eager(true);
     assert!(rx.has_changed().unwrap());
     assert_eq!(
         *rx.borrow_and_update(),
-        0,
+        Hold::default(),
         "one eager engine: records go at once"
     );
     h.engine_eager(true);
@@ -328,16 +354,31 @@ fn intercepts_may_hold_records_only_while_no_engine_is_eager() {
         "another engine still eager: no change to tell"
     );
     h.engine_eager(false);
-    assert_eq!(*rx.borrow_and_update(), 2000, "all calm again");
+    assert_eq!(*rx.borrow_and_update(), calm, "all calm again");
     assert_eq!(
-        *InterceptHold::new(Duration::ZERO).watch().borrow(),
-        0,
-        "--record-wait 0: never"
+        *InterceptHold::new(Duration::ZERO, Duration::from_millis(3))
+            .watch()
+            .borrow(),
+        Hold::default(),
+        "--record-wait 0: never, whatever --open-wait says"
     );
     assert_eq!(
-        *InterceptHold::new(Duration::from_secs(1)).watch().borrow(),
-        20_000,
+        *InterceptHold::new(Duration::from_secs(1), Duration::from_secs(1))
+            .watch()
+            .borrow(),
+        Hold {
+            record: 20_000,
+            open: 20_000
+        },
         "capped at MAX_RECORD_WAIT"
+    );
+    assert_eq!(
+        InterceptHold::new(Duration::from_millis(20), Duration::ZERO)
+            .watch()
+            .borrow()
+            .open,
+        0,
+        "--open-wait 0: a connection's start and end go at once"
     );
 }
 

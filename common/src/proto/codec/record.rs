@@ -77,13 +77,21 @@ impl Record {
     /// or IPv6 TCP (the copier counts it; there is nothing to save by holding it).
     #[must_use]
     pub fn urgent(&self) -> bool {
+        self.opens_or_ends() || self.urgent_for_flow()
+    }
+
+    /// The part of [`Record::urgent`] that is about the answer's flow, whatever the flags
+    /// that open or end a connection say: it carries data without PSH, or more than
+    /// [`BULK_BYTES`]. False when its headers do not parse ([`Record::opens_or_ends`] is true
+    /// then). The test server's sending waits on such records; a connection's start or end
+    /// waits on the others ([`Message::OpenWait`](super::Message::OpenWait) lets them wait).
+    #[must_use]
+    pub fn urgent_for_flow(&self) -> bool {
         let Some((headers, flags)) = tcp_flags_of(&self.headers) else {
-            return true;
+            return false;
         };
         let data = (self.orig_len as usize).saturating_sub(headers);
-        flags.intersects(TcpFlags::SYN | TcpFlags::FIN | TcpFlags::RST)
-            || (data > 0 && !flags.contains(TcpFlags::PSH))
-            || data > BULK_BYTES
+        (data > 0 && !flags.contains(TcpFlags::PSH)) || data > BULK_BYTES
     }
 
     /// Build a record from a server -> client IP packet (possibly cut short after its headers,

@@ -265,6 +265,22 @@ fn record_wait_literal() {
 }
 
 #[test]
+fn open_wait_literal() {
+    let m = Message::OpenWait { micros: 3000 };
+    let want = [0, 0, 0, 5, 20, 0, 0, 0x0b, 0xb8];
+    assert_eq!(encoded(&m), want);
+    assert_eq!(decode_all(&want).unwrap(), vec![m]);
+    assert!(
+        matches!(
+            first_error(&[0, 0, 0, 2, 20, 0]),
+            ProtoError::Truncated { .. }
+        ),
+        "{:?}",
+        first_error(&[0, 0, 0, 2, 20, 0])
+    );
+}
+
+#[test]
 fn register_payload_literal() {
     let t = FourTuple {
         client: "198.18.0.10:40000".parse().unwrap(),
@@ -732,6 +748,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
             .prop_map(|records| Message::Records { records }),
         any::<u64>().prop_map(|token| Message::Ping { token }),
         any::<u32>().prop_map(|micros| Message::RecordWait { micros }),
+        any::<u32>().prop_map(|micros| Message::OpenWait { micros }),
         any::<bool>().prop_map(|in_force| Message::Rules { in_force }),
         Just(Message::Synced),
         (any::<u64>(), any::<u64>()).prop_map(|(token, clock)| Message::Pong { token, clock }),
