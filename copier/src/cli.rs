@@ -270,9 +270,10 @@ pub struct CopierArgs {
     /// wait to share the engine thread's next wake-up (at most --record-wait). They delay only
     /// the start or the end of their own copied connection, never another one's requests; with
     /// many short connections (one request each) their round trips otherwise wake the engine
-    /// one by one. The intercepts are told the same wait (0 whenever they are told a record
-    /// wait of 0): they hold such records that long too, so they read, give verdicts and write
-    /// them in batches. 0: they wake it at once and leave the intercepts at once.
+    /// one by one. Whatever --workers, the intercepts are told the same wait (0 whenever they
+    /// are told a record wait of 0): they hold the SYN-ACKs, FINs and RSTs that long too, and
+    /// read, give verdicts and write in batches. 0: such records wake the engine at once and
+    /// leave the intercepts at once.
     #[arg(long, value_name = "DURATION", default_value = "3ms", value_parser = parse_duration)]
     pub open_wait: Duration,
 

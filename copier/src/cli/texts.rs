@@ -120,9 +120,8 @@ thread reads the intercept links itself; records that nothing waits on wait up t
 (20ms) to share the engine's next wake-up, and the intercepts may hold them as long to read and
 send them in batches (0: every record goes and wakes at once); those of a connection opening or
 ending (a verdict, a SYN-ACK, a FIN) wait up to --open-wait (3ms) there, and the intercepts may
-hold the SYN-ACKs, FINs and RSTs as long. copier_replay_lag_seconds
-tells how far behind production the copies run; copier_units_ahead_total counts requests sent
-ahead of an answer.
+hold the SYN-ACKs, FINs and RSTs as long. copier_replay_lag_seconds tells how far behind
+production the copies run; copier_units_ahead_total counts requests sent ahead of an answer.
 
 Protocols: HTTP/1.x and every other protocol are paced as above. HTTP/2 (a session whose client
 sends the preface PRI * HTTP/2.0, with prior knowledge or after an Upgrade: h2c request, which
