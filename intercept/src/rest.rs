@@ -13,8 +13,9 @@
 //! `--open-wait` (3 ms by default) while its record wait is above zero. With one request per
 //! connection, those records are most of them (a SYN-ACK, a FIN, the ACK of ours); sent at once,
 //! they woke the worker for nearly every packet and made a write to the copier per packet or
-//! two (issue 32: resting through them cut the intercept's CPU per request by about a third
-//! in think-close, and the writes to the copier from 0.55 to 0.13 a request).
+//! two (issue 32: resting through them cut the intercept's CPU per request in think-close by
+//! 3 to 42 % in alternating runs, more on a busier machine, and its writes to the copier from
+//! 0.53 to 0.13 a request; BENCHMARKS.md).
 //!
 //! Invariants:
 //! - a worker rests only after a batch that gave records to copiers and accepted nothing (an
