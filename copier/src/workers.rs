@@ -504,11 +504,11 @@ impl TurnSeen {
     /// Note one record handled (its count and what it is).
     pub fn note(&mut self, r: &Record) {
         let opens_or_ends = r.opens_or_ends();
-        let urgent = opens_or_ends || r.urgent();
+        let for_flow = r.urgent_for_flow();
         self.records += 1;
-        self.urgent |= urgent;
+        self.urgent |= opens_or_ends || for_flow;
         self.opens_or_ends |= opens_or_ends;
-        self.pressing |= urgent && !opens_or_ends;
+        self.pressing |= for_flow && !opens_or_ends;
     }
 }
 

@@ -101,13 +101,13 @@ pub struct Rest {
     least: AtomicU32,
     /// The smallest open wait (0 with no copier).
     least_open: AtomicU32,
-    /// The end of the longest rest a worker began, in microseconds since `epoch` (stale once
-    /// past; a worker woken early leaves it, which costs at most an unneeded wake-up).
+    /// The end of the longest rest a worker began, in [`Rest::micros`] (stale once past; a
+    /// worker woken early leaves it, which costs at most an unneeded wake-up).
     resting_until: AtomicU64,
     /// The longest rest this intercept allows (`--max-rest`), in microseconds.
     max: AtomicU32,
     epoch: Instant,
-    /// The last registration, in milliseconds since `epoch`, plus one (0: none yet).
+    /// The last registration, in [`Rest::micros`] (0: none yet).
     last_register: AtomicU64,
     workers: Mutex<Vec<Thread>>,
 }
@@ -185,11 +185,10 @@ impl Rest {
     /// A registration came: short rests for [`AFTER_REGISTER`], from now, and resting workers
     /// woken unless their rest ends within [`Rest::register_cap`].
     pub fn registered(&self, now: Instant) {
-        self.last_register
-            .fetch_max(self.millis(now), Ordering::SeqCst);
+        let now = self.micros(now);
+        self.last_register.fetch_max(now, Ordering::SeqCst);
         let until = self.resting_until.load(Ordering::SeqCst);
-        let cap = u64::try_from(self.register_cap().as_micros()).unwrap_or(u64::MAX);
-        if until > self.micros(now).saturating_add(cap) {
+        if until > now.saturating_add(us(self.register_cap())) {
             self.wake_workers();
         }
     }
@@ -216,7 +215,7 @@ impl Rest {
         }
         let rest = Duration::from_micros(u64::from(least));
         let last = self.last_register.load(Ordering::SeqCst);
-        if last > 0 && self.millis(now).saturating_sub(last) < AFTER_REGISTER.as_millis() as u64 {
+        if last > 0 && self.micros(now).saturating_sub(last) < us(AFTER_REGISTER) {
             return rest.min(self.register_cap());
         }
         rest
@@ -231,9 +230,7 @@ impl Rest {
         if first.is_zero() {
             return false;
         }
-        let until = self
-            .micros(now)
-            .saturating_add(u64::try_from(first.as_micros()).unwrap_or(u64::MAX));
+        let until = self.micros(now).saturating_add(us(first));
         self.resting_until.fetch_max(until, Ordering::SeqCst);
         // Again after announcing the rest: a registration that came between the two either
         // sees the announcement (and wakes us) or is seen here (and shortens the rest).
@@ -245,15 +242,9 @@ impl Rest {
         true
     }
 
-    /// Microseconds from `epoch` to `now`.
+    /// Microseconds from `epoch` to `now`, plus one (so 0 means never).
     fn micros(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_micros()).unwrap_or(u64::MAX)
-    }
-
-    /// Milliseconds from `epoch` to `now`, plus one (so 0 means never).
-    fn millis(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX - 1)
-            + 1
+        us(now.saturating_duration_since(self.epoch)).saturating_add(1)
     }
 
     fn update(&self, f: impl FnOnce(&mut HashMap<CopierId, Waits>)) {
@@ -279,6 +270,11 @@ impl Rest {
             t.unpark();
         }
     }
+}
+
+/// `d` in whole microseconds (saturating).
+fn us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
